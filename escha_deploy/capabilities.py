@@ -1,0 +1,135 @@
+"""Runtime capabilities: what a patch provides and a profile needs (DESIGN.md section 3).
+
+A capability is provided by a patch in our series (``runtime_patches/``) or by a user overlay
+(a fork's INT2 KV patch, say). A profile lists the capabilities it needs; ``serve`` and ``up``
+refuse a profile whose needs the runtime lacks, naming them. A capability that adds SGLang
+flags (or choices of an existing flag) declares them here, so the argv check can accept them
+as *declared*, not verified against the real parser (issue 2).
+
+The names are shared across issues; change them here only, and ``tests/test_capabilities.py``
+checks that every user agrees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+#: Environment variable read by the host-reserve patch: bytes kept free of HiCache host pools.
+#: Default when unset: 10 GiB, SGLang 0.5.19's ``HICACHE_HOST_MEMORY_RESERVE_BYTES``
+#: (``srt/mem_cache/pool_host/base.py``).
+ENV_HOST_RESERVE = "ESCHA_HICACHE_HOST_RESERVE_BYTES"
+#: Environment variable read by the host-allocator patch: ``auto``, ``register`` or ``pinned``.
+ENV_HOST_ALLOCATOR = "ESCHA_HICACHE_HOST_ALLOCATOR"
+HOST_ALLOCATOR_CHOICES = ("auto", "register", "pinned")
+
+#: Where an image describes its runtime (schema version, SGLang version, base, Python, series,
+#: capabilities, inventory digest). Mirrored in OCI labels under ``LABEL_PREFIX``.
+RUNTIME_DESCRIPTION_PATH = "/etc/escha/runtime.json"
+LABEL_PREFIX = "io.escha."
+
+
+@dataclass(frozen=True)
+class DeclaredFlag:
+    """An SGLang flag (or new choices of one) that a capability adds to the parser.
+
+    ``flag`` is the option string (``--kv-cache-dtype``); ``dest`` its argparse dest;
+    ``type`` one of ``str``, ``int``, ``float``, ``bool``; ``choices`` the choices it *adds*
+    (for an existing flag) or all its choices (for a new one).
+    """
+
+    flag: str
+    dest: str
+    type: Literal["str", "int", "float", "bool"] = "str"
+    choices: tuple[str, ...] = ()
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class Capability:
+    name: str
+    source: Literal["series", "overlay"]
+    description: str
+    env: tuple[str, ...] = ()
+    flags: tuple[DeclaredFlag, ...] = ()
+    upstream: tuple[str, ...] = field(default=())
+
+
+CAPABILITIES: dict[str, Capability] = {
+    c.name: c
+    for c in (
+        Capability(
+            name="hicache-host-reserve-env",
+            source="series",
+            description=(
+                "HiCache host reserve set by ESCHA_HICACHE_HOST_RESERVE_BYTES (default 10 GiB, "
+                "as stock), and host memory read once per TP group before any rank pins"
+            ),
+            env=(ENV_HOST_RESERVE,),
+            upstream=("sglang#38156", "sglang#38157"),
+        ),
+        Capability(
+            name="hicache-host-allocator",
+            source="series",
+            description=(
+                "HiCache host pools from cudaHostRegister (stock) or cudaHostAlloc, chosen by "
+                "ESCHA_HICACHE_HOST_ALLOCATOR; auto picks cudaHostAlloc where registered memory "
+                "is not device-mappable (WSL2)"
+            ),
+            env=(ENV_HOST_ALLOCATOR,),
+            upstream=("sglang#40232", "sglang#40233", "sglang#7666"),
+        ),
+        Capability(
+            name="transfer-geometry-check",
+            source="series",
+            description=(
+                "refuse to start when a host pool's per-token widths disagree with its device "
+                "pool, instead of a later asynchronous illegal memory access"
+            ),
+        ),
+        Capability(
+            name="int2-kv",
+            source="overlay",
+            description="OSCAR INT2 KV cache with a host pool for codes and scales/zeros",
+            flags=(
+                DeclaredFlag("--kv-cache-dtype", "kv_cache_dtype", "str", ("int2",)),
+                DeclaredFlag(
+                    "--kv-cache-quant-group-size", "kv_cache_quant_group_size", "int",
+                    help="INT2 KV quantization group size (elements along head_dim)",
+                ),
+            ),
+            upstream=("sglang#32129",),
+        ),
+        Capability(
+            name="w2-weights",
+            source="overlay",
+            description="Escha-W2 2-bit weight quantization layers",
+            flags=(DeclaredFlag("--quantization", "quantization", "str", ("escha_w2",)),),
+        ),
+        Capability(
+            name="mamba-mixed-chunk-fix",
+            source="overlay",
+            description="mixed chunked prefill keeps mamba checkpoints intact on hybrid models",
+            upstream=("sglang#39342", "sglang#39526"),
+        ),
+    )
+}
+
+CapabilityName = Literal[
+    "hicache-host-reserve-env",
+    "hicache-host-allocator",
+    "transfer-geometry-check",
+    "int2-kv",
+    "w2-weights",
+    "mamba-mixed-chunk-fix",
+]
+
+#: Capabilities our own series (runtime_patches/series) provides.
+SERIES_CAPABILITIES: tuple[str, ...] = tuple(
+    n for n, c in CAPABILITIES.items() if c.source == "series"
+)
+
+
+def declared_flags(capabilities: set[str] | frozenset[str] | tuple[str, ...]) -> list[DeclaredFlag]:
+    """The flags the given capabilities declare, in registry order."""
+    return [f for n, c in CAPABILITIES.items() if n in capabilities for f in c.flags]

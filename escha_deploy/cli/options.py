@@ -1,0 +1,40 @@
+"""Option aliases shared by several verbs, declared once so names and help never diverge."""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Optional
+
+import typer
+
+
+class OutputFormat(str, enum.Enum):
+    table = "table"
+    json = "json"
+
+
+ProfileOpt = Annotated[
+    str,
+    typer.Option(
+        "--profile", "-p",
+        help="Profile name (see `escha-deploy profiles list`) or a path to a profile YAML file.",
+    ),
+]
+OptionalProfileOpt = Annotated[
+    Optional[str],
+    typer.Option("--profile", "-p", help="Profile name or path to a profile YAML file."),
+]
+SetOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--set",
+        help="Override a profile key: --set hicache.hicache_ratio=1.5 (dotted path; repeatable).",
+    ),
+]
+FormatOpt = Annotated[
+    OutputFormat,
+    typer.Option("--format", "-f", help="table for people, json for scripts (stdout only)."),
+]
+DryRunOpt = Annotated[
+    bool, typer.Option("--dry-run", help="Print what would run (secrets redacted) and exit.")
+]

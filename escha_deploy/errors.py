@@ -1,0 +1,73 @@
+"""The one family of user-facing errors, and the exit codes shared by every command.
+
+Exit codes (DESIGN.md section 3): 0 success; 2 bad input or usage (matches Click's usage
+error); 3 refused before starting or not satisfied (unsafe plan, missing capability, failed
+preflight, inventory drift, canary mismatch, ``status``/``logs`` with nothing running);
+4 started but failed (server crash, ready timeout); 5 inconclusive.
+
+Only these classes are mapped to exit codes by the CLI; any other exception is a bug and keeps
+its traceback (style-anchors rule 14). ``ESCHA_DEBUG=1`` shows tracebacks for these too.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    BAD_INPUT = 2
+    REFUSED = 3
+    FAILED = 4
+    INCONCLUSIVE = 5
+
+
+class EschaError(Exception):
+    """A user-facing failure: one line per problem, each naming a field or a file:line.
+
+    ``problems`` holds the lines; ``message`` is the first. ``hint`` is printed after them as
+    the next thing to do. Subclasses fix the exit code.
+    """
+
+    exit_code: ExitCode = ExitCode.FAILED
+
+    def __init__(self, *problems: str, hint: str | None = None) -> None:
+        if not problems:
+            raise TypeError("EschaError needs at least one problem line")
+        self.problems: tuple[str, ...] = tuple(p.replace("\n", " ") for p in problems)
+        self.hint = hint
+        super().__init__(self.problems[0])
+
+    @property
+    def message(self) -> str:
+        return self.problems[0]
+
+    def lines(self) -> list[str]:
+        out = [f"error: {p}" for p in self.problems]
+        if self.hint:
+            out.append(f"hint: {self.hint}")
+        return out
+
+
+class BadInput(EschaError):
+    """Bad input or usage: a malformed profile, an unknown key, a bad unit. Exit 2."""
+
+    exit_code = ExitCode.BAD_INPUT
+
+
+class Refused(EschaError):
+    """Refused before anything started, or a check not satisfied. Exit 3."""
+
+    exit_code = ExitCode.REFUSED
+
+
+class Failed(EschaError):
+    """Started but failed: a server crash, a ready timeout. Exit 4."""
+
+    exit_code = ExitCode.FAILED
+
+
+class Inconclusive(EschaError):
+    """A check that could not prove its result (a canary without a host-tier hit). Exit 5."""
+
+    exit_code = ExitCode.INCONCLUSIVE

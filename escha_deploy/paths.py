@@ -1,0 +1,48 @@
+"""Where escha-deploy finds its data and keeps its state.
+
+Data (profiles, runtime patches, the flag catalog) ships inside the wheel under
+``escha_deploy/_data`` (pyproject ``force-include``); in a source checkout it is read from the
+repository's top-level folders. State (doctor findings) lives under the user cache directory
+(XDG: ``$XDG_CACHE_HOME/escha-deploy``, default ``~/.cache/escha-deploy``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+_REPO_ROOT = PACKAGE_DIR.parent
+
+
+def _data_dir(name: str) -> Path:
+    shipped = PACKAGE_DIR / "_data" / name
+    if shipped.is_dir():
+        return shipped
+    return _REPO_ROOT / name
+
+
+def profiles_dir() -> Path:
+    """Folder of the shipped profiles (``profiles/*.yaml``)."""
+    return _data_dir("profiles")
+
+
+def runtime_patches_dir() -> Path:
+    """Folder of the patch series (``runtime_patches/``)."""
+    return _data_dir("runtime_patches")
+
+
+def catalog_dir() -> Path:
+    """Folder of generated catalogs (SGLang flag catalog), inside the package."""
+    return PACKAGE_DIR / "catalog"
+
+
+def cache_dir() -> Path:
+    """User cache directory for escha-deploy state (XDG)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "escha-deploy"
+
+
+def doctor_findings_path() -> Path:
+    """``escha-deploy/doctor.json`` under the user cache directory (DESIGN.md section 3)."""
+    return cache_dir() / "doctor.json"

@@ -1,0 +1,83 @@
+"""Sizes: bytes are ``int`` everywhere inside; units only at the edges.
+
+GB = 1e9 bytes (what SGLang prints for host pools and takes in ``--hicache-size``); GiB = 2**30
+(SGLang's GPU-memory code and its 10 GiB host reserve). ``parse_size`` refuses a bare number,
+since pydantic's ``ByteSize`` would read ``12`` as 12 bytes (checked on pydantic 2.14.4,
+style-anchors section 7), a trap for a field people think of in GB.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+GB = 10**9
+GiB = 2**30
+MB = 10**6
+MiB = 2**20
+
+_UNITS = {
+    "b": 1,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]+)\s*$")
+
+
+def parse_size(value: Any) -> int:
+    """Parse ``"12GiB"``, ``"32 GB"``, ``"512MiB"`` or ``"0B"`` into bytes (``int``).
+
+    Raises ``ValueError`` (which pydantic turns into a validation error naming the field) for a
+    bare number, an unknown unit, or the Kubernetes spelling ``12Gi``.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"expected a size with a unit such as 12GiB or 12GB, got {value!r}")
+    if isinstance(value, (int, float)):
+        raise ValueError(
+            f"a bare number is ambiguous: write {value}GiB or {value}GB (got {value!r})"
+        )
+    if not isinstance(value, str):
+        raise ValueError(f"expected a size such as 12GiB, got {value!r}")
+    m = _SIZE_RE.match(value)
+    if not m:
+        raise ValueError(f"not a size: {value!r} (write e.g. 12GiB, 32GB, 512MiB)")
+    number, unit = m.groups()
+    factor = _UNITS.get(unit.lower())
+    if factor is None:
+        raise ValueError(
+            f"unknown unit {unit!r} in {value!r} (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+        )
+    result = float(number) * factor
+    if result != int(result):
+        raise ValueError(f"{value!r} is not a whole number of bytes")
+    return int(result)
+
+
+def size_field() -> Any:
+    """A pydantic ``BeforeValidator`` that turns a size string into bytes."""
+    from pydantic import BeforeValidator
+
+    return BeforeValidator(parse_size, json_schema_input_type=str)
+
+
+def fmt_gb(n: int | float, digits: int = 2) -> str:
+    """``10241212416`` -> ``"10.24 GB"`` (GB = 1e9, as SGLang prints host pools)."""
+    return f"{n / GB:.{digits}f} GB"
+
+
+def fmt_gib(n: int | float, digits: int = 2) -> str:
+    """``7516192768`` -> ``"7.00 GiB"``."""
+    return f"{n / GiB:.{digits}f} GiB"
+
+
+def fmt_mib(n: int | float, digits: int = 1) -> str:
+    return f"{n / MiB:.{digits}f} MiB"
+
+
+def fmt_bytes(n: int) -> str:
+    """Thousands-separated bytes: ``2,580,529,152 B``."""
+    return f"{n:,} B"
+
+
+__all__ = ["GB", "GiB", "MB", "MiB", "parse_size", "size_field", "fmt_gb", "fmt_gib", "fmt_mib", "fmt_bytes"]
