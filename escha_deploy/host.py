@@ -1,0 +1,205 @@
+"""Host facts: the one place that reads the machine (psutil, /proc, cgroup, doctor findings).
+
+``gather_host_facts()`` reads everything the planner needs into one frozen ``HostFacts`` up
+front, so ``planner.plan()``'s signature lists every input and planner tests are tables of
+facts (style-anchors section 6). Every reader takes a ``root`` so tests can point it at
+fixture trees of WSL2 and other hosts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import socket
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Platform = Literal["linux", "wsl2"]
+
+#: cgroup v1 reports "no limit" as a huge number (PAGE_COUNTER_MAX pages); anything at or
+#: above 2**60 bytes is treated as unlimited.
+_CGROUP_V1_UNLIMITED = 2**60
+
+
+class HostFacts(BaseModel):
+    """What the planner knows about the machine the server will run on.
+
+    ``mem_total_bytes`` is the memory the server's Linux kernel sees (MemTotal; under WSL2 the
+    VM's, about half of the Windows host by default). ``mem_available_bytes`` is MemAvailable
+    now (``None`` for a described host, ``--host-ram``). The cgroup limit, when lower than
+    MemTotal, is the memory the server can have (DESIGN.md section 5).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: Literal["live", "described"] = Field(
+        description="live: read from this machine; described: from --host-ram"
+    )
+    platform: Platform
+    mem_total_bytes: int = Field(gt=0)
+    mem_available_bytes: int | None = None
+    cgroup_limit_bytes: int | None = None
+    cgroup_usage_bytes: int | None = None
+    in_container: bool = False
+    host_id: str = ""
+    pinned_ceiling_bytes: int | None = Field(
+        default=None, description="doctor's measured pinned ceiling per process, if any"
+    )
+    pinned_ceiling_reached: bool = False
+    host_allocator: Literal["register", "pinned"] | None = Field(
+        default=None, description="allocator doctor's host-mapped store probe picked"
+    )
+    l3_dir: str | None = None
+    l3_free_bytes: int | None = Field(
+        default=None, description="free bytes on the L3 storage directory's filesystem"
+    )
+
+    @property
+    def memory_base_bytes(self) -> int:
+        """The memory the server can have: MemTotal, or the cgroup limit when lower."""
+        if self.cgroup_limit_bytes is not None:
+            return min(self.mem_total_bytes, self.cgroup_limit_bytes)
+        return self.mem_total_bytes
+
+    @property
+    def available_now_bytes(self) -> int | None:
+        """MemAvailable now, capped by what the cgroup still allows (limit - usage)."""
+        if self.mem_available_bytes is None:
+            return None
+        if self.cgroup_limit_bytes is not None and self.cgroup_usage_bytes is not None:
+            return min(self.mem_available_bytes, max(self.cgroup_limit_bytes - self.cgroup_usage_bytes, 0))
+        return self.mem_available_bytes
+
+
+def read_meminfo(root: Path = Path("/")) -> dict[str, int]:
+    """``/proc/meminfo`` as ``{key: bytes}`` (the ``kB`` there is KiB); HugePages_* are counts."""
+    out: dict[str, int] = {}
+    for line in (root / "proc/meminfo").read_text().splitlines():
+        m = re.match(r"^(\S+):\s+(\d+)(?:\s+kB)?\s*$", line)
+        if not m:
+            continue
+        key, num = m.group(1), int(m.group(2))
+        out[key] = num * 1024 if line.rstrip().endswith("kB") else num
+    return out
+
+
+def read_cgroup_memory(root: Path = Path("/")) -> tuple[int | None, int | None]:
+    """``(limit, usage)`` in bytes of this process's memory cgroup; ``None`` when unlimited/absent.
+
+    cgroup v2: ``/sys/fs/cgroup/memory.max`` ("max" = unlimited) and ``memory.current``.
+    cgroup v1: ``/sys/fs/cgroup/memory/memory.limit_in_bytes`` and ``memory.usage_in_bytes``.
+    """
+    v2 = root / "sys/fs/cgroup/memory.max"
+    if v2.exists():
+        raw = v2.read_text().strip()
+        limit = None if raw == "max" else int(raw)
+        cur = root / "sys/fs/cgroup/memory.current"
+        usage = int(cur.read_text().strip()) if cur.exists() else None
+        return limit, usage
+    v1 = root / "sys/fs/cgroup/memory/memory.limit_in_bytes"
+    if v1.exists():
+        limit = int(v1.read_text().strip())
+        cur = root / "sys/fs/cgroup/memory/memory.usage_in_bytes"
+        usage = int(cur.read_text().strip()) if cur.exists() else None
+        return (None if limit >= _CGROUP_V1_UNLIMITED else limit), usage
+    return None, None
+
+
+def detect_platform(root: Path = Path("/")) -> Platform:
+    """``wsl2`` when the kernel is Microsoft's WSL2 kernel, else ``linux``.
+
+    WSL2 kernels name themselves in ``/proc/sys/kernel/osrelease`` (``5.15.167.4-microsoft-
+    standard-WSL2``) and ``/proc/version``; both are visible from inside a container too, since
+    containers share the kernel (research/wsl2-facts.md).
+    """
+    for rel in ("proc/sys/kernel/osrelease", "proc/version"):
+        p = root / rel
+        try:
+            text = p.read_text().lower()
+        except OSError:
+            continue
+        if "microsoft" in text or "wsl" in text:
+            return "wsl2"
+    return "linux"
+
+
+def detect_container(root: Path = Path("/")) -> bool:
+    """True inside a Docker/containerd/podman container (``/.dockerenv``, ``/run/.containerenv``
+    or a container runtime named in ``/proc/1/cgroup``)."""
+    if (root / ".dockerenv").exists() or (root / "run/.containerenv").exists():
+        return True
+    try:
+        text = (root / "proc/1/cgroup").read_text()
+    except OSError:
+        return False
+    return any(k in text for k in ("docker", "containerd", "kubepods", "libpod"))
+
+
+def host_id(root: Path = Path("/")) -> str:
+    """A stable id for this machine: sha256 of ``/etc/machine-id`` (or the boot id) and the
+    hostname, first 16 hex digits. Identifies whose doctor findings these are."""
+    seed = ""
+    for rel in ("etc/machine-id", "proc/sys/kernel/random/boot_id"):
+        try:
+            seed = (root / rel).read_text().strip()
+            if seed:
+                break
+        except OSError:
+            continue
+    return hashlib.sha256(f"{seed}:{socket.gethostname()}".encode()).hexdigest()[:16]
+
+
+def l3_free_bytes(path: str) -> int | None:
+    """Free bytes on the filesystem holding ``path`` (its nearest existing ancestor)."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free
+    except OSError:
+        return None
+
+
+def described_host(mem_total_bytes: int, platform: Platform = "linux", *, l3_free: int | None = None,
+                   l3_dir: str | None = None) -> HostFacts:
+    """A host described by the user (``--host-ram SIZE [--wsl2|--linux]``), not read live.
+
+    Doctor findings are ignored: they describe this machine, not the described one.
+    """
+    return HostFacts(source="described", platform=platform, mem_total_bytes=mem_total_bytes,
+                     l3_dir=l3_dir, l3_free_bytes=l3_free)
+
+
+def gather_host_facts(*, platform: Platform | None = None, l3_dir: str | None = None,
+                      use_findings: bool = True, root: Path = Path("/")) -> HostFacts:
+    """Read this machine into ``HostFacts``: MemTotal and MemAvailable (/proc/meminfo), the
+    cgroup memory limit and usage, WSL2 or Linux, container or not, the L3 directory's free
+    space, and doctor's findings for this host (pinned ceiling, host allocator) when present.
+
+    ``platform`` overrides the detected platform (``--wsl2``/``--linux``).
+    """
+    from .findings import load_findings
+    from .paths import doctor_findings_path
+
+    mem = read_meminfo(root)
+    limit, usage = read_cgroup_memory(root)
+    hid = host_id(root)
+    findings = load_findings(doctor_findings_path(), host_id=hid) if use_findings else None
+    return HostFacts(
+        source="live",
+        platform=platform or detect_platform(root),
+        mem_total_bytes=mem["MemTotal"],
+        mem_available_bytes=mem.get("MemAvailable"),
+        cgroup_limit_bytes=limit,
+        cgroup_usage_bytes=usage,
+        in_container=detect_container(root),
+        host_id=hid,
+        pinned_ceiling_bytes=findings.pinned_ceiling_bytes if findings else None,
+        pinned_ceiling_reached=findings.pinned_ceiling_reached if findings else False,
+        host_allocator=findings.host_allocator if findings else None,
+        l3_dir=l3_dir,
+        l3_free_bytes=l3_free_bytes(l3_dir) if l3_dir else None,
+    )
