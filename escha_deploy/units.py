@@ -48,10 +48,8 @@ def parse_size(value: Any) -> int:
         raise ValueError(
             f"unknown unit {unit!r} in {value!r} (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
         )
-    result = float(number) * factor
-    if result != int(result):
-        raise ValueError(f"{value!r} is not a whole number of bytes")
-    return int(result)
+    # Decimal quantities round to the nearest byte ("1.31GiB" = 1,406,592,696 B).
+    return round(float(number) * factor)
 
 
 def size_field() -> Any:

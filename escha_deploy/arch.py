@@ -1,0 +1,188 @@
+"""Model architecture: which layers hold a KV cache, and how many bytes one token or one
+mamba state slot costs per TP rank, the way SGLang 0.5.19 decides it.
+
+Pure functions over ``ModelArch``; ``read_model_dir()`` is the one edge that reads a model
+directory (config.json, safetensors sizes). Sources, all in the 0.5.19 wheel under ``sglang/``:
+
+- layer typing: ``srt/configs/qwen3_next.py: Qwen3NextConfig.layers_block_type``: layer ``l``
+  is full attention iff ``(l + 1) % full_attention_interval == 0``; ``layer_types`` is ignored.
+- KV heads per rank: ``srt/configs/model_config.py: ModelConfig.get_num_kv_heads``:
+  ``max(1, total_kv_heads // tp)`` (replicated when fewer heads than ranks).
+- mamba state shapes: ``srt/configs/mamba_utils.py: Mamba2StateShape.create`` (conv state
+  ``(conv_dim / tp, conv_kernel - 1)`` in bf16 by default, temporal state
+  ``(HV / tp, V, K)`` in the SSM dtype, fp32 by default).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DTYPE_BYTES: dict[str, int] = {
+    "float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
+    "float8": 1, "fp8": 1, "uint8": 1,
+}
+
+#: ``model_type`` values SGLang 0.5.19 treats as hybrid GDN (``srt/configs/hybrid_arch.py:
+#: hybrid_gdn_config`` via ``_CONFIG_REGISTRY``).
+HYBRID_GDN_MODEL_TYPES = frozenset(
+    {"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
+)
+
+
+class ModelArch(BaseModel):
+    """The architecture fields the planner needs, named as in the HF config.json.
+
+    A hybrid GDN model has ``full_attention_interval`` and the ``linear_*`` fields; a plain
+    transformer leaves them unset. ``mamba_ssm_dtype`` is the SSM (temporal) state dtype
+    (config ``mamba_ssm_dtype``; SGLang's default float32).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model_type: str = Field(description="config.json model_type, e.g. qwen3_5_text")
+    num_hidden_layers: int = Field(gt=0)
+    num_key_value_heads: int = Field(gt=0, description="total KV heads (all ranks)")
+    head_dim: int = Field(gt=0, description="elements per KV head")
+    hidden_size: int | None = Field(default=None, gt=0)
+    full_attention_interval: int | None = Field(
+        default=None, gt=0, description="hybrid models: every Nth layer is full attention"
+    )
+    linear_num_key_heads: int | None = Field(default=None, gt=0)
+    linear_num_value_heads: int | None = Field(default=None, gt=0)
+    linear_key_head_dim: int | None = Field(default=None, gt=0)
+    linear_value_head_dim: int | None = Field(default=None, gt=0)
+    linear_conv_kernel_dim: int | None = Field(default=None, gt=1)
+    mamba_ssm_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    mamba_conv_dtype: Literal["bfloat16", "float16", "float32"] = Field(
+        default="bfloat16", description="SGLANG_MAMBA_CONV_DTYPE default"
+    )
+
+    @property
+    def is_hybrid(self) -> bool:
+        return self.full_attention_interval is not None
+
+    def full_attention_layer_ids(self) -> list[int]:
+        """Layers with a KV cache (all of them for a plain transformer)."""
+        if not self.is_hybrid:
+            return list(range(self.num_hidden_layers))
+        k = self.full_attention_interval
+        return [l for l in range(self.num_hidden_layers) if (l + 1) % k == 0]
+
+    def linear_layer_ids(self) -> list[int]:
+        full = set(self.full_attention_layer_ids())
+        return [l for l in range(self.num_hidden_layers) if l not in full]
+
+
+class RankShapes(BaseModel):
+    """Per-TP-rank shapes of one model at one TP size (bytes are per rank)."""
+
+    model_config = ConfigDict(frozen=True)
+    tp_size: int
+    full_layers: int
+    linear_layers: int
+    kv_heads_per_rank: int
+    head_dim: int
+    mamba_conv_bytes_per_layer: int = 0
+    mamba_temporal_bytes_per_layer: int = 0
+
+    @property
+    def mamba_bytes_per_slot(self) -> int:
+        """One mamba state slot, all linear layers of this rank (``mamba_cache_per_req``)."""
+        return self.linear_layers * (self.mamba_conv_bytes_per_layer + self.mamba_temporal_bytes_per_layer)
+
+
+def kv_heads_per_rank(total_kv_heads: int, tp: int) -> int:
+    """``ModelConfig.get_num_kv_heads``: ``max(1, total // tp)``."""
+    return max(1, total_kv_heads // tp)
+
+
+def rank_shapes(arch: ModelArch, tp: int) -> RankShapes:
+    """Per-rank layer counts, KV heads and mamba state bytes at TP size ``tp``.
+
+    Mamba (``Mamba2StateShape.create``): ``n_groups = linear_num_key_heads`` extended by
+    ``tp - n_groups`` when not divisible by tp; ``conv_dim = V*HV + 2*n_groups*K``; conv state
+    per rank ``conv_dim/tp * (kernel-1)`` elements; temporal ``HV/tp * V * K`` elements.
+    Seed check (DESIGN.md section 5): 48 GDN layers x (5120*3*2 + 24*128*128*4) =
+    76,972,032 B per slot per rank.
+    """
+    full = len(arch.full_attention_layer_ids())
+    linear = arch.num_hidden_layers - full
+    conv = temporal = 0
+    if arch.is_hybrid and linear:
+        n_groups = arch.linear_num_key_heads
+        if n_groups % tp != 0:
+            n_groups += tp - n_groups
+        conv_dim = arch.linear_value_head_dim * arch.linear_num_value_heads + 2 * n_groups * arch.linear_key_head_dim
+        conv = (conv_dim // tp) * (arch.linear_conv_kernel_dim - 1) * DTYPE_BYTES[arch.mamba_conv_dtype]
+        temporal = (
+            (arch.linear_num_value_heads // tp) * arch.linear_value_head_dim * arch.linear_key_head_dim
+            * DTYPE_BYTES[arch.mamba_ssm_dtype]
+        )
+    return RankShapes(
+        tp_size=tp, full_layers=full, linear_layers=linear,
+        kv_heads_per_rank=kv_heads_per_rank(arch.num_key_value_heads, tp), head_dim=arch.head_dim,
+        mamba_conv_bytes_per_layer=conv, mamba_temporal_bytes_per_layer=temporal,
+    )
+
+
+def arch_from_config(config: dict) -> ModelArch:
+    """Build a ``ModelArch`` from an HF config.json mapping (Qwen3.5-style nested
+    ``text_config`` included: SGLang reads ``hf_config.get_text_config()``).
+
+    Raises ``ValueError`` naming the missing key.
+    """
+    text = config.get("text_config") or config
+    model_type = text.get("model_type") or config.get("model_type") or "unknown"
+    heads = text.get("num_attention_heads")
+    kv = next((text[k] for k in ("num_key_value_heads", "num_kv_heads", "n_head_kv") if k in text), heads)
+    head_dim = text.get("head_dim") or (text["hidden_size"] // heads if heads and "hidden_size" in text else None)
+    missing = [k for k, v in (("num_hidden_layers", text.get("num_hidden_layers")),
+                              ("num_key_value_heads", kv), ("head_dim", head_dim)) if v is None]
+    if missing:
+        raise ValueError(f"config.json lacks {', '.join(missing)}")
+    fields = dict(
+        model_type=model_type, num_hidden_layers=text["num_hidden_layers"], num_key_value_heads=kv,
+        head_dim=head_dim, hidden_size=text.get("hidden_size"),
+    )
+    if model_type in HYBRID_GDN_MODEL_TYPES or "full_attention_interval" in text:
+        if "full_attention_interval" not in text:
+            # 0.5.19 reads it through **kwargs; without it attribute access fails at load.
+            raise ValueError("config.json of a hybrid GDN model lacks full_attention_interval")
+        for k in ("full_attention_interval", "linear_num_key_heads", "linear_num_value_heads",
+                  "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim"):
+            if k not in text:
+                raise ValueError(f"config.json of a hybrid GDN model lacks {k}")
+            fields[k] = text[k]
+        if text.get("mamba_ssm_dtype"):
+            fields["mamba_ssm_dtype"] = text["mamba_ssm_dtype"]
+    return ModelArch(**fields)
+
+
+class ModelDirFacts(BaseModel):
+    """What a model directory says: its architecture and its weight bytes on disk."""
+
+    model_config = ConfigDict(frozen=True)
+    path: str
+    arch: ModelArch | None = None
+    safetensors_bytes: int | None = Field(default=None, description="sum of *.safetensors sizes")
+
+
+def read_model_dir(path: str | Path) -> ModelDirFacts | None:
+    """Read ``config.json`` and the safetensors sizes of a model directory; ``None`` when the
+    directory does not exist here. Raises ``ValueError`` for an unreadable config.json."""
+    p = Path(path)
+    if not p.is_dir():
+        return None
+    arch = None
+    cfg = p / "config.json"
+    if cfg.is_file():
+        try:
+            arch = arch_from_config(json.loads(cfg.read_text()))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{cfg}:{exc.lineno}: not valid JSON ({exc.msg})") from exc
+    sizes = [f.stat().st_size for f in p.glob("*.safetensors")]
+    return ModelDirFacts(path=str(p), arch=arch, safetensors_bytes=sum(sizes) if sizes else None)

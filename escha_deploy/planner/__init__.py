@@ -1,0 +1,512 @@
+"""The memory planner: ``plan(profile, host) -> Plan``, pure (no I/O, no clock, no environment).
+
+``plan()`` runs an ordered list of named steps (``STEPS``); each reads and fills one working
+context and records its decisions with a reason, so ``plan`` can say why every value is what
+it is. The steps, in dependency order:
+
+1. ``model_shapes``      per-rank layers, KV heads, mamba bytes per slot (``arch.rank_shapes``)
+2. ``device_pools``      device KV and mamba pools, INT2 arena (``kv``; SGLang sizing when unset)
+3. ``device_budget``     weights + pools against VRAM x mem_fraction_static (``device``)
+4. ``pinned_budget``     the safety policy of DESIGN.md section 5 and doctor's pinned ceiling
+5. ``runtime_checks``    the stock and patched host-memory checks (``checks``)
+6. ``safe_ratio``        the largest safe ratio (0.001 grid) and the recommended one (0.05 grid,
+                         >= 64 MiB headroom, capped by ``hicache.max_ratio``)
+7. ``choose_hicache``    the ratio or size to launch with, or HiCache off, and the host allocator
+8. ``host_pools``        host pools and pinned totals at that choice (``pools``)
+9. ``validate``          configuration rules naming their field (``validate``)
+10. ``verdict``          ok / unsafe / hicache_off with the reasons
+
+Numbers come from SGLang 0.5.19's own formulas (each module cites its file and function) and
+from the profile's safety policy; no threshold is tuned to a test.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..arch import ModelArch, ModelDirFacts, RankShapes, rank_shapes
+from ..capabilities import ENV_HOST_ALLOCATOR  # noqa: F401  (documented env name)
+from ..host import HostFacts
+from ..profile import Profile
+from ..units import GB, MiB, fmt_gb, fmt_gib, fmt_mib
+from . import kv as kvmod
+from .checks import STOCK_RESERVE_BYTES, patched_check, stock_check
+from .device import sglang_default_mem_fraction, sglang_reserved_mib
+from .pools import DevicePools, HostPools, host_pools_at_ratio, host_pools_at_size
+from .result import (Budget, Decision, DevicePlan, Finding, HiCachePlan, KvDtypeRow, PerRank, Plan,
+                     RuntimeCheck)
+from .validate import validate
+
+__all__ = ["plan", "Plan", "STEPS"]
+
+#: Grid of ``max_safe_ratio``: 0.001 (the reference box's answer is 1.480, "just under 1.481").
+SAFE_RATIO_GRID = 1000
+#: SGLang 0.5.19's slots per request with extra_buffer + overlap (kv_cache_configurator.py).
+MAMBA_SLOTS_PER_REQUEST = 5
+#: ``--mamba-full-memory-ratio`` default (0.9): share of the rest given to mamba state.
+MAMBA_FULL_MEMORY_RATIO = 0.9
+
+
+@dataclass
+class _Ctx:
+    profile: Profile
+    host: HostFacts
+    arch: ModelArch
+    weights_bytes: int
+    weights_source: str
+    capabilities: frozenset[str]
+    ratio_override: float | None
+    size_override: int | None
+    decisions: list[Decision] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    # filled by steps
+    shapes: RankShapes | None = None
+    page_size: int = 1
+    dev: DevicePools | None = None
+    device_kv_per_token: int = 0
+    int2_hp_bytes: int = 0
+    req_to_token_bytes: int = 0
+    device: DevicePlan | None = None
+    budget: Budget | None = None
+    ceiling: int | None = None
+    a_runtime: int = 0
+    patched_reserve: int = 0
+    runtime_applies: str = "stock"
+    max_safe_ratio: float | None = None
+    recommended_ratio: float | None = None
+    max_safe_size_gb: int | None = None
+    hicache: HiCachePlan | None = None
+    hicache_off_reason: str | None = None
+    hicache_unsafe: list[str] = field(default_factory=list)
+    pools: HostPools | None = None
+    runtime_check: RuntimeCheck | None = None
+    findings: list[Finding] = field(default_factory=list)
+    verdict: str = "ok"
+
+    @property
+    def ranks(self) -> int:
+        return self.profile.runtime.tp_size
+
+    def decide(self, step: str, rule: str, value: object, reason: str) -> None:
+        self.decisions.append(Decision(step=step, rule=rule, value=value, reason=reason))
+
+
+# --------------------------------------------------------------------------- steps
+
+
+def step_model_shapes(c: _Ctx) -> None:
+    c.shapes = rank_shapes(c.arch, c.ranks)
+    s = c.shapes
+    c.decide("model_shapes", "layer typing", {"full_attention": s.full_layers, "linear": s.linear_layers},
+             "layer l is full attention iff (l+1) % full_attention_interval == 0 (Qwen3NextConfig)"
+             if c.arch.is_hybrid else "every layer is full attention")
+    c.decide("model_shapes", "kv heads per rank", s.kv_heads_per_rank,
+             f"max(1, {c.arch.num_key_value_heads} // tp {c.ranks}) (ModelConfig.get_num_kv_heads)")
+    if s.mamba_bytes_per_slot:
+        c.decide("model_shapes", "mamba bytes per slot", s.mamba_bytes_per_slot,
+                 f"{s.linear_layers} GDN layers x (conv {s.mamba_conv_bytes_per_layer} + temporal "
+                 f"{s.mamba_temporal_bytes_per_layer}) B (Mamba2StateShape.create)")
+
+
+def step_device_pools(c: _Ctx) -> None:
+    rt, s = c.profile.runtime, c.shapes
+    i2 = rt.kv_cache.int2
+    dtype = kvmod.normalize_kv_dtype(rt.kv_cache.dtype)
+    c.page_size = rt.page_size or (4 * 2 if dtype == "int2" else 1)
+    c.device_kv_per_token = kvmod.device_bytes_per_token(s, dtype, group_size=i2.group_size, scale_dtype=i2.scale_dtype)
+    host_per_token = kvmod.host_bytes_per_token(s, dtype, group_size=i2.group_size, scale_dtype=i2.scale_dtype)
+    per_slot = s.mamba_bytes_per_slot
+    tokens, slots = rt.max_total_tokens, rt.max_mamba_cache_size if c.arch.is_hybrid else 0
+    if tokens is None or (c.arch.is_hybrid and slots is None):
+        # SGLang sizes what the profile leaves unset from the static budget
+        # (KVCacheConfigurator._handle_max_mamba_cache, DefaultPoolConfigurator.calculate_pool_sizes).
+        rest = _static_budget(c) - c.weights_bytes
+        if c.arch.is_hybrid and slots is None:
+            r = MAMBA_FULL_MEMORY_RATIO
+            slots = max(int((rest * r / (1 + r) - per_slot) // per_slot), 0)
+            c.decide("device_pools", "mamba slots (SGLang auto)", slots,
+                     f"rest x {r}/(1+{r}) // {per_slot} B per slot - 1 (KVCacheConfigurator._handle_max_mamba_cache)")
+        if c.arch.is_hybrid:
+            rest -= (slots + 1) * per_slot
+        if tokens is None:
+            tokens = max(rest, 0) // c.device_kv_per_token // c.page_size * c.page_size
+            c.decide("device_pools", "device KV tokens (SGLang auto)", tokens,
+                     f"rest {fmt_gb(max(rest, 0))} // {c.device_kv_per_token} B per token, floored to the page")
+    else:
+        c.decide("device_pools", "device KV tokens", tokens, "runtime.max_total_tokens")
+        if slots:
+            c.decide("device_pools", "device mamba slots", slots, "runtime.max_mamba_cache_size")
+    c.dev = DevicePools(
+        kv_tokens=tokens, kv_bytes=(tokens + c.page_size) * c.device_kv_per_token, kv_page_size=c.page_size,
+        mamba_slots=slots or 0, mamba_bytes=((slots or 0) + 1) * per_slot if slots else 0,
+        mamba_bytes_per_slot=per_slot, host_kv_bytes_per_token=host_per_token or c.device_kv_per_token,
+    )
+    mrr = rt.max_running_requests or max((slots or 0) // MAMBA_SLOTS_PER_REQUEST, 1)
+    if dtype == "int2":
+        c.int2_hp_bytes = kvmod.int2_hp_arena_bytes(
+            s, prefix_tokens=i2.prefix_tokens, recent_tokens=i2.recent_tokens, page_size=c.page_size,
+            max_running_requests=mrr, hp_dtype=i2.hp_dtype)
+        c.decide("device_pools", "INT2 high-precision arena", c.int2_hp_bytes,
+                 f"({i2.prefix_tokens} sink + {mrr} requests x ({i2.recent_tokens} + {c.page_size} - 1)) "
+                 f"slots x {s.full_layers} layers x K,V x {s.kv_heads_per_rank} heads x {s.head_dim} x {i2.hp_dtype}")
+    if rt.context_length:
+        # ReqToTokenPool: (max_running_requests + 1) x context_len x int32 (memory_pool.py)
+        c.req_to_token_bytes = (mrr + 1) * rt.context_length * 4
+
+
+def _free_before_weights(c: _Ctx) -> tuple[int, int, int, int]:
+    hw, sf = c.profile.hardware, c.profile.safety
+    hidden = sf.wsl2_hidden_vram_per_gpu if c.host.platform == "wsl2" else 0
+    free = hw.gpu_vram - hidden - sf.cuda_context_per_gpu
+    return hw.gpu_vram, hidden, sf.cuda_context_per_gpu, free
+
+
+def _mem_fraction(c: _Ctx) -> tuple[float, str, float]:
+    rt = c.profile.runtime
+    default = sglang_default_mem_fraction(
+        c.profile.hardware.gpu_vram, c.ranks, chunked_prefill=rt.chunked_prefill_size,
+        decode_max_bs=rt.cuda_graph_max_bs, prefill_graphs=not rt.disable_prefill_cuda_graph)
+    if rt.mem_fraction_static is not None:
+        return rt.mem_fraction_static, "runtime.mem_fraction_static", default
+    return default, "SGLang's default for this card (memory_hook.py: handle_gpu_memory_settings)", default
+
+
+def _static_budget(c: _Ctx) -> int:
+    _, _, _, free = _free_before_weights(c)
+    mfs, _, _ = _mem_fraction(c)
+    return int(free * mfs)
+
+
+def step_device_budget(c: _Ctx) -> None:
+    rt = c.profile.runtime
+    vram, hidden, ctx, free = _free_before_weights(c)
+    mfs, mfs_source, default = _mem_fraction(c)
+    static = int(free * mfs)
+    need = (c.weights_bytes + c.dev.kv_bytes + c.dev.mamba_bytes + c.int2_hp_bytes + c.req_to_token_bytes)
+    reserved = int(sglang_reserved_mib(vram // MiB, c.ranks, chunked_prefill=rt.chunked_prefill_size,
+                                       decode_max_bs=rt.cuda_graph_max_bs,
+                                       prefill_graphs=not rt.disable_prefill_cuda_graph) * MiB)
+    room = free - static
+    c.device = DevicePlan(
+        vram_bytes=vram, hidden_bytes=hidden, cuda_context_bytes=ctx, free_before_weights_bytes=free,
+        mem_fraction_static=mfs, mem_fraction_static_source=mfs_source,
+        sglang_default_mem_fraction_static=default, sglang_reserved_bytes=reserved,
+        static_budget_bytes=static, static_need_bytes=need, activation_room_bytes=room, fits=need <= static,
+    )
+    c.decide("device_budget", "static budget", static,
+             f"({fmt_gib(vram)} VRAM - {fmt_gib(hidden)} hidden by WSL2 - {fmt_mib(ctx)} CUDA context) x "
+             f"mem_fraction_static {mfs} ({mfs_source})")
+    c.decide("device_budget", "weights per rank", c.weights_bytes, c.weights_source)
+    if not c.device.fits:
+        c.reasons.append(
+            f"device: weights {fmt_gb(c.weights_bytes)} + KV pool {fmt_gb(c.dev.kv_bytes)} + mamba pool "
+            f"{fmt_gb(c.dev.mamba_bytes)} + other {fmt_gb(c.int2_hp_bytes + c.req_to_token_bytes)} = "
+            f"{fmt_gb(need)} per rank exceed the static budget {fmt_gb(static)}: lower "
+            "runtime.max_total_tokens or max_mamba_cache_size, or raise runtime.mem_fraction_static")
+    if room < reserved:
+        c.warnings.append(
+            f"device: mem_fraction_static {mfs} leaves {fmt_gb(room)} per GPU for activations and CUDA "
+            f"graphs; SGLang's own estimate is {fmt_gb(reserved)} (its default fraction would be {default})")
+
+
+def step_pinned_budget(c: _Ctx) -> None:
+    h, sf = c.host, c.profile.safety
+    base = h.memory_base_bytes
+    base_src = "cgroup memory limit" if (h.cgroup_limit_bytes is not None and h.cgroup_limit_bytes < h.mem_total_bytes) else "MemTotal"
+    procs = c.ranks * sf.server_process_per_rank
+    budget = max(base - procs - sf.os_reserve - sf.page_cache_floor, 0)
+    c.ceiling = h.pinned_ceiling_bytes if h.pinned_ceiling_reached else None
+    c.budget = Budget(
+        memory_base_bytes=base, memory_base_source=base_src, server_processes_bytes=procs,
+        os_reserve_bytes=sf.os_reserve, page_cache_floor_bytes=sf.page_cache_floor,
+        pinned_budget_bytes=budget, pinned_ceiling_bytes=c.ceiling,
+        available_now_bytes=h.available_now_bytes,
+    )
+    c.decide("pinned_budget", "pinned budget", budget,
+             f"{fmt_gb(base)} ({base_src}) - {c.ranks} x {fmt_gib(sf.server_process_per_rank)} server processes - "
+             f"{fmt_gib(sf.os_reserve)} OS - {fmt_gib(sf.page_cache_floor)} page-cache floor (safety policy)")
+    # MemAvailable when the pools are built: the base less the OS and the server processes.
+    c.a_runtime = max(base - sf.os_reserve - procs, 0)
+    c.patched_reserve = max(c.a_runtime - budget, 0)
+    c.runtime_applies = "patched" if "hicache-host-reserve-env" in c.capabilities else "stock"
+    c.decide("pinned_budget", "reserve for the patched runtime", c.patched_reserve,
+             f"ESCHA_HICACHE_HOST_RESERVE_BYTES = modelled MemAvailable {fmt_gib(c.a_runtime)} - pinned budget, "
+             "so the runtime's own check agrees with this budget")
+    if c.ceiling is not None:
+        c.decide("pinned_budget", "pinned ceiling per rank", c.ceiling, "measured by `escha-deploy doctor`")
+    elif h.platform == "wsl2" and c.profile.hicache.enabled:
+        c.warnings.append(
+            "WSL2 limits pinned memory and the ceiling on this box is unmeasured (reports range from about "
+            "0.5 GB to several GB): run `escha-deploy doctor --profile " + c.profile.name + "` to measure it")
+
+
+def _pool_fits(c: _Ctx, pools: HostPools) -> bool:
+    if c.ranks * pools.pinned_bytes > c.budget.pinned_budget_bytes:
+        return False
+    if c.ceiling is not None and pools.pinned_bytes > c.ceiling:
+        return False
+    if c.runtime_applies == "stock":
+        return stock_check(c.a_runtime, c.ranks, pools.kv_bytes, pools.mamba_bytes)[0]
+    return patched_check(c.a_runtime, c.ranks, pools.kv_bytes, pools.mamba_bytes, c.patched_reserve)[0]
+
+
+def step_runtime_checks(c: _Ctx) -> None:
+    """Only records the rule; the checks run on the chosen pools in ``host_pools``."""
+    c.decide("runtime_checks", "runtime check that applies", c.runtime_applies,
+             "the runtime has hicache-host-reserve-env" if c.runtime_applies == "patched"
+             else "stock 0.5.19 (no hicache-host-reserve-env capability)")
+
+
+def step_safe_ratio(c: _Ctx) -> None:
+    hc = c.profile.hicache
+    if not hc.enabled:
+        return
+    top = int(round(hc.max_ratio * SAFE_RATIO_GRID))
+    ks = range(1, top + 1)
+    # pinned bytes never shrink as the ratio grows, so "fits" is monotonic: bisect the grid.
+    first_bad = bisect.bisect_left(ks, True, key=lambda k: not _pool_fits(c, host_pools_at_ratio(c.dev, k / SAFE_RATIO_GRID)))
+    c.max_safe_ratio = ks[first_bad - 1] / SAFE_RATIO_GRID if first_bad > 0 else None
+    step = c.profile.safety.ratio_step
+    headroom = c.profile.safety.recommend_headroom
+    best = None
+    n = int(round(hc.max_ratio / step))
+    for i in range(n, 0, -1):
+        r = round(i * step, 6)
+        pools = host_pools_at_ratio(c.dev, r)
+        if _pool_fits(c, pools) and c.budget.pinned_budget_bytes - c.ranks * pools.pinned_bytes >= headroom:
+            best = r
+            break
+    c.recommended_ratio = best
+    if c.max_safe_ratio is not None:
+        c.decide("safe_ratio", "largest safe ratio", c.max_safe_ratio,
+                 f"largest on a 1/{SAFE_RATIO_GRID} grid whose pinned total fits {fmt_gb(c.budget.pinned_budget_bytes)}"
+                 + (f" and the {fmt_gb(c.ceiling)} per-rank ceiling" if c.ceiling else "")
+                 + f" and the {c.runtime_applies} runtime check")
+    if best is not None:
+        pinned = c.ranks * host_pools_at_ratio(c.dev, best).pinned_bytes
+        c.decide("safe_ratio", "recommended ratio", best,
+                 f"largest on a {step} grid leaving >= {fmt_mib(headroom)} headroom: pins {fmt_gb(pinned)}, "
+                 f"{fmt_mib(c.budget.pinned_budget_bytes - pinned)} left (capped at hicache.max_ratio {hc.max_ratio})")
+    if hc.hicache_size or c.size_override:
+        top_gb = max(int(c.budget.pinned_budget_bytes // GB // max(c.ranks, 1)) + 1, 1)
+        sizes = range(1, top_gb + 1)
+        first_bad = bisect.bisect_left(sizes, True, key=lambda g: not _pool_fits(c, host_pools_at_size(c.dev, g)))
+        c.max_safe_size_gb = sizes[first_bad - 1] if first_bad > 0 else None
+
+
+def step_choose_hicache(c: _Ctx) -> None:
+    hc, rt = c.profile.hicache, c.profile.runtime
+    if not hc.enabled:
+        c.hicache = HiCachePlan(enabled=False, ratio=None, size_gb=None, requested="disabled in the profile")
+        return
+    size = c.size_override if c.size_override is not None else (hc.hicache_size or None)
+    ratio_req = c.ratio_override if c.ratio_override is not None else hc.hicache_ratio
+    requested = (f"hicache_size {size} GB per rank" if size else f"hicache_ratio {ratio_req}")
+    if c.size_override is not None or c.ratio_override is not None:
+        requested += " (command line)"
+    allocator = None
+    if c.host.platform == "wsl2":
+        if "hicache-host-allocator" in c.capabilities:
+            allocator = c.host.host_allocator or "pinned"
+            c.decide("choose_hicache", "host allocator", allocator,
+                     "WSL2: a kernel cannot store to cudaHostRegister'ed memory (seed 000, sglang#40232); "
+                     "cudaHostAlloc (pinned) memory is device-mappable"
+                     + (" (doctor's store probe)" if c.host.host_allocator else ""))
+        else:
+            c.hicache_off_reason = (
+                "WSL2: the runtime registers host pools with cudaHostRegister, which a kernel cannot store "
+                "to there (illegal memory access, seed 000 and sglang#40232); it needs hicache-host-allocator")
+    else:
+        if "hicache-host-allocator" in c.capabilities:
+            allocator = c.host.host_allocator or "auto"
+            c.decide("choose_hicache", "host allocator", allocator,
+                     "doctor's store probe" if c.host.host_allocator else
+                     "auto: the patch picks cudaHostAlloc where registered memory is not device-mappable")
+    ratio: float | None = None
+    if size:
+        c.decide("choose_hicache", "hicache_size", size, requested)
+    elif ratio_req == "auto":
+        if c.recommended_ratio is not None and c.recommended_ratio >= hc.min_ratio:
+            ratio = c.recommended_ratio
+            c.decide("choose_hicache", "hicache_ratio", ratio, "auto: the recommended ratio")
+        elif c.hicache_off_reason is None:
+            c.hicache_off_reason = (
+                f"no ratio >= hicache.min_ratio {hc.min_ratio} fits the pinned budget "
+                f"{fmt_gb(c.budget.pinned_budget_bytes)}" + (f" (largest safe {c.max_safe_ratio})" if c.max_safe_ratio else ""))
+    else:
+        ratio = float(ratio_req)
+        c.decide("choose_hicache", "hicache_ratio", ratio, requested)
+    if c.hicache_off_reason and (ratio_req == "auto" and not size):
+        c.hicache = HiCachePlan(enabled=False, ratio=None, size_gb=None, requested=requested)
+        c.decide("choose_hicache", "HiCache", "off", c.hicache_off_reason)
+        return
+    if c.hicache_off_reason:  # an explicit request that cannot run here
+        c.hicache_unsafe.append(c.hicache_off_reason)
+    c.hicache = HiCachePlan(
+        enabled=True, ratio=None if size else ratio, size_gb=size, requested=requested,
+        mem_layout=hc.hicache_mem_layout, io_backend=hc.hicache_io_backend,
+        storage_backend=hc.hicache_storage_backend, host_allocator=allocator,
+    )
+    del rt
+
+
+def step_host_pools(c: _Ctx) -> None:
+    h = c.hicache
+    if not h.enabled:
+        c.pools = HostPools(0, 0, 0, 0)
+        return
+    c.pools = host_pools_at_size(c.dev, h.size_gb) if h.size_gb else host_pools_at_ratio(c.dev, h.ratio)
+    p = c.pools
+    how = f"--hicache-size {h.size_gb}" if h.size_gb else f"--hicache-ratio {h.ratio}"
+    c.decide("host_pools", "host KV pool", p.kv_bytes,
+             f"{how}: {p.kv_tokens:,} tokens (page-rounded, +1 page) x {c.dev.host_kv_bytes_per_token} B")
+    if p.mamba_slots:
+        c.decide("host_pools", "host mamba pool", p.mamba_bytes,
+                 f"{how}: {p.mamba_slots} slots (+1) x {c.dev.mamba_bytes_per_slot} B")
+    total = c.ranks * p.pinned_bytes
+    budget = c.budget.pinned_budget_bytes
+    c.budget = c.budget.model_copy(update={"headroom_bytes": budget - total})
+    if total > budget:
+        c.hicache_unsafe.append(
+            f"pinned {fmt_gb(total)} ({c.ranks} ranks x (KV {fmt_gb(p.kv_bytes)} + mamba {fmt_gb(p.mamba_bytes)})) "
+            f"exceeds the pinned budget {fmt_gb(budget)}: pinned pages cannot be paged out, so the box would swap "
+            f"(seed 000: ratio 2 pinned 10.3 GB and page cache fell to 589 MB)"
+            + (f"; use a ratio <= {c.max_safe_ratio}" if c.max_safe_ratio and not h.size_gb else "")
+            + (f"; use hicache_size <= {c.max_safe_size_gb}" if c.max_safe_size_gb and h.size_gb else ""))
+    if c.ceiling is not None and p.pinned_bytes > c.ceiling:
+        c.hicache_unsafe.append(f"each rank pins {fmt_gb(p.pinned_bytes)}, above the {fmt_gb(c.ceiling)} pinned ceiling doctor measured")
+    if p.kv_tokens <= c.dev.kv_tokens:
+        c.warnings.append(f"hicache: the host KV pool ({p.kv_tokens:,} tokens) is not larger than the device pool "
+                          f"({c.dev.kv_tokens:,}); L2 cache effectiveness is reduced (SGLang's own warning)")
+    # The runtime's own checks on these pools.
+    s_ok, s_why = stock_check(c.a_runtime, c.ranks, p.kv_bytes, p.mamba_bytes)
+    p_ok, p_why = patched_check(c.a_runtime, c.ranks, p.kv_bytes, p.mamba_bytes, c.patched_reserve)
+    c.runtime_check = RuntimeCheck(
+        stock="accept" if s_ok else "refuse", patched="accept" if p_ok else "refuse",
+        applies=c.runtime_applies, available_bytes=c.a_runtime, stock_reserve_bytes=STOCK_RESERVE_BYTES,
+        patched_reserve_bytes=c.patched_reserve, stock_detail=s_why, patched_detail=p_why)
+    applied_ok = p_ok if c.runtime_applies == "patched" else s_ok
+    if not applied_ok:
+        c.hicache_unsafe.append(f"the {c.runtime_applies} runtime's host-memory check would refuse at startup: "
+                                + (p_why if c.runtime_applies == "patched" else s_why))
+    if h.storage_backend == "file" and c.profile.hicache.storage_max_size and c.host.l3_free_bytes is not None:
+        cap = c.profile.hicache.storage_max_size
+        if c.host.l3_free_bytes < cap:
+            c.warnings.append(f"hicache.storage_dir: {c.host.l3_dir} has {fmt_gb(c.host.l3_free_bytes)} free, "
+                              f"less than the {fmt_gb(cap)} L3 cap (storage_max_size)")
+    if c.host.available_now_bytes is not None:
+        need = total + c.budget.server_processes_bytes + c.budget.os_reserve_bytes
+        if c.host.available_now_bytes < need:
+            c.warnings.append(f"host: only {fmt_gb(c.host.available_now_bytes)} is available now, less than the "
+                              f"{fmt_gb(need)} this plan needs: other processes already hold the room")
+
+
+def step_validate(c: _Ctx) -> None:
+    c.findings = validate(c.profile, c.arch, c.capabilities, page_size=c.page_size, mamba_slots=c.dev.mamba_slots)
+
+
+def step_verdict(c: _Ctx) -> None:
+    errors = [f"{f.field}: {f.message}" for f in c.findings if f.severity == "error"]
+    c.warnings.extend(f"{f.field}: {f.message}" for f in c.findings if f.severity == "warning")
+    unsafe = errors + c.hicache_unsafe + ([r for r in c.reasons if r.startswith("device:")] if not c.device.fits else [])
+    other = [r for r in c.reasons if not r.startswith("device:")]
+    if unsafe:
+        c.verdict = "unsafe"
+        c.reasons = unsafe + other
+    elif c.profile.hicache.enabled and not c.hicache.enabled:
+        c.verdict = "hicache_off"
+        c.reasons = [f"HiCache off: {c.hicache_off_reason}; the server is launchable without it"] + other
+    else:
+        c.verdict = "ok"
+        if c.hicache.enabled:
+            pinned = c.ranks * c.pools.pinned_bytes
+            c.reasons = [f"pinned {fmt_gb(pinned)} fits the pinned budget {fmt_gb(c.budget.pinned_budget_bytes)} "
+                         f"with {fmt_gb(c.budget.pinned_budget_bytes - pinned)} to spare; the {c.runtime_applies} "
+                         "runtime's own check accepts it"] + other
+        else:
+            c.reasons = ["HiCache is disabled in the profile; the device pools fit"] + other
+
+
+STEPS: tuple[tuple[str, Callable[[_Ctx], None]], ...] = (
+    ("model_shapes", step_model_shapes),
+    ("device_pools", step_device_pools),
+    ("device_budget", step_device_budget),
+    ("pinned_budget", step_pinned_budget),
+    ("runtime_checks", step_runtime_checks),
+    ("safe_ratio", step_safe_ratio),
+    ("choose_hicache", step_choose_hicache),
+    ("host_pools", step_host_pools),
+    ("validate", step_validate),
+    ("verdict", step_verdict),
+)
+
+
+def _comparison(c: _Ctx) -> list[KvDtypeRow]:
+    i2 = c.profile.runtime.kv_cache.int2
+    rows = []
+    for dt in ("bf16", "fp8_e4m3", "int2"):
+        dev = kvmod.device_bytes_per_token(c.shapes, dt, group_size=i2.group_size, scale_dtype=i2.scale_dtype)
+        host = kvmod.host_bytes_per_token(c.shapes, dt, group_size=i2.group_size, scale_dtype=i2.scale_dtype)
+        rows.append(KvDtypeRow(dtype=dt, device_bytes_per_token=dev, host_bytes_per_token=host,
+                               device_pool_bytes=(c.dev.kv_tokens + c.page_size) * dev, tokens_per_gb=GB // dev))
+    return rows
+
+
+def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None = None,
+         ratio: float | None = None, hicache_size_gb: int | None = None,
+         capabilities: frozenset[str] | set[str] | None = None) -> Plan:
+    """Plan ``profile`` on ``host``: every byte the runtime will allocate, its own checks, the
+    safe HiCache ratio and a verdict with reasons.
+
+    ``model_dir``: facts read from the model folder (``arch.read_model_dir``); they replace the
+    profile's architecture and weights estimate. ``ratio``/``hicache_size_gb``: command-line
+    overrides (``--ratio``, ``--hicache-size``; GB = 1e9 per rank). ``capabilities``: what the
+    target runtime provides; default: what the profile needs (the image built for it).
+    Pure: no I/O. Raises nothing for unsafe plans; see ``Plan.verdict``.
+    """
+    caps = frozenset(profile.runtime.needs if capabilities is None else capabilities)
+    arch = model_dir.arch if model_dir and model_dir.arch else profile.model.architecture
+    if profile.runtime.mamba_ssm_dtype:
+        arch = arch.model_copy(update={"mamba_ssm_dtype": profile.runtime.mamba_ssm_dtype})
+    if model_dir and model_dir.safetensors_bytes:
+        weights = model_dir.safetensors_bytes // profile.runtime.tp_size
+        wsrc = f"safetensors in {model_dir.path}: {fmt_gb(model_dir.safetensors_bytes)} / tp {profile.runtime.tp_size}"
+    else:
+        weights = profile.model.weights_per_rank
+        wsrc = "model.weights_per_rank (profile estimate)"
+    c = _Ctx(profile=profile, host=host, arch=arch, weights_bytes=weights, weights_source=wsrc,
+             capabilities=caps, ratio_override=ratio, size_override=hicache_size_gb)
+    for _, step in STEPS:
+        step(c)
+    p = c.pools
+    sf = profile.safety
+    return Plan(
+        profile=profile.name, tp_size=c.ranks, platform=host.platform, host_source=host.source,
+        hybrid=arch.is_hybrid, kv_cache_dtype=profile.runtime.kv_cache.dtype, page_size=c.page_size,
+        hicache=c.hicache,
+        per_rank=PerRank(
+            device_kv_tokens=c.dev.kv_tokens, device_kv_bytes=c.dev.kv_bytes,
+            device_kv_bytes_per_token=c.device_kv_per_token, device_mamba_slots=c.dev.mamba_slots,
+            device_mamba_bytes=c.dev.mamba_bytes, mamba_bytes_per_slot=c.dev.mamba_bytes_per_slot,
+            device_int2_hp_bytes=c.int2_hp_bytes, device_req_to_token_bytes=c.req_to_token_bytes,
+            weights_bytes=c.weights_bytes, host_kv_tokens=p.kv_tokens, host_kv_bytes=p.kv_bytes,
+            host_kv_bytes_per_token=c.dev.host_kv_bytes_per_token if c.hicache.enabled else None,
+            host_mamba_slots=p.mamba_slots, host_mamba_bytes=p.mamba_bytes, pinned_bytes=p.pinned_bytes),
+        pinned_total_bytes=c.ranks * p.pinned_bytes,
+        budget=c.budget,
+        max_safe_ratio=c.max_safe_ratio if profile.hicache.enabled else None,
+        recommended_ratio=c.recommended_ratio if profile.hicache.enabled else None,
+        runtime_check=c.runtime_check,
+        device=c.device,
+        kv_dtype_comparison=_comparison(c),
+        capabilities=sorted(caps),
+        safety_policy={
+            "server_process_per_rank_bytes": sf.server_process_per_rank, "os_reserve_bytes": sf.os_reserve,
+            "page_cache_floor_bytes": sf.page_cache_floor, "recommend_headroom_bytes": sf.recommend_headroom,
+            "ratio_step": sf.ratio_step, "max_ratio": profile.hicache.max_ratio, "min_ratio": profile.hicache.min_ratio,
+        },
+        findings=c.findings, verdict=c.verdict, reasons=c.reasons, warnings=c.warnings, decisions=c.decisions,
+    )

@@ -1,0 +1,67 @@
+"""The device side: SGLang's default ``--mem-fraction-static`` and whether weights plus pools
+fit the static budget.
+
+SGLang 0.5.19 sizes pools from what is left after the weights
+(``srt/mem_cache/kv_cache_configurator.py: KVCacheConfigurator._profile_available_bytes``):
+``rest = available_after_weights - pre_model_load_free * (1 - mem_fraction_static)``, so the
+static budget for weights + pools is ``pre_model_load_free * mem_fraction_static``. Free memory
+before the weights is the card's VRAM less the CUDA context and, under WSL2, the VRAM the
+platform keeps hidden (about 1.31 GiB per GPU, research/wsl2-facts.md 2.7).
+
+Default fraction (``srt/arg_groups/memory_hook.py: handle_gpu_memory_settings``), ``gpu_mem``
+in MiB: ``reserved = 512 + max(chunked_prefill, 2048) * 1.5 + tp*pp/8 * 1024 +
+decode_max_bs * 2 + len(prefill graph sizes) * 8`` (non-MLA, prefill graphs on); fraction =
+``round((gpu_mem - reserved) / gpu_mem, 3)``. Below 20 GiB: chunked prefill 2048, decode
+graph max bs 8. Worked example (memory research 1.2): 12,288 MiB at TP2 -> reserved 4,192 MiB,
+fraction 0.659.
+"""
+
+from __future__ import annotations
+
+from ..units import MiB
+
+
+def prefill_graph_sizes(max_bs: int) -> list[int]:
+    """``srt/arg_groups/cuda_graph_hook.py: generate_prefill_cuda_graph_batch_sizes``."""
+    sizes = (
+        list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
+        + list(range(576, 1024 + 1, 64)) + list(range(1280, 4096 + 1, 256))
+        + list(range(4608, max_bs + 1, 512))
+    )
+    return [s for s in sizes if s <= max_bs]
+
+
+def tier_defaults(gpu_mem_mib: int, tp: int) -> tuple[int, int]:
+    """``(chunked_prefill_size, decode_cuda_graph_max_bs)`` SGLang picks for a card size."""
+    if gpu_mem_mib < 20 * 1024:
+        return 2048, 8
+    if gpu_mem_mib < 35 * 1024:
+        return 2048, 24 if tp < 4 else 80
+    if gpu_mem_mib < 60 * 1024:
+        return 4096, 32 if tp < 4 else 160
+    if gpu_mem_mib < 160 * 1024:
+        return 8192, 256 if tp < 4 else 512
+    return 16384, 512
+
+
+def sglang_reserved_mib(gpu_mem_mib: int, tp: int, *, chunked_prefill: int | None,
+                        decode_max_bs: int | None, prefill_graphs: bool = True, pp: int = 1) -> float:
+    """SGLang's activation + CUDA-graph reserve in MiB (``handle_gpu_memory_settings``)."""
+    default_chunk, default_bs = tier_defaults(gpu_mem_mib, tp)
+    chunk = chunked_prefill if chunked_prefill and chunked_prefill > 0 else default_chunk
+    bs = decode_max_bs or default_bs
+    reserved = 512 + max(chunk, 2048) * 1.5 + tp * pp / 8 * 1024 + bs * 2
+    if prefill_graphs:
+        reserved += len(prefill_graph_sizes(chunk)) * 8
+    if gpu_mem_mib > 60 * 1024:
+        reserved = max(reserved, 10240)
+    return reserved
+
+
+def sglang_default_mem_fraction(gpu_mem_bytes: int, tp: int, *, chunked_prefill: int | None,
+                                decode_max_bs: int | None, prefill_graphs: bool = True) -> float:
+    """The ``--mem-fraction-static`` SGLang would pick for this card (3 decimals)."""
+    gpu_mem_mib = gpu_mem_bytes // MiB
+    reserved = sglang_reserved_mib(gpu_mem_mib, tp, chunked_prefill=chunked_prefill,
+                                   decode_max_bs=decode_max_bs, prefill_graphs=prefill_graphs)
+    return round((gpu_mem_mib - reserved) / gpu_mem_mib, 3)

@@ -1,0 +1,76 @@
+"""Host pool sizes at a ratio or at a size, exactly as SGLang 0.5.19 computes them.
+
+Sources (0.5.19 wheel): ``srt/mem_cache/pool_host/base.py: HostKVCache.__init__`` and
+``pool_host/mamba.py: MambaPoolHost.__init__``:
+
+- by ratio: ``size = int(device_size * ratio)``; by size: ``size = int(host_size_gb * 1e9 //
+  size_per_token)``; then ``page_num = size // page_size + 1`` and ``size = page_num *
+  page_size`` (always at least one extra page; the mamba host pool's page is 1 slot);
+- requested bytes = ``size * size_per_token``;
+- with ``--hicache-size`` on a hybrid model, ``hybrid_pool_assembler.py: _split_hicache_size``
+  splits the GB between the pools in proportion to their device bytes (``get_kv_size_bytes()``
+  and the mamba pool's bytes, padding included).
+
+Seed check (DESIGN.md section 5), ratio 2: KV int(210000*2)=420000 -> 52501 pages of 8 =
+420,008 tokens x 6,144 B = 2,580,529,152 B; mamba int(16*2)+1 = 33 x 76,972,032 B =
+2,540,077,056 B; two ranks pin 10,241,212,416 B.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DevicePools:
+    """The device pools the host pools mirror (per rank)."""
+
+    kv_tokens: int
+    kv_bytes: int
+    kv_page_size: int
+    mamba_slots: int
+    mamba_bytes: int
+    mamba_bytes_per_slot: int
+    host_kv_bytes_per_token: int
+
+
+@dataclass(frozen=True)
+class HostPools:
+    kv_tokens: int
+    kv_bytes: int
+    mamba_slots: int
+    mamba_bytes: int
+
+    @property
+    def pinned_bytes(self) -> int:
+        return self.kv_bytes + self.mamba_bytes
+
+
+def _round_pages(size: int, page_size: int) -> int:
+    return (size // page_size + 1) * page_size
+
+
+def host_pools_at_ratio(dev: DevicePools, ratio: float) -> HostPools:
+    """Per-rank host pools at ``--hicache-ratio ratio``."""
+    kv_tokens = _round_pages(int(dev.kv_tokens * ratio), dev.kv_page_size)
+    slots = _round_pages(int(dev.mamba_slots * ratio), 1) if dev.mamba_slots else 0
+    return HostPools(
+        kv_tokens=kv_tokens, kv_bytes=kv_tokens * dev.host_kv_bytes_per_token,
+        mamba_slots=slots, mamba_bytes=slots * dev.mamba_bytes_per_slot,
+    )
+
+
+def host_pools_at_size(dev: DevicePools, size_gb: int) -> HostPools:
+    """Per-rank host pools at ``--hicache-size size_gb`` (GB = 1e9, per rank)."""
+    if dev.mamba_slots:
+        total = dev.kv_bytes + dev.mamba_bytes
+        kv_gb = size_gb * dev.kv_bytes / total
+        mamba_gb = size_gb * dev.mamba_bytes / total
+    else:
+        kv_gb, mamba_gb = float(size_gb), 0.0
+    kv_tokens = _round_pages(int(kv_gb * 1e9 // dev.host_kv_bytes_per_token), dev.kv_page_size)
+    slots = _round_pages(int(mamba_gb * 1e9 // dev.mamba_bytes_per_slot), 1) if dev.mamba_slots else 0
+    return HostPools(
+        kv_tokens=kv_tokens, kv_bytes=kv_tokens * dev.host_kv_bytes_per_token,
+        mamba_slots=slots, mamba_bytes=slots * dev.mamba_bytes_per_slot,
+    )

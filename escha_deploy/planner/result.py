@@ -1,0 +1,147 @@
+"""The plan's result models: every byte figure per rank and in total, the runtime's own checks,
+the safe ratio, the verdict with reasons, and each step's decisions with their reason.
+
+These are plain data (JSON via ``model_dump(mode="json")``); ``plan --format json`` prints them.
+Bytes are ``int``; ratios are floats; GB in names means 1e9 bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Verdict = Literal["ok", "unsafe", "hicache_off"]
+CheckResult = Literal["accept", "refuse"]
+
+
+class Decision(BaseModel):
+    """One planner step's decision: which rule set which value, and why."""
+
+    model_config = ConfigDict(frozen=True)
+    step: str
+    rule: str
+    value: object = None
+    reason: str
+
+
+class KvDtypeRow(BaseModel):
+    """Bytes one token costs per rank in one KV dtype, and what that buys."""
+
+    dtype: str
+    device_bytes_per_token: int
+    host_bytes_per_token: int | None = Field(description="None: HiCache cannot mirror this dtype")
+    device_pool_bytes: int = Field(description="at the profile's device pool size, padding page included")
+    tokens_per_gb: int = Field(description="device tokens per GB (1e9 B)")
+
+
+class PerRank(BaseModel):
+    """Per TP rank (one GPU, one scheduler process)."""
+
+    device_kv_tokens: int
+    device_kv_bytes: int = Field(description="(tokens + page_size) x device bytes per token")
+    device_kv_bytes_per_token: int
+    device_mamba_slots: int = 0
+    device_mamba_bytes: int = Field(0, description="(slots + 1) x bytes per slot")
+    mamba_bytes_per_slot: int = 0
+    device_int2_hp_bytes: int = Field(0, description="INT2's bf16 sink + recent-window arena")
+    device_req_to_token_bytes: int = 0
+    weights_bytes: int
+    host_kv_tokens: int = 0
+    host_kv_bytes: int = 0
+    host_kv_bytes_per_token: int | None = None
+    host_mamba_slots: int = 0
+    host_mamba_bytes: int = 0
+    pinned_bytes: int = Field(0, description="host_kv_bytes + host_mamba_bytes")
+
+
+class HiCachePlan(BaseModel):
+    enabled: bool
+    ratio: float | None = Field(description="--hicache-ratio to pass; None when sized by GB or off")
+    size_gb: int | None = Field(description="--hicache-size (GB = 1e9, per rank); None when by ratio")
+    requested: str = Field(description="what the profile or command line asked for")
+    mem_layout: str | None = None
+    io_backend: str | None = None
+    storage_backend: str | None = None
+    host_allocator: str | None = Field(None, description="ESCHA_HICACHE_HOST_ALLOCATOR for the patched runtime")
+
+
+class Budget(BaseModel):
+    """The pinned budget of the safety policy (DESIGN.md section 5)."""
+
+    memory_base_bytes: int = Field(description="MemTotal, or the cgroup limit when lower")
+    memory_base_source: str
+    server_processes_bytes: int = Field(description="ranks x server_process_per_rank")
+    os_reserve_bytes: int
+    page_cache_floor_bytes: int
+    pinned_budget_bytes: int
+    pinned_ceiling_bytes: int | None = Field(None, description="doctor's measured per-process ceiling, when real")
+    headroom_bytes: int | None = Field(None, description="pinned budget minus the plan's pinned total")
+    available_now_bytes: int | None = None
+
+
+class RuntimeCheck(BaseModel):
+    """SGLang's own host-memory check before it allocates host pools.
+
+    ``stock``: 0.5.19's ``host_memory_budget_bytes()`` (available - 10 GiB) // ranks, read by
+    every rank at every pool, in its worst rank ordering (a late rank counts its peers' pools
+    twice, sglang#38156). ``patched``: our series' reading once per TP group before any rank
+    pins, with the configurable reserve.
+    """
+
+    stock: CheckResult | None
+    patched: CheckResult | None
+    applies: Literal["stock", "patched"] = Field(description="which one the target runtime runs")
+    available_bytes: int = Field(description="MemAvailable modelled at pool-building time")
+    stock_reserve_bytes: int
+    patched_reserve_bytes: int = Field(description="ESCHA_HICACHE_HOST_RESERVE_BYTES to hand over")
+    stock_detail: str = ""
+    patched_detail: str = ""
+
+
+class DevicePlan(BaseModel):
+    vram_bytes: int
+    hidden_bytes: int = Field(description="VRAM WSL2 keeps hidden (0 on Linux)")
+    cuda_context_bytes: int
+    free_before_weights_bytes: int
+    mem_fraction_static: float
+    mem_fraction_static_source: str
+    sglang_default_mem_fraction_static: float
+    sglang_reserved_bytes: int = Field(description="SGLang's activation + CUDA-graph estimate")
+    static_budget_bytes: int = Field(description="free_before_weights x mem_fraction_static")
+    static_need_bytes: int = Field(description="weights + device pools")
+    activation_room_bytes: int
+    fits: bool
+
+
+class Finding(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    severity: Literal["error", "warning"]
+    field: str
+    message: str
+
+
+class Plan(BaseModel):
+    profile: str
+    tp_size: int
+    platform: Literal["linux", "wsl2"]
+    host_source: Literal["live", "described"]
+    hybrid: bool
+    kv_cache_dtype: str
+    page_size: int
+    hicache: HiCachePlan
+    per_rank: PerRank
+    pinned_total_bytes: int
+    budget: Budget
+    max_safe_ratio: float | None
+    recommended_ratio: float | None
+    runtime_check: RuntimeCheck | None
+    device: DevicePlan
+    kv_dtype_comparison: list[KvDtypeRow]
+    capabilities: list[str] = Field(description="capabilities the plan assumes the runtime has")
+    safety_policy: dict[str, int | float]
+    findings: list[Finding]
+    verdict: Verdict
+    reasons: list[str]
+    warnings: list[str]
+    decisions: list[Decision]

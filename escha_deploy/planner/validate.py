@@ -1,0 +1,120 @@
+"""Configuration rules: each an error or a warning naming the profile field it is about.
+
+Every rule cites where SGLang 0.5.19 (or a field report) shows the failure. Errors make the
+plan ``unsafe`` (refused before anything starts); warnings are printed with the plan.
+Rules that depend on host memory live in the planner's budget steps, not here.
+"""
+
+from __future__ import annotations
+
+from ..arch import ModelArch
+from ..profile import Profile
+from .kv import normalize_kv_dtype
+from .result import Finding
+
+L3_NOT_FOR_HYBRID = {"eic", "simm", "aibrix"}
+HYBRID_LAYOUTS = {"page_first", "page_first_direct"}
+
+
+def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
+             page_size: int, mamba_slots: int) -> list[Finding]:
+    """All configuration findings for ``profile`` on model ``arch``, errors first."""
+    out: list[Finding] = []
+
+    def error(field: str, message: str) -> None:
+        out.append(Finding(severity="error", field=field, message=message))
+
+    def warn(field: str, message: str) -> None:
+        out.append(Finding(severity="warning", field=field, message=message))
+
+    rt, hc, hw = profile.runtime, profile.hicache, profile.hardware
+    dtype = normalize_kv_dtype(rt.kv_cache.dtype)
+    tp = rt.tp_size
+
+    # Parallelism.
+    if tp > hw.gpu_count:
+        error("runtime.tp_size", f"tp_size {tp} is larger than hardware.gpu_count {hw.gpu_count}")
+    kvh = arch.num_key_value_heads
+    if kvh >= tp and kvh % tp != 0:
+        error("model.architecture.num_key_value_heads",
+              f"{kvh} KV heads are neither divisible by tp_size {tp} nor fewer than it "
+              "(srt/configs/model_config.py: get_num_kv_heads)")
+
+    # KV dtype and its capability.
+    if dtype == "int2":
+        if "int2-kv" not in capabilities:
+            error("runtime.kv_cache.dtype", "int2 needs the int2-kv capability (a user overlay: "
+                  "the fork's OSCAR INT2 patch); stock SGLang 0.5.19 has no int2 KV pool")
+        i2 = rt.kv_cache.int2
+        n_q = 4 * (2 if i2.hp_dtype in ("bfloat16", "float16") else 4)
+        if arch.head_dim % 4:
+            error("model.architecture.head_dim", f"INT2 packs 4 codes per byte: head_dim {arch.head_dim} must be a multiple of 4")
+        if arch.head_dim % i2.group_size:
+            error("runtime.kv_cache.int2.group_size",
+                  f"head_dim {arch.head_dim} is not a multiple of group_size {i2.group_size}")
+        if page_size != n_q:
+            error("runtime.page_size", f"the INT2 page is 4 x itemsize({i2.hp_dtype}) = {n_q} tokens, not {page_size}")
+        for name in ("prefix_tokens", "recent_tokens"):
+            if getattr(i2, name) % n_q:
+                error(f"runtime.kv_cache.int2.{name}", f"must be a multiple of the INT2 page ({n_q})")
+        if arch.is_hybrid and page_size > 1 and rt.mamba_radix_cache_strategy not in ("extra_buffer", "extra_buffer_lazy"):
+            error("runtime.mamba_radix_cache_strategy",
+                  "a hybrid model with page_size > 1 needs extra_buffer; otherwise the mamba radix "
+                  "cache asserts page_size == 1, seen later as an illegal memory access")
+    if profile.model.quantization == "escha_w2" and "w2-weights" not in capabilities:
+        error("model.quantization", "escha_w2 needs the w2-weights capability (a user overlay)")
+
+    # Hybrid (GDN) models.
+    if arch.is_hybrid:
+        if rt.enable_mixed_chunk and "mamba-mixed-chunk-fix" not in capabilities:
+            error("runtime.enable_mixed_chunk",
+                  "mixed chunk corrupts mamba checkpoints on hybrid models without sglang#39526 "
+                  "(field report B28): set false, or add the mamba-mixed-chunk-fix overlay to runtime.needs")
+        if rt.max_running_requests and mamba_slots:
+            per_req = 5 if rt.mamba_radix_cache_strategy in ("auto", "extra_buffer") else 4
+            cap = mamba_slots // per_req
+            if rt.max_running_requests > cap:
+                warn("runtime.max_running_requests",
+                     f"{rt.max_running_requests} requests but {mamba_slots} mamba slots at {per_req} "
+                     f"per request: SGLang caps it to {cap} (kv_cache_configurator.py: resolve_max_num_reqs)")
+
+    # HiCache.
+    if hc.enabled:
+        if rt.disable_radix_cache:
+            error("runtime.disable_radix_cache", "HiCache needs the radix cache (kv_cache_hook.py raises ValueError)")
+        if rt.enable_int8_mamba_checkpoint:
+            error("runtime.enable_int8_mamba_checkpoint", "not allowed with HiCache (mamba_hook.py raises ValueError)")
+        if dtype in ("mxfp8", "nvfp4", "fp4_mx_block16"):
+            error("runtime.kv_cache.dtype",
+                  f"HiCache host pools never copy {dtype}'s scale tensors and size tokens at the "
+                  "wrong width: restored prefixes would be corrupt; use fp8_e4m3 or bf16")
+        if arch.is_hybrid and hc.hicache_mem_layout not in HYBRID_LAYOUTS:
+            error("hicache.hicache_mem_layout",
+                  f"{hc.hicache_mem_layout} is rejected by MambaPoolHost on hybrid models; use page_first")
+        if not arch.is_hybrid and hc.hicache_mem_layout == "page_first_kv_split":
+            error("hicache.hicache_mem_layout", "page_first_kv_split is refused by the MHA host pool (ValueError)")
+        if arch.is_hybrid and hc.hicache_host_memory_mode == "buffer_only":
+            error("hicache.hicache_host_memory_mode",
+                  "buffer_only supports only FULL/SWA trees; hybrid models need cache (unified_radix_cache.py)")
+        if hc.hicache_host_memory_mode == "buffer_only" and not hc.hicache_storage_backend:
+            error("hicache.hicache_host_memory_mode", "buffer_only needs an L3 storage backend")
+        sb = hc.hicache_storage_backend
+        if sb:
+            if dtype == "int2":
+                error("hicache.hicache_storage_backend",
+                      "L3 storage with INT2 KV: the flat data page carries the packed codes without "
+                      "their scales/zeros (seed 000); remove the storage backend")
+            if arch.is_hybrid and sb in L3_NOT_FOR_HYBRID:
+                error("hicache.hicache_storage_backend",
+                      f"{sb} does not implement batch_*_v2 and raises NotImplementedError on hybrid models")
+            elif arch.is_hybrid and sb == "file":
+                warn("hicache.hicache_storage_backend",
+                     "file L3 with a hybrid GDN model has illegal-memory-access reports on stock 0.5.19 "
+                     "(sglang#16771, #30055; field reports B22/B23): retry without L3 to isolate a crash")
+            if sb == "file" and not hc.storage_dir:
+                error("hicache.storage_dir", "the file backend needs a host directory (it must outlive the container)")
+            if sb == "file" and hc.storage_max_size is None:
+                warn("hicache.storage_max_size", "no cap on the L3 file store: it grows until the disk is full")
+        if hc.hicache_size and hc.hicache_ratio != "auto":
+            warn("hicache.hicache_ratio", "hicache_size > 0 overrides hicache_ratio (SGLang ignores the ratio)")
+    return out

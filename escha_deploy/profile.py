@@ -1,0 +1,450 @@
+"""Profiles: typed, frozen descriptions of a box, a model and how to serve it.
+
+A profile is YAML (``profiles/*.yaml``) validated into ``Profile``. Loading is a staged
+pipeline (style-anchors rules 5, 6, 8):
+
+1. read the YAML with source positions (``yamlpos``);
+2. resolve ``extends:`` by deep-merging raw mappings, parent first, child over parent, each key
+   keeping the file:line it came from;
+3. apply ``--set KEY=VALUE`` overrides (dotted path; the value is read as YAML);
+4. validate the merged mapping once; every error becomes one line
+   ``file:line: dotted.key: message``, all of them, sorted by line.
+
+``load_profile()`` is the only way in and the only place that catches pydantic's
+``ValidationError``. Callers never see pydantic's error type.
+
+How to add a field: add it to the section model below as
+``name: Annotated[type, Field(description=..., ge=...)] = DEFAULT``, with the unit, the
+default and the SGLang flag it feeds in the description (use the flag's ``dest`` as the name
+when it maps 1:1 to a flag); if it reaches the server, render it in ``flags.py`` only; add it to
+the commented reference profile ``profiles/rtx5060ti-tp2.yaml`` (a test checks the docs).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Annotated, Any, Literal, Sequence, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .arch import ModelArch
+from .capabilities import CAPABILITIES, CapabilityName
+from .errors import BadInput
+from .units import size_field
+from .yamlpos import Positions, load_yaml_with_positions, parse_yaml_text, position_of
+
+Size = Annotated[int, size_field()]
+
+# Defaults of the safety policy, DESIGN.md section 5 ("a starting safety policy ... to be
+# calibrated from real runs"). Printed with every plan.
+DEFAULT_SERVER_PROCESS_PER_RANK = "3GiB"
+DEFAULT_OS_RESERVE = "1GiB"
+DEFAULT_PAGE_CACHE_FLOOR = "2GiB"
+DEFAULT_RECOMMEND_HEADROOM = "64MiB"
+DEFAULT_RATIO_STEP = 0.05
+DEFAULT_MAX_RATIO = 4.0
+# research/wsl2-facts.md 2.7: about 1.31 GiB per GPU is held by WDDM/GPU-PV under WSL2
+# (club-3090 docs/HARDWARE.md, cross-checked on two WSL2 machines).
+DEFAULT_WSL2_HIDDEN_VRAM = "1.31GiB"
+# CUDA context + NCCL before weights load; SGLang measures free memory after init
+# (srt/distributed/bootstrap.py: init_torch_distributed). An estimate to calibrate.
+DEFAULT_CUDA_CONTEXT = "512MiB"
+
+
+class EschaModel(BaseModel):
+    """Base of every user-facing model: frozen, and unknown keys are errors, because a typo
+    in a profile must fail instead of being silently ignored (dstack's CoreModel)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Hardware(EschaModel):
+    gpu_name: Annotated[str, Field(description="GPU model, e.g. 'GeForce RTX 5060 Ti'")]
+    gpu_count: Annotated[int, Field(gt=0, description="GPUs in the box")]
+    gpu_vram: Annotated[Size, Field(description="VRAM per GPU (e.g. 12GiB), as nvidia-smi memory.total")]
+    compute_capability: Annotated[str | None, Field(description="e.g. '12.0' (sm_120)")] = None
+    platform: Annotated[
+        Literal["linux", "wsl2", "any"],
+        Field(description="the platform this profile is written for; plans use the host's"),
+    ] = "any"
+
+
+class ModelSection(EschaModel):
+    path: Annotated[str, Field(description="model path as the server sees it (--model-path)")]
+    host_dir: Annotated[
+        str | None,
+        Field(description="host folder of the model; when present, config.json and the "
+              "safetensors sizes replace `architecture` and `weights_per_rank`"),
+    ] = None
+    served_model_name: Annotated[str | None, Field(description="--served-model-name")] = None
+    architecture: Annotated[ModelArch, Field(description="HF config.json fields the planner needs")]
+    weights_per_rank: Annotated[
+        Size, Field(description="device bytes of weights per TP rank (estimate when no host_dir)")
+    ]
+    quantization: Annotated[
+        str | None, Field(description="--quantization (e.g. awq_marlin; escha_w2 needs w2-weights)")
+    ] = None
+    trust_remote_code: Annotated[bool, Field(description="--trust-remote-code")] = False
+
+
+class Int2Options(EschaModel):
+    """OSCAR INT2 KV layout (research/upstream.md section 2): 2-bit codes packed 4 per byte
+    along head_dim, and (scale, zero) pairs per group in a second tensor."""
+
+    group_size: Annotated[int, Field(gt=0, description="--kv-cache-quant-group-size (elements)")] = 64
+    scale_dtype: Annotated[
+        Literal["float32", "bfloat16", "float16"],
+        Field(description="SGLANG_MIXED_KV_SCALE_DTYPE: dtype of each scale and zero"),
+    ] = "float32"
+    hp_dtype: Annotated[
+        Literal["bfloat16", "float16"],
+        Field(description="SGLANG_MIXED_KV_HP_DTYPE: the high-precision sink/recent arena"),
+    ] = "bfloat16"
+    prefix_tokens: Annotated[
+        int, Field(ge=0, description="SGLANG_MIXED_KV_PREFIX_TOKENS: bf16 sink prefix (multiple of the page)")
+    ] = 64
+    recent_tokens: Annotated[
+        int, Field(ge=0, description="SGLANG_MIXED_KV_RECENT_TOKENS: bf16 recent window (multiple of the page)")
+    ] = 256
+
+
+KvDtype = Literal["auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "int2",
+                  "mxfp8", "nvfp4", "fp4_mx_block16"]
+
+
+class KvCache(EschaModel):
+    dtype: Annotated[KvDtype, Field(description="--kv-cache-dtype (int2 needs the int2-kv capability)")] = "auto"
+    int2: Annotated[Int2Options, Field(description="INT2 layout, used when dtype is int2")] = Int2Options()
+
+
+class Runtime(EschaModel):
+    sglang_version: Annotated[Literal["0.5.19"], Field(description="SGLang release the profile targets")] = "0.5.19"
+    base_image: Annotated[str, Field(description="base image Dockerfile.hicache builds on")] = "lmsysorg/sglang:v0.5.19"
+    needs: Annotated[
+        list[CapabilityName],
+        Field(description="runtime capabilities this profile needs; serve/up refuse a runtime lacking any"),
+    ] = []
+    tp_size: Annotated[int, Field(gt=0, description="--tp-size")] = 1
+    context_length: Annotated[int | None, Field(gt=0, description="--context-length (tokens)")] = None
+    max_total_tokens: Annotated[
+        int | None, Field(gt=0, description="--max-total-tokens: device KV pool size (tokens)")
+    ] = None
+    max_mamba_cache_size: Annotated[
+        int | None, Field(gt=0, description="--max-mamba-cache-size: device mamba state slots")
+    ] = None
+    max_running_requests: Annotated[int | None, Field(gt=0, description="--max-running-requests")] = None
+    page_size: Annotated[int | None, Field(gt=0, description="--page-size (tokens; 1 on CUDA by default)")] = None
+    mem_fraction_static: Annotated[
+        float | None, Field(gt=0, lt=1, description="--mem-fraction-static; unset: SGLang's default")
+    ] = None
+    chunked_prefill_size: Annotated[int | None, Field(description="--chunked-prefill-size (tokens)")] = None
+    cuda_graph_max_bs: Annotated[int | None, Field(gt=0, description="--cuda-graph-max-bs-decode")] = None
+    disable_prefill_cuda_graph: Annotated[bool, Field(description="--disable-prefill-cuda-graph")] = False
+    kv_cache: Annotated[KvCache, Field(description="KV cache dtype and layout")] = KvCache()
+    mamba_ssm_dtype: Annotated[
+        Literal["float32", "bfloat16", "float16"] | None,
+        Field(description="--mamba-ssm-dtype; overrides the model's SSM state dtype"),
+    ] = None
+    mamba_radix_cache_strategy: Annotated[
+        Literal["auto", "no_buffer", "extra_buffer", "extra_buffer_lazy"],
+        Field(description="--mamba-radix-cache-strategy"),
+    ] = "auto"
+    enable_mixed_chunk: Annotated[bool, Field(description="--enable-mixed-chunk")] = False
+    disable_radix_cache: Annotated[bool, Field(description="--disable-radix-cache")] = False
+    enable_int8_mamba_checkpoint: Annotated[bool, Field(description="--enable-int8-mamba-checkpoint")] = False
+    attention_backend: Annotated[str | None, Field(description="--attention-backend")] = None
+    disable_custom_all_reduce: Annotated[
+        bool | None,
+        Field(description="--disable-custom-all-reduce; unset: on for consumer GPUs and WSL2 (B18)"),
+    ] = None
+    enable_cache_report: Annotated[bool, Field(description="--enable-cache-report (bench needs it)")] = True
+    enable_metrics: Annotated[bool, Field(description="--enable-metrics (bench and the canary read it)")] = True
+    extra_args: Annotated[
+        list[str], Field(description="raw SGLang flags appended last; checked against the flag catalog")
+    ] = []
+
+
+class HiCache(EschaModel):
+    enabled: Annotated[bool, Field(description="--enable-hierarchical-cache")] = True
+    hicache_ratio: Annotated[
+        Union[Literal["auto"], Annotated[float, Field(gt=0)]],
+        Field(description="--hicache-ratio: host pool size / device pool size; auto: the "
+              "recommended safe ratio"),
+    ] = "auto"
+    hicache_size: Annotated[
+        int, Field(ge=0, description="--hicache-size in GB (1e9) per rank; 0: use the ratio")
+    ] = 0
+    hicache_mem_layout: Annotated[
+        Literal["layer_first", "page_first", "page_first_direct", "page_first_kv_split", "page_head"],
+        Field(description="--hicache-mem-layout (hybrid models need page_first or page_first_direct)"),
+    ] = "page_first"
+    hicache_io_backend: Annotated[
+        Literal["direct", "kernel", "kernel_ascend"], Field(description="--hicache-io-backend")
+    ] = "kernel"
+    hicache_host_memory_mode: Annotated[
+        Literal["cache", "buffer_only"], Field(description="--hicache-host-memory-mode")
+    ] = "cache"
+    hicache_write_policy: Annotated[
+        Literal["write_back", "write_through", "write_through_selective"],
+        Field(description="--hicache-write-policy"),
+    ] = "write_through"
+    hicache_storage_backend: Annotated[
+        Literal["file", "sim", "mooncake", "hf3fs", "nixl", "aibrix", "dynamic", "eic", "simm", "mori", "shm"] | None,
+        Field(description="--hicache-storage-backend (L3); none: host RAM only"),
+    ] = None
+    storage_dir: Annotated[
+        str | None,
+        Field(description="L3 file backend directory on the host (SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR)"),
+    ] = None
+    storage_max_size: Annotated[
+        Size | None, Field(description="L3 file backend cap (SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE), e.g. 512GB")
+    ] = None
+    max_ratio: Annotated[
+        float, Field(gt=0, description=f"cap on the recommended ratio (default {DEFAULT_MAX_RATIO})")
+    ] = DEFAULT_MAX_RATIO
+    min_ratio: Annotated[
+        float,
+        Field(gt=0, description="auto: below this ratio HiCache is turned off (a host pool no "
+              "larger than the device pool reduces L2 effectiveness, SGLang's own warning)"),
+    ] = 1.0
+
+
+class Safety(EschaModel):
+    """The safety policy of DESIGN.md section 5: what must stay free of pinned host pools."""
+
+    server_process_per_rank: Annotated[
+        Size, Field(description="host memory one server rank uses outside the pinned pools "
+                    f"(torch, CUDA context, tokenizer, scheduler); default {DEFAULT_SERVER_PROCESS_PER_RANK}")
+    ] = DEFAULT_SERVER_PROCESS_PER_RANK
+    os_reserve: Annotated[
+        Size, Field(description=f"OS, Docker and escha-deploy; default {DEFAULT_OS_RESERVE}")
+    ] = DEFAULT_OS_RESERVE
+    page_cache_floor: Annotated[
+        Size, Field(description="page cache kept (the seed's box swapped at 589 MB); "
+                    f"default {DEFAULT_PAGE_CACHE_FLOOR}")
+    ] = DEFAULT_PAGE_CACHE_FLOOR
+    recommend_headroom: Annotated[
+        Size, Field(description=f"headroom the recommended ratio leaves; default {DEFAULT_RECOMMEND_HEADROOM}")
+    ] = DEFAULT_RECOMMEND_HEADROOM
+    ratio_step: Annotated[
+        float, Field(gt=0, description=f"grid of the recommended ratio; default {DEFAULT_RATIO_STEP}")
+    ] = DEFAULT_RATIO_STEP
+    wsl2_hidden_vram_per_gpu: Annotated[
+        Size, Field(description=f"VRAM WSL2 keeps hidden per GPU; default {DEFAULT_WSL2_HIDDEN_VRAM}")
+    ] = DEFAULT_WSL2_HIDDEN_VRAM
+    cuda_context_per_gpu: Annotated[
+        Size, Field(description=f"CUDA context and NCCL before weights load; default {DEFAULT_CUDA_CONTEXT}")
+    ] = DEFAULT_CUDA_CONTEXT
+
+
+class Container(EschaModel):
+    image: Annotated[str, Field(description="image to run (built by `escha-deploy build`)")] = "escha/sglang-hicache:0.5.19"
+    port: Annotated[int, Field(gt=0, lt=65536, description="host port of the OpenAI-compatible API")] = 30000
+    expose: Annotated[
+        bool, Field(description="publish beyond 127.0.0.1 (needs api_key_file)")
+    ] = False
+    api_key_file: Annotated[
+        str | None, Field(description="host file holding the API key (mounted read-only; never in argv)")
+    ] = None
+    hf_token_file: Annotated[str | None, Field(description="host file holding the HF token")] = None
+    model_dir: Annotated[
+        str | None, Field(description="host folder mounted read-only at model.path")
+    ] = None
+    hf_cache_dir: Annotated[str | None, Field(description="host HF cache folder to mount")] = None
+    gpus: Annotated[
+        Union[Literal["all"], list[int]],
+        Field(description="'all' or device ids (WSL2 supports only all; ids become CUDA_VISIBLE_DEVICES)"),
+    ] = "all"
+    keep_capabilities: Annotated[
+        bool, Field(description="do not drop Linux capabilities (cannot be verified without a GPU here)")
+    ] = False
+    stop_timeout_s: Annotated[int, Field(gt=0, description="SIGTERM grace before kill (seconds)")] = 60
+    ready_timeout_s: Annotated[int, Field(gt=0, description="how long `up` waits for ready (seconds)")] = 1800
+    nccl_p2p_disable: Annotated[
+        bool | None,
+        Field(description="NCCL_P2P_DISABLE=1; unset: on for GeForce cards and WSL2 (wsl2-facts 5.2)"),
+    ] = None
+
+
+class Profile(EschaModel):
+    """One deployable configuration: box, model, runtime, HiCache, safety policy, container."""
+
+    name: Annotated[str, Field(description="profile name (the file's stem for shipped profiles)")]
+    description: Annotated[str, Field(description="one line for `profiles list`")] = ""
+    hardware: Hardware
+    model: ModelSection
+    runtime: Runtime = Runtime()
+    hicache: HiCache = HiCache()
+    safety: Safety = Safety()
+    container: Container = Container()
+
+    @model_validator(mode="after")
+    def _needs_known(self) -> "Profile":
+        unknown = [n for n in self.runtime.needs if n not in CAPABILITIES]
+        if unknown:  # pragma: no cover - Literal already refuses these
+            raise ValueError(f"unknown capabilities {unknown}")
+        return self
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _profiles_dir() -> Path:
+    from .paths import profiles_dir
+
+    return profiles_dir()
+
+
+def list_profiles() -> list[str]:
+    """Names of the shipped profiles (``profiles/*.yaml`` stems), sorted."""
+    return sorted(p.stem for p in _profiles_dir().glob("*.yaml"))
+
+
+def resolve_profile_path(ref: str, relative_to: Path | None = None) -> Path:
+    """A profile name (``rtx5060ti-tp2``) or a path to a YAML file -> the file's path.
+
+    Raises ``BadInput`` listing the known profiles when neither exists.
+    """
+    candidates = []
+    if ref.endswith((".yaml", ".yml")) or "/" in ref:
+        p = Path(ref)
+        if relative_to is not None and not p.is_absolute():
+            p = relative_to / p
+        candidates.append(p)
+    else:
+        candidates.append(_profiles_dir() / f"{ref}.yaml")
+    for c in candidates:
+        if c.is_file():
+            return c
+    known = ", ".join(list_profiles()) or "(none)"
+    raise BadInput(f"unknown profile {ref!r}: known profiles are {known}",
+                   hint="or pass a path to a profile YAML file")
+
+
+def _deep_merge(base: dict, over: dict, base_pos: Positions, over_pos: Positions, path: tuple) -> None:
+    for key, value in over.items():
+        kp = path + (key,)
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _deep_merge(base[key], value, base_pos, over_pos, kp)
+        else:
+            base[key] = copy.deepcopy(value)
+            for p in [p for p in base_pos if p[: len(kp)] == kp]:
+                del base_pos[p]
+            for p, v in over_pos.items():
+                if p[: len(kp)] == kp:
+                    base_pos[p] = v
+    if path in over_pos:
+        base_pos.setdefault(path, over_pos[path])
+
+
+def _load_raw(path: Path, seen: tuple[Path, ...]) -> tuple[dict, Positions]:
+    """Load one file and, recursively, what it extends; return the merged raw mapping."""
+    path = path.resolve()
+    if path in seen:
+        chain = " -> ".join(str(p) for p in seen + (path,))
+        raise BadInput(f"{path}: extends itself: {chain}")
+    data, pos = load_yaml_with_positions(path)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise BadInput(f"{path}:1: a profile is a mapping of keys, not {type(data).__name__}")
+    parent_ref = data.pop("extends", None)
+    if parent_ref is None:
+        return data, pos
+    if not isinstance(parent_ref, str):
+        line = pos.get(("extends",), (str(path), 1))[1]
+        raise BadInput(f"{path}:{line}: extends: must be a profile name or path")
+    parent_path = resolve_profile_path(parent_ref, relative_to=path.parent)
+    merged, merged_pos = _load_raw(parent_path, seen + (path,))
+    # The child's own name/description never come from the parent.
+    merged.pop("name", None)
+    merged.pop("description", None)
+    _deep_merge(merged, data, merged_pos, pos, ())
+    return merged, merged_pos
+
+
+def _apply_override(data: dict, pos: Positions, item: str) -> None:
+    if "=" not in item:
+        raise BadInput(f"--set {item}: expected KEY=VALUE (e.g. hicache.hicache_ratio=1.5)")
+    key, _, raw = item.partition("=")
+    keys = tuple(k for k in key.strip().split(".") if k)
+    if not keys:
+        raise BadInput(f"--set {item}: empty key")
+    value, _ = parse_yaml_text(raw, f"--set {key}") if raw.strip() else (None, {})
+    node = data
+    for k in keys[:-1]:
+        child = node.get(k)
+        if child is None:
+            child = node[k] = {}
+        if not isinstance(child, dict):
+            raise BadInput(f"--set {item}: {'.'.join(keys[:-1])} is not a mapping")
+        node = child
+    node[keys[-1]] = value
+    for p in [p for p in pos if p[: len(keys)] == keys]:
+        del pos[p]
+    pos[keys] = (f"--set {key}", 0)
+
+
+def _strip_union_tags(loc: tuple) -> tuple:
+    """pydantic puts the union member's tag into ``loc`` (e.g. ``'literal['auto']'``,
+    ``'float'``); drop those so the path matches the YAML keys."""
+    out = []
+    for part in loc:
+        if isinstance(part, str) and (part.startswith(("literal[", "function-")) or part in {
+            "float", "int", "str", "list[int]", "constrained-float", "list[literal[", "bool",
+        } or part.startswith("list[")):
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _format_errors(exc: ValidationError, pos: Positions, origin: str) -> list[tuple[int, str]]:
+    lines: list[tuple[str, int, str]] = []
+    seen: set[str] = set()
+    for err in exc.errors(include_url=False):
+        loc = _strip_union_tags(tuple(err["loc"]))
+        dotted = ".".join(str(p) for p in loc) or "(profile)"
+        where = position_of(pos, loc)
+        file, line = where if where else (origin, 0)
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+        got = err.get("input")
+        got_s = ""
+        if err["type"] not in ("missing",) and not isinstance(got, (dict, list)) and got is not None:
+            got_s = f" (got {got!r})"
+        where_s = f"{file}:{line}" if line else file
+        text = f"{where_s}: {dotted}: {msg}{got_s}"
+        if text not in seen:
+            seen.add(text)
+            lines.append((file, line, text))
+    lines.sort(key=lambda t: (t[0], t[1]))
+    return [(ln, t) for _, ln, t in lines]
+
+
+def load_profile(ref: str, overrides: Sequence[str] = ()) -> Profile:
+    """Load a profile by name or path, resolve ``extends:``, apply ``--set`` overrides,
+    validate once.
+
+    Raises ``BadInput`` (exit 2) with one line per problem, each naming file:line and the
+    dotted key, for malformed YAML, unknown keys, bad units, bare numbers for sizes, values out
+    of range, and unknown profiles (listing the known ones).
+    """
+    path = resolve_profile_path(ref)
+    data, pos = _load_raw(path, ())
+    data.setdefault("name", path.stem)
+    for item in overrides:
+        _apply_override(data, pos, item)
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        raise BadInput(*[t for _, t in _format_errors(exc, pos, str(path))]) from None
+
+
+def profile_json_schema() -> dict:
+    """The JSON schema of a profile, generated from the models (editors, docs, CI)."""
+    return Profile.model_json_schema()
