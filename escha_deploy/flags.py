@@ -1,0 +1,142 @@
+"""The only module that spells SGLang server flags and the environment the runtime reads.
+
+``server_args(plan, profile)`` renders the flag list that follows ``python -m
+sglang.launch_server``; ``server_env(plan, profile)`` the environment variables (our patches',
+INT2's, NCCL's, the L3 file backend's). Flag spellings are SGLang 0.5.19's (checked against the
+flag catalog generated from its real parser, ``escha_deploy/catalog/``, by
+``tests/test_flags.py``); flags that a capability adds (``int2-kv``) are declared in
+``capabilities.py``. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from .capabilities import ENV_HOST_ALLOCATOR, ENV_HOST_RESERVE
+from .planner.result import Plan
+from .profile import Profile
+
+#: Where the L3 file store lives inside the container; the host folder is bind-mounted here.
+CONTAINER_L3_DIR = "/var/lib/escha/hicache"
+#: Loopback names a proxy must never see: SGLang's warmup request goes to the server's own
+#: --host (0.0.0.0 in a container) through any http_proxy it inherits (field report B30).
+NO_PROXY = "localhost,127.0.0.1,0.0.0.0,::1"
+
+
+def _fmt_float(x: float) -> str:
+    return f"{x:g}"
+
+
+def is_consumer_gpu(profile: Profile) -> bool:
+    """GeForce cards: no working PCIe P2P on 40/50-series (research/wsl2-facts.md 5.2)."""
+    name = profile.hardware.gpu_name.lower()
+    return "geforce" in name or ("rtx" in name and not any(k in name for k in ("pro", "a6000", "a5000", "a4000")))
+
+
+def p2p_disabled(plan: Plan, profile: Profile) -> bool:
+    """NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce: on for consumer cards and WSL2 unless
+    the profile says otherwise (field report B18; NCCL auto-detects, so it costs nothing there)."""
+    setting = profile.container.nccl_p2p_disable
+    if setting is not None:
+        return setting
+    return profile.runtime.tp_size > 1 and (plan.platform == "wsl2" or is_consumer_gpu(profile))
+
+
+def server_args(plan: Plan, profile: Profile, *, host: str = "0.0.0.0", port: int | None = None) -> list[str]:
+    """The SGLang flags for ``plan`` (everything after ``python -m sglang.launch_server``).
+
+    ``host``: the address the server binds inside its network namespace (0.0.0.0 in a
+    container, whose published port is bound to 127.0.0.1 unless the profile exposes it;
+    127.0.0.1 natively). Secrets are never rendered here (``serve`` adds ``--api-key`` from
+    the mounted file at run time). ``runtime.extra_args`` come last, as given.
+    """
+    rt, m, hc = profile.runtime, profile.model, plan.hicache
+    a: list[str] = ["--model-path", m.path]
+    if m.served_model_name:
+        a += ["--served-model-name", m.served_model_name]
+    a += ["--host", host, "--port", str(port or profile.container.port)]
+    a += ["--tp-size", str(rt.tp_size)]
+    if m.quantization:
+        a += ["--quantization", m.quantization]
+    if m.trust_remote_code:
+        a += ["--trust-remote-code"]
+    if rt.context_length:
+        a += ["--context-length", str(rt.context_length)]
+    a += ["--max-total-tokens", str(plan.per_rank.device_kv_tokens)]
+    if plan.hybrid and plan.per_rank.device_mamba_slots:
+        a += ["--max-mamba-cache-size", str(plan.per_rank.device_mamba_slots)]
+    if rt.max_running_requests:
+        a += ["--max-running-requests", str(rt.max_running_requests)]
+    a += ["--page-size", str(plan.page_size)]
+    a += ["--mem-fraction-static", _fmt_float(plan.device.mem_fraction_static)]
+    if rt.chunked_prefill_size is not None:
+        a += ["--chunked-prefill-size", str(rt.chunked_prefill_size)]
+    if rt.cuda_graph_max_bs is not None:
+        a += ["--cuda-graph-max-bs-decode", str(rt.cuda_graph_max_bs)]
+    if rt.disable_prefill_cuda_graph:
+        a += ["--disable-prefill-cuda-graph"]
+    a += ["--kv-cache-dtype", rt.kv_cache.dtype]
+    if rt.kv_cache.dtype == "int2":
+        a += ["--kv-cache-quant-group-size", str(rt.kv_cache.int2.group_size)]
+    if rt.mamba_ssm_dtype:
+        a += ["--mamba-ssm-dtype", rt.mamba_ssm_dtype]
+    if plan.hybrid and rt.mamba_radix_cache_strategy != "auto":
+        a += ["--mamba-radix-cache-strategy", rt.mamba_radix_cache_strategy]
+    if rt.enable_mixed_chunk:
+        a += ["--enable-mixed-chunk"]
+    if rt.disable_radix_cache:
+        a += ["--disable-radix-cache"]
+    if rt.attention_backend:
+        a += ["--attention-backend", rt.attention_backend]
+    dcar = rt.disable_custom_all_reduce if rt.disable_custom_all_reduce is not None else p2p_disabled(plan, profile)
+    if dcar and rt.tp_size > 1:
+        a += ["--disable-custom-all-reduce"]
+    if rt.enable_cache_report:
+        a += ["--enable-cache-report"]
+    if rt.enable_metrics:
+        a += ["--enable-metrics"]
+    if hc.enabled:
+        a += ["--enable-hierarchical-cache"]
+        if hc.size_gb:
+            a += ["--hicache-size", str(hc.size_gb)]
+        else:
+            a += ["--hicache-ratio", _fmt_float(hc.ratio)]
+        a += ["--hicache-mem-layout", hc.mem_layout, "--hicache-io-backend", hc.io_backend,
+              "--hicache-host-memory-mode", profile.hicache.hicache_host_memory_mode,
+              "--hicache-write-policy", profile.hicache.hicache_write_policy]
+        if hc.storage_backend:
+            a += ["--hicache-storage-backend", hc.storage_backend]
+    a += list(rt.extra_args)
+    return a
+
+
+def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L3_DIR) -> dict[str, str]:
+    """Environment the runtime reads for ``plan`` (no secrets).
+
+    - ``ESCHA_HICACHE_HOST_RESERVE_BYTES``: the plan's reserve, when the runtime has the
+      ``hicache-host-reserve-env`` capability (else the stock 10 GiB applies);
+    - ``ESCHA_HICACHE_HOST_ALLOCATOR``: ``pinned`` on WSL2, doctor's pick or ``auto`` elsewhere;
+    - INT2 layout (``SGLANG_MIXED_KV_*``), read by the OSCAR overlay;
+    - ``NCCL_P2P_DISABLE=1`` on consumer cards and WSL2 (B18); ``NO_PROXY`` for loopback (B30);
+    - the L3 file backend's directory and cap (``SGLANG_HICACHE_FILE_BACKEND_*``).
+    """
+    env: dict[str, str] = {"NO_PROXY": NO_PROXY, "no_proxy": NO_PROXY}
+    hc = plan.hicache
+    if hc.enabled and "hicache-host-reserve-env" in plan.capabilities and plan.runtime_check:
+        env[ENV_HOST_RESERVE] = str(plan.runtime_check.patched_reserve_bytes)
+    if hc.enabled and hc.host_allocator:
+        env[ENV_HOST_ALLOCATOR] = hc.host_allocator
+    rt = profile.runtime
+    if rt.kv_cache.dtype == "int2":
+        i2 = rt.kv_cache.int2
+        env.update({
+            "SGLANG_MIXED_KV_SCALE_DTYPE": i2.scale_dtype,
+            "SGLANG_MIXED_KV_HP_DTYPE": i2.hp_dtype,
+            "SGLANG_MIXED_KV_PREFIX_TOKENS": str(i2.prefix_tokens),
+            "SGLANG_MIXED_KV_RECENT_TOKENS": str(i2.recent_tokens),
+        })
+    if p2p_disabled(plan, profile):
+        env["NCCL_P2P_DISABLE"] = "1"
+    if hc.enabled and hc.storage_backend == "file":
+        env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] = l3_dir or (profile.hicache.storage_dir or "")
+        if profile.hicache.storage_max_size:
+            env["SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"] = str(profile.hicache.storage_max_size)
+    return env
