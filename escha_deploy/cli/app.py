@@ -11,6 +11,8 @@ import typer
 
 #: Verb modules, in help order. Add a module here when you add a verb.
 VERB_MODULES: tuple[str, ...] = (
+    "doctor",
+    "runtime",
 )
 
 PANEL_LIFECYCLE = "Lifecycle"

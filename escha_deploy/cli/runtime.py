@@ -1,0 +1,220 @@
+"""``escha-deploy runtime apply | inventory | verify | describe``: the patched SGLang runtime.
+
+Heavy imports stay in the command bodies. Results go to stdout (table or ``--format json``),
+progress and warnings to stderr; failures raise ``escha_deploy.errors`` (exit 2 bad input,
+3 refused: a reject, base drift or inventory drift).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from escha_deploy.cli.app import PANEL_RUNTIME
+from escha_deploy.cli.options import FormatOpt, OutputFormat
+
+SglangDirOpt = Annotated[
+    Optional[Path],
+    typer.Option("--sglang-dir", help="The installed sglang package directory "
+                 "(.../site-packages/sglang). Default: found through --python."),
+]
+PythonOpt = Annotated[
+    Optional[str],
+    typer.Option("--python", help="SGLang's interpreter, used only to find the package "
+                 "(never imports it). Default: $ESCHA_SGLANG_PYTHON, else this Python."),
+]
+StateDirOpt = Annotated[
+    Optional[Path],
+    typer.Option("--state-dir", help="Where runtime.json, the base inventory and the clean "
+                 "base copies live. Default: the folder of /etc/escha/runtime.json."),
+]
+OverlayOpt = Annotated[
+    Optional[Path],
+    typer.Option("--overlay-dir", envvar="ESCHA_RUNTIME_OVERLAYS",
+                 help="Your own patches, applied after our series (a `series` file, or "
+                 "*.patch by name). See docs/runtime.md."),
+]
+
+
+def _state_dir(state_dir: Optional[Path]) -> Path:
+    from escha_deploy.capabilities import RUNTIME_DESCRIPTION_PATH
+
+    return state_dir or Path(RUNTIME_DESCRIPTION_PATH).parent
+
+
+def register(app: typer.Typer) -> None:
+    runtime = typer.Typer(help="Patch, inventory and verify the installed SGLang.",
+                          no_args_is_help=True)
+    app.add_typer(runtime, name="runtime", rich_help_panel=PANEL_RUNTIME)
+
+    @runtime.command("apply")
+    def apply_cmd(
+        sglang_dir: SglangDirOpt = None,
+        python: PythonOpt = None,
+        state_dir: StateDirOpt = None,
+        overlay_dir: OverlayOpt = None,
+        base_ref: Annotated[Optional[str], typer.Option(
+            "--base-ref", help="The base image reference, recorded when the install is not a "
+            "wheel (an image built from git).")] = None,
+        expect_capabilities: Annotated[Optional[str], typer.Option(
+            "--expect-capabilities", help="Comma list the build promised in its labels; "
+            "refuse if the series gives another.")] = None,
+        expect_series: Annotated[Optional[str], typer.Option(
+            "--expect-series", help="Comma list of patch names the labels promised.")] = None,
+        fmt: FormatOpt = OutputFormat.table,
+    ) -> None:
+        """Apply our series (+ overlays) to the installed sglang, verify, write runtime.json."""
+        from escha_deploy import __version__
+        from escha_deploy.cli.output import info, print_json
+        from escha_deploy.runtime import inventory as inv
+        from escha_deploy.runtime import patching
+        from escha_deploy.runtime.description import write_description
+
+        located = inv.locate(sglang_dir, python)
+        sd = _state_dir(state_dir)
+        info(f"sglang {located.version} at {located.package_dir} (Python {located.python})")
+        result = patching.apply(located, sd, overlay_dir, base_ref, expect_capabilities,
+                                expect_series, __version__)
+        write_description(result.description, sd / "runtime.json")
+        info(f"wrote {sd / 'runtime.json'}")
+        _print_description(result.description, fmt)
+
+    @runtime.command("verify")
+    def verify_cmd(
+        sglang_dir: SglangDirOpt = None,
+        python: PythonOpt = None,
+        state_dir: StateDirOpt = None,
+        overlay_dir: OverlayOpt = None,
+        base_wheel: Annotated[Optional[Path], typer.Option(
+            "--base-wheel", help="Read the clean base files from this stock wheel instead of "
+            "the copies apply saved.")] = None,
+        fmt: FormatOpt = OutputFormat.table,
+    ) -> None:
+        """Check the installed sglang equals base + deltas; name every missing, extra and
+        changed file (exit 3 on any)."""
+        from escha_deploy.cli.output import print_json
+        from escha_deploy.errors import Refused
+        from escha_deploy.runtime import inventory as inv
+        from escha_deploy.runtime import patching
+        from escha_deploy.runtime.description import read_description
+
+        located = inv.locate(sglang_dir, python)
+        sd = _state_dir(state_dir)
+        desc = read_description(sd / "runtime.json")
+        result = patching.verify(located, sd, desc, overlay_dir, base_wheel)
+        data = {"ok": result.drift.ok, "sglang_dir": str(located.package_dir),
+                "base": result.base, "files": result.files,
+                "expected_digest": result.expected_digest,
+                "missing": result.drift.missing, "extra": result.drift.extra,
+                "changed": result.drift.changed}
+        if fmt == OutputFormat.json:
+            print_json(data)
+        elif result.drift.ok:
+            print(f"ok: {result.files} files equal base {result.base} + "
+                  f"{len(result.deltas)} deltas (digest {result.expected_digest})")
+        if not result.drift.ok:
+            raise Refused(*result.drift.lines(),
+                          hint="reinstall sglang and run `escha-deploy runtime apply`")
+
+    @runtime.command("inventory")
+    def inventory_cmd(
+        sglang_dir: SglangDirOpt = None,
+        python: PythonOpt = None,
+        wheel: Annotated[Optional[Path], typer.Option(
+            "--wheel", help="Inventory this sglang wheel instead of the installed package.")] = None,
+        output: Annotated[Optional[Path], typer.Option(
+            "--output", "-o", help="Write the inventory JSON here.")] = None,
+        deltas: Annotated[bool, typer.Option(
+            "--deltas", help="Show the deltas the series (+ overlays) makes to this base "
+            "(computed on a clean copy: needs --wheel, or an unpatched install).")] = False,
+        overlay_dir: OverlayOpt = None,
+        fmt: FormatOpt = OutputFormat.table,
+    ) -> None:
+        """The base inventory (every file, size, sha256; no __pycache__) and its digest."""
+        from escha_deploy.cli.output import print_json, stdout_console
+        from escha_deploy.runtime import inventory as inv
+        from escha_deploy.runtime import patching
+
+        if wheel is not None:
+            tag, files = inv.scan_wheel(wheel)
+            base, version, source = f"wheel:{tag}", inv.wheel_version(wheel), str(wheel)
+
+            def read_base(rel: str) -> bytes | None:
+                return inv.read_wheel_file(wheel, rel)
+        else:
+            located = inv.locate(sglang_dir, python)
+            tag, files, version = located.wheel_tag, inv.scan(located.package_dir), located.version
+            base, source = patching.base_id(located, None), str(located.package_dir)
+
+            def read_base(rel: str) -> bytes | None:
+                p = located.package_dir / rel
+                return p.read_bytes() if rel in files else None
+        committed = patching.committed_base_path(tag)
+        matches = None
+        if committed is not None:
+            matches = inv.compare(files, inv.read_inventory(committed)[1]).ok
+        data: dict = {"base": base, "source": source, "version": version, "files": len(files),
+                      "bytes": sum(s for s, _ in files.values()), "digest": inv.digest(files),
+                      "committed_inventory": committed.name if committed else None,
+                      "matches_committed": matches}
+        if deltas:
+            d, _ = patching.compute_deltas(patching.load_patches(overlay_dir), read_base)
+            data["deltas"] = {rel: (None if e is None else {"size": e[0], "sha256": e[1]})
+                              for rel, e in sorted(d.items())}
+        if output is not None:
+            inv.write_inventory(output, base, version, files)
+        if fmt == OutputFormat.json:
+            print_json(data)
+            return
+        for k in ("base", "source", "version", "files", "bytes", "digest", "committed_inventory",
+                  "matches_committed"):
+            print(f"{k}: {data[k]}")
+        if deltas:
+            from rich.table import Table
+
+            dt = Table()
+            dt.add_column("delta (sglang/...)", overflow="fold")
+            dt.add_column("size")
+            dt.add_column("sha256", overflow="fold")
+            for rel, e in data["deltas"].items():
+                dt.add_row(rel, "deleted" if e is None else str(e["size"]),
+                           "" if e is None else e["sha256"])
+            stdout_console().print(dt)
+
+    @runtime.command("describe")
+    def describe_cmd(
+        description: Annotated[Optional[Path], typer.Option(
+            "--description", help="Default: /etc/escha/runtime.json.")] = None,
+        fmt: FormatOpt = OutputFormat.table,
+    ) -> None:
+        """Print the runtime description (exit 3 when there is none: a stock runtime)."""
+        from escha_deploy.capabilities import RUNTIME_DESCRIPTION_PATH
+        from escha_deploy.errors import Refused
+        from escha_deploy.runtime.description import read_description
+
+        path = description or Path(RUNTIME_DESCRIPTION_PATH)
+        desc = read_description(path)
+        if desc is None:
+            raise Refused(f"{path}: no runtime description (a stock runtime, no capabilities)")
+        _print_description(desc, fmt)
+
+
+def _print_description(desc, fmt: OutputFormat) -> None:
+    from escha_deploy.cli.output import print_json
+
+    if fmt == OutputFormat.json:
+        print_json(desc)
+        return
+    rows = [
+        ("sglang", f"{desc.sglang_version} at {desc.sglang_dir}"),
+        ("base", f"{desc.base} ({'committed' if desc.base_inventory_committed else 'recorded'} "
+                 f"inventory {desc.base_inventory_digest})"),
+        ("python", desc.python),
+        ("series", ", ".join(f"{e.name} [{e.source}]" for e in desc.series)),
+        ("capabilities", ", ".join(desc.capabilities) or "none"),
+        ("inventory digest", desc.inventory_digest),
+    ]
+    for k, v in rows:
+        print(f"{k}: {v}")

@@ -1,0 +1,116 @@
+"""The runtime description: what an image's (or a host's) SGLang is, and what it can do.
+
+Written by ``runtime apply`` to ``/etc/escha/runtime.json`` (``RUNTIME_DESCRIPTION_PATH``);
+mirrored in OCI labels under ``io.escha.`` for what is known before the build (``escha-deploy
+build`` passes it as build arguments, and ``runtime apply --expect-*`` checks the build agrees).
+``serve`` reads the file, ``up`` the labels (falling back to the file in the image); both call
+``require_capabilities``. A native ``serve`` with no file treats the runtime as stock, with no
+capabilities (DESIGN.md section 3).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from escha_deploy.capabilities import LABEL_PREFIX, RUNTIME_DESCRIPTION_PATH
+from escha_deploy.errors import BadInput, Refused
+
+SCHEMA_VERSION = 1
+
+#: OCI label names (each under ``io.escha.``) and what they hold.
+LABEL_SCHEMA = LABEL_PREFIX + "runtime.schema-version"
+LABEL_SGLANG = LABEL_PREFIX + "runtime.sglang-version"
+LABEL_SERIES = LABEL_PREFIX + "runtime.series"
+LABEL_CAPABILITIES = LABEL_PREFIX + "runtime.capabilities"
+LABEL_BASE = LABEL_PREFIX + "runtime.base"
+LABEL_PYTHON = LABEL_PREFIX + "runtime.python"
+
+
+class SeriesEntry(BaseModel):
+    """One applied patch: file name, ``series`` or ``overlay``, sha256 of its bytes, the
+    capabilities its header declares."""
+
+    model_config = ConfigDict(extra="ignore")
+    name: str
+    source: str
+    sha256: str
+    capabilities: list[str] = Field(default_factory=list)
+
+
+class RuntimeDescription(BaseModel):
+    """``/etc/escha/runtime.json``. Lenient on read (unknown keys ignored: stored data, not user
+    input)."""
+
+    model_config = ConfigDict(extra="ignore")
+    schema_version: int = SCHEMA_VERSION
+    sglang_version: str | None = Field(description="Version: of the installed dist-info")
+    base: str = Field(description="wheel:<tag> or image:<ref>, what the series was applied to")
+    base_inventory_digest: str = Field(description="inventory digest of the unpatched package")
+    base_inventory_committed: bool = Field(
+        description="True when the base matched an inventory committed in runtime_patches/base")
+    python: str = Field(description="version of SGLang's interpreter, e.g. 3.11.2")
+    sglang_dir: str
+    series: list[SeriesEntry] = Field(default_factory=list)
+    capabilities: list[str] = Field(default_factory=list)
+    inventory_digest: str = Field(description="digest of the expected patched package inventory")
+    escha_deploy_version: str | None = None
+
+    def labels(self) -> dict[str, str]:
+        """The OCI labels that mirror this description."""
+        return {
+            LABEL_SCHEMA: str(self.schema_version),
+            LABEL_SGLANG: self.sglang_version or "",
+            LABEL_SERIES: ",".join(e.name for e in self.series),
+            LABEL_CAPABILITIES: ",".join(self.capabilities),
+            LABEL_BASE: self.base,
+            LABEL_PYTHON: self.python,
+        }
+
+
+def read_description(path: str | Path = RUNTIME_DESCRIPTION_PATH) -> RuntimeDescription | None:
+    """The description at ``path``; ``None`` when there is none (a stock runtime). Raises
+    ``BadInput`` naming the file when it exists but does not parse."""
+    p = Path(path)
+    if not p.is_file():
+        return None
+    try:
+        return RuntimeDescription.model_validate(json.loads(p.read_text()))
+    except ValueError as exc:
+        first = str(exc).splitlines()[0]
+        raise BadInput(f"{p}: not a runtime description ({first})") from None
+
+
+def write_description(desc: RuntimeDescription, path: str | Path = RUNTIME_DESCRIPTION_PATH) -> None:
+    """Write atomically (temp file, then rename)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text(desc.model_dump_json(indent=2) + "\n")
+    tmp.replace(p)
+
+
+def capabilities_from_labels(labels: dict[str, str] | None) -> list[str] | None:
+    """The capabilities an image's labels declare; ``None`` when it carries no such label (then
+    read the file from the image)."""
+    if not labels or LABEL_CAPABILITIES not in labels:
+        return None
+    return [c for c in labels[LABEL_CAPABILITIES].split(",") if c]
+
+
+def require_capabilities(have: list[str] | None, needed: list[str] | tuple[str, ...],
+                         where: str) -> None:
+    """Raise ``Refused`` naming each capability in ``needed`` that ``have`` lacks.
+
+    ``have=None`` means a stock runtime (no description): nothing is provided. ``where`` names
+    the runtime (an image reference or the description path) in the message.
+    """
+    missing = [c for c in needed if c not in (have or [])]
+    if missing:
+        raise Refused(
+            *[f"{where}: runtime lacks capability {c!r}" for c in missing],
+            hint="build an image that provides it: `escha-deploy build --hicache` "
+            "(plus an overlay for int2-kv, w2-weights, mamba-mixed-chunk-fix; docs/runtime.md)",
+        )

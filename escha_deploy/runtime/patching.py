@@ -1,0 +1,280 @@
+"""Apply the series (+ overlays) to an installed sglang, and verify it file by file.
+
+Two-phase inventory (issue 3): (a) the base, every file of the unpatched package; (b) the
+deltas, the files the series changes or adds with their expected hashes. The deltas are always
+computed by applying the patches to a clean copy of the base's files, never read back from the
+tree being verified:
+
+- at ``apply``, the clean copy is the tree itself before anything is written (it was first
+  checked against the committed base inventory, or recorded when there is none);
+- at ``verify``, it is the pristine copies ``apply`` saved under ``<state>/base-files`` (each
+  checked against the base inventory's sha256 before use), or the wheel given with
+  ``--base-wheel``.
+
+The state directory (default ``/etc/escha``, beside ``runtime.json``) holds ``runtime.json``,
+``base-inventory.json``, ``base-files/`` and ``overlays/`` (a copy of the applied overlays).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from escha_deploy.errors import BadInput, Refused
+from escha_deploy.runtime import inventory as inv
+from escha_deploy.runtime.description import RuntimeDescription, SeriesEntry
+from escha_deploy.runtime.series import Patch, apply_series, capabilities_of, read_series
+
+ENV_OVERLAY_DIR = "ESCHA_RUNTIME_OVERLAYS"
+
+
+def series_dir() -> Path:
+    """``runtime_patches/`` (shipped in the wheel as ``escha_deploy/_data/runtime_patches``)."""
+    from escha_deploy.paths import runtime_patches_dir
+
+    return runtime_patches_dir()
+
+
+def committed_base_path(tag: str | None) -> Path | None:
+    """``runtime_patches/base/<tag>.json`` when committed for this wheel tag, else ``None``."""
+    if not tag:
+        return None
+    p = series_dir() / "base" / f"{tag}.json"
+    return p if p.is_file() else None
+
+
+def load_patches(overlay_dir: Path | None) -> list[Patch]:
+    """Our series, then the overlays of ``overlay_dir`` (if given and present)."""
+    patches = read_series(series_dir(), "series")
+    if overlay_dir is not None and Path(overlay_dir).is_dir():
+        patches += read_series(Path(overlay_dir), "overlay")
+    names = [p.name for p in patches]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise BadInput(*[f"{overlay_dir}: overlay {n} has the name of a series patch" for n in dupes])
+    return patches
+
+
+def compute_deltas(patches: list[Patch], read_base) -> tuple[dict[str, inv.Entry | None],
+                                                             dict[str, bytes | None]]:
+    """``(deltas, contents)``: per touched path, ``(size, sha256)`` or ``None`` (deleted), and
+    the patched bytes. ``read_base(rel)`` returns a clean base file's bytes or ``None``."""
+    contents = apply_series(patches, read_base)
+    deltas = {rel: (None if b is None else (len(b), inv.sha256_bytes(b)))
+              for rel, b in contents.items()}
+    return deltas, contents
+
+
+def expected_inventory(base: dict[str, inv.Entry], deltas: dict[str, inv.Entry | None]
+                       ) -> dict[str, inv.Entry]:
+    """Base plus deltas: the inventory a correctly patched tree has."""
+    out = dict(base)
+    for rel, entry in deltas.items():
+        if entry is None:
+            out.pop(rel, None)
+        else:
+            out[rel] = entry
+    return out
+
+
+def base_id(located: inv.Located, base_ref: str | None) -> str:
+    """``wheel:<tag>`` for a wheel install, else ``image:<ref>`` (``--base-ref``), else
+    ``dir:<package dir>``."""
+    if located.wheel_tag and not located.is_editable:
+        return f"wheel:{located.wheel_tag}"
+    if base_ref:
+        return f"image:{base_ref}"
+    return f"dir:{located.package_dir}"
+
+
+@dataclass
+class ApplyResult:
+    description: RuntimeDescription
+    deltas: dict[str, inv.Entry | None]
+    base_files: int
+
+
+def _remove_stale_pyc(package_dir: Path, rel: str) -> None:
+    src = package_dir / rel
+    cache = src.parent / "__pycache__"
+    if src.suffix == ".py" and cache.is_dir():
+        for pyc in cache.glob(f"{src.stem}.*.pyc"):
+            pyc.unlink()
+
+
+def _check_expected(value: str | None, actual: list[str], what: str) -> list[str]:
+    if value is None:
+        return []
+    want = [x for x in value.split(",") if x]
+    if want != actual:
+        return [f"build argument {what}={','.join(want)!r} but the series gives {','.join(actual)!r}"]
+    return []
+
+
+def apply(
+    located: inv.Located,
+    state_dir: Path,
+    overlay_dir: Path | None = None,
+    base_ref: str | None = None,
+    expect_capabilities: str | None = None,
+    expect_series: str | None = None,
+    escha_version: str | None = None,
+) -> ApplyResult:
+    """Patch the installed sglang in place, then verify it; write the state and description.
+
+    Raises ``Refused`` when the base drifts from its committed inventory (paths named), a hunk
+    does not apply (patch, file and hunk named; nothing is written then), the build arguments
+    disagree with the series, or the result fails verification. ``BadInput`` for a malformed
+    patch or overlay.
+    """
+    pkg = located.package_dir
+    base = inv.scan(pkg)
+    committed = committed_base_path(located.wheel_tag)
+    if committed is not None:
+        _, committed_files = inv.read_inventory(committed)
+        drift = inv.compare(base, committed_files)
+        if not drift.ok:
+            raise Refused(
+                *[f"base drift against {committed.name}: {line}" for line in drift.lines()],
+                hint="the installed sglang is not the stock wheel (already patched? then run "
+                "`escha-deploy runtime verify`)",
+            )
+    base_digest = inv.digest(base)
+    if committed is None:
+        print(f"no committed base inventory for {base_id(located, base_ref)}: recorded the one "
+              f"found, digest {base_digest}", file=sys.stderr)
+
+    patches = load_patches(overlay_dir)
+    names = [p.name for p in patches]
+    caps = capabilities_of(patches)
+    problems = (_check_expected(expect_capabilities, caps, "capabilities")
+                + _check_expected(expect_series, names, "series"))
+    if problems:
+        raise Refused(*problems)
+
+    def read_base(rel: str) -> bytes | None:
+        return (pkg / rel).read_bytes() if rel in base else None
+
+    deltas, contents = compute_deltas(patches, read_base)  # raises before anything is written
+
+    state_dir = Path(state_dir)
+    saved = state_dir / "base-files"
+    if saved.exists():
+        shutil.rmtree(saved)
+    for rel in contents:
+        if rel in base:
+            dst = saved / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(pkg / rel, dst)
+    inv.write_inventory(state_dir / "base-inventory.json", base_id(located, base_ref),
+                        located.version, base)
+    ov_copy = state_dir / "overlays"
+    if ov_copy.exists():
+        shutil.rmtree(ov_copy)
+    if overlay_dir is not None and Path(overlay_dir).is_dir() and any(
+            p.source == "overlay" for p in patches):
+        shutil.copytree(overlay_dir, ov_copy)
+
+    for rel, data in contents.items():
+        target = pkg / rel
+        _remove_stale_pyc(pkg, rel)
+        if data is None:
+            target.unlink(missing_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+
+    expected = expected_inventory(base, deltas)
+    drift = inv.compare(inv.scan(pkg), expected)
+    if not drift.ok:
+        raise Refused(*drift.lines())
+    desc = RuntimeDescription(
+        sglang_version=located.version,
+        base=base_id(located, base_ref),
+        base_inventory_digest=base_digest,
+        base_inventory_committed=committed is not None,
+        python=located.python,
+        sglang_dir=str(pkg),
+        series=[SeriesEntry(name=p.name, source=p.source, sha256=p.sha256,
+                            capabilities=list(p.capabilities)) for p in patches],
+        capabilities=caps,
+        inventory_digest=inv.digest(expected),
+        escha_deploy_version=escha_version,
+    )
+    return ApplyResult(desc, deltas, len(base))
+
+
+@dataclass
+class VerifyResult:
+    drift: inv.Drift
+    files: int
+    expected_digest: str
+    base: str
+    deltas: dict[str, inv.Entry | None]
+
+
+def verify(
+    located: inv.Located,
+    state_dir: Path,
+    description: RuntimeDescription | None = None,
+    overlay_dir: Path | None = None,
+    base_wheel: Path | None = None,
+) -> VerifyResult:
+    """Compare the installed tree with base + deltas. Returns the drift (empty when equal).
+
+    Base inventory: the committed one for the installed wheel tag, else
+    ``<state>/base-inventory.json``. Clean base files: ``base_wheel`` when given, else
+    ``<state>/base-files``. Overlays: ``overlay_dir``, else ``<state>/overlays``. Raises
+    ``Refused`` when no base inventory or clean copy is available, a clean copy does not match
+    the base inventory, or the patches differ from those the description records.
+    """
+    state_dir = Path(state_dir)
+    committed = committed_base_path(located.wheel_tag)
+    if committed is not None:
+        header, base = inv.read_inventory(committed)
+    elif (state_dir / "base-inventory.json").is_file():
+        header, base = inv.read_inventory(state_dir / "base-inventory.json")
+    else:
+        raise Refused(
+            f"no base inventory: none committed for {located.wheel_tag or located.package_dir} "
+            f"and no {state_dir / 'base-inventory.json'}",
+            hint="run `escha-deploy runtime apply` first (it records the base)",
+        )
+    if overlay_dir is None and (state_dir / "overlays").is_dir():
+        overlay_dir = state_dir / "overlays"
+    patches = load_patches(overlay_dir)
+    if description is not None:
+        recorded = [(e.name, e.sha256) for e in description.series]
+        now = [(p.name, p.sha256) for p in patches]
+        if recorded != now:
+            raise Refused(
+                f"the patches differ from those applied: recorded "
+                f"{', '.join(n for n, _ in recorded) or 'none'}; now "
+                f"{', '.join(n for n, _ in now)} (or their bytes changed)",
+            )
+
+    if base_wheel is not None:
+        def read_base(rel: str) -> bytes | None:
+            return inv.read_wheel_file(base_wheel, rel)
+    else:
+        saved = state_dir / "base-files"
+
+        def read_base(rel: str) -> bytes | None:
+            if rel not in base:
+                return None
+            p = saved / rel
+            if not p.is_file():
+                raise Refused(f"no clean copy of sglang/{rel} under {saved}",
+                              hint="pass --base-wheel with the stock wheel")
+            data = p.read_bytes()
+            if (len(data), inv.sha256_bytes(data)) != base[rel]:
+                raise Refused(f"{p}: clean copy does not match the base inventory")
+            return data
+
+    deltas, _ = compute_deltas(patches, read_base)
+    expected = expected_inventory(base, deltas)
+    actual = inv.scan(located.package_dir)
+    return VerifyResult(inv.compare(actual, expected), len(actual), inv.digest(expected),
+                        str(header.get("base")), deltas)
