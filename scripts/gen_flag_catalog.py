@@ -239,6 +239,51 @@ def build_catalog() -> tuple[dict[str, Any], dict[str, float | bool]]:
     return catalog, stats
 
 
+class _ParseError(Exception):
+    pass
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    """The server parser, raising instead of exiting, so many argv can be tried in one process."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _ParseError(message)
+
+    def exit(self, status: int = 0, message: str | None = None) -> None:  # type: ignore[override]
+        raise _ParseError(message or f"exit {status}")
+
+
+def parse_with_real_parser(argvs: list[list[str]]) -> list[dict[str, Any]]:
+    """Run each bare flag list through the real ``ServerArgs.add_cli_args`` parser.
+
+    Returns one ``{"ok": bool, "error": str | None, "dests": {dest: value}}`` per argv
+    (``dests`` only the values given on the command line, JSON-safe). Used by
+    ``tests/test_flag_catalog.py`` to compare ``escha_deploy.flagcheck`` with the parser.
+    """
+    import contextlib
+    import io as _io
+    import logging
+
+    build_catalog()  # same checks and stand-in as generation
+    from sglang.srt.server_args import ServerArgs
+
+    parser = _RaisingParser(prog="sglang serve")
+    ServerArgs.add_cli_args(parser)
+    defaults = vars(parser.parse_args(["--model-path", "x"]))
+    logging.disable(logging.CRITICAL)  # deprecated flags log a warning each
+    out = []
+    for argv in argvs:
+        try:
+            with contextlib.redirect_stderr(_io.StringIO()), contextlib.redirect_stdout(_io.StringIO()):
+                ns = vars(parser.parse_args(argv))
+        except _ParseError as e:
+            out.append({"ok": False, "error": str(e), "dests": {}})
+            continue
+        given = {k: _json_value(v) for k, v in ns.items() if k not in defaults or defaults[k] != v}
+        out.append({"ok": True, "error": None, "dests": given})
+    return out
+
+
 def render(catalog: dict[str, Any]) -> str:
     """Serialize a catalog: header keys first, then one action per line (small, diffable)."""
     head = {k: v for k, v in catalog.items() if k != "actions"}
@@ -261,9 +306,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write (default: the committed catalog)")
     ap.add_argument("--check", action="store_true", help="compare with --out instead of writing; exit 1 on a difference")
     ap.add_argument("--print-requirements", action="store_true", help="print the venv's requirements and exit")
+    ap.add_argument("--parse-json", type=Path, metavar="FILE",
+                    help="parse each argv of a JSON list of lists with the real parser; print JSON results")
     args = ap.parse_args(argv)
     if args.print_requirements:
         print("\n".join(REQUIREMENTS))
+        return 0
+    if args.parse_json is not None:
+        argvs = json.loads(args.parse_json.read_text(encoding="utf-8"))
+        with tempfile.TemporaryDirectory(prefix="escha-flagcat-") as tmp:
+            _clean_environment(tmp)
+            print(json.dumps(parse_with_real_parser(argvs)))
         return 0
     with tempfile.TemporaryDirectory(prefix="escha-flagcat-") as tmp:
         _clean_environment(tmp)
