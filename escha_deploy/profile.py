@@ -209,6 +209,11 @@ class HiCache(EschaModel):
               "larger than the device pool reduces L2 effectiveness, SGLang's own warning)"),
     ] = 1.0
 
+    @property
+    def storage_backend_is_file(self) -> bool:
+        """HiCache on with the file L3 backend (whose directory the plan checks)."""
+        return self.enabled and self.hicache_storage_backend == "file"
+
 
 class Safety(EschaModel):
     """The safety policy of DESIGN.md section 5: what must stay free of pinned host pools."""

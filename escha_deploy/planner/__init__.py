@@ -423,8 +423,9 @@ def step_verdict(c: _Ctx) -> None:
         c.verdict = "ok"
         if c.hicache.enabled:
             pinned = c.ranks * c.pools.pinned_bytes
+            spare = c.budget.pinned_budget_bytes - pinned
             c.reasons = [f"pinned {fmt_gb(pinned)} fits the pinned budget {fmt_gb(c.budget.pinned_budget_bytes)} "
-                         f"with {fmt_gb(c.budget.pinned_budget_bytes - pinned)} to spare; the {c.runtime_applies} "
+                         f"with {fmt_gb(spare) if spare >= GB else fmt_mib(spare)} to spare; the {c.runtime_applies} "
                          "runtime's own check accepts it"] + other
         else:
             c.reasons = ["HiCache is disabled in the profile; the device pools fit"] + other

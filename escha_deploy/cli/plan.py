@@ -1,0 +1,97 @@
+"""``escha-deploy plan``: the memory budget of a profile on this host (or a described one)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from .options import FormatOpt, OutputFormat, ProfileOpt, SetOpt
+
+
+def register(app: typer.Typer) -> None:
+    app.command(
+        "plan",
+        rich_help_panel="Planning",
+        epilog="Examples:  escha-deploy plan --profile rtx5060ti-tp2 --host-ram 16GiB --wsl2 --ratio 2\n\n"
+        "escha-deploy plan -p rtx5060ti-tp2-fp8 --format json",
+    )(plan_command)
+
+
+def plan_command(
+    profile: ProfileOpt = "rtx5060ti-tp2",
+    ratio: Annotated[Optional[float], typer.Option("--ratio", help="--hicache-ratio to plan (default: the profile's; auto = recommended).")] = None,
+    hicache_size: Annotated[Optional[int], typer.Option("--hicache-size", help="--hicache-size in GB (1e9) per rank, instead of a ratio.")] = None,
+    host_ram: Annotated[Optional[str], typer.Option("--host-ram", help="Plan for a described host: the MemTotal its Linux kernel sees (under WSL2 the VM's), e.g. 16GiB. Ignores doctor findings.")] = None,
+    wsl2: Annotated[bool, typer.Option("--wsl2", help="The host is WSL2 (default: detected).")] = False,
+    linux: Annotated[bool, typer.Option("--linux", help="The host is plain Linux (default: detected).")] = False,
+    set_: SetOpt = None,
+    fmt: FormatOpt = OutputFormat.table,
+) -> None:
+    """Show the memory budget: device pools, host pools, pinned total per rank and overall,
+    the runtime's own host-memory checks, and the largest safe --hicache-ratio.
+
+    Exit 0 for ok and hicache_off (launchable without HiCache), 3 for unsafe, 2 for bad input.
+    """
+    from ..errors import BadInput, ExitCode
+
+    problems = []
+    if ratio is not None and ratio <= 0:
+        problems.append(f"--ratio: must be greater than 0 (got {ratio:g})")
+    if hicache_size is not None and hicache_size <= 0:
+        problems.append(f"--hicache-size: must be a positive number of GB (got {hicache_size})")
+    if ratio is not None and hicache_size is not None:
+        problems.append("--ratio and --hicache-size are mutually exclusive")
+    if wsl2 and linux:
+        problems.append("--wsl2 and --linux are mutually exclusive")
+    host_bytes = None
+    if host_ram is not None:
+        from ..units import parse_size
+
+        try:
+            host_bytes = parse_size(host_ram)
+            if host_bytes <= 0:
+                raise ValueError("must be larger than 0")
+        except ValueError as exc:
+            problems.append(f"--host-ram: {exc}")
+    if problems:
+        raise BadInput(*problems)
+
+    result = make_plan(profile, set_ or [], ratio=ratio, hicache_size=hicache_size, host_bytes=host_bytes,
+                       platform="wsl2" if wsl2 else "linux" if linux else None)
+    if fmt is OutputFormat.json:
+        from .output import print_json
+
+        print_json(result)
+    else:
+        from .render_plan import render_plan
+
+        render_plan(result)
+    if result.verdict == "unsafe":
+        raise typer.Exit(int(ExitCode.REFUSED))
+
+
+def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_size=None, host_bytes=None,
+              platform=None, capabilities=None):
+    """Gather (profile, host facts, model folder), then plan: the three lines of intent."""
+    from ..arch import read_model_dir
+    from ..errors import BadInput
+    from ..host import described_host, gather_host_facts
+    from ..planner import plan
+    from ..profile import load_profile
+
+    prof = load_profile(profile_ref, overrides)
+    l3 = prof.hicache.storage_dir if prof.hicache.storage_backend_is_file else None
+    if host_bytes is not None:
+        host = described_host(host_bytes, platform or "linux", l3_dir=l3,
+                              l3_free=None)
+    else:
+        host = gather_host_facts(platform=platform, l3_dir=l3)
+    model_dir = None
+    if prof.model.host_dir:
+        try:
+            model_dir = read_model_dir(prof.model.host_dir)
+        except ValueError as exc:
+            raise BadInput(f"model.host_dir: {exc}") from None
+    return plan(prof, host, model_dir=model_dir, ratio=ratio, hicache_size_gb=hicache_size,
+                capabilities=capabilities)

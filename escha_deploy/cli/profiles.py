@@ -1,0 +1,82 @@
+"""``escha-deploy profiles list|show|validate``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from .options import FormatOpt, OutputFormat, SetOpt
+
+profiles_app = typer.Typer(help="List, show and validate profiles.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(profiles_app, name="profiles", rich_help_panel="Planning")
+
+
+@profiles_app.command("list")
+def list_command(fmt: FormatOpt = OutputFormat.table) -> None:
+    """The shipped profiles with their one-line descriptions."""
+    from ..profile import list_profiles, load_profile
+
+    rows = []
+    for name in list_profiles():
+        p = load_profile(name)
+        rows.append({"name": name, "gpus": f"{p.hardware.gpu_count} x {p.hardware.gpu_name}",
+                     "tp_size": p.runtime.tp_size, "kv_cache_dtype": p.runtime.kv_cache.dtype,
+                     "needs": list(p.runtime.needs), "description": p.description})
+    if fmt is OutputFormat.json:
+        from .output import print_json
+
+        print_json(rows)
+        return
+    from rich.table import Table
+
+    from .output import stdout_console
+
+    t = Table()
+    for col in ("name", "gpus", "TP", "KV", "description"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["name"], r["gpus"], str(r["tp_size"]), r["kv_cache_dtype"], r["description"])
+    stdout_console().print(t)
+
+
+@profiles_app.command("show")
+def show_command(
+    profile: Annotated[str, typer.Argument(help="Profile name or path.")],
+    set_: SetOpt = None,
+    fmt: FormatOpt = OutputFormat.table,
+) -> None:
+    """The fully resolved profile (extends and --set applied), every default filled in."""
+    from ..profile import load_profile
+
+    p = load_profile(profile, set_ or [])
+    if fmt is OutputFormat.json:
+        from .output import print_json
+
+        print_json(p)
+        return
+    import yaml
+
+    typer.echo(yaml.safe_dump(p.model_dump(mode="json"), sort_keys=False), nl=False)
+
+
+@profiles_app.command("validate")
+def validate_command(
+    profiles: Annotated[Optional[list[str]], typer.Argument(help="Names or paths (default: every shipped profile).")] = None,
+) -> None:
+    """Validate profiles: one line per error naming file:line and key; exit 2 on any error."""
+    from ..errors import BadInput, EschaError
+    from ..profile import list_profiles, load_profile
+
+    problems: list[str] = []
+    for ref in profiles or list_profiles():
+        try:
+            load_profile(ref)
+            typer.echo(f"ok: {ref}")
+        except EschaError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise BadInput(*problems)

@@ -1,0 +1,96 @@
+"""The human rendering of a ``Plan``: rich tables on stdout, the same data as ``--format json``."""
+
+from __future__ import annotations
+
+from ..planner.result import Plan
+from ..units import fmt_gb, fmt_gib, fmt_mib
+
+
+def _b(n: int | None) -> str:
+    """Bytes with GB (1e9), as SGLang prints host pools."""
+    return "-" if n is None else f"{n:,} B ({fmt_gb(n)})"
+
+
+def render_plan(p: Plan) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(highlight=False)
+    colour = {"ok": "green", "hicache_off": "yellow", "unsafe": "red"}[p.verdict]
+    hc = p.hicache
+    chosen = ("off" if not hc.enabled else f"--hicache-size {hc.size_gb} (GB per rank)" if hc.size_gb
+              else f"--hicache-ratio {hc.ratio:g}")
+    con.print(f"[bold]{p.profile}[/]  TP {p.tp_size}, {p.platform} host ({p.host_source}), KV {p.kv_cache_dtype}, "
+              f"page {p.page_size}, HiCache {chosen}  ({hc.requested})")
+
+    t = Table(title="Per rank (GB = 1e9 B)", title_justify="left")
+    t.add_column("pool")
+    t.add_column("size", justify="right")
+    t.add_column("bytes", justify="right", no_wrap=True)
+    r = p.per_rank
+    t.add_row("device KV", f"{r.device_kv_tokens:,} tokens x {r.device_kv_bytes_per_token:,} B", _b(r.device_kv_bytes))
+    if p.hybrid:
+        t.add_row("device mamba", f"{r.device_mamba_slots} slots (+1) x {r.mamba_bytes_per_slot:,} B", _b(r.device_mamba_bytes))
+    if r.device_int2_hp_bytes:
+        t.add_row("device INT2 bf16 arena", "sink + recent windows", _b(r.device_int2_hp_bytes))
+    t.add_row("weights", "", _b(r.weights_bytes))
+    if hc.enabled:
+        t.add_row("host KV (pinned)", f"{r.host_kv_tokens:,} tokens x {r.host_kv_bytes_per_token:,} B", _b(r.host_kv_bytes))
+        if p.hybrid:
+            t.add_row("host mamba (pinned)", f"{r.host_mamba_slots} slots x {r.mamba_bytes_per_slot:,} B", _b(r.host_mamba_bytes))
+        t.add_row("[bold]pinned per rank[/]", "", _b(r.pinned_bytes))
+        t.add_row("[bold]pinned total[/]", f"{p.tp_size} ranks", _b(p.pinned_total_bytes))
+    con.print(t)
+
+    b = p.budget
+    t = Table(title="Pinned budget (safety policy, DESIGN.md section 5)", title_justify="left")
+    t.add_column("item")
+    t.add_column("bytes", justify="right", no_wrap=True)
+    t.add_row(f"memory base ({b.memory_base_source})", _b(b.memory_base_bytes))
+    t.add_row(f"- server processes ({p.tp_size} x {fmt_gib(p.safety_policy['server_process_per_rank_bytes'])})", _b(b.server_processes_bytes))
+    t.add_row("- OS, Docker, escha-deploy", _b(b.os_reserve_bytes))
+    t.add_row("- page-cache floor", _b(b.page_cache_floor_bytes))
+    t.add_row("[bold]= pinned budget[/]", _b(b.pinned_budget_bytes))
+    if b.pinned_ceiling_bytes is not None:
+        t.add_row("pinned ceiling per rank (doctor)", _b(b.pinned_ceiling_bytes))
+    if b.headroom_bytes is not None:
+        t.add_row("headroom at the chosen setting", f"{b.headroom_bytes:,} B ({fmt_mib(b.headroom_bytes)})")
+    if b.available_now_bytes is not None:
+        t.add_row("MemAvailable now", _b(b.available_now_bytes))
+    con.print(t)
+    if hc.enabled or p.max_safe_ratio is not None:
+        con.print(f"largest safe ratio: [bold]{p.max_safe_ratio if p.max_safe_ratio is not None else 'none'}[/]   "
+                  f"recommended: [bold]{p.recommended_ratio if p.recommended_ratio is not None else 'none'}[/] "
+                  f"(a {p.safety_policy['ratio_step']} grid, >= {fmt_mib(p.safety_policy['recommend_headroom_bytes'])} headroom)")
+
+    rc = p.runtime_check
+    if rc is not None:
+        t = Table(title="The runtime's own host-memory check", title_justify="left")
+        t.add_column("runtime")
+        t.add_column("result")
+        t.add_column("why")
+        t.add_row("stock 0.5.19" + (" (applies)" if rc.applies == "stock" else ""), rc.stock or "-", rc.stock_detail)
+        t.add_row(f"patched, reserve {fmt_gib(rc.patched_reserve_bytes)}" + (" (applies)" if rc.applies == "patched" else ""),
+                  rc.patched or "-", rc.patched_detail)
+        con.print(t)
+
+    d = p.device
+    con.print(f"device: {fmt_gb(d.static_need_bytes)} static need vs {fmt_gb(d.static_budget_bytes)} budget "
+              f"(mem_fraction_static {d.mem_fraction_static}, SGLang default {d.sglang_default_mem_fraction_static}; "
+              f"{fmt_gib(d.hidden_bytes)} hidden by WSL2) -> {'fits' if d.fits else '[red]does not fit[/]'}")
+
+    t = Table(title="KV dtype per token per rank", title_justify="left")
+    for col in ("dtype", "device B/token", "host B/token", "tokens per GB", "device pool"):
+        t.add_column(col, justify="right" if col != "dtype" else "left")
+    for row in p.kv_dtype_comparison:
+        mark = " *" if row.dtype == p.kv_cache_dtype or (row.dtype == "bf16" and p.kv_cache_dtype in ("auto", "bfloat16")) else ""
+        t.add_row(row.dtype + mark, f"{row.device_bytes_per_token:,}",
+                  "-" if row.host_bytes_per_token is None else f"{row.host_bytes_per_token:,}",
+                  f"{row.tokens_per_gb:,}", fmt_gb(row.device_pool_bytes))
+    con.print(t)
+
+    con.print(f"verdict: [bold {colour}]{p.verdict}[/]")
+    for reason in p.reasons:
+        con.print(f"  - {reason}", soft_wrap=True)
+    for w in p.warnings:
+        con.print(f"  [yellow]warning[/]: {w}", soft_wrap=True)
