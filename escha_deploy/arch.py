@@ -44,19 +44,19 @@ class ModelArch(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model_type: str = Field(description="config.json model_type, e.g. qwen3_5_text")
-    num_hidden_layers: int = Field(gt=0)
+    num_hidden_layers: int = Field(gt=0, description="all decoder layers (full attention + linear)")
     num_key_value_heads: int = Field(gt=0, description="total KV heads (all ranks)")
     head_dim: int = Field(gt=0, description="elements per KV head")
-    hidden_size: int | None = Field(default=None, gt=0)
+    hidden_size: int | None = Field(default=None, gt=0, description="model width (informational)")
     full_attention_interval: int | None = Field(
         default=None, gt=0, description="hybrid models: every Nth layer is full attention"
     )
-    linear_num_key_heads: int | None = Field(default=None, gt=0)
-    linear_num_value_heads: int | None = Field(default=None, gt=0)
-    linear_key_head_dim: int | None = Field(default=None, gt=0)
-    linear_value_head_dim: int | None = Field(default=None, gt=0)
-    linear_conv_kernel_dim: int | None = Field(default=None, gt=1)
-    mamba_ssm_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    linear_num_key_heads: int | None = Field(default=None, gt=0, description="GDN key heads (n_groups), all ranks")
+    linear_num_value_heads: int | None = Field(default=None, gt=0, description="GDN value heads (HV), all ranks")
+    linear_key_head_dim: int | None = Field(default=None, gt=0, description="GDN key head dim (K)")
+    linear_value_head_dim: int | None = Field(default=None, gt=0, description="GDN value head dim (V)")
+    linear_conv_kernel_dim: int | None = Field(default=None, gt=1, description="GDN conv kernel; the state keeps kernel-1 columns")
+    mamba_ssm_dtype: Literal["float32", "bfloat16", "float16"] = Field(default="float32", description="SSM (temporal) state dtype; SGLang's default float32")
     mamba_conv_dtype: Literal["bfloat16", "float16", "float32"] = Field(
         default="bfloat16", description="SGLANG_MAMBA_CONV_DTYPE default"
     )

@@ -405,28 +405,35 @@ def _strip_union_tags(loc: tuple) -> tuple:
 
 
 def _format_errors(exc: ValidationError, pos: Positions, origin: str) -> list[tuple[int, str]]:
-    lines: list[tuple[str, int, str]] = []
-    seen: set[str] = set()
+    """One line per offending key: ``file:line: dotted.key: message (got value)``, sorted.
+
+    A value that fails every member of a union (``auto`` or a number > 0) yields one error per
+    member with the same key; they are joined into one line.
+    """
+    by_loc: dict[tuple, dict] = {}
     for err in exc.errors(include_url=False):
         loc = _strip_union_tags(tuple(err["loc"]))
-        dotted = ".".join(str(p) for p in loc) or "(profile)"
-        where = position_of(pos, loc)
-        file, line = where if where else (origin, 0)
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
         elif err["type"] == "missing":
             msg = "required key is missing"
         else:
             msg = err["msg"].removeprefix("Value error, ")
+        entry = by_loc.setdefault(loc, {"msgs": [], "err": err})
+        if msg not in entry["msgs"]:
+            entry["msgs"].append(msg)
+    lines: list[tuple[str, int, str]] = []
+    for loc, entry in by_loc.items():
+        err = entry["err"]
+        dotted = ".".join(str(p) for p in loc) or "(profile)"
+        where = position_of(pos, loc)
+        file, line = where if where else (origin, 0)
         got = err.get("input")
         got_s = ""
-        if err["type"] not in ("missing",) and not isinstance(got, (dict, list)) and got is not None:
+        if err["type"] != "missing" and got is not None and not isinstance(got, (dict, list)):
             got_s = f" (got {got!r})"
         where_s = f"{file}:{line}" if line else file
-        text = f"{where_s}: {dotted}: {msg}{got_s}"
-        if text not in seen:
-            seen.add(text)
-            lines.append((file, line, text))
+        lines.append((file, line, f"{where_s}: {dotted}: {' or '.join(entry['msgs'])}{got_s}"))
     lines.sort(key=lambda t: (t[0], t[1]))
     return [(ln, t) for _, ln, t in lines]
 

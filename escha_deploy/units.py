@@ -39,6 +39,10 @@ def parse_size(value: Any) -> int:
         )
     if not isinstance(value, str):
         raise ValueError(f"expected a size such as 12GiB, got {value!r}")
+    if re.fullmatch(r"\s*[0-9]+(?:\.[0-9]+)?\s*", value):
+        raise ValueError(
+            f"a bare number is ambiguous: write {value.strip()}GiB or {value.strip()}GB (got {value!r})"
+        )
     m = _SIZE_RE.match(value)
     if not m:
         raise ValueError(f"not a size: {value!r} (write e.g. 12GiB, 32GB, 512MiB)")

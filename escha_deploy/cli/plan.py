@@ -93,5 +93,22 @@ def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_siz
             model_dir = read_model_dir(prof.model.host_dir)
         except ValueError as exc:
             raise BadInput(f"model.host_dir: {exc}") from None
-    return plan(prof, host, model_dir=model_dir, ratio=ratio, hicache_size_gb=hicache_size,
-                capabilities=capabilities)
+    result = plan(prof, host, model_dir=model_dir, ratio=ratio, hicache_size_gb=hicache_size,
+                  capabilities=capabilities)
+    return result.model_copy(update={"argv_check": check_rendered_argv(result, prof)})
+
+
+def check_rendered_argv(result, prof):
+    """Render the server argv for ``result`` and check it against the flag catalog plus the
+    capabilities' declared flags. Errors in ``runtime.extra_args`` are bad input (exit 2)."""
+    from ..errors import BadInput
+    from ..flagcheck import check_argv
+    from ..launch_spec import build_launch_spec
+    from ..planner.result import ArgvCheck
+
+    spec = build_launch_spec(result, prof)
+    check = check_argv(spec.argv, set(result.capabilities))
+    if check.errors:
+        raise BadInput(*(f"runtime.extra_args or rendered argv: {line}" for line in check.error_lines()))
+    declared = [f"{u.flag} {' '.join(u.values)} ({u.capability})".replace("  ", " ") for u in check.declared()]
+    return ArgvCheck(verified=len(check.flags) - len(declared), declared=declared, errors=[])

@@ -89,6 +89,10 @@ def render_plan(p: Plan) -> None:
                   f"{row.tokens_per_gb:,}", fmt_gb(row.device_pool_bytes))
     con.print(t)
 
+    if p.argv_check is not None:
+        a = p.argv_check
+        con.print(f"argv: {a.verified} flags verified against SGLang 0.5.19's parser catalog"
+                  + (f"; declared by capabilities, not verified: {', '.join(a.declared)}" if a.declared else ""))
     con.print(f"verdict: [bold {colour}]{p.verdict}[/]")
     for reason in p.reasons:
         con.print(f"  - {reason}", soft_wrap=True)

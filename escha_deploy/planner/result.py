@@ -145,3 +145,17 @@ class Plan(BaseModel):
     reasons: list[str]
     warnings: list[str]
     decisions: list[Decision]
+    argv_check: "ArgvCheck | None" = Field(
+        None, description="the rendered argv checked against the runtime's flag catalog (filled by the CLI)")
+
+
+class ArgvCheck(BaseModel):
+    """The rendered SGLang argv, checked against the 0.5.19 flag catalog: flags a capability
+    declares (e.g. int2-kv's ``--kv-cache-quant-group-size``) are ``declared``, not verified."""
+
+    verified: int = Field(description="flags the real parser's catalog accepts")
+    declared: list[str] = Field(description="'--flag value (capability)' accepted as declared")
+    errors: list[str]
+
+
+Plan.model_rebuild()

@@ -1,0 +1,98 @@
+"""``escha-deploy plan`` and ``profiles`` as users run them: exit codes, JSON, one-line errors."""
+
+import json
+
+import pytest
+
+from escha_deploy.host import read_meminfo
+
+REQUIRED = {"profile", "tp_size", "hicache", "per_rank", "pinned_total_bytes", "max_safe_ratio",
+            "recommended_ratio", "runtime_check", "verdict", "reasons", "decisions"}
+
+
+def test_plan_json_has_the_contract(cli):
+    r = cli("plan", "--profile", "rtx5060ti-tp2", "--ratio", "2", "--host-ram", "16GiB", "--wsl2", "--format", "json")
+    assert r.code == 3  # unsafe
+    d = json.loads(r.out)
+    assert REQUIRED <= d.keys()
+    assert d["hicache"] == {**d["hicache"], "enabled": True, "ratio": 2.0, "size_gb": None}
+    assert {k: d["per_rank"][k] for k in ("host_kv_bytes", "host_mamba_bytes")} == {
+        "host_kv_bytes": 2_580_529_152, "host_mamba_bytes": 2_540_077_056}
+    for k in ("device_kv_bytes", "device_mamba_bytes", "pinned_bytes"):
+        assert isinstance(d["per_rank"][k], int)
+    assert d["pinned_total_bytes"] == 10_241_212_416
+    assert d["runtime_check"]["stock"] == "refuse" and d["runtime_check"]["patched"] == "refuse"
+    assert d["verdict"] == "unsafe"
+    assert all({"step", "rule", "value", "reason"} <= x.keys() for x in d["decisions"])
+    assert r.err == ""
+
+
+def test_plan_ratio_1_ok_and_auto(cli):
+    one = cli("plan", "-p", "rtx5060ti-tp2", "--ratio", "1", "--host-ram", "16GiB", "--wsl2", "-f", "json")
+    assert one.code == 0 and json.loads(one.out)["pinned_total_bytes"] == 5_197_627_392
+    auto = cli("plan", "-p", "rtx5060ti-tp2", "--host-ram", "16GiB", "--wsl2")
+    assert auto.code == 0
+    assert "--hicache-ratio 1.45" in auto.out and "verdict: ok" in auto.out
+    assert "largest safe ratio: 1.48" in auto.out
+    assert "refuse" in auto.out  # the stock runtime's refusal is reported
+
+
+def test_plan_against_this_host(cli):
+    r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "-f", "json")
+    d = json.loads(r.out)
+    assert d["host_source"] == "live"
+    assert d["budget"]["memory_base_bytes"] <= read_meminfo()["MemTotal"]
+    assert r.code == (3 if d["verdict"] == "unsafe" else 0)
+
+
+def test_hicache_off_exits_0_and_says_so(cli):
+    r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--host-ram", "8GiB", "--wsl2", "-f", "json")
+    d = json.loads(r.out)
+    assert (r.code, d["verdict"], d["hicache"]["enabled"], d["max_safe_ratio"]) == (0, "hicache_off", False, None)
+
+
+def test_plan_marks_declared_flags(cli):
+    d = json.loads(cli("plan", "-p", "rtx5060ti-tp2", "--host-ram", "16GiB", "--wsl2", "-f", "json").out)
+    assert any(x.startswith("--kv-cache-dtype int2 (int2-kv)") for x in d["argv_check"]["declared"])
+    assert d["argv_check"]["verified"] > 20
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--ratio", "-1"], "--ratio: must be greater than 0 (got -1)"),
+    (["--host-ram", "16"], "--host-ram: a bare number is ambiguous"),
+    (["--host-ram", "16Gi"], "--host-ram: unknown unit 'Gi'"),
+    (["--wsl2", "--linux"], "--wsl2 and --linux are mutually exclusive"),
+    (["--profile", "nope"], "unknown profile 'nope': known profiles are linux-tp2-l3, rtx5060ti-tp2, rtx5060ti-tp2-fp8"),
+    (["--set", "hicache.hicache_ratio=-2"], "--set hicache.hicache_ratio: hicache.hicache_ratio:"),
+    (["--set", "hicache.bogus=1"], "hicache.bogus: unknown key"),
+])
+def test_bad_input_one_line_exit_2(cli, args, needle):
+    r = cli("plan", *(["--profile", "rtx5060ti-tp2"] if "--profile" not in args else []), *args)
+    assert r.code == 2
+    lines = r.err.strip().splitlines()
+    assert lines[0].startswith("error: ") and needle in lines[0]
+    assert "Traceback" not in r.err and r.out == ""
+
+
+def test_bad_profile_file_lists_every_error_with_file_line(cli, tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("extends: rtx5060ti-tp2\nname: p\nsafety:\n  os_reserve: 1\n  page_cache_floor: 2Gi\nbogus: 1\n")
+    r = cli("plan", "--profile", str(f))
+    assert r.code == 2
+    errs = [l for l in r.err.splitlines() if l.startswith("error: ")]
+    assert [e.split(": ")[1] for e in errs] == [f"{f}:4", f"{f}:5", f"{f}:6"]
+
+
+def test_profiles_list_show_validate(cli):
+    r = cli("profiles", "list", "--format", "json")
+    assert [x["name"] for x in json.loads(r.out)] == ["linux-tp2-l3", "rtx5060ti-tp2", "rtx5060ti-tp2-fp8"]
+    show = cli("profiles", "show", "rtx5060ti-tp2-fp8", "-f", "json")
+    assert json.loads(show.out)["runtime"]["kv_cache"]["dtype"] == "fp8_e4m3"
+    assert cli("profiles", "validate").code == 0
+
+
+def test_profiles_validate_fails_on_a_bad_file(cli, tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("name: bad\nhardware: {gpu_name: x, gpu_count: 0, gpu_vram: 1GiB}\n")
+    r = cli("profiles", "validate", str(f))
+    assert r.code == 2 and f"{f}:2: hardware.gpu_count" in r.err

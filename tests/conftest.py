@@ -1,0 +1,36 @@
+"""Shared fixtures: run the real CLI entry point in-process and capture exit code and streams."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch, tmp_path):
+    """``cli("plan", "--profile", ...)`` runs ``escha_deploy.cli.main.main`` (the console
+    script) and returns its exit code, stdout and stderr. The XDG cache points at a temp dir
+    so no real doctor findings leak into a test."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    monkeypatch.setenv("COLUMNS", "200")
+
+    def run(*args: str) -> CliResult:
+        from escha_deploy.cli.main import main
+
+        code = 0
+        try:
+            main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run

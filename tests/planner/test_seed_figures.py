@@ -1,0 +1,94 @@
+"""The figures the planner must reproduce (DESIGN.md section 5), with their derivation.
+
+The seed (shared/seeds/000) quotes rounded figures: host KV "2.58 GB" and host mamba
+"2.55 GB" per rank at ratio 2, "10.3 GB" pinned at ratio 2 (it summed rounded figures),
+"5.2 GB" at ratio 1. The exact bytes follow from SGLang 0.5.19's formulas.
+"""
+
+import pytest
+
+from escha_deploy.host import described_host
+from escha_deploy.planner import plan
+from escha_deploy.profile import load_profile
+from escha_deploy.units import GiB, MiB
+
+# Per rank at TP 2: 16 full-attention layers x K,V x (2 heads x 256/4 codes + 2 heads x 2 x 4
+# groups x 4 B scales/zeros) = 16 x 2 x (128 + 64)
+HOST_BYTES_PER_TOKEN = 16 * 2 * (128 + 64)
+MAMBA_SLOT = 48 * (5120 * 3 * 2 + 24 * 128 * 128 * 4)
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return load_profile("rtx5060ti-tp2")
+
+
+@pytest.fixture(scope="module")
+def wsl2_box():
+    return described_host(16 * GiB, "wsl2")
+
+
+def test_derivation_constants():
+    assert HOST_BYTES_PER_TOKEN == 6_144
+    assert MAMBA_SLOT == 76_972_032
+
+
+def test_ratio_2_matches_the_seed(ref, wsl2_box):
+    p = plan(ref, wsl2_box, ratio=2)
+    # host tokens: int(210000 x 2) floored to the page of 8, plus one page = 420,008
+    assert p.per_rank.host_kv_tokens == (int(210_000 * 2) // 8 + 1) * 8 == 420_008
+    assert p.per_rank.host_kv_bytes == 420_008 * HOST_BYTES_PER_TOKEN == 2_580_529_152  # seed "2.58 GB"
+    # host slots: int(16 x 2) + 1 = 33
+    assert p.per_rank.host_mamba_slots == 33
+    assert p.per_rank.host_mamba_bytes == 33 * MAMBA_SLOT == 2_540_077_056  # seed "2.55 GB"
+    assert p.pinned_total_bytes == 2 * (2_580_529_152 + 2_540_077_056) == 10_241_212_416  # seed "10.3 GB"
+
+
+def test_ratio_1_matches_the_seed(ref, wsl2_box):
+    p = plan(ref, wsl2_box, ratio=1)
+    assert p.pinned_total_bytes == 2 * (210_008 * 6_144 + 17 * MAMBA_SLOT) == 5_197_627_392  # seed "5.2 GB"
+
+
+def test_device_pools_of_the_seed(ref, wsl2_box):
+    p = plan(ref, wsl2_box, ratio=1)
+    assert p.per_rank.device_kv_tokens == 210_000
+    assert p.per_rank.device_kv_bytes == (210_000 + 8) * 6_144  # one padding page of rows
+    assert p.per_rank.device_mamba_bytes == 17 * MAMBA_SLOT  # 16 slots + the padding slot
+
+
+def test_reference_box_verdicts(ref, wsl2_box):
+    budget = 16 * GiB - 2 * 3 * GiB - 1 * GiB - 2 * GiB  # the safety policy of DESIGN.md section 5
+    assert budget == 7_516_192_768
+    two, one = plan(ref, wsl2_box, ratio=2), plan(ref, wsl2_box, ratio=1)
+    assert two.budget.pinned_budget_bytes == one.budget.pinned_budget_bytes == budget
+    assert (two.verdict, one.verdict) == ("unsafe", "ok")
+    assert any("10.24 GB" in r and "7.52 GB" in r for r in two.reasons)
+    # The patched runtime agrees with the budget; the stock one refuses both: about 9 GiB is
+    # available when the pools are built (16 - 1 - 2 x 3), less than its 10 GiB reserve.
+    assert (two.runtime_check.patched, one.runtime_check.patched) == ("refuse", "accept")
+    assert (two.runtime_check.stock, one.runtime_check.stock) == ("refuse", "refuse")
+    assert one.runtime_check.available_bytes == 9 * GiB
+    assert one.runtime_check.patched_reserve_bytes == 2 * GiB
+
+
+def pinned(ratio):
+    kv = (int(210_000 * ratio) // 8 + 1) * 8 * 6_144
+    mamba = (int(16 * ratio) + 1) * MAMBA_SLOT
+    return 2 * (kv + mamba)
+
+
+def test_largest_safe_and_recommended_ratio(ref, wsl2_box):
+    p = plan(ref, wsl2_box)
+    budget = p.budget.pinned_budget_bytes
+    # just under 1.481: 1.48 leaves 2.3 MB, 1.481 does not fit
+    assert budget - pinned(1.48) == 2_326_528
+    assert pinned(1.481) > budget
+    assert p.max_safe_ratio == 1.48
+    # recommended: the largest on the 0.05 grid with >= 64 MiB headroom: 1.45 (76 MiB); 1.50 no
+    assert budget - pinned(1.45) == 79_790_080 >= 64 * MiB
+    assert pinned(1.50) > budget
+    assert p.recommended_ratio == 1.45
+    # auto picks it, and says why
+    assert (p.verdict, p.hicache.ratio) == ("ok", 1.45)
+    assert any(d.rule == "recommended ratio" and d.value == 1.45 for d in p.decisions)
+    assert p.pinned_total_bytes == pinned(1.45)

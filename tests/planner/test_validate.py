@@ -1,0 +1,99 @@
+"""Configuration rules, each naming its field; and the field reports' configuration cases."""
+
+import pytest
+
+from escha_deploy.host import described_host
+from escha_deploy.planner import plan
+from escha_deploy.profile import load_profile
+from escha_deploy.units import GiB
+
+BOX = described_host(64 * GiB, "linux")
+
+
+def findings(profile, sets=(), **kw):
+    p = plan(load_profile(profile, list(sets)), BOX, **kw)
+    return p, {(f.severity, f.field) for f in p.findings}, " | ".join(f.message for f in p.findings)
+
+
+@pytest.mark.parametrize("sets,field,needle", [
+    (["hicache.hicache_mem_layout=layer_first"], "hicache.hicache_mem_layout", "page_first"),
+    (["hicache.hicache_mem_layout=page_head"], "hicache.hicache_mem_layout", "MambaPoolHost"),
+    (["hicache.hicache_host_memory_mode=buffer_only", "hicache.hicache_storage_backend=mooncake"],
+     "hicache.hicache_host_memory_mode", "FULL/SWA"),
+    (["hicache.hicache_storage_backend=eic"], "hicache.hicache_storage_backend", "NotImplementedError"),
+    (["hicache.hicache_storage_backend=simm"], "hicache.hicache_storage_backend", "NotImplementedError"),
+    (["hicache.hicache_storage_backend=aibrix"], "hicache.hicache_storage_backend", "NotImplementedError"),
+    (["runtime.enable_mixed_chunk=true"], "runtime.enable_mixed_chunk", "sglang#39526"),
+    (["runtime.tp_size=4"], "runtime.tp_size", "gpu_count"),
+    (["runtime.tp_size=2", "model.architecture.num_key_value_heads=3"], "model.architecture.num_key_value_heads",
+     "neither divisible"),
+    (["runtime.kv_cache.dtype=nvfp4"], "runtime.kv_cache.dtype", "scale tensors"),
+    (["runtime.disable_radix_cache=true"], "runtime.disable_radix_cache", "radix cache"),
+    (["runtime.enable_int8_mamba_checkpoint=true"], "runtime.enable_int8_mamba_checkpoint", "HiCache"),
+])
+def test_errors_name_their_field(sets, field, needle):
+    p, fs, text = findings("rtx5060ti-tp2-fp8", sets)
+    assert ("error", field) in fs
+    assert needle in text
+    assert p.verdict == "unsafe"
+    assert any(r.startswith(field) for r in p.reasons)
+
+
+def test_l3_with_int2_is_refused():
+    p, fs, text = findings("rtx5060ti-tp2", ["hicache.hicache_storage_backend=file", "hicache.storage_dir=/tmp/l3"])
+    assert ("error", "hicache.hicache_storage_backend") in fs
+    assert "scales/zeros" in text
+
+
+def test_file_backend_with_hybrid_on_stock_warns_b22_b23():
+    p, fs, text = findings("linux-tp2-l3")
+    assert ("warning", "hicache.hicache_storage_backend") in fs
+    assert "B22/B23" in text
+
+
+def test_int2_without_its_capability():
+    p, fs, text = findings("rtx5060ti-tp2", capabilities=frozenset({"hicache-host-reserve-env"}))
+    assert ("error", "runtime.kv_cache.dtype") in fs and ("error", "model.quantization") in fs
+
+
+def test_int2_page_and_strategy():
+    p, fs, _ = findings("rtx5060ti-tp2", ["runtime.page_size=16", "runtime.mamba_radix_cache_strategy=no_buffer"])
+    assert ("error", "runtime.page_size") in fs and ("error", "runtime.mamba_radix_cache_strategy") in fs
+
+
+def test_mixed_chunk_is_fine_with_the_fix():
+    _, fs, _ = findings("rtx5060ti-tp2-fp8", ["runtime.enable_mixed_chunk=true"],
+                        capabilities=frozenset({"hicache-host-reserve-env", "hicache-host-allocator",
+                                                "mamba-mixed-chunk-fix"}))
+    assert ("error", "runtime.enable_mixed_chunk") not in fs
+
+
+def test_small_host_pool_warns():
+    p = plan(load_profile("rtx5060ti-tp2-fp8"), BOX, ratio=0.5)
+    assert any("not larger than the device pool" in w for w in p.warnings)
+    assert p.verdict == "ok"
+
+
+def test_hicache_size_times_ranks_over_budget_b02():
+    """B02: --hicache-size is per rank; TP x size must fit the budget."""
+    p = plan(load_profile("rtx5060ti-tp2-fp8"), described_host(32 * GiB, "linux"), hicache_size_gb=14)
+    assert p.verdict == "unsafe"
+    assert p.pinned_total_bytes > p.budget.pinned_budget_bytes
+    assert any("hicache_size <=" in r for r in p.reasons)
+
+
+def test_reserve_is_printed_with_both_units_b04():
+    p = plan(load_profile("rtx5060ti-tp2-fp8"), described_host(16 * GiB, "linux"), ratio=1)
+    assert "10.00 GiB reserve" in p.runtime_check.stock_detail and " GB" in p.runtime_check.stock_detail
+
+
+def test_stock_check_quotes_sglangs_message_b01():
+    p = plan(load_profile("rtx5060ti-tp2-fp8"), described_host(16 * GiB, "linux"), ratio=1)
+    assert p.runtime_check.stock == "refuse"
+    assert "Not enough host memory available. Requesting" in p.runtime_check.stock_detail
+    assert "sglang#38156" in p.runtime_check.stock_detail
+
+
+def test_max_running_requests_capped_by_mamba_slots():
+    _, fs, text = findings("rtx5060ti-tp2-fp8", ["runtime.max_running_requests=8"])
+    assert ("warning", "runtime.max_running_requests") in fs and "caps it to 2" in text

@@ -1,0 +1,63 @@
+"""Host facts from this machine's real /proc and cgroup files, and from fixture trees of other
+hosts written from public facts (research/wsl2-facts.md)."""
+
+from pathlib import Path
+
+from escha_deploy.host import (HostFacts, detect_platform, gather_host_facts, read_cgroup_memory,
+                               read_meminfo)
+
+WSL2_OSRELEASE = "5.15.167.4-microsoft-standard-WSL2\n"
+WSL2_VERSION = ("Linux version 5.15.167.4-microsoft-standard-WSL2 (root@f9c826d3017f) (gcc (GCC) 11.2.0, "
+                "GNU ld (GNU Binutils) 2.37) #1 SMP Tue Nov 5 00:21:55 UTC 2024\n")
+
+
+def tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return tmp_path
+
+
+def test_this_machine():
+    mem = read_meminfo()
+    assert mem["MemTotal"] > mem["MemAvailable"] > 0
+    facts = gather_host_facts(use_findings=False)
+    assert facts.source == "live" and facts.mem_total_bytes == mem["MemTotal"]
+    assert facts.platform in ("linux", "wsl2")
+    assert len(facts.host_id) == 16
+
+
+def test_wsl2_vm_with_hugepages(tmp_path):
+    root = tree(tmp_path, {
+        "proc/sys/kernel/osrelease": WSL2_OSRELEASE, "proc/version": WSL2_VERSION,
+        "proc/meminfo": "MemTotal:       16343568 kB\nMemAvailable:   15123456 kB\nHugePages_Total:       4\n"
+                        "Hugepagesize:       2048 kB\n",
+    })
+    assert detect_platform(root) == "wsl2"
+    mem = read_meminfo(root)
+    assert mem["MemTotal"] == 16343568 * 1024 and mem["HugePages_Total"] == 4 and mem["Hugepagesize"] == 2 * 2**20
+
+
+def test_plain_linux_is_not_wsl(tmp_path):
+    root = tree(tmp_path, {"proc/sys/kernel/osrelease": "6.1.0-27-amd64\n", "proc/version": "Linux version 6.1.0-27-amd64\n"})
+    assert detect_platform(root) == "linux"
+
+
+def test_cgroup_v2_limit_and_unlimited(tmp_path):
+    assert read_cgroup_memory(tree(tmp_path / "a", {"sys/fs/cgroup/memory.max": "21474836480\n",
+                                                    "sys/fs/cgroup/memory.current": "1073741824\n"})) == (20 * 2**30, 2**30)
+    assert read_cgroup_memory(tree(tmp_path / "b", {"sys/fs/cgroup/memory.max": "max\n",
+                                                    "sys/fs/cgroup/memory.current": "5\n"})) == (None, 5)
+
+
+def test_cgroup_v1_unlimited_is_none(tmp_path):
+    root = tree(tmp_path, {"sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712\n",
+                           "sys/fs/cgroup/memory/memory.usage_in_bytes": "123\n"})
+    assert read_cgroup_memory(root) == (None, 123)
+
+
+def test_available_now_respects_the_cgroup():
+    h = HostFacts(source="live", platform="linux", mem_total_bytes=100, mem_available_bytes=90,
+                  cgroup_limit_bytes=50, cgroup_usage_bytes=20)
+    assert (h.memory_base_bytes, h.available_now_bytes) == (50, 30)

@@ -1,0 +1,183 @@
+"""Profile loading: extends, overrides, and one clear line per error naming file:line and key."""
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from escha_deploy.errors import BadInput
+from escha_deploy.profile import Profile, list_profiles, load_profile, profile_json_schema
+
+SHIPPED = ["linux-tp2-l3", "rtx5060ti-tp2", "rtx5060ti-tp2-fp8"]
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def errors_of(ref, overrides=()):
+    with pytest.raises(BadInput) as exc:
+        load_profile(str(ref), overrides)
+    return list(exc.value.problems)
+
+
+def test_shipped_profiles_load():
+    assert list_profiles() == SHIPPED
+    for name in SHIPPED:
+        assert load_profile(name).name == name
+
+
+def test_extends_merges_then_validates_once():
+    fp8 = load_profile("rtx5060ti-tp2-fp8")
+    ref = load_profile("rtx5060ti-tp2")
+    assert fp8.hardware == ref.hardware  # inherited whole
+    assert fp8.model.architecture == ref.model.architecture  # inherited inside a merged section
+    assert fp8.model.path != ref.model.path  # overridden inside the same section
+    assert fp8.runtime.kv_cache.dtype == "fp8_e4m3" and fp8.runtime.kv_cache.int2 == ref.runtime.kv_cache.int2
+    assert "int2-kv" not in fp8.runtime.needs
+
+
+def test_set_overrides_parse_yaml_values():
+    p = load_profile("rtx5060ti-tp2", ["hicache.hicache_ratio=1.5", "runtime.needs=[int2-kv]", "safety.os_reserve=2GiB"])
+    assert p.hicache.hicache_ratio == 1.5
+    assert p.runtime.needs == ["int2-kv"]
+    assert p.safety.os_reserve == 2 * 2**30
+
+
+def test_profiles_are_frozen():
+    p = load_profile("rtx5060ti-tp2")
+    with pytest.raises(Exception):
+        p.runtime.tp_size = 4
+
+
+def test_malformed_yaml_names_file_and_line(tmp_path):
+    f = write(tmp_path, "bad.yaml", """\
+        name: bad
+        hardware:
+          gpu_name: [unclosed
+        """)
+    (line,) = errors_of(f)
+    assert line.startswith(f"{f}:4: malformed YAML") or line.startswith(f"{f}:3: malformed YAML")
+
+
+def test_unknown_key_names_its_line(tmp_path):
+    f = write(tmp_path, "typo.yaml", """\
+        extends: rtx5060ti-tp2
+        name: typo
+        hicache:
+          hicache_ration: 2
+        """)
+    assert errors_of(f) == [f"{f}:4: hicache.hicache_ration: unknown key (got 2)"]
+
+
+def test_bad_unit_and_bare_number_each_get_a_line(tmp_path):
+    f = write(tmp_path, "units.yaml", """\
+        extends: rtx5060ti-tp2
+        name: units
+        safety:
+          os_reserve: 1Gi
+          page_cache_floor: 2
+        """)
+    lines = errors_of(f)
+    assert len(lines) == 2
+    assert lines[0].startswith(f"{f}:4: safety.os_reserve: unknown unit 'Gi'")
+    assert lines[1].startswith(f"{f}:5: safety.page_cache_floor: a bare number is ambiguous: write 2GiB or 2GB")
+
+
+def test_negative_ratio(tmp_path):
+    f = write(tmp_path, "neg.yaml", """\
+        extends: rtx5060ti-tp2
+        name: neg
+        hicache:
+          hicache_ratio: -1
+        """)
+    (line,) = errors_of(f)
+    assert line.startswith(f"{f}:4: hicache.hicache_ratio:") and "greater than 0" in line
+
+
+def test_missing_required_key_points_at_its_parent(tmp_path):
+    f = write(tmp_path, "missing.yaml", """\
+        name: missing
+        hardware:
+          gpu_name: X
+          gpu_count: 1
+        model:
+          path: /m
+          weights_per_rank: 1GB
+          architecture: {model_type: llama, num_hidden_layers: 2, num_key_value_heads: 2, head_dim: 64}
+        """)
+    assert errors_of(f) == [f"{f}:2: hardware.gpu_vram: required key is missing"]
+
+
+def test_errors_from_a_parent_name_the_parent_file(tmp_path):
+    parent = write(tmp_path, "parent.yaml", """\
+        extends: rtx5060ti-tp2
+        name: parent
+        runtime:
+          tp_size: zero
+        """)
+    child = write(tmp_path, "child.yaml", """\
+        extends: ./parent.yaml
+        name: child
+        """)
+    (line,) = errors_of(child)
+    assert line.startswith(f"{parent.resolve()}:4: runtime.tp_size:")
+
+
+def test_set_override_errors_name_the_option():
+    lines = errors_of("rtx5060ti-tp2", ["runtime.tp_size=-2"])
+    assert lines == ["--set runtime.tp_size: runtime.tp_size: Input should be greater than 0 (got -2)"]
+
+
+def test_unknown_profile_lists_known_ones():
+    (line,) = errors_of("rtx9999")
+    assert line == "unknown profile 'rtx9999': known profiles are " + ", ".join(SHIPPED)
+
+
+def test_extends_cycle_is_refused(tmp_path):
+    write(tmp_path, "a.yaml", "extends: ./b.yaml\nname: a\n")
+    write(tmp_path, "b.yaml", "extends: ./a.yaml\nname: b\n")
+    (line,) = errors_of(tmp_path / "a.yaml")
+    assert "extends itself" in line
+
+
+def test_every_field_is_documented():
+    """A docs-drift check (style-anchors rule 16): every profile field has a description."""
+    schema = profile_json_schema()
+    missing = []
+    for name, model in schema["$defs"].items():
+        for field, spec in model.get("properties", {}).items():
+            if "description" not in spec and not ("$ref" in spec or "allOf" in spec):
+                missing.append(f"{name}.{field}")
+    assert missing == []
+
+
+def test_committed_json_schema_is_current():
+    import json
+
+    from escha_deploy.paths import catalog_dir
+
+    committed = json.loads((catalog_dir() / "profile.schema.json").read_text())
+    assert committed == profile_json_schema(), "run: python scripts/gen_profile_schema.py"
+
+
+def test_shipped_profiles_carry_the_schema_modeline():
+    from escha_deploy.paths import profiles_dir
+
+    for f in profiles_dir().glob("*.yaml"):
+        assert "yaml-language-server: $schema=../escha_deploy/catalog/profile.schema.json" in f.read_text().splitlines()[0]
+
+
+def test_reference_profile_documents_every_section_key():
+    """The commented reference profile names every key of the sections it sets."""
+    from escha_deploy.paths import profiles_dir
+
+    text = (profiles_dir() / "rtx5060ti-tp2.yaml").read_text()
+    for section in ("hardware", "hicache", "safety"):
+        model = Profile.model_fields[section].annotation
+        for field in model.model_fields:
+            if field in ("storage_dir", "storage_max_size", "max_ratio", "min_ratio"):
+                continue  # documented in linux-tp2-l3.yaml and profile.py
+            assert f"  {field}:" in text, f"{section}.{field} missing from the reference profile"
