@@ -1,0 +1,36 @@
+"""``escha-deploy compose``: render compose.yaml for a profile (the same container settings
+as ``up``), to stdout or a file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .options import ProfileOpt, SetOpt
+
+EXAMPLES = """
+Examples:
+
+  escha-deploy compose --profile rtx5060ti-tp2-fp8 > compose.yaml
+"""
+
+
+def register(app: typer.Typer) -> None:
+    from .app import PANEL_LIFECYCLE
+
+    @app.command("compose", rich_help_panel=PANEL_LIFECYCLE, epilog=EXAMPLES)
+    def compose(
+        profile: ProfileOpt,
+        set_: SetOpt = None,
+        output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
+    ) -> None:
+        """Render a docker compose file for a profile."""
+        from escha_deploy.launch.compose import render_profile
+
+        text = render_profile(profile, list(set_ or []))
+        if output:
+            output.write_text(text)
+        else:
+            typer.echo(text, nl=False)

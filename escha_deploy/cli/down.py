@@ -1,0 +1,45 @@
+"""``escha-deploy down``: SIGTERM, grace period, then kill; returns when the ports are free.
+Exit 0 also when nothing runs. The L3 directory (a bind mount) is never deleted."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from .options import OptionalProfileOpt
+
+EXAMPLES = """
+Examples:
+
+  escha-deploy down --profile rtx5060ti-tp2-fp8
+
+  escha-deploy down            # every container escha-deploy started
+"""
+
+
+def register(app: typer.Typer) -> None:
+    from .app import PANEL_LIFECYCLE
+
+    @app.command("down", rich_help_panel=PANEL_LIFECYCLE, epilog=EXAMPLES)
+    def down(
+        profile: OptionalProfileOpt = None,
+        timeout: Annotated[Optional[int], typer.Option(
+            "--timeout", help="Grace seconds after SIGTERM (default: the container's stop timeout).")] = None,
+    ) -> None:
+        """Stop the server container(s)."""
+        from escha_deploy.launch import lifecycle
+
+        from .output import info
+
+        stopped = lifecycle.down(_profile_name(profile), timeout_s=timeout)
+        info("down: " + (", ".join(stopped) + " stopped" if stopped else "nothing running"))
+
+
+def _profile_name(ref: str | None) -> str | None:
+    """A profile reference as the name its containers are labelled with."""
+    if ref is None or not (ref.endswith((".yaml", ".yml")) or "/" in ref):
+        return ref
+    from escha_deploy.profile import load_profile
+
+    return load_profile(ref).name

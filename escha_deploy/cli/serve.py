@@ -1,0 +1,30 @@
+"""``escha-deploy serve``: the container entrypoint and native launcher. Re-plans against what
+it sees, then runs SGLang as a supervised child (signals forwarded, secrets redacted, a failed
+exit diagnosed). Exit 3 before anything starts (unsafe plan, missing capability, no GPU);
+the child's code after a forwarded SIGTERM/SIGINT; 4 on any other failure."""
+
+from __future__ import annotations
+
+import typer
+
+from .options import DryRunOpt, ProfileOpt, SetOpt
+
+EXAMPLES = """
+Examples:
+
+  escha-deploy serve --profile rtx5060ti-tp2-fp8
+
+  ESCHA_SKIP_GPU_PREFLIGHT=1 escha-deploy serve --profile rtx5060ti-tp2-fp8   # tests only
+"""
+
+
+def register(app: typer.Typer) -> None:
+    from .app import PANEL_RUNTIME
+
+    @app.command("serve", rich_help_panel=PANEL_RUNTIME, epilog=EXAMPLES)
+    def serve(profile: ProfileOpt, set_: SetOpt = None, dry_run: DryRunOpt = False) -> None:
+        """Run the SGLang server in the foreground (inside the container, or natively)."""
+        from escha_deploy.launch import lifecycle
+
+        code = lifecycle.serve(profile, list(set_ or []), dry_run=dry_run)
+        raise typer.Exit(code)

@@ -1,0 +1,81 @@
+"""``escha-deploy up``: preflight, create and start the server container, wait until it
+really serves, check the logged sizes against the plan. Exit 3 at preflight (nothing
+created), 4 when the server fails or is not ready in time."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from .options import DryRunOpt, FormatOpt, OutputFormat, ProfileOpt, SetOpt
+
+EXAMPLES = """
+Examples:
+
+  escha-deploy up --profile rtx5060ti-tp2-fp8 --detach
+
+  escha-deploy up --profile rtx5060ti-tp2-fp8 --dry-run --format json
+"""
+
+
+def register(app: typer.Typer) -> None:
+    from .app import PANEL_LIFECYCLE
+
+    @app.command("up", rich_help_panel=PANEL_LIFECYCLE, epilog=EXAMPLES)
+    def up(
+        profile: ProfileOpt,
+        set_: SetOpt = None,
+        dry_run: DryRunOpt = False,
+        build: Annotated[bool, typer.Option("--build", help="Build the image first when absent.")] = False,
+        detach: Annotated[bool, typer.Option(
+            "--detach", "-d", help="Return once ready (default: follow the log; Ctrl-C stops it).")] = False,
+        timeout: Annotated[Optional[float], typer.Option(
+            "--timeout", help="Seconds to wait for ready (default: container.ready_timeout_s).")] = None,
+        format: FormatOpt = OutputFormat.table,
+    ) -> None:
+        """Start the server for a profile and wait until it serves."""
+        from escha_deploy.launch import lifecycle
+
+        from .output import info, print_json
+
+        overrides = list(set_ or [])
+        if dry_run:
+            from escha_deploy.launch import docker as dk
+
+            try:
+                client = dk.connect(timeout_s=3)
+            except Exception:  # noqa: BLE001 - a dry run works without a daemon
+                client = None
+            prep = lifecycle.prepare(profile, overrides, client=client, need_image=False)
+            data = prep.dry_run()
+            if format is OutputFormat.json:
+                print_json(data)
+            else:
+                import shlex
+
+                import yaml
+
+                for w in data["warnings"]:
+                    info(f"warning: {w}")
+                typer.echo("# container (docker-py containers.create arguments)")
+                typer.echo(yaml.safe_dump(data["container"], sort_keys=False).rstrip())
+                typer.echo("# server argv (inside the container, run by `escha-deploy serve`)")
+                typer.echo(shlex.join(data["argv"]))
+            return
+        res = lifecycle.up(profile, overrides, timeout_s=timeout, build=build)
+        if format is OutputFormat.json:
+            print_json(res.__dict__)
+        else:
+            if res.note:
+                info(f"up: {res.note}")
+            else:
+                info(f"up: ready in {res.ready_seconds:.1f} s")
+            typer.echo(f"{res.profile}\t{res.state}\t{res.endpoint}\t{res.container}")
+        if not detach and not res.note:
+            try:
+                lifecycle.logs(res.profile, follow=True, tail=0)
+            except KeyboardInterrupt:
+                pass
+            finally:
+                lifecycle.down(res.profile)

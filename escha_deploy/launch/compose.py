@@ -1,0 +1,133 @@
+"""compose.yaml rendered from the same ``ContainerSpec`` as ``up``, as a dict dumped by PyYAML.
+
+The file must not depend on the machine that renders it (the committed ``compose.yaml`` is
+checked against a fresh render), so it carries no plan digest and plans nothing: ``serve``
+plans inside the container at start. Settings follow ``docker.create_args``; what compose
+cannot express is said in the header (the restart policy cannot change once ready, so it is
+``"no"``: a crash loop of pinned allocations can bring down a WSL2 host).
+
+Checked by ``docker-compose config`` (Debian's 1.29) and, where a packaged copy exists, the
+compose specification's JSON schema (tests/launch/test_compose.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from escha_deploy.launch_spec import ContainerSpec
+
+from .docker import LABEL_PLAN_DIGEST, PROFILE_TARGET
+
+#: Where the image is built from (the repository root, issue 3's Dockerfile.hicache).
+DOCKERFILE = "Dockerfile.hicache"
+
+
+def _header(profile: str) -> str:
+    return (
+        f"# Rendered by `escha-deploy compose --profile {profile}`; do not edit by hand\n"
+        "# (tests check that this file equals a fresh render).\n"
+        "#\n"
+        "# docker compose up -d   # (or Debian's docker-compose 1.29) builds Dockerfile.hicache and\n"
+        "# runs `escha-deploy serve`, which plans against what the container sees and starts SGLang.\n"
+        "# `escha-deploy up` does the same through docker-py, plus a preflight, a ready wait, the\n"
+        "# restart policy switch once ready and a plan-vs-server drift check.\n"
+    )
+
+
+def render(spec: ContainerSpec, *, build: bool = True) -> dict[str, Any]:
+    """The compose document for ``spec`` as a dict (service name ``sglang``)."""
+    svc: dict[str, Any] = {}
+    if build:
+        svc["build"] = {"context": ".", "dockerfile": DOCKERFILE}
+    svc["image"] = spec.image
+    svc["container_name"] = spec.name
+    svc["entrypoint"] = list(spec.entrypoint)
+    svc["command"] = list(spec.command)
+    svc["init"] = spec.init
+    if spec.ipc_mode:
+        svc["ipc"] = spec.ipc_mode
+    if spec.shm_size_bytes:
+        svc["shm_size"] = spec.shm_size_bytes
+    svc["ulimits"] = {k: {"soft": s, "hard": h} for k, (s, h) in sorted(spec.ulimits.items())}
+    svc["ports"] = [f"{spec.port_host_ip}:{spec.port_host}:{spec.port_container}"]
+    env = dict(sorted(spec.environment.items()))
+    if env:
+        svc["environment"] = env
+    vols = [
+        {"type": m.kind, "source": m.source, "target": m.target, "read_only": m.read_only}
+        for m in spec.mounts
+    ]
+    if spec.profile_file:
+        vols.append({"type": "bind", "source": spec.profile_file, "target": PROFILE_TARGET,
+                     "read_only": True})
+    if vols:
+        svc["volumes"] = vols
+    secrets = {}
+    if spec.secret_files:
+        svc["secrets"] = []
+        for target, source in sorted(spec.secret_files.items()):
+            name = target.rsplit("/", 1)[-1]
+            secrets[name] = {"file": source}
+            svc["secrets"].append({"source": name, "target": name})
+    dev: dict[str, Any] = {"driver": "nvidia", "capabilities": ["gpu"]}
+    if isinstance(spec.gpus, list):
+        dev["device_ids"] = list(spec.gpus)
+    elif spec.gpu_count and spec.platform != "wsl2":
+        dev["count"] = spec.gpu_count
+    else:
+        dev["count"] = "all"
+    if not (isinstance(spec.gpus, list) and not spec.gpus):
+        svc["deploy"] = {"resources": {"reservations": {"devices": [dev]}}}
+    svc["security_opt"] = list(spec.security_opt)
+    if spec.cap_drop:
+        svc["cap_drop"] = list(spec.cap_drop)
+    if spec.cap_add:
+        svc["cap_add"] = list(spec.cap_add)
+    svc["labels"] = {k: v for k, v in sorted(spec.labels.items()) if k != LABEL_PLAN_DIGEST}
+    svc["stop_signal"] = "SIGTERM"
+    svc["stop_grace_period"] = f"{spec.stop_timeout_s}s"
+    svc["restart"] = "no"
+    port = spec.port_container
+    svc["healthcheck"] = {
+        # The image has Python; no curl needed. /health: sglang/srt/entrypoints/http_server.py.
+        "test": ["CMD", "python3", "-c",
+                 f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/health', timeout=5)"],
+        "interval": "30s",
+        "timeout": "10s",
+        "retries": 3,
+        "start_period": "1800s",
+    }
+    doc: dict[str, Any] = {"services": {"sglang": svc}}
+    if secrets:
+        doc["secrets"] = secrets
+    return doc
+
+
+def dump(doc: dict[str, Any], profile: str) -> str:
+    """YAML text with the header comment (PyYAML, insertion order kept)."""
+    return _header(profile) + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=100)
+
+
+def render_profile(profile_ref: str, overrides: Sequence[str] = ()) -> str:
+    """Load a profile and render its compose.yaml text.
+
+    The container half of a ``LaunchSpec`` does not depend on host memory, but
+    ``build_launch_spec`` takes a plan; it gets one made against a described Linux host of
+    64 GiB (``host.described_host``), so the render is the same on every machine. ``serve``
+    plans for real inside the container.
+    """
+    from escha_deploy.host import described_host
+    from escha_deploy.launch_spec import build_launch_spec
+    from escha_deploy.planner import plan as make_plan
+    from escha_deploy.profile import load_profile
+
+    from .lifecycle import _profile_file
+
+    profile = load_profile(profile_ref, overrides)
+    plan = make_plan(profile, described_host(64 * 2**30, "linux"))
+    spec = build_launch_spec(plan, profile, overrides=list(overrides),
+                             profile_file=_profile_file(profile_ref)).container
+    return dump(render(spec), profile.name)

@@ -1,0 +1,454 @@
+"""`up`, `down`, `status`, `logs` and `serve` as functions the thin CLI modules call.
+
+``up`` is gather, plan, apply (style-anchors rule 1): load the profile, read the host and the
+image, plan, build the container spec, run the preflight (every failure exits 3 and creates
+nothing), then create/start through docker-py, wait for ready, switch the restart policy,
+and check the logged sizes against the plan.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from escha_deploy.errors import BadInput, Failed, Refused
+
+from .redact import Redactor
+
+#: The documented test switch: `serve` skips its GPU preflight (so the real image can be
+#: started on a machine without a GPU and reach SGLang's child process). Never set in production.
+SKIP_GPU_PREFLIGHT_ENV = "ESCHA_SKIP_GPU_PREFLIGHT"
+#: Test switch for sandboxes whose Docker cannot raise RLIMIT_MEMLOCK (no CAP_SYS_RESOURCE:
+#: runc fails with "error setting rlimit type 8"): memlock becomes this process's hard limit.
+#: The stand-in tests set it; a real deployment never does (pinned pools need memlock -1).
+CLAMP_MEMLOCK_ENV = "ESCHA_TEST_CLAMP_MEMLOCK"
+
+
+def _profile_file(ref: str) -> str | None:
+    """The host path to mount when ``ref`` names a file rather than a shipped profile."""
+    p = Path(ref)
+    if p.suffix in (".yaml", ".yml") or os.sep in ref:
+        return str(p.resolve()) if p.is_file() else None
+    return None
+
+
+def read_secret(path: str, what: str) -> str:
+    """The first line of a secret file, stripped. Raises ``BadInput`` naming the file."""
+    try:
+        value = Path(path).read_text().strip().splitlines()[0].strip()
+    except (OSError, IndexError):
+        raise BadInput(f"{what}: cannot read a value from {path}") from None
+    if not value:
+        raise BadInput(f"{what}: {path} is empty")
+    return value
+
+
+def image_capabilities(client, image: str) -> list[str] | None:
+    """Capabilities an image declares: its ``io.escha.runtime.capabilities`` label, else the
+    runtime description file read from the image; None for a stock image."""
+    from escha_deploy.runtime.description import RuntimeDescription, capabilities_from_labels
+
+    from . import docker as dk
+
+    labels = dk.image_labels(client, image) or {}
+    caps = capabilities_from_labels(labels)
+    if caps is not None:
+        return caps
+    from escha_deploy.capabilities import RUNTIME_DESCRIPTION_PATH
+
+    raw = dk.read_file_from_image(client, image, RUNTIME_DESCRIPTION_PATH)
+    if raw is None:
+        return None
+    try:
+        return list(RuntimeDescription.model_validate(json.loads(raw)).capabilities)
+    except ValueError:
+        raise BadInput(f"{image}:{RUNTIME_DESCRIPTION_PATH}: not a runtime description") from None
+
+
+@dataclass
+class Prepared:
+    """Everything `up` decided before touching the daemon's state."""
+
+    profile: Any
+    plan: Any
+    launch: Any  # LaunchSpec
+    spec: Any  # its ContainerSpec
+    args: dict[str, Any]
+    argv: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+    def dry_run(self) -> dict[str, Any]:
+        """What `up --dry-run` prints: the container config and the server argv, redacted."""
+        r = Redactor()
+        return {
+            "profile": self.profile.name,
+            "verdict": self.plan.verdict,
+            "hicache": self.plan.hicache.enabled,
+            "container": json.loads(r(json.dumps(self.args))),
+            "argv": [r(a) for a in self.argv],
+            "warnings": self.warnings,
+        }
+
+
+def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_image: bool = True) -> Prepared:
+    """Load, gather, plan and build the spec; refuse (``Refused``, exit 3) on an unsafe plan,
+    missing capabilities or an unlaunchable spec. With ``client``, also reads the image's
+    capabilities (``need_image``: a missing image is refused)."""
+    from escha_deploy.host import gather_host_facts
+    from escha_deploy.planner import plan as make_plan
+    from escha_deploy.profile import load_profile
+    from escha_deploy.runtime.description import require_capabilities
+
+    from . import docker as dk
+
+    profile = load_profile(profile_ref, overrides)
+    platform = None if profile.hardware.platform == "any" else profile.hardware.platform
+    host = gather_host_facts(platform=platform, l3_dir=profile.hicache.storage_dir)
+    caps: list[str] | None = None
+    warnings: list[str] = []
+    if client is not None:
+        if dk.image_labels(client, profile.container.image) is None:
+            if need_image:
+                raise Refused(
+                    f"container.image: {profile.container.image} is not present",
+                    hint="build it (`escha-deploy up --build`, or `escha-deploy build`)",
+                )
+        else:
+            caps = image_capabilities(client, profile.container.image)
+            require_capabilities(caps, profile.runtime.needs, profile.container.image)
+    plan = make_plan(profile, host, capabilities=None if caps is None else frozenset(caps))
+    if plan.verdict == "unsafe":
+        raise Refused(*[f"plan: {r}" for r in plan.reasons] or ["plan: unsafe"],
+                      hint="`escha-deploy plan --profile NAME` shows the budget")
+    if plan.verdict == "hicache_off":
+        warnings.append("plan: HiCache is off for this host (" + "; ".join(plan.reasons) + ")")
+    from escha_deploy.launch_spec import build_launch_spec
+
+    launch = build_launch_spec(plan, profile, overrides=list(overrides),
+                               profile_file=_profile_file(profile_ref))
+    spec = launch.container
+    problems = dk.check_spec(spec)
+    if problems:
+        raise Refused(*problems)
+    return Prepared(profile, plan, launch, spec, dk.create_args(spec), list(launch.argv), warnings)
+
+
+# --------------------------------------------------------------------------- up
+
+
+@dataclass
+class UpResult:
+    profile: str
+    container: str
+    endpoint: str
+    state: str
+    ready_seconds: float | None
+    drift: list[str]
+    note: str = ""
+
+
+class _LogPump:
+    """Follows a container's log in a thread; ``take()`` returns lines seen since last call."""
+
+    def __init__(self, container) -> None:
+        from . import docker as dk
+
+        self.q: queue.Queue[str] = queue.Queue()
+        self.all: list[str] = []
+        self._t = threading.Thread(target=self._run, args=(dk, container), daemon=True)
+        self._t.start()
+
+    def _run(self, dk, container) -> None:
+        try:
+            for line in dk.log_lines(container, follow=True):
+                self.q.put(line)
+        except Exception:  # noqa: BLE001 - the container went away; the waiter sees it
+            pass
+
+    def take(self) -> list[str]:
+        out = []
+        while True:
+            try:
+                out.append(self.q.get_nowait())
+            except queue.Empty:
+                break
+        self.all.extend(out)
+        return out
+
+
+def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | None = None,
+       build: bool = False, progress=None) -> UpResult:
+    """Start the profile's server and return once it is ready (see module docstring).
+
+    Raises ``Refused`` (3) at preflight, with nothing created; ``Failed`` (4) when the server
+    exits or is not ready in time (the diagnosis lines are its problems).
+    """
+    from escha_deploy.cli.output import info, warn
+
+    from . import docker as dk
+    from .diagnose import Facts, diagnose
+    from .drift import compare, parse_sizes
+    from .ready import Probe, wait_ready
+
+    from escha_deploy.profile import load_profile
+
+    client = dk.connect()
+    wants_gpus = load_profile(profile_ref, overrides).container.gpus != []
+    if wants_gpus and dk.gpu_runtime(client) is None:
+        raise Refused(
+            "docker: no NVIDIA GPU runtime (docker info lists no nvidia runtime or CDI spec); "
+            "the server needs GPUs",
+            hint="install the NVIDIA Container Toolkit and restart Docker; `escha-deploy doctor` checks it",
+        )
+    if build:
+        _build_image(client, profile_ref, overrides)
+    prep = prepare(profile_ref, overrides, client=client)
+    spec = prep.spec
+    for w in prep.warnings:
+        warn(w)
+    endpoint = f"http://{'127.0.0.1' if spec.port_host_ip in ('0.0.0.0', '127.0.0.1') else spec.port_host_ip}:{spec.port_host}"
+    # One container per profile: running -> no-op; anything else is stale and replaced.
+    for c in dk.find(client, prep.profile.name):
+        policy = (c.attrs.get("HostConfig", {}).get("RestartPolicy") or {}).get("Name") or "no"
+        if c.status in ("running", "restarting") and policy != "no":
+            return UpResult(prep.profile.name, c.name, endpoint, "running", None, [],
+                            note=f"already running (container {c.name}); nothing to do")
+        # Never confirmed ready (restart policy still "no": an `up` died while starting) or
+        # exited: stale. Stop with the grace period (sglang#22779: never SIGKILL first), remove.
+        info(f"up: replacing stale container {c.name} ({c.status}, never confirmed ready)"
+             if c.status == "running" else f"up: replacing stale container {c.name} ({c.status})")
+        pub = dk.published(c)
+        dk.stop(c, spec.stop_timeout_s)
+        if pub:
+            dk.wait_port_free(*pub)
+    owner = dk.port_owner(client, spec.port_host_ip, spec.port_host)
+    if owner:
+        raise Refused(f"container.port: {spec.port_host_ip}:{spec.port_host} is held by {owner}",
+                      hint="stop it, or set container.port to a free port")
+    api_key = (read_secret(prep.profile.container.api_key_file, "container.api_key_file")
+               if prep.profile.container.api_key_file else None)
+    args = prep.args
+    if os.environ.get(CLAMP_MEMLOCK_ENV) == "1":
+        import resource
+
+        hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+        args = {**args, "ulimits": [u if u["name"] != "memlock" else {**u, "soft": hard, "hard": hard}
+                                    for u in args["ulimits"]]}
+        warn(f"up: {CLAMP_MEMLOCK_ENV}=1: memlock clamped to {hard} B (test switch)")
+    c = dk.create_and_start(client, args)
+    info(f"up: started {c.name} ({c.short_id}) from {spec.image}; waiting for {endpoint}")
+    pump = _LogPump(c)
+    probe = Probe(endpoint, api_key)
+
+    def alive() -> bool:
+        c.reload()
+        return c.status in ("created", "running")
+
+    timeout = float(timeout_s if timeout_s is not None else prep.profile.container.ready_timeout_s)
+    try:
+        res = wait_ready(probe, timeout_s=timeout, alive=alive, new_lines=pump.take,
+                         on_phase=progress or (lambda ph: info(f"up: {ph}")))
+    finally:
+        probe.close()
+    if not res.ready:
+        time.sleep(0.2)
+        pump.take()
+        code = None
+        if res.reason == "server exited":
+            c.reload()
+            code = c.attrs.get("State", {}).get("ExitCode")
+        else:
+            dk.stop(c, spec.stop_timeout_s)
+            pump.take()
+        diag = diagnose(pump.all, Facts(exit_code=code, hicache_enabled=prep.plan.hicache.enabled,
+                                        platform=prep.plan.platform,
+                                        timed_out=res.reason == "timed out",
+                                        health_ok=res.health_ok, generate_ok=res.generate_ok))
+        raise Failed(*diag.lines())
+    dk.set_restart_after_ready(c, spec.restart_after_ready)
+    drift = compare(planned_sizes(prep.plan), parse_sizes(pump.all))
+    lines = [i.line() for i in drift.items]
+    for ln in lines:
+        warn(ln)
+    return UpResult(prep.profile.name, c.name, endpoint, "running", round(res.seconds, 3), lines)
+
+
+def planned_sizes(plan: Any):
+    """The plan's per-rank figures as ``drift.PlannedSizes`` (planner/result.py ``PerRank``)."""
+    from .drift import PlannedSizes
+
+    pr = plan.per_rank
+    hic = plan.hicache.enabled
+    return PlannedSizes(
+        kv_tokens=pr.device_kv_tokens,
+        host_kv_tokens=pr.host_kv_tokens if hic else None,
+        host_kv_bytes=pr.host_kv_bytes if hic else None,
+        host_mamba_bytes=(pr.host_mamba_bytes or None) if hic else None,
+        device_mamba_slots=pr.device_mamba_slots or None,
+    )
+
+
+def _build_image(client, profile_ref: str, overrides: Sequence[str]) -> None:
+    """``--build``: build the profile's image from Dockerfile.hicache (issue 3's build)."""
+    try:
+        from escha_deploy.runtime.build import build_image  # type: ignore[import-not-found]
+    except ImportError:
+        raise Refused("--build: the image build (escha_deploy.runtime.build) is not available "
+                      "in this version; run `escha-deploy build`") from None
+    from escha_deploy.profile import load_profile
+
+    build_image(load_profile(profile_ref, overrides).container.image)
+
+
+# --------------------------------------------------------------------------- down/status/logs
+
+
+def down(profile: str | None, *, timeout_s: int | None = None) -> list[str]:
+    """Stop and remove the profile's containers (all of this tool's when ``profile`` is None):
+    SIGTERM, the stop timeout, then kill; returns once their ports are free. Bind-mounted
+    folders (the L3 directory) and volumes are left alone. Returns the names stopped."""
+    from . import docker as dk
+
+    client = dk.connect()
+    stopped = []
+    for c in dk.find(client, profile):
+        pub = dk.published(c)
+        grace = timeout_s if timeout_s is not None else int(
+            c.labels.get(dk.LABEL_STOP_TIMEOUT) or c.attrs["Config"].get("StopTimeout") or 60)
+        dk.stop(c, grace)
+        if pub and not dk.wait_port_free(*pub):
+            port = pub[1]
+            raise Failed(f"down: port {port} still busy after stopping {c.name}")
+        stopped.append(c.name)
+    return stopped
+
+
+def status(profile: str | None) -> list[dict[str, Any]]:
+    """One row per container of this tool: state, endpoint, plan digest, uptime (s).
+    Raises ``Refused`` (exit 3, as systemctl is-active) when nothing is there."""
+    import datetime as dt
+
+    from . import docker as dk
+
+    client = dk.connect()
+    rows = []
+    for c in dk.find(client, profile):
+        st = c.attrs.get("State", {})
+        started = st.get("StartedAt", "")
+        uptime = None
+        if c.status == "running" and started:
+            t0 = dt.datetime.fromisoformat(started[:26].rstrip("Z") + "+00:00")
+            uptime = round((dt.datetime.now(dt.timezone.utc) - t0).total_seconds(), 1)
+        host_ip, port = dk.published(c) or ("-", 0)
+        rows.append({
+            "profile": c.labels.get(dk.LABEL_PROFILE, ""),
+            "container": c.name,
+            "state": c.status,
+            "endpoint": f"http://{host_ip}:{port}" if port else "-",
+            "plan_digest": c.labels.get(dk.LABEL_PLAN_DIGEST, "")[:16],
+            "image": (c.attrs.get("Config", {}) or {}).get("Image", ""),
+            "uptime_s": uptime,
+            "restart_policy": (c.attrs.get("HostConfig", {}).get("RestartPolicy") or {}).get("Name", ""),
+        })
+    if not rows:
+        raise Refused(f"status: nothing running{' for profile ' + profile if profile else ''}")
+    return rows
+
+
+def logs(profile: str | None, *, follow: bool, tail: int | str = "all", out=None) -> None:
+    """Print the container's log (redacted) to ``out`` (stdout: the log is the result here).
+    Raises ``Refused`` (3) when there is no container."""
+    from . import docker as dk
+
+    out = out or sys.stdout
+    client = dk.connect()
+    found = dk.find(client, profile)
+    if not found:
+        raise Refused(f"logs: nothing running{' for profile ' + profile if profile else ''}")
+    r = Redactor()
+    try:
+        for line in dk.log_lines(found[0], follow=follow, tail=tail):
+            out.write(r(line) + "\n")
+            out.flush()
+    except KeyboardInterrupt:
+        pass
+
+
+# --------------------------------------------------------------------------- serve
+
+
+def _gpu_present() -> bool:
+    """A CUDA device node exists (``/dev/nvidia0``, or ``/dev/dxg`` under WSL2)."""
+    return Path("/dev/nvidia0").exists() or Path("/dev/dxg").exists()
+
+
+def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = False) -> int:
+    """The container entrypoint and native launcher; returns the exit status.
+
+    Re-plans against what it sees (host facts read inside the container: cgroup limit,
+    /dev/shm, the image's runtime description at /etc/escha/runtime.json), refuses (3) an
+    unsafe plan or missing capabilities before anything starts, then runs SGLang's argv as a
+    supervised child (``native.supervise``): 0 on success, the child's code after a forwarded
+    signal, 4 on any other failure with the diagnosis printed. ``ESCHA_SKIP_GPU_PREFLIGHT=1``
+    (tests only) skips the GPU check. The API key (from ``LaunchSpec.api_key_file``) reaches
+    SGLang through a private ``--config`` file, never a command line; the HF token through
+    the child's environment (``HF_TOKEN``).
+    """
+    from escha_deploy import flags
+    from escha_deploy.cli.output import info, warn
+    from escha_deploy.host import gather_host_facts
+    from escha_deploy.launch_spec import build_launch_spec
+    from escha_deploy.planner import plan as make_plan
+    from escha_deploy.profile import load_profile
+    from escha_deploy.runtime.description import read_description, require_capabilities
+
+    from .diagnose import Facts
+    from .native import supervise
+
+    profile = load_profile(profile_ref, overrides)
+    desc = read_description()
+    caps = list(desc.capabilities) if desc is not None else None
+    require_capabilities(caps, profile.runtime.needs, "this runtime (/etc/escha/runtime.json)")
+    platform = None if profile.hardware.platform == "any" else profile.hardware.platform
+    host = gather_host_facts(platform=platform, l3_dir=profile.hicache.storage_dir)
+    plan = make_plan(profile, host, capabilities=frozenset(caps or ()))
+    if plan.verdict == "unsafe":
+        raise Refused(*[f"plan: {r}" for r in plan.reasons] or ["plan: unsafe"])
+    if plan.verdict == "hicache_off":
+        warn("plan: HiCache is off here (" + "; ".join(plan.reasons) + ")")
+    spec = build_launch_spec(plan, profile, native=not host.in_container)
+    api_key = read_secret(spec.api_key_file, "api key file") if spec.api_key_file else None
+    hf_token = (read_secret(spec.hf_token_file, "hf token file")
+                if spec.hf_token_file and Path(spec.hf_token_file).is_file() else None)
+    env = dict(os.environ)
+    env.update(spec.env)
+    if hf_token:
+        env["HF_TOKEN"] = hf_token
+    argv = list(spec.argv)
+    if os.environ.get("ESCHA_SGLANG_PYTHON") and argv and argv[0].startswith("python"):
+        argv[0] = os.environ["ESCHA_SGLANG_PYTHON"]
+    if dry_run:
+        r = Redactor([api_key or "", hf_token or ""])
+        print(json.dumps({"argv": [r(a) for a in argv], "env": {k: r(v) for k, v in spec.env.items()},
+                          "verdict": plan.verdict}, indent=2))
+        return 0
+    if not _gpu_present() and os.environ.get(SKIP_GPU_PREFLIGHT_ENV) != "1":
+        raise Refused("serve: no CUDA GPU device in this environment (/dev/nvidia0, /dev/dxg)",
+                      hint="start the container with GPUs (escha-deploy up does)")
+    info(f"serve: {profile.name}: plan {plan.verdict}, HiCache {'on' if plan.hicache.enabled else 'off'}; "
+         "starting SGLang")
+    try:
+        outcome = supervise(argv, env=env, secrets=[s for s in (api_key, hf_token) if s],
+                            config_flag=flags.CONFIG_FLAG, config_secrets=flags.secret_config(api_key),
+                            facts=Facts(hicache_enabled=plan.hicache.enabled, platform=plan.platform))
+    except OSError as exc:
+        raise Failed(f"serve: cannot start {argv[0] if argv else 'the server'}: {exc}") from None
+    return outcome.exit_code

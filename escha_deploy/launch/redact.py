@@ -1,0 +1,52 @@
+"""Secret redaction for everything escha-deploy prints about a launch.
+
+SGLang 0.5.19 logs every server argument at startup, the API key included:
+``sglang/srt/entrypoints/engine.py`` does ``logger.info(f"server_args={server_args.resolved_dict()}")``,
+so the line reads ``[2026-11-29 16:20:00] server_args={'model_path': ..., 'api_key': 'sk-...',
+'admin_api_key': None, ...}`` (a Python dict repr; older releases printed a dataclass repr,
+``api_key='sk-...'``). ``Redactor`` masks
+
+1. every known secret value, wherever it appears (the supervisor knows the values it passes);
+2. the value of any secret-named field in those two reprs, even when the value is unknown
+   (a key set some other way);
+3. Hugging Face tokens (``hf_`` + 30 or more letters and digits) and ``Bearer`` credentials.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+MASK = "***"
+
+#: ServerArgs fields that carry secrets (sglang/srt/server_args.py, "API related" and SSL).
+SECRET_FIELDS: tuple[str, ...] = ("api_key", "admin_api_key", "ssl_keyfile_password", "hf_token")
+
+_FIELD_RE = re.compile(
+    r"""(?P<head>['"]?(?:%s)['"]?\s*[:=]\s*)(?P<q>['"])(?P<val>(?:\\.|(?!(?P=q)).)*)(?P=q)"""
+    % "|".join(SECRET_FIELDS)
+)
+_HF_TOKEN_RE = re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")
+_BEARER_RE = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{4,}")
+
+#: Secret values shorter than this are not replaced literally (they would mask common words);
+#: the field patterns still mask them where SGLang prints them.
+MIN_LITERAL = 6
+
+
+class Redactor:
+    """Callable ``str -> str`` that masks secrets (see module docstring)."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        vals = sorted({s for s in secrets if s and len(s) >= MIN_LITERAL}, key=len, reverse=True)
+        self._literal = re.compile("|".join(re.escape(v) for v in vals)) if vals else None
+
+    def __call__(self, text: str) -> str:
+        if self._literal is not None:
+            text = self._literal.sub(MASK, text)
+        text = _FIELD_RE.sub(
+            lambda m: m.group("head") + m.group("q") + (MASK if m.group("val") else "") + m.group("q"),
+            text,
+        )
+        text = _HF_TOKEN_RE.sub(MASK, text)
+        return _BEARER_RE.sub(lambda m: m.group(1) + MASK, text)

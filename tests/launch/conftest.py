@@ -1,0 +1,103 @@
+"""Fixtures for the launch tests: a real Docker daemon, the local Debian base image, the
+STAND-IN server image (tests/launch/standin/, built per behaviour), and a leak check that fails
+a test leaving any container, network or volume behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+STANDIN_DIR = HERE / "standin"
+STANDIN_PROFILE = STANDIN_DIR / "profile.yaml"
+BASE_IMAGE = "escha-test-base:bookworm"
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run the real CLI in a fresh process (exit codes and streams as a user sees them)."""
+    env = dict(env if env is not None else os.environ)
+    env.setdefault("ESCHA_TEST_CLAMP_MEMLOCK", "1")  # this sandbox's Docker cannot raise memlock
+    return subprocess.run([sys.executable, "-m", "escha_deploy.cli.main", *args], capture_output=True,
+                          text=True, env=env, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    if shutil.which("dockerd") is None and shutil.which("docker") is None:
+        pytest.skip("no docker installed")
+    r = subprocess.run([str(HERE / "dockerd.sh")], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"no Docker daemon: {r.stderr.strip()[:200]}")
+    import docker
+
+    return docker.from_env()
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_client):
+    r = subprocess.run([str(HERE / "base_image.sh"), BASE_IMAGE], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot make the Debian base image: {r.stderr.strip()[-300:]}")
+    return BASE_IMAGE
+
+
+def planned_sizes_for(profile_ref: str = str(STANDIN_PROFILE), overrides=()) -> dict:
+    """The stand-in profile's planned per-rank figures on this host (what `up` compares)."""
+    from escha_deploy.host import gather_host_facts
+    from escha_deploy.launch.lifecycle import planned_sizes
+    from escha_deploy.planner import plan
+    from escha_deploy.profile import load_profile
+
+    p = load_profile(profile_ref, overrides)
+    pl = plan(p, gather_host_facts(platform="linux"), capabilities=frozenset(p.runtime.needs))
+    return planned_sizes(pl).model_dump()
+
+
+@pytest.fixture(scope="session")
+def standin_image(docker_client, base_image, tmp_path_factory):
+    """Factory: build the stand-in image with a behaviour; returns its tag."""
+    built: dict[str, str] = {}
+
+    def make(tag: str, *, mode: str = "ok", startup_s: float = 0.0, sizes: dict | None = None,
+             port: int = 30123) -> str:
+        if tag in built:
+            return built[tag]
+        ctx = tmp_path_factory.mktemp(f"standin-{tag.replace(':', '-')}")
+        shutil.copy(STANDIN_DIR / "server.py", ctx / "server.py")
+        shutil.copy(STANDIN_DIR / "Dockerfile", ctx / "Dockerfile")
+        cfg = {"mode": mode, "startup_s": startup_s, "port": port,
+               "sizes": sizes if sizes is not None else planned_sizes_for()}
+        (ctx / "config.json").write_text(json.dumps(cfg))
+        docker_client.images.build(path=str(ctx), tag=tag, buildargs={"BASE": base_image}, rm=True,
+                                   forcerm=True)
+        built[tag] = tag
+        return tag
+
+    return make
+
+
+def _inventory(client) -> tuple[set, set, set]:
+    return ({c.id for c in client.containers.list(all=True)},
+            {n.id for n in client.networks.list()},
+            {v.id for v in client.volumes.list()})
+
+
+@pytest.fixture
+def no_leaks(docker_client):
+    """Fail when a test leaves a container, network or volume behind (cleaning up after)."""
+    before = _inventory(docker_client)
+    yield
+    after = _inventory(docker_client)
+    leaked = [ids - b for ids, b in zip(after, before)]
+    for cid in leaked[0]:
+        try:
+            docker_client.containers.get(cid).remove(force=True)
+        except Exception:
+            pass
+    assert not any(leaked), f"left behind: containers {leaked[0]}, networks {leaked[1]}, volumes {leaked[2]}"
