@@ -140,3 +140,14 @@ def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L
         if profile.hicache.storage_max_size:
             env["SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"] = str(profile.hicache.storage_max_size)
     return env
+
+
+#: SGLang's ``--config`` option (``sglang/srt/server_args.py`` ``prepare_server_args`` and
+#: ``utils/server_args_config_parser.py``): a YAML file whose keys become flags. ``serve`` passes
+#: secrets through it (a private 0600 file) so they never appear in any command line.
+CONFIG_FLAG = "--config"
+
+
+def secret_config(api_key: str | None) -> dict[str, str]:
+    """The ``--config`` YAML entries carrying secrets (``--api-key``), keyed as SGLang's flags."""
+    return {"api-key": api_key} if api_key else {}

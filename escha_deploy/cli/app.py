@@ -11,8 +11,17 @@ import typer
 
 #: Verb modules, in help order. Add a module here when you add a verb.
 VERB_MODULES: tuple[str, ...] = (
+    "up",
+    "down",
+    "status",
+    "logs",
+    "compose",
+    "serve",
+    "plan",
+    "profiles",
     "doctor",
     "runtime",
+    "bench",
 )
 
 PANEL_LIFECYCLE = "Lifecycle"
