@@ -106,7 +106,7 @@ def locate(sglang_dir: str | Path | None = None, python: str | None = None) -> L
     python = python or os.environ.get(ENV_SGLANG_PYTHON)
     if python:
         try:
-            out = subprocess.run([python, "-I", "-c", _FIND_SPEC], capture_output=True,
+            out = subprocess.run([python, "-c", _FIND_SPEC], capture_output=True,
                                  text=True, timeout=60, check=True).stdout
         except (OSError, subprocess.CalledProcessError) as exc:
             raise BadInput(f"{ENV_SGLANG_PYTHON}/--python {python}: cannot run it ({exc})") from None

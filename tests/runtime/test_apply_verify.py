@@ -1,0 +1,248 @@
+"""``escha-deploy runtime apply | verify | inventory | describe`` on a real unpacked sglang
+0.5.19 wheel: the patched tree equals base + deltas, and one changed byte (in a file the series
+does not touch, and separately in one it does) makes ``verify`` name the file and exit 3."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from escha_deploy.capabilities import SERIES_CAPABILITIES
+from escha_deploy.cli.main import main
+from escha_deploy.errors import Refused
+from escha_deploy.runtime import inventory as inv
+from escha_deploy.runtime import patching
+from escha_deploy.runtime.description import (
+    LABEL_CAPABILITIES,
+    capabilities_from_labels,
+    read_description,
+    require_capabilities,
+)
+
+pytestmark = pytest.mark.wheel
+
+UNTOUCHED = "srt/mem_cache/pool_host/mla.py"
+TOUCHED = "srt/mem_cache/pool_host/base.py"
+
+
+def run(*args: str) -> int:
+    try:
+        return main(list(args))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+def _flip_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+@pytest.fixture
+def applied(site, tmp_path):
+    state = tmp_path / "state"
+    assert run("runtime", "apply", "--sglang-dir", str(site / "sglang"),
+               "--state-dir", str(state)) == 0
+    return site / "sglang", state
+
+
+def _verify(pkg: Path, state: Path, *extra: str) -> int:
+    return run("runtime", "verify", "--sglang-dir", str(pkg), "--state-dir", str(state), *extra)
+
+
+def test_apply_then_verify_ok(applied, capsys):
+    pkg, state = applied
+    capsys.readouterr()
+    assert _verify(pkg, state, "--format", "json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and out["files"] == 4371 + 3
+    desc = read_description(state / "runtime.json")
+    assert desc.capabilities == list(SERIES_CAPABILITIES)
+    assert desc.base == "wheel:cp311-cp311-manylinux_2_34_x86_64"
+    assert desc.base_inventory_committed and desc.sglang_version == "0.5.19"
+    assert desc.inventory_digest == out["expected_digest"]
+    assert desc.labels()[LABEL_CAPABILITIES] == ",".join(SERIES_CAPABILITIES)
+
+
+@pytest.mark.parametrize("rel", [UNTOUCHED, TOUCHED])
+def test_one_changed_byte_is_named(applied, capsys, rel):
+    pkg, state = applied
+    _flip_byte(pkg / rel)
+    capsys.readouterr()
+    assert _verify(pkg, state) == 3
+    err = capsys.readouterr().err
+    assert f"changed: sglang/{rel}" in err
+    assert err.count("error:") == 1
+
+
+def test_missing_and_extra_files_are_named(applied, capsys):
+    pkg, state = applied
+    (pkg / UNTOUCHED).unlink()
+    (pkg / "srt" / "surprise.py").write_text("x = 1\n")
+    (pkg / "srt" / "__pycache__").mkdir(exist_ok=True)
+    (pkg / "srt" / "__pycache__" / "ignored.cpython-311.pyc").write_bytes(b"\0")
+    capsys.readouterr()
+    assert _verify(pkg, state) == 3
+    err = capsys.readouterr().err
+    assert f"missing: sglang/{UNTOUCHED}" in err and "extra: sglang/srt/surprise.py" in err
+    assert "pycache" not in err
+
+
+def test_verify_never_reads_deltas_from_the_tree(applied, capsys):
+    """A tampered patched file AND a tampered saved copy: the clean copy is checked against the
+    base inventory, so verify refuses instead of trusting either."""
+    pkg, state = applied
+    _flip_byte(state / "base-files" / TOUCHED)
+    capsys.readouterr()
+    assert _verify(pkg, state) == 3
+    assert "clean copy does not match the base inventory" in capsys.readouterr().err
+
+
+def test_verify_against_the_wheel_as_clean_base(applied, sglang_wheel):
+    pkg, state = applied
+    assert _verify(pkg, state, "--base-wheel", str(sglang_wheel)) == 0
+
+
+def test_apply_twice_refuses_with_base_drift(applied, capsys):
+    pkg, state = applied
+    capsys.readouterr()
+    assert run("runtime", "apply", "--sglang-dir", str(pkg), "--state-dir", str(state)) == 3
+    err = capsys.readouterr().err
+    assert f"base drift against cp311-cp311-manylinux_2_34_x86_64.json: changed: sglang/{TOUCHED}" in err
+
+
+def test_unpatched_tree_fails_verify(site, tmp_path, capsys):
+    pkg = site / "sglang"
+    assert _verify(pkg, tmp_path / "none") == 3
+    assert "no base inventory" not in capsys.readouterr().err  # the wheel's is committed
+
+
+def test_reject_writes_nothing(site, tmp_path, capsys):
+    pkg = site / "sglang"
+    target = pkg / "srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py"
+    target.write_bytes(target.read_bytes().replace(b"kv_host_pool_cls(", b"kv_host_pool_klass(", 1))
+    # an image built from git: no dist-info tag, so the base is recorded, not checked
+    for d in site.glob("sglang-*.dist-info"):
+        (d / "WHEEL").write_text("Wheel-Version: 1.0\n")
+    before = inv.scan(pkg)
+    assert run("runtime", "apply", "--sglang-dir", str(pkg), "--state-dir",
+               str(tmp_path / "s"), "--base-ref", "example/sglang:git") == 3
+    err = capsys.readouterr().err
+    assert "no committed base inventory for image:example/sglang:git" in err
+    assert ("0003-transfer-geometry-check.patch: "
+            "sglang/srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py: hunk #") in err
+    assert inv.scan(pkg) == before
+
+
+def test_unknown_base_is_recorded_and_deltas_still_checked(site, tmp_path, capsys):
+    pkg = site / "sglang"
+    (pkg / "srt" / "local_fork_note.py").write_text("# a base built from git\n")
+    for d in site.glob("sglang-*.dist-info"):
+        (d / "WHEEL").write_text("Wheel-Version: 1.0\n")
+    state = tmp_path / "s"
+    assert run("runtime", "apply", "--sglang-dir", str(pkg), "--state-dir", str(state),
+               "--base-ref", "example/sglang@sha256:" + "0" * 64) == 0
+    err = capsys.readouterr().err
+    recorded = inv.read_inventory(state / "base-inventory.json")[0]
+    assert f"digest {recorded['digest']}" in err
+    desc = read_description(state / "runtime.json")
+    assert not desc.base_inventory_committed and desc.base.startswith("image:example/sglang@")
+    assert _verify(pkg, state) == 0
+    _flip_byte(pkg / TOUCHED)
+    assert _verify(pkg, state) == 3
+
+
+OVERLAY = """\
+Subject: example INT2 KV overlay (a stand-in for a fork's patch: one new file)
+Capabilities: int2-kv
+
+--- /dev/null
++++ b/sglang/srt/mem_cache/pool_host/int2_example.py
+@@ -0,0 +1,1 @@
++INT2 = True
+--- a/sglang/srt/mem_cache/pool_host/escha_transfer_geometry.py
++++ b/sglang/srt/mem_cache/pool_host/escha_transfer_geometry.py
+@@ -1,1 +1,2 @@
++# int2 overlay was here
+ \"\"\"Refuse a HiCache host pool whose per-token widths disagree with its device pool.
+"""
+
+
+def test_overlay_appends_capability_and_its_deltas(site, tmp_path, capsys):
+    pkg = site / "sglang"
+    ov = tmp_path / "overlays"
+    ov.mkdir()
+    (ov / "9001-int2-example.patch").write_text(OVERLAY)
+    state = tmp_path / "s"
+    assert run("runtime", "apply", "--sglang-dir", str(pkg), "--state-dir", str(state),
+               "--overlay-dir", str(ov)) == 0
+    desc = read_description(state / "runtime.json")
+    assert desc.capabilities == [*SERIES_CAPABILITIES, "int2-kv"]
+    assert desc.series[-1].source == "overlay"
+    assert (pkg / "srt/mem_cache/pool_host/int2_example.py").is_file()
+    # verify re-applies from the saved overlay copy onto clean base copies
+    assert _verify(pkg, state) == 0
+    # the overlay in the user's folder changed after the build: refused, named
+    (ov / "9001-int2-example.patch").write_text(OVERLAY.replace("True", "False"))
+    capsys.readouterr()
+    assert _verify(pkg, state, "--overlay-dir", str(ov)) == 3
+    assert "the patches differ from those applied" in capsys.readouterr().err
+
+
+def test_expected_capabilities_must_match(site, tmp_path, capsys):
+    assert run("runtime", "apply", "--sglang-dir", str(site / "sglang"), "--state-dir",
+               str(tmp_path / "s"), "--expect-capabilities", "hicache-host-reserve-env") == 3
+    assert "build argument capabilities" in capsys.readouterr().err
+
+
+def test_inventory_of_wheel_and_deltas(sglang_wheel, capsys, tmp_path):
+    out_file = tmp_path / "inv.json"
+    assert run("runtime", "inventory", "--wheel", str(sglang_wheel), "--deltas", "--format",
+               "json", "--output", str(out_file)) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["files"] == 4371 and data["bytes"] == 85_169_375
+    assert data["matches_committed"] is True
+    committed = json.loads((patching.series_dir() / "deltas.json").read_text())["deltas"]
+    assert {k: [v["size"], v["sha256"]] for k, v in data["deltas"].items()} == committed
+    assert inv.read_inventory(out_file)[0]["digest"] == data["digest"]
+
+
+def test_wheel_record_hashes_agree(sglang_wheel):
+    assert inv.record_check(sglang_wheel) == 4371
+
+
+def test_describe(applied, capsys):
+    pkg, state = applied
+    capsys.readouterr()
+    assert run("runtime", "describe", "--description", str(state / "runtime.json")) == 0
+    assert "capabilities: hicache-host-reserve-env" in capsys.readouterr().out
+    assert run("runtime", "describe", "--description", str(state / "nope.json")) == 3
+
+
+def test_require_capabilities_names_missing():
+    require_capabilities(list(SERIES_CAPABILITIES), ["hicache-host-allocator"], "img")
+    with pytest.raises(Refused) as exc:
+        require_capabilities(None, ["int2-kv", "w2-weights"], "/etc/escha/runtime.json")
+    assert exc.value.problems == (
+        "/etc/escha/runtime.json: runtime lacks capability 'int2-kv'",
+        "/etc/escha/runtime.json: runtime lacks capability 'w2-weights'",
+    )
+    assert capabilities_from_labels({}) is None
+    assert capabilities_from_labels({LABEL_CAPABILITIES: "a,b"}) == ["a", "b"]
+
+
+def test_locate_through_interpreter_without_importing(site, tmp_path):
+    """``--python`` runs find_spec in SGLang's interpreter; an ``__init__`` that exits when
+    imported proves locating never imports sglang."""
+    import os
+    import sys
+
+    (site / "sglang" / "__init__.py").write_text("raise SystemExit('imported!')\n")
+    wrapper = tmp_path / "sglang-python"
+    wrapper.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    os.chmod(wrapper, 0o755)
+    located = inv.locate(python=str(wrapper))
+    assert located.package_dir == (site / "sglang").resolve()
+    assert located.version == "0.5.19" and located.wheel_tag.startswith("cp311")
