@@ -93,9 +93,9 @@ def write_description(desc: RuntimeDescription, path: str | Path = RUNTIME_DESCR
 
 
 def capabilities_from_labels(labels: dict[str, str] | None) -> list[str] | None:
-    """The capabilities an image's labels declare; ``None`` when it carries no such label (then
-    read the file from the image)."""
-    if not labels or LABEL_CAPABILITIES not in labels:
+    """The capabilities an image's labels declare; ``None`` when the label is absent or empty
+    (then read the file from the image: a plain `docker build` leaves the label empty)."""
+    if not labels or not labels.get(LABEL_CAPABILITIES):
         return None
     return [c for c in labels[LABEL_CAPABILITIES].split(",") if c]
 

@@ -12,7 +12,8 @@ tree being verified:
   ``--base-wheel``.
 
 The state directory (default ``/etc/escha``, beside ``runtime.json``) holds ``runtime.json``,
-``base-inventory.json``, ``base-files/`` and ``overlays/`` (a copy of the applied overlays).
+``base-inventory.json`` (only for a base with no committed inventory), ``base-files/`` and
+``overlays/`` (a copy of the applied overlays).
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def _remove_stale_pyc(package_dir: Path, rel: str) -> None:
 
 
 def _check_expected(value: str | None, actual: list[str], what: str) -> list[str]:
-    if value is None:
+    if not value:  # not given (a plain `docker build` passes an empty build argument)
         return []
     want = [x for x in value.split(",") if x]
     if want != actual:
@@ -168,8 +169,11 @@ def apply(
             dst = saved / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(pkg / rel, dst)
-    inv.write_inventory(state_dir / "base-inventory.json", base_id(located, base_ref),
-                        located.version, base)
+    recorded = state_dir / "base-inventory.json"
+    if committed is None:  # a committed base is read from runtime_patches/base at verify time
+        inv.write_inventory(recorded, base_id(located, base_ref), located.version, base)
+    else:
+        recorded.unlink(missing_ok=True)
     ov_copy = state_dir / "overlays"
     if ov_copy.exists():
         shutil.rmtree(ov_copy)

@@ -1,0 +1,118 @@
+"""``escha-deploy build``: build the stock or the patched (``--hicache``) image with docker-py.
+
+The classic builder (docker-py's ``APIClient.build``; no BuildKit, no buildx here), with the
+build's own step lines as progress on stderr. The series, its capabilities and the base image
+are passed as build arguments; the Dockerfile mirrors them in ``io.escha.`` labels and
+``runtime apply --expect-*`` refuses a build whose series disagrees. A failed step is reported
+with escha-deploy's own ``error:`` lines from the build log (a reject names the patch and file).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from escha_deploy.cli.app import PANEL_RUNTIME
+from escha_deploy.cli.options import FormatOpt, OutputFormat
+
+OFFICIAL_BASE = "lmsysorg/sglang:v0.5.19"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def build_args(base_image: str, python_version: str, wheelhouse: str, overlay_dir: str,
+               patches: list | None) -> dict[str, str]:
+    """The Dockerfiles' build arguments. ``patches`` (series + overlays) for the hicache image,
+    ``None`` for the stock one."""
+    from escha_deploy.runtime.series import capabilities_of
+
+    args = {"BASE_IMAGE": base_image, "PYTHON_VERSION": python_version, "WHEELHOUSE": wheelhouse}
+    if patches is not None:
+        args.update({
+            "OVERLAY_DIR": overlay_dir,
+            "ESCHA_SERIES": ",".join(p.name for p in patches),
+            "ESCHA_CAPABILITIES": ",".join(capabilities_of(patches)),
+        })
+    return args
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("build", rich_help_panel=PANEL_RUNTIME)
+    def build_cmd(
+        hicache: Annotated[bool, typer.Option(
+            "--hicache/--stock", help="Dockerfile.hicache (our series + overlays) or "
+            "docker/Dockerfile (stock runtime, no patches).")] = True,
+        base_image: Annotated[str, typer.Option(
+            "--base-image", help="The SGLang 0.5.19 image to build on; pin it by digest "
+            "(NAME@sha256:...).")] = OFFICIAL_BASE,
+        python_version: Annotated[str, typer.Option(
+            "--python-version", help="python3's version in the base image (official image "
+            "3.12, the Debian test base 3.11); picks the wheelhouse.")] = "3.12",
+        tag: Annotated[Optional[str], typer.Option(
+            "--tag", "-t", help="Image name. Default escha-sglang:0.5.19-hicache or -stock.")] = None,
+        context: Annotated[Optional[Path], typer.Option(
+            "--context", help="Build context: an escha-deploy source checkout. Default: this "
+            "one.")] = None,
+        overlay_dir: Annotated[str, typer.Option(
+            "--overlay-dir", help="Folder of your overlays, relative to the context.")]
+            = "runtime_overlays",
+        fmt: FormatOpt = OutputFormat.table,
+    ) -> None:
+        """Build the runtime image (classic builder, progress on stderr)."""
+        import docker
+        from docker.errors import APIError, DockerException
+
+        from escha_deploy.cli.output import info, print_json, warn
+        from escha_deploy.errors import BadInput, Failed, Refused
+        from escha_deploy.paths import PACKAGE_DIR
+        from escha_deploy.runtime import patching
+
+        ctx = (context or PACKAGE_DIR.parent).resolve()
+        dockerfile = "Dockerfile.hicache" if hicache else "docker/Dockerfile"
+        if not (ctx / dockerfile).is_file():
+            raise BadInput(f"--context {ctx}: no {dockerfile} (build from a source checkout)")
+        wheelhouse = f"build/wheelhouse-py{python_version}"
+        if not any((ctx / wheelhouse).glob("escha_deploy-*.whl")):
+            raise BadInput(f"{ctx / wheelhouse}: no escha-deploy wheelhouse for Python "
+                           f"{python_version}",
+                           hint=f"scripts/build-wheelhouse.sh {python_version}")
+        patches = None
+        if hicache:
+            if not (ctx / overlay_dir).is_dir():
+                raise BadInput(f"--overlay-dir {overlay_dir}: not a folder under {ctx}")
+            patches = patching.load_patches(ctx / overlay_dir)
+        if "@sha256:" not in base_image:
+            warn(f"--base-image {base_image} is not pinned by digest; the build is not "
+                 "reproducible (use NAME@sha256:...)")
+        args = build_args(base_image, python_version, wheelhouse, overlay_dir, patches)
+        tag = tag or f"escha-sglang:0.5.19-{'hicache' if hicache else 'stock'}"
+        try:
+            client = docker.APIClient(version="auto")
+            stream = client.build(path=str(ctx), dockerfile=dockerfile, tag=tag, buildargs=args,
+                                  rm=True, forcerm=True, decode=True)
+            image_id, log_tail, error = None, [], None
+            for chunk in stream:
+                if "stream" in chunk:
+                    # the classic builder wraps a step's stderr in ANSI colour codes
+                    for line in _ANSI.sub("", chunk["stream"]).splitlines():
+                        if line.strip():
+                            log_tail = (log_tail + [line])[-200:]
+                            info(line)
+                if "aux" in chunk and "ID" in chunk["aux"]:
+                    image_id = chunk["aux"]["ID"]
+                if "error" in chunk:
+                    error = chunk["error"].strip()
+        except (DockerException, APIError) as exc:
+            raise Failed(f"docker: {exc}", hint="is dockerd running? (.ci/dockerd.sh)") from None
+        if error is not None:
+            ours = [ln.removeprefix("error: ") for ln in log_tail if ln.startswith("error: ")]
+            raise Refused(*(ours or [error]), f"build of {dockerfile} failed: {error}")
+        labels = client.inspect_image(tag)["Config"]["Labels"] or {}
+        result = {"image": tag, "id": image_id, "dockerfile": dockerfile,
+                  "base_image": base_image, "labels": labels}
+        if fmt == OutputFormat.json:
+            print_json(result)
+        else:
+            print(f"built {tag} ({image_id}) from {dockerfile} on {base_image}")
