@@ -1,0 +1,88 @@
+"""SGLang's Prometheus counters, read from ``GET /metrics`` into snapshots and deltas.
+
+The server exposes ``/metrics`` only when started with ``--enable-metrics`` (SGLang 0.5.19
+``utils/common.py`` ``add_prometheus_middleware``). The text is parsed with
+``prometheus_client``'s own parser, the library SGLang writes it with.
+
+Counters the bench and the canary read (names from SGLang 0.5.19
+``observability/metrics_collector.py``):
+
+- ``sglang:cached_tokens_total{cache_source=device|host|storage_<backend>|total}``: cached prompt
+  tokens by tier, counted when a request finishes (``observe_one_finished_request``); the
+  ``total`` label is the fallback when the request had no per-tier breakdown.
+- ``sglang:prompt_tokens_total``: prompt tokens of finished requests.
+- ``sglang:load_back_tokens_total{pool=kv|mamba|swa|...}``: tokens loaded back from the host
+  pool (L2) to the device (``SchedulerMetricsCollector.increment_load_back_num_tokens``,
+  called from ``hiradix_cache.py`` and ``unified_radix_cache.py``). Exists only with HiCache.
+- ``sglang:hicache_backup_tokens_total{pool}``, ``sglang:evicted_tokens_total``: device to host
+  backups and device evictions.
+- gauges ``sglang:hicache_host_total_tokens`` / ``sglang:hicache_host_used_tokens`` (host pool
+  capacity and use, HiCache only) and ``sglang:mamba_usage`` (hybrid models).
+
+Scheduler-side series carry a ``tp_rank`` label and are exported by TP rank 0 unless
+``--enable-metrics-for-all-schedulers``; ``Snapshot.total`` keeps rank 0 when that label is
+present so a TP 2 server is not counted twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+CACHED_TOKENS = "sglang:cached_tokens_total"
+PROMPT_TOKENS = "sglang:prompt_tokens_total"
+LOAD_BACK_TOKENS = "sglang:load_back_tokens_total"
+BACKUP_TOKENS = "sglang:hicache_backup_tokens_total"
+EVICTED_TOKENS = "sglang:evicted_tokens_total"
+HOST_TOTAL_TOKENS = "sglang:hicache_host_total_tokens"
+HOST_USED_TOKENS = "sglang:hicache_host_used_tokens"
+MAMBA_USAGE = "sglang:mamba_usage"
+
+_Key = tuple[str, tuple[tuple[str, str], ...]]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One scrape: sample name plus sorted labels -> value (float, as Prometheus sends it)."""
+
+    samples: dict[_Key, float] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str) -> "Snapshot":
+        """Parse Prometheus text exposition. Raises ``ValueError`` on malformed text."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        out: dict[_Key, float] = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                out[(s.name, tuple(sorted(s.labels.items())))] = float(s.value)
+        return cls(out)
+
+    def has(self, name: str) -> bool:
+        """Whether any series of sample ``name`` is present."""
+        return any(k[0] == name for k in self.samples)
+
+    def total(self, name: str, **match: str) -> float:
+        """Sum of the series of ``name`` whose labels include ``match``.
+
+        Where series carry ``tp_rank``, only ``tp_rank="0"`` counts (each TP rank of one
+        scheduler group reports the same tokens).
+        """
+        total = 0.0
+        for (n, labels), v in self.samples.items():
+            if n != name:
+                continue
+            d = dict(labels)
+            if "tp_rank" in d and d["tp_rank"] != "0":
+                continue
+            if all(d.get(k) == val for k, val in match.items()):
+                total += v
+        return total
+
+    def labels_of(self, name: str, label: str) -> set[str]:
+        """The values that ``label`` takes on the series of ``name``."""
+        return {dict(l).get(label, "") for (n, l) in self.samples if n == name} - {""}
+
+
+def delta(after: Snapshot, before: Snapshot, name: str, **match: str) -> float:
+    """``after.total(name, **match) - before.total(name, **match)`` (counters only grow)."""
+    return after.total(name, **match) - before.total(name, **match)

@@ -1,0 +1,200 @@
+"""The measurements on one server: cold prefill, decode at batch 1, N concurrent prefixes.
+
+Order (each step's prompts come from ``prompts`` under its own namespace, so steps share no
+prefix): a short warm-up (not measured: the first request pays for JIT and graph capture),
+the cold prefill, decode at batch 1, the first pass, the second pass. The first seed's
+"Measured" table is the shape (shared/seeds, 2 x RTX 5060 Ti, TP 2): cold prefill 1010 vs
+964 tok/s, decode 51.5 vs 50.7 tok/s, 8 concurrent distinct 18K prefixes second pass 5.2 s
+vs 1.6 s, HiCache off vs on.
+
+- Cold prefill tokens/s = (prompt_tokens - cached_tokens) / time to the first streamed token.
+- Decode tokens/s = (completion_tokens - tokens in the first chunk) / (last chunk - first
+  chunk), with ``ignore_eos`` so the length is fixed. Streamed tokens arrive in chunks of
+  ``--stream-interval`` tokens; the count per chunk comes from ``token_ids``.
+- A pass sends N requests at once (each a distinct prefix plus a question) and takes the wall
+  time from the first send to the last ``[DONE]``. The second pass asks a different question
+  after the same prefix, so everything but the question can come from the cache; its cached
+  share and the source of that figure come from ``cached_figure``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from .client import Completion, ServerClient
+from .metrics import CACHED_TOKENS, LOAD_BACK_TOKENS, Snapshot, delta
+from .models import (
+    CachedFigure,
+    DecodeResult,
+    PassResult,
+    PrefillResult,
+    ServerFacts,
+    ServerRun,
+    WorkloadSpec,
+)
+from .prompts import make_prompt
+
+#: Cached tokens at or below this count still count as cold (a page of a shared first token
+#: or two; SGLang's page size is 1 to 64 tokens).
+COLD_SLACK_TOKENS = 64
+
+Step = Callable[[str], None]
+
+
+def cached_figure(
+    done: list[Completion],
+    facts: ServerFacts,
+    before: Snapshot | None,
+    after: Snapshot | None,
+) -> CachedFigure:
+    """The cached share of ``done`` and its source (see ``models.CachedFigure``).
+
+    Response fields are preferred over metrics, because metrics count every request that
+    finished during the pass. A missing ``prompt_tokens_details`` reads as 0 only once the
+    server is known to report (``/server_info`` says ``enable_cache_report`` or a response of
+    this set carried the field), since SGLang 0.5.19 omits it for 0
+    (``UsageProcessor._details_if_cached``); the same rule holds for ``sglext``
+    (``OutputStreamer.get_cached_tokens_details`` returns ``None`` when nothing was cached).
+    """
+    prompt = sum(c.prompt_tokens for c in done)
+    cached: int | None = None
+    source = None
+    note = None
+    if facts.cache_report or any(c.usage_cached is not None for c in done):
+        cached = sum(c.usage_cached or 0 for c in done)
+        source = "usage.prompt_tokens_details.cached_tokens"
+    elif any(c.details is not None for c in done):
+        cached = sum(c.cached_total() or 0 for c in done)
+        source = "sglext.cached_tokens_details"
+    elif before is not None and after is not None:
+        cached = int(delta(after, before, CACHED_TOKENS))
+        source = "metrics:sglang:cached_tokens_total"
+        note = "from server metrics: counts every request that finished during the pass"
+    else:
+        note = (
+            "no cached-token report: start the server with --enable-cache-report "
+            "or --enable-metrics (escha-deploy up sets both)"
+        )
+    host: int | None = None
+    host_source = None
+    if any(c.details is not None for c in done):
+        host = sum(int((c.details or {}).get("host") or 0) for c in done)
+        host_source = "sglext.cached_tokens_details.host"
+    elif before is not None and after is not None and facts.hicache is not False:
+        host = int(delta(after, before, CACHED_TOKENS, cache_source="host"))
+        host_source = "metrics:sglang:cached_tokens_total{cache_source=host}"
+    load_back = None
+    if before is not None and after is not None and after.has(LOAD_BACK_TOKENS):
+        load_back = {
+            pool: int(delta(after, before, LOAD_BACK_TOKENS, pool=pool))
+            for pool in sorted(after.labels_of(LOAD_BACK_TOKENS, "pool"))
+        }
+    share = (cached / prompt) if (cached is not None and prompt > 0) else None
+    return CachedFigure(
+        prompt_tokens=prompt, cached_tokens=cached, share=share, source=source,
+        host_tokens=host, host_source=host_source, load_back_tokens=load_back, note=note,
+    )
+
+
+async def _pass(
+    client: ServerClient, facts: ServerFacts, prompts: list, answer_tokens: int, seed: int
+) -> PassResult:
+    before = await client.metrics() if facts.metrics else None
+    done = await asyncio.gather(
+        *(client.complete(p.payload, answer_tokens, seed=seed) for p in prompts)
+    )
+    wall = max(c.t_end for c in done) - min(c.t_start for c in done)
+    after = await client.metrics() if facts.metrics else None
+    return PassResult(
+        requests=len(done),
+        wall_s=wall,
+        prompt_tokens=sum(c.prompt_tokens for c in done),
+        cached=cached_figure(list(done), facts, before, after),
+    )
+
+
+async def run_workload(
+    client: ServerClient, facts: ServerFacts, spec: WorkloadSpec, step: Step = lambda _: None
+) -> ServerRun:
+    """Run the whole workload on one probed server and return what it measured.
+
+    Sends ``2 * spec.prefixes + 3`` completions plus tokenizer and metrics calls. Raises
+    ``Failed`` (from the client) when a request fails or times out. Warnings (a "cold"
+    prompt that was cached, a prompt longer than the server takes) go in ``ServerRun.warnings``.
+    """
+    tok = client.tokenize if facts.tokenizer else None
+    warnings: list[str] = []
+    longest = max(spec.prefix_tokens + 64, spec.prefill_tokens)
+    if facts.max_req_input_len is not None and longest > facts.max_req_input_len:
+        warnings.append(
+            f"prompts of about {longest} tokens exceed the server's max_req_input_len "
+            f"{facts.max_req_input_len}; expect errors (lower --prefix-tokens)"
+        )
+
+    step("warm-up")
+    warm = await make_prompt(spec.seed, "warmup", 0, 64, tok)
+    await client.complete(warm.payload, 8, seed=spec.seed)
+
+    step(f"cold prefill ({spec.prefill_tokens} tokens)")
+    cold = await make_prompt(spec.seed, "cold", 0, spec.prefill_tokens, tok)
+    c = await client.complete(cold.payload, 1, seed=spec.seed)
+    cached = c.cached_total()
+    if cached is not None and cached > COLD_SLACK_TOKENS:
+        warnings.append(
+            f"cold prefill: the server already held {cached} of {c.prompt_tokens} tokens "
+            "(same --seed run before on this server?): use another --seed or restart it"
+        )
+    uncached = c.prompt_tokens - (cached or 0)
+    prefill = PrefillResult(
+        prompt_tokens=c.prompt_tokens, cached_tokens=cached, ttft_s=c.ttft_s,
+        tokens_per_s=uncached / c.ttft_s if c.ttft_s > 0 else 0.0,
+    )
+
+    step(f"decode at batch 1 ({spec.decode_tokens} tokens)")
+    dp = await make_prompt(spec.seed, "decode", 0, 64, tok)
+    d = await client.complete(dp.payload, spec.decode_tokens, seed=spec.seed)
+    span = (d.t_last or d.t_end) - (d.t_first or d.t_start)
+    after_first = max(0, d.completion_tokens - d.first_chunk_tokens)
+    decode = DecodeResult(
+        completion_tokens=d.completion_tokens, decode_s=span,
+        tokens_per_s=after_first / span if span > 0 else 0.0,
+    )
+    if d.completion_tokens < spec.decode_tokens:
+        warnings.append(
+            f"decode: {d.completion_tokens} of {spec.decode_tokens} tokens came back "
+            "(server ignored ignore_eos?)"
+        )
+
+    step(f"building {spec.prefixes} prefixes of {spec.prefix_tokens} tokens")
+    q1 = [await make_prompt(spec.seed, "prefix", i, spec.prefix_tokens, tok, "q1")
+          for i in range(spec.prefixes)]
+    q2 = [await make_prompt(spec.seed, "prefix", i, spec.prefix_tokens, tok, "q2")
+          for i in range(spec.prefixes)]
+
+    step(f"first pass: {spec.prefixes} concurrent distinct prefixes")
+    first = await _pass(client, facts, q1, spec.answer_tokens, spec.seed)
+    if first.cached.share is not None and first.cached.cached_tokens and (
+        first.cached.cached_tokens > COLD_SLACK_TOKENS * spec.prefixes
+    ):
+        warnings.append(
+            f"first pass: {first.cached.share:.0%} of the prompt tokens were already cached "
+            "(same --seed run before on this server?): use another --seed or restart it"
+        )
+    step(f"second pass: same {spec.prefixes} prefixes, new question")
+    second = await _pass(client, facts, q2, spec.answer_tokens, spec.seed)
+    return ServerRun(
+        facts=facts, prefill=prefill, decode=decode, first_pass=first, second_pass=second,
+        token_counts="server tokenizer" if facts.tokenizer else "estimate",
+        warnings=warnings,
+    )
+
+
+async def bench_endpoint(
+    url: str, spec: WorkloadSpec, step: Step = lambda _: None, **client_kw
+) -> ServerRun:
+    """Probe ``url`` and run the workload on it (one ``ServerClient`` for both)."""
+    async with ServerClient(url, **client_kw) as client:
+        step(f"probing {url}")
+        facts = await client.probe()
+        return await run_workload(client, facts, spec, step)

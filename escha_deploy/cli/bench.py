@@ -1,0 +1,237 @@
+"""``escha-deploy bench`` (HiCache on/off benchmark) and ``escha-deploy canary`` (host-tier
+restore check). Results on stdout (table or ``--format json``), progress on stderr.
+
+Exit codes (DESIGN.md section 3): bench 0 when it measured, 2 bad input, 3 endpoint not
+reachable or no launcher, 4 a request failed; canary 0 pass, 3 mismatch, 5 inconclusive.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .options import FormatOpt, OutputFormat
+
+BENCH_EXAMPLES = """
+Examples:
+
+  escha-deploy bench --endpoint http://127.0.0.1:30000
+
+  escha-deploy bench -e http://127.0.0.1:30000 --compare http://127.0.0.1:30001 --chart bench.png
+
+  escha-deploy bench --hicache-ab --profile rtx5060ti-tp2-fp8 --format json
+"""
+
+CANARY_EXAMPLES = """
+Examples:
+
+  escha-deploy canary --endpoint http://127.0.0.1:30000
+
+  escha-deploy canary -e http://127.0.0.1:30000 --fill-tokens 250000 --format json
+"""
+
+EndpointOpt = Annotated[
+    Optional[str],
+    typer.Option("--endpoint", "-e", help="Base URL of an SGLang server, e.g. http://127.0.0.1:30000."),
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the generated prompts; the same seed gives the same tokens.")]
+TimeoutOpt = Annotated[float, typer.Option("--request-timeout", help="Seconds to wait for one response.", min=1)]
+MaxReqOpt = Annotated[int, typer.Option("--max-requests", help="Refuse to send more requests than this.", min=1)]
+ApiKeyOpt = Annotated[
+    Optional[str],
+    typer.Option("--api-key", envvar="ESCHA_API_KEY", show_default=False,
+                 help="Bearer token if the server has --api-key (env ESCHA_API_KEY); never printed."),
+]
+
+
+def _tokens(value: str, name: str) -> int:
+    """"18K" -> 18000, "18000" -> 18000 (K = 1000 tokens)."""
+    from escha_deploy.errors import BadInput
+
+    v = value.strip().lower().replace("_", "").replace(",", "")
+    try:
+        n = int(float(v[:-1]) * 1000) if v.endswith("k") else int(v)
+    except ValueError:
+        raise BadInput(f"{name}: expected a token count such as 18K or 18000, got {value!r}") from None
+    if n < 1:
+        raise BadInput(f"{name}: must be at least 1 token (got {value!r})")
+    return n
+
+
+class _Steps:
+    """Progress on stderr: one rich spinner line per step, or plain lines when not a TTY."""
+
+    def __init__(self, verb: str) -> None:
+        from .output import stderr_console
+
+        self.verb = verb
+        self.console = stderr_console()
+        self.status = None
+
+    def __call__(self, label: str) -> None:
+        if self.console.is_terminal:
+            if self.status is None:
+                self.status = self.console.status(label)
+                self.status.start()
+            else:
+                self.status.update(label)
+        else:
+            self.console.print(f"{self.verb}: {label}", markup=False, highlight=False)
+
+    def close(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+
+
+def register(app: typer.Typer) -> None:
+    from .app import PANEL_MEASURE
+
+    @app.command("bench", rich_help_panel=PANEL_MEASURE, epilog=BENCH_EXAMPLES)
+    def bench(
+        endpoint: EndpointOpt = None,
+        compare: Annotated[Optional[str], typer.Option(
+            "--compare", help="A second server's URL; the table shows both side by side "
+            "(labelled off/on from each server's /server_info).")] = None,
+        hicache_ab: Annotated[bool, typer.Option(
+            "--hicache-ab", help="Start --profile with HiCache off, then on, and run the same "
+            "workload on both.")] = False,
+        profile: Annotated[Optional[str], typer.Option(
+            "--profile", "-p", help="Profile for --hicache-ab.")] = None,
+        seed: SeedOpt = 0,
+        prefixes: Annotated[int, typer.Option("--prefixes", help="Concurrent distinct prefixes.", min=1, max=256)] = 8,
+        prefix_tokens: Annotated[str, typer.Option("--prefix-tokens", help="Tokens per prefix (K = 1000).")] = "18K",
+        prefill_tokens: Annotated[Optional[str], typer.Option("--prefill-tokens", help="Tokens of the cold-prefill prompt (default: --prefix-tokens).")] = None,
+        decode_tokens: Annotated[int, typer.Option("--decode-tokens", help="Tokens generated at batch 1.", min=2)] = 256,
+        answer_tokens: Annotated[int, typer.Option("--answer-tokens", help="Tokens generated per prefix request.", min=1)] = 16,
+        chart: Annotated[Optional[Path], typer.Option("--chart", help="Also write a PNG chart here (needs the chart extra: pip install 'escha-deploy[chart]').")] = None,
+        box: Annotated[Optional[str], typer.Option("--box", help="Name the machine in the table caption, e.g. '2 x RTX 5060 Ti 12 GB, TP 2, WSL2'.")] = None,
+        request_timeout: TimeoutOpt = 600.0,
+        max_requests: MaxReqOpt = 500,
+        api_key: ApiKeyOpt = None,
+        format: FormatOpt = OutputFormat.table,
+    ) -> None:
+        """Benchmark a server: cold prefill, decode at batch 1, N concurrent long prefixes.
+
+        The prefix passes report first- and second-pass wall time and the second pass's
+        cached-token share with the source of that figure. Exit 0 when measured, 2 bad
+        input, 3 endpoint unreachable, 4 a request failed.
+        """
+        import asyncio
+
+        from escha_deploy.bench.models import BenchReport, WorkloadSpec
+        from escha_deploy.errors import BadInput
+
+        problems = []
+        if hicache_ab and (endpoint or compare):
+            problems.append("--hicache-ab starts its own servers: drop --endpoint/--compare")
+        if hicache_ab and not profile:
+            problems.append("--hicache-ab needs --profile NAME")
+        if not hicache_ab and not endpoint:
+            problems.append("--endpoint: required (or use --hicache-ab --profile NAME)")
+        if profile and not hicache_ab:
+            problems.append("--profile is only used with --hicache-ab")
+        if chart is not None and chart.suffix.lower() != ".png":
+            problems.append(f"--chart: expected a .png path, got {str(chart)!r}")
+        if problems:
+            raise BadInput(*problems)
+        if chart is not None:
+            try:
+                import matplotlib  # noqa: F401 - fail before a long run, not after
+            except ImportError:
+                from escha_deploy.bench.render import CHART_INSTALL_HINT
+
+                raise BadInput("--chart needs matplotlib, which is not installed",
+                               hint=CHART_INSTALL_HINT) from None
+        ptok = _tokens(prefix_tokens, "--prefix-tokens")
+        spec = WorkloadSpec(
+            seed=seed, prefixes=prefixes, prefix_tokens=ptok,
+            prefill_tokens=_tokens(prefill_tokens, "--prefill-tokens") if prefill_tokens else ptok,
+            decode_tokens=decode_tokens, answer_tokens=answer_tokens,
+        )
+        kw = dict(request_timeout_s=request_timeout, max_requests=max_requests, api_key=api_key)
+        steps = _Steps("bench")
+        try:
+            if hicache_ab:
+                from escha_deploy.bench.ab import load_launcher, run_ab
+
+                report = asyncio.run(run_ab(load_launcher(), profile, spec, steps, **kw))
+            else:
+                from escha_deploy.bench.workload import bench_endpoint
+
+                runs = [asyncio.run(bench_endpoint(endpoint, spec, steps, **kw))]
+                if compare:
+                    runs.append(asyncio.run(bench_endpoint(compare, spec, steps, **kw)))
+                report = BenchReport(workload=spec, runs=runs,
+                                     mode="compare" if compare else "single")
+        finally:
+            steps.close()
+        if box:
+            report = report.model_copy(update={"box": box})
+        _emit(report, format, chart)
+
+    @app.command("canary", rich_help_panel=PANEL_MEASURE, epilog=CANARY_EXAMPLES)
+    def canary(
+        endpoint: Annotated[str, typer.Option("--endpoint", "-e", help="Base URL of an SGLang server with HiCache on.")],
+        seed: SeedOpt = 0,
+        prompt_tokens: Annotated[str, typer.Option("--prompt-tokens", help="Tokens of the canary prefix (K = 1000).")] = "4096",
+        answer_tokens: Annotated[int, typer.Option("--answer-tokens", help="Tokens of each answer compared.", min=1)] = 32,
+        fill_tokens: Annotated[Optional[str], typer.Option("--fill-tokens", help="Tokens of other prompts that push the canary out of the device pool (default: device pool - canary + 10 %, from /server_info).")] = None,
+        max_fill_requests: Annotated[int, typer.Option("--max-fill-requests", help="Refuse a fill that needs more prompts than this.", min=1)] = 64,
+        hybrid: Annotated[Optional[bool], typer.Option("--hybrid/--not-hybrid", help="Whether the model is hybrid (mamba/GDN); default: from the server's model type.", show_default=False)] = None,
+        request_timeout: TimeoutOpt = 600.0,
+        max_requests: MaxReqOpt = 500,
+        api_key: ApiKeyOpt = None,
+        format: FormatOpt = OutputFormat.table,
+    ) -> None:
+        """Check that a prefix restored from HiCache's host tier answers as it did first.
+
+        Asks at temperature 0, pushes the prefix out of the device pool with other prompts
+        (no flush), asks again and compares. Exit 0 pass, 3 mismatch (sglang#39830),
+        5 inconclusive (no host-tier hit shown).
+        """
+        import asyncio
+
+        from escha_deploy.bench.canary import CanaryOptions, canary_endpoint, raise_for
+        from escha_deploy.bench.render import canary_lines
+
+        from .output import print_json
+
+        opts = CanaryOptions(
+            seed=seed, prompt_tokens=_tokens(prompt_tokens, "--prompt-tokens"),
+            answer_tokens=answer_tokens,
+            fill_tokens=_tokens(fill_tokens, "--fill-tokens") if fill_tokens else None,
+            max_fill_requests=max_fill_requests, hybrid=hybrid,
+        )
+        steps = _Steps("canary")
+        try:
+            result = asyncio.run(canary_endpoint(
+                endpoint, opts, steps, request_timeout_s=request_timeout,
+                max_requests=max_requests, api_key=api_key))
+        finally:
+            steps.close()
+        if format is OutputFormat.json:
+            print_json(result)
+        else:
+            for line in canary_lines(result):
+                typer.echo(line)
+        raise_for(result)
+
+
+def _emit(report, format: OutputFormat, chart: Path | None) -> None:
+    from escha_deploy.bench import render
+
+    from .output import info, print_json, stdout_console, warn
+
+    for run in report.runs:
+        for w in run.warnings:
+            warn(f"{run.facts.url}: {w}")
+    if format is OutputFormat.json:
+        print_json(report)
+    else:
+        stdout_console().print(render.table(report))
+    if chart is not None:
+        render.chart(report, chart)
+        info(f"chart written to {chart}")
