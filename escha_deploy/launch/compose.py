@@ -19,7 +19,7 @@ import yaml
 
 from escha_deploy.launch_spec import ContainerSpec
 
-from .docker import LABEL_PLAN_DIGEST, PROFILE_TARGET
+from .docker import LABEL_PLAN_DIGEST, PROFILE_TARGET, SERVE_MODE_ENV
 
 #: Where the image is built from (the repository root, issue 3's Dockerfile.hicache).
 DOCKERFILE = "Dockerfile.hicache"
@@ -53,9 +53,7 @@ def render(spec: ContainerSpec, *, build: bool = True) -> dict[str, Any]:
         svc["shm_size"] = spec.shm_size_bytes
     svc["ulimits"] = {k: {"soft": s, "hard": h} for k, (s, h) in sorted(spec.ulimits.items())}
     svc["ports"] = [f"{spec.port_host_ip}:{spec.port_host}:{spec.port_container}"]
-    env = dict(sorted(spec.environment.items()))
-    if env:
-        svc["environment"] = env
+    svc["environment"] = dict(sorted({**spec.environment, SERVE_MODE_ENV: "container"}.items()))
     vols = [
         {"type": m.kind, "source": m.source, "target": m.target, "read_only": m.read_only}
         for m in spec.mounts

@@ -171,8 +171,9 @@ def _warmup_proxy(m: re.Match[str] | None, f: Facts) -> tuple[str, str]:
 def _module_missing(m: re.Match[str] | None, f: Facts) -> tuple[str, str]:
     mod = m.group(1) if m else "?"
     return (
-        f"the server's Python cannot import {mod!r}: this runtime lacks SGLang's GPU stack "
-        "(torch and CUDA libraries), so SGLang stops before loading anything",
+        f"the server's Python cannot import {mod!r}: this runtime lacks part of SGLang's "
+        "dependencies (its GPU stack: torch, CUDA libraries and their helpers), so SGLang stops "
+        "before loading anything",
         "run on an image built from Dockerfile.hicache with its full wheelhouse, on a host with "
         "a GPU; `escha-deploy doctor` checks both",
     )
@@ -249,7 +250,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "runtime-module-missing",
         re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'"),
         _module_missing,
-        "python -m sglang.launch_server imports torch first (sglang/launch_server.py)",
+        "sglang/launch_server.py imports sglang.srt (torch, pybase64, ...) before parsing args",
     ),
     Signature(
         "no-gpu",

@@ -45,6 +45,9 @@ PROFILE_TARGET = "/etc/escha/profile.yaml"
 #: Smallest /dev/shm accepted when ipc is not ``host`` (16 GB, issue 4; NCCL at TP 2).
 MIN_SHM_BYTES = 16 * 10**9
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+#: Set in the container's environment (here and in compose.yaml): tells ``serve`` it runs in
+#: the container ``up`` made (container paths for secrets and L3), not natively on a host.
+SERVE_MODE_ENV = "ESCHA_SERVE_MODE"
 
 
 def check_spec(spec: ContainerSpec) -> list[str]:
@@ -103,7 +106,7 @@ def create_args(spec: ContainerSpec) -> dict[str, Any]:
         "name": spec.name,
         "entrypoint": list(spec.entrypoint),
         "command": list(spec.command),
-        "environment": dict(sorted(spec.environment.items())),
+        "environment": dict(sorted({**spec.environment, SERVE_MODE_ENV: "container"}.items())),
         "labels": dict(sorted({**spec.labels, LABEL_STOP_TIMEOUT: str(spec.stop_timeout_s)}.items())),
         "ports": {f"{spec.port_container}/tcp": (spec.port_host_ip, spec.port_host)},
         "mounts": mounts,

@@ -424,7 +424,9 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
         raise Refused(*[f"plan: {r}" for r in plan.reasons] or ["plan: unsafe"])
     if plan.verdict == "hicache_off":
         warn("plan: HiCache is off here (" + "; ".join(plan.reasons) + ")")
-    spec = build_launch_spec(plan, profile, native=not host.in_container)
+    from .docker import SERVE_MODE_ENV
+
+    spec = build_launch_spec(plan, profile, native=os.environ.get(SERVE_MODE_ENV) != "container")
     api_key = read_secret(spec.api_key_file, "api key file") if spec.api_key_file else None
     hf_token = (read_secret(spec.hf_token_file, "hf token file")
                 if spec.hf_token_file and Path(spec.hf_token_file).is_file() else None)

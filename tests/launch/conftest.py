@@ -82,10 +82,16 @@ def standin_image(docker_client, base_image, tmp_path_factory):
     return make
 
 
+def _ours(labels: dict | None, name: str = "") -> bool:
+    """Things these tests can create: escha-labelled, or named escha-* (the daemon is shared
+    with other test suites running at the same time, whose objects are not ours to judge)."""
+    return any(k.startswith("io.escha.") for k in (labels or {})) or name.lstrip("/").startswith("escha-")
+
+
 def _inventory(client) -> tuple[set, set, set]:
-    return ({c.id for c in client.containers.list(all=True)},
-            {n.id for n in client.networks.list()},
-            {v.id for v in client.volumes.list()})
+    return ({c.id for c in client.containers.list(all=True) if _ours(c.labels, c.name)},
+            {n.id for n in client.networks.list() if _ours(n.attrs.get("Labels"), n.name)},
+            {v.id for v in client.volumes.list() if _ours(v.attrs.get("Labels"), v.name)})
 
 
 @pytest.fixture
