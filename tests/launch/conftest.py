@@ -41,6 +41,17 @@ def docker_client():
 
 @pytest.fixture(scope="session")
 def base_image(docker_client):
+    """A Debian image with python3: CI's test base (ESCHA_TEST_BASE_IMAGE, made by
+    scripts/make-base-image.sh) when present, else a plain one from base_image.sh."""
+    from docker.errors import ImageNotFound
+
+    ci_base = os.environ.get("ESCHA_TEST_BASE_IMAGE")
+    if ci_base:
+        try:
+            docker_client.images.get(ci_base)
+            return ci_base
+        except ImageNotFound:
+            pass
     r = subprocess.run([str(HERE / "base_image.sh"), BASE_IMAGE], capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"cannot make the Debian base image: {r.stderr.strip()[-300:]}")
@@ -79,7 +90,12 @@ def standin_image(docker_client, base_image, tmp_path_factory):
         built[tag] = tag
         return tag
 
-    return make
+    yield make
+    for tag in built:  # images are not containers, but leave the daemon as found
+        try:
+            docker_client.images.remove(tag, force=True)
+        except Exception:
+            pass
 
 
 def _ours(labels: dict | None, name: str = "") -> bool:

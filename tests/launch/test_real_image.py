@@ -12,7 +12,8 @@ import pytest
 
 pytestmark = pytest.mark.docker
 
-IMAGE = os.environ.get("ESCHA_HICACHE_IMAGE", "escha-hicache:test")
+#: The image .ci/test builds (tests/runtime uses the same variable).
+IMAGE = os.environ.get("ESCHA_TEST_HICACHE_IMAGE", "escha-sglang:ci-hicache")
 
 
 def test_serve_in_real_image_reaches_sglang_child_and_diagnoses(docker_client, tmp_path, no_leaks):
