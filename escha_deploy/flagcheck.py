@@ -222,9 +222,17 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if number in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} is infinity when parsed as a double")
+    return number
+
+
 def _json_list_type(value: str) -> Any:
-    """``common.py:json_list_type``: ``orjson.loads``, which refuses NaN and Infinity."""
-    return json.loads(value, parse_constant=_reject_constant)
+    """``common.py:json_list_type``: ``orjson.loads``, which refuses NaN, Infinity and numbers
+    that overflow a double (``1e400``), where ``json.loads`` accepts them."""
+    return json.loads(value, parse_constant=_reject_constant, parse_float=_finite_float)
 
 
 #: ``model_executor/cuda_graph_config.py`` (0.5.19): ``Phase.ALL`` and ``ALLOWED_KEYS_PER_PHASE``.
