@@ -1,0 +1,94 @@
+"""``escha-deploy bench`` as a user runs it: table and JSON on stdout, progress and errors on
+stderr, the chart, and the exit codes (0 measured, 2 bad input, 3 unreachable, 4 failed)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+
+import pytest
+
+SMALL = ["--prefixes", "3", "--prefix-tokens", "1000", "--prefill-tokens", "2000",
+         "--decode-tokens", "20", "--answer-tokens", "4"]
+POOLS = dict(device_tokens=1500, host_tokens=20_000)
+
+
+def test_compare_table_has_off_and_on_side_by_side(cli, standin):
+    off, on = standin(hicache=False, **POOLS), standin(hicache=True, **POOLS)
+    res = cli("bench", "-e", off.url, "--compare", on.url, *SMALL, "--box", "stand-in")
+    assert res.code == 0, res.err
+    header = next(line for line in res.out.splitlines() if "off" in line and "on" in line)
+    assert header.index("off") < header.index(" on")
+    for row in ("cold prefill", "decode, bs1", "3 x 1K distinct prefixes, concurrent, first pass",
+                "second pass", "cached share", "host-tier tokens", "box: stand-in"):
+        assert row in res.out
+    assert "(usage)" in res.out
+    assert "bench: second pass" in res.err  # progress on stderr, not stdout
+    assert "bench:" not in res.out
+
+
+def test_json_is_the_report_model(cli, standin):
+    res = cli("bench", "-e", standin(**POOLS).url, *SMALL, "--format", "json")
+    assert res.code == 0, res.err
+    data = json.loads(res.out)
+    assert data["schema_version"] == 1 and data["mode"] == "single"
+    run = data["runs"][0]
+    assert run["facts"]["hicache"] is True and run["token_counts"] == "server tokenizer"
+    assert run["second_pass"]["cached"]["source"] == "usage.prompt_tokens_details.cached_tokens"
+
+
+def test_chart_is_a_png(cli, standin, tmp_path):
+    pytest.importorskip("matplotlib")  # .ci/test installs the chart extra, so this runs in CI
+    out = tmp_path / "bench.png"
+    res = cli("bench", "-e", standin(**POOLS).url, *SMALL, "--chart", str(out))
+    assert res.code == 0, res.err
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_chart_without_matplotlib_says_how_to_install(cli, standin, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import now raises ImportError
+    srv = standin(**POOLS)
+    res = cli("bench", "-e", srv.url, *SMALL, "--chart", str(tmp_path / "b.png"))
+    assert res.code == 2
+    assert "escha-deploy[chart]" in res.err
+    assert srv.state.paths == []  # refused before any request
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        ([], "--endpoint: required"),
+        (["--hicache-ab"], "--hicache-ab needs --profile"),
+        (["-e", "http://127.0.0.1:1", "--hicache-ab", "--profile", "p"], "drop --endpoint"),
+        (["-e", "127.0.0.1:30000"], "expected http://HOST:PORT"),
+        (["-e", "http://127.0.0.1:1", "--prefix-tokens", "lots"], "--prefix-tokens"),
+        (["-e", "http://127.0.0.1:1", "--chart", "out.svg"], "expected a .png path"),
+    ],
+)
+def test_bad_input_exits_2(cli, args, needle):
+    res = cli("bench", *args)
+    assert res.code == 2
+    assert needle in res.err
+
+
+def test_unreachable_endpoint_exits_3():
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    from escha_deploy.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "-e", f"http://127.0.0.1:{port}"])
+    assert exc.value.code == 3
+
+
+def test_server_not_ready_exits_3(cli, standin):
+    res = cli("bench", "-e", standin(ready=False).url, *SMALL)
+    assert res.code == 3 and "not ready" in res.err
+
+
+def test_failed_request_exits_4(cli, standin):
+    res = cli("bench", "-e", standin(max_req_input_len=500).url, *SMALL)
+    assert res.code == 4
+    assert "/v1/completions answered 400" in res.err
