@@ -30,6 +30,8 @@ class StoreProbeResult(BaseModel):
     case: str = Field(description="device, torch_pinned, host_register_flags_0..3, pageable")
     ok: bool
     error: str | None = None
+    method: str | None = Field(default=None, description="cupy (raw kernel) or torch (an elementwise kernel through "
+                               "__cuda_array_interface__)")
 
 
 class DoctorFindings(BaseModel):
@@ -53,7 +55,18 @@ class DoctorFindings(BaseModel):
         description="True when a larger pin failed (a real ceiling); False when the probe "
         "stopped at its target size without failing",
     )
+    pinned_ceiling_target_bytes: int | None = Field(
+        default=None, description="the target the pinned ladder stopped at when no pin failed"
+    )
+    pinned_ceiling_allocator: Literal["register", "pinned"] | None = None
+    device_attributes: dict[str, int] = Field(
+        default_factory=dict, description="cudaDevAttr values read by the store probe "
+        "(CanUseHostPointerForRegisteredMem, ...)"
+    )
     nccl_env: dict[str, str] = Field(default_factory=dict)
+    nccl_smoke_ok: bool | None = Field(
+        default=None, description="the all-reduce smoke test passed with nccl_env (None: not run)"
+    )
     checks: list[dict] = Field(default_factory=list, description="the doctor report's checks")
 
     def age(self, now: _dt.datetime | None = None) -> _dt.timedelta:

@@ -1,0 +1,283 @@
+"""The checks: pure functions from ``DoctorFacts`` (and a profile's needs) to ``Check`` rows.
+
+No I/O here, so every check is tested as a table of facts in, status and fix out. Thresholds
+and where they come from:
+
+- page cache below 2 GiB warns: DESIGN.md section 5's page-cache floor (the seed's swap storm
+  showed page cache at 589 MB).
+- swap in use above 256 MiB warns: the seed's failure was a swap storm; a little swap in use is
+  normal on a long-running desktop.
+- /dev/shm below 1 GiB warns: NCCL's SHM transport makes segments of ~9.6 MB each and Docker's
+  64 MiB default fails at TP 2 (field report B17); SGLang's compose uses ``ipc: host``.
+- VRAM at least 97 % of the profile's ``gpu_vram``: NVML's ``memory.total`` of a card reads a
+  little under its marketed size (e.g. 16,303 MiB on a 16 GiB card).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from escha_deploy.units import GiB, MiB, fmt_gb, fmt_gib
+
+from .facts import DoctorFacts
+from .report import Check, fail, ok, warn
+
+PAGE_CACHE_FLOOR_BYTES = 2 * GiB
+SWAP_WARN_BYTES = 256 * MiB
+SHM_WARN_BYTES = 1 * GiB
+VRAM_TOLERANCE = 0.97
+
+
+@dataclass(frozen=True)
+class ProfileNeeds:
+    """What a profile needs of the box, taken from the profile and its plan.
+
+    ``gpu_vram_bytes`` per GPU (profile ``hardware.gpu_vram``); ``pinned_per_rank_bytes`` the
+    plan's per-rank host pools (``plan.per_rank.pinned_bytes``), ``None`` when not planned.
+    """
+
+    name: str
+    gpu_count: int
+    gpu_vram_bytes: int
+    gpu_name: str
+    tp_size: int
+    hicache_enabled: bool
+    pinned_per_rank_bytes: int | None = None
+    plan_problems: tuple[str, ...] = ()
+
+
+def _gib(n: int | None) -> str:
+    return "unknown" if n is None else fmt_gib(n)
+
+
+def check_platform(f: DoctorFacts) -> Check:
+    where = "in a container" if f.in_container else "on the host"
+    kernel = f.wsl.osrelease or "unknown kernel"
+    if f.platform != "wsl2":
+        return ok("platform", f"Linux ({kernel}), {where}")
+    parts = [f"WSL2 ({kernel}), {where}"]
+    parts.append("GPU-PV /dev/dxg present" if f.wsl.dxg else "no /dev/dxg")
+    if f.docker.reachable and f.docker.kind:
+        parts.append("Docker Desktop" if f.docker.kind == "docker-desktop" else "Docker engine in the distro")
+    detail = "; ".join(parts)
+    if not f.wsl.dxg:
+        fix = ("start the container with --gpus all (WSL2 passes GPUs only as 'all')" if f.in_container
+               else "update WSL (wsl --update) and the Windows NVIDIA driver; gpuSupport must not be off in .wslconfig")
+        return warn("platform", detail, fix)
+    return ok("platform", detail)
+
+
+def check_memory(f: DoctorFacts) -> list[Check]:
+    if f.memory is None:
+        return [warn("host.memory", f"cannot read memory: {f.memory_error}",
+                     "run doctor where /proc/meminfo is readable")]
+    m = f.memory
+    limit = f"; cgroup limit {_gib(m.cgroup_limit_bytes)}" if m.cgroup_limit_bytes is not None else ""
+    rows = [ok("host.memory", f"MemTotal {_gib(m.mem_total_bytes)}, MemAvailable "
+               f"{_gib(m.mem_available_bytes)}{limit}")]
+    if m.cgroup_limit_bytes is not None and m.cgroup_limit_bytes < m.mem_total_bytes:
+        rows[0] = ok("host.memory", rows[0].detail + " (the server can have the cgroup limit, not MemTotal)")
+    if m.swap_total_bytes == 0:
+        rows.append(ok("host.swap", "no swap"))
+    elif m.swap_used_bytes > SWAP_WARN_BYTES:
+        rows.append(warn("host.swap", f"{_gib(m.swap_used_bytes)} of {_gib(m.swap_total_bytes)} swap in use",
+                         "close memory-hungry programs before starting: pinned pools plus swap made the seed's box thrash"))
+    else:
+        rows.append(ok("host.swap", f"{_gib(m.swap_used_bytes)} of {_gib(m.swap_total_bytes)} swap in use"))
+    if m.page_cache_bytes is not None and m.page_cache_bytes < PAGE_CACHE_FLOOR_BYTES:
+        rows.append(warn("host.page_cache", f"page cache {_gib(m.page_cache_bytes)}, under the "
+                         f"{_gib(PAGE_CACHE_FLOOR_BYTES)} floor", "free memory first: the seed's swap storm began with page cache at 589 MB"))
+    else:
+        rows.append(ok("host.page_cache", f"page cache {_gib(m.page_cache_bytes)}"))
+    if m.hugetlb_bytes > 0:
+        rows.append(warn("host.hugepages", f"{m.hugepages_total} huge pages of {_gib(m.hugepage_size_bytes)} "
+                         f"({_gib(m.hugetlb_bytes)}, {m.hugepages_free} free) reserved",
+                         "huge pages are held apart from the host pools: lower vm.nr_hugepages unless you use them"))
+    else:
+        rows.append(ok("host.hugepages", "no huge pages reserved"))
+    return rows
+
+
+def check_memlock(f: DoctorFacts) -> Check:
+    if f.memlock is None:
+        return warn("host.memlock", f"cannot read the memlock limit: {f.memlock_error}",
+                    "check `ulimit -l`; set memlock to unlimited")
+    soft, _hard = f.memlock
+    if soft is None:
+        note = " (on WSL2 this does not lift the pinned ceiling; the probe measures it)" if f.platform == "wsl2" else ""
+        return ok("host.memlock", f"locked-memory limit unlimited{note}")
+    return warn("host.memlock", f"locked-memory limit {soft:,} B",
+                "run with --ulimit memlock=-1 (compose: ulimits: memlock: -1), as SGLang's compose does")
+
+
+def check_shm(f: DoctorFacts) -> Check:
+    if f.shm_bytes is None:
+        return warn("host.shm", "no /dev/shm", "NCCL needs shared memory: use --ipc=host or --shm-size=16g")
+    if f.shm_bytes < SHM_WARN_BYTES:
+        return warn("host.shm", f"/dev/shm is {_gib(f.shm_bytes)}",
+                    "NCCL needs shared memory at TP 2: use --ipc=host or --shm-size=16g (field report B17)")
+    return ok("host.shm", f"/dev/shm is {_gib(f.shm_bytes)}")
+
+
+def check_docker(f: DoctorFacts) -> list[Check]:
+    d = f.docker
+    if not d.reachable:
+        if f.in_container:
+            return [ok("docker.daemon", f"not reachable from inside this container ({d.error}); not needed here")]
+        if f.platform == "wsl2" and not f.wsl.docker_desktop_socket:
+            fix = ("start dockerd in the distro, or turn on Docker Desktop > Settings > Resources > "
+                   "WSL integration for this distro")
+        else:
+            fix = "start the daemon (systemctl start docker) or set DOCKER_HOST; `escha-deploy serve` runs without Docker"
+        return [warn("docker.daemon", f"daemon not reachable: {d.error}", fix)]
+    what = "Docker Desktop" if d.kind == "docker-desktop" else f"Docker engine ({d.operating_system or 'unknown OS'})"
+    kernel = "on a WSL2 kernel" if d.wsl_kernel else f"kernel {d.kernel_version or 'unknown'}"
+    rows = [ok("docker.daemon", f"{what}, server {d.server_version or 'unknown'}, {kernel}")]
+    if d.gpu_runtimes:
+        rows.append(ok("docker.gpu", "GPU runtime: " + ", ".join(d.gpu_runtimes)))
+    else:
+        fix = ("update Docker Desktop (GPU support needs the WSL2 backend and a current NVIDIA driver)"
+               if d.kind == "docker-desktop" else
+               "install nvidia-container-toolkit, then `nvidia-ctk runtime configure --runtime=docker` and restart dockerd")
+        rows.append(warn("docker.gpu", "no nvidia runtime and no nvidia.com/gpu CDI device", fix))
+    return rows
+
+
+def _no_gpu_detail(f: DoctorFacts) -> str:
+    return "no GPU: " + "; ".join(f.gpus.reasons or ["no source found one"])
+
+
+NO_GPU_FIX = "install the NVIDIA driver (WSL2: the Windows driver only) and `pip install 'escha-deploy[gpu]'`"
+
+
+def check_gpus(f: DoctorFacts) -> list[Check]:
+    g = f.gpus
+    if g.count == 0:
+        return [warn("gpu.inventory", _no_gpu_detail(f), NO_GPU_FIX)]
+    names: dict[str, int] = {}
+    for gpu in g.gpus:
+        key = f"{gpu.name} {_gib(gpu.vram_bytes)} cc {gpu.compute_capability or '?'}"
+        names[key] = names.get(key, 0) + 1
+    gpus = ", ".join(f"{n} x {k}" for k, n in names.items())
+    rows = [ok("gpu.inventory", f"{gpus}; driver {g.driver_version or '?'}, NCCL {g.nccl_version or 'unknown'} "
+               f"(via {g.source})")]
+    if g.p2p:
+        p2p = ", ".join(f"{pair}: {status}" for pair, status in g.p2p.items())
+        rows.append(ok("gpu.p2p", f"NVML P2P read status {p2p}"))
+    return rows
+
+
+def check_probes(f: DoctorFacts) -> list[Check]:
+    p = f.probes
+    if not p.store and p.pinned is None:
+        if f.gpus.count == 0:
+            return [warn("probe.store", "not run: no GPU (see gpu.inventory)", NO_GPU_FIX)]
+        return [warn("probe.store", f"not run: {p.skipped or 'probes skipped'}",
+                     "run `escha-deploy doctor` without --no-probes")]
+    rows = []
+    if p.store:
+        seen = ", ".join(f"{r.case} {'ok' if r.ok else 'failed'}" for r in p.store)
+        attr = p.device_attributes.get("CanUseHostPointerForRegisteredMem")
+        attr_text = f"; CanUseHostPointerForRegisteredMem={attr}" if attr is not None else ""
+        detail = f"{seen}{attr_text} ({p.source})"
+        if p.host_allocator == "register":
+            rows.append(ok("probe.store", f"host allocator register: {detail}"))
+        elif p.host_allocator == "pinned":
+            rows.append(warn("probe.store", f"host allocator pinned: {detail}",
+                             "kernels cannot store into registered memory here (sglang#40232): use the patched "
+                             "image, which sets ESCHA_HICACHE_HOST_ALLOCATOR=pinned"))
+        else:
+            rows.append(fail("probe.store", f"no host memory takes kernel stores: {detail}",
+                             "HiCache cannot run here: disable it (hicache.enabled: false)"))
+    c = p.pinned
+    if c is not None:
+        if c.reached:
+            rows.append(warn("probe.pinned", f"pinning ({c.allocator}) failed past {fmt_gb(c.largest_bytes)} "
+                             f"per process: {c.error} ({p.source})",
+                             "the plan caps each rank's host pools at this ceiling; lower hicache_ratio to fit"))
+        elif c.timed_out:
+            rows.append(warn("probe.pinned", f"ladder ({c.allocator}) stopped by its timeout at "
+                             f"{fmt_gb(c.largest_bytes)} of {fmt_gb(c.target_bytes)}",
+                             "rerun doctor on an idle machine; the ceiling stays unmeasured"))
+        else:
+            rows.append(ok("probe.pinned", f"pinned {fmt_gb(c.largest_bytes)} ({c.allocator}) per process "
+                           f"without a failure ({p.source})"))
+    return rows
+
+
+def check_nccl(f: DoctorFacts) -> list[Check]:
+    if not f.probes.nccl:
+        return []
+    last = f.probes.nccl[-1]
+    env = " ".join(f"{k}={v}" for k, v in last.get("env", {}).items()) or "default NCCL environment"
+    if last.get("ok"):
+        return [ok("probe.nccl", f"all-reduce over {last['world_size']} GPUs correct in {last['seconds']} s "
+                   f"with {env} ({len(f.probes.nccl)} attempt(s))")]
+    return [fail("probe.nccl", f"all-reduce over {last['world_size']} GPUs failed with {env}: {last.get('error')}",
+                 "raise /dev/shm (--ipc=host), then try NCCL_SHM_DISABLE=1; rerun with NCCL_DEBUG=INFO to see transports")]
+
+
+def host_checks(f: DoctorFacts) -> list[Check]:
+    """The checks that need no profile, in report order."""
+    return [check_platform(f), *check_memory(f), check_memlock(f), check_shm(f), *check_docker(f),
+            *check_gpus(f), *check_probes(f), *check_nccl(f)]
+
+
+def profile_checks(f: DoctorFacts, need: ProfileNeeds) -> list[Check]:
+    """Whether this box satisfies ``need``, check by check (``profile=True``: a fail exits 3)."""
+    rows: list[Check] = []
+    g = f.gpus
+    want = max(need.gpu_count, need.tp_size)
+    if g.count == 0:
+        rows.append(fail("profile.gpus", f"{need.name} needs {want} x {need.gpu_name}; {_no_gpu_detail(f)}",
+                         NO_GPU_FIX, profile=True))
+    elif g.count < want:
+        rows.append(fail("profile.gpus", f"{need.name} needs {want} GPUs (tp_size {need.tp_size}); found {g.count}",
+                         f"run on a box with {want} GPUs or use a profile with runtime.tp_size {g.count}", profile=True))
+    else:
+        rows.append(ok("profile.gpus", f"{g.count} GPU(s) for tp_size {need.tp_size}", profile=True))
+    if g.count:
+        small = [gpu for gpu in g.gpus[:want] if gpu.vram_bytes < VRAM_TOLERANCE * need.gpu_vram_bytes]
+        if small:
+            rows.append(fail("profile.vram", f"GPU {small[0].index} has {_gib(small[0].vram_bytes)}; "
+                             f"{need.name} plans for {_gib(need.gpu_vram_bytes)} each",
+                             "use a profile whose hardware.gpu_vram matches these cards", profile=True))
+        else:
+            rows.append(ok("profile.vram", f"each GPU has at least {_gib(need.gpu_vram_bytes)}", profile=True))
+    if need.hicache_enabled:
+        p = f.probes
+        if p.store:
+            if p.host_allocator is None:
+                rows.append(fail("profile.host_allocator", "no host memory takes kernel stores",
+                                 "set hicache.enabled: false in the profile", profile=True))
+            else:
+                rows.append(ok("profile.host_allocator", f"HiCache host pools via {p.host_allocator}", profile=True))
+        elif g.count:
+            rows.append(warn("profile.host_allocator", f"store probe not run ({p.skipped or 'skipped'})",
+                             "run `escha-deploy doctor --profile NAME` without --no-probes", profile=True))
+        c = p.pinned
+        planned = need.pinned_per_rank_bytes
+        if c is not None and planned is not None and c.reached and c.largest_bytes < planned:
+            rows.append(warn("profile.pinned", f"planned {fmt_gb(planned)} pinned per rank; pinning fails past "
+                             f"{fmt_gb(c.largest_bytes)}", "the plan caps the host pools at the ceiling "
+                             "(smaller HiCache); `escha-deploy plan` shows the ratio it picks", profile=True))
+        elif c is not None and planned is not None and not c.reached and c.largest_bytes < planned:
+            rows.append(warn("profile.pinned", f"planned {fmt_gb(planned)} pinned per rank; only "
+                             f"{fmt_gb(c.largest_bytes)} was tried", "free memory and rerun doctor to measure the "
+                             "ceiling up to the planned pool", profile=True))
+        elif c is not None and planned is not None:
+            rows.append(ok("profile.pinned", f"{fmt_gb(planned)} pinned per rank fits (pinned "
+                           f"{fmt_gb(c.largest_bytes)} in one process)", profile=True))
+    if want >= 2 and g.count >= want:
+        if f.probes.nccl_ok is None:
+            rows.append(warn("profile.nccl", "all-reduce smoke test not run",
+                             "run `escha-deploy doctor --profile NAME` without --no-probes", profile=True))
+        elif f.probes.nccl_ok:
+            env = " ".join(f"{k}={v}" for k, v in f.probes.nccl[-1].get("env", {}).items()) or "default env"
+            rows.append(ok("profile.nccl", f"all-reduce passed; launch with {env}", profile=True))
+        else:
+            rows.append(fail("profile.nccl", f"all-reduce failed: {f.probes.nccl[-1].get('error')}",
+                             "see probe.nccl; TP across these GPUs will not start", profile=True))
+    for problem in need.plan_problems:
+        rows.append(fail("profile.plan", problem, "`escha-deploy plan --profile NAME` explains the budget", profile=True))
+    return rows

@@ -1,0 +1,92 @@
+"""Everything ``doctor`` gathers, as one value: the checks are pure functions of it.
+
+``gather_facts`` reads the host (``escha_deploy.host`` and ``hostinfo``), asks Docker and the
+GPU sources; the probes' answers are added by ``run`` (they are slow, and may be reused from
+saved findings younger than a day).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from escha_deploy.findings import StoreProbeResult
+from escha_deploy.host import Platform, detect_container, detect_platform, host_id
+
+from .gpu import GpuInventory, gpu_inventory
+from .hostinfo import (DockerFacts, MemoryFacts, WslSignals, read_docker, read_memlock, read_memory,
+                       read_shm_size, read_wsl_signals)
+from .probes import PinnedCeiling
+
+
+class ProbeFacts(BaseModel):
+    """The GPU probes' answers (``None``/empty: not run). ``source`` says whether they ran now
+    or were reused from saved findings (with their time)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = Field(default="not run", description="'ran now', 'saved at <time>' or 'not run'")
+    store: list[StoreProbeResult] = Field(default_factory=list)
+    device_attributes: dict[str, int] = Field(default_factory=dict)
+    host_allocator: str | None = None
+    pinned: PinnedCeiling | None = None
+    nccl: list[dict] = Field(default_factory=list, description="smoke-test attempts, in order")
+    skipped: str | None = Field(default=None, description="why the probes did not run")
+
+    @property
+    def nccl_ok(self) -> bool | None:
+        return None if not self.nccl else bool(self.nccl[-1].get("ok"))
+
+
+class DoctorFacts(BaseModel):
+    """The host as ``doctor`` saw it. Bytes are ``int``; ``memlock`` is (soft, hard), ``None``
+    for unlimited; ``*_error`` fields hold why a reader could not answer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host_id: str
+    platform: Platform
+    in_container: bool
+    wsl: WslSignals
+    memory: MemoryFacts | None = None
+    memory_error: str | None = None
+    memlock: tuple[int | None, int | None] | None = None
+    memlock_error: str | None = None
+    shm_bytes: int | None = None
+    docker: DockerFacts
+    gpus: GpuInventory
+    probes: ProbeFacts = Field(default_factory=ProbeFacts)
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def gather_facts(root: Path = Path("/"), environ: Mapping[str, str] | None = None, *,
+                 docker: Callable[[], DockerFacts] = read_docker,
+                 gpus: Callable[[], GpuInventory] = gpu_inventory) -> DoctorFacts:
+    """Read the host under ``root``; ``docker`` and ``gpus`` are the sources to ask (tests pass
+    recorded answers). Never raises for a missing file: the reason goes in ``*_error``."""
+    try:
+        memory, memory_error = read_memory(root), None
+    except (OSError, KeyError, ValueError) as exc:
+        memory, memory_error = None, _reason(exc)
+    try:
+        memlock, memlock_error = read_memlock(root), None
+    except (OSError, ValueError) as exc:
+        memlock, memlock_error = None, _reason(exc)
+    return DoctorFacts(
+        host_id=host_id(root),
+        platform=detect_platform(root),
+        in_container=detect_container(root),
+        wsl=read_wsl_signals(root, environ),
+        memory=memory,
+        memory_error=memory_error,
+        memlock=memlock,
+        memlock_error=memlock_error,
+        shm_bytes=read_shm_size(root),
+        docker=docker(),
+        gpus=gpus(),
+    )

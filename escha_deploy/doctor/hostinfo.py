@@ -1,0 +1,253 @@
+"""Host readers beyond ``escha_deploy.host``: swap, page cache, hugepages, the memlock ulimit,
+the /dev/shm size, the WSL2 signals, and what kind of Docker daemon ``docker info`` describes.
+
+Every reader takes a ``root`` (default ``/``) so tests point it at fixture trees of WSL2 and
+other hosts (tests/doctor/fixtures/). MemTotal, MemAvailable and the cgroup limit come from
+``escha_deploy.host`` (``read_meminfo``, ``read_cgroup_memory``); this module does not re-read
+them another way.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from escha_deploy.host import read_cgroup_memory, read_meminfo
+
+
+class MemoryFacts(BaseModel):
+    """Host memory in bytes, from ``/proc/meminfo`` (kB there is KiB) and the memory cgroup.
+
+    ``page_cache_bytes`` is ``Cached`` (the seed's distress signal was page cache at 589 MB);
+    ``hugepages_*`` are page counts and ``hugepage_size_bytes`` the default huge page size
+    (``Hugepagesize``); ``hugetlb_bytes`` = ``HugePages_Total`` x ``Hugepagesize``, memory the
+    kernel holds for huge pages only (an anonymous host pool cannot use it).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mem_total_bytes: int
+    mem_available_bytes: int | None
+    swap_total_bytes: int = 0
+    swap_used_bytes: int = 0
+    page_cache_bytes: int | None = None
+    hugepages_total: int = 0
+    hugepages_free: int = 0
+    hugepage_size_bytes: int | None = None
+    hugetlb_bytes: int = 0
+    cgroup_limit_bytes: int | None = None
+    cgroup_usage_bytes: int | None = None
+
+
+def read_memory(root: Path = Path("/")) -> MemoryFacts:
+    """Read ``MemoryFacts`` from ``root``'s ``/proc/meminfo`` and memory cgroup.
+
+    Raises ``OSError`` when ``/proc/meminfo`` is missing, ``KeyError`` when it has no MemTotal.
+    """
+    mem = read_meminfo(root)
+    limit, usage = read_cgroup_memory(root)
+    swap_total = mem.get("SwapTotal", 0)
+    pages_total = mem.get("HugePages_Total", 0)
+    page_size = mem.get("Hugepagesize")
+    return MemoryFacts(
+        mem_total_bytes=mem["MemTotal"],
+        mem_available_bytes=mem.get("MemAvailable"),
+        swap_total_bytes=swap_total,
+        swap_used_bytes=max(swap_total - mem.get("SwapFree", swap_total), 0),
+        page_cache_bytes=mem.get("Cached"),
+        hugepages_total=pages_total,
+        hugepages_free=mem.get("HugePages_Free", 0),
+        hugepage_size_bytes=page_size,
+        hugetlb_bytes=pages_total * (page_size or 0),
+        cgroup_limit_bytes=limit,
+        cgroup_usage_bytes=usage,
+    )
+
+
+def read_memlock(root: Path = Path("/"), pid: str = "self") -> tuple[int | None, int | None]:
+    """``(soft, hard)`` locked-memory limit in bytes from ``/proc/<pid>/limits``; ``None`` is
+    unlimited. On WSL2 this is not the pinned ceiling (wsl2-facts 2.6: #14078 hit ~500 MB with
+    ``memlock: -1``), but SGLang's compose sets it to -1 and ``doctor`` reports it.
+
+    Raises ``OSError`` when the file is missing, ``ValueError`` when it has no such line.
+    """
+    for line in (root / f"proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max locked memory"):
+            fields = line[len("Max locked memory"):].split()
+            return _limit(fields[0]), _limit(fields[1])
+    raise ValueError(f"{root / f'proc/{pid}/limits'}: no 'Max locked memory' line")
+
+
+def _limit(text: str) -> int | None:
+    return None if text == "unlimited" else int(text)
+
+
+_TMPFS_SIZE = re.compile(r"(?:^|,)size=(\d+)([kmgKMG%]?)(?:,|$)")
+
+
+def read_shm_size(root: Path = Path("/")) -> int | None:
+    """Size of ``/dev/shm`` in bytes, or ``None`` when there is none.
+
+    Read from the tmpfs ``size=`` option in ``/proc/self/mounts`` (Docker's default is
+    ``size=65536k``, 64 MiB: field report B17); when the option is absent (tmpfs then defaults
+    to half of RAM) or a percentage, from ``statvfs`` on the live path.
+    """
+    try:
+        mounts = (root / "proc/self/mounts").read_text().splitlines()
+    except OSError:
+        mounts = []
+    for line in mounts:
+        parts = line.split()
+        if len(parts) >= 4 and parts[1] == "/dev/shm":
+            m = _TMPFS_SIZE.search(parts[3])
+            if m and m.group(2) != "%":
+                factor = {"": 1, "k": 1024, "m": 2**20, "g": 2**30}[m.group(2).lower()]
+                return int(m.group(1)) * factor
+            break
+    shm = root / "dev/shm"
+    if not shm.is_dir():
+        return None
+    st = os.statvfs(shm)
+    return st.f_blocks * st.f_frsize
+
+
+class WslSignals(BaseModel):
+    """The WSL2 signals of wsl2-facts R1, each a plain fact.
+
+    ``kernel``: ``osrelease``/``/proc/version`` names Microsoft's kernel (also true inside a
+    container on WSL2, since the kernel is shared). ``dxg``: ``/dev/dxg`` exists (GPU-PV
+    reachable; in a container only with ``--gpus all`` or the CDI ``wsl`` spec). ``wsl_lib``:
+    ``/usr/lib/wsl/lib`` exists (the Windows driver's user-mode libraries). ``userland``: the
+    WSL init's environment or paths are visible (``WSL_DISTRO_NAME``, ``WSL_INTEROP``,
+    ``/mnt/wsl``, the ``WSLInterop`` binfmt); absent in containers and sanitized environments.
+    ``docker_desktop_socket``: Docker Desktop's WSL integration proxy socket is present.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    osrelease: str | None = None
+    kernel: bool = False
+    dxg: bool = False
+    wsl_lib: bool = False
+    userland: bool = False
+    docker_desktop_socket: bool = False
+
+
+#: Docker Desktop's WSL integration proxy socket (docker/for-win#14686, desktop-feedback#423).
+DOCKER_DESKTOP_PROXY_SOCKET = "mnt/wsl/docker-desktop/shared-sockets/guest-services/docker.proxy.sock"
+
+
+def read_wsl_signals(root: Path = Path("/"), environ: Mapping[str, str] | None = None) -> WslSignals:
+    """Read ``WslSignals`` from ``root`` and ``environ`` (default ``os.environ``)."""
+    environ = os.environ if environ is None else environ
+    osrelease = None
+    kernel = False
+    for rel in ("proc/sys/kernel/osrelease", "proc/version"):
+        try:
+            text = (root / rel).read_text().strip()
+        except OSError:
+            continue
+        if rel.endswith("osrelease"):
+            osrelease = text
+        low = text.lower()
+        kernel = kernel or "microsoft" in low or "wsl" in low
+    userland = (
+        "WSL_DISTRO_NAME" in environ
+        or "WSL_INTEROP" in environ
+        or (root / "mnt/wsl").is_dir()
+        or (root / "proc/sys/fs/binfmt_misc/WSLInterop").exists()
+    )
+    return WslSignals(
+        osrelease=osrelease,
+        kernel=kernel,
+        dxg=(root / "dev/dxg").exists(),
+        wsl_lib=(root / "usr/lib/wsl/lib").is_dir(),
+        userland=userland,
+        docker_desktop_socket=(root / DOCKER_DESKTOP_PROXY_SOCKET).exists(),
+    )
+
+
+DockerKind = Literal["docker-desktop", "engine"]
+
+
+class DockerFacts(BaseModel):
+    """What ``docker info`` says, classified (wsl2-facts 1.3 and 4.1).
+
+    ``kind``: ``docker-desktop`` when ``OperatingSystem`` is "Docker Desktop" or ``Name`` is
+    "docker-desktop" (or a ``com.docker.desktop.*`` label is set), else ``engine``.
+    ``wsl_kernel``: the daemon's ``KernelVersion`` is a WSL2 kernel (both Docker Desktop's WSL2
+    backend and an engine inside a distro; Docker Desktop on Hyper-V or macOS says
+    ``linuxkit``). ``gpu_runtimes``: an ``nvidia`` runtime, or CDI devices named
+    ``nvidia.com/gpu=...`` that the daemon discovered.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reachable: bool
+    error: str | None = None
+    kind: DockerKind | None = None
+    operating_system: str | None = None
+    server_version: str | None = None
+    kernel_version: str | None = None
+    wsl_kernel: bool = False
+    mem_total_bytes: int | None = None
+    gpu_runtimes: list[str] = Field(default_factory=list)
+    default_runtime: str | None = None
+
+
+def classify_docker_info(info: Mapping[str, Any]) -> DockerFacts:
+    """Classify a ``docker info`` mapping (docker-py ``client.info()`` or
+    ``docker info --format '{{json .}}'``; the same keys)."""
+    os_name = info.get("OperatingSystem") or ""
+    labels = info.get("Labels") or []
+    desktop = (
+        os_name == "Docker Desktop"
+        or info.get("Name") == "docker-desktop"
+        or any(str(label).startswith("com.docker.desktop.") for label in labels)
+    )
+    kernel = info.get("KernelVersion") or ""
+    gpu: list[str] = []
+    runtimes = info.get("Runtimes") or {}
+    gpu += [f"runtime:{name}" for name in runtimes if "nvidia" in name]
+    for dev in info.get("DiscoveredDevices") or []:
+        dev_id = str(dev.get("ID", ""))
+        if dev_id.startswith("nvidia.com/gpu"):
+            gpu.append(f"cdi:{dev_id}")
+    return DockerFacts(
+        reachable=True,
+        kind="docker-desktop" if desktop else "engine",
+        operating_system=os_name or None,
+        server_version=info.get("ServerVersion"),
+        kernel_version=kernel or None,
+        wsl_kernel="microsoft" in kernel.lower() or "wsl" in kernel.lower(),
+        mem_total_bytes=info.get("MemTotal"),
+        gpu_runtimes=gpu,
+        default_runtime=info.get("DefaultRuntime"),
+    )
+
+
+def read_docker(timeout_s: float = 5.0) -> DockerFacts:
+    """Ask the local daemon (``DOCKER_HOST`` or the default socket) for ``docker info``
+    through docker-py; ``reachable=False`` with the reason when it does not answer."""
+    try:
+        import docker
+    except ImportError as exc:  # a dependency of escha-deploy, but the image may lack it
+        return DockerFacts(reachable=False, error=f"docker-py not installed ({exc})")
+    try:
+        client = docker.from_env(timeout=int(max(timeout_s, 1)))
+        try:
+            info = client.info()
+        finally:
+            client.close()
+    except Exception as exc:  # docker.errors.DockerException, requests errors, OSError
+        return DockerFacts(reachable=False, error=_first_line(str(exc)) or type(exc).__name__)
+    return classify_docker_info(info)
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""

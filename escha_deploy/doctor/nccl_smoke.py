@@ -1,0 +1,152 @@
+"""All-reduce smoke test across N processes, one a GPU, with a timeout and a checked sum.
+
+Run as ``python -m escha_deploy.doctor.nccl_smoke --world-size 2 [--backend nccl|gloo]
+[--timeout 60] [--numel N] [--env NCCL_P2P_DISABLE=1 ...]``. The launcher starts
+``world_size`` real processes (``--rank R``), each joining a ``torch.distributed`` group over
+loopback (``MASTER_ADDR=127.0.0.1``, a free port), all-reducing ``numel`` float32 values
+equal to ``rank + 1``, and checking every element equals ``N (N + 1) / 2``. It prints one JSON
+summary line and exits 0 when every rank passed, 1 when one failed or the group hung past the
+timeout (all ranks are then killed).
+
+With ``nccl`` rank R uses ``cuda:R`` (of what ``CUDA_VISIBLE_DEVICES`` shows); ``gloo`` runs
+on the CPU, which is how CI tests this module without a GPU. ``--env`` adds variables to
+every rank (the P2P choice): wsl2-facts 5.5 and field report B18 (2 ranks, a few MB, 60 s).
+Stdlib only at module level (torch is imported in the ranks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+DEFAULT_NUMEL = 1 << 20  # 4 MiB of float32, "a few MB" (wsl2-facts 5.5)
+DEFAULT_TIMEOUT_S = 60.0
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_main(rank: int, world_size: int, backend: str, numel: int, timeout_s: float) -> dict:
+    """One rank: init, all-reduce, check. Returns this rank's JSON-able result."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    t0 = time.monotonic()
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+        device = torch.device("cuda", rank)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group(backend, rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    try:
+        x = torch.full((numel,), float(rank + 1), dtype=torch.float32, device=device)
+        dist.all_reduce(x)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        want = world_size * (world_size + 1) / 2
+        bad = int((x != want).sum().item())
+        result = {"rank": rank, "ok": bad == 0, "sum": float(x[0].item()), "expected": want,
+                  "wrong_elements": bad, "seconds": round(time.monotonic() - t0, 3)}
+        if backend == "nccl":
+            v = torch.cuda.nccl.version()
+            result["nccl_version"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+        return result
+    finally:
+        dist.destroy_process_group()
+
+
+def launch(world_size: int, backend: str = "nccl", timeout_s: float = DEFAULT_TIMEOUT_S,
+           numel: int = DEFAULT_NUMEL, env: dict[str, str] | None = None,
+           startup_grace_s: float = 30.0) -> dict:
+    """Start ``world_size`` rank processes and wait up to ``timeout_s`` plus
+    ``startup_grace_s`` (importing torch and creating CUDA contexts).
+
+    Returns ``{"ok", "backend", "world_size", "env", "hung", "seconds", "ranks", "error"}``;
+    ``hung`` is true when the ranks were killed at the deadline.
+    """
+    port = _free_port()
+    base_env = dict(os.environ)
+    base_env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                     "WORLD_SIZE": str(world_size), "PYTHONUNBUFFERED": "1"})
+    base_env.update(env or {})
+    procs = []
+    t0 = time.monotonic()
+    for rank in range(world_size):
+        cmd = [sys.executable, "-m", "escha_deploy.doctor.nccl_smoke", "--rank", str(rank),
+               "--world-size", str(world_size), "--backend", backend,
+               "--timeout", str(timeout_s), "--numel", str(numel)]
+        procs.append(subprocess.Popen(cmd, env=base_env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, start_new_session=True))
+    deadline = t0 + timeout_s + startup_grace_s
+    ranks, errors, hung = [], [], False
+    for rank, p in enumerate(procs):
+        try:
+            out, err = p.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            hung = True
+            for q in procs:
+                if q.poll() is None:
+                    os.killpg(q.pid, signal.SIGKILL)
+            out, err = p.communicate()
+        line = next((ln for ln in reversed(out.splitlines()) if ln.startswith("{")), None)
+        if line:
+            ranks.append(json.loads(line))
+        else:
+            tail = [ln for ln in err.strip().splitlines() if ln.strip()][-1:] or ["no output"]
+            errors.append(f"rank {rank} exited {p.returncode}: {tail[0]}")
+    if hung:
+        errors.insert(0, f"all-reduce did not finish within {timeout_s:g} s (ranks killed)")
+    ok = not hung and len(ranks) == world_size and all(r.get("ok") for r in ranks)
+    if not ok and not errors:
+        errors = [f"rank {r['rank']}: sum {r.get('sum')} != {r.get('expected')}"
+                  if "sum" in r else f"rank {r['rank']}: {r.get('error')}"
+                  for r in ranks if not r.get("ok")]
+    return {"ok": ok, "backend": backend, "world_size": world_size, "env": dict(env or {}),
+            "hung": hung, "seconds": round(time.monotonic() - t0, 2), "ranks": ranks,
+            "error": "; ".join(errors) or None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m escha_deploy.doctor.nccl_smoke",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--backend", default="nccl", choices=("nccl", "gloo"))
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds")
+    parser.add_argument("--numel", type=int, default=DEFAULT_NUMEL, help="float32 elements")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="set for every rank (repeatable), e.g. NCCL_P2P_DISABLE=1")
+    parser.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.rank is not None:
+        try:
+            result = rank_main(args.rank, args.world_size, args.backend, args.numel, args.timeout)
+        except Exception as exc:
+            result = {"rank": args.rank, "ok": False,
+                      "error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:500]}"}
+        sys.stdout.write(json.dumps(result) + "\n")
+        return 0 if result.get("ok") else 1
+    env = {}
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            parser.error(f"--env {item!r}: write NAME=VALUE")
+        env[name] = value
+    result = launch(args.world_size, args.backend, args.timeout, args.numel, env)
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,106 @@
+"""Pinned-memory ceiling probe: pin growing amounts in one process, up to a target.
+
+Run as ``python -m escha_deploy.doctor.pinned_ceiling --target BYTES [--step BYTES]
+[--allocator pinned|register]``. It pins ``step`` bytes at a time (each a separate
+allocation, kept), so the pinned total grows by ``step`` until it reaches ``target`` or an
+allocation fails. After each success it prints ``{"pinned": TOTAL}`` and flushes, so a parent
+that sees the process killed (OOM, timeout) still knows the largest total that worked. The
+last line is ``{"done": true, "largest": BYTES, "reached": BOOL, "error": ...}``; ``reached``
+is true only when an allocation really failed (a ceiling), false when the target was met.
+
+Why cumulative in one process: a rank's host pools (KV, then mamba) are separate allocations
+kept by one process; the WSL2 ceiling reports are about the process total (FreeToken PR #233
+pinned 256 MiB steps cumulatively; microsoft/WSL#14078 saw ~500 MB). The default step is
+256 MiB for the same reason. ``pinned`` allocates with ``torch.empty(pin_memory=True)``
+(cudaHostAlloc through torch's caching host allocator, which may round a block up to a power
+of two: powers of two are used for that reason); ``register`` with an anonymous ``MAP_SHARED``
+mmap, pre-faulted, then ``cudaHostRegister(flags=0)`` as SGLang 0.5.19 does.
+
+A failed pinned allocation leaves a sticky CUDA error (wsl2-facts 2.6): one process per probe.
+Stdlib only at module level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import mmap
+import os
+import sys
+import time
+
+DEFAULT_STEP = 256 * 2**20
+
+
+def _emit(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _pin_torch(size: int, keep: list) -> None:
+    import torch
+
+    keep.append(torch.empty(size, dtype=torch.uint8, pin_memory=True))
+
+
+def _pin_register(size: int, keep: list) -> None:
+    import torch
+
+    mm = mmap.mmap(-1, size, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0),
+                   prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    ptr = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+    cudart = torch.cuda.cudart()
+    rc = int(cudart.cudaHostRegister(ptr, size, 0))
+    if rc != 0:
+        mm.close()
+        raise RuntimeError(f"cudaHostRegister rc={rc}: {cudart.cudaGetErrorString(rc)}")
+    keep.append(mm)
+
+
+def probe(target: int, step: int, allocator: str) -> dict:
+    """Pin ``step`` bytes at a time until ``target`` bytes or a failure; returns the summary."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {"done": True, "largest": 0, "reached": False, "error": "no CUDA device visible to torch"}
+    torch.cuda.init()
+    pin = _pin_torch if allocator == "pinned" else _pin_register
+    keep: list = []
+    total = 0
+    t0 = time.monotonic()
+    while total < target:
+        size = min(step, target - total)
+        try:
+            pin(size, keep)
+        except Exception as exc:  # the ceiling: report it, do not raise
+            msg = " ".join(str(exc).split()) or type(exc).__name__
+            return {"done": True, "largest": total, "reached": True, "failed_at": total + size,
+                    "error": f"{type(exc).__name__}: {msg}", "seconds": round(time.monotonic() - t0, 2)}
+        total += size
+        _emit({"pinned": total})
+    return {"done": True, "largest": total, "reached": False, "error": None,
+            "seconds": round(time.monotonic() - t0, 2)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m escha_deploy.doctor.pinned_ceiling",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--target", type=int, required=True, help="bytes to pin at most")
+    parser.add_argument("--step", type=int, default=DEFAULT_STEP, help="bytes per allocation")
+    parser.add_argument("--allocator", default="pinned", choices=("pinned", "register"))
+    args = parser.parse_args(argv)
+    if args.target <= 0 or args.step <= 0:
+        parser.error("--target and --step must be positive byte counts")
+    try:
+        result = probe(args.target, args.step, args.allocator)
+    except Exception as exc:
+        result = {"done": True, "largest": 0, "reached": False,
+                  "error": f"{type(exc).__name__}: {' '.join(str(exc).split())}"}
+    result["allocator"] = args.allocator
+    _emit(result)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,164 @@
+"""Run ``doctor``: gather the facts, run (or reuse) the probes, build the report, save findings.
+
+Three steps, no logic in the top function (style-anchors section 6): ``gather_facts`` reads the
+world, ``run_probes`` runs the slow GPU probes (or reuses saved findings younger than a day, as
+``up``'s preflight does), ``build_report`` is pure.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from escha_deploy.findings import DoctorFindings, load_findings, save_findings
+from escha_deploy.units import GiB
+
+from .checks import PAGE_CACHE_FLOOR_BYTES, ProfileNeeds, host_checks, profile_checks
+from .facts import DoctorFacts, ProbeFacts, gather_facts
+from .gpu import GpuInventory, gpu_inventory
+from .hostinfo import DockerFacts, read_docker
+from .probes import nccl_attempts, pick_allocator, run_nccl_smoke, run_pinned_ceiling, run_store_probe
+from .report import DoctorReport
+
+#: Pinned-ladder target without a profile: 4 GiB, a little over the largest WSL2 ceilings
+#: reported in one process (wsl2-facts 2.6 table: 0.5 GB to about 5 GB).
+DEFAULT_PINNED_TARGET_BYTES = 4 * GiB
+
+
+def needs_from_profile(ref: str, overrides: Sequence[str] = ()) -> ProfileNeeds:
+    """Load profile ``ref`` (a name or a path) and plan it against this host
+    (``planner.plan(profile, gather_host_facts())``): the per-rank pinned bytes come from
+    ``plan.per_rank.pinned_bytes``, and an ``unsafe`` verdict's reasons become failing
+    ``profile.plan`` checks. Raises ``BadInput`` for a bad profile (exit 2).
+    """
+    from escha_deploy.host import gather_host_facts
+    from escha_deploy.planner import plan
+    from escha_deploy.profile import load_profile
+
+    profile = load_profile(ref, overrides)
+    hw = profile.hardware
+    result = plan(profile, gather_host_facts())
+    problems = tuple(result.reasons) if result.verdict == "unsafe" else ()
+    pinned = result.per_rank.pinned_bytes if result.hicache.enabled else None
+    return ProfileNeeds(name=profile.name, gpu_count=hw.gpu_count, gpu_vram_bytes=hw.gpu_vram,
+                        gpu_name=hw.gpu_name, tp_size=profile.runtime.tp_size,
+                        hicache_enabled=profile.hicache.enabled, pinned_per_rank_bytes=pinned or None,
+                        plan_problems=problems)
+
+
+def _now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+def pinned_target(facts: DoctorFacts, need: ProfileNeeds | None) -> int:
+    """Bytes the pinned ladder aims at: the profile's planned per-rank host pools (else
+    ``DEFAULT_PINNED_TARGET_BYTES``), capped at MemAvailable minus the 2 GiB page-cache floor
+    so the probe never drives the box into swap."""
+    target = (need.pinned_per_rank_bytes if need and need.pinned_per_rank_bytes else DEFAULT_PINNED_TARGET_BYTES)
+    if facts.memory and facts.memory.mem_available_bytes is not None:
+        room = facts.memory.mem_available_bytes - PAGE_CACHE_FLOOR_BYTES
+        target = min(target, max(room, 256 * 2**20))
+    return target
+
+
+def _from_findings(saved: DoctorFindings) -> ProbeFacts:
+    from .probes import PinnedCeiling
+
+    pinned = None
+    if saved.pinned_ceiling_bytes is not None:
+        target = saved.pinned_ceiling_target_bytes or saved.pinned_ceiling_bytes
+        pinned = PinnedCeiling(allocator=saved.pinned_ceiling_allocator or saved.host_allocator or "pinned",
+                               target_bytes=target, step_bytes=0, largest_bytes=saved.pinned_ceiling_bytes,
+                               reached=saved.pinned_ceiling_reached)
+    nccl = []
+    if saved.nccl_smoke_ok is not None:
+        nccl = [{"ok": saved.nccl_smoke_ok, "env": saved.nccl_env, "world_size": 2, "seconds": 0,
+                 "error": None if saved.nccl_smoke_ok else "failed (saved result)"}]
+    return ProbeFacts(source=f"saved {saved.created_at}", store=saved.store_probe,
+                      device_attributes=saved.device_attributes, host_allocator=saved.host_allocator,
+                      pinned=pinned, nccl=nccl)
+
+
+def _reusable(saved: DoctorFindings | None, target: int, world: int, now: _dt.datetime) -> bool:
+    if saved is None or not saved.is_fresh(now) or not saved.store_probe:
+        return False
+    ceiling_covers = saved.pinned_ceiling_bytes is not None and (
+        saved.pinned_ceiling_reached or saved.pinned_ceiling_bytes >= target)
+    nccl_covers = world < 2 or saved.nccl_smoke_ok is not None
+    return ceiling_covers and nccl_covers
+
+
+def run_probes(facts: DoctorFacts, need: ProfileNeeds | None, *, reuse: bool = True,
+               findings_path: Path | None = None, now: _dt.datetime | None = None) -> ProbeFacts:
+    """Store probe, pinned ladder and (for 2+ GPUs) the all-reduce smoke test, or the saved
+    answers for this host when they are younger than a day and cover this target."""
+    if facts.gpus.count == 0:
+        return ProbeFacts(skipped="no GPU")
+    target = pinned_target(facts, need)
+    world = need.tp_size if need else min(facts.gpus.count, 2)
+    if reuse and findings_path is not None:
+        saved = load_findings(findings_path, host_id=facts.host_id)
+        if _reusable(saved, target, world, now or _now()):
+            return _from_findings(saved)
+    store, attributes = run_store_probe()
+    allocator = pick_allocator(store)
+    pinned = run_pinned_ceiling(target, allocator=allocator or "pinned")
+    nccl: list[dict] = []
+    if world >= 2 and facts.gpus.count >= world:
+        nccl = run_nccl_smoke(world, nccl_attempts([g.name for g in facts.gpus.gpus], facts.platform))
+    return ProbeFacts(source="ran now", store=store, device_attributes=attributes,
+                      host_allocator=allocator, pinned=pinned, nccl=nccl)
+
+
+def build_report(facts: DoctorFacts, need: ProfileNeeds | None, now: _dt.datetime) -> DoctorReport:
+    """Pure: the report for ``facts`` (and ``need`` when a profile was given)."""
+    checks = host_checks(facts)
+    if need is not None:
+        checks += profile_checks(facts, need)
+    return DoctorReport(created_at=now.isoformat(), host_id=facts.host_id,
+                        profile=need.name if need else None, checks=checks,
+                        facts=facts.model_dump(mode="json"))
+
+
+def findings_from(report: DoctorReport, facts: DoctorFacts) -> DoctorFindings:
+    """What ``plan`` and ``up`` read back: allocator, pinned ceiling, NCCL environment."""
+    p = facts.probes
+    passed = next((a for a in p.nccl if a.get("ok")), None)
+    return DoctorFindings(
+        created_at=report.created_at, host_id=facts.host_id, platform=facts.platform,
+        store_probe=p.store, host_allocator=p.host_allocator,
+        pinned_ceiling_bytes=p.pinned.largest_bytes if p.pinned else None,
+        pinned_ceiling_reached=bool(p.pinned and p.pinned.reached),
+        pinned_ceiling_target_bytes=p.pinned.target_bytes if p.pinned else None,
+        pinned_ceiling_allocator=p.pinned.allocator if p.pinned else None,
+        device_attributes=p.device_attributes,
+        nccl_env=dict(passed["env"]) if passed else {},
+        nccl_smoke_ok=p.nccl_ok,
+        checks=[c.model_dump() for c in report.checks],
+    )
+
+
+def run_doctor(profile: str | None = None, overrides: Sequence[str] = (), *, probes: bool = True,
+               reuse: bool = True, save: bool = True, root: Path = Path("/"),
+               environ: Mapping[str, str] | None = None, findings_path: Path | None = None,
+               docker: Callable[[], DockerFacts] = read_docker,
+               gpus: Callable[[], GpuInventory] = gpu_inventory) -> DoctorReport:
+    """``escha-deploy doctor``: gather, probe, report; save findings when probes ran now.
+
+    ``findings_path`` defaults to ``paths.doctor_findings_path()``. Raises ``BadInput`` for a
+    bad profile; everything the box lacks is a check, not an exception.
+    """
+    from escha_deploy.paths import doctor_findings_path
+
+    findings_path = findings_path or doctor_findings_path()
+    need = needs_from_profile(profile, overrides) if profile else None
+    facts = gather_facts(root, environ, docker=docker, gpus=gpus)
+    if probes:
+        facts.probes = run_probes(facts, need, reuse=reuse, findings_path=findings_path)
+    else:
+        facts.probes = ProbeFacts(skipped="--no-probes")
+    report = build_report(facts, need, _now())
+    if save and facts.probes.source == "ran now":
+        save_findings(findings_from(report, facts), findings_path)
+    return report

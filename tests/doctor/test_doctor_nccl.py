@@ -1,0 +1,68 @@
+"""The all-reduce smoke test with 2 real processes: gloo on the CPU here (CI), NCCL on 2 GPUs
+where they exist (the two-GPU issue runs that)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from escha_deploy.doctor.nccl_smoke import launch  # noqa: E402
+from escha_deploy.doctor.probes import nccl_attempts, run_nccl_smoke  # noqa: E402
+
+
+def test_gloo_all_reduce_two_processes():
+    r = launch(2, backend="gloo", timeout_s=30)
+    assert r["ok"], r["error"]
+    assert [x["sum"] for x in r["ranks"]] == [3.0, 3.0]
+    assert {x["rank"] for x in r["ranks"]} == {0, 1}
+
+
+def test_module_entry_point_runs_and_exits_zero():
+    out = subprocess.run([sys.executable, "-m", "escha_deploy.doctor.nccl_smoke", "--backend", "gloo",
+                          "--world-size", "3", "--timeout", "30", "--env", "NCCL_P2P_DISABLE=1"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["ok"] and r["env"] == {"NCCL_P2P_DISABLE": "1"} and [x["sum"] for x in r["ranks"]] == [6.0] * 3
+
+
+def test_busy_port_is_reported_not_raised():
+    """Rank 0 cannot serve the rendezvous on a port another socket holds: a failure with a
+    reason, within the deadline."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = launch(2, backend="gloo", timeout_s=5, env={"MASTER_PORT": str(port)}, startup_grace_s=10)
+    assert not r["ok"] and r["error"]
+    assert r["seconds"] < 30
+
+
+def test_fallback_stops_at_the_first_pass():
+    tried = run_nccl_smoke(2, [{"X_FIRST": "1"}, {"X_SECOND": "1"}], backend="gloo", timeout_s=30)
+    assert len(tried) == 1 and tried[0]["ok"] and tried[0]["env"] == {"X_FIRST": "1"}
+
+
+@pytest.mark.parametrize("names, platform, first", [
+    (["NVIDIA GeForce RTX 5060 Ti"] * 2, "linux", {"NCCL_P2P_DISABLE": "1"}),
+    (["NVIDIA RTX PRO 6000 Blackwell"] * 2, "wsl2", {"NCCL_P2P_DISABLE": "1"}),
+    (["NVIDIA H200"] * 2, "linux", {}),
+])
+def test_attempt_order(names, platform, first):
+    attempts = nccl_attempts(names, platform)
+    assert attempts[0] == first and len(attempts) == 2
+    assert attempts[1].get("NCCL_P2P_DISABLE") == "1"
+
+
+@pytest.mark.gpu
+def test_nccl_two_gpus():
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 CUDA devices")
+    r = launch(2, backend="nccl", timeout_s=60, env={"NCCL_P2P_DISABLE": "1"})
+    assert r["ok"], r["error"]
