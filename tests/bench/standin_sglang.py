@@ -192,14 +192,13 @@ class StandinServer:
         self.cfg = cfg or StandinConfig()
         self.state = StandinState()
         self.metrics = _Metrics(self.cfg) if self.cfg.metrics else None
-        self._httpd: ThreadingHTTPServer | None = None
+        self._httpd: _Quiet | None = None
         self._thread: threading.Thread | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------
     def start(self) -> "StandinServer":
         handler = _make_handler(self)
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._httpd.daemon_threads = True
+        self._httpd = _Quiet(("127.0.0.1", 0), handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,),
                                         daemon=True)
         self._thread.start()
@@ -328,6 +327,21 @@ class StandinServer:
         if self.cfg.hybrid:
             for lab in m.ranks:
                 m.mamba.labels(**lab).set(0.25)
+
+
+class _Quiet(ThreadingHTTPServer):
+    """A client closing a kept-alive connection is normal here; do not print a traceback."""
+
+    daemon_threads = True
+    # socketserver's default listen backlog is 5: a 6th simultaneous connect waits for a SYN
+    # retry (1 s), which would show up as a slow concurrent pass. uvicorn's default is 2048.
+    request_queue_size = 128
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            super().handle_error(request, client_address)
 
 
 def _details(hit: _Hit) -> dict | None:
@@ -584,8 +598,7 @@ def main(argv: list[str] | None = None) -> None:
         cfg.metrics = False
         print("stand-in: prometheus_client missing, /metrics off", flush=True)
     srv = StandinServer(cfg)
-    srv._httpd = ThreadingHTTPServer((a.host, a.port), _make_handler(srv))
-    srv._httpd.daemon_threads = True
+    srv._httpd = _Quiet((a.host, a.port), _make_handler(srv))
     print(f"stand-in listening on {srv.url}", flush=True)
     srv._httpd.serve_forever()
 
