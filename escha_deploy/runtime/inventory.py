@@ -23,6 +23,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -54,14 +55,21 @@ class Located:
 
     @property
     def version(self) -> str | None:
-        """``Version:`` from the dist-info METADATA, or ``None``."""
-        if self.dist_info is None:
-            return None
-        for line in (self.dist_info / "METADATA").read_text(errors="replace").splitlines():
-            if line.startswith("Version:"):
-                return line.split(":", 1)[1].strip()
-            if not line:
-                break
+        """``Version:`` from the dist-info METADATA; else ``__version__ = '...'`` read (not
+        imported) from ``sglang/_version.py`` (written by vcs-versioning, also in a git
+        checkout); else ``None``."""
+        if self.dist_info is not None and (self.dist_info / "METADATA").is_file():
+            for line in (self.dist_info / "METADATA").read_text(errors="replace").splitlines():
+                if line.startswith("Version:"):
+                    return line.split(":", 1)[1].strip()
+                if not line:
+                    break
+        vfile = self.package_dir / "_version.py"
+        if vfile.is_file():
+            m = re.search(r"^__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]",
+                          vfile.read_text(errors="replace"), re.M)
+            if m:
+                return m.group(1)
         return None
 
     @property

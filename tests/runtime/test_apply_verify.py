@@ -246,3 +246,15 @@ def test_locate_through_interpreter_without_importing(site, tmp_path):
     located = inv.locate(python=str(wrapper))
     assert located.package_dir == (site / "sglang").resolve()
     assert located.version == "0.5.19" and located.wheel_tag.startswith("cp311")
+
+
+def test_version_without_dist_info_read_from_version_file(site):
+    """An image built from git may have no dist-info beside the package: the version comes from
+    ``sglang/_version.py``, read as text."""
+    import shutil as _sh
+
+    for d in site.glob("sglang-*.dist-info"):
+        _sh.rmtree(d)
+    located = inv.locate(site / "sglang")
+    assert located.version == "0.5.19" and located.wheel_tag is None
+    assert patching.base_id(located, "lmsysorg/sglang:v0.5.19") == "image:lmsysorg/sglang:v0.5.19"
