@@ -129,11 +129,11 @@ def _mmap_prefaulted(nbytes: int) -> mmap.mmap:
 
 def run_case(case: str, method: str) -> dict:
     """Run one case in this process; returns the JSON-able result."""
-    import numpy as np
     import torch
 
     if not torch.cuda.is_available():
         return {"case": case, "ok": False, "error": "no CUDA device visible to torch", "method": method}
+    import numpy as np
     torch.cuda.init()
     store = _store_cupy if method == "cupy" else _store_torch
     nbytes = N_WORDS * 4

@@ -1,0 +1,154 @@
+"""run_doctor end to end on this machine, the CLI's exit codes, and reuse of saved findings."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from escha_deploy.doctor.checks import ProfileNeeds
+from escha_deploy.doctor.facts import gather_facts
+from escha_deploy.doctor.gpu import GpuInfo, GpuInventory
+from escha_deploy.doctor.hostinfo import DockerFacts
+from escha_deploy.doctor.probes import run_pinned_ceiling, run_store_case
+from escha_deploy.doctor.run import _reusable, pinned_target, run_doctor, run_probes
+from escha_deploy.findings import DoctorFindings, StoreProbeResult, save_findings
+from escha_deploy.units import GiB
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def _cli(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
+    return subprocess.run([sys.executable, "-m", "escha_deploy.cli.main", "doctor", *args],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def report_exit(checks: dict) -> int:
+    return 3 if any(c["profile"] and c["status"] == "fail" for c in checks.values()) else 0
+
+
+def test_cli_profile_without_gpu_exits_3_naming_no_gpu(tmp_path):
+    out = _cli("--profile", "rtx5060ti-tp2-fp8", "--format", "json", tmp_path=tmp_path)
+    assert "Traceback" not in out.stderr
+    report = json.loads(out.stdout)
+    checks = {c["id"]: c for c in report["checks"]}
+    assert out.returncode == report_exit(checks)
+    if not _cuda():
+        assert out.returncode == 3
+        assert checks["profile.gpus"]["status"] == "fail"
+        assert "no GPU" in checks["profile.gpus"]["detail"]
+        assert not (tmp_path / "escha-deploy" / "doctor.json").exists()  # no probe ran, nothing saved
+
+
+def test_cli_table_says_why(tmp_path):
+    out = _cli("--profile", "rtx5060ti-tp2-fp8", "--no-probes", tmp_path=tmp_path)
+    if _cuda():
+        pytest.skip("this text is for a GPU-less machine")
+    assert out.returncode == 3 and "rtx5060ti-tp2-fp8 cannot run here: profile.gpus" in out.stdout
+    assert "no GPU" in out.stdout
+
+
+def test_cli_without_profile_exits_0(tmp_path):
+    out = _cli("--format", "json", "--no-probes", tmp_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["profile"] is None
+
+
+def test_cli_unknown_profile_exits_2_in_one_line(tmp_path):
+    out = _cli("--profile", "no-such-profile", tmp_path=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.splitlines()[-2].startswith("error: unknown profile 'no-such-profile'")
+
+
+def test_run_doctor_reads_this_machine(tmp_path):
+    report = run_doctor(findings_path=tmp_path / "doctor.json", probes=False)
+    ids = [c.id for c in report.checks]
+    assert ids[:7] == ["platform", "host.memory", "host.swap", "host.page_cache", "host.hugepages",
+                       "host.memlock", "host.shm"]
+    assert report.facts["memory"]["mem_total_bytes"] > 0 and report.exit_code == 0
+
+
+# ------------------------------------------------------------------ probes as processes, here
+
+
+def test_store_case_without_cuda_is_a_result():
+    if _cuda():
+        pytest.skip("a GPU is present")
+    pytest.importorskip("torch")
+    result, attrs = run_store_case("device", timeout_s=120)
+    assert not result.ok and result.error == "no CUDA device visible to torch" and attrs == {}
+
+
+def test_pinned_ladder_timeout_is_not_a_ceiling():
+    c = run_pinned_ceiling(GiB, timeout_s=0.05)
+    assert c.timed_out and not c.reached and c.largest_bytes == 0 and "timed out" in c.error
+
+
+# ------------------------------------------------------------------ reuse of saved findings
+
+NOW = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.timezone.utc)
+
+
+def _saved(age_h: float, ceiling: int, reached: bool, nccl: bool | None = True) -> DoctorFindings:
+    return DoctorFindings(created_at=(NOW - dt.timedelta(hours=age_h)).isoformat(), host_id="h",
+                          store_probe=[StoreProbeResult(case="torch_pinned", ok=True)], host_allocator="pinned",
+                          pinned_ceiling_bytes=ceiling, pinned_ceiling_reached=reached,
+                          pinned_ceiling_target_bytes=ceiling, nccl_smoke_ok=nccl,
+                          nccl_env={"NCCL_P2P_DISABLE": "1"} if nccl else {})
+
+
+@pytest.mark.parametrize("saved, target, world, reuse", [
+    (_saved(2, 4 * GiB, False), 3 * GiB, 2, True),
+    (_saved(25, 4 * GiB, False), 3 * GiB, 2, False),     # older than a day
+    (_saved(2, 2 * GiB, False), 3 * GiB, 2, False),      # ladder stopped short of this target
+    (_saved(2, GiB // 2, True), 3 * GiB, 2, True),       # a real ceiling answers any target
+    (_saved(2, 4 * GiB, False, nccl=None), 3 * GiB, 2, False),  # TP 2 needs the smoke test
+    (_saved(2, 4 * GiB, False, nccl=None), 3 * GiB, 1, True),
+    (None, GiB, 1, False),
+])
+def test_reusable(saved, target, world, reuse):
+    assert _reusable(saved, target, world, NOW) is reuse
+
+
+def test_run_probes_reuses_fresh_findings_without_running_anything(tmp_path):
+    """The GPU inventory here is a recorded value (a stand-in: no GPU on this machine); with a
+    fresh saved answer for this host, no probe process starts."""
+    two = GpuInventory(source="nvml", gpus=[GpuInfo(index=i, name="NVIDIA GeForce RTX 5060 Ti",
+                                                    vram_bytes=16 * GiB) for i in range(2)])
+    f = gather_facts(FIXTURES / "wsl2-distro-engine", {}, docker=lambda: DockerFacts(reachable=False),
+                     gpus=lambda: two)
+    saved = _saved(0, GiB // 2, True).model_copy(update={"host_id": f.host_id,
+                                                         "created_at": dt.datetime.now(dt.timezone.utc).isoformat()})
+    path = tmp_path / "doctor.json"
+    save_findings(saved, path)
+    need = ProfileNeeds(name="p", gpu_count=2, gpu_vram_bytes=12 * GiB, gpu_name="GeForce RTX 5060 Ti", tp_size=2,
+                        hicache_enabled=True, pinned_per_rank_bytes=3 * GiB)
+    p = run_probes(f, need, findings_path=path)
+    assert p.source.startswith("saved ") and p.host_allocator == "pinned"
+    assert p.pinned.largest_bytes == GiB // 2 and p.pinned.reached
+    assert p.nccl_ok and p.nccl[-1]["env"] == {"NCCL_P2P_DISABLE": "1"}
+
+
+def test_pinned_target_is_capped_by_available_memory():
+    f = gather_facts(FIXTURES / "wsl2-distro-engine", {}, docker=lambda: DockerFacts(reachable=False),
+                     gpus=lambda: GpuInventory(source="none"))
+    avail = f.memory.mem_available_bytes  # 6,200,000 kB in the fixture
+    need = ProfileNeeds(name="p", gpu_count=2, gpu_vram_bytes=12 * GiB, gpu_name="x", tp_size=2,
+                        hicache_enabled=True, pinned_per_rank_bytes=10 * GiB)
+    assert pinned_target(f, need) == avail - 2 * GiB
+    assert avail - 2 * GiB < 4 * GiB
+    assert pinned_target(f, None) == avail - 2 * GiB  # the 4 GiB default is capped too
