@@ -80,7 +80,7 @@ class Snapshot:
 
     def labels_of(self, name: str, label: str) -> set[str]:
         """The values that ``label`` takes on the series of ``name``."""
-        return {dict(l).get(label, "") for (n, l) in self.samples if n == name} - {""}
+        return {dict(lab).get(label, "") for (n, lab) in self.samples if n == name} - {""}
 
 
 def delta(after: Snapshot, before: Snapshot, name: str, **match: str) -> float:

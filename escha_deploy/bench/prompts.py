@@ -20,6 +20,8 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from escha_deploy.errors import Failed
+
 #: Characters per token for sizing text when the server has no tokenizer endpoint. A guess
 #: for English-like text with BPE tokenizers (roughly 3.5 to 4.5); the figures never use it,
 #: they use the server's usage.prompt_tokens.
@@ -138,7 +140,8 @@ async def sized_text(
             usable = max(1, int(len(recs) * (target_tokens / len(ids)) * 0.9))
             return ids[:target_tokens], target_tokens, True, recs[:usable]
         count = int(count * (target_tokens / max(1, len(ids))) * 1.1) + 2
-    raise RuntimeError(f"could not reach {target_tokens} tokens for {namespace}:{index}")
+    raise Failed(f"the server's tokenizer never gave {target_tokens} tokens for the "
+                 f"{namespace} prompt {index}: /v1/tokenize answers look wrong")
 
 
 async def make_prompt(
@@ -154,16 +157,37 @@ async def make_prompt(
     With a tokenizer the prompt is ``prefix ids + question ids`` (ids concatenated, so the
     prefix is token-identical across questions and the radix cache can match all of it).
     """
+    return (await make_prompts(seed, namespace, index, prefix_tokens, tokenize,
+                               [question]))[0]
+
+
+async def make_prompts(
+    seed: int,
+    namespace: str,
+    index: int,
+    prefix_tokens: int,
+    tokenize: Tokenize | None,
+    questions: list[str | None],
+) -> list[Prompt]:
+    """One prefix, sized once, with each of ``questions`` after it (``None``: no question).
+
+    Raises ``Failed`` when the tokenizer endpoint stops answering half way.
+    """
     payload, tokens, exact, recs = await sized_text(seed, namespace, index, prefix_tokens, tokenize)
-    if question is None:
-        return Prompt(payload=payload, tokens=tokens, exact=exact)
-    qtext, codes = question_text(recs, seed, question)
-    if isinstance(payload, list):
-        qids = await tokenize(qtext) if tokenize is not None else None
-        if qids is None:  # tokenizer vanished between calls; fall back to text
-            raise RuntimeError("the tokenizer endpoint stopped answering")
-        return Prompt(payload=payload + qids, tokens=tokens + len(qids), exact=True,
-                      expected_codes=tuple(codes))
-    est = int(len(qtext) / CHARS_PER_TOKEN_GUESS)
-    return Prompt(payload=payload + qtext, tokens=tokens + est, exact=False,
-                  expected_codes=tuple(codes))
+    out = []
+    for question in questions:
+        if question is None:
+            out.append(Prompt(payload=payload, tokens=tokens, exact=exact))
+            continue
+        qtext, codes = question_text(recs, seed, question)
+        if isinstance(payload, list):
+            qids = await tokenize(qtext) if tokenize is not None else None
+            if qids is None:
+                raise Failed("the server's tokenizer endpoint stopped answering")
+            out.append(Prompt(payload=payload + qids, tokens=tokens + len(qids), exact=True,
+                              expected_codes=tuple(codes)))
+        else:
+            est = int(len(qtext) / CHARS_PER_TOKEN_GUESS)
+            out.append(Prompt(payload=payload + qtext, tokens=tokens + est, exact=False,
+                              expected_codes=tuple(codes)))
+    return out

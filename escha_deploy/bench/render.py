@@ -134,7 +134,7 @@ def chart(report: BenchReport, path: Path) -> Path:
         ("cold prefill, tok/s", [r.prefill.tokens_per_s for r in report.runs]),
         ("decode bs1, tok/s", [r.decode.tokens_per_s for r in report.runs]),
     ]
-    for ax, (title, values) in zip(axes[:2], panels):
+    for ax, (title, values) in zip(axes[:2], panels, strict=True):
         ax.bar(labels, values, color=colors[: len(values)])
         ax.set_title(title)
         ax.margins(y=0.12)
@@ -144,11 +144,11 @@ def chart(report: BenchReport, path: Path) -> Path:
     ax = axes[2]
     n = len(report.runs)
     width = 0.8 / n
-    for i, (label, r) in enumerate(zip(labels, report.runs)):
+    for i, (label, r) in enumerate(zip(labels, report.runs, strict=True)):
         xs = [j + (i - (n - 1) / 2) * width for j in range(2)]
         vals = [r.first_pass.wall_s, r.second_pass.wall_s]
         ax.bar(xs, vals, width=width, label=label, color=colors[i % len(colors)])
-        for x, v in zip(xs, vals):
+        for x, v in zip(xs, vals, strict=True):
             ax.annotate(f"{v:.2f} s" if v < 1 else f"{v:.1f} s", (x, v), ha="center",
                         va="bottom")
     ax.margins(y=0.12)

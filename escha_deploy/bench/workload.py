@@ -33,7 +33,7 @@ from .models import (
     ServerRun,
     WorkloadSpec,
 )
-from .prompts import make_prompt
+from .prompts import make_prompt, make_prompts
 
 #: Cached tokens at or below this count still count as cold (a page of a shared first token
 #: or two; SGLang's page size is 1 to 64 tokens).
@@ -167,10 +167,10 @@ async def run_workload(
         )
 
     step(f"building {spec.prefixes} prefixes of {spec.prefix_tokens} tokens")
-    q1 = [await make_prompt(spec.seed, "prefix", i, spec.prefix_tokens, tok, "q1")
-          for i in range(spec.prefixes)]
-    q2 = [await make_prompt(spec.seed, "prefix", i, spec.prefix_tokens, tok, "q2")
-          for i in range(spec.prefixes)]
+    pairs = [await make_prompts(spec.seed, "prefix", i, spec.prefix_tokens, tok, ["q1", "q2"])
+             for i in range(spec.prefixes)]
+    q1 = [p[0] for p in pairs]
+    q2 = [p[1] for p in pairs]
 
     step(f"first pass: {spec.prefixes} concurrent distinct prefixes")
     first = await _pass(client, facts, q1, spec.answer_tokens, spec.seed)

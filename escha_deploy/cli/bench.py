@@ -145,12 +145,20 @@ def register(app: typer.Typer) -> None:
 
                 raise BadInput("--chart needs matplotlib, which is not installed",
                                hint=CHART_INSTALL_HINT) from None
+        from pydantic import ValidationError
+
         ptok = _tokens(prefix_tokens, "--prefix-tokens")
-        spec = WorkloadSpec(
-            seed=seed, prefixes=prefixes, prefix_tokens=ptok,
-            prefill_tokens=_tokens(prefill_tokens, "--prefill-tokens") if prefill_tokens else ptok,
-            decode_tokens=decode_tokens, answer_tokens=answer_tokens,
-        )
+        try:
+            spec = WorkloadSpec(
+                seed=seed, prefixes=prefixes, prefix_tokens=ptok,
+                prefill_tokens=_tokens(prefill_tokens, "--prefill-tokens") if prefill_tokens else ptok,
+                decode_tokens=decode_tokens, answer_tokens=answer_tokens,
+            )
+        except ValidationError as exc:
+            raise BadInput(*(
+                f"--{str(e['loc'][0]).replace('_', '-')}: {e['msg'].lower()} (got {e['input']!r})"
+                for e in exc.errors()
+            )) from None
         kw = dict(request_timeout_s=request_timeout, max_requests=max_requests, api_key=api_key)
         steps = _Steps("bench")
         try:
@@ -199,8 +207,14 @@ def register(app: typer.Typer) -> None:
 
         from .output import print_json
 
+        from escha_deploy.errors import BadInput
+
+        ctok = _tokens(prompt_tokens, "--prompt-tokens")
+        if ctok < 64:
+            raise BadInput(f"--prompt-tokens: at least 64 tokens, so the question has a body to "
+                           f"ask about (got {prompt_tokens!r})")
         opts = CanaryOptions(
-            seed=seed, prompt_tokens=_tokens(prompt_tokens, "--prompt-tokens"),
+            seed=seed, prompt_tokens=ctok,
             answer_tokens=answer_tokens,
             fill_tokens=_tokens(fill_tokens, "--fill-tokens") if fill_tokens else None,
             max_fill_requests=max_fill_requests, hybrid=hybrid,

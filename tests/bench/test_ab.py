@@ -4,7 +4,6 @@ stand-in servers (the docker launcher is tested in tests/launch)."""
 from __future__ import annotations
 
 import asyncio
-import types
 
 import pytest
 

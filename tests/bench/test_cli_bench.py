@@ -64,6 +64,8 @@ def test_chart_without_matplotlib_says_how_to_install(cli, standin, tmp_path, mo
         (["-e", "127.0.0.1:30000"], "expected http://HOST:PORT"),
         (["-e", "http://127.0.0.1:1", "--prefix-tokens", "lots"], "--prefix-tokens"),
         (["-e", "http://127.0.0.1:1", "--chart", "out.svg"], "expected a .png path"),
+        (["-e", "http://127.0.0.1:1", "--prefix-tokens", "5"],
+         "--prefix-tokens: input should be greater than or equal to 16"),
     ],
 )
 def test_bad_input_exits_2(cli, args, needle):
@@ -92,3 +94,8 @@ def test_failed_request_exits_4(cli, standin):
     res = cli("bench", "-e", standin(max_req_input_len=500).url, *SMALL)
     assert res.code == 4
     assert "/v1/completions answered 400" in res.err
+
+
+def test_canary_bad_input_exits_2(cli):
+    res = cli("canary", "-e", "http://127.0.0.1:1", "--prompt-tokens", "10")
+    assert res.code == 2 and "--prompt-tokens" in res.err

@@ -70,6 +70,6 @@ def test_without_a_tokenizer_text_is_sized_by_the_guess():
     assert len(p.payload) == int(1000 * CHARS_PER_TOKEN_GUESS)
 
 
-def test_zero_tokens_is_refused():
+def test_zero_tokens_is_refused():  # a programming error, not a user one
     with pytest.raises(ValueError):
         asyncio.run(make_prompt(1, "cold", 0, 0, None))
