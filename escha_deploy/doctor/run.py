@@ -27,10 +27,10 @@ DEFAULT_PINNED_TARGET_BYTES = 4 * GiB
 
 
 def needs_from_profile(ref: str, overrides: Sequence[str] = ()) -> ProfileNeeds:
-    """Load profile ``ref`` (a name or a path) and plan it against this host
-    (``planner.plan(profile, gather_host_facts())``): the per-rank pinned bytes come from
-    ``plan.per_rank.pinned_bytes``, and an ``unsafe`` verdict's reasons become failing
-    ``profile.plan`` checks. Raises ``BadInput`` for a bad profile (exit 2).
+    """Load profile ``ref`` (a name or a path) and plan it against this host, ignoring saved
+    findings (``planner.plan(profile, gather_host_facts(use_findings=False))``): the per-rank
+    pinned bytes come from ``plan.per_rank.pinned_bytes``, and an ``unsafe`` verdict's reasons
+    become failing ``profile.plan`` checks. Raises ``BadInput`` for a bad profile (exit 2).
     """
     from escha_deploy.host import gather_host_facts
     from escha_deploy.planner import plan
@@ -38,7 +38,9 @@ def needs_from_profile(ref: str, overrides: Sequence[str] = ()) -> ProfileNeeds:
 
     profile = load_profile(ref, overrides)
     hw = profile.hardware
-    result = plan(profile, gather_host_facts())
+    # Plan without saved findings: a plan capped by an earlier ceiling would aim the ladder at
+    # that ceiling, so a ceiling once seen could never be measured again.
+    result = plan(profile, gather_host_facts(use_findings=False))
     problems = tuple(result.reasons) if result.verdict == "unsafe" else ()
     pinned = result.per_rank.pinned_bytes if result.hicache.enabled else None
     return ProfileNeeds(name=profile.name, gpu_count=hw.gpu_count, gpu_vram_bytes=hw.gpu_vram,

@@ -152,3 +152,19 @@ def test_pinned_target_is_capped_by_available_memory():
     assert pinned_target(f, need) == avail - 2 * GiB
     assert avail - 2 * GiB < 4 * GiB
     assert pinned_target(f, None) == avail - 2 * GiB  # the 4 GiB default is capped too
+
+
+def test_profile_needs_ignore_a_saved_ceiling(tmp_path, monkeypatch):
+    """A plan capped by a saved ceiling would aim the next ladder at that ceiling; doctor plans
+    the profile as if nothing had been measured."""
+    from escha_deploy.doctor.run import needs_from_profile
+    from escha_deploy.host import host_id
+    from escha_deploy.paths import doctor_findings_path
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    before = needs_from_profile("rtx5060ti-tp2")
+    assert before.pinned_per_rank_bytes and before.pinned_per_rank_bytes > GiB
+    tiny = DoctorFindings(created_at=dt.datetime.now(dt.timezone.utc).isoformat(), host_id=host_id(),
+                          pinned_ceiling_bytes=GiB // 4, pinned_ceiling_reached=True)
+    save_findings(tiny, doctor_findings_path())
+    assert needs_from_profile("rtx5060ti-tp2").pinned_per_rank_bytes == before.pinned_per_rank_bytes
