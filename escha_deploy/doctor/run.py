@@ -123,12 +123,15 @@ def build_report(facts: DoctorFacts, need: ProfileNeeds | None, now: _dt.datetim
                         facts=facts.model_dump(mode="json"))
 
 
-def findings_from(report: DoctorReport, facts: DoctorFacts) -> DoctorFindings:
-    """What ``plan`` and ``up`` read back: allocator, pinned ceiling, NCCL environment."""
-    p = facts.probes
+def probe_findings(probes: ProbeFacts, *, host_id: str, platform: str, created_at: str,
+                   checks: Sequence[dict] = ()) -> DoctorFindings:
+    """What ``plan`` and ``up`` read back (allocator, pinned ceiling, NCCL environment) from the
+    probes' answers. ``up`` calls this with the *host's* id for probes it ran in the image
+    (``python -m escha_deploy.doctor.probe_all``), since the container's hostname differs."""
+    p = probes
     passed = next((a for a in p.nccl if a.get("ok")), None)
     return DoctorFindings(
-        created_at=report.created_at, host_id=facts.host_id, platform=facts.platform,
+        created_at=created_at, host_id=host_id, platform=platform,
         store_probe=p.store, host_allocator=p.host_allocator,
         pinned_ceiling_bytes=p.pinned.largest_bytes if p.pinned else None,
         pinned_ceiling_reached=bool(p.pinned and p.pinned.reached),
@@ -137,8 +140,14 @@ def findings_from(report: DoctorReport, facts: DoctorFacts) -> DoctorFindings:
         device_attributes=p.device_attributes,
         nccl_env=dict(passed["env"]) if passed else {},
         nccl_smoke_ok=p.nccl_ok,
-        checks=[c.model_dump() for c in report.checks],
+        checks=list(checks),
     )
+
+
+def findings_from(report: DoctorReport, facts: DoctorFacts) -> DoctorFindings:
+    """The findings of a ``doctor`` run: its probes plus its checks."""
+    return probe_findings(facts.probes, host_id=facts.host_id, platform=facts.platform,
+                          created_at=report.created_at, checks=[c.model_dump() for c in report.checks])
 
 
 def run_doctor(profile: str | None = None, overrides: Sequence[str] = (), *, probes: bool = True,

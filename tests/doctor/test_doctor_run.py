@@ -168,3 +168,21 @@ def test_profile_needs_ignore_a_saved_ceiling(tmp_path, monkeypatch):
                           pinned_ceiling_bytes=GiB // 4, pinned_ceiling_reached=True)
     save_findings(tiny, doctor_findings_path())
     assert needs_from_profile("rtx5060ti-tp2").pinned_per_rank_bytes == before.pinned_per_rank_bytes
+
+
+def test_probe_all_module_answers_in_json(tmp_path):
+    """What ``up`` runs inside the image, run here for real: without a GPU it says so (exit 3);
+    with one, the store probe and ladder answers come back and turn into findings."""
+    from escha_deploy.doctor.facts import ProbeFacts
+    from escha_deploy.doctor.run import probe_findings
+
+    out = subprocess.run([sys.executable, "-m", "escha_deploy.doctor.probe_all", "--target", str(GiB)],
+                         capture_output=True, text=True, timeout=600)
+    data = json.loads(out.stdout)
+    probes = ProbeFacts.model_validate(data["probes"])
+    if data["gpus"]["source"] == "none":
+        assert out.returncode == 3 and probes.skipped == "no GPU" and data["gpus"]["reasons"]
+    else:
+        assert out.returncode == 0 and probes.store and probes.pinned.target_bytes <= GiB
+    f = probe_findings(probes, host_id="host", platform=data["platform"], created_at=NOW.isoformat())
+    assert f.host_id == "host" and f.nccl_smoke_ok is None
