@@ -583,8 +583,10 @@ def _make_handler(srv: StandinServer):
 def main(argv: list[str] | None = None) -> None:
     """Run the stand-in as a process (for an image in launch tests): ``--port N`` (0 = free),
     ``--host`` (127.0.0.1 unless an image needs 0.0.0.0 inside its own network namespace),
-    ``--config JSON`` (``StandinConfig`` fields). Without ``prometheus_client`` installed,
-    ``/metrics`` is off, as on a server without ``--enable-metrics``."""
+    ``--config JSON`` (``StandinConfig`` fields), ``--set hicache.enabled=false`` (the override
+    ``--hicache-ab`` makes; other arguments, such as ``serve --profile NAME``, are ignored).
+    Without ``prometheus_client`` installed, ``/metrics`` is off, as on a server without
+    ``--enable-metrics``."""
     import argparse
     import importlib.util
 
@@ -592,8 +594,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--config", default="{}")
-    a = ap.parse_args(argv)
+    ap.add_argument("--set", action="append", default=[],
+                    help="profile overrides as `escha-deploy serve` gets them; only "
+                    "hicache.enabled=true|false is read (what --hicache-ab changes)")
+    a, _rest = ap.parse_known_args(argv)  # e.g. `serve --profile NAME` from a container command
     cfg = StandinConfig(**json.loads(a.config))
+    for item in a.set:
+        key, _, value = item.partition("=")
+        if key == "hicache.enabled":
+            cfg.hicache = value.strip().lower() in ("1", "true", "yes", "on")
     if cfg.metrics and importlib.util.find_spec("prometheus_client") is None:
         cfg.metrics = False
         print("stand-in: prometheus_client missing, /metrics off", flush=True)

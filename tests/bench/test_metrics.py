@@ -54,3 +54,28 @@ def test_standin_exposition_parses_with_the_real_names(standin):
     srv = standin(tp_ranks_exported=2)
     s = Snapshot.parse(httpx.get(srv.url + "/metrics").text)
     assert s.has(HOST_TOTAL_TOKENS) and s.total(HOST_TOTAL_TOKENS) == srv.cfg.host_tokens
+
+
+def test_standin_runs_as_a_process_and_reads_the_hicache_override():
+    """What an image running the stand-in gets from ``escha-deploy serve``'s command line."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import httpx
+
+    script = Path(__file__).with_name("standin_sglang.py")
+    p = subprocess.Popen([sys.executable, str(script), "serve", "--profile", "x", "--set",
+                          "hicache.enabled=false", "--port", "0"],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        while line and "listening on" not in line:
+            line = p.stdout.readline()
+        url = line.rsplit(" ", 1)[-1].strip()
+        assert url.startswith("http://127.0.0.1:")
+        info = httpx.get(url + "/server_info", timeout=5).json()
+        assert info["enable_hierarchical_cache"] is False
+    finally:
+        p.terminate()
+        p.wait(timeout=5)
