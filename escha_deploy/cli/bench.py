@@ -106,7 +106,7 @@ def register(app: typer.Typer) -> None:
         prefill_tokens: Annotated[Optional[str], typer.Option("--prefill-tokens", help="Tokens of the cold-prefill prompt (default: --prefix-tokens).")] = None,
         decode_tokens: Annotated[int, typer.Option("--decode-tokens", help="Tokens generated at batch 1.", min=2)] = 256,
         answer_tokens: Annotated[int, typer.Option("--answer-tokens", help="Tokens generated per prefix request.", min=1)] = 16,
-        chart: Annotated[Optional[Path], typer.Option("--chart", help="Also write a PNG chart here (needs the chart extra: pip install 'escha-deploy[chart]').")] = None,
+        chart: Annotated[Optional[Path], typer.Option("--chart", help="Also write a PNG chart here (needs the chart extra: pip install 'escha-deploy\\[chart]').")] = None,
         box: Annotated[Optional[str], typer.Option("--box", help="Name the machine in the table caption, e.g. '2 x RTX 5060 Ti 12 GB, TP 2, WSL2'.")] = None,
         request_timeout: TimeoutOpt = 600.0,
         max_requests: MaxReqOpt = 500,
@@ -172,6 +172,8 @@ def register(app: typer.Typer) -> None:
                 runs = [asyncio.run(bench_endpoint(endpoint, spec, steps, **kw))]
                 if compare:
                     runs.append(asyncio.run(bench_endpoint(compare, spec, steps, **kw)))
+                    # the seed's order, off then on, whichever URL came first
+                    runs.sort(key=lambda r: {"off": 0, "on": 1}.get(r.facts.label, 2))
                 report = BenchReport(workload=spec, runs=runs,
                                      mode="compare" if compare else "single")
         finally:

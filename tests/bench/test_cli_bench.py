@@ -14,9 +14,11 @@ SMALL = ["--prefixes", "3", "--prefix-tokens", "1000", "--prefill-tokens", "2000
 POOLS = dict(device_tokens=1500, host_tokens=20_000)
 
 
-def test_compare_table_has_off_and_on_side_by_side(cli, standin):
+@pytest.mark.parametrize("on_first", [False, True])
+def test_compare_table_has_off_and_on_side_by_side(cli, standin, on_first):
     off, on = standin(hicache=False, **POOLS), standin(hicache=True, **POOLS)
-    res = cli("bench", "-e", off.url, "--compare", on.url, *SMALL, "--box", "stand-in")
+    first, second = (on, off) if on_first else (off, on)
+    res = cli("bench", "-e", first.url, "--compare", second.url, *SMALL, "--box", "stand-in")
     assert res.code == 0, res.err
     header = next(line for line in res.out.splitlines() if "off" in line and "on" in line)
     assert header.index("off") < header.index(" on")
