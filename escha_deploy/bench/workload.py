@@ -97,6 +97,28 @@ def cached_figure(
     )
 
 
+def device_pool_note(spec: WorkloadSpec, facts: ServerFacts, second: PassResult) -> list[str]:
+    """A warning when the second pass was served from the device pool, not from host RAM.
+
+    Then the table compares device hits, and HiCache's host tier was not exercised: the
+    working set (``prefixes x prefix_tokens``) fit the device pool (``max_total_num_tokens``).
+    Said when at least half of the second pass was cached and under a tenth of that came from
+    the host tier (or, with HiCache off, whenever half was cached).
+    """
+    c = second.cached
+    if c.share is None or c.share < 0.5 or not c.cached_tokens:
+        return []
+    if facts.hicache and (c.host_tokens is None or c.host_tokens >= 0.1 * c.cached_tokens):
+        return []
+    pool = (f" of {facts.max_total_num_tokens} tokens"
+            if facts.max_total_num_tokens is not None else "")
+    return [
+        f"second pass: {c.share:.0%} cached, mostly from the device pool{pool}, so HiCache's "
+        f"host tier was not exercised ({spec.prefixes} x {spec.prefix_tokens} tokens fit the "
+        "device pool): raise --prefixes or --prefix-tokens past the pool to compare off and on"
+    ]
+
+
 async def _pass(
     client: ServerClient, facts: ServerFacts, prompts: list, answer_tokens: int, seed: int
 ) -> PassResult:
@@ -183,6 +205,7 @@ async def run_workload(
         )
     step(f"second pass: same {spec.prefixes} prefixes, new question")
     second = await _pass(client, facts, q2, spec.answer_tokens, spec.seed)
+    warnings += device_pool_note(spec, facts, second)
     return ServerRun(
         facts=facts, prefill=prefill, decode=decode, first_pass=first, second_pass=second,
         token_counts="server tokenizer" if facts.tokenizer else "estimate",

@@ -130,3 +130,16 @@ def test_metrics_delta_when_responses_carry_nothing():
     fig = cached_figure([_c(100), _c(100)], FACTS, before, after)
     assert (fig.cached_tokens, fig.source) == (190, "metrics:sglang:cached_tokens_total")
     assert fig.host_tokens == 180 and fig.note and "every request" in fig.note
+
+
+def test_a_workload_that_fits_the_device_pool_is_called_out(standin):
+    # 4 x 1500 tokens in a 100,000-token device pool: the second pass is all device hits
+    for hicache in (False, True):
+        run = _run(standin(hicache=hicache, device_tokens=100_000).url)
+        assert run.second_pass.cached.share > 0.9
+        assert any("host tier was not exercised" in w for w in run.warnings), hicache
+
+
+def test_a_host_tier_second_pass_is_not_called_out(standin):
+    run = _run(standin(hicache=True, **POOLS).url)
+    assert not any("not exercised" in w for w in run.warnings)
