@@ -9,7 +9,8 @@
 #     NAME   image name, default escha-sglang-base:0.5.19-bookworm
 #
 # The image sets ESCHA_SGLANG_PYTHON=/opt/sglang/venv/bin/python, which tells escha-deploy where
-# SGLang's interpreter is (Dockerfile.hicache reads it). Not a runnable server: SGLang's
+# SGLang's interpreter is, and puts that venv first on PATH, so `python3` is SGLang's Python as
+# in the official image (the launch spec runs `python3 -m sglang.launch_server`). Not a runnable server: SGLang's
 # dependencies (torch, ...) are left out on purpose; the image is the base the series is
 # applied to and verified against, in CI. Needs root, mmdebstrap and a running dockerd.
 set -euo pipefail
@@ -35,6 +36,7 @@ mmdebstrap --quiet --variant=apt \
 
 docker import \
     --change 'ENV ESCHA_SGLANG_PYTHON=/opt/sglang/venv/bin/python' \
+    --change 'ENV PATH=/opt/sglang/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'ENV LANG=C.UTF-8' \
     --change 'CMD ["/bin/bash"]' \
     --message "escha test base: Debian bookworm + sglang from $whl (no dependencies)" \

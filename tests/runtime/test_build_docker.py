@@ -112,3 +112,23 @@ def test_series_layer_is_small():
     layers = [h for h in image.history() if "runtime apply" in (h.get("CreatedBy") or "")]
     assert len(layers) == 1
     assert layers[0]["Size"] < 2_000_000, layers[0]["Size"]
+
+
+def test_stock_image_builds_unpatched_and_describes_no_capabilities():
+    client = _client()
+    _need_image(client, BASE)
+    tag = "escha-sglang:ci-stock"
+    proc = subprocess.run(
+        ["escha-deploy", "build", "--stock", "--base-image", BASE, "--python-version", "3.11",
+         "--tag", tag, "--format", "json"],
+        capture_output=True, text=True, timeout=600, cwd=REPO)
+    try:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert json.loads(proc.stdout)["labels"]["io.escha.image"] == "stock"
+        describe = _run(tag, "escha-deploy", "runtime", "describe")
+        assert describe.returncode == 3 and "stock runtime" in describe.stderr
+        inventory = _run(tag, "escha-deploy", "runtime", "inventory", "--format", "json")
+        assert inventory.returncode == 0, inventory.stderr
+        assert json.loads(inventory.stdout)["matches_committed"] is True
+    finally:
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
