@@ -98,7 +98,8 @@ class Prepared:
         }
 
 
-def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_image: bool = True) -> Prepared:
+def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_image: bool = True,
+            profile: Any = None) -> Prepared:
     """Load, gather, plan and build the spec; refuse (``Refused``, exit 3) on an unsafe plan,
     missing capabilities or an unlaunchable spec. With ``client``, also reads the image's
     capabilities (``need_image``: a missing image is refused)."""
@@ -109,7 +110,7 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
 
     from . import docker as dk
 
-    profile = load_profile(profile_ref, overrides)
+    profile = profile or load_profile(profile_ref, overrides)
     platform = None if profile.hardware.platform == "any" else profile.hardware.platform
     host = gather_host_facts(platform=platform, l3_dir=profile.hicache.storage_dir)
     caps: list[str] | None = None
@@ -201,7 +202,8 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
     from escha_deploy.profile import load_profile
 
     client = dk.connect()
-    wants_gpus = load_profile(profile_ref, overrides).container.gpus != []
+    profile = load_profile(profile_ref, overrides)
+    wants_gpus = profile.container.gpus != []
     if wants_gpus and dk.gpu_runtime(client) is None:
         raise Refused(
             "docker: no NVIDIA GPU runtime (docker info lists no nvidia runtime or CDI spec); "
@@ -210,7 +212,7 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
         )
     if build:
         _build_image(client, profile_ref, overrides)
-    prep = prepare(profile_ref, overrides, client=client)
+    prep = prepare(profile_ref, overrides, client=client, profile=profile)
     spec = prep.spec
     for w in prep.warnings:
         warn(w)
@@ -229,6 +231,8 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
         dk.stop(c, spec.stop_timeout_s)
         if pub:
             dk.wait_port_free(*pub)
+    if prep.args.get("device_requests"):
+        doctor_in_image(client, prep)
     owner = dk.port_owner(client, spec.port_host_ip, spec.port_host)
     if owner:
         raise Refused(f"container.port: {spec.port_host_ip}:{spec.port_host} is held by {owner}",
@@ -253,9 +257,15 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
         return c.status in ("created", "running")
 
     timeout = float(timeout_s if timeout_s is not None else prep.profile.container.ready_timeout_s)
+    seen: set[str] = set()
+
+    def show(phase: str) -> None:
+        if phase not in seen:  # every rank logs each phase; show it once
+            seen.add(phase)
+            (progress or (lambda ph: info(f"up: {ph}")))(phase)
+
     try:
-        res = wait_ready(probe, timeout_s=timeout, alive=alive, new_lines=pump.take,
-                         on_phase=progress or (lambda ph: info(f"up: {ph}")))
+        res = wait_ready(probe, timeout_s=timeout, alive=alive, new_lines=pump.take, on_phase=show)
     finally:
         probe.close()
     if not res.ready:
@@ -279,6 +289,59 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
     for ln in lines:
         warn(ln)
     return UpResult(prep.profile.name, c.name, endpoint, "running", round(res.seconds, 3), lines)
+
+
+def doctor_in_image(client, prep: Prepared, *, timeout_s: float = 600) -> None:
+    """Doctor's GPU probes inside the profile's image (its cgroup, /dev/shm, memlock and WSL2
+    pinned ceiling are what count), reusing saved findings younger than a day
+    (``findings.MAX_AGE``; DESIGN.md section 3). Runs ``python -m escha_deploy.doctor.probe_all``
+    in a throw-away container with the launch's GPUs, ipc and ulimits; saves the answer as
+    findings under the host's id. A failed all-reduce smoke test refuses (exit 3) before the
+    server is created. Only reached where Docker has a GPU runtime (not testable here).
+    """
+    from escha_deploy.cli.output import info
+    from escha_deploy.doctor.facts import ProbeFacts
+    from escha_deploy.doctor.run import probe_findings
+    from escha_deploy.findings import load_findings, save_findings
+    from escha_deploy.host import host_id
+    from escha_deploy.paths import doctor_findings_path
+
+    from . import docker as dk
+
+    hid = host_id()
+    saved = load_findings(doctor_findings_path(), host_id=hid)
+    if saved is not None and saved.is_fresh():
+        info("up: reusing doctor findings younger than a day")
+        return
+    world = int(prep.profile.runtime.tp_size)
+    target = int(prep.plan.per_rank.pinned_bytes) or 1
+    args = {k: v for k, v in prep.args.items()
+            if k in ("image", "device_requests", "ipc_mode", "shm_size", "ulimits", "security_opt",
+                     "environment", "init")}
+    args.update(entrypoint=["python3", "-m", "escha_deploy.doctor.probe_all"],
+                command=["--target", str(target), "--world-size", str(world)],
+                labels={dk.LABEL_MANAGED_BY: "escha-deploy-doctor"}, detach=True)
+    info(f"up: running doctor's probes in {prep.spec.image}")
+    c = client.containers.create(**dk.to_docker({**args, "mounts": [], "ulimits": args["ulimits"]}))
+    try:
+        c.start()
+        code = c.wait(timeout=timeout_s)["StatusCode"]
+        out = c.logs(stdout=True, stderr=False).decode().strip().splitlines()
+    finally:
+        c.remove(force=True)
+    if code != 0 or not out:
+        raise Refused(f"doctor: probes in {prep.spec.image} found no usable GPU (exit {code})",
+                      hint="`escha-deploy doctor --profile NAME` shows the checks")
+    data = json.loads(out[-1])
+    probes = ProbeFacts.model_validate(data["probes"])
+    import datetime as dt
+
+    findings = probe_findings(probes, host_id=hid, platform=data.get("platform", prep.plan.platform),
+                              created_at=dt.datetime.now(dt.timezone.utc).isoformat())
+    save_findings(findings, doctor_findings_path())
+    if world >= 2 and findings.nccl_smoke_ok is False:
+        raise Refused(f"doctor: the {world}-GPU all-reduce smoke test failed in {prep.spec.image}",
+                      hint="`escha-deploy doctor --profile NAME` prints the NCCL settings it tried")
 
 
 def planned_sizes(plan: Any):
