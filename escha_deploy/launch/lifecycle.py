@@ -211,7 +211,7 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
             hint="install the NVIDIA Container Toolkit and restart Docker; `escha-deploy doctor` checks it",
         )
     if build:
-        _build_image(client, profile_ref, overrides)
+        _build_image(client, profile.container.image)
     prep = prepare(profile_ref, overrides, client=client, profile=profile)
     spec = prep.spec
     for w in prep.warnings:
@@ -359,16 +359,23 @@ def planned_sizes(plan: Any):
     )
 
 
-def _build_image(client, profile_ref: str, overrides: Sequence[str]) -> None:
-    """``--build``: build the profile's image from Dockerfile.hicache (issue 3's build)."""
-    try:
-        from escha_deploy.runtime.build import build_image  # type: ignore[import-not-found]
-    except ImportError:
-        raise Refused("--build: the image build (escha_deploy.runtime.build) is not available "
-                      "in this version; run `escha-deploy build`") from None
-    from escha_deploy.profile import load_profile
+def _build_image(client, image: str) -> None:
+    """``--build``: when ``image`` is absent, build it with ``escha-deploy build --hicache --tag
+    IMAGE`` (issue 3's builder, run as a child of this same installation; its progress goes to
+    stderr). Raises ``Refused`` (exit 3, nothing created) when the build fails."""
+    import subprocess
 
-    build_image(load_profile(profile_ref, overrides).container.image)
+    from escha_deploy.cli.output import info
+
+    from . import docker as dk
+
+    if dk.image_labels(client, image) is not None:
+        return
+    info(f"up: building {image} (escha-deploy build --hicache)")
+    r = subprocess.run([sys.executable, "-m", "escha_deploy.cli.main", "build", "--hicache",
+                        "--tag", image], stdout=sys.stderr)
+    if r.returncode != 0:
+        raise Refused(f"--build: `escha-deploy build --hicache --tag {image}` failed (exit {r.returncode})")
 
 
 # --------------------------------------------------------------------------- down/status/logs

@@ -180,3 +180,24 @@ def test_kill_9_during_startup_then_up_replaces_stale(docker_client, standin_ima
     finally:
         assert down().returncode == 0
     assert port_free()
+
+
+def test_secrets_stay_out_of_container_config_labels_and_logs(docker_client, standin_image, tmp_path,
+                                                              no_leaks):
+    key, hf = "sk-escha-up-0123456789", "hf_" + "Qx7" * 12
+    (tmp_path / "k").write_text(key + "\n")
+    (tmp_path / "h").write_text(hf + "\n")
+    image = standin_image("escha-standin:ok")
+    r = up("--set", f"container.api_key_file={tmp_path / 'k'}", "--set",
+           f"container.hf_token_file={tmp_path / 'h'}", image=image)
+    try:
+        assert r.returncode == 0, r.stderr
+        c = docker_client.containers.get("escha-standin-tp2")
+        shown = str(c.attrs["Config"]) + str(c.attrs["Args"]) + str(c.attrs["HostConfig"])
+        assert key not in shown and hf not in shown
+        mounts = {m["Destination"]: m for m in c.attrs["Mounts"]}
+        assert mounts["/run/secrets/escha_api_key"]["RW"] is False
+        logs = run_cli("logs", "--profile", P)
+        assert key not in logs.stdout + r.stdout + r.stderr
+    finally:
+        assert down().returncode == 0
