@@ -282,7 +282,13 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
                                         platform=prep.plan.platform,
                                         timed_out=res.reason == "timed out",
                                         health_ok=res.health_ok, generate_ok=res.generate_ok))
-        raise Failed(*diag.lines())
+        for ln in diag.lines():
+            info(ln)
+        what = ("not ready within %.0f s" % timeout) if res.reason == "timed out" else f"exited with code {code}"
+        causes = ", ".join(m.id for m in diag.matches) or "no known signature"
+        raise Failed(f"up: the server {what} ({causes})",
+                     hint=None if res.reason == "timed out" else
+                     f"the stopped container keeps its log: escha-deploy logs --profile {prep.profile.name}")
     dk.set_restart_after_ready(c, spec.restart_after_ready)
     drift = compare(planned_sizes(prep.plan), parse_sizes(pump.all))
     lines = [i.line() for i in drift.items]
