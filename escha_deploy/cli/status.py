@@ -31,10 +31,11 @@ def register(app: typer.Typer) -> None:
             return
         from rich.table import Table
 
-        table = Table(title_justify="left")
-        for col in ("profile", "container", "state", "endpoint", "plan_digest", "uptime_s", "restart_policy"):
-            table.add_column(col, no_wrap=True)
+        cols = ("profile", "state", "endpoint", "plan_digest", "uptime_s", "restart_policy")
+        table = Table(title_justify="left", box=None, pad_edge=False)
+        for col in cols:
+            table.add_column({"plan_digest": "plan", "uptime_s": "uptime s", "restart_policy": "restart"}
+                             .get(col, col), overflow="fold")
         for r in rows:
-            table.add_row(*(str(r[k]) if r[k] is not None else "-" for k in
-                            ("profile", "container", "state", "endpoint", "plan_digest", "uptime_s", "restart_policy")))
+            table.add_row(*(str(r[k]) if r[k] is not None else "-" for k in cols))
         stdout_console().print(table)

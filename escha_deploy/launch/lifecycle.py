@@ -258,11 +258,12 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
 
     timeout = float(timeout_s if timeout_s is not None else prep.profile.container.ready_timeout_s)
     seen: set[str] = set()
+    t0 = time.monotonic()
 
     def show(phase: str) -> None:
         if phase not in seen:  # every rank logs each phase; show it once
             seen.add(phase)
-            (progress or (lambda ph: info(f"up: {ph}")))(phase)
+            (progress or (lambda ph: info(f"up: [{time.monotonic() - t0:6.1f} s] {ph}")))(phase)
 
     try:
         res = wait_ready(probe, timeout_s=timeout, alive=alive, new_lines=pump.take, on_phase=show)
@@ -429,7 +430,7 @@ def status(profile: str | None) -> list[dict[str, Any]]:
             "container": c.name,
             "state": c.status,
             "endpoint": f"http://{host_ip}:{port}" if port else "-",
-            "plan_digest": c.labels.get(dk.LABEL_PLAN_DIGEST, "")[:16],
+            "plan_digest": c.labels.get(dk.LABEL_PLAN_DIGEST, "")[:12],
             "image": (c.attrs.get("Config", {}) or {}).get("Image", ""),
             "uptime_s": uptime,
             "restart_policy": (c.attrs.get("HostConfig", {}).get("RestartPolicy") or {}).get("Name", ""),
