@@ -33,6 +33,9 @@ def register(app: typer.Typer) -> None:
         timeout: Annotated[Optional[float], typer.Option(
             "--timeout", help="Seconds to wait for ready (default: container.ready_timeout_s).")] = None,
         format: FormatOpt = OutputFormat.table,
+        canary: Annotated[bool, typer.Option(
+            "--canary", help="Once ready, run the hybrid-restore canary (bench.canary): exit 3 on a "
+            "mismatch, 5 when no host-tier hit proves the answer; the server keeps running.")] = False,
     ) -> None:
         """Start the server for a profile and wait until it serves."""
         from escha_deploy.launch import lifecycle
@@ -68,6 +71,15 @@ def register(app: typer.Typer) -> None:
             else:
                 info(f"up: ready in {res.ready_seconds:.1f} s")
             typer.echo(f"{res.profile}\t{res.state}\t{res.endpoint}\t{res.container}")
+        if canary:
+            from escha_deploy.bench.canary import canary_check
+            from escha_deploy.profile import load_profile
+
+            prof = load_profile(profile, overrides)
+            key = (lifecycle.read_secret(prof.container.api_key_file, "container.api_key_file")
+                   if prof.container.api_key_file else None)
+            info(f"up: running the restore canary against {res.endpoint}")
+            canary_check(res.endpoint, step=lambda s: info(f"canary: {s}"), api_key=key)
         if not detach and not res.note:
             try:
                 lifecycle.logs(res.profile, follow=True, tail=0)
