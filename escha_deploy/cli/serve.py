@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import typer
 
-from .options import DryRunOpt, ProfileOpt, SetOpt
+from typing import Annotated
+
+from .options import ProfileOpt, SetOpt
 
 EXAMPLES = """
 Examples:
@@ -22,7 +24,14 @@ def register(app: typer.Typer) -> None:
     from .app import PANEL_RUNTIME
 
     @app.command("serve", rich_help_panel=PANEL_RUNTIME, epilog=EXAMPLES)
-    def serve(profile: ProfileOpt, set_: SetOpt = None, dry_run: DryRunOpt = False) -> None:
+    def serve(
+        profile: ProfileOpt,
+        set_: SetOpt = None,
+        dry_run: Annotated[bool, typer.Option(
+            "--dry-run", "--print",
+            help="Print the exact sglang argv and environment the plan implies (secrets redacted) "
+            "and exit; exit 3 when the runtime lacks a needed capability.")] = False,
+    ) -> None:
         """Run the SGLang server in the foreground (inside the container, or natively)."""
         from escha_deploy.launch import lifecycle
 

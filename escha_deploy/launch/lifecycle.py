@@ -137,6 +137,10 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
                                profile_file=_profile_file(profile_ref))
     spec = launch.container
     problems = dk.check_spec(spec)
+    if client is not None:  # a real launch: the model folder must exist to be mounted
+        for m in spec.mounts:
+            if m.target == profile.model.path and not Path(m.source).is_dir():
+                problems.append(f"model.host_dir / container.model_dir: {m.source} is not a folder on this host")
     if problems:
         raise Refused(*problems)
     return Prepared(profile, plan, launch, spec, dk.create_args(spec), list(launch.argv), warnings)
@@ -493,11 +497,17 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
     profile = load_profile(profile_ref, overrides)
     desc = read_description()
     caps = list(desc.capabilities) if desc is not None else None
-    require_capabilities(caps, profile.runtime.needs, "this runtime (/etc/escha/runtime.json)")
+    where = ("this runtime (/etc/escha/runtime.json)" if desc is not None
+             else "this runtime (stock: no /etc/escha/runtime.json)")
+    missing = [c for c in profile.runtime.needs if c not in (caps or [])]
+    if not dry_run:
+        require_capabilities(caps, profile.runtime.needs, where)
     platform = None if profile.hardware.platform == "any" else profile.hardware.platform
     host = gather_host_facts(platform=platform, l3_dir=profile.hicache.storage_dir)
-    plan = make_plan(profile, host, capabilities=frozenset(caps or ()))
-    if plan.verdict == "unsafe":
+    # --print always shows what the plan implies for the runtime the profile targets; the
+    # missing capabilities then go to stderr with exit 3.
+    plan = make_plan(profile, host, capabilities=frozenset(profile.runtime.needs if missing else (caps or ())))
+    if plan.verdict == "unsafe" and not dry_run:
         raise Refused(*[f"plan: {r}" for r in plan.reasons] or ["plan: unsafe"])
     if plan.verdict == "hicache_off":
         warn("plan: HiCache is off here (" + "; ".join(plan.reasons) + ")")
@@ -518,7 +528,8 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
         r = Redactor([api_key or "", hf_token or ""])
         print(json.dumps({"argv": [r(a) for a in argv], "env": {k: r(v) for k, v in spec.env.items()},
                           "verdict": plan.verdict}, indent=2))
-        return 0
+        require_capabilities(caps, profile.runtime.needs, where)
+        return 3 if plan.verdict == "unsafe" else 0
     if not _gpu_present() and os.environ.get(SKIP_GPU_PREFLIGHT_ENV) != "1":
         raise Refused("serve: no CUDA GPU device in this environment (/dev/nvidia0, /dev/dxg)",
                       hint="start the container with GPUs (escha-deploy up does)")
