@@ -135,8 +135,9 @@ def build_launch_spec(plan, profile, *, overrides: tuple[str, ...] | list[str] =
     env = flags.server_env(plan, profile, l3_dir=l3_dir)
 
     mounts: list[Mount] = []
-    if c.model_dir:
-        mounts.append(Mount(source=c.model_dir, target=profile.model.path, read_only=True))
+    model_dir = c.model_dir or profile.model.host_dir
+    if model_dir:
+        mounts.append(Mount(source=model_dir, target=profile.model.path, read_only=True))
     if c.hf_cache_dir:
         mounts.append(Mount(source=c.hf_cache_dir, target=CONTAINER_HF_CACHE))
     if hc.enabled and hc.storage_dir:
@@ -165,6 +166,8 @@ def build_launch_spec(plan, profile, *, overrides: tuple[str, ...] | list[str] =
         labels={f"{LABEL_PREFIX}profile": profile.name, f"{LABEL_PREFIX}plan-digest": digest,
                 f"{LABEL_PREFIX}managed-by": "escha-deploy"},
         cap_drop=[] if c.keep_capabilities else ["ALL"],
+        # pinned host pools are locked memory (mlock/cudaHostRegister): keep IPC_LOCK
+        cap_add=[] if c.keep_capabilities else ["IPC_LOCK"],
         stop_timeout_s=c.stop_timeout_s, command=command,
         platform=plan.platform, gpu_count=profile.runtime.tp_size if gpus == "all" and plan.platform != "wsl2" else None,
         environment=cenv, secret_files=secret_files, profile_file=profile_file,

@@ -254,7 +254,8 @@ class Container(EschaModel):
     ] = None
     hf_token_file: Annotated[str | None, Field(description="host file holding the HF token")] = None
     model_dir: Annotated[
-        str | None, Field(description="host folder mounted read-only at model.path")
+        str | None, Field(description="host folder mounted read-only at model.path "
+                          "(default: model.host_dir)")
     ] = None
     hf_cache_dir: Annotated[str | None, Field(description="host HF cache folder to mount")] = None
     gpus: Annotated[
