@@ -8,6 +8,8 @@ and P2P status may error there: an NVML error is recorded as the P2P status text
 
 from __future__ import annotations
 
+import ctypes
+
 import shutil
 import subprocess
 from pathlib import Path
@@ -116,14 +118,18 @@ def query_nvml(pairs: list[tuple[int, int]] | None = None) -> GpuInventory:
         if pairs is None:
             pairs = [(i, j) for i in range(len(handles)) for j in range(i + 1, len(handles))]
         p2p = {}
+        # Some pynvml builds define NVML_P2P_CAPS_INDEX_READ as a 1-tuple, which ctypes cannot
+        # pass (seen on the 2 x H200 machine, 2026-11-29): pass the plain int.
+        index = pynvml.NVML_P2P_CAPS_INDEX_READ
+        index = int(index[0] if isinstance(index, tuple) else index)
         for i, j in pairs:
             if i >= len(handles) or j >= len(handles):
                 continue
             try:
-                code = pynvml.nvmlDeviceGetP2PStatus(handles[i], handles[j],
-                                                     pynvml.NVML_P2P_CAPS_INDEX_READ)
+                code = pynvml.nvmlDeviceGetP2PStatus(handles[i], handles[j], index)
                 p2p[f"{i}-{j}"] = _P2P_STATUS.get(int(code), f"status {code}")
-            except pynvml.NVMLError as exc:
+            except (pynvml.NVMLError, TypeError, ValueError, ctypes.ArgumentError) as exc:
+                # a P2P answer is informative; never let it sink the whole inventory
                 p2p[f"{i}-{j}"] = f"error: {exc}"
     finally:
         pynvml.nvmlShutdown()
