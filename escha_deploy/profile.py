@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .arch import ModelArch
 from .capabilities import CAPABILITIES, CapabilityName
 from .errors import BadInput
-from .units import size_field
+from .units import parse_size, size_field
 from .yamlpos import Positions, load_yaml_with_positions, parse_yaml_text, position_of
 
 Size = Annotated[int, size_field()]
@@ -221,26 +221,26 @@ class Safety(EschaModel):
     server_process_per_rank: Annotated[
         Size, Field(description="host memory one server rank uses outside the pinned pools "
                     f"(torch, CUDA context, tokenizer, scheduler); default {DEFAULT_SERVER_PROCESS_PER_RANK}")
-    ] = DEFAULT_SERVER_PROCESS_PER_RANK
+    ] = parse_size(DEFAULT_SERVER_PROCESS_PER_RANK)
     os_reserve: Annotated[
         Size, Field(description=f"OS, Docker and escha-deploy; default {DEFAULT_OS_RESERVE}")
-    ] = DEFAULT_OS_RESERVE
+    ] = parse_size(DEFAULT_OS_RESERVE)
     page_cache_floor: Annotated[
         Size, Field(description="page cache kept (the seed's box swapped at 589 MB); "
                     f"default {DEFAULT_PAGE_CACHE_FLOOR}")
-    ] = DEFAULT_PAGE_CACHE_FLOOR
+    ] = parse_size(DEFAULT_PAGE_CACHE_FLOOR)
     recommend_headroom: Annotated[
         Size, Field(description=f"headroom the recommended ratio leaves; default {DEFAULT_RECOMMEND_HEADROOM}")
-    ] = DEFAULT_RECOMMEND_HEADROOM
+    ] = parse_size(DEFAULT_RECOMMEND_HEADROOM)
     ratio_step: Annotated[
         float, Field(gt=0, description=f"grid of the recommended ratio; default {DEFAULT_RATIO_STEP}")
     ] = DEFAULT_RATIO_STEP
     wsl2_hidden_vram_per_gpu: Annotated[
         Size, Field(description=f"VRAM WSL2 keeps hidden per GPU; default {DEFAULT_WSL2_HIDDEN_VRAM}")
-    ] = DEFAULT_WSL2_HIDDEN_VRAM
+    ] = parse_size(DEFAULT_WSL2_HIDDEN_VRAM)
     cuda_context_per_gpu: Annotated[
         Size, Field(description=f"CUDA context and NCCL before weights load; default {DEFAULT_CUDA_CONTEXT}")
-    ] = DEFAULT_CUDA_CONTEXT
+    ] = parse_size(DEFAULT_CUDA_CONTEXT)
 
 
 class Container(EschaModel):

@@ -181,3 +181,13 @@ def test_reference_profile_documents_every_section_key():
             if field in ("storage_dir", "storage_max_size", "max_ratio", "min_ratio"):
                 continue  # documented in linux-tp2-l3.yaml and profile.py
             assert f"  {field}:" in text, f"{section}.{field} missing from the reference profile"
+
+
+def test_defaults_are_bytes_like_written_values():
+    """A profile that leaves `safety` out gets the same policy, in bytes, as the reference
+    profile that spells the documented defaults out (pydantic does not re-validate defaults,
+    so they must be ints already, not "3GiB")."""
+    from escha_deploy.profile import Safety
+
+    assert Safety() == load_profile("rtx5060ti-tp2").safety
+    assert all(isinstance(v, int) for k, v in Safety().model_dump().items() if k != "ratio_step")
