@@ -244,7 +244,7 @@ class Safety(EschaModel):
 
 
 class Container(EschaModel):
-    image: Annotated[str, Field(description="image to run (built by `escha-deploy build`)")] = "escha/sglang-hicache:0.5.19"
+    image: Annotated[str, Field(description="image to run; `escha-deploy build` tags escha-sglang:0.5.19-hicache by default")] = "escha-sglang:0.5.19-hicache"
     port: Annotated[int, Field(gt=0, lt=65536, description="host port of the OpenAI-compatible API")] = 30000
     expose: Annotated[
         bool, Field(description="publish beyond 127.0.0.1 (needs api_key_file)")
