@@ -26,6 +26,9 @@ HOST_ALLOCATOR_CHOICES = ("auto", "register", "pinned")
 #: Where an image describes its runtime (schema version, SGLang version, base, Python, series,
 #: capabilities, inventory digest). Mirrored in OCI labels under ``LABEL_PREFIX``.
 RUNTIME_DESCRIPTION_PATH = "/etc/escha/runtime.json"
+#: Image tags ``escha-deploy build`` gives by default, and the image profiles run by default.
+IMAGE_HICACHE = "escha-sglang:0.5.19-hicache"
+IMAGE_STOCK = "escha-sglang:0.5.19-stock"
 LABEL_PREFIX = "io.escha."
 
 

@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal, Sequence, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .arch import ModelArch
-from .capabilities import CAPABILITIES, CapabilityName
+from .capabilities import CAPABILITIES, IMAGE_HICACHE, CapabilityName
 from .errors import BadInput
 from .units import parse_size, size_field
 from .yamlpos import Positions, load_yaml_with_positions, parse_yaml_text, position_of
@@ -244,7 +244,7 @@ class Safety(EschaModel):
 
 
 class Container(EschaModel):
-    image: Annotated[str, Field(description="image to run; `escha-deploy build` tags escha-sglang:0.5.19-hicache by default")] = "escha-sglang:0.5.19-hicache"
+    image: Annotated[str, Field(description="image to run; `escha-deploy build` tags escha-sglang:0.5.19-hicache by default")] = IMAGE_HICACHE
     port: Annotated[int, Field(gt=0, lt=65536, description="host port of the OpenAI-compatible API")] = 30000
     expose: Annotated[
         bool, Field(description="publish beyond 127.0.0.1 (needs api_key_file)")

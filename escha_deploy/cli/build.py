@@ -87,7 +87,9 @@ def register(app: typer.Typer) -> None:
             warn(f"--base-image {base_image} is not pinned by digest; the build is not "
                  "reproducible (use NAME@sha256:...)")
         args = build_args(base_image, python_version, wheelhouse, overlay_dir, patches)
-        tag = tag or f"escha-sglang:0.5.19-{'hicache' if hicache else 'stock'}"
+        from escha_deploy.capabilities import IMAGE_HICACHE, IMAGE_STOCK
+
+        tag = tag or (IMAGE_HICACHE if hicache else IMAGE_STOCK)
         try:
             client = docker.APIClient(version="auto")
             stream = client.build(path=str(ctx), dockerfile=dockerfile, tag=tag, buildargs=args,
