@@ -405,6 +405,34 @@ def _strip_union_tags(loc: tuple) -> tuple:
     return tuple(out)
 
 
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation (``Annotated``, ``Optional``, unions), if any."""
+    import typing
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _did_you_mean(loc: tuple) -> str | None:
+    """The closest known key to an unknown one at ``loc`` (difflib), for the error line."""
+    import difflib
+
+    model: type[BaseModel] | None = Profile
+    for part in loc[:-1]:
+        if model is None or not isinstance(part, str) or part not in model.model_fields:
+            return None
+        model = _model_in(model.model_fields[part].annotation)
+    if model is None or not isinstance(loc[-1], str):
+        return None
+    close = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
 def _format_errors(exc: ValidationError, pos: Positions, origin: str) -> list[tuple[int, str]]:
     """One line per offending key: ``file:line: dotted.key: message (got value)``, sorted.
 
@@ -420,6 +448,10 @@ def _format_errors(exc: ValidationError, pos: Positions, origin: str) -> list[tu
             msg = "required key is missing"
         else:
             msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            guess = _did_you_mean(loc)
+            if guess:
+                msg += f" (did you mean {guess}?)"
         entry = by_loc.setdefault(loc, {"msgs": [], "err": err})
         if msg not in entry["msgs"]:
             entry["msgs"].append(msg)
@@ -430,11 +462,20 @@ def _format_errors(exc: ValidationError, pos: Positions, origin: str) -> list[tu
         where = position_of(pos, loc)
         file, line = where if where else (origin, 0)
         got = err.get("input")
+        msgs = entry["msgs"]
+        prefix = "Input should be "
+        if len(msgs) > 1 and all(m.startswith(prefix) for m in msgs):  # union members
+            text = prefix + " or ".join(m.removeprefix(prefix) for m in msgs)
+        else:
+            text = " or ".join(msgs)
         got_s = ""
-        if err["type"] != "missing" and got is not None and not isinstance(got, (dict, list)):
+        if (err["type"] != "missing" and got is not None and not isinstance(got, (dict, list))
+                and "(got" not in text and "did you mean" not in text):
             got_s = f" (got {got!r})"
         where_s = f"{file}:{line}" if line else file
-        lines.append((file, line, f"{where_s}: {dotted}: {' or '.join(entry['msgs'])}{got_s}"))
+        # an override's place already names its key: "--set a.b: message", not "--set a.b: a.b: ..."
+        key_s = "" if file == f"--set {dotted}" else f"{dotted}: "
+        lines.append((file, line, f"{where_s}: {key_s}{text}{got_s}"))
     lines.sort(key=lambda t: (t[0], t[1]))
     return [(ln, t) for _, ln, t in lines]
 
@@ -456,6 +497,36 @@ def load_profile(ref: str, overrides: Sequence[str] = ()) -> Profile:
         return Profile.model_validate(data)
     except ValidationError as exc:
         raise BadInput(*[t for _, t in _format_errors(exc, pos, str(path))]) from None
+
+
+def _is_size_field(field) -> bool:
+    """A field typed ``Size`` (or ``Size | None``): its validator is ``parse_size``."""
+    import typing
+
+    def has(annotation, metadata=()) -> bool:
+        if any(getattr(m, "func", None) is parse_size for m in metadata):
+            return True
+        return any(has(a, getattr(a, "__metadata__", ())) for a in typing.get_args(annotation))
+
+    return has(field.annotation, field.metadata)
+
+
+def profile_to_data(profile: BaseModel) -> dict:
+    """A profile as plain data that ``load_profile`` reads back to the same profile: like
+    ``model_dump(mode="json")``, but sizes written with a unit (``12GiB``), since a bare number
+    is refused on the way in."""
+    from .units import fmt_size_exact
+
+    out: dict = {}
+    for name, field in type(profile).model_fields.items():
+        value = getattr(profile, name)
+        if isinstance(value, BaseModel):
+            out[name] = profile_to_data(value)
+        elif _is_size_field(field) and isinstance(value, int):
+            out[name] = fmt_size_exact(value)
+        else:
+            out[name] = profile.__pydantic_serializer__.to_python(profile, mode="json", include={name})[name]
+    return out
 
 
 def profile_json_schema() -> dict:

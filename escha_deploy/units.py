@@ -25,6 +25,17 @@ _UNITS = {
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]+)\s*$")
 
 
+def _bare_number_message(value: Any) -> str:
+    """Suggest units that make sense for the number: 12 -> 12GiB or 12GB; 12884901888 -> B."""
+    try:
+        big = float(value) >= 100_000
+    except ValueError:
+        big = False
+    if big:
+        return f"a bare number is ambiguous: add a unit, e.g. {value}B for bytes"
+    return f"a bare number is ambiguous: write {value}GiB or {value}GB"
+
+
 def parse_size(value: Any) -> int:
     """Parse ``"12GiB"``, ``"32 GB"``, ``"512MiB"`` or ``"0B"`` into bytes (``int``).
 
@@ -34,15 +45,11 @@ def parse_size(value: Any) -> int:
     if isinstance(value, bool):
         raise ValueError(f"expected a size with a unit such as 12GiB or 12GB, got {value!r}")
     if isinstance(value, (int, float)):
-        raise ValueError(
-            f"a bare number is ambiguous: write {value}GiB or {value}GB (got {value!r})"
-        )
+        raise ValueError(_bare_number_message(value))
     if not isinstance(value, str):
         raise ValueError(f"expected a size such as 12GiB, got {value!r}")
     if re.fullmatch(r"\s*[0-9]+(?:\.[0-9]+)?\s*", value):
-        raise ValueError(
-            f"a bare number is ambiguous: write {value.strip()}GiB or {value.strip()}GB (got {value!r})"
-        )
+        raise ValueError(_bare_number_message(value.strip()))
     m = _SIZE_RE.match(value)
     if not m:
         raise ValueError(f"not a size: {value!r} (write e.g. 12GiB, 32GB, 512MiB)")
@@ -61,6 +68,16 @@ def size_field() -> Any:
     from pydantic import BeforeValidator
 
     return BeforeValidator(parse_size, json_schema_input_type=str)
+
+
+def fmt_size_exact(n: int) -> str:
+    """Bytes as the shortest exact size string ``parse_size`` reads back: ``12GiB``, ``5.9GB``
+    is not exact so ``5900MB``, else ``1406601789B``."""
+    for unit, factor in (("TiB", 2**40), ("GiB", GiB), ("TB", 10**12), ("GB", GB), ("MiB", MiB),
+                         ("MB", MB), ("KiB", 2**10), ("KB", 10**3)):
+        if n and n % factor == 0:
+            return f"{n // factor}{unit}"
+    return f"{n}B"
 
 
 def fmt_gb(n: int | float, digits: int = 2) -> str:

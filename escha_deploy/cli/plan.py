@@ -20,8 +20,8 @@ def register(app: typer.Typer) -> None:
 
 def plan_command(
     profile: ProfileOpt = "rtx5060ti-tp2",
-    ratio: Annotated[Optional[float], typer.Option("--ratio", help="--hicache-ratio to plan (default: the profile's; auto = recommended).")] = None,
-    hicache_size: Annotated[Optional[int], typer.Option("--hicache-size", help="--hicache-size in GB (1e9) per rank, instead of a ratio.")] = None,
+    ratio: Annotated[Optional[str], typer.Option("--ratio", help="--hicache-ratio to plan: a number > 0, or auto (the recommended safe ratio). Default: the profile's.")] = None,
+    hicache_size: Annotated[Optional[str], typer.Option("--hicache-size", help="--hicache-size per rank instead of a ratio: whole GB (1e9), as SGLang takes it: 30 or 30GB.")] = None,
     host_ram: Annotated[Optional[str], typer.Option("--host-ram", help="Plan for a described host: the MemTotal its Linux kernel sees (under WSL2 the VM's), e.g. 16GiB. Ignores doctor findings.")] = None,
     wsl2: Annotated[bool, typer.Option("--wsl2", help="The host is WSL2 (default: detected).")] = False,
     linux: Annotated[bool, typer.Option("--linux", help="The host is plain Linux (default: detected).")] = False,
@@ -36,10 +36,17 @@ def plan_command(
     from ..errors import BadInput, ExitCode
 
     problems = []
-    if ratio is not None and ratio <= 0:
-        problems.append(f"--ratio: must be greater than 0 (got {ratio:g})")
-    if hicache_size is not None and hicache_size <= 0:
-        problems.append(f"--hicache-size: must be a positive number of GB (got {hicache_size})")
+    ratio_value, size_value, auto = None, None, False
+    if ratio is not None:
+        try:
+            ratio_value, auto = parse_ratio(ratio)
+        except ValueError as exc:
+            problems.append(f"--ratio: {exc}")
+    if hicache_size is not None:
+        try:
+            size_value = parse_hicache_size(hicache_size)
+        except ValueError as exc:
+            problems.append(f"--hicache-size: {exc}")
     if ratio is not None and hicache_size is not None:
         problems.append("--ratio and --hicache-size are mutually exclusive")
     if wsl2 and linux:
@@ -57,7 +64,8 @@ def plan_command(
     if problems:
         raise BadInput(*problems)
 
-    result = make_plan(profile, set_ or [], ratio=ratio, hicache_size=hicache_size, host_bytes=host_bytes,
+    overrides = list(set_ or []) + (["hicache.hicache_ratio=auto", "hicache.hicache_size=0"] if auto else [])
+    result = make_plan(profile, overrides, ratio=ratio_value, hicache_size=size_value, host_bytes=host_bytes,
                        platform="wsl2" if wsl2 else "linux" if linux else None)
     if fmt is OutputFormat.json:
         from .output import print_json
@@ -69,6 +77,40 @@ def plan_command(
         render_plan(result)
     if result.verdict == "unsafe":
         raise typer.Exit(int(ExitCode.REFUSED))
+
+
+#: An explicit --ratio above this is a typo, not a plan (SGLang would try to pin that many
+#: times the device pool).
+MAX_CLI_RATIO = 100.0
+
+
+def parse_ratio(text: str) -> tuple[float | None, bool]:
+    """``--ratio``: ``auto`` -> ``(None, True)``; a finite number in (0, 100] -> ``(r, False)``.
+    Raises ``ValueError`` with the reason."""
+    import math
+
+    t = text.strip().lower()
+    if t == "auto":
+        return None, True
+    try:
+        r = float(t)
+    except ValueError:
+        raise ValueError(f"expected a number > 0 or auto (got {text!r})") from None
+    if not math.isfinite(r) or r <= 0:
+        raise ValueError(f"must be a finite number greater than 0 (got {text})")
+    if r > MAX_CLI_RATIO:
+        raise ValueError(f"{r:g} would pin {r:g} times the device pool per rank; at most {MAX_CLI_RATIO:g}")
+    return r, False
+
+
+def parse_hicache_size(text: str) -> int:
+    """``--hicache-size``: whole GB (1e9) per rank, written ``30`` or ``30GB`` (SGLang's flag is an
+    int in GB). Raises ``ValueError`` for anything else (``30GiB`` is not a whole GB)."""
+    t = text.strip()
+    num = t[:-2].strip() if t.upper().endswith("GB") else t
+    if not num.isdigit() or int(num) <= 0:
+        raise ValueError(f"expected a whole number of GB (1e9) per rank, e.g. 30 or 30GB (got {text!r})")
+    return int(num)
 
 
 def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_size=None, host_bytes=None,

@@ -49,8 +49,11 @@ def show_command(
     set_: SetOpt = None,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
-    """The fully resolved profile (extends and --set applied), every default filled in."""
-    from ..profile import load_profile
+    """The fully resolved profile (extends and --set applied), every default filled in.
+
+    The table format is YAML that `profiles validate` and `--profile FILE` read back as is
+    (sizes keep their units); json gives bytes as numbers."""
+    from ..profile import load_profile, profile_to_data
 
     p = load_profile(profile, set_ or [])
     if fmt is OutputFormat.json:
@@ -60,7 +63,7 @@ def show_command(
         return
     import yaml
 
-    typer.echo(yaml.safe_dump(p.model_dump(mode="json"), sort_keys=False), nl=False)
+    typer.echo(yaml.safe_dump(profile_to_data(p), sort_keys=False), nl=False)
 
 
 @profiles_app.command("validate")

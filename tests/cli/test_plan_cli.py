@@ -27,6 +27,13 @@ def test_plan_json_has_the_contract(cli):
     assert r.err == ""
 
 
+def test_ratio_auto_and_hicache_size_with_unit(cli):
+    auto = json.loads(cli("plan", "-p", "rtx5060ti-tp2", "--host-ram", "16GiB", "--wsl2", "--ratio", "auto", "-f", "json").out)
+    assert auto["hicache"]["ratio"] == auto["recommended_ratio"] == 1.45
+    sized = json.loads(cli("plan", "-p", "rtx5060ti-tp2-fp8", "--host-ram", "64GiB", "--hicache-size", "4GB", "-f", "json").out)
+    assert sized["hicache"]["size_gb"] == 4
+
+
 def test_plan_ratio_1_ok_and_auto(cli):
     one = cli("plan", "-p", "rtx5060ti-tp2", "--ratio", "1", "--host-ram", "16GiB", "--wsl2", "-f", "json")
     assert one.code == 0 and json.loads(one.out)["pinned_total_bytes"] == 5_197_627_392
@@ -58,13 +65,16 @@ def test_plan_marks_declared_flags(cli):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--ratio", "-1"], "--ratio: must be greater than 0 (got -1)"),
+    (["--ratio", "-1"], "--ratio: must be a finite number greater than 0 (got -1)"),
+    (["--ratio", "nan"], "--ratio: must be a finite number greater than 0 (got nan)"),
+    (["--ratio", "abc"], "--ratio: expected a number > 0 or auto"),
+    (["--hicache-size", "4GiB"], "--hicache-size: expected a whole number of GB"),
     (["--host-ram", "16"], "--host-ram: a bare number is ambiguous"),
     (["--host-ram", "16Gi"], "--host-ram: unknown unit 'Gi'"),
     (["--wsl2", "--linux"], "--wsl2 and --linux are mutually exclusive"),
     (["--profile", "nope"], "unknown profile 'nope': known profiles are linux-tp2-l3, rtx5060ti-tp2, rtx5060ti-tp2-fp8"),
-    (["--set", "hicache.hicache_ratio=-2"], "--set hicache.hicache_ratio: hicache.hicache_ratio:"),
-    (["--set", "hicache.bogus=1"], "hicache.bogus: unknown key"),
+    (["--set", "hicache.hicache_ratio=-2"], "--set hicache.hicache_ratio: Input should be 'auto' or greater than 0 (got -2)"),
+    (["--set", "hicache.hicache_ration=2"], "--set hicache.hicache_ration: unknown key (did you mean hicache_ratio?)"),
 ])
 def test_bad_input_one_line_exit_2(cli, args, needle):
     r = cli("plan", *(["--profile", "rtx5060ti-tp2"] if "--profile" not in args else []), *args)
@@ -96,3 +106,15 @@ def test_profiles_validate_fails_on_a_bad_file(cli, tmp_path):
     f.write_text("name: bad\nhardware: {gpu_name: x, gpu_count: 0, gpu_vram: 1GiB}\n")
     r = cli("profiles", "validate", str(f))
     assert r.code == 2 and f"{f}:2: hardware.gpu_count" in r.err
+
+
+@pytest.mark.parametrize("name", ["rtx5060ti-tp2", "rtx5060ti-tp2-fp8", "linux-tp2-l3"])
+def test_profiles_show_round_trips(cli, tmp_path, name):
+    from escha_deploy.profile import load_profile
+
+    shown = cli("profiles", "show", name)
+    assert shown.code == 0
+    f = tmp_path / "shown.yaml"
+    f.write_text(shown.out)
+    assert cli("profiles", "validate", str(f)).code == 0
+    assert load_profile(str(f)) == load_profile(name)
