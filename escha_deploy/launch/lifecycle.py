@@ -527,7 +527,7 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
     if dry_run:
         r = Redactor([api_key or "", hf_token or ""])
         print(json.dumps({"argv": [r(a) for a in argv], "env": {k: r(v) for k, v in spec.env.items()},
-                          "verdict": plan.verdict}, indent=2))
+                          "verdict": plan.verdict, "missing_capabilities": missing}, indent=2))
         require_capabilities(caps, profile.runtime.needs, where)
         return 3 if plan.verdict == "unsafe" else 0
     if not _gpu_present() and os.environ.get(SKIP_GPU_PREFLIGHT_ENV) != "1":

@@ -109,8 +109,11 @@ def require_capabilities(have: list[str] | None, needed: list[str] | tuple[str, 
     """
     missing = [c for c in needed if c not in (have or [])]
     if missing:
-        raise Refused(
-            *[f"{where}: runtime lacks capability {c!r}" for c in missing],
-            hint="build an image that provides it: `escha-deploy build --hicache` "
-            "(plus an overlay for int2-kv, w2-weights, mamba-mixed-chunk-fix; docs/runtime.md)",
-        )
+        from escha_deploy.capabilities import CAPABILITIES
+
+        overlays = [c for c in missing if c in CAPABILITIES and CAPABILITIES[c].source == "overlay"]
+        hint = "build the image with our series: `escha-deploy build --hicache` (docs/runtime.md)"
+        if overlays:
+            hint += (f", with your overlay patches for {', '.join(overlays)} in runtime_overlays/ "
+                     "(stock SGLang 0.5.19 has none of them)")
+        raise Refused(*[f"{where}: runtime lacks capability {c!r}" for c in missing], hint=hint)
