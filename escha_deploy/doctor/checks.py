@@ -123,7 +123,9 @@ def check_docker(f: DoctorFacts) -> list[Check]:
     d = f.docker
     if not d.reachable:
         if f.in_container:
-            return [ok("docker.daemon", f"not reachable from inside this container ({d.error}); not needed here")]
+            return [warn("docker.daemon", f"not reachable from inside this container ({d.error})",
+                         "`escha-deploy up` needs a reachable daemon (mount /var/run/docker.sock or set "
+                         "DOCKER_HOST); inside the serving container this is expected: `serve` needs none")]
         if f.platform == "wsl2" and not f.wsl.docker_desktop_socket:
             fix = ("start dockerd in the distro, or turn on Docker Desktop > Settings > Resources > "
                    "WSL integration for this distro")
