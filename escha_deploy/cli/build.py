@@ -69,8 +69,9 @@ def register(app: typer.Typer) -> None:
         from escha_deploy.paths import PACKAGE_DIR
         from escha_deploy.runtime import patching
 
-        ctx = (context or PACKAGE_DIR.parent).resolve()
         dockerfile = "Dockerfile.hicache" if hicache else "docker/Dockerfile"
+        # default: the checkout you are in, else the source checkout this package runs from
+        ctx = (context or (Path.cwd() if (Path.cwd() / dockerfile).is_file() else PACKAGE_DIR.parent)).resolve()
         if not (ctx / dockerfile).is_file():
             raise BadInput(f"--context {ctx}: no {dockerfile} (build from a source checkout)")
         wheelhouse = f"build/wheelhouse-py{python_version}"

@@ -55,6 +55,9 @@ def render_plan(p: Plan) -> None:
         t.add_row("pinned ceiling per rank (doctor)", _b(b.pinned_ceiling_bytes))
     if b.headroom_bytes is not None:
         t.add_row("headroom at the chosen setting", f"{b.headroom_bytes:,} B ({fmt_mib(b.headroom_bytes)})")
+    if p.runtime_check is not None:
+        t.add_row("MemAvailable when the pools are built (base - OS - processes)",
+                  _b(p.runtime_check.available_bytes))
     if b.available_now_bytes is not None:
         t.add_row("MemAvailable now", _b(b.available_now_bytes))
     con.print(t)
