@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..arch import ModelArch, ModelDirFacts, RankShapes, rank_shapes
-from ..capabilities import ENV_HOST_ALLOCATOR  # noqa: F401  (documented env name)
 from ..host import HostFacts
 from ..profile import Profile
 from ..units import GB, MiB, fmt_gb, fmt_gib, fmt_mib
@@ -80,7 +79,7 @@ class _Ctx:
     max_safe_size_gb: int | None = None
     hicache: HiCachePlan | None = None
     hicache_off_reason: str | None = None
-    hicache_unsafe: list[str] = field(default_factory=list)
+    unsafe: list[str] = field(default_factory=list)  # reasons that make the verdict unsafe
     pools: HostPools | None = None
     runtime_check: RuntimeCheck | None = None
     findings: list[Finding] = field(default_factory=list)
@@ -201,7 +200,7 @@ def step_device_budget(c: _Ctx) -> None:
              f"mem_fraction_static {mfs} ({mfs_source})")
     c.decide("device_budget", "weights per rank", c.weights_bytes, c.weights_source)
     if not c.device.fits:
-        c.reasons.append(
+        c.unsafe.append(
             f"device: weights {fmt_gb(c.weights_bytes)} + KV pool {fmt_gb(c.dev.kv_bytes)} + mamba pool "
             f"{fmt_gb(c.dev.mamba_bytes)} + other {fmt_gb(c.int2_hp_bytes + c.req_to_token_bytes)} = "
             f"{fmt_gb(need)} per rank exceed the static budget {fmt_gb(static)}: lower "
@@ -298,7 +297,7 @@ def step_safe_ratio(c: _Ctx) -> None:
 
 
 def step_choose_hicache(c: _Ctx) -> None:
-    hc, rt = c.profile.hicache, c.profile.runtime
+    hc = c.profile.hicache
     if not hc.enabled:
         c.hicache = HiCachePlan(enabled=False, ratio=None, size_gb=None, requested="disabled in the profile")
         return
@@ -344,13 +343,12 @@ def step_choose_hicache(c: _Ctx) -> None:
         c.decide("choose_hicache", "HiCache", "off", c.hicache_off_reason)
         return
     if c.hicache_off_reason:  # an explicit request that cannot run here
-        c.hicache_unsafe.append(c.hicache_off_reason)
+        c.unsafe.append(c.hicache_off_reason)
     c.hicache = HiCachePlan(
         enabled=True, ratio=None if size else ratio, size_gb=size, requested=requested,
         mem_layout=hc.hicache_mem_layout, io_backend=hc.hicache_io_backend,
         storage_backend=hc.hicache_storage_backend, host_allocator=allocator,
     )
-    del rt
 
 
 def step_host_pools(c: _Ctx) -> None:
@@ -370,14 +368,14 @@ def step_host_pools(c: _Ctx) -> None:
     budget = c.budget.pinned_budget_bytes
     c.budget = c.budget.model_copy(update={"headroom_bytes": budget - total})
     if total > budget:
-        c.hicache_unsafe.append(
+        c.unsafe.append(
             f"pinned {fmt_gb(total)} ({c.ranks} ranks x (KV {fmt_gb(p.kv_bytes)} + mamba {fmt_gb(p.mamba_bytes)})) "
             f"exceeds the pinned budget {fmt_gb(budget)}: pinned pages cannot be paged out, so the box would swap "
             f"(seed 000: ratio 2 pinned 10.3 GB and page cache fell to 589 MB)"
             + (f"; use a ratio <= {c.max_safe_ratio}" if c.max_safe_ratio and not h.size_gb else "")
             + (f"; use hicache_size <= {c.max_safe_size_gb}" if c.max_safe_size_gb and h.size_gb else ""))
     if c.ceiling is not None and p.pinned_bytes > c.ceiling:
-        c.hicache_unsafe.append(f"each rank pins {fmt_gb(p.pinned_bytes)}, above the {fmt_gb(c.ceiling)} pinned ceiling doctor measured")
+        c.unsafe.append(f"each rank pins {fmt_gb(p.pinned_bytes)}, above the {fmt_gb(c.ceiling)} pinned ceiling doctor measured")
     if p.kv_tokens <= c.dev.kv_tokens:
         c.warnings.append(f"hicache: the host KV pool ({p.kv_tokens:,} tokens) is not larger than the device pool "
                           f"({c.dev.kv_tokens:,}); L2 cache effectiveness is reduced (SGLang's own warning)")
@@ -390,7 +388,7 @@ def step_host_pools(c: _Ctx) -> None:
         patched_reserve_bytes=c.patched_reserve, stock_detail=s_why, patched_detail=p_why)
     applied_ok = p_ok if c.runtime_applies == "patched" else s_ok
     if not applied_ok:
-        c.hicache_unsafe.append(f"the {c.runtime_applies} runtime's host-memory check would refuse at startup: "
+        c.unsafe.append(f"the {c.runtime_applies} runtime's host-memory check would refuse at startup: "
                                 + (p_why if c.runtime_applies == "patched" else s_why))
     if h.storage_backend == "file" and c.profile.hicache.storage_max_size and c.host.l3_free_bytes is not None:
         cap = c.profile.hicache.storage_max_size
@@ -411,14 +409,12 @@ def step_validate(c: _Ctx) -> None:
 def step_verdict(c: _Ctx) -> None:
     errors = [f"{f.field}: {f.message}" for f in c.findings if f.severity == "error"]
     c.warnings.extend(f"{f.field}: {f.message}" for f in c.findings if f.severity == "warning")
-    unsafe = errors + c.hicache_unsafe + ([r for r in c.reasons if r.startswith("device:")] if not c.device.fits else [])
-    other = [r for r in c.reasons if not r.startswith("device:")]
-    if unsafe:
+    if errors or c.unsafe:
         c.verdict = "unsafe"
-        c.reasons = unsafe + other
+        c.reasons = errors + c.unsafe
     elif c.profile.hicache.enabled and not c.hicache.enabled:
         c.verdict = "hicache_off"
-        c.reasons = [f"HiCache off: {c.hicache_off_reason}; the server is launchable without it"] + other
+        c.reasons = [f"HiCache off: {c.hicache_off_reason}; the server is launchable without it"]
     else:
         c.verdict = "ok"
         if c.hicache.enabled:
@@ -426,9 +422,9 @@ def step_verdict(c: _Ctx) -> None:
             spare = c.budget.pinned_budget_bytes - pinned
             c.reasons = [f"pinned {fmt_gb(pinned)} fits the pinned budget {fmt_gb(c.budget.pinned_budget_bytes)} "
                          f"with {fmt_gb(spare) if spare >= GB else fmt_mib(spare)} to spare; the {c.runtime_applies} "
-                         "runtime's own check accepts it"] + other
+                         "runtime's own check accepts it"]
         else:
-            c.reasons = ["HiCache is disabled in the profile; the device pools fit"] + other
+            c.reasons = ["HiCache is disabled in the profile; the device pools fit"]
 
 
 STEPS: tuple[tuple[str, Callable[[_Ctx], None]], ...] = (
