@@ -195,17 +195,24 @@ def gpu_runtime(client) -> str | None:
     return None
 
 
-def port_owner(client, host_ip: str, port: int) -> str | None:
-    """Who holds ``host_ip:port``: None when a bind test succeeds, else a description naming a
-    container publishing it or, failing that, the owning process (psutil)."""
+def bind_free(host_ip: str, port: int) -> bool:
+    """True when a TCP socket can bind ``host_ip:port`` now (SO_REUSEADDR, so TIME_WAIT
+    leftovers of a stopped server do not count as taken)."""
     fam = socket.AF_INET6 if ":" in host_ip else socket.AF_INET
     with socket.socket(fam, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host_ip, port))
-            return None
+            return True
         except OSError:
-            pass
+            return False
+
+
+def port_owner(client, host_ip: str, port: int) -> str | None:
+    """Who holds ``host_ip:port``: None when a bind test succeeds, else a description naming a
+    container publishing it or, failing that, the owning process (psutil)."""
+    if bind_free(host_ip, port):
+        return None
     for c in client.containers.list():
         for binds in (c.attrs.get("HostConfig", {}).get("PortBindings") or {}).values():
             for b in binds or []:
@@ -276,15 +283,9 @@ def published(container) -> tuple[str, int] | None:
 def wait_port_free(host_ip: str, port: int, timeout_s: float = 30.0) -> bool:
     """Poll a bind test until ``host_ip:port`` is free; False when still taken at the end."""
     deadline = time.monotonic() + timeout_s
-    fam = socket.AF_INET6 if ":" in host_ip else socket.AF_INET
     while True:
-        with socket.socket(fam, socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind((host_ip, port))
-                return True
-            except OSError:
-                pass
+        if bind_free(host_ip, port):
+            return True
         if time.monotonic() > deadline:
             return False
         time.sleep(0.1)
