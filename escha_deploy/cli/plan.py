@@ -145,11 +145,11 @@ def check_rendered_argv(result, prof):
     capabilities' declared flags. Errors in ``runtime.extra_args`` are bad input (exit 2)."""
     from ..errors import BadInput
     from ..flagcheck import check_argv
-    from ..launch_spec import build_launch_spec
+    from ..flags import server_args
     from ..planner.result import ArgvCheck
 
-    spec = build_launch_spec(result, prof)
-    check = check_argv(spec.argv, set(result.capabilities))
+    # the flags the container's serve passes (build_launch_spec's argv, without hashing the plan)
+    check = check_argv(server_args(result, prof), set(result.capabilities))
     if check.errors:
         raise BadInput(*(f"runtime.extra_args or rendered argv: {line}" for line in check.error_lines()))
     declared = [f"{u.flag} {' '.join(u.values)} ({u.capability})".replace("  ", " ") for u in check.declared()]
