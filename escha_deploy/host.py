@@ -203,3 +203,32 @@ def gather_host_facts(*, platform: Platform | None = None, l3_dir: str | None = 
         l3_dir=l3_dir,
         l3_free_bytes=l3_free_bytes(l3_dir) if l3_dir else None,
     )
+
+
+def gather_plan_inputs(profile, *, platform: Platform | None = None, host_ram: int | None = None,
+                       model_path: str | None = None):
+    """Everything ``planner.plan`` reads besides the profile, gathered the same way by ``plan``,
+    ``up`` and ``serve``: ``(host_facts, model_dir_facts)``.
+
+    ``platform``: ``--wsl2``/``--linux``; default detected (a profile's ``hardware.platform``
+    only says what it was written for). ``host_ram``: plan for a described host (bytes).
+    ``model_path``: the model folder as this process sees it (default ``model.host_dir``;
+    inside the container ``serve`` passes ``model.path``). The L3 directory's free space is
+    read only when HiCache uses the file backend. Raises ``BadInput`` for an unreadable
+    config.json, naming the field.
+    """
+    from .arch import read_model_dir
+    from .errors import BadInput
+
+    l3 = profile.hicache.storage_dir if profile.hicache.storage_backend_is_file else None
+    if host_ram is not None:
+        host = described_host(host_ram, platform or "linux", l3_dir=l3)
+    else:
+        host = gather_host_facts(platform=platform, l3_dir=l3)
+    path = model_path or profile.model.host_dir
+    try:
+        model_dir = read_model_dir(path) if path else None
+    except ValueError as exc:
+        raise BadInput(f"{'model.path' if model_path else 'model.host_dir'}: {exc}") from None
+    return host, model_dir
+

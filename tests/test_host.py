@@ -61,3 +61,28 @@ def test_available_now_respects_the_cgroup():
     h = HostFacts(source="live", platform="linux", mem_total_bytes=100, mem_available_bytes=90,
                   cgroup_limit_bytes=50, cgroup_usage_bytes=20)
     assert (h.memory_base_bytes, h.available_now_bytes) == (50, 30)
+
+
+def test_plan_inputs_are_gathered_one_way(tmp_path):
+    """plan, up and serve share gather_plan_inputs: the model folder's weights and a described
+    host the same way; a broken config.json names its field."""
+    import json
+
+    import pytest
+
+    from escha_deploy.errors import BadInput
+    from escha_deploy.host import gather_plan_inputs
+    from escha_deploy.profile import load_profile
+
+    (tmp_path / "model-00001.safetensors").write_bytes(b"\0" * 4096)
+    prof = load_profile("rtx5060ti-tp2-fp8", [f"model.host_dir={tmp_path}"])
+    host, model = gather_plan_inputs(prof, platform="wsl2", host_ram=16 * 2**30)
+    assert (host.source, host.platform, host.mem_total_bytes) == ("described", "wsl2", 16 * 2**30)
+    assert model.safetensors_bytes == 4096 and model.arch is None
+    live, _ = gather_plan_inputs(prof)
+    assert live.source == "live" and live.l3_dir is None  # no file L3 backend in this profile
+    (tmp_path / "config.json").write_text("{")
+    with pytest.raises(BadInput, match="^model.host_dir: .*config.json:1"):
+        gather_plan_inputs(prof)
+    with pytest.raises(BadInput, match="^model.path: "):
+        gather_plan_inputs(prof, model_path=str(tmp_path))

@@ -116,25 +116,12 @@ def parse_hicache_size(text: str) -> int:
 def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_size=None, host_bytes=None,
               platform=None, capabilities=None):
     """Gather (profile, host facts, model folder), then plan: the three lines of intent."""
-    from ..arch import read_model_dir
-    from ..errors import BadInput
-    from ..host import described_host, gather_host_facts
+    from ..host import gather_plan_inputs
     from ..planner import plan
     from ..profile import load_profile
 
     prof = load_profile(profile_ref, overrides)
-    l3 = prof.hicache.storage_dir if prof.hicache.storage_backend_is_file else None
-    if host_bytes is not None:
-        host = described_host(host_bytes, platform or "linux", l3_dir=l3,
-                              l3_free=None)
-    else:
-        host = gather_host_facts(platform=platform, l3_dir=l3)
-    model_dir = None
-    if prof.model.host_dir:
-        try:
-            model_dir = read_model_dir(prof.model.host_dir)
-        except ValueError as exc:
-            raise BadInput(f"model.host_dir: {exc}") from None
+    host, model_dir = gather_plan_inputs(prof, platform=platform, host_ram=host_bytes)
     result = plan(prof, host, model_dir=model_dir, ratio=ratio, hicache_size_gb=hicache_size,
                   capabilities=capabilities)
     return result.model_copy(update={"argv_check": check_rendered_argv(result, prof)})

@@ -103,7 +103,7 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
     """Load, gather, plan and build the spec; refuse (``Refused``, exit 3) on an unsafe plan,
     missing capabilities or an unlaunchable spec. With ``client``, also reads the image's
     capabilities (``need_image``: a missing image is refused)."""
-    from escha_deploy.host import gather_host_facts
+    from escha_deploy.host import gather_plan_inputs
     from escha_deploy.planner import plan as make_plan
     from escha_deploy.profile import load_profile
     from escha_deploy.runtime.description import require_capabilities
@@ -111,8 +111,7 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
     from . import docker as dk
 
     profile = profile or load_profile(profile_ref, overrides)
-    platform = None if profile.hardware.platform == "any" else profile.hardware.platform
-    host = gather_host_facts(platform=platform, l3_dir=profile.hicache.storage_dir)
+    host, model_dir = gather_plan_inputs(profile)
     caps: list[str] | None = None
     warnings: list[str] = []
     if client is not None:
@@ -125,7 +124,7 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
         else:
             caps = image_capabilities(client, profile.container.image)
             require_capabilities(caps, profile.runtime.needs, profile.container.image)
-    plan = make_plan(profile, host, capabilities=None if caps is None else frozenset(caps))
+    plan = make_plan(profile, host, model_dir=model_dir, capabilities=None if caps is None else frozenset(caps))
     if plan.verdict == "unsafe":
         raise Refused(*[f"plan: {r}" for r in plan.reasons] or ["plan: unsafe"],
                       hint="`escha-deploy plan --profile NAME` shows the budget")
@@ -485,7 +484,7 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
     """
     from escha_deploy import flags
     from escha_deploy.cli.output import info, warn
-    from escha_deploy.host import gather_host_facts
+    from escha_deploy.host import gather_plan_inputs
     from escha_deploy.launch_spec import build_launch_spec
     from escha_deploy.planner import plan as make_plan
     from escha_deploy.profile import load_profile
@@ -502,18 +501,20 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
     missing = [c for c in profile.runtime.needs if c not in (caps or [])]
     if not dry_run:
         require_capabilities(caps, profile.runtime.needs, where)
-    platform = None if profile.hardware.platform == "any" else profile.hardware.platform
-    host = gather_host_facts(platform=platform, l3_dir=profile.hicache.storage_dir)
+    from .docker import SERVE_MODE_ENV
+
+    in_container = os.environ.get(SERVE_MODE_ENV) == "container"
+    # inside the container the model folder is mounted at model.path
+    host, model_dir = gather_plan_inputs(profile, model_path=profile.model.path if in_container else None)
     # --print always shows what the plan implies for the runtime the profile targets; the
     # missing capabilities then go to stderr with exit 3.
-    plan = make_plan(profile, host, capabilities=frozenset(profile.runtime.needs if missing else (caps or ())))
+    plan = make_plan(profile, host, model_dir=model_dir,
+                     capabilities=frozenset(profile.runtime.needs if missing else (caps or ())))
     if plan.verdict == "unsafe" and not dry_run:
         raise Refused(*[f"plan: {r}" for r in plan.reasons] or ["plan: unsafe"])
     if plan.verdict == "hicache_off":
         warn("plan: HiCache is off here (" + "; ".join(plan.reasons) + ")")
-    from .docker import SERVE_MODE_ENV
-
-    spec = build_launch_spec(plan, profile, native=os.environ.get(SERVE_MODE_ENV) != "container")
+    spec = build_launch_spec(plan, profile, native=not in_container)
     api_key = read_secret(spec.api_key_file, "api key file") if spec.api_key_file else None
     hf_token = (read_secret(spec.hf_token_file, "hf token file")
                 if spec.hf_token_file and Path(spec.hf_token_file).is_file() else None)
