@@ -25,10 +25,10 @@ def _fmt_float(x: float) -> str:
     return f"{x:g}"
 
 
-def is_consumer_gpu(profile: Profile) -> bool:
-    """GeForce cards: no working PCIe P2P on 40/50-series (research/wsl2-facts.md 5.2)."""
-    name = profile.hardware.gpu_name.lower()
-    return "geforce" in name or ("rtx" in name and not any(k in name for k in ("pro", "a6000", "a5000", "a4000")))
+def is_geforce(gpu_name: str) -> bool:
+    """Consumer GeForce cards: no working PCIe P2P on 40/50-series (research/wsl2-facts.md 5.2).
+    NVML names them "NVIDIA GeForce RTX ..."; profiles name them "GeForce RTX ..."."""
+    return "geforce" in gpu_name.lower()
 
 
 def p2p_disabled(plan: Plan, profile: Profile) -> bool:
@@ -37,7 +37,7 @@ def p2p_disabled(plan: Plan, profile: Profile) -> bool:
     setting = profile.container.nccl_p2p_disable
     if setting is not None:
         return setting
-    return profile.runtime.tp_size > 1 and (plan.platform == "wsl2" or is_consumer_gpu(profile))
+    return profile.runtime.tp_size > 1 and (plan.platform == "wsl2" or is_geforce(profile.hardware.gpu_name))
 
 
 def server_args(plan: Plan, profile: Profile, *, host: str = "0.0.0.0", port: int | None = None) -> list[str]:

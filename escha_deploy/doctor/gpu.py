@@ -199,8 +199,3 @@ def gpu_inventory(pairs: list[tuple[int, int]] | None = None) -> GpuInventory:
     except RuntimeError as exc:
         reasons.append(f"nvidia-smi: {exc}")
     return GpuInventory(source="none", reasons=reasons, nccl_version=nccl_wheel_version())
-
-
-def is_geforce(name: str) -> bool:
-    """True for consumer GeForce cards, which have no working PCIe P2P (wsl2-facts 5.2)."""
-    return "geforce" in name.lower()

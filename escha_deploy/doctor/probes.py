@@ -158,7 +158,9 @@ def nccl_attempts(gpu_names: Sequence[str], platform: str) -> list[dict[str, str
     Elsewhere P2P first, then P2P disabled when that hangs or sums wrong.
     """
     p2p_off = {"NCCL_P2P_DISABLE": "1"}
-    if platform == "wsl2" or any("geforce" in n.lower() for n in gpu_names):
+    from escha_deploy.flags import is_geforce
+
+    if platform == "wsl2" or any(is_geforce(n) for n in gpu_names):
         return [p2p_off, {**p2p_off, "NCCL_SHM_DISABLE": "1"}]
     return [{}, p2p_off]
 
