@@ -51,17 +51,33 @@ DEFAULT_WSL2_HIDDEN_VRAM = "1.31GiB"
 # (srt/distributed/bootstrap.py: init_torch_distributed). An estimate to calibrate.
 DEFAULT_CUDA_CONTEXT = "512MiB"
 
+# Upper bounds: far above any box this tool serves, low enough that a typo (an extra zero run,
+# 1e9 for 1.5) is refused at the field instead of ending in an overflow or a search that runs
+# for minutes in the planner.
+#: GPUs in one box (an HGX host has 8; 64 leaves room for anything with one kernel).
+MAX_GPUS = 64
+#: Tokens: context, KV pool, prefix/recent windows (2**31: SGLang's token indices are int32).
+MAX_TOKENS = 2**31 - 1
+#: Host pool / device pool; the same cap as ``plan --ratio``.
+MAX_RATIO = 100.0
+#: Finest grid of the recommended-ratio search (the planner bisects it: at most
+#: log2(MAX_RATIO / MIN_RATIO_STEP) + 1 = 18 pool evaluations).
+MIN_RATIO_STEP = 0.001
+#: Seconds: a week.
+MAX_SECONDS = 7 * 24 * 3600
+
 
 class EschaModel(BaseModel):
     """Base of every user-facing model: frozen, and unknown keys are errors, because a typo
     in a profile must fail instead of being silently ignored (dstack's CoreModel)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # inf and nan are refused for every float field (YAML reads .inf and .nan as floats).
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class Hardware(EschaModel):
     gpu_name: Annotated[str, Field(description="GPU model, e.g. 'GeForce RTX 5060 Ti'")]
-    gpu_count: Annotated[int, Field(gt=0, description="GPUs in the box")]
+    gpu_count: Annotated[int, Field(gt=0, le=MAX_GPUS, description="GPUs in the box")]
     gpu_vram: Annotated[Size, Field(description="VRAM per GPU (e.g. 12GiB), as nvidia-smi memory.total")]
     compute_capability: Annotated[str | None, Field(description="e.g. '12.0' (sm_120)")] = None
     platform: Annotated[
@@ -92,7 +108,7 @@ class Int2Options(EschaModel):
     """OSCAR INT2 KV layout (research/upstream.md section 2): 2-bit codes packed 4 per byte
     along head_dim, and (scale, zero) pairs per group in a second tensor."""
 
-    group_size: Annotated[int, Field(gt=0, description="--kv-cache-quant-group-size (elements)")] = 64
+    group_size: Annotated[int, Field(gt=0, le=4096, description="--kv-cache-quant-group-size (elements)")] = 64
     scale_dtype: Annotated[
         Literal["float32", "bfloat16", "float16"],
         Field(description="SGLANG_MIXED_KV_SCALE_DTYPE: dtype of each scale and zero"),
@@ -102,10 +118,10 @@ class Int2Options(EschaModel):
         Field(description="SGLANG_MIXED_KV_HP_DTYPE: the high-precision sink/recent arena"),
     ] = "bfloat16"
     prefix_tokens: Annotated[
-        int, Field(ge=0, description="SGLANG_MIXED_KV_PREFIX_TOKENS: bf16 sink prefix (multiple of the page)")
+        int, Field(ge=0, le=MAX_TOKENS, description="SGLANG_MIXED_KV_PREFIX_TOKENS: bf16 sink prefix (multiple of the page)")
     ] = 64
     recent_tokens: Annotated[
-        int, Field(ge=0, description="SGLANG_MIXED_KV_RECENT_TOKENS: bf16 recent window (multiple of the page)")
+        int, Field(ge=0, le=MAX_TOKENS, description="SGLANG_MIXED_KV_RECENT_TOKENS: bf16 recent window (multiple of the page)")
     ] = 256
 
 
@@ -125,21 +141,23 @@ class Runtime(EschaModel):
         list[CapabilityName],
         Field(description="runtime capabilities this profile needs; serve/up refuse a runtime lacking any"),
     ] = []
-    tp_size: Annotated[int, Field(gt=0, description="--tp-size")] = 1
-    context_length: Annotated[int | None, Field(gt=0, description="--context-length (tokens)")] = None
+    tp_size: Annotated[int, Field(gt=0, le=MAX_GPUS, description="--tp-size")] = 1
+    context_length: Annotated[int | None, Field(gt=0, le=MAX_TOKENS, description="--context-length (tokens)")] = None
     max_total_tokens: Annotated[
-        int | None, Field(gt=0, description="--max-total-tokens: device KV pool size (tokens)")
+        int | None, Field(gt=0, le=MAX_TOKENS, description="--max-total-tokens: device KV pool size (tokens)")
     ] = None
     max_mamba_cache_size: Annotated[
-        int | None, Field(gt=0, description="--max-mamba-cache-size: device mamba state slots")
+        int | None, Field(gt=0, le=MAX_TOKENS, description="--max-mamba-cache-size: device mamba state slots")
     ] = None
-    max_running_requests: Annotated[int | None, Field(gt=0, description="--max-running-requests")] = None
-    page_size: Annotated[int | None, Field(gt=0, description="--page-size (tokens; 1 on CUDA by default)")] = None
+    max_running_requests: Annotated[int | None, Field(gt=0, le=MAX_TOKENS, description="--max-running-requests")] = None
+    page_size: Annotated[int | None, Field(gt=0, le=2**20, description="--page-size (tokens; 1 on CUDA by default)")] = None
     mem_fraction_static: Annotated[
         float | None, Field(gt=0, lt=1, description="--mem-fraction-static; unset: SGLang's default")
     ] = None
-    chunked_prefill_size: Annotated[int | None, Field(description="--chunked-prefill-size (tokens)")] = None
-    cuda_graph_max_bs: Annotated[int | None, Field(gt=0, description="--cuda-graph-max-bs-decode")] = None
+    chunked_prefill_size: Annotated[
+        int | None, Field(ge=-1, le=MAX_TOKENS, description="--chunked-prefill-size (tokens; -1 disables chunking)")
+    ] = None
+    cuda_graph_max_bs: Annotated[int | None, Field(gt=0, le=2**16, description="--cuda-graph-max-bs-decode")] = None
     disable_prefill_cuda_graph: Annotated[bool, Field(description="--disable-prefill-cuda-graph")] = False
     kv_cache: Annotated[KvCache, Field(description="KV cache dtype and layout")] = KvCache()
     mamba_ssm_dtype: Annotated[
@@ -168,12 +186,12 @@ class Runtime(EschaModel):
 class HiCache(EschaModel):
     enabled: Annotated[bool, Field(description="--enable-hierarchical-cache")] = True
     hicache_ratio: Annotated[
-        Union[Literal["auto"], Annotated[float, Field(gt=0)]],
+        Union[Literal["auto"], Annotated[float, Field(gt=0, le=MAX_RATIO)]],
         Field(description="--hicache-ratio: host pool size / device pool size; auto: the "
               "recommended safe ratio"),
     ] = "auto"
     hicache_size: Annotated[
-        int, Field(ge=0, description="--hicache-size in GB (1e9) per rank; 0: use the ratio")
+        int, Field(ge=0, le=10**6, description="--hicache-size in GB (1e9) per rank; 0: use the ratio")
     ] = 0
     hicache_mem_layout: Annotated[
         Literal["layer_first", "page_first", "page_first_direct", "page_first_kv_split", "page_head"],
@@ -201,11 +219,11 @@ class HiCache(EschaModel):
         Size | None, Field(description="L3 file backend cap (SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE), e.g. 512GB")
     ] = None
     max_ratio: Annotated[
-        float, Field(gt=0, description=f"cap on the recommended ratio (default {DEFAULT_MAX_RATIO})")
+        float, Field(gt=0, le=MAX_RATIO, description=f"cap on the recommended ratio (default {DEFAULT_MAX_RATIO})")
     ] = DEFAULT_MAX_RATIO
     min_ratio: Annotated[
         float,
-        Field(gt=0, description="auto: below this ratio HiCache is turned off (a host pool no "
+        Field(gt=0, le=MAX_RATIO, description="auto: below this ratio HiCache is turned off (a host pool no "
               "larger than the device pool reduces L2 effectiveness, SGLang's own warning)"),
     ] = 1.0
 
@@ -233,7 +251,7 @@ class Safety(EschaModel):
         Size, Field(description=f"headroom the recommended ratio leaves; default {DEFAULT_RECOMMEND_HEADROOM}")
     ] = parse_size(DEFAULT_RECOMMEND_HEADROOM)
     ratio_step: Annotated[
-        float, Field(gt=0, description=f"grid of the recommended ratio; default {DEFAULT_RATIO_STEP}")
+        float, Field(ge=MIN_RATIO_STEP, le=1.0, description=f"grid of the recommended ratio; default {DEFAULT_RATIO_STEP}")
     ] = DEFAULT_RATIO_STEP
     wsl2_hidden_vram_per_gpu: Annotated[
         Size, Field(description=f"VRAM WSL2 keeps hidden per GPU; default {DEFAULT_WSL2_HIDDEN_VRAM}")
@@ -259,14 +277,15 @@ class Container(EschaModel):
     ] = None
     hf_cache_dir: Annotated[str | None, Field(description="host HF cache folder to mount")] = None
     gpus: Annotated[
-        Union[Literal["all"], list[int]],
+        Union[Literal["all"], Annotated[list[Annotated[int, Field(ge=0, lt=MAX_GPUS)]],
+                                        Field(min_length=1, max_length=MAX_GPUS)]],
         Field(description="'all' or device ids (WSL2 supports only all; ids become CUDA_VISIBLE_DEVICES)"),
     ] = "all"
     keep_capabilities: Annotated[
         bool, Field(description="do not drop Linux capabilities (cannot be verified without a GPU here)")
     ] = False
-    stop_timeout_s: Annotated[int, Field(gt=0, description="SIGTERM grace before kill (seconds)")] = 60
-    ready_timeout_s: Annotated[int, Field(gt=0, description="how long `up` waits for ready (seconds)")] = 1800
+    stop_timeout_s: Annotated[int, Field(gt=0, le=MAX_SECONDS, description="SIGTERM grace before kill (seconds)")] = 60
+    ready_timeout_s: Annotated[int, Field(gt=0, le=MAX_SECONDS, description="how long `up` waits for ready (seconds)")] = 1800
     nccl_p2p_disable: Annotated[
         bool | None,
         Field(description="NCCL_P2P_DISABLE=1; unset: on for GeForce cards and WSL2 (wsl2-facts 5.2)"),
@@ -323,6 +342,14 @@ def resolve_profile_path(ref: str, relative_to: Path | None = None) -> Path:
     for c in candidates:
         if c.is_file():
             return c
+    for c in (*candidates, Path(ref)):
+        if c.is_dir():
+            found = sorted(p.name for p in c.glob("*.y*ml"))[:5]
+            raise BadInput(f"{c}: is a directory, not a profile file",
+                           hint=f"pass one of its YAML files: {', '.join(found)}" if found else
+                           "pass a profile name or a profile YAML file")
+    if ref.endswith((".yaml", ".yml")) or "/" in ref:
+        raise BadInput(f"{candidates[0]}: no such profile file")
     known = ", ".join(list_profiles()) or "(none)"
     raise BadInput(f"unknown profile {ref!r}: known profiles are {known}",
                    hint="or pass a path to a profile YAML file")
@@ -361,7 +388,11 @@ def _load_raw(path: Path, seen: tuple[Path, ...]) -> tuple[dict, Positions]:
     if not isinstance(parent_ref, str):
         line = pos.get(("extends",), (str(path), 1))[1]
         raise BadInput(f"{path}:{line}: extends: must be a profile name or path")
-    parent_path = resolve_profile_path(parent_ref, relative_to=path.parent)
+    try:
+        parent_path = resolve_profile_path(parent_ref, relative_to=path.parent)
+    except BadInput as exc:
+        line = pos.get(("extends",), (str(path), 1))[1]
+        raise BadInput(f"{path}:{line}: extends: {exc.message}", hint=exc.hint) from None
     merged, merged_pos = _load_raw(parent_path, seen + (path,))
     # The child's own name/description never come from the parent.
     merged.pop("name", None)
@@ -452,9 +483,15 @@ def _format_errors(exc: ValidationError, pos: Positions, origin: str) -> list[tu
             guess = _did_you_mean(loc)
             if guess:
                 msg += f" (did you mean {guess}?)"
-        entry = by_loc.setdefault(loc, {"msgs": [], "err": err})
+        entry = by_loc.setdefault(loc, {"msgs": [], "err": err, "types": []})
+        entry["types"].append(err["type"])
         if msg not in entry["msgs"]:
             entry["msgs"].append(msg)
+    # A union like ``'all' | list[int]`` fails on both members; when the list member names a
+    # deeper item, the literal member's "Input should be 'all'" only hides it: drop that one.
+    for loc in [l for l, e in by_loc.items() if all(er == "literal_error" for er in e["types"])]:
+        if any(len(other) > len(loc) and other[: len(loc)] == loc for other in by_loc):
+            del by_loc[loc]
     lines: list[tuple[str, int, str]] = []
     for loc, entry in by_loc.items():
         err = entry["err"]
@@ -494,9 +531,37 @@ def load_profile(ref: str, overrides: Sequence[str] = ()) -> Profile:
     for item in overrides:
         _apply_override(data, pos, item)
     try:
-        return Profile.model_validate(data)
+        profile = Profile.model_validate(data)
     except ValidationError as exc:
         raise BadInput(*[t for _, t in _format_errors(exc, pos, str(path))]) from None
+    problems = []
+    for loc, msg in cross_field_problems(profile):
+        file, line = position_of(pos, loc) or (str(path), 0)
+        where = f"{file}:{line}" if line else file
+        problems.append((file, line, f"{where}: {'.'.join(loc)}: {msg}"))
+    if problems:
+        raise BadInput(*[t for _, _, t in sorted(problems)])
+    return profile
+
+
+def cross_field_problems(profile: Profile) -> list[tuple[tuple[str, ...], str]]:
+    """Constraints between fields, as ``(key path, message)``: the GPUs the container gets must
+    hold ``runtime.tp_size`` ranks (SGLang places one TP rank per visible GPU:
+    ``srt/entrypoints/engine.py`` ``_launch_scheduler_processes`` gives rank ``i`` GPU
+    ``base_gpu_id + i * gpu_id_step``), without repeats, and the box must have those ids."""
+    out: list[tuple[tuple[str, ...], str]] = []
+    tp = profile.runtime.tp_size
+    gpus = profile.container.gpus
+    if gpus != "all":
+        if len(set(gpus)) != len(gpus):
+            out.append((("container", "gpus"), f"device ids repeat: {gpus}"))
+        elif len(gpus) < tp:
+            out.append((("container", "gpus"), f"{len(gpus)} GPU(s) {gpus} cannot hold runtime.tp_size {tp} ranks"))
+        if any(g >= profile.hardware.gpu_count for g in gpus):
+            out.append((("container", "gpus"),
+                        f"device id {max(gpus)} but hardware.gpu_count is {profile.hardware.gpu_count}"))
+    # runtime.tp_size above hardware.gpu_count is the planner's (validate.py: the plan is unsafe)
+    return out
 
 
 def _is_size_field(field) -> bool:

@@ -22,6 +22,9 @@ _UNITS = {
     "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
 }
+#: Largest size accepted anywhere (bytes): 1 PiB. Above every VRAM, host RAM or L3 cap a small
+#: box can have, and far below where bytes-as-int arithmetic or a float conversion goes wrong.
+MAX_SIZE = 2**50
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]+)\s*$")
 
 
@@ -59,8 +62,15 @@ def parse_size(value: Any) -> int:
         raise ValueError(
             f"unknown unit {unit!r} in {value!r} (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
         )
-    # Decimal quantities round to the nearest byte ("1.31GiB" = 1,406,592,696 B).
-    return round(float(number) * factor)
+    # Decimal quantities round to the nearest byte ("1.31GiB" = 1,406,592,696 B); exact
+    # arithmetic, so a 400-digit number is refused instead of overflowing a float.
+    from fractions import Fraction
+
+    exact = Fraction(number) * factor if len(number) <= 40 else Fraction(MAX_SIZE + 1)
+    if exact > MAX_SIZE:
+        shown = value.strip() if len(value.strip()) <= 40 else value.strip()[:37] + "..."
+        raise ValueError(f"{shown!r} is larger than {MAX_SIZE // 2**50} PiB, the most any size here can be")
+    return round(exact)
 
 
 def size_field() -> Any:

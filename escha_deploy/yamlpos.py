@@ -1,9 +1,21 @@
-"""YAML with source positions, so every profile error can name file:line.
+"""YAML with source positions, so every profile error can name file:line; parsed safely.
 
-``load_yaml_with_positions(path)`` returns the plain data (PyYAML ``safe_load``) and a map from
-key path (a tuple of keys and list indexes) to ``(file, line)``. Missing keys are looked up at
-their nearest ancestor (the pattern of Dagster's ``source_position.py``, style-anchors
-section 7).
+``load_yaml_with_positions(path)`` returns the plain data and a map from key path (a tuple of
+keys and list indexes) to ``(file, line)``. Missing keys are looked up at their nearest ancestor
+(the pattern of Dagster's ``source_position.py``).
+
+One parse per file: libyaml (PyYAML's ``CSafeLoader``) composes the node graph once, which
+carries the marks; the data is constructed from that same graph by PyYAML's safe constructor.
+Before anything is constructed the graph is checked, because a profile is user input:
+
+- **aliases** cannot expand without bound: the node count after alias expansion is capped at
+  ``MAX_NODES`` (a 4 KB file of nine levels of nine aliases expands to 9**9 nodes, the
+  "billion laughs" of XML), nesting at ``MAX_DEPTH``, and a recursive alias is refused;
+- **duplicate keys** are an error naming both lines (YAML 1.2 section 3.2.1.3 says keys are
+  unique; PyYAML keeps the last one silently);
+- a file that is **not UTF-8** is one line with the byte offset (YAML 1.2 section 5.2 allows
+  UTF-16/32 with a BOM, profiles do not need them);
+- a file larger than ``MAX_FILE_BYTES`` is refused before it is read in full.
 """
 
 from __future__ import annotations
@@ -17,43 +29,164 @@ from .errors import BadInput
 
 Positions = dict[tuple, tuple[str, int]]
 
+#: Largest profile file read, in bytes. The shipped profiles are 1.7-4.6 KB; a commented
+#: reference profile with every field stays far below this.
+MAX_FILE_BYTES = 256 * 1024
+#: Largest node count after alias expansion. A full profile is about 200 nodes.
+MAX_NODES = 20_000
+#: Deepest nesting of mappings and lists. A profile is 4 levels deep (runtime.kv_cache.int2.x).
+MAX_DEPTH = 32
 
-def _walk(node: yaml.Node, path: tuple, file: str, out: Positions) -> None:
+_Loader = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
+
+
+class _Problems(Exception):
+    """Internal: the lines of one file's structural problems."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(lines[0])
+        self.lines = lines
+
+
+def _check_graph(root: yaml.Node, file: str) -> None:
+    """Bound the expanded size and depth of the node graph; refuse recursive aliases.
+
+    Memoised per node object (an alias is the same object reached twice), so the check itself
+    is linear in the number of distinct nodes whatever the aliases multiply to.
+    """
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+
+    def size(node: yaml.Node, depth: int) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_:
+            raise _Problems([f"{file}:{node.start_mark.line + 1}: a YAML alias refers to its own anchor"])
+        if depth > MAX_DEPTH:
+            raise _Problems([f"{file}:{node.start_mark.line + 1}: nested deeper than {MAX_DEPTH} levels"])
+        total = 1
+        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+            open_.add(key)
+            children = ([c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode)
+                        else node.value)
+            for child in children:
+                total += size(child, depth + 1)
+                if total > MAX_NODES:
+                    raise _Problems([
+                        f"{file}:{node.start_mark.line + 1}: YAML aliases expand to more than {MAX_NODES} "
+                        "nodes (a profile has a few hundred); write the values out instead"])
+            open_.discard(key)
+        sizes[key] = total
+        return total
+
+    size(root, 0)
+
+
+def _walk(loader: Any, node: yaml.Node, path: tuple, file: str, out: Positions, problems: list[str]) -> None:
     out.setdefault(path, (file, node.start_mark.line + 1))
     if isinstance(node, yaml.MappingNode):
+        first: dict[Any, int] = {}
         for key_node, value_node in node.value:
-            key = key_node.value
+            line = key_node.start_mark.line + 1
+            if isinstance(key_node, yaml.ScalarNode):
+                key = key_node.value
+                try:
+                    ident = loader.construct_object(key_node)
+                    hash(ident)
+                except (yaml.YAMLError, TypeError):
+                    ident = key
+                if ident == "<<" or key_node.tag == "tag:yaml.org,2002:merge":
+                    pass  # a merge key may repeat; SafeConstructor merges them in order
+                elif ident in first:
+                    problems.append(f"{file}:{line}: duplicate key {key!r} (first at line {first[ident]}); "
+                                    "YAML keys are unique: merge the two blocks")
+                else:
+                    first[ident] = line
+            else:
+                key = None
+            if key is None:
+                continue
             # the key's own line names the key; children keep their own lines
-            out[path + (key,)] = (file, key_node.start_mark.line + 1)
-            _walk(value_node, path + (key,), file, out)
+            out[path + (key,)] = (file, line)
+            _walk(loader, value_node, path + (key,), file, out, problems)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _walk(item, path + (i,), file, out)
+            _walk(loader, item, path + (i,), file, out, problems)
+
+
+def _yaml_error_line(exc: yaml.YAMLError, file: str) -> str:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    line = f":{mark.line + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"{file}{line}: malformed YAML: {problem}"
 
 
 def parse_yaml_text(text: str, file: str) -> tuple[Any, Positions]:
-    """Parse YAML text; raise ``BadInput`` with ``file:line`` on a syntax error."""
+    """Parse YAML text once (libyaml) into ``(data, positions)``.
+
+    Raises ``BadInput`` with one line per problem, each ``file:line: ...``: a syntax error,
+    duplicate keys (both lines), aliases that expand past ``MAX_NODES`` nodes, nesting deeper
+    than ``MAX_DEPTH``, a text longer than ``MAX_FILE_BYTES``.
+    """
+    if len(text) > MAX_FILE_BYTES:
+        raise BadInput(f"{file}: {len(text)} characters; a profile is at most {MAX_FILE_BYTES // 1024} KiB")
+    loader = _Loader(text)
     try:
-        data = yaml.safe_load(text)
-        node = yaml.compose(text)
+        node = loader.get_single_node()
+        if node is None:
+            return None, {}
+        _check_graph(node, file)
+        positions: Positions = {}
+        problems: list[str] = []
+        _walk(loader, node, (), file, positions, problems)
+        if problems:
+            raise _Problems(problems)
+        data = loader.construct_document(node)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise BadInput(f"{file}{line}: malformed YAML: {problem}") from None
-    positions: Positions = {}
-    if node is not None:
-        _walk(node, (), file, positions)
+        raise BadInput(_yaml_error_line(exc, file)) from None
+    except _Problems as exc:
+        raise BadInput(*exc.lines) from None
+    except RecursionError:
+        raise BadInput(f"{file}: nested deeper than {MAX_DEPTH} levels") from None
+    finally:
+        loader.dispose()
     return data, positions
 
 
-def load_yaml_with_positions(path: Path) -> tuple[Any, Positions]:
-    """Read and parse a YAML file; ``BadInput`` naming the file when it cannot be read."""
+def read_profile_text(path: Path) -> str:
+    """The text of a profile file: at most ``MAX_FILE_BYTES``, strict UTF-8.
+
+    Raises ``BadInput`` naming the file: unreadable, a directory, too large, or not UTF-8 (with
+    the byte offset and line of the first bad byte).
+    """
     try:
-        text = path.read_text()
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+    except IsADirectoryError:
+        raise BadInput(f"{path}: is a directory, not a profile file") from None
     except OSError as exc:
-        raise BadInput(f"{path}: cannot read: {exc.strerror}") from None
-    return parse_yaml_text(text, str(path))
+        raise BadInput(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise BadInput(f"{path}: larger than {MAX_FILE_BYTES // 1024} KiB; a profile is a few KB of YAML")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise BadInput(f"{path}:{line}: not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset {exc.start}; "
+                       "save the profile as UTF-8") from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if "\x00" in text:
+        off = raw.index(b"\x00")
+        line = raw.count(b"\n", 0, off) + 1
+        raise BadInput(f"{path}:{line}: NUL byte at offset {off}; a profile is text")
+    return text
+
+
+def load_yaml_with_positions(path: Path) -> tuple[Any, Positions]:
+    """Read and parse a YAML file; ``BadInput`` naming the file when it cannot be read or parsed."""
+    return parse_yaml_text(read_profile_text(path), str(path))
 
 
 def position_of(positions: Positions, loc: tuple) -> tuple[str, int] | None:

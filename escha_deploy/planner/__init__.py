@@ -270,14 +270,17 @@ def step_safe_ratio(c: _Ctx) -> None:
     c.max_safe_ratio = ks[first_bad - 1] / SAFE_RATIO_GRID if first_bad > 0 else None
     step = c.profile.safety.ratio_step
     headroom = c.profile.safety.recommend_headroom
-    best = None
     n = int(round(hc.max_ratio / step))
-    for i in range(n, 0, -1):
-        r = round(i * step, 6)
-        pools = host_pools_at_ratio(c.dev, r)
-        if _pool_fits(c, pools) and c.budget.pinned_budget_bytes - c.ranks * pools.pinned_bytes >= headroom:
-            best = r
-            break
+
+    def leaves_headroom(i: int) -> bool:
+        pools = host_pools_at_ratio(c.dev, round(i * step, 6))
+        return _pool_fits(c, pools) and c.budget.pinned_budget_bytes - c.ranks * pools.pinned_bytes >= headroom
+
+    # monotonic for the same reason: bisect, so the search takes log2(n) + 1 steps whatever
+    # ratio_step and max_ratio say (at most 18 with the profile's bounds)
+    steps = range(1, n + 1)
+    first_short = bisect.bisect_left(steps, True, key=lambda i: not leaves_headroom(i))
+    best = round(steps[first_short - 1] * step, 6) if first_short > 0 else None
     c.recommended_ratio = best
     if c.max_safe_ratio is not None:
         c.decide("safe_ratio", "largest safe ratio", c.max_safe_ratio,

@@ -1,0 +1,87 @@
+"""Numbers in a profile are finite and bounded where they are declared; the ratio search is
+bounded in steps whatever the profile says; container.gpus must hold tp_size ranks."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from escha_deploy.errors import BadInput
+from escha_deploy.profile import load_profile
+from escha_deploy.units import MAX_SIZE, parse_size
+
+BASE = "rtx5060ti-tp2-fp8"
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("hicache.hicache_ratio=.inf", "finite number"),
+    ("hicache.hicache_ratio=.nan", "finite number"),
+    ("hicache.hicache_ratio=1e9", "less than or equal to 100"),
+    ("hicache.max_ratio=.inf", "finite number"),
+    ("hicache.min_ratio=-.inf", "finite number"),
+    ("safety.ratio_step=1e-9", "greater than or equal to 0.001"),
+    ("safety.ratio_step=.nan", "finite number"),
+    ("runtime.mem_fraction_static=.nan", "finite number"),
+    ("runtime.tp_size=100000", "less than or equal to 64"),
+    ("hardware.gpu_count=1000000", "less than or equal to 64"),
+    ("runtime.context_length=99999999999999", "less than or equal to 2147483647"),
+    ("runtime.chunked_prefill_size=-5", "greater than or equal to -1"),
+    ("hicache.hicache_size=99999999999", "less than or equal to 1000000"),
+    ("hardware.gpu_vram=" + "9" * 400 + "GiB", "larger than 1 PiB"),
+    ("safety.os_reserve=2000TiB", "larger than 1 PiB"),
+    ("container.ready_timeout_s=99999999999", "less than or equal to 604800"),
+    ("container.gpus=[]", "at least 1 item"),
+    ("container.gpus=[-1, 0]", "greater than or equal to 0"),
+])
+def test_absurd_numbers_are_one_line_naming_the_key(override, needle):
+    with pytest.raises(BadInput) as exc:
+        load_profile(BASE, [override])
+    assert len(exc.value.problems) == 1, exc.value.problems
+    line = exc.value.problems[0]
+    assert line.startswith(f"--set {override.split('=')[0]}: ") and needle in line, line
+
+
+def test_container_gpus_must_hold_tp_size_ranks(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text(f"extends: {BASE}\nruntime:\n  tp_size: 2\ncontainer:\n  gpus: [1]\n")
+    with pytest.raises(BadInput) as exc:
+        load_profile(str(f))
+    assert exc.value.problems == (f"{f}:5: container.gpus: 1 GPU(s) [1] cannot hold runtime.tp_size 2 ranks",)
+    f.write_text(f"extends: {BASE}\ncontainer:\n  gpus: [0, 0]\n")
+    with pytest.raises(BadInput) as exc:
+        load_profile(str(f))
+    assert exc.value.problems == (f"{f}:3: container.gpus: device ids repeat: [0, 0]",)
+    f.write_text(f"extends: {BASE}\ncontainer:\n  gpus: [0, 5]\n")
+    with pytest.raises(BadInput) as exc:
+        load_profile(str(f))
+    assert exc.value.problems == (f"{f}:3: container.gpus: device id 5 but hardware.gpu_count is 2",)
+    f.write_text(f"extends: {BASE}\ncontainer:\n  gpus: [1, 0]\n")
+    assert load_profile(str(f)).container.gpus == [1, 0]
+
+
+def test_parse_size_bounds_exactly():
+    assert parse_size("1024TiB") == MAX_SIZE
+    with pytest.raises(ValueError, match="larger than 1 PiB"):
+        parse_size("1025TiB")
+    assert parse_size("1.31GiB") == 1406601789  # exact arithmetic rounds as before
+
+
+def test_ratio_search_is_bounded_whatever_the_profile_says(monkeypatch):
+    """The finest grid and the largest cap the model allows: the search evaluates pools
+    O(log n) times, not n = 100 / 0.001 = 100,000 times."""
+    from escha_deploy import planner
+    from escha_deploy.cli.plan import make_plan
+
+    calls = []
+    real = planner.host_pools_at_ratio
+    monkeypatch.setattr(planner, "host_pools_at_ratio", lambda dev, r: calls.append(r) or real(dev, r))
+    t0 = time.perf_counter()
+    fine = make_plan(BASE, ["hicache.max_ratio=100", "safety.ratio_step=0.001"], host_bytes=parse_size("64GiB"),
+                     platform="linux")
+    assert time.perf_counter() - t0 < 2
+    assert len(calls) < 200, len(calls)
+    coarse = make_plan(BASE, ["hicache.max_ratio=100"], host_bytes=parse_size("64GiB"), platform="linux")
+    # the same answer as a linear scan would give: the largest grid point that leaves headroom
+    assert fine.recommended_ratio >= coarse.recommended_ratio
+    assert fine.recommended_ratio - coarse.recommended_ratio < 0.05
