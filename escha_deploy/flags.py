@@ -151,3 +151,34 @@ CONFIG_FLAG = "--config"
 def secret_config(api_key: str | None) -> dict[str, str]:
     """The ``--config`` YAML entries carrying secrets (``--api-key``), keyed as SGLang's flags."""
     return {"api-key": api_key} if api_key else {}
+
+
+def multinode_args(argv: list[str], *, nnodes: int, node_rank: int, dist_init_addr: str, tp_size: int,
+                   pp_size: int, dist_timeout_s: int | None = None) -> list[str]:
+    """``argv`` (``server_args`` of one node) made a node of a multi-node instance: ``--tp-size``
+    becomes the instance's total TP (SGLang's ``--tp-size`` counts every node's GPUs,
+    ``docs/references/multi_node_deployment/multi_node.md``), then ``--pp-size``, ``--nnodes``,
+    ``--node-rank`` and ``--dist-init-addr HOST:PORT`` (rank 0's torch.distributed rendezvous;
+    ``distributed/bootstrap.py``). SGLang turns the overlap scheduler off itself when
+    ``pp_size > 1`` (``arg_groups/overrides.py`` ``_pipeline_parallel_overlap_disable``)."""
+    out = list(argv)
+    i = out.index("--tp-size")
+    out[i + 1] = str(tp_size)
+    if pp_size > 1:
+        out[i + 2:i + 2] = ["--pp-size", str(pp_size)]
+    out += ["--nnodes", str(nnodes), "--node-rank", str(node_rank), "--dist-init-addr", dist_init_addr]
+    if dist_timeout_s:
+        out += ["--dist-timeout", str(dist_timeout_s)]
+    return out
+
+
+def multinode_env(nic: str | None) -> dict[str, str]:
+    """Environment of a node without InfiniBand: NCCL's socket transport on ``nic``
+    (``NCCL_SOCKET_IFNAME``, ``NCCL_IB_DISABLE=1``; NCCL docs "Environment Variables") and Gloo's
+    CPU groups on the same interface (``GLOO_SOCKET_IFNAME``), as GPUStack's SGLang backend sets
+    them (``gpustack/worker/backends/sglang.py``). Without ``nic`` NCCL picks an interface
+    itself (any but lo and docker*), which may be the wrong one on a multi-homed box."""
+    env = {"NCCL_IB_DISABLE": "1"}
+    if nic:
+        env.update({"NCCL_SOCKET_IFNAME": nic, "GLOO_SOCKET_IFNAME": nic})
+    return env

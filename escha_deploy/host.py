@@ -35,8 +35,9 @@ class HostFacts(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    source: Literal["live", "described"] = Field(
-        description="live: read from this machine; described: from --host-ram"
+    source: Literal["live", "described", "saved"] = Field(
+        description="live: read from this machine; described: from --host-ram; saved: from another "
+        "box's saved doctor report (a fleet file's `facts`)"
     )
     platform: Platform
     mem_total_bytes: int = Field(gt=0)

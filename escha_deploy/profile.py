@@ -449,12 +449,15 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _did_you_mean(loc: tuple) -> str | None:
-    """The closest known key to an unknown one at ``loc`` (difflib), for the error line."""
+def _did_you_mean(loc: tuple, root: type[BaseModel] | None = None) -> str | None:
+    """The closest known key to an unknown one at ``loc`` (difflib), for the error line.
+    ``root``: the model at the top of ``loc`` (default ``Profile``); list indexes are skipped."""
     import difflib
 
-    model: type[BaseModel] | None = Profile
+    model: type[BaseModel] | None = root or Profile
     for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
         if model is None or not isinstance(part, str) or part not in model.model_fields:
             return None
         model = _model_in(model.model_fields[part].annotation)
@@ -464,7 +467,8 @@ def _did_you_mean(loc: tuple) -> str | None:
     return close[0] if close else None
 
 
-def _format_errors(exc: ValidationError, pos: Positions, origin: str) -> list[tuple[int, str]]:
+def _format_errors(exc: ValidationError, pos: Positions, origin: str,
+                   root: type[BaseModel] | None = None) -> list[tuple[int, str]]:
     """One line per offending key: ``file:line: dotted.key: message (got value)``, sorted.
 
     A value that fails every member of a union (``auto`` or a number > 0) yields one error per
@@ -480,7 +484,7 @@ def _format_errors(exc: ValidationError, pos: Positions, origin: str) -> list[tu
         else:
             msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            guess = _did_you_mean(loc)
+            guess = _did_you_mean(loc, root)
             if guess:
                 msg += f" (did you mean {guess}?)"
         entry = by_loc.setdefault(loc, {"msgs": [], "err": err, "types": []})

@@ -23,6 +23,7 @@ VERB_MODULES: tuple[str, ...] = (
     "runtime",
     "build",
     "bench",
+    "fleet",
 )
 
 PANEL_LIFECYCLE = "Lifecycle"

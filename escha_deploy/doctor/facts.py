@@ -16,8 +16,8 @@ from escha_deploy.findings import StoreProbeResult
 from escha_deploy.host import Platform, detect_container, detect_platform, host_id
 
 from .gpu import GpuInventory, gpu_inventory
-from .hostinfo import (DockerFacts, MemoryFacts, WslSignals, read_docker, read_memlock, read_memory,
-                       read_shm_size, read_wsl_signals)
+from .hostinfo import (DockerFacts, ImageFacts, MemoryFacts, WslSignals, read_docker, read_image, read_memlock,
+                       read_memory, read_shm_size, read_wsl_networking_mode, read_wsl_signals)
 from .probes import PinnedCeiling
 
 
@@ -50,6 +50,8 @@ class DoctorFacts(BaseModel):
     platform: Platform
     in_container: bool
     wsl: WslSignals
+    wsl_networking_mode: str | None = Field(
+        default=None, description="`wslinfo --networking-mode` (nat, mirrored, ...); None: not WSL or unknown")
     memory: MemoryFacts | None = None
     memory_error: str | None = None
     memlock: tuple[int | None, int | None] | None = None
@@ -57,6 +59,7 @@ class DoctorFacts(BaseModel):
     shm_bytes: int | None = None
     docker: DockerFacts
     gpus: GpuInventory
+    image: ImageFacts | None = Field(default=None, description="the server image on this daemon (id = digest)")
     probes: ProbeFacts = Field(default_factory=ProbeFacts)
 
 
@@ -66,9 +69,12 @@ def _reason(exc: BaseException) -> str:
 
 def gather_facts(root: Path = Path("/"), environ: Mapping[str, str] | None = None, *,
                  docker: Callable[[], DockerFacts] = read_docker,
-                 gpus: Callable[[], GpuInventory] = gpu_inventory) -> DoctorFacts:
-    """Read the host under ``root``; ``docker`` and ``gpus`` are the sources to ask (tests pass
-    recorded answers). Never raises for a missing file: the reason goes in ``*_error``."""
+                 gpus: Callable[[], GpuInventory] = gpu_inventory,
+                 networking_mode: Callable[[], str | None] = read_wsl_networking_mode,
+                 image: Callable[[], ImageFacts | None] | None = None) -> DoctorFacts:
+    """Read the host under ``root``; ``docker``, ``gpus``, ``networking_mode`` (asked only on
+    WSL2) and ``image`` (the server image's digest, when given) are the sources to ask (tests
+    pass recorded answers). Never raises for a missing file: the reason goes in ``*_error``."""
     try:
         memory, memory_error = read_memory(root), None
     except (OSError, KeyError, ValueError) as exc:
@@ -77,11 +83,13 @@ def gather_facts(root: Path = Path("/"), environ: Mapping[str, str] | None = Non
         memlock, memlock_error = read_memlock(root), None
     except (OSError, ValueError) as exc:
         memlock, memlock_error = None, _reason(exc)
+    platform = detect_platform(root)
     return DoctorFacts(
         host_id=host_id(root),
-        platform=detect_platform(root),
+        platform=platform,
         in_container=detect_container(root),
         wsl=read_wsl_signals(root, environ),
+        wsl_networking_mode=networking_mode() if platform == "wsl2" else None,
         memory=memory,
         memory_error=memory_error,
         memlock=memlock,
@@ -89,4 +97,5 @@ def gather_facts(root: Path = Path("/"), environ: Mapping[str, str] | None = Non
         shm_bytes=read_shm_size(root),
         docker=docker(),
         gpus=gpus(),
+        image=image() if image is not None else None,
     )

@@ -251,3 +251,60 @@ def read_docker(timeout_s: float = 5.0) -> DockerFacts:
 
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
+
+
+#: ``wslinfo`` ships with WSL 2.0+ (the Store/MSI release) inside every distro; its
+#: ``--networking-mode`` prints ``nat``, ``mirrored``, ``virtioproxy`` or ``none``
+#: (learn.microsoft.com/windows/wsl/networking). In NAT mode (the default) the VM has a private
+#: address that other machines cannot reach, so a WSL2 box can serve HTTP through a port proxy
+#: but cannot be a peer of a multi-node NCCL group.
+WSL_NETWORKING_MODES = ("nat", "mirrored", "virtioproxy", "none")
+
+
+def read_wsl_networking_mode(timeout_s: float = 5.0) -> str | None:
+    """``wslinfo --networking-mode``, lower-cased; ``None`` when ``wslinfo`` is absent (not
+    WSL, an old WSL, or inside a container) or does not answer."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("wslinfo")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "--networking-mode"], capture_output=True, text=True,
+                             timeout=timeout_s, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    mode = out.stdout.strip().lower()
+    return mode if out.returncode == 0 and mode else None
+
+
+class ImageFacts(BaseModel):
+    """The server image as the local daemon has it: ``id`` is the content digest of the image
+    configuration (``sha256:...``, what ``docker image inspect --format '{{.Id}}'`` prints),
+    the same on every box that built or loaded the same image; ``repo_digests`` are registry
+    digests (empty for a locally built image). ``error``: why it could not be read."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ref: str
+    id: str | None = None
+    repo_digests: list[str] = Field(default_factory=list)
+    error: str | None = None
+
+
+def read_image(ref: str, timeout_s: float = 5.0) -> ImageFacts:
+    """Ask the local daemon for image ``ref`` through docker-py; never raises."""
+    try:
+        import docker
+    except ImportError as exc:
+        return ImageFacts(ref=ref, error=f"docker-py not installed ({exc})")
+    try:
+        client = docker.from_env(timeout=int(max(timeout_s, 1)))
+        try:
+            image = client.images.get(ref)
+            return ImageFacts(ref=ref, id=image.id, repo_digests=list(image.attrs.get("RepoDigests") or []))
+        finally:
+            client.close()
+    except Exception as exc:  # docker.errors.ImageNotFound, DockerException, requests errors
+        return ImageFacts(ref=ref, error=_first_line(str(exc)) or type(exc).__name__)

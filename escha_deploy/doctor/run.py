@@ -150,6 +150,21 @@ def findings_from(report: DoctorReport, facts: DoctorFacts) -> DoctorFindings:
                           created_at=report.created_at, checks=[c.model_dump() for c in report.checks])
 
 
+def _image_reader(profile: str | None, overrides: Sequence[str], docker: Callable[[], DockerFacts]):
+    """The reader of the server image's digest: the profile's ``container.image`` (default: the
+    image ``escha-deploy build`` tags), asked only from the real daemon (a test that passes
+    recorded docker answers gets ``None``, not this machine's images)."""
+    if docker is not read_docker:
+        return None
+    from escha_deploy.capabilities import IMAGE_HICACHE
+    from escha_deploy.profile import load_profile
+
+    from .hostinfo import read_image
+
+    ref = load_profile(profile, overrides).container.image if profile else IMAGE_HICACHE
+    return lambda: read_image(ref)
+
+
 def run_doctor(profile: str | None = None, overrides: Sequence[str] = (), *, probes: bool = True,
                reuse: bool = True, save: bool = True, root: Path = Path("/"),
                environ: Mapping[str, str] | None = None, findings_path: Path | None = None,
@@ -164,7 +179,7 @@ def run_doctor(profile: str | None = None, overrides: Sequence[str] = (), *, pro
 
     findings_path = findings_path or doctor_findings_path()
     need = needs_from_profile(profile, overrides) if profile else None
-    facts = gather_facts(root, environ, docker=docker, gpus=gpus)
+    facts = gather_facts(root, environ, docker=docker, gpus=gpus, image=_image_reader(profile, overrides, docker))
     if probes:
         facts.probes = run_probes(facts, need, reuse=reuse, findings_path=findings_path)
     else:

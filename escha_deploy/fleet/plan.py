@@ -1,0 +1,246 @@
+"""``fleet plan``: every box planned with its own facts by the single-box planner, plus the
+checks that only a fleet has (a WSL2 box in NAT mode cannot be a multi-node peer; all nodes of
+one instance run the same image digest).
+
+Per box this calls the same entry points as ``escha-deploy plan`` (``profile.load_profile``,
+``host.gather_plan_inputs``, ``planner.plan``, ``cli.plan.check_rendered_argv``); the only
+difference is where the host facts come from: a saved doctor report of that box
+(``BoxFacts``, source ``saved``) or the box's ``host_ram``/``platform`` (source ``described``,
+as ``plan --host-ram``). A multi-node instance is planned per node with the node's own profile:
+its TP ranks are the box's GPUs, so weights and KV per rank are counted at the node's
+``tp_size`` (with TP across nodes the real per-rank shares are smaller: the plan errs on the
+safe side).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, PrivateAttr
+
+from ..errors import BadInput
+from ..host import HostFacts
+from ..planner.result import Plan
+from ..profile import Profile
+from .model import Box, LoadedFleet
+
+
+class BoxFacts(BaseModel):
+    """What a saved doctor report (``doctor --format json``) says about a box, read leniently
+    (stored data from another version must still load). Bytes are ``int``."""
+
+    file: str
+    host_id: str = ""
+    platform: Literal["linux", "wsl2"]
+    mem_total_bytes: int
+    cgroup_limit_bytes: int | None = None
+    in_container: bool = False
+    wsl_networking_mode: str | None = Field(None, description="`wslinfo --networking-mode`; None: unknown")
+    image_ref: str | None = None
+    image_id: str | None = Field(None, description="the server image's config digest (sha256:...)")
+    pinned_ceiling_bytes: int | None = None
+    pinned_ceiling_reached: bool = False
+    host_allocator: Literal["register", "pinned"] | None = None
+    created_at: str | None = None
+
+
+def read_box_facts(path: Path) -> BoxFacts:
+    """Read a saved doctor report. Raises ``BadInput`` naming the file and the missing key."""
+    try:
+        report = json.loads(path.read_text())
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read: {exc.strerror}") from None
+    except ValueError as exc:
+        raise BadInput(f"{path}: not JSON ({exc}); save it with `escha-deploy doctor --format json > FILE`") from None
+    facts = report.get("facts") if isinstance(report, dict) else None
+    if not isinstance(facts, dict):
+        raise BadInput(f"{path}: facts: missing; this is not a doctor report (`escha-deploy doctor --format json`)")
+    memory = facts.get("memory") or {}
+    if not memory.get("mem_total_bytes"):
+        raise BadInput(f"{path}: facts.memory.mem_total_bytes: missing ({facts.get('memory_error') or 'no memory facts'})")
+    probes = facts.get("probes") or {}
+    pinned = probes.get("pinned") or {}
+    image = facts.get("image") or {}
+    return BoxFacts(
+        file=str(path), host_id=str(facts.get("host_id") or ""), platform=facts.get("platform") or "linux",
+        mem_total_bytes=int(memory["mem_total_bytes"]), cgroup_limit_bytes=memory.get("cgroup_limit_bytes"),
+        in_container=bool(facts.get("in_container")), wsl_networking_mode=facts.get("wsl_networking_mode"),
+        image_ref=image.get("ref"), image_id=image.get("id"),
+        pinned_ceiling_bytes=pinned.get("largest_bytes"), pinned_ceiling_reached=bool(pinned.get("reached")),
+        host_allocator=probes.get("host_allocator"), created_at=report.get("created_at"),
+    )
+
+
+def saved_host(facts: BoxFacts, base: HostFacts) -> HostFacts:
+    """``base`` (a described host with the profile's L3 directory) with the saved facts: MemTotal,
+    cgroup limit, platform, pinned ceiling and allocator. MemAvailable stays unknown: the one in a
+    saved report is stale by the time the server starts."""
+    return base.model_copy(update={
+        "source": "saved", "platform": facts.platform, "mem_total_bytes": facts.mem_total_bytes,
+        "cgroup_limit_bytes": facts.cgroup_limit_bytes, "in_container": facts.in_container,
+        "host_id": facts.host_id, "pinned_ceiling_bytes": facts.pinned_ceiling_bytes,
+        "pinned_ceiling_reached": facts.pinned_ceiling_reached, "host_allocator": facts.host_allocator,
+    })
+
+
+class BoxPlan(BaseModel):
+    """One box's plan, as ``escha-deploy plan`` makes it, and its place in the fleet."""
+
+    box: str
+    address: str
+    profile: str
+    group: str | None
+    instance: str | None
+    node_rank: int | None
+    gpus: int = Field(description="GPUs the server uses (the profile's tp_size)")
+    facts: BoxFacts | None = None
+    verdict: str
+    hicache_ratio: float | None
+    hicache_size_gb: int | None
+    pinned_total_bytes: int
+    host_kv_tokens: int = Field(description="host-tier tokens per rank (0: HiCache off)")
+    reasons: list[str]
+    plan: Plan
+
+
+class InstancePlan(BaseModel):
+    name: str
+    group: str
+    boxes: list[str]
+    nodes: int
+    gpus: int
+    host_tier_tokens: int = Field(description="host-tier tokens of the instance (its smallest node's)")
+    problems: list[str]
+
+
+class FleetPlan(BaseModel):
+    """The fleet's plan: per box, per instance, and totals. ``verdict`` is ``unsafe`` when any
+    box is unsafe or any fleet check refuses (exit 3)."""
+
+    fleet: str
+    file: str
+    boxes: list[BoxPlan]
+    instances: list[InstancePlan]
+    total_instances: int
+    total_gpus: int
+    host_tier_bytes: int = Field(description="pinned host pools over every box (bytes)")
+    host_tier_tokens: int = Field(description="host-tier tokens over every instance")
+    problems: list[str]
+    warnings: list[str]
+    verdict: Literal["ok", "unsafe"]
+    _profiles: dict[str, Profile] = PrivateAttr(default_factory=dict)
+
+    def profile(self, box: str) -> Profile:
+        """The validated profile (with the box's overrides) that box ``box`` was planned with."""
+        return self._profiles[box]
+
+    def box_plan(self, box: str) -> BoxPlan:
+        return next(b for b in self.boxes if b.box == box)
+
+
+def plan_box(loaded: LoadedFleet, box: Box) -> tuple[Plan, BoxFacts | None, "Profile"]:
+    """Plan one box as ``escha-deploy plan`` would on it. Raises ``BadInput`` for a bad profile
+    or facts file, naming the box."""
+    from ..cli.plan import check_rendered_argv
+    from ..host import gather_plan_inputs
+    from ..planner import plan
+    from ..profile import load_profile
+
+    try:
+        prof = load_profile(loaded.profile_ref(box), box.set)
+        facts = read_box_facts(loaded.resolve(box.facts)) if box.facts else None
+        if facts is not None:
+            host, model_dir = gather_plan_inputs(prof, platform=facts.platform, host_ram=facts.mem_total_bytes)
+            host = saved_host(facts, host)
+        else:
+            host, model_dir = gather_plan_inputs(prof, platform=box.platform or "linux", host_ram=box.host_ram)
+        result = plan(prof, host, model_dir=model_dir)
+        result = result.model_copy(update={"argv_check": check_rendered_argv(result, prof)})
+    except BadInput as exc:
+        raise BadInput(*(f"box {box.name}: {p}" for p in exc.problems), hint=exc.hint) from None
+    return result, facts, prof
+
+
+def multinode_member_problems(box: Box, facts: BoxFacts | None, instance: str) -> list[str]:
+    """Why ``box`` cannot be a node of a multi-node instance, if it cannot.
+
+    A WSL2 VM in NAT mode (WSL's default) has a private address that other machines cannot
+    reach (learn.microsoft.com/windows/wsl/networking, "Accessing a WSL 2 distribution from your
+    local area network"): NCCL's and Gloo's peers connect to every node, so the rendezvous
+    never completes. Mirrored mode is required; without saved facts the mode is unknown.
+    """
+    platform = facts.platform if facts else (box.platform or "linux")
+    if platform != "wsl2":
+        return []
+    mode = facts.wsl_networking_mode if facts else None
+    if mode == "mirrored":
+        return []
+    seen = f"networking mode {mode}" if mode else "networking mode unknown (no saved `wslinfo --networking-mode`; NAT is WSL's default)"
+    return [f"box {box.name}: a WSL2 node in {instance} needs mirrored networking, {seen}: peer nodes cannot reach "
+            "a NAT-mode VM's address, so NCCL/Gloo cannot connect; serve it as a replica behind the router instead"]
+
+
+def plan_fleet(loaded: LoadedFleet) -> FleetPlan:
+    """Plan every box, then the fleet checks. Pure apart from reading profiles, facts files and
+    model folders (as ``plan`` does)."""
+    fleet = loaded.fleet
+    placement: dict[str, tuple[str, str, int]] = {}
+    for inst in fleet.instances():
+        for rank, name in enumerate(inst.boxes):
+            placement[name] = (inst.group.name, inst.name, rank)
+    box_plans: dict[str, BoxPlan] = {}
+    profiles: dict[str, Profile] = {}
+    for box in fleet.boxes:
+        result, facts, profiles[box.name] = plan_box(loaded, box)
+        group, inst, rank = placement.get(box.name, (None, None, None))
+        box_plans[box.name] = BoxPlan(
+            box=box.name, address=box.address, profile=result.profile, group=group, instance=inst,
+            node_rank=rank, gpus=result.tp_size, facts=facts, verdict=result.verdict,
+            hicache_ratio=result.hicache.ratio if result.hicache.enabled else None,
+            hicache_size_gb=result.hicache.size_gb if result.hicache.enabled else None,
+            pinned_total_bytes=result.pinned_total_bytes,
+            host_kv_tokens=result.per_rank.host_kv_tokens if result.hicache.enabled else 0,
+            reasons=list(result.reasons), plan=result)
+    problems: list[str] = []
+    warnings: list[str] = []
+    instances: list[InstancePlan] = []
+    for inst in fleet.instances():
+        inst_problems: list[str] = []
+        if inst.multi_node:
+            for name in inst.boxes:
+                inst_problems += multinode_member_problems(fleet.box(name), box_plans[name].facts, inst.name)
+            from .multinode import instance_problems
+
+            inst_problems += instance_problems(inst, [box_plans[n].plan for n in inst.boxes],
+                                               [profiles[n] for n in inst.boxes])
+        digests = {n: box_plans[n].facts.image_id for n in inst.boxes
+                   if box_plans[n].facts is not None and box_plans[n].facts.image_id}
+        if len(set(digests.values())) > 1:
+            listing = ", ".join(f"{n} {d[:19]}" for n, d in digests.items())
+            inst_problems.append(f"{inst.name}: nodes run different images ({listing}); one instance needs one "
+                                 "image digest on every node (build or load the same image)")
+        elif inst.multi_node and len(digests) < len(inst.boxes):
+            warnings.append(f"{inst.name}: image digest unknown for "
+                            f"{', '.join(n for n in inst.boxes if n not in digests)} (no saved doctor facts); "
+                            "every node must run the same image")
+        problems += inst_problems
+        instances.append(InstancePlan(
+            name=inst.name, group=inst.group.name, boxes=list(inst.boxes), nodes=len(inst.boxes),
+            gpus=sum(box_plans[n].gpus for n in inst.boxes),
+            host_tier_tokens=min(box_plans[n].host_kv_tokens for n in inst.boxes), problems=inst_problems))
+    unsafe = [p for p in box_plans.values() if p.verdict == "unsafe"]
+    for p in unsafe:
+        problems.append(f"box {p.box}: plan is unsafe: {'; '.join(p.reasons) or 'see escha-deploy plan'}")
+    unplaced = [b.name for b in fleet.boxes if b.name not in placement]
+    if unplaced:
+        warnings.append(f"boxes in no group serve nothing: {', '.join(unplaced)}")
+    out = FleetPlan(
+        fleet=fleet.name, file=loaded.path, boxes=list(box_plans.values()), instances=instances,
+        total_instances=len(instances), total_gpus=sum(i.gpus for i in instances),
+        host_tier_bytes=sum(p.pinned_total_bytes for p in box_plans.values() if p.box in placement),
+        host_tier_tokens=sum(i.host_tier_tokens for i in instances),
+        problems=problems, warnings=warnings, verdict="unsafe" if problems else "ok")
+    out._profiles = profiles
+    return out

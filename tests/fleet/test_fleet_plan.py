@@ -1,0 +1,197 @@
+"""``fleet plan``: each box planned as ``plan`` plans it, the fleet totals, and the refusals.
+
+The saved doctor reports are made by doctor's own code (``gather_facts`` + ``build_report``) on
+the doctor fixture trees of a WSL2 box (16 GB VM, MemTotal 16,314,004 kB) and a Linux box
+(MemTotal 65,742,096 kB); the third box is described (``host_ram: 64GiB``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from escha_deploy.cli.main import main
+from escha_deploy.doctor.facts import gather_facts
+from escha_deploy.doctor.gpu import GpuInventory
+from escha_deploy.doctor.hostinfo import DockerFacts, ImageFacts
+from escha_deploy.doctor.run import build_report
+from escha_deploy.errors import BadInput
+from escha_deploy.fleet.model import load_fleet
+from escha_deploy.fleet.plan import plan_fleet, read_box_facts
+
+DOCTOR_FIXTURES = Path(__file__).parents[1] / "doctor" / "fixtures"
+PROFILE = "rtx5060ti-tp2-fp8"
+IMAGE_A = "sha256:" + "a" * 64
+IMAGE_B = "sha256:" + "b" * 64
+
+
+def save_report(tmp: Path, name: str, tree: str, *, mode: str | None = None, image: str | None = IMAGE_A) -> Path:
+    """A doctor report as `doctor --format json` writes it, from doctor's real readers on a
+    fixture tree; docker, GPUs, the WSL mode and the image are recorded answers."""
+    facts = gather_facts(DOCTOR_FIXTURES / tree, {}, docker=lambda: DockerFacts(reachable=False),
+                         gpus=lambda: GpuInventory(source="none"), networking_mode=lambda: mode,
+                         image=(lambda: ImageFacts(ref="escha-sglang:0.5.19-hicache", id=image)) if image else None)
+    report = build_report(facts, None, dt.datetime(2026, 11, 30, tzinfo=dt.timezone.utc))
+    path = tmp / f"{name}.json"
+    path.write_text(json.dumps(report.model_dump(mode="json")))
+    return path
+
+
+def write_fleet(tmp: Path, doc: dict) -> Path:
+    path = tmp / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def three_boxes(tmp: Path, *, wsl_mode: str | None = "nat", groups=None) -> Path:
+    save_report(tmp, "wsl-a", "wsl2-distro-engine", mode=wsl_mode)
+    save_report(tmp, "lin-b", "linux-host")
+    return write_fleet(tmp, {
+        "name": "lab",
+        "boxes": [
+            {"name": "wsl-a", "address": "192.168.1.20", "profile": PROFILE, "facts": "wsl-a.json"},
+            {"name": "lin-b", "address": "192.168.1.21", "profile": PROFILE, "facts": "lin-b.json", "nic": "eth0"},
+            {"name": "lin-c", "address": "192.168.1.22", "profile": PROFILE, "host_ram": "64GiB", "platform": "linux"},
+        ],
+        **({"groups": groups} if groups is not None else {}),
+    })
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_saved_report_reads_back(tmp_path):
+    f = read_box_facts(save_report(tmp_path, "w", "wsl2-distro-engine", mode="nat"))
+    assert (f.platform, f.mem_total_bytes, f.wsl_networking_mode, f.image_id) == ("wsl2", 16314004 * 1024, "nat", IMAGE_A)
+    g = read_box_facts(save_report(tmp_path, "l", "linux-host", mode="nat"))
+    assert (g.platform, g.mem_total_bytes, g.wsl_networking_mode) == ("linux", 65742096 * 1024, None)
+
+
+def test_three_boxes_agree_with_plan_per_box(tmp_path, capsys):
+    """Every box's verdict, ratio and pinned total equal `escha-deploy plan` for that box."""
+    fleet_file = three_boxes(tmp_path)
+    code, out, err = run_cli(capsys, "fleet", "plan", str(fleet_file), "--format", "json")
+    assert code == 0, err
+    fp = json.loads(out)
+    assert [b["box"] for b in fp["boxes"]] == ["wsl-a", "lin-b", "lin-c"]
+    single = {"wsl-a": ("16314004KiB", "--wsl2"), "lin-b": ("65742096KiB", "--linux"), "lin-c": ("64GiB", "--linux")}
+    for b in fp["boxes"]:
+        ram, platform = single[b["box"]]
+        code, out, err = run_cli(capsys, "plan", "-p", PROFILE, "--host-ram", ram, platform, "--format", "json")
+        assert code == 0, err
+        p = json.loads(out)
+        assert (b["verdict"], b["hicache_ratio"], b["pinned_total_bytes"]) == (
+            p["verdict"], p["hicache"]["ratio"], p["pinned_total_bytes"]), b["box"]
+        assert b["plan"]["per_rank"] == p["per_rank"]
+    # the 16 GB WSL2 box pins less than the 64 GB Linux boxes; all three serve
+    wsl, lin = fp["boxes"][0], fp["boxes"][1]
+    assert wsl["hicache_ratio"] < lin["hicache_ratio"] and wsl["plan"]["host_source"] == "saved"
+    assert fp["boxes"][2]["plan"]["host_source"] == "described"
+    assert fp["total_instances"] == 3 and fp["total_gpus"] == 6
+    assert fp["host_tier_bytes"] == sum(b["pinned_total_bytes"] for b in fp["boxes"])
+    assert fp["host_tier_tokens"] == sum(b["host_kv_tokens"] for b in fp["boxes"]) > 0
+    assert fp["verdict"] == "ok" and fp["problems"] == []
+
+
+def test_table_names_every_box(tmp_path, capsys):
+    code, out, _ = run_cli(capsys, "fleet", "plan", str(three_boxes(tmp_path)))
+    assert code == 0
+    for name in ("wsl-a", "lin-b", "lin-c", "3 instances, 6 GPUs"):
+        assert name in out
+
+
+def test_wsl2_nat_box_is_refused_as_a_multinode_member(tmp_path, capsys):
+    groups = [{"name": "big", "nodes": 2, "boxes": ["lin-b", "wsl-a"]}, {"name": "chat", "boxes": ["lin-c"]}]
+    code, out, err = run_cli(capsys, "fleet", "plan", str(three_boxes(tmp_path, groups=groups)), "--format", "json")
+    assert code == 3
+    fp = json.loads(out)
+    assert len(fp["problems"]) == 1
+    assert "box wsl-a" in fp["problems"][0] and "networking mode nat" in fp["problems"][0]
+    assert "peer nodes cannot reach" in fp["problems"][0]
+    assert "refused: box wsl-a" in err
+    # every box's own plan is still ok: the refusal is the fleet's
+    assert {b["verdict"] for b in fp["boxes"]} == {"ok"}
+
+
+def test_wsl2_box_in_mirrored_mode_may_join(tmp_path):
+    groups = [{"name": "big", "nodes": 2, "boxes": ["lin-b", "wsl-a"]}]
+    fp = plan_fleet(load_fleet(three_boxes(tmp_path, wsl_mode="mirrored", groups=groups)))
+    assert fp.problems == [] and fp.verdict == "ok"
+    assert fp.total_instances == 1 and fp.instances[0].gpus == 4
+    # the box outside any group is named
+    assert any("lin-c" in w for w in fp.warnings)
+
+
+def test_wsl2_nat_box_serves_as_a_replica(tmp_path):
+    fp = plan_fleet(load_fleet(three_boxes(tmp_path, wsl_mode="nat")))
+    assert fp.verdict == "ok"
+
+
+def test_different_image_digests_in_one_instance_are_refused(tmp_path):
+    save_report(tmp_path, "lin-b", "linux-host")
+    save_report(tmp_path, "lin-d", "linux-host", image=IMAGE_B)
+    fleet_file = write_fleet(tmp_path, {"name": "lab", "boxes": [
+        {"name": "lin-b", "address": "10.0.0.1", "profile": PROFILE, "facts": "lin-b.json"},
+        {"name": "lin-d", "address": "10.0.0.2", "profile": PROFILE, "facts": "lin-d.json"}],
+        "groups": [{"name": "big", "nodes": 2, "boxes": ["lin-b", "lin-d"]}]})
+    fp = plan_fleet(load_fleet(fleet_file))
+    assert fp.verdict == "unsafe"
+    assert any("different images" in p and "lin-d sha256:bbbbbbbbbbbb" in p for p in fp.problems)
+
+
+def test_an_unsafe_box_makes_the_fleet_exit_3(tmp_path, capsys):
+    fleet_file = write_fleet(tmp_path, {"name": "lab", "boxes": [
+        {"name": "ok-box", "address": "10.0.0.1", "profile": PROFILE, "host_ram": "64GiB"},
+        {"name": "tiny", "address": "10.0.0.2", "profile": PROFILE, "host_ram": "8GiB", "platform": "wsl2",
+         "set": ["hicache.hicache_ratio=4"]}]})
+    code, out, err = run_cli(capsys, "fleet", "plan", str(fleet_file), "--format", "json")
+    fp = json.loads(out)
+    assert code == 3 and fp["verdict"] == "unsafe"
+    assert [b["verdict"] for b in fp["boxes"]] == ["ok", "unsafe"]
+    assert any(p.startswith("box tiny: plan is unsafe") for p in fp["problems"])
+
+
+@pytest.mark.parametrize("doc,expect", [
+    ({"name": "lab", "boxes": [{"name": "a", "adress": "x", "profile": PROFILE, "host_ram": "8GiB"}]},
+     ["boxes.0.address: required key is missing", "boxes.0.adress: unknown key (did you mean address?)"]),
+    ({"name": "lab", "boxes": [{"name": "a", "address": "x", "profile": PROFILE, "host_ram": "8GiB"},
+                               {"name": "a", "address": "y", "profile": PROFILE, "host_ram": "8GiB"}]},
+     ["boxes.1.name: box 'a' is defined twice"]),
+    ({"name": "lab", "boxes": [{"name": "a", "address": "x", "profile": PROFILE}]},
+     ["boxes.0: give facts (a saved doctor report) or host_ram (and platform)"]),
+    ({"name": "lab", "boxes": [{"name": "a", "address": "x", "profile": PROFILE, "host_ram": "8GiB"}],
+      "groups": [{"name": "g", "boxes": ["a", "zz"], "nodes": 2}]},
+     ["groups.0.boxes.1: unknown box 'zz' (boxes: a)"]),
+    ({"name": "lab", "boxes": [{"name": "a", "address": "x", "profile": PROFILE, "host_ram": "8GiB"}],
+      "router": {"box": "a", "expose": True}},
+     ["router.expose: listening beyond 127.0.0.1 needs api_key_file"]),
+    ({"name": "Lab_1", "boxes": [{"name": "a", "address": "x", "profile": PROFILE, "host_ram": "8"}]},
+     ["name: String should match pattern", "boxes.0.host_ram:"]),
+])
+def test_bad_fleet_files_name_file_line_and_key(tmp_path, doc, expect):
+    path = write_fleet(tmp_path, doc)
+    with pytest.raises(BadInput) as info:
+        load_fleet(path)
+    lines = info.value.problems
+    assert len(lines) == len(expect), lines
+    for line, want in zip(lines, expect):
+        assert line.startswith(f"{path}:") and want in line, line
+
+
+def test_bad_fleet_file_exits_2_one_line_per_problem(tmp_path, capsys):
+    path = write_fleet(tmp_path, {"name": "lab", "boxes": [{"name": "a", "address": "x", "profile": "no-such"
+                                                            , "host_ram": "8GiB"}]})
+    code, out, err = run_cli(capsys, "fleet", "plan", str(path))
+    assert code == 2 and out == ""
+    assert err.splitlines()[0].startswith("error: box a: unknown profile 'no-such'")
