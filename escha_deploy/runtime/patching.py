@@ -18,8 +18,10 @@ The state directory (default ``/etc/escha``, beside ``runtime.json``) holds ``ru
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,6 +107,31 @@ def _remove_stale_pyc(package_dir: Path, rel: str) -> None:
             pyc.unlink()
 
 
+def _write_by_rename(target: Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` through a temporary file in the same folder, then
+    ``os.replace`` it over ``target`` (an atomic rename on POSIX).
+
+    A reader (a server importing the package) never sees a half-written module, and a file
+    that is hard-linked elsewhere keeps its old bytes there. The mode is the old file's, or
+    0o666 less the umask for a new file (what ``Path.write_bytes`` would give).
+    """
+    if target.exists():
+        mode = target.stat().st_mode & 0o7777
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def _check_expected(value: str | None, actual: list[str], what: str) -> list[str]:
     if not value:  # not given (a plain `docker build` passes an empty build argument)
         return []
@@ -188,7 +215,7 @@ def apply(
             target.unlink(missing_ok=True)
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
+            _write_by_rename(target, data)
 
     expected = expected_inventory(base, deltas)
     drift = inv.compare(inv.scan(pkg), expected)

@@ -3,6 +3,14 @@
 The wheel is found at ``$ESCHA_SGLANG_WHEEL``, else ``.cache/wheels/`` in the repo (where .ci/test
 downloads it with ``pip download --no-deps sglang==0.5.19``), else ``/tmp/wheels``. Tests that
 need it are marked ``wheel`` and skip when it is absent (CI always has it).
+
+The wheel is unpacked once per session (the pristine tree, 4,374 files, 85 MB). A test's own
+tree (``site``) is made of hard links to it: ``runtime apply`` replaces the files it patches by
+rename (``patching._write_by_rename``), so the pristine inode is never written. A test that
+changes a file itself goes through ``rewrite()``, which unlinks first. After every test that
+used a tree, the pristine tree's sha256 inventory is checked against the one taken at unpacking,
+so a test that writes through a link fails instead of spoiling the tests after it. Tests that
+only read an applied tree share one (``applied_shared``), itself checked the same way.
 """
 
 from __future__ import annotations
@@ -13,6 +21,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+from escha_deploy.runtime import inventory as inv
 
 REPO = Path(__file__).resolve().parents[2]
 CP311 = "sglang-0.5.19-cp311-cp311-manylinux_2_34_x86_64.whl"
@@ -25,6 +35,33 @@ def find_wheel(name: str = CP311) -> Path | None:
     return next((p for p in candidates if p.is_file() and p.name == name), None)
 
 
+def link_tree(src: Path, dst: Path) -> Path:
+    """``dst``: the folders of ``src`` made anew, every file a hard link to ``src``'s."""
+    shutil.copytree(src, dst, copy_function=os.link)
+    return dst
+
+
+def rewrite(path: Path, data: bytes | str) -> None:
+    """Give ``path`` new contents without writing through a hard link: unlink, then write."""
+    path.unlink(missing_ok=True)
+    if isinstance(data, str):
+        path.write_text(data)
+    else:
+        path.write_bytes(data)
+
+
+class Pristine:
+    """The unpacked wheel and its sha256 inventory taken right after unpacking."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.inventory = inv.scan(root)
+
+    def check(self, what: str) -> None:
+        drift = inv.compare(inv.scan(self.root), self.inventory)
+        assert drift.ok, f"{what} wrote through a hard link into the pristine tree: {drift.lines()}"
+
+
 @pytest.fixture(scope="session")
 def sglang_wheel() -> Path:
     w = find_wheel()
@@ -34,17 +71,46 @@ def sglang_wheel() -> Path:
 
 
 @pytest.fixture(scope="session")
-def _pristine_site(sglang_wheel, tmp_path_factory) -> Path:
+def _pristine(sglang_wheel, tmp_path_factory) -> Pristine:
     site = tmp_path_factory.mktemp("pristine-site")
     with zipfile.ZipFile(sglang_wheel) as z:
         z.extractall(site)
-    return site
+    return Pristine(site)
 
 
 @pytest.fixture
-def site(_pristine_site, tmp_path) -> Path:
-    """A fresh copy of the unpacked wheel (``sglang/`` + its dist-info), as ``pip install
-    --no-deps --no-compile`` leaves site-packages."""
-    dst = tmp_path / "site-packages"
-    shutil.copytree(_pristine_site, dst)
-    return dst
+def site(_pristine, tmp_path, request) -> Path:
+    """A test's own tree of the unpacked wheel (``sglang/`` + its dist-info), as ``pip install
+    --no-deps --no-compile`` leaves site-packages; hard links to the pristine tree (see the
+    module docstring), which is checked unchanged after the test."""
+    dst = link_tree(_pristine.root, tmp_path / "site-packages")
+    yield dst
+    _pristine.check(request.node.nodeid)
+
+
+@pytest.fixture(scope="session")
+def _applied_shared(_pristine, tmp_path_factory):
+    """One tree with the series applied, for tests that only read it: ``(package dir, state
+    dir, inventory of the applied tree)``."""
+    from escha_deploy.cli.main import main
+
+    root = tmp_path_factory.mktemp("applied-shared")
+    site = link_tree(_pristine.root, root / "site-packages")
+    state = root / "state"
+    try:  # the real command, as the tests' own `applied` fixture runs it
+        main(["runtime", "apply", "--sglang-dir", str(site / "sglang"), "--state-dir", str(state)])
+    except SystemExit as exc:
+        assert not exc.code, f"runtime apply exited {exc.code}"
+    _pristine.check("runtime apply")
+    return site / "sglang", state, inv.scan(root)
+
+
+@pytest.fixture
+def applied_shared(_applied_shared, _pristine, request):
+    """``(package dir, state dir)`` of the shared applied tree. Read only: after the test the
+    whole tree (package, dist-info and state) must hash as before, and the pristine one too."""
+    pkg, state, before = _applied_shared
+    yield pkg, state
+    drift = inv.compare(inv.scan(pkg.parent.parent), before)
+    assert drift.ok, f"{request.node.nodeid} changed the shared applied tree: {drift.lines()}"
+    _pristine.check(request.node.nodeid)

@@ -21,6 +21,8 @@ from escha_deploy.runtime.description import (
     require_capabilities,
 )
 
+from .conftest import rewrite
+
 pytestmark = pytest.mark.wheel
 
 UNTOUCHED = "srt/mem_cache/pool_host/mla.py"
@@ -37,11 +39,13 @@ def run(*args: str) -> int:
 def _flip_byte(path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
-    path.write_bytes(bytes(data))
+    rewrite(path, bytes(data))
 
 
 @pytest.fixture
 def applied(site, tmp_path):
+    """A test's own applied tree, for tests that change it (read-only tests use
+    ``applied_shared``)."""
     state = tmp_path / "state"
     assert run("runtime", "apply", "--sglang-dir", str(site / "sglang"),
                "--state-dir", str(state)) == 0
@@ -52,8 +56,8 @@ def _verify(pkg: Path, state: Path, *extra: str) -> int:
     return run("runtime", "verify", "--sglang-dir", str(pkg), "--state-dir", str(state), *extra)
 
 
-def test_apply_then_verify_ok(applied, capsys):
-    pkg, state = applied
+def test_apply_then_verify_ok(applied_shared, capsys):
+    pkg, state = applied_shared
     capsys.readouterr()
     assert _verify(pkg, state, "--format", "json") == 0
     out = json.loads(capsys.readouterr().out)
@@ -100,13 +104,13 @@ def test_verify_never_reads_deltas_from_the_tree(applied, capsys):
     assert "clean copy does not match the base inventory" in capsys.readouterr().err
 
 
-def test_verify_against_the_wheel_as_clean_base(applied, sglang_wheel):
-    pkg, state = applied
+def test_verify_against_the_wheel_as_clean_base(applied_shared, sglang_wheel):
+    pkg, state = applied_shared
     assert _verify(pkg, state, "--base-wheel", str(sglang_wheel)) == 0
 
 
-def test_apply_twice_refuses_with_base_drift(applied, capsys):
-    pkg, state = applied
+def test_apply_twice_refuses_with_base_drift(applied_shared, capsys):
+    pkg, state = applied_shared
     capsys.readouterr()
     assert run("runtime", "apply", "--sglang-dir", str(pkg), "--state-dir", str(state)) == 3
     err = capsys.readouterr().err
@@ -122,10 +126,10 @@ def test_unpatched_tree_fails_verify(site, tmp_path, capsys):
 def test_reject_writes_nothing(site, tmp_path, capsys):
     pkg = site / "sglang"
     target = pkg / "srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py"
-    target.write_bytes(target.read_bytes().replace(b"kv_host_pool_cls(", b"kv_host_pool_klass(", 1))
+    rewrite(target, target.read_bytes().replace(b"kv_host_pool_cls(", b"kv_host_pool_klass(", 1))
     # an image built from git: no dist-info tag, so the base is recorded, not checked
     for d in site.glob("sglang-*.dist-info"):
-        (d / "WHEEL").write_text("Wheel-Version: 1.0\n")
+        rewrite(d / "WHEEL", "Wheel-Version: 1.0\n")
     before = inv.scan(pkg)
     assert run("runtime", "apply", "--sglang-dir", str(pkg), "--state-dir",
                str(tmp_path / "s"), "--base-ref", "example/sglang:git") == 3
@@ -140,7 +144,7 @@ def test_unknown_base_is_recorded_and_deltas_still_checked(site, tmp_path, capsy
     pkg = site / "sglang"
     (pkg / "srt" / "local_fork_note.py").write_text("# a base built from git\n")
     for d in site.glob("sglang-*.dist-info"):
-        (d / "WHEEL").write_text("Wheel-Version: 1.0\n")
+        rewrite(d / "WHEEL", "Wheel-Version: 1.0\n")
     state = tmp_path / "s"
     assert run("runtime", "apply", "--sglang-dir", str(pkg), "--state-dir", str(state),
                "--base-ref", "example/sglang@sha256:" + "0" * 64) == 0
@@ -213,8 +217,8 @@ def test_wheel_record_hashes_agree(sglang_wheel):
     assert inv.record_check(sglang_wheel) == 4371
 
 
-def test_describe(applied, capsys):
-    pkg, state = applied
+def test_describe(applied_shared, capsys):
+    pkg, state = applied_shared
     capsys.readouterr()
     assert run("runtime", "describe", "--description", str(state / "runtime.json")) == 0
     assert "capabilities: hicache-host-reserve-env" in capsys.readouterr().out
@@ -239,7 +243,7 @@ def test_locate_through_interpreter_without_importing(site, tmp_path):
     import os
     import sys
 
-    (site / "sglang" / "__init__.py").write_text("raise SystemExit('imported!')\n")
+    rewrite(site / "sglang" / "__init__.py", "raise SystemExit('imported!')\n")
     wrapper = tmp_path / "sglang-python"
     wrapper.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
     os.chmod(wrapper, 0o755)
