@@ -34,3 +34,18 @@ def cli(capsys, monkeypatch, tmp_path):
         return CliResult(code, captured.out, captured.err)
 
     return run
+
+
+#: Fixtures that start or reach a Docker daemon (tests/launch/conftest.py).
+DOCKER_FIXTURES = frozenset({"docker_client"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Refuse a test that reaches Docker through a fixture but is not marked ``docker``:
+    ``-m "not docker"`` must run without a daemon. Runs before ``-m`` deselects."""
+    unmarked = [it.nodeid for it in items
+                if DOCKER_FIXTURES & set(getattr(it, "fixturenames", ()))
+                and it.get_closest_marker("docker") is None]
+    if unmarked:
+        raise pytest.UsageError("uses Docker but is not marked docker: " + ", ".join(unmarked))

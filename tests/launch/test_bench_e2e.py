@@ -13,6 +13,8 @@ import pytest
 
 from .conftest import STANDIN_PROFILE, run_cli
 
+pytestmark = pytest.mark.docker
+
 BENCH_STANDIN = Path(__file__).resolve().parents[1] / "bench" / "standin_sglang.py"
 IMAGE = "escha-bench-standin:test"
 PORT = 30124
