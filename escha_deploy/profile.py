@@ -26,7 +26,7 @@ import copy
 from pathlib import Path
 from typing import Annotated, Any, Literal, Sequence, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .arch import ModelArch
 from .capabilities import CAPABILITIES, IMAGE_HICACHE, CapabilityName
@@ -179,8 +179,19 @@ class Runtime(EschaModel):
     enable_cache_report: Annotated[bool, Field(description="--enable-cache-report (bench needs it)")] = True
     enable_metrics: Annotated[bool, Field(description="--enable-metrics (bench and the canary read it)")] = True
     extra_args: Annotated[
-        list[str], Field(description="raw SGLang flags appended last; checked against the flag catalog")
+        list[str], Field(description="raw SGLang flags appended last; checked against the flag catalog; "
+                         "no secrets (--api-key: use container.api_key_file)")
     ] = []
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_secrets_in_extra_args(cls, value: list[str]) -> list[str]:
+        from .secretargs import extra_args_problems
+
+        problems = extra_args_problems(value)
+        if problems:
+            raise ValueError("\n".join(problems))  # one line each (_format_errors splits them)
+        return value
 
 
 class HiCache(EschaModel):
@@ -278,8 +289,9 @@ class Container(EschaModel):
     hf_cache_dir: Annotated[str | None, Field(description="host HF cache folder to mount")] = None
     gpus: Annotated[
         Union[Literal["all"], Annotated[list[Annotated[int, Field(ge=0, lt=MAX_GPUS)]],
-                                        Field(min_length=1, max_length=MAX_GPUS)]],
-        Field(description="'all' or device ids (WSL2 supports only all; ids become CUDA_VISIBLE_DEVICES)"),
+                                        Field(max_length=MAX_GPUS)]],
+        Field(description="'all' or device ids, at least runtime.tp_size of them (WSL2 supports only all; "
+              "ids become CUDA_VISIBLE_DEVICES); [] requests no GPU"),
     ] = "all"
     keep_capabilities: Annotated[
         bool, Field(description="do not drop Linux capabilities (cannot be verified without a GPU here)")
@@ -516,7 +528,8 @@ def _format_errors(exc: ValidationError, pos: Positions, origin: str,
         where_s = f"{file}:{line}" if line else file
         # an override's place already names its key: "--set a.b: message", not "--set a.b: a.b: ..."
         key_s = "" if file == f"--set {dotted}" else f"{dotted}: "
-        lines.append((file, line, f"{where_s}: {key_s}{text}{got_s}"))
+        for part in text.split("\n"):  # a validator's several problems: one line each
+            lines.append((file, line, f"{where_s}: {key_s}{part}{got_s}"))
     lines.sort(key=lambda t: (t[0], t[1]))
     return [(ln, t) for _, ln, t in lines]
 
@@ -556,7 +569,7 @@ def cross_field_problems(profile: Profile) -> list[tuple[tuple[str, ...], str]]:
     out: list[tuple[tuple[str, ...], str]] = []
     tp = profile.runtime.tp_size
     gpus = profile.container.gpus
-    if gpus != "all":
+    if gpus != "all" and gpus:  # []: no GPU requested (a stand-in server that needs none)
         if len(set(gpus)) != len(gpus):
             out.append((("container", "gpus"), f"device ids repeat: {gpus}"))
         elif len(gpus) < tp:

@@ -31,7 +31,7 @@ BASE = "rtx5060ti-tp2-fp8"
     ("hardware.gpu_vram=" + "9" * 400 + "GiB", "larger than 1 PiB"),
     ("safety.os_reserve=2000TiB", "larger than 1 PiB"),
     ("container.ready_timeout_s=99999999999", "less than or equal to 604800"),
-    ("container.gpus=[]", "at least 1 item"),
+    ("container.gpus=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 63]", "at most 64 items"),
     ("container.gpus=[-1, 0]", "greater than or equal to 0"),
 ])
 def test_absurd_numbers_are_one_line_naming_the_key(override, needle):
