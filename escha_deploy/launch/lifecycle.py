@@ -21,6 +21,8 @@ from typing import Any
 
 from escha_deploy.errors import BadInput, Failed, Refused
 
+from escha_deploy.secretargs import redact_argv
+
 from .redact import Redactor
 
 #: The documented test switch: `serve` skips its GPU preflight (so the real image can be
@@ -93,7 +95,7 @@ class Prepared:
             "verdict": self.plan.verdict,
             "hicache": self.plan.hicache.enabled,
             "container": json.loads(r(json.dumps(self.args))),
-            "argv": [r(a) for a in self.argv],
+            "argv": [r(a) for a in redact_argv(self.argv)],
             "warnings": self.warnings,
         }
 
@@ -527,7 +529,7 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
         argv[0] = os.environ["ESCHA_SGLANG_PYTHON"]
     if dry_run:
         r = Redactor([api_key or "", hf_token or ""])
-        print(json.dumps({"argv": [r(a) for a in argv], "env": {k: r(v) for k, v in spec.env.items()},
+        print(json.dumps({"argv": [r(a) for a in redact_argv(argv)], "env": {k: r(v) for k, v in spec.env.items()},
                           "verdict": plan.verdict, "missing_capabilities": missing}, indent=2))
         require_capabilities(caps, profile.runtime.needs, where)
         return 3 if plan.verdict == "unsafe" else 0

@@ -9,7 +9,8 @@ so the line reads ``[2026-11-29 16:20:00] server_args={'model_path': ..., 'api_k
 1. every known secret value, wherever it appears (the supervisor knows the values it passes);
 2. the value of any secret-named field in those two reprs, even when the value is unknown
    (a key set some other way);
-3. Hugging Face tokens (``hf_`` + 30 or more letters and digits) and ``Bearer`` credentials.
+3. the value after a secret flag in a command line (``--api-key KEY``, ``--api-key=KEY``);
+4. Hugging Face tokens (``hf_`` + 30 or more letters and digits) and ``Bearer`` credentials.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ _FIELD_RE = re.compile(
     r"""(?P<head>['"]?(?:%s)['"]?\s*[:=]\s*)(?P<q>['"])(?P<val>(?:\\.|(?!(?P=q)).)*)(?P=q)"""
     % "|".join(SECRET_FIELDS)
 )
+#: A secret flag and its value in a printed command line (``--api-key KEY``, ``--api-key=KEY``);
+#: the flags of ``escha_deploy.secretargs.SECRET_FLAGS``.
+_FLAG_RE = re.compile(r"(?P<head>--(?:api-key|admin-api-key|ssl-keyfile-password)(?:=|\s+))(?P<q>['\"]?)[^\s'\"]+")
 _HF_TOKEN_RE = re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")
 _BEARER_RE = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{4,}")
 
@@ -48,5 +52,6 @@ class Redactor:
             lambda m: m.group("head") + m.group("q") + (MASK if m.group("val") else "") + m.group("q"),
             text,
         )
+        text = _FLAG_RE.sub(lambda m: m.group("head") + m.group("q") + MASK, text)
         text = _HF_TOKEN_RE.sub(MASK, text)
         return _BEARER_RE.sub(lambda m: m.group(1) + MASK, text)
