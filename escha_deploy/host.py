@@ -17,6 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .units import fmt_gib
+
 Platform = Literal["linux", "wsl2"]
 
 #: cgroup v1 reports "no limit" as a huge number (PAGE_COUNTER_MAX pages); anything at or
@@ -29,8 +31,11 @@ class HostFacts(BaseModel):
 
     ``mem_total_bytes`` is the memory the server's Linux kernel sees (MemTotal; under WSL2 the
     VM's, about half of the Windows host by default). ``mem_available_bytes`` is MemAvailable
-    now (``None`` for a described host, ``--host-ram``). The cgroup limit, when lower than
-    MemTotal, is the memory the server can have (DESIGN.md section 5).
+    now (``None`` for a described host, ``--host-ram``). ``hugetlb_bytes`` is memory reserved
+    for huge pages: MemTotal counts it, but an anonymous or ``cudaHostAlloc`` host pool can
+    never get it (Documentation/admin-guide/mm/hugetlbpage.rst). The memory the server can
+    have is MemTotal less the huge pages, or the cgroup limit when that is lower
+    (``memory_base``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -42,8 +47,11 @@ class HostFacts(BaseModel):
     platform: Platform
     mem_total_bytes: int = Field(gt=0)
     mem_available_bytes: int | None = None
+    hugetlb_bytes: int = Field(default=0, ge=0, description="memory held as huge pages (bytes)")
     cgroup_limit_bytes: int | None = None
     cgroup_usage_bytes: int | None = None
+    cgroup_limit_file: str | None = Field(
+        default=None, description="the cgroup file the limit was read from (memory.max, memory.limit_in_bytes)")
     in_container: bool = False
     host_id: str = ""
     pinned_ceiling_bytes: int | None = Field(
@@ -60,10 +68,25 @@ class HostFacts(BaseModel):
 
     @property
     def memory_base_bytes(self) -> int:
-        """The memory the server can have: MemTotal, or the cgroup limit when lower."""
-        if self.cgroup_limit_bytes is not None:
-            return min(self.mem_total_bytes, self.cgroup_limit_bytes)
-        return self.mem_total_bytes
+        """The memory the server can have (bytes): see ``memory_base``."""
+        return self.memory_base()[0]
+
+    def memory_base(self) -> tuple[int, str, Literal["ram", "cgroup"]]:
+        """``(bytes, source, kind)``: MemTotal less the huge-page reservation, or the cgroup
+        limit when that is lower. ``source`` names the numbers and the files they came from;
+        ``kind`` is ``ram`` or ``cgroup``."""
+        ram = max(self.mem_total_bytes - self.hugetlb_bytes, 0)
+        where = "/proc/meminfo" if self.source == "live" else "--host-ram"
+        ram_src = f"MemTotal {fmt_gib(self.mem_total_bytes)} ({where})"
+        if self.hugetlb_bytes:
+            ram_src = (f"MemTotal {fmt_gib(self.mem_total_bytes)} - {fmt_gib(self.hugetlb_bytes)} of huge pages "
+                       "(/proc/meminfo Hugetlb, HugePages_Total x Hugepagesize)")
+        if self.cgroup_limit_bytes is not None and self.cgroup_limit_bytes < ram:
+            src = "cgroup memory limit"
+            if self.cgroup_limit_file:
+                src += f" {fmt_gib(self.cgroup_limit_bytes)} ({self.cgroup_limit_file})"
+            return self.cgroup_limit_bytes, src, "cgroup"
+        return ram, ram_src, "ram"
 
     @property
     def available_now_bytes(self) -> int | None:
@@ -85,6 +108,23 @@ def read_meminfo(root: Path = Path("/")) -> dict[str, int]:
         key, num = m.group(1), int(m.group(2))
         out[key] = num * 1024 if line.rstrip().endswith("kB") else num
     return out
+
+
+def hugetlb_bytes(mem: dict[str, int]) -> int:
+    """Bytes held as huge pages, from ``read_meminfo``'s dict: ``Hugetlb`` (all page sizes,
+    Linux 4.16+) or, when absent or smaller, ``HugePages_Total`` x ``Hugepagesize`` (the
+    default size only). Documentation/filesystems/proc.rst, section meminfo."""
+    by_count = mem.get("HugePages_Total", 0) * mem.get("Hugepagesize", 0)
+    return max(mem.get("Hugetlb", 0), by_count)
+
+
+def cgroup_memory_limit_file(root: Path = Path("/")) -> str | None:
+    """The cgroup file ``read_cgroup_memory`` takes the limit from (v2 ``memory.max``, v1
+    ``memory.limit_in_bytes``), as an absolute path on the host; ``None`` without one."""
+    for rel in ("sys/fs/cgroup/memory.max", "sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        if (root / rel).exists():
+            return "/" + rel
+    return None
 
 
 def read_cgroup_memory(root: Path = Path("/")) -> tuple[int | None, int | None]:
@@ -176,8 +216,8 @@ def described_host(mem_total_bytes: int, platform: Platform = "linux", *, l3_fre
 
 def gather_host_facts(*, platform: Platform | None = None, l3_dir: str | None = None,
                       use_findings: bool = True, root: Path = Path("/")) -> HostFacts:
-    """Read this machine into ``HostFacts``: MemTotal and MemAvailable (/proc/meminfo), the
-    cgroup memory limit and usage, WSL2 or Linux, container or not, the L3 directory's free
+    """Read this machine into ``HostFacts``: MemTotal, MemAvailable and the huge-page
+    reservation (/proc/meminfo), the cgroup memory limit and usage (v1 or v2), WSL2 or Linux, container or not, the L3 directory's free
     space, and doctor's findings for this host (pinned ceiling, host allocator) when present.
 
     ``platform`` overrides the detected platform (``--wsl2``/``--linux``).
@@ -194,8 +234,10 @@ def gather_host_facts(*, platform: Platform | None = None, l3_dir: str | None = 
         platform=platform or detect_platform(root),
         mem_total_bytes=mem["MemTotal"],
         mem_available_bytes=mem.get("MemAvailable"),
+        hugetlb_bytes=hugetlb_bytes(mem),
         cgroup_limit_bytes=limit,
         cgroup_usage_bytes=usage,
+        cgroup_limit_file=cgroup_memory_limit_file(root) if limit is not None else None,
         in_container=detect_container(root),
         host_id=hid,
         pinned_ceiling_bytes=findings.pinned_ceiling_bytes if findings else None,

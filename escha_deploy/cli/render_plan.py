@@ -43,7 +43,7 @@ def render_plan(p: Plan) -> None:
     con.print(t)
 
     b = p.budget
-    t = Table(title="Pinned budget (safety policy, DESIGN.md section 5)", title_justify="left")
+    t = Table(title="Pinned budget (the profile's safety policy)", title_justify="left")
     t.add_column("item")
     t.add_column("bytes", justify="right", no_wrap=True)
     t.add_row(f"memory base ({b.memory_base_source})", _b(b.memory_base_bytes))
@@ -53,6 +53,7 @@ def render_plan(p: Plan) -> None:
     t.add_row("[bold]= pinned budget[/]", _b(b.pinned_budget_bytes))
     if b.pinned_ceiling_bytes is not None:
         t.add_row("pinned ceiling per rank (doctor)", _b(b.pinned_ceiling_bytes))
+    t.add_row(f"binding: {b.binding}", b.binding_detail)
     if b.headroom_bytes is not None:
         t.add_row("headroom at the chosen setting", f"{b.headroom_bytes:,} B ({fmt_mib(b.headroom_bytes)})")
     if p.runtime_check is not None:
@@ -64,7 +65,8 @@ def render_plan(p: Plan) -> None:
     if hc.enabled or p.max_safe_ratio is not None:
         con.print(f"largest safe ratio: [bold]{p.max_safe_ratio if p.max_safe_ratio is not None else 'none'}[/]   "
                   f"recommended: [bold]{p.recommended_ratio if p.recommended_ratio is not None else 'none'}[/] "
-                  f"(a {p.safety_policy['ratio_step']} grid, >= {fmt_mib(p.safety_policy['recommend_headroom_bytes'])} headroom)")
+                  f"(a {p.safety_policy['ratio_step']} grid, >= {fmt_mib(p.safety_policy['recommend_headroom_bytes'])} "
+                  f"headroom, at most the ratio cap {p.ratio_cap} = hicache.max_ratio)")
 
     rc = p.runtime_check
     if rc is not None:
@@ -97,7 +99,9 @@ def render_plan(p: Plan) -> None:
         con.print(f"argv: {a.verified} flags verified against SGLang 0.5.19's parser catalog"
                   + (f"; declared by capabilities, not verified: {', '.join(a.declared)}" if a.declared else ""))
     con.print(f"verdict: [bold {colour}]{p.verdict}[/]")
-    for reason in p.reasons:
-        con.print(f"  - {reason}", soft_wrap=True)
+    from rich.markup import escape
+
+    for reason in p.reasons:  # reasons quote config sections like [wsl2]: not markup
+        con.print(f"  - {escape(reason)}", soft_wrap=True)
     for w in p.warnings:
-        con.print(f"  [yellow]warning[/]: {w}", soft_wrap=True)
+        con.print(f"  [yellow]warning[/]: {escape(w)}", soft_wrap=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from escha_deploy.units import GiB, MiB, fmt_gb, fmt_gib
+from escha_deploy.units import GiB, MiB, fmt_gb, fmt_gib, fmt_mib
 
 from .facts import DoctorFacts
 from .report import Check, fail, ok, warn
@@ -90,9 +90,11 @@ def check_memory(f: DoctorFacts) -> list[Check]:
     else:
         rows.append(ok("host.page_cache", f"page cache {_gib(m.page_cache_bytes)}"))
     if m.hugetlb_bytes > 0:
-        rows.append(warn("host.hugepages", f"{m.hugepages_total} huge pages of {_gib(m.hugepage_size_bytes)} "
-                         f"({_gib(m.hugetlb_bytes)}, {m.hugepages_free} free) reserved",
-                         "huge pages are held apart from the host pools: lower vm.nr_hugepages unless you use them"))
+        size = "unknown size" if m.hugepage_size_bytes is None else fmt_mib(m.hugepage_size_bytes, 0)
+        rows.append(warn("host.hugepages", f"{_gib(m.hugetlb_bytes)} reserved as huge pages ({m.hugepages_total} x "
+                         f"{size}, {m.hugepages_free} free): the plan subtracts it from MemTotal, since the host "
+                         "pools cannot use huge pages",
+                         "lower vm.nr_hugepages (sysctl) unless a program here uses huge pages"))
     else:
         rows.append(ok("host.hugepages", "no huge pages reserved"))
     return rows
@@ -106,8 +108,11 @@ def check_memlock(f: DoctorFacts) -> Check:
     if soft is None:
         note = " (on WSL2 this does not lift the pinned ceiling; the probe measures it)" if f.platform == "wsl2" else ""
         return ok("host.memlock", f"locked-memory limit unlimited{note}")
-    return warn("host.memlock", f"locked-memory limit {soft:,} B",
-                "run with --ulimit memlock=-1 (compose: ulimits: memlock: -1), as SGLang's compose does")
+    fix = "run with --ulimit memlock=-1 (compose: ulimits: memlock: -1), as SGLang's compose does"
+    if f.platform == "wsl2":
+        fix += ("; under WSL2 this does not lift the pinned ceiling (microsoft/WSL#8447): the probe measures "
+                "that ceiling and the plan sizes the pools under it")
+    return warn("host.memlock", f"locked-memory limit {soft:,} B", fix)
 
 
 def check_shm(f: DoctorFacts) -> Check:

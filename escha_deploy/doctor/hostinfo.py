@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from escha_deploy.host import read_cgroup_memory, read_meminfo
+from escha_deploy.host import hugetlb_bytes, read_cgroup_memory, read_meminfo
 
 
 class MemoryFacts(BaseModel):
@@ -25,8 +25,9 @@ class MemoryFacts(BaseModel):
 
     ``page_cache_bytes`` is ``Cached`` (the seed's distress signal was page cache at 589 MB);
     ``hugepages_*`` are page counts and ``hugepage_size_bytes`` the default huge page size
-    (``Hugepagesize``); ``hugetlb_bytes`` = ``HugePages_Total`` x ``Hugepagesize``, memory the
-    kernel holds for huge pages only (an anonymous host pool cannot use it).
+    (``Hugepagesize``); ``hugetlb_bytes`` is ``escha_deploy.host.hugetlb_bytes`` (``Hugetlb``, or
+    ``HugePages_Total`` x ``Hugepagesize``), memory the kernel holds for huge pages only (an
+    anonymous host pool cannot use it, so the plan subtracts it from MemTotal).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -63,7 +64,7 @@ def read_memory(root: Path = Path("/")) -> MemoryFacts:
         hugepages_total=pages_total,
         hugepages_free=mem.get("HugePages_Free", 0),
         hugepage_size_bytes=page_size,
-        hugetlb_bytes=pages_total * (page_size or 0),
+        hugetlb_bytes=hugetlb_bytes(mem),
         cgroup_limit_bytes=limit,
         cgroup_usage_bytes=usage,
     )

@@ -7,10 +7,12 @@ it is. The steps, in dependency order:
 1. ``model_shapes``      per-rank layers, KV heads, mamba bytes per slot (``arch.rank_shapes``)
 2. ``device_pools``      device KV and mamba pools, INT2 arena (``kv``; SGLang sizing when unset)
 3. ``device_budget``     weights + pools against VRAM x mem_fraction_static (``device``)
-4. ``pinned_budget``     the safety policy of DESIGN.md section 5 and doctor's pinned ceiling
+4. ``pinned_budget``     the safety policy (memory base = MemTotal less huge pages, or the
+                         cgroup limit) and doctor's pinned ceiling; which of them binds
 5. ``runtime_checks``    the stock and patched host-memory checks (``checks``)
-6. ``safe_ratio``        the largest safe ratio (0.001 grid) and the recommended one (0.05 grid,
-                         >= 64 MiB headroom, capped by ``hicache.max_ratio``)
+6. ``safe_ratio``        the largest safe ratio (0.001 grid, not capped) and the recommended
+                         one (0.05 grid, >= 64 MiB headroom under the binding constraint,
+                         capped by ``hicache.max_ratio``)
 7. ``choose_hicache``    the ratio or size to launch with, or HiCache off, and the host allocator
 8. ``host_pools``        host pools and pinned totals at that choice (``pools``)
 9. ``validate``          configuration rules naming their field (``validate``)
@@ -211,22 +213,50 @@ def step_device_budget(c: _Ctx) -> None:
             f"graphs; SGLang's own estimate is {fmt_gb(reserved)} (its default fraction would be {default})")
 
 
+#: Upper end of the ``max_safe_ratio`` search: a bound, not a policy (no host pool is that big).
+MAX_RATIO_SEARCH = 1024.0
+
+WSL2_MEMORY_ADVICE = (
+    "under WSL2 this memory is the VM's: raise memory= under [wsl2] in %UserProfile%\\.wslconfig "
+    "(default half the Windows RAM) and restart the VM with `wsl --shutdown`")
+WSL2_CEILING_ADVICE = (
+    "under WSL2 the pinned ceiling is the GPU paravirtualisation's, not the locked-memory limit: "
+    "--ulimit memlock=-1 does not lift it (microsoft/WSL#8447); lower the ratio")
+
+
 def step_pinned_budget(c: _Ctx) -> None:
     h, sf = c.host, c.profile.safety
-    base = h.memory_base_bytes
-    base_src = "cgroup memory limit" if (h.cgroup_limit_bytes is not None and h.cgroup_limit_bytes < h.mem_total_bytes) else "MemTotal"
+    base, base_src, base_kind = h.memory_base()
     procs = c.ranks * sf.server_process_per_rank
-    budget = max(base - procs - sf.os_reserve - sf.page_cache_floor, 0)
+    reserves = procs + sf.os_reserve + sf.page_cache_floor
+    budget = max(base - reserves, 0)
     c.ceiling = h.pinned_ceiling_bytes if h.pinned_ceiling_reached else None
+    share = budget // max(c.ranks, 1)
+    binding = "ceiling" if c.ceiling is not None and c.ceiling < share else base_kind
+    if binding == "ceiling":
+        detail = (f"the {fmt_gb(c.ceiling)} pinned ceiling per rank `escha-deploy doctor` measured, below the "
+                  f"pinned budget's {fmt_gb(share)} per rank")
+    else:
+        detail = (f"the pinned budget {fmt_gb(budget)} ({base_src} - {c.ranks} x {fmt_gib(sf.server_process_per_rank)} "
+                  f"server processes - {fmt_gib(sf.os_reserve)} OS - {fmt_gib(sf.page_cache_floor)} page-cache floor)")
     c.budget = Budget(
-        memory_base_bytes=base, memory_base_source=base_src, server_processes_bytes=procs,
-        os_reserve_bytes=sf.os_reserve, page_cache_floor_bytes=sf.page_cache_floor,
-        pinned_budget_bytes=budget, pinned_ceiling_bytes=c.ceiling,
-        available_now_bytes=h.available_now_bytes,
+        memory_base_bytes=base, memory_base_source=base_src, memory_base_kind=base_kind, hugetlb_bytes=h.hugetlb_bytes,
+        server_processes_bytes=procs, os_reserve_bytes=sf.os_reserve, page_cache_floor_bytes=sf.page_cache_floor,
+        pinned_budget_bytes=budget, pinned_ceiling_bytes=c.ceiling, available_now_bytes=h.available_now_bytes,
+        reserves_exceed_base=reserves > base, binding=binding, binding_detail=detail,
     )
     c.decide("pinned_budget", "pinned budget", budget,
              f"{fmt_gb(base)} ({base_src}) - {c.ranks} x {fmt_gib(sf.server_process_per_rank)} server processes - "
              f"{fmt_gib(sf.os_reserve)} OS - {fmt_gib(sf.page_cache_floor)} page-cache floor (safety policy)")
+    c.decide("pinned_budget", "binding constraint", binding, detail)
+    if reserves > base:
+        c.unsafe.append(
+            f"host: the safety policy's own reserves ({c.ranks} x {fmt_gib(sf.server_process_per_rank)} server "
+            f"processes + {fmt_gib(sf.os_reserve)} OS + {fmt_gib(sf.page_cache_floor)} page-cache floor = "
+            f"{fmt_gb(reserves)}) exceed the memory the server can have, {fmt_gb(base)} ({base_src}): "
+            "the server does not fit even without HiCache; "
+            + (WSL2_MEMORY_ADVICE if h.platform == "wsl2" and base_kind == "ram" else
+               "raise the container's memory limit" if base_kind == "cgroup" else "use a host with more memory"))
     # MemAvailable when the pools are built: the base less the OS and the server processes.
     c.a_runtime = max(base - sf.os_reserve - procs, 0)
     c.patched_reserve = max(c.a_runtime - budget, 0)
@@ -242,14 +272,46 @@ def step_pinned_budget(c: _Ctx) -> None:
             "0.5 GB to several GB): run `escha-deploy doctor --profile " + c.profile.name + "` to measure it")
 
 
-def _pool_fits(c: _Ctx, pools: HostPools) -> bool:
-    if c.ranks * pools.pinned_bytes > c.budget.pinned_budget_bytes:
-        return False
+def _first_failure(c: _Ctx, pools: HostPools) -> str | None:
+    """The first constraint these pools break, named with its number and source; None if none."""
+    b = c.budget
+    if c.ranks * pools.pinned_bytes > b.pinned_budget_bytes:
+        what = ("the cgroup" if b.memory_base_kind == "cgroup" else "the RAM") + " budget: "
+        return what + (f"pinned {fmt_gb(c.ranks * pools.pinned_bytes)} > the pinned budget "
+                       f"{fmt_gb(b.pinned_budget_bytes)} ({b.memory_base_source} - server processes - OS - "
+                       "page-cache floor)")
     if c.ceiling is not None and pools.pinned_bytes > c.ceiling:
-        return False
+        return (f"the pinned ceiling: {fmt_gb(pools.pinned_bytes)} per rank > the {fmt_gb(c.ceiling)} "
+                "per-rank ceiling `escha-deploy doctor` measured")
     if c.runtime_applies == "stock":
-        return stock_check(c.a_runtime, c.ranks, pools.kv_bytes, pools.mamba_bytes)[0]
-    return patched_check(c.a_runtime, c.ranks, pools.kv_bytes, pools.mamba_bytes, c.patched_reserve)[0]
+        ok, why = stock_check(c.a_runtime, c.ranks, pools.kv_bytes, pools.mamba_bytes)
+    else:
+        ok, why = patched_check(c.a_runtime, c.ranks, pools.kv_bytes, pools.mamba_bytes, c.patched_reserve)
+    return None if ok else f"the {c.runtime_applies} runtime's own check: {why}"
+
+
+def _pool_fits(c: _Ctx, pools: HostPools) -> bool:
+    return _first_failure(c, pools) is None
+
+
+def _headroom(c: _Ctx, pools: HostPools) -> int:
+    """Room left under the binding constraint: the budget less the pinned total, or the
+    ceiling less the per-rank pools when the ceiling binds."""
+    room = c.budget.pinned_budget_bytes - c.ranks * pools.pinned_bytes
+    if c.ceiling is not None:
+        room = min(room, c.ceiling - pools.pinned_bytes)
+    return room
+
+
+def _platform_advice(c: _Ctx) -> str:
+    """WSL2 advice for the constraint that binds ('' off WSL2 or when a cgroup binds)."""
+    if c.host.platform != "wsl2":
+        return ""
+    if c.budget.binding == "ceiling":
+        return WSL2_CEILING_ADVICE
+    if c.budget.binding == "ram":
+        return WSL2_MEMORY_ADVICE
+    return ""
 
 
 def step_runtime_checks(c: _Ctx) -> None:
@@ -263,7 +325,12 @@ def step_safe_ratio(c: _Ctx) -> None:
     hc = c.profile.hicache
     if not hc.enabled:
         return
-    top = int(round(hc.max_ratio * SAFE_RATIO_GRID))
+    # The true largest safe ratio, not limited by hicache.max_ratio (that caps the recommendation
+    # only): double from the cap until a ratio does not fit, then bisect.
+    top_ratio = max(hc.max_ratio, 1.0)
+    while top_ratio < MAX_RATIO_SEARCH and _pool_fits(c, host_pools_at_ratio(c.dev, top_ratio)):
+        top_ratio *= 2
+    top = int(round(min(top_ratio, MAX_RATIO_SEARCH) * SAFE_RATIO_GRID))
     ks = range(1, top + 1)
     # pinned bytes never shrink as the ratio grows, so "fits" is monotonic: bisect the grid.
     first_bad = bisect.bisect_left(ks, True, key=lambda k: not _pool_fits(c, host_pools_at_ratio(c.dev, k / SAFE_RATIO_GRID)))
@@ -274,7 +341,7 @@ def step_safe_ratio(c: _Ctx) -> None:
 
     def leaves_headroom(i: int) -> bool:
         pools = host_pools_at_ratio(c.dev, round(i * step, 6))
-        return _pool_fits(c, pools) and c.budget.pinned_budget_bytes - c.ranks * pools.pinned_bytes >= headroom
+        return _pool_fits(c, pools) and _headroom(c, pools) >= headroom
 
     # monotonic for the same reason: bisect, so the search takes log2(n) + 1 steps whatever
     # ratio_step and max_ratio say (at most 18 with the profile's bounds)
@@ -290,8 +357,9 @@ def step_safe_ratio(c: _Ctx) -> None:
     if best is not None:
         pinned = c.ranks * host_pools_at_ratio(c.dev, best).pinned_bytes
         c.decide("safe_ratio", "recommended ratio", best,
-                 f"largest on a {step} grid leaving >= {fmt_mib(headroom)} headroom: pins {fmt_gb(pinned)}, "
-                 f"{fmt_mib(c.budget.pinned_budget_bytes - pinned)} left (capped at hicache.max_ratio {hc.max_ratio})")
+                 f"largest on a {step} grid leaving >= {fmt_mib(headroom)} headroom under {c.budget.binding_detail}: "
+                 f"pins {fmt_gb(pinned)}, {fmt_mib(_headroom(c, host_pools_at_ratio(c.dev, best)))} left "
+                 f"(capped at hicache.max_ratio {hc.max_ratio})")
     if hc.hicache_size or c.size_override:
         top_gb = max(int(c.budget.pinned_budget_bytes // GB // max(c.ranks, 1)) + 1, 1)
         sizes = range(1, top_gb + 1)
@@ -335,9 +403,15 @@ def step_choose_hicache(c: _Ctx) -> None:
             ratio = c.recommended_ratio
             c.decide("choose_hicache", "hicache_ratio", ratio, "auto: the recommended ratio")
         elif c.hicache_off_reason is None:
+            at_min = host_pools_at_ratio(c.dev, hc.min_ratio)
+            why = _first_failure(c, at_min) or (
+                f"{fmt_mib(_headroom(c, at_min))} would be left under {c.budget.binding_detail}, less than the "
+                f"{fmt_mib(c.profile.safety.recommend_headroom)} headroom")
+            advice = _platform_advice(c)
             c.hicache_off_reason = (
-                f"no ratio >= hicache.min_ratio {hc.min_ratio} fits the pinned budget "
-                f"{fmt_gb(c.budget.pinned_budget_bytes)}" + (f" (largest safe {c.max_safe_ratio})" if c.max_safe_ratio else ""))
+                f"no ratio >= hicache.min_ratio {hc.min_ratio} fits: at {hc.min_ratio}, {why}"
+                + (f" (largest safe {c.max_safe_ratio})" if c.max_safe_ratio else "")
+                + (f"; {advice}" if advice else ""))
     else:
         ratio = float(ratio_req)
         c.decide("choose_hicache", "hicache_ratio", ratio, requested)
@@ -369,16 +443,22 @@ def step_host_pools(c: _Ctx) -> None:
                  f"{how}: {p.mamba_slots} slots (+1) x {c.dev.mamba_bytes_per_slot} B")
     total = c.ranks * p.pinned_bytes
     budget = c.budget.pinned_budget_bytes
-    c.budget = c.budget.model_copy(update={"headroom_bytes": budget - total})
+    c.budget = c.budget.model_copy(update={"headroom_bytes": _headroom(c, p)})
+    hint = ((f"; use a ratio <= {c.max_safe_ratio}" if c.max_safe_ratio and not h.size_gb else "")
+            + (f"; use hicache_size <= {c.max_safe_size_gb}" if c.max_safe_size_gb and h.size_gb else ""))
+    advice = _platform_advice(c)
     if total > budget:
         c.unsafe.append(
             f"pinned {fmt_gb(total)} ({c.ranks} ranks x (KV {fmt_gb(p.kv_bytes)} + mamba {fmt_gb(p.mamba_bytes)})) "
-            f"exceeds the pinned budget {fmt_gb(budget)}: pinned pages cannot be paged out, so the box would swap "
-            f"(seed 000: ratio 2 pinned 10.3 GB and page cache fell to 589 MB)"
-            + (f"; use a ratio <= {c.max_safe_ratio}" if c.max_safe_ratio and not h.size_gb else "")
-            + (f"; use hicache_size <= {c.max_safe_size_gb}" if c.max_safe_size_gb and h.size_gb else ""))
+            f"exceeds {c.budget.binding_detail if c.budget.binding != 'ceiling' else f'the pinned budget {fmt_gb(budget)}'}: "
+            "pinned pages cannot be paged out, so the box would swap (ratio 2 pinned 10.3 GB on a 16 GiB WSL2 VM "
+            "and its page cache fell to 589 MB)" + hint
+            + (f"; {WSL2_MEMORY_ADVICE}" if c.host.platform == "wsl2" and c.budget.memory_base_kind == "ram" else ""))
     if c.ceiling is not None and p.pinned_bytes > c.ceiling:
-        c.unsafe.append(f"each rank pins {fmt_gb(p.pinned_bytes)}, above the {fmt_gb(c.ceiling)} pinned ceiling doctor measured")
+        c.unsafe.append(f"each rank pins {fmt_gb(p.pinned_bytes)}, above the {fmt_gb(c.ceiling)} pinned ceiling per "
+                        "rank `escha-deploy doctor` measured" + hint
+                        + (f"; {WSL2_CEILING_ADVICE}" if c.host.platform == "wsl2" else ""))
+    del advice
     if p.kv_tokens <= c.dev.kv_tokens:
         c.warnings.append(f"hicache: the host KV pool ({p.kv_tokens:,} tokens) is not larger than the device pool "
                           f"({c.dev.kv_tokens:,}); L2 cache effectiveness is reduced (SGLang's own warning)")
@@ -422,10 +502,21 @@ def step_verdict(c: _Ctx) -> None:
         c.verdict = "ok"
         if c.hicache.enabled:
             pinned = c.ranks * c.pools.pinned_bytes
-            spare = c.budget.pinned_budget_bytes - pinned
-            c.reasons = [f"pinned {fmt_gb(pinned)} fits the pinned budget {fmt_gb(c.budget.pinned_budget_bytes)} "
-                         f"with {fmt_gb(spare) if spare >= GB else fmt_mib(spare)} to spare; the {c.runtime_applies} "
-                         "runtime's own check accepts it"]
+            spare = c.budget.headroom_bytes
+            room = fmt_gb(spare) if spare >= GB else fmt_mib(spare)
+            if c.budget.binding == "ceiling":
+                first = (f"each rank pins {fmt_gb(c.pools.pinned_bytes)}, under {c.budget.binding_detail}, "
+                         f"with {room} to spare (pinned total {fmt_gb(pinned)})")
+            else:
+                first = f"pinned {fmt_gb(pinned)} fits {c.budget.binding_detail} with {room} to spare"
+            c.reasons = [first + f"; the {c.runtime_applies} runtime's own check accepts it"]
+            advice = _platform_advice(c)
+            hc = c.profile.hicache
+            limited = (c.hicache.ratio is not None and c.recommended_ratio is not None
+                       and c.hicache.ratio == c.recommended_ratio and c.recommended_ratio < hc.max_ratio)
+            if advice and limited:
+                c.reasons.append(f"the ratio is limited by {c.budget.binding_detail}, not by hicache.max_ratio "
+                                 f"{hc.max_ratio}; {advice}")
         else:
             c.reasons = ["HiCache is disabled in the profile; the device pools fit"]
 
@@ -499,6 +590,7 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
         budget=c.budget,
         max_safe_ratio=c.max_safe_ratio if profile.hicache.enabled else None,
         recommended_ratio=c.recommended_ratio if profile.hicache.enabled else None,
+        ratio_cap=profile.hicache.max_ratio if profile.hicache.enabled else None,
         runtime_check=c.runtime_check,
         device=c.device,
         kv_dtype_comparison=_comparison(c),

@@ -67,17 +67,29 @@ class HiCachePlan(BaseModel):
 
 
 class Budget(BaseModel):
-    """The pinned budget of the safety policy (DESIGN.md section 5)."""
+    """The pinned budget of the safety policy: the memory the server can have, less the
+    server processes, the OS and a page-cache floor; and which constraint limits the pools.
 
-    memory_base_bytes: int = Field(description="MemTotal, or the cgroup limit when lower")
+    ``binding`` is what limits the host pools first: ``ram`` (the budget from MemTotal less
+    huge pages), ``cgroup`` (the budget from the container's memory limit) or ``ceiling``
+    (doctor's measured per-process pinned ceiling, when below the budget's per-rank share).
+    """
+
+    memory_base_bytes: int = Field(description="MemTotal less huge pages, or the cgroup limit when lower")
     memory_base_source: str
+    memory_base_kind: Literal["ram", "cgroup"] = "ram"
+    hugetlb_bytes: int = Field(0, description="huge pages subtracted from MemTotal")
     server_processes_bytes: int = Field(description="ranks x server_process_per_rank")
     os_reserve_bytes: int
     page_cache_floor_bytes: int
     pinned_budget_bytes: int
     pinned_ceiling_bytes: int | None = Field(None, description="doctor's measured per-process ceiling, when real")
-    headroom_bytes: int | None = Field(None, description="pinned budget minus the plan's pinned total")
+    headroom_bytes: int | None = Field(None, description="room left under the binding constraint at the chosen "
+                                       "setting: budget - pinned total, or ceiling - pinned per rank")
     available_now_bytes: int | None = None
+    reserves_exceed_base: bool = Field(False, description="server processes + OS + page-cache floor > memory base")
+    binding: Literal["ram", "cgroup", "ceiling"] = "ram"
+    binding_detail: str = Field("", description="the binding constraint with its number and source")
 
 
 class RuntimeCheck(BaseModel):
@@ -133,8 +145,10 @@ class Plan(BaseModel):
     per_rank: PerRank
     pinned_total_bytes: int
     budget: Budget
-    max_safe_ratio: float | None
+    max_safe_ratio: float | None = Field(description="the largest ratio (0.001 grid) whose pools fit every constraint; "
+                                         "not limited by hicache.max_ratio")
     recommended_ratio: float | None
+    ratio_cap: float | None = Field(None, description="hicache.max_ratio: the most the recommendation will pick")
     runtime_check: RuntimeCheck | None
     device: DevicePlan
     kv_dtype_comparison: list[KvDtypeRow]

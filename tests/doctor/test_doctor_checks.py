@@ -47,6 +47,7 @@ def test_wsl2_desktop_container_rows():
     assert "WSL2 (5.15.167.4-microsoft-standard-WSL2), in a container" in c["platform"].detail
     assert "Docker Desktop" in c["platform"].detail
     assert c["host.memlock"].status == "warn" and "memlock=-1" in c["host.memlock"].fix
+    assert "does not lift the pinned ceiling" in c["host.memlock"].fix  # WSL2: memlock is not the ceiling
     assert c["host.shm"].status == "warn" and "--ipc=host" in c["host.shm"].fix
     assert c["host.swap"].status == "warn"  # 1 GiB of swap in use
     assert "cgroup limit 12.00 GiB" in c["host.memory"].detail

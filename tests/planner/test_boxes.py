@@ -82,14 +82,15 @@ def test_wsl2_pinned_ceiling_caps_each_rank():
     assert any("unmeasured" in w for w in unbounded.warnings)
 
 
-def test_tiny_wsl2_vm_turns_hicache_off_under_auto():
+def test_small_wsl2_vm_turns_hicache_off_under_auto():
     prof = load_profile("rtx5060ti-tp2-fp8")
-    host = described_host(8 * GiB, "wsl2")  # budget 8 - 6 - 1 - 2 < 0
-    assert policy_budget(8 * GiB, 2) < 0
+    host = described_host(11 * GiB, "wsl2")  # budget 11 - 6 - 1 - 2 = 2 GiB: the reserves fit, ratio 1 does not
+    assert 0 < policy_budget(11 * GiB, 2) < fp8_pinned(prof, 1.0, 2)
     p = plan(prof, host)
     assert p.verdict == "hicache_off" and not p.hicache.enabled
     assert p.pinned_total_bytes == 0
     assert "launchable without it" in p.reasons[0]
+    assert "the RAM budget" in p.reasons[0] and ".wslconfig" in p.reasons[0]
     assert plan(prof, host, ratio=1).verdict == "unsafe"  # an explicit ratio is not silently dropped
 
 
