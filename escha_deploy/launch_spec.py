@@ -1,7 +1,7 @@
 """The launch spec: everything needed to start the server, derived from a ``Plan``.
 
 One ``LaunchSpec`` feeds ``up`` (docker-py), ``up --dry-run``, ``serve`` (native child process)
-and the rendered ``compose.yaml``, so what a user previews is what runs (style-anchors rule 15).
+and the rendered ``compose.yaml``, so what a user previews is what runs.
 This module is pure: no docker, no subprocess, no environment reads. ``flags.py`` is the only
 module that spells SGLang flag names; ``build_launch_spec`` asks it for the argv.
 
@@ -11,7 +11,14 @@ Secrets never appear in ``argv``, ``env`` or ``labels``: they travel as names in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from .planner.result import Plan
+    from .profile import Profile
 
 
 class Mount(BaseModel):
@@ -100,7 +107,7 @@ CONTAINER_HF_CACHE = "/root/.cache/huggingface"
 #: host folder only when the user mounts one; see docs/launch.md.
 
 
-def plan_digest(plan) -> str:
+def plan_digest(plan: Plan) -> str:
     """sha256 of the plan's canonical JSON (sorted keys), for the ``io.escha.plan-digest`` label."""
     import hashlib
     import json
@@ -114,7 +121,7 @@ def container_name(profile_name: str) -> str:
     return f"escha-{profile_name}"
 
 
-def build_launch_spec(plan, profile, *, overrides: tuple[str, ...] | list[str] = (),
+def build_launch_spec(plan: Plan, profile: Profile, *, overrides: Sequence[str] = (),
                       native: bool = False, profile_file: str | None = None) -> LaunchSpec:
     """Derive the ``LaunchSpec`` for ``plan`` of ``profile`` (pure).
 

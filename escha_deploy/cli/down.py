@@ -28,11 +28,11 @@ def register(app: typer.Typer) -> None:
             "--timeout", help="Grace seconds after SIGTERM (default: the container's stop timeout).")] = None,
     ) -> None:
         """Stop the server container(s)."""
-        from escha_deploy.launch import lifecycle
+        from escha_deploy.launch import manage
 
         from .output import info
 
-        stopped = lifecycle.down(_profile_name(profile), timeout_s=timeout)
+        stopped = manage.down(_profile_name(profile), timeout_s=timeout)
         info("down: " + (", ".join(stopped) + " stopped" if stopped else "nothing running"))
 
 

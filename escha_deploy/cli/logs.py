@@ -26,8 +26,8 @@ def register(app: typer.Typer) -> None:
         tail: Annotated[str, typer.Option("--tail", help="Lines from the end, or 'all'.")] = "all",
     ) -> None:
         """Print the server's log."""
-        from escha_deploy.launch import lifecycle
+        from escha_deploy.launch import manage
 
         from .down import _profile_name
 
-        lifecycle.logs(_profile_name(profile), follow=follow, tail=int(tail) if tail.isdigit() else "all")
+        manage.logs(_profile_name(profile), follow=follow, tail=int(tail) if tail.isdigit() else "all")

@@ -38,3 +38,8 @@ def warn(message: str) -> None:
 def info(message: str) -> None:
     """A progress or info line on stderr."""
     print(message, file=sys.stderr)
+
+
+def report(level: str, message: str, /) -> None:
+    """The ``launch.progress.Report`` the CLI hands to launch code: info or warning on stderr."""
+    (warn if level == "warning" else info)(message)

@@ -47,7 +47,7 @@ def render_plan(p: Plan) -> None:
     t.add_column("item")
     t.add_column("bytes", justify="right", no_wrap=True)
     t.add_row(f"memory base ({b.memory_base_source})", _b(b.memory_base_bytes))
-    t.add_row(f"- server processes ({p.tp_size} x {fmt_gib(p.safety_policy['server_process_per_rank_bytes'])})", _b(b.server_processes_bytes))
+    t.add_row(f"- server processes ({p.tp_size} x {fmt_gib(p.safety_policy.server_process_per_rank_bytes)})", _b(b.server_processes_bytes))
     t.add_row("- OS, Docker, escha-deploy", _b(b.os_reserve_bytes))
     t.add_row("- page-cache floor", _b(b.page_cache_floor_bytes))
     t.add_row("[bold]= pinned budget[/]", _b(b.pinned_budget_bytes))
@@ -65,7 +65,7 @@ def render_plan(p: Plan) -> None:
     if hc.enabled or p.max_safe_ratio is not None:
         con.print(f"largest safe ratio: [bold]{p.max_safe_ratio if p.max_safe_ratio is not None else 'none'}[/]   "
                   f"recommended: [bold]{p.recommended_ratio if p.recommended_ratio is not None else 'none'}[/] "
-                  f"(a {p.safety_policy['ratio_step']} grid, >= {fmt_mib(p.safety_policy['recommend_headroom_bytes'])} "
+                  f"(a {p.safety_policy.ratio_step} grid, >= {fmt_mib(p.safety_policy.recommend_headroom_bytes)} "
                   f"headroom, at most the ratio cap {p.ratio_cap} = hicache.max_ratio)")
 
     rc = p.runtime_check

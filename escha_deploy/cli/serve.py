@@ -33,7 +33,9 @@ def register(app: typer.Typer) -> None:
             "and exit; exit 3 when the runtime lacks a needed capability.")] = False,
     ) -> None:
         """Run the SGLang server in the foreground (inside the container, or natively)."""
-        from escha_deploy.launch import lifecycle
+        from escha_deploy.launch.serve import serve as run_serve
 
-        code = lifecycle.serve(profile, list(set_ or []), dry_run=dry_run)
+        from .output import report
+
+        code = run_serve(profile, list(set_ or []), dry_run=dry_run, report=report)
         raise typer.Exit(code)

@@ -20,12 +20,12 @@ def register(app: typer.Typer) -> None:
     @app.command("status", rich_help_panel=PANEL_LIFECYCLE, epilog=EXAMPLES)
     def status(profile: OptionalProfileOpt = None, format: FormatOpt = OutputFormat.table) -> None:
         """Show the server container(s) of a profile."""
-        from escha_deploy.launch import lifecycle
+        from escha_deploy.launch import manage
 
         from .down import _profile_name
         from .output import print_json, stdout_console
 
-        rows = lifecycle.status(_profile_name(profile))
+        rows = manage.status(_profile_name(profile))
         if format is OutputFormat.json:
             print_json(rows)
             return

@@ -38,15 +38,17 @@ def register(app: typer.Typer) -> None:
             "mismatch, 5 when no host-tier hit proves the answer; the server keeps running.")] = False,
     ) -> None:
         """Start the server for a profile and wait until it serves."""
-        from escha_deploy.launch import lifecycle
+        from escha_deploy.launch import manage
+        from escha_deploy.launch.prepare import prepare, read_secret
+        from escha_deploy.launch.up import up as start
 
-        from .output import info, print_json
+        from .output import info, print_json, report
 
         overrides = list(set_ or [])
         if dry_run:
             # No daemon: the plan assumes the image provides the profile's needs (as one built
             # for it does); `up` itself reads the image's capabilities. Keeps this under 0.5 s.
-            prep = lifecycle.prepare(profile, overrides, client=None, need_image=False)
+            prep = prepare(profile, overrides, client=None, need_image=False)
             data = prep.dry_run()
             if format is OutputFormat.json:
                 print_json(data)
@@ -62,7 +64,7 @@ def register(app: typer.Typer) -> None:
                 typer.echo("# server argv (inside the container, run by `escha-deploy serve`)")
                 typer.echo(shlex.join(data["argv"]))
             return
-        res = lifecycle.up(profile, overrides, timeout_s=timeout, build=build)
+        res = start(profile, overrides, timeout_s=timeout, build=build, report=report)
         if format is OutputFormat.json:
             print_json(res.__dict__)
         else:
@@ -76,14 +78,14 @@ def register(app: typer.Typer) -> None:
             from escha_deploy.profile import load_profile
 
             prof = load_profile(profile, overrides)
-            key = (lifecycle.read_secret(prof.container.api_key_file, "container.api_key_file")
+            key = (read_secret(prof.container.api_key_file, "container.api_key_file")
                    if prof.container.api_key_file else None)
             info(f"up: running the restore canary against {res.endpoint}")
             canary_check(res.endpoint, step=lambda s: info(f"canary: {s}"), api_key=key)
         if not detach and not res.note:
             try:
-                lifecycle.logs(res.profile, follow=True, tail=0)
+                manage.logs(res.profile, follow=True, tail=0)
             except KeyboardInterrupt:
                 pass
             finally:
-                lifecycle.down(res.profile)
+                manage.down(res.profile)

@@ -122,10 +122,10 @@ def render_profile(profile_ref: str, overrides: Sequence[str] = ()) -> str:
     from escha_deploy.planner import plan as make_plan
     from escha_deploy.profile import load_profile
 
-    from .lifecycle import _profile_file
+    from .prepare import profile_file
 
     profile = load_profile(profile_ref, overrides)
     plan = make_plan(profile, described_host(64 * 2**30, "linux"))
     spec = build_launch_spec(plan, profile, overrides=list(overrides),
-                             profile_file=_profile_file(profile_ref)).container
+                             profile_file=profile_file(profile_ref)).container
     return dump(render(spec), profile.name)

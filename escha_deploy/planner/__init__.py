@@ -37,7 +37,7 @@ from .checks import STOCK_RESERVE_BYTES, patched_check, stock_check
 from .device import sglang_default_mem_fraction, sglang_reserved_mib
 from .pools import DevicePools, HostPools, host_pools_at_ratio, host_pools_at_size
 from .result import (Budget, Decision, DevicePlan, Finding, HiCachePlan, KvDtypeRow, PerRank, Plan,
-                     RuntimeCheck)
+                     RuntimeCheck, SafetyPolicy)
 from .validate import validate
 
 __all__ = ["plan", "Plan", "STEPS"]
@@ -595,10 +595,10 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
         device=c.device,
         kv_dtype_comparison=_comparison(c),
         capabilities=sorted(caps),
-        safety_policy={
-            "server_process_per_rank_bytes": sf.server_process_per_rank, "os_reserve_bytes": sf.os_reserve,
-            "page_cache_floor_bytes": sf.page_cache_floor, "recommend_headroom_bytes": sf.recommend_headroom,
-            "ratio_step": sf.ratio_step, "max_ratio": profile.hicache.max_ratio, "min_ratio": profile.hicache.min_ratio,
-        },
+        safety_policy=SafetyPolicy(
+            server_process_per_rank_bytes=sf.server_process_per_rank, os_reserve_bytes=sf.os_reserve,
+            page_cache_floor_bytes=sf.page_cache_floor, recommend_headroom_bytes=sf.recommend_headroom,
+            ratio_step=sf.ratio_step, max_ratio=profile.hicache.max_ratio, min_ratio=profile.hicache.min_ratio,
+        ),
         findings=c.findings, verdict=c.verdict, reasons=c.reasons, warnings=c.warnings, decisions=c.decisions,
     )

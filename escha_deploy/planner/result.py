@@ -133,6 +133,20 @@ class Finding(BaseModel):
     message: str
 
 
+class SafetyPolicy(BaseModel):
+    """The safety policy the plan applied (the profile's ``safety`` section plus the HiCache
+    ratio bounds), in the units the planner used: bytes per rank or in total, ratios as floats."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    server_process_per_rank_bytes: int = Field(description="host memory one rank uses outside the pinned pools")
+    os_reserve_bytes: int = Field(description="kept for the OS, Docker and escha-deploy")
+    page_cache_floor_bytes: int = Field(description="page cache kept free of pinned pools")
+    recommend_headroom_bytes: int = Field(description="headroom the recommended ratio leaves")
+    ratio_step: float = Field(description="grid of the recommended ratio")
+    max_ratio: float = Field(description="hicache.max_ratio")
+    min_ratio: float = Field(description="hicache.min_ratio")
+
+
 class Plan(BaseModel):
     profile: str
     tp_size: int
@@ -153,7 +167,7 @@ class Plan(BaseModel):
     device: DevicePlan
     kv_dtype_comparison: list[KvDtypeRow]
     capabilities: list[str] = Field(description="capabilities the plan assumes the runtime has")
-    safety_policy: dict[str, int | float]
+    safety_policy: SafetyPolicy
     findings: list[Finding]
     verdict: Verdict
     reasons: list[str]

@@ -1,0 +1,258 @@
+"""The `up` path: from a profile to a ready server container on this host's Docker.
+
+``up`` is gather, plan, apply: ``prepare`` (profile, host, image capabilities, plan, launch
+spec; every refusal exits 3 and creates nothing), then the daemon-side preflight (GPU runtime,
+stale containers, doctor's in-image probes, the port), create/start through docker-py, wait for
+ready, switch the restart policy, and check the logged sizes against the plan. Progress goes
+to the caller's ``Report`` callback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from escha_deploy.errors import Failed, Refused
+
+from .prepare import Prepared, planned_sizes, prepare, read_secret
+from .progress import Report, quiet
+
+#: Test switch for sandboxes whose Docker cannot raise RLIMIT_MEMLOCK (no CAP_SYS_RESOURCE:
+#: runc fails with "error setting rlimit type 8"): memlock becomes this process's hard limit.
+#: The stand-in tests set it; a real deployment never does (pinned pools need memlock -1).
+CLAMP_MEMLOCK_ENV = "ESCHA_TEST_CLAMP_MEMLOCK"
+
+
+@dataclass
+class UpResult:
+    """What `up` reports: the container, its endpoint URL, seconds to ready (None when it was
+    already running), and one line per logged size that differs from the plan."""
+
+    profile: str
+    container: str
+    endpoint: str
+    state: str
+    ready_seconds: float | None
+    drift: list[str]
+    note: str = ""
+
+
+class _LogPump:
+    """Follows a container's log in a thread; ``take()`` returns lines seen since last call."""
+
+    def __init__(self, container) -> None:
+        from . import docker as dk
+
+        self.q: queue.Queue[str] = queue.Queue()
+        self.all: list[str] = []
+        self._t = threading.Thread(target=self._run, args=(dk, container), daemon=True)
+        self._t.start()
+
+    def _run(self, dk, container) -> None:
+        try:
+            for line in dk.log_lines(container, follow=True):
+                self.q.put(line)
+        except Exception:  # noqa: BLE001 - the container went away; the waiter sees it
+            pass
+
+    def take(self) -> list[str]:
+        out = []
+        while True:
+            try:
+                out.append(self.q.get_nowait())
+            except queue.Empty:
+                break
+        self.all.extend(out)
+        return out
+
+
+def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | None = None,
+       build: bool = False, report: Report = quiet,
+       on_phase: Callable[[str], None] | None = None) -> UpResult:
+    """Start the profile's server and return once it is ready (see module docstring).
+
+    ``report`` receives progress and warnings; ``on_phase`` each startup phase once (default:
+    an ``info`` line with the seconds since start). Raises ``Refused`` (3) at preflight, with
+    nothing created; ``Failed`` (4) when the server exits or is not ready in time (the
+    diagnosis lines are its problems).
+    """
+    from escha_deploy.profile import load_profile
+
+    from . import docker as dk
+    from .diagnose import Facts, diagnose
+    from .drift import compare, parse_sizes
+    from .ready import Probe, wait_ready
+
+    client = dk.connect()
+    profile = load_profile(profile_ref, overrides)
+    wants_gpus = profile.container.gpus != []
+    if wants_gpus and dk.gpu_runtime(client) is None:
+        raise Refused(
+            "docker: no NVIDIA GPU runtime (docker info lists no nvidia runtime or CDI spec); "
+            "the server needs GPUs",
+            hint="install the NVIDIA Container Toolkit and restart Docker; `escha-deploy doctor` checks it",
+        )
+    if build:
+        build_image(client, profile.container.image, report=report)
+    prep = prepare(profile_ref, overrides, client=client, profile=profile)
+    spec = prep.spec
+    for w in prep.warnings:
+        report("warning", w)
+    endpoint = f"http://{'127.0.0.1' if spec.port_host_ip in ('0.0.0.0', '127.0.0.1') else spec.port_host_ip}:{spec.port_host}"
+    # One container per profile: running -> no-op; anything else is stale and replaced.
+    for c in dk.find(client, prep.profile.name):
+        policy = (c.attrs.get("HostConfig", {}).get("RestartPolicy") or {}).get("Name") or "no"
+        if c.status in ("running", "restarting") and policy != "no":
+            return UpResult(prep.profile.name, c.name, endpoint, "running", None, [],
+                            note=f"already running (container {c.name}); nothing to do")
+        # Never confirmed ready (restart policy still "no": an `up` died while starting) or
+        # exited: stale. Stop with the grace period (sglang#22779: never SIGKILL first), remove.
+        report("info", f"up: replacing stale container {c.name} ({c.status}, never confirmed ready)"
+               if c.status == "running" else f"up: replacing stale container {c.name} ({c.status})")
+        pub = dk.published(c)
+        dk.stop(c, spec.stop_timeout_s)
+        if pub:
+            dk.wait_port_free(*pub)
+    if prep.args.get("device_requests"):
+        doctor_in_image(client, prep, report=report)
+    owner = dk.port_owner(client, spec.port_host_ip, spec.port_host)
+    if owner:
+        raise Refused(f"container.port: {spec.port_host_ip}:{spec.port_host} is held by {owner}",
+                      hint="stop it, or set container.port to a free port")
+    api_key = (read_secret(prep.profile.container.api_key_file, "container.api_key_file")
+               if prep.profile.container.api_key_file else None)
+    args = prep.args
+    if os.environ.get(CLAMP_MEMLOCK_ENV) == "1":
+        import resource
+
+        hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+        args = {**args, "ulimits": [u if u["name"] != "memlock" else {**u, "soft": hard, "hard": hard}
+                                    for u in args["ulimits"]]}
+        report("warning", f"up: {CLAMP_MEMLOCK_ENV}=1: memlock clamped to {hard} B (test switch)")
+    c = dk.create_and_start(client, args)
+    report("info", f"up: started {c.name} ({c.short_id}) from {spec.image}; waiting for {endpoint}")
+    pump = _LogPump(c)
+    probe = Probe(endpoint, api_key)
+
+    def alive() -> bool:
+        c.reload()
+        return c.status in ("created", "running")
+
+    timeout = float(timeout_s if timeout_s is not None else prep.profile.container.ready_timeout_s)
+    seen: set[str] = set()
+    t0 = time.monotonic()
+
+    def show(phase: str) -> None:
+        if phase not in seen:  # every rank logs each phase; show it once
+            seen.add(phase)
+            if on_phase is not None:
+                on_phase(phase)
+            else:
+                report("info", f"up: [{time.monotonic() - t0:6.1f} s] {phase}")
+
+    try:
+        res = wait_ready(probe, timeout_s=timeout, alive=alive, new_lines=pump.take, on_phase=show)
+    finally:
+        probe.close()
+    if not res.ready:
+        time.sleep(0.2)
+        pump.take()
+        code = None
+        if res.reason == "server exited":
+            c.reload()
+            code = c.attrs.get("State", {}).get("ExitCode")
+        else:
+            dk.stop(c, spec.stop_timeout_s)
+            pump.take()
+        diag = diagnose(pump.all, Facts(exit_code=code, hicache_enabled=prep.plan.hicache.enabled,
+                                        platform=prep.plan.platform,
+                                        timed_out=res.reason == "timed out",
+                                        health_ok=res.health_ok, generate_ok=res.generate_ok))
+        for ln in diag.lines():
+            report("info", ln)
+        what = ("not ready within %.0f s" % timeout) if res.reason == "timed out" else f"exited with code {code}"
+        causes = ", ".join(m.id for m in diag.matches) or "no known signature"
+        raise Failed(f"up: the server {what} ({causes})",
+                     hint=None if res.reason == "timed out" else
+                     f"the stopped container keeps its log: escha-deploy logs --profile {prep.profile.name}")
+    dk.set_restart_after_ready(c, spec.restart_after_ready)
+    drift = compare(planned_sizes(prep.plan), parse_sizes(pump.all))
+    lines = [i.line() for i in drift.items]
+    for ln in lines:
+        report("warning", ln)
+    return UpResult(prep.profile.name, c.name, endpoint, "running", round(res.seconds, 3), lines)
+
+
+def doctor_in_image(client, prep: Prepared, *, timeout_s: float = 600, report: Report = quiet) -> None:
+    """Doctor's GPU probes inside the profile's image (its cgroup, /dev/shm, memlock and WSL2
+    pinned ceiling are what count), reusing saved findings younger than a day
+    (``findings.MAX_AGE``). Runs ``python -m escha_deploy.doctor.probe_all``
+    in a throw-away container with the launch's GPUs, ipc and ulimits; saves the answer as
+    findings under the host's id. A failed all-reduce smoke test refuses (exit 3) before the
+    server is created. Only reached where Docker has a GPU runtime (not testable here).
+    """
+    from escha_deploy.doctor.facts import ProbeFacts
+    from escha_deploy.doctor.run import probe_findings
+    from escha_deploy.findings import load_findings, save_findings
+    from escha_deploy.host import host_id
+    from escha_deploy.paths import doctor_findings_path
+
+    from . import docker as dk
+
+    hid = host_id()
+    saved = load_findings(doctor_findings_path(), host_id=hid)
+    if saved is not None and saved.is_fresh():
+        report("info", "up: reusing doctor findings younger than a day")
+        return
+    world = int(prep.profile.runtime.tp_size)
+    target = int(prep.plan.per_rank.pinned_bytes) or 1
+    args = {k: v for k, v in prep.args.items()
+            if k in ("image", "device_requests", "ipc_mode", "shm_size", "ulimits", "security_opt",
+                     "environment", "init")}
+    args.update(entrypoint=["python3", "-m", "escha_deploy.doctor.probe_all"],
+                command=["--target", str(target), "--world-size", str(world)],
+                labels={dk.LABEL_MANAGED_BY: "escha-deploy-doctor"}, detach=True)
+    report("info", f"up: running doctor's probes in {prep.spec.image}")
+    c = client.containers.create(**dk.to_docker({**args, "mounts": [], "ulimits": args["ulimits"]}))
+    try:
+        c.start()
+        code = c.wait(timeout=timeout_s)["StatusCode"]
+        out = c.logs(stdout=True, stderr=False).decode().strip().splitlines()
+    finally:
+        c.remove(force=True)
+    if code != 0 or not out:
+        raise Refused(f"doctor: probes in {prep.spec.image} found no usable GPU (exit {code})",
+                      hint="`escha-deploy doctor --profile NAME` shows the checks")
+    data = json.loads(out[-1])
+    probes = ProbeFacts.model_validate(data["probes"])
+    import datetime as dt
+
+    findings = probe_findings(probes, host_id=hid, platform=data.get("platform", prep.plan.platform),
+                              created_at=dt.datetime.now(dt.timezone.utc).isoformat())
+    save_findings(findings, doctor_findings_path())
+    if world >= 2 and findings.nccl_smoke_ok is False:
+        raise Refused(f"doctor: the {world}-GPU all-reduce smoke test failed in {prep.spec.image}",
+                      hint="`escha-deploy doctor --profile NAME` prints the NCCL settings it tried")
+
+
+def build_image(client, image: str, *, report: Report = quiet) -> None:
+    """``--build``: when ``image`` is absent, build it with ``escha-deploy build --hicache --tag
+    IMAGE`` (the builder, run as a child of this same installation; its progress goes to
+    stderr). Raises ``Refused`` (exit 3, nothing created) when the build fails."""
+    import subprocess
+
+    from . import docker as dk
+
+    if dk.image_labels(client, image) is not None:
+        return
+    report("info", f"up: building {image} (escha-deploy build --hicache)")
+    r = subprocess.run([sys.executable, "-m", "escha_deploy.cli.main", "build", "--hicache",
+                        "--tag", image], stdout=sys.stderr)
+    if r.returncode != 0:
+        raise Refused(f"--build: `escha-deploy build --hicache --tag {image}` failed (exit {r.returncode})")
