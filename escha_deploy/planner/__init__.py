@@ -28,6 +28,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..capabilities import SERIES_CAPABILITIES
 from ..arch import ModelArch, ModelDirFacts, RankShapes, rank_shapes
 from ..host import HostFacts
 from ..profile import Profile
@@ -421,6 +422,14 @@ def step_choose_hicache(c: _Ctx) -> None:
         return
     if c.hicache_off_reason:  # an explicit request that cannot run here
         c.unsafe.append(c.hicache_off_reason)
+    if c.arch.is_hybrid:
+        runtime = ("stock SGLang 0.5.19" if not c.capabilities & set(SERIES_CAPABILITIES) else
+                   "SGLang 0.5.19 with this series, which does not change the hybrid restore path")
+        c.warnings.append(
+            f"hicache: on this runtime ({runtime}) host-tier hits for a hybrid GDN model may be inert (the unified "
+            "cache prunes mamba state on device eviction, so nothing loads back: sglang#33713) or restore wrong "
+            "state (a fluent, wrong answer with full cached_tokens: sglang#39830); run `escha-deploy up --canary` "
+            "to prove a prefix restored from host RAM answers as it did the first time")
     c.hicache = HiCachePlan(
         enabled=True, ratio=None if size else ratio, size_gb=size, requested=requested,
         mem_layout=hc.hicache_mem_layout, io_backend=hc.hicache_io_backend,

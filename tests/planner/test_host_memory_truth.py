@@ -230,3 +230,27 @@ def test_wsl2_ram_budget_binding_gives_wslconfig_advice():
     assert any(".wslconfig" in r and "wsl --shutdown" in r for r in p.reasons)
     # off WSL2 the same numbers give no WSL2 advice
     assert not any(".wslconfig" in r for r in plan(load_profile("rtx5060ti-tp2"), described_host(16 * GiB)).reasons)
+
+
+# --- B25/B26: stock runtime, hybrid model, HiCache ---------------------------------------------------
+
+
+def test_b25_stock_runtime_hybrid_hicache_warns_and_offers_the_canary(cli):
+    """Before: ok, HiCache at 4.0, silent. After: a warning naming both upstream failures and
+    `up --canary`."""
+    r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--host-ram", "64GiB", "--linux", "--set", "runtime.needs=[]",
+            "-f", "json")
+    d = json.loads(r.out)
+    assert r.code == 0 and d["hicache"]["enabled"] and d["hybrid"]
+    w = [x for x in d["warnings"] if "up --canary" in x]
+    assert len(w) == 1 and "stock SGLang 0.5.19" in w[0] and "sglang#39830" in w[0] and "sglang#33713" in w[0]
+
+
+def test_b25_no_restore_warning_without_a_host_tier_or_a_hybrid_model():
+    prof = load_profile("rtx5060ti-tp2-fp8", ["runtime.needs=[]", "hicache.enabled=false"])
+    assert not any("up --canary" in w for w in plan(prof, described_host(64 * GiB)).warnings)
+    dense = load_profile("linux-tp2-l3", ["runtime.needs=[]", "model.architecture.full_attention_interval=null",
+                                          "runtime.max_mamba_cache_size=null"])
+    p = plan(dense, described_host(256 * GiB))
+    assert not p.hybrid and p.hicache.enabled
+    assert not any("up --canary" in w for w in p.warnings)
