@@ -1,0 +1,202 @@
+"""A planted API key, given every way a user could, never shows up in any output or artefact.
+
+Two kinds of route:
+
+- the documented one, ``container.api_key_file``: every printing path (``up --dry-run`` in both
+  formats, ``serve --print``, ``compose`` to stdout and to a file, ``profiles show`` in both
+  formats, ``plan --format json``, ``status``, ``logs``), ``docker inspect`` of a started
+  STAND-IN container (config, args, env, labels, mounts, host config) and its log, and the
+  host's process table (``ps`` and every ``/proc/PID/cmdline``) while a native ``serve`` runs;
+- the undocumented ones, ``runtime.extra_args`` in a profile file or through ``--set``, in
+  every spelling argparse accepts (``--api-key K``, ``--api-key=K``, an abbreviation) and for
+  every secret flag of the catalog: refused (exit 2) by every command, naming the right route,
+  never echoing the key, and nothing created on the daemon.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from escha_deploy.secretargs import SECRET_FLAGS, extra_args_problems, redact_argv
+from inproc import run_main
+
+from .conftest import STANDIN_PROFILE, run_cli
+from .test_native import STANDIN_SGLANG
+
+KEY = "sk-planted-7f3a9c1e5b2d4068"
+P = str(STANDIN_PROFILE)
+#: serve/compose/up of the stand-in profile without the image's capabilities (no daemon asked)
+BASE_SETS = ["--set", "runtime.needs=[]", "--set", "hicache.enabled=false"]
+
+
+@pytest.fixture
+def key_file(tmp_path):
+    f = tmp_path / "api_key"
+    f.write_text(KEY + "\n")
+    f.chmod(0o600)
+    return f
+
+
+def printing_commands(profile: str, sets: list[str], out_file: Path) -> list[list[str]]:
+    """Every command that prints or writes something about a profile without starting it."""
+    return [
+        ["plan", "-p", profile, *sets, "--format", "json", "--host-ram", "64GiB", "--linux"],
+        ["plan", "-p", profile, *sets, "--host-ram", "64GiB", "--linux"],
+        ["profiles", "show", profile, *sets],
+        ["profiles", "show", profile, *sets, "--format", "json"],
+        ["compose", "-p", profile, *sets],
+        ["compose", "-p", profile, *sets, "-o", str(out_file)],
+        ["up", "-p", profile, *sets, "--dry-run"],
+        ["up", "-p", profile, *sets, "--dry-run", "--format", "json"],
+        ["serve", "-p", profile, *sets, "--print"],
+    ]
+
+
+def test_secret_flags_cover_the_catalog():
+    """Every flag of SGLang 0.5.19's parser whose name says it carries a secret is listed."""
+    from escha_deploy.flagcheck import catalog_path
+
+    cat = json.loads(catalog_path().read_text())
+    secretish = re.compile(r"api-key|password|passwd|secret|credential|access-key|auth-token|hf-token")
+    found = {f for a in cat["actions"] for f in a.get("flags", []) if secretish.search(f)}
+    assert found == set(SECRET_FLAGS), found ^ set(SECRET_FLAGS)
+
+
+@pytest.mark.parametrize("args", [
+    ["--api-key", KEY], [f"--api-key={KEY}"], ["--api-k", KEY], [f"--api={KEY}"],
+    ["--admin-api-key", KEY], ["--admin-api", KEY], ["--ssl-keyfile-password", KEY],
+    ["--otlp-traces-endpoint", f"http://user:{KEY}@collector:4317"],
+    ["--hicache-storage-backend-extra-config", json.dumps({"nested": {"access_key": KEY}})],
+])
+def test_every_spelling_is_refused_without_echoing_the_key(args):
+    problems = extra_args_problems(["--enable-metrics", *args])
+    assert len(problems) == 1 and problems[0].startswith(("item 1: ", "item 2: "))
+    assert KEY not in problems[0]
+
+
+def test_non_secret_flags_pass():
+    assert extra_args_problems(["--ssl-keyfile", "/k.pem"]) == []
+    assert extra_args_problems(["--hicache-storage-backend-extra-config", '{"prefetch_threshold": 256}',
+                                "--otlp-traces-endpoint", "http://collector:4317"]) == []
+    assert redact_argv(["--api-key", KEY, f"--admin-api-key={KEY}", "--port", "1"]) == \
+        ["--api-key", "***", "--admin-api-key=***", "--port", "1"]
+
+
+def test_extra_args_route_is_refused_by_every_command(tmp_path):
+    prof = tmp_path / "leaky.yaml"
+    prof.write_text(f"extends: {P}\nruntime:\n  extra_args: [--enable-metrics, --api-key, {KEY}]\n")
+    routes = {
+        "profile file": (str(prof), []),
+        "--set": (P, ["--set", f"runtime.extra_args=[--api-key={KEY}]"]),
+        "--set admin": (P, ["--set", f"runtime.extra_args=[--admin-api-key, {KEY}]"]),
+    }
+    tried = 0
+    for route, (profile, sets) in routes.items():
+        for cmd in printing_commands(profile, sets + BASE_SETS, tmp_path / "c.yaml"):
+            r = run_main(*cmd, env={"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+            tried += 1
+            assert r.code == 2, (route, cmd, r.text)
+            assert KEY not in r.text, (route, cmd)
+            assert "runtime.extra_args: item" in r.err and "api-key" in r.err
+            if "admin" not in route:
+                assert "container.api_key_file" in r.err
+        assert not (tmp_path / "c.yaml").exists()
+    v = run_main("profiles", "validate", str(prof))
+    assert v.code == 2 and KEY not in v.text and f"{prof}:3: runtime.extra_args: item 1: --api-key" in v.err
+    assert tried == 27
+
+
+def test_documented_route_prints_no_key(tmp_path, key_file):
+    sets = ["--set", f"container.api_key_file={key_file}", *BASE_SETS]
+    out_file = tmp_path / "compose.yaml"
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "ESCHA_SERVE_MODE": ""}
+    for cmd in printing_commands(P, sets, out_file):
+        r = run_main(*cmd, env=env)
+        assert r.code == 0, (cmd, r.text)
+        assert KEY not in r.text, cmd
+    compose = out_file.read_text()
+    assert KEY not in compose and str(key_file) in compose  # the file's path, mounted as a secret
+
+
+@pytest.mark.docker
+def test_started_container_shows_no_key(docker_client, standin_image, tmp_path, key_file, no_leaks):
+    """docker inspect (everything the daemon keeps), the log, status and logs output."""
+    image = standin_image("escha-standin:ok")
+    leaky = run_cli("up", "--profile", P, "--set", f"container.image={image}", "--detach",
+                    "--set", f"runtime.extra_args=[--api-key, {KEY}]")
+    assert leaky.returncode == 2 and KEY not in leaky.stdout + leaky.stderr
+    assert not docker_client.containers.list(all=True, filters={"label": "io.escha.profile=standin-tp2"})
+    r = run_cli("up", "--profile", P, "--set", f"container.image={image}", "--detach",
+                "--set", f"container.api_key_file={key_file}")
+    try:
+        assert r.returncode == 0, r.stderr
+        c = docker_client.containers.get("escha-standin-tp2")
+        inspect = json.dumps(c.attrs)
+        assert KEY not in inspect and KEY not in json.dumps(c.image.attrs)
+        assert str(key_file) in inspect  # mounted by path, read-only
+        log = c.logs().decode(errors="replace")
+        shown = [r.stdout + r.stderr, log]
+        for cmd in (["status", "--profile", P, "--format", "json"], ["logs", "--profile", P]):
+            s = run_cli(*cmd)
+            assert s.returncode == 0, s.stderr
+            shown.append(s.stdout + s.stderr)
+        assert all(KEY not in s for s in shown)
+    finally:
+        assert run_cli("down", "--profile", P).returncode == 0
+
+
+def _process_table() -> str:
+    """``ps`` as a user sees it, plus every process's full command line from /proc."""
+    ps = subprocess.run(["ps", "-eo", "pid,args", "--cols", "100000"], capture_output=True, text=True).stdout
+    lines = [ps]
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                lines.append((d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+            except OSError:
+                pass
+    return "\n".join(lines)
+
+
+def test_native_serve_keeps_the_key_off_every_command_line(tmp_path, key_file):
+    """While a native ``serve`` runs (its child a STAND-IN for ``sglang.launch_server`` that
+    reads the key from ``--config`` as SGLang does), no process's command line holds the key;
+    the private config file is 0600 while it exists and gone after."""
+    fake = tmp_path / "standin_sglang.py"
+    fake.write_text(STANDIN_SGLANG)
+    fake.chmod(0o755)
+    env = dict(os.environ, ESCHA_SGLANG_PYTHON=str(fake), ESCHA_SKIP_GPU_PREFLIGHT="1",
+               STANDIN_MODE="serve", XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    env.pop("ESCHA_SERVE_MODE", None)
+    cmd = [sys.executable, "-m", "escha_deploy.cli.main", "serve", "--profile", P, *BASE_SETS,
+           "--set", f"container.api_key_file={key_file}"]
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen: list[str] = []
+    try:
+        assert p.stdout is not None
+        deadline = time.monotonic() + 60
+        for line in p.stdout:
+            seen.append(line)
+            if line.strip() == "ready" or time.monotonic() > deadline:
+                break
+        assert seen and seen[-1].strip() == "ready", "".join(seen)
+        table = _process_table()
+        assert "standin_sglang.py" in table and "--config" in table  # the child is running
+        assert KEY not in table
+        cfg = Path(next(ln for ln in seen if ln.startswith("config-file=")).split("=", 1)[1].strip())
+        assert cfg.exists() and (cfg.stat().st_mode & 0o777) == 0o600
+        assert "'api_key': '***'" in "".join(seen)  # the child got it; the output masks it
+    finally:
+        p.send_signal(signal.SIGTERM)
+        rest = p.communicate(timeout=30)[0]
+    assert KEY not in "".join(seen) + rest
+    assert not cfg.exists()
