@@ -35,6 +35,10 @@ def register(app: typer.Typer) -> None:
                         "(SMG), multi-node instances, compose files per box, Kubernetes manifests.",
                         epilog=EXAMPLES)
     fleet.command("plan", epilog="Example:  escha-deploy fleet plan fleet.yaml")(plan_command)
+    fleet.command("up", epilog="Examples:  escha-deploy fleet up fleet.yaml --router\n\n"
+                  "escha-deploy fleet up fleet.yaml --box lin-b")(up_command)
+    fleet.command("status", epilog="Example:  escha-deploy fleet status fleet.yaml --format json")(status_command)
+    fleet.command("down", epilog="Example:  escha-deploy fleet down fleet.yaml --router")(down_command)
     app.add_typer(fleet, rich_help_panel=PANEL_PLANNING)
 
 
@@ -111,3 +115,117 @@ def render_fleet_plan(result) -> None:
               f"{_gib(result.host_tier_bytes)} pinned, {result.host_tier_tokens:,} tokens  "
               f"[{'green' if result.verdict == 'ok' else 'red'}]{result.verdict}[/]")
 
+
+
+def _plan_or_refuse(file: Path):
+    """Load and plan the fleet; ``Refused`` (exit 3) listing every problem when it is unsafe."""
+    from ..errors import Refused
+    from ..fleet.model import load_fleet
+    from ..fleet.plan import plan_fleet
+
+    loaded = load_fleet(file)
+    fp = plan_fleet(loaded)
+    if fp.verdict == "unsafe":
+        raise Refused(*fp.problems, hint=f"escha-deploy fleet plan {file}")
+    return loaded, fp
+
+
+def up_command(
+    file: FleetFileArg,
+    router: Annotated[bool, typer.Option("--router", help="Start SGLang's router (SMG) on this box.")] = False,
+    box: Annotated[Optional[str], typer.Option("--box", help="Start this box's server, as `up` does (run it on that box).")] = None,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until the router reports every worker healthy.")] = True,
+) -> None:
+    """Start the router, or one box's server. There is no remote control: run `fleet up --box
+    NAME` on each box, and `fleet up --router` on the router's box.
+
+    Exit 0 when started (and, with --wait, every worker is healthy behind the router), 3 when
+    refused before starting, 4 when the router exited or the workers did not become healthy.
+    """
+    from ..errors import BadInput
+
+    if router == (box is not None):
+        raise BadInput("give exactly one of --router and --box NAME")
+    loaded, fp = _plan_or_refuse(file)
+    if box is not None:
+        from ..fleet.box import up_box
+
+        from .output import info
+
+        res = up_box(loaded, fp, box)
+        info(f"up: {res.note}" if res.note else f"up: ready in {res.ready_seconds:.1f} s")
+        typer.echo(f"{res.profile}\t{res.state}\t{res.endpoint}\t{res.container}")
+        return
+    from ..fleet.router import startup_timeout_s, worker_urls
+    from ..fleet.router_run import start_router, wait_workers
+    from .output import info
+
+    if loaded.fleet.router is None:
+        raise BadInput(f"{loaded.path}: router: missing; add a router section to start SMG")
+    urls = worker_urls(loaded, fp)
+    what = start_router(loaded, fp, urls=urls)
+    info(f"router: started ({what}), policy {loaded.fleet.router.policy}, workers {', '.join(urls)}")
+    if wait:
+        timeout = startup_timeout_s(loaded, fp)
+        info(f"router: waiting up to {timeout} s for {len(urls)} workers to be healthy (a model load takes minutes)")
+        state = wait_workers(loaded, urls, timeout)
+        info(f"router: ready at {state.url}: {len(state.workers)} workers healthy")
+
+
+def status_command(file: FleetFileArg, fmt: FormatOpt = OutputFormat.table) -> None:
+    """Each worker's health as the router sees it (SMG's GET /workers).
+
+    Exit 0 when every worker is healthy, 3 when the router does not answer or a worker is
+    not healthy.
+    """
+    from ..errors import BadInput, ExitCode
+    from ..fleet.model import load_fleet
+    from ..fleet.plan import plan_fleet
+    from ..fleet.router import worker_urls
+    from ..fleet.router_run import router_workers
+
+    loaded = load_fleet(file)
+    if loaded.fleet.router is None:
+        raise BadInput(f"{loaded.path}: router: missing; fleet status asks the router")
+    state = router_workers(loaded, worker_urls(loaded, plan_fleet(loaded)))
+    if fmt is OutputFormat.json:
+        from .output import print_json
+
+        print_json({**state.model_dump(mode="json"), "ready": state.ready})
+    else:
+        from rich.table import Table
+
+        from .output import stdout_console
+
+        t = Table(title=f"fleet {loaded.fleet.name}: router {state.url}", title_justify="left")
+        for col in ("worker", "healthy", "status", "model", "load"):
+            t.add_column(col, no_wrap=True)
+        seen = {w.url: w for w in state.workers}
+        for url in state.expected + [u for u in seen if u not in state.expected]:
+            w = seen.get(url)
+            if w is None:
+                t.add_row(url, "[red]not registered[/]", "-", "-", "-")
+            else:
+                t.add_row(url, "[green]yes[/]" if w.healthy else "[red]no[/]", w.status or "-", w.model_id or "-",
+                          "-" if w.load is None else str(w.load))
+        out = stdout_console()
+        if state.reachable:
+            out.print(t)
+        else:
+            print(f"router at {state.url} does not answer: {state.error}", file=__import__("sys").stderr)
+    if not state.ready:
+        raise typer.Exit(int(ExitCode.REFUSED))
+
+
+def down_command(
+    file: FleetFileArg,
+    router: Annotated[bool, typer.Option("--router", help="Stop this fleet's router on this box.")] = True,
+) -> None:
+    """Stop the router on this box (SIGTERM, then a grace period). Exit 0, also when none ran."""
+    from ..fleet.model import load_fleet
+    from ..fleet.router_run import stop_router
+    from .output import info
+
+    loaded = load_fleet(file)
+    if loaded.fleet.router is not None and router:
+        info("router: stopped" if stop_router(loaded) else "router: not running")

@@ -17,6 +17,12 @@ the real server's *response shapes*, read from the 0.5.19 wheel (``sglang/srt/..
   ``cached_tokens_details``), ``/v1/tokenize`` and ``/tokenize``
   (``serving_tokenize.py``: ``{"tokens", "count", "max_model_len"}``), ``/health``,
   ``/server_info``, ``/model_info``, ``/v1/models``, ``/flush_cache`` (clears both tiers).
+- ``/health`` answers 503 while the modelled model load lasts (``load_seconds``), as SGLang does
+  until its warmup request finished; ``/v1/loads`` (``entrypoints/v1_loads.py``) with the
+  ``LoadSnapshot`` core keys and the sections asked for. SMG 1.13 calls, per worker, ``/health``,
+  ``/v1/models``, ``/server_info``, ``/model_info`` when it registers it, then ``/v1/loads``,
+  ``/loads`` and ``/metrics`` (seen in its log against this stand-in, tests/fleet); ``/loads``
+  and ``/version`` are routes of no SGLang 0.5.19 server and answer 404 here too.
 - ``/metrics`` (only with ``metrics=True``, like ``--enable-metrics``), written with
   ``prometheus_client`` as SGLang does, names and labels from
   ``observability/metrics_collector.py``: ``sglang:cached_tokens_total{cache_source}``,
@@ -96,6 +102,7 @@ class StandinConfig:
     corrupt_host_restore: bool = False
     corrupt_device_hit: bool = False
     cached_details: bool = True  # False: ignore return_cached_tokens_details (older server)
+    load_seconds: float = 0.0  # /health answers 503 for this long after start (a model load)
 
 
 @dataclass
@@ -112,6 +119,7 @@ class StandinState:
     host: OrderedDict = field(default_factory=OrderedDict)
     paths: list[str] = field(default_factory=list)
     in_flight: int = 0
+    health_codes: list[int] = field(default_factory=list)
     max_in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     gpu: threading.Lock = field(default_factory=threading.Lock)
@@ -194,11 +202,20 @@ class StandinServer:
         self.metrics = _Metrics(self.cfg) if self.cfg.metrics else None
         self._httpd: _Quiet | None = None
         self._thread: threading.Thread | None = None
+        self.started_at = time.monotonic()
+
+    @property
+    def loading(self) -> bool:
+        """True during the modelled model load: SGLang answers /health with 503 until the
+        warmup request finished (``entrypoints/http_server.py`` ``health_generate``)."""
+        return time.monotonic() - self.started_at < self.cfg.load_seconds
 
     # ---- lifecycle ---------------------------------------------------------------------
-    def start(self) -> "StandinServer":
+    def start(self, port: int = 0) -> "StandinServer":
+        """Listen on 127.0.0.1:``port`` (0: a free one); the load clock starts now."""
         handler = _make_handler(self)
-        self._httpd = _Quiet(("127.0.0.1", 0), handler)
+        self.started_at = time.monotonic()
+        self._httpd = _Quiet(("127.0.0.1", port), handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,),
                                         daemon=True)
         self._thread.start()
@@ -211,9 +228,11 @@ class StandinServer:
         return f"http://{host}:{port}"
 
     def stop(self) -> None:
+        """Stop like a server process that exits: stop listening and drop open connections."""
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
+            self._httpd.close_connections()
             self._httpd = None
 
     def __enter__(self) -> "StandinServer":
@@ -337,6 +356,34 @@ class _Quiet(ThreadingHTTPServer):
     # retry (1 s), which would show up as a slow concurrent pass. uvicorn's default is 2048.
     request_queue_size = 128
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._live: set = set()
+        self._live_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._live_lock:
+            self._live.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._live_lock:
+            self._live.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        """Close every open connection, as a process that exits does (kept-alive client
+        connections would otherwise still be answered by their handler threads)."""
+        import socket
+
+        with self._live_lock:
+            live = list(self._live)
+        for sock in live:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         import sys
 
@@ -399,7 +446,11 @@ def _make_handler(srv: StandinServer):
         def do_GET(self) -> None:
             srv.state.paths.append(self.path)
             if self.path in ("/health", "/health_generate"):
-                return self._send(200 if cfg.ready else 503)
+                code = 200 if cfg.ready and not srv.loading else 503
+                srv.state.health_codes.append(code)
+                return self._send(code)
+            if self.path.split("?")[0] == "/v1/loads":
+                return self._loads()
             if self.path in ("/server_info", "/get_server_info") and cfg.server_info:
                 return self._json(200, {
                     "model_path": f"/models/{cfg.model}", "served_model_name": cfg.model,
@@ -456,6 +507,32 @@ def _make_handler(srv: StandinServer):
             if self.path == "/flush_cache":
                 return self._flush()
             self._json(404, {"detail": "Not Found"})
+
+        def _loads(self) -> None:
+            """``/v1/loads`` (``entrypoints/v1_loads.py`` ``get_loads``; SMG 1.13 polls it with
+            ``include=core,disagg,queues,memory``): the core keys of one DP rank's
+            ``LoadSnapshot`` (``managers/load_snapshot.py``), sections only when asked."""
+            from urllib.parse import parse_qs, urlparse
+
+            include = (parse_qs(urlparse(self.path).query).get("include") or [""])[0]
+            sections = {x.strip() for x in include.split(",") if x.strip()} or {"all"}
+            used = srv._used(srv.state.device)
+            load: dict[str, Any] = {
+                "timestamp": time.time(), "dp_rank": 0, "num_running_reqs": srv.state.in_flight,
+                "num_waiting_reqs": 0, "num_waiting_uncached_tokens": 0, "num_used_tokens": used,
+                "num_total_tokens": cfg.device_tokens, "num_active_tokens": 0,
+                "max_total_num_tokens": cfg.device_tokens, "max_running_requests": 48,
+                "token_usage": used / cfg.device_tokens, "gen_throughput": 0.0, "cache_hit_rate": 0.0,
+                "utilization": 0.0, "total_prefill_uncached_tokens": 0, "total_prefill_busy_us": 0,
+                "decode_moments": None}
+            if sections & {"all", "memory"}:
+                load["memory"] = {"weight_gb": 0.0, "kv_cache_gb": 0.0, "graph_gb": 0.0,
+                                  "token_capacity": cfg.device_tokens}
+            if sections & {"all", "queues"}:
+                load["queues"] = {"waiting": 0, "grammar": 0, "paused": 0, "retracted": 0, "prealloc_ready": 0}
+            self._json(200, {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+                             "version": "0.5.19", "accelerator": None, "num_accelerators": cfg.tp_ranks_exported,
+                             "loads": [load]})
 
         def _flush(self) -> None:
             with srv.state.lock:

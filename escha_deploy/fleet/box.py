@@ -1,0 +1,26 @@
+"""``fleet up --box NAME``: start one box's server exactly as ``escha-deploy up`` does, with the
+box's profile and overrides; run it on that box (the plan reads this machine's facts there).
+"""
+
+from __future__ import annotations
+
+from ..errors import Refused
+from .model import LoadedFleet
+from .plan import FleetPlan
+
+
+def up_box(loaded: LoadedFleet, fp: FleetPlan, name: str, *, timeout_s: float | None = None):
+    """``launch.lifecycle.up`` for box ``name`` (its profile, its ``set`` overrides); returns its
+    result. A node of a multi-node instance is refused: its container comes from
+    ``fleet compose`` (one service per node with the node's rank)."""
+    from ..launch import lifecycle
+
+    box = loaded.fleet.box(name)
+    bp = fp.box_plan(name)
+    inst = next((i for i in loaded.fleet.instances() if name in i.boxes), None)
+    if inst is None:
+        raise Refused(f"box {name} is in no group of {loaded.path}: it serves nothing")
+    if inst.multi_node:
+        raise Refused(f"box {name} is node {bp.node_rank} of the multi-node instance {inst.name}: start it with "
+                      f"the compose file `escha-deploy fleet compose {loaded.path}` renders for it")
+    return lifecycle.up(loaded.profile_ref(box), list(box.set), timeout_s=timeout_s)

@@ -1,0 +1,97 @@
+"""SGLang's router, SMG (Shepherd Model Gateway, PyPI ``smg`` 1.13.0), in front of the fleet.
+
+``router_args`` renders ``smg launch`` flags (checked in the tests with SMG's own parser,
+``smg.launch_router.parse_router_args``); the worker URLs are every instance's rank 0 (ranks
+above 0 serve no API). Nothing here routes: SMG does (``cache_aware`` by default: an
+approximate prefix tree per worker over the prompt text for HTTP workers, the best match above
+``--cache-threshold``, shortest queue when the pool is imbalanced; lightseekorg/smg
+``model_gateway/src/policies/cache_aware.rs``).
+
+The API key: SMG 1.13 reads ``--api-key`` from its command line only (no environment variable
+or config file for it; ``smg/router_args.py``). It both checks clients' ``Authorization: Bearer``
+and is sent to workers. To keep it out of every command line (``/proc/PID/cmdline`` is readable
+by every local user) the router starts through ``smg_launch.py``, which reads the key file and
+hands the argument list to SMG's own parser inside the process. Labels and logs never carry it.
+
+Health checks: SMG checks ``/health`` every ``--health-check-interval-secs``; SGLang answers 503
+until its model is loaded and warmed up. SMG's ``--worker-startup-timeout-secs`` (its default
+1800 s) must cover a model load, so the default here is the longest ``container.ready_timeout_s``
+of the workers' profiles, at least 1800.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .model import LoadedFleet
+from .plan import FleetPlan
+
+#: SMG's own default for --worker-startup-timeout-secs (smg/router_args.py ``RouterArgs``).
+SMG_DEFAULT_STARTUP_TIMEOUT_S = 1800
+
+#: Where the router container finds the key file (bind-mounted read-only).
+CONTAINER_KEY_PATH = "/run/secrets/escha_api_key"
+
+
+def worker_urls(loaded: LoadedFleet, fp: FleetPlan) -> list[str]:
+    """``http://ADDRESS:PORT`` of every instance's rank 0, in instance order. PORT is the
+    box's profile's ``container.port``."""
+    fleet = loaded.fleet
+    out = []
+    for inst in fleet.instances():
+        box = fleet.box(inst.boxes[0])
+        out.append(f"http://{box.address}:{fp.profile(box.name).container.port}")
+    return out
+
+
+def startup_timeout_s(loaded: LoadedFleet, fp: FleetPlan) -> int:
+    """``--worker-startup-timeout-secs``: the fleet's value, else the longest model-load wait of
+    the workers' profiles (``container.ready_timeout_s``), at least SMG's 1800."""
+    r = loaded.fleet.router
+    if r is not None and r.health.worker_startup_timeout_s:
+        return r.health.worker_startup_timeout_s
+    longest = max((fp.profile(b.box).container.ready_timeout_s for b in fp.boxes), default=0)
+    return max(longest, SMG_DEFAULT_STARTUP_TIMEOUT_S)
+
+
+def router_args(loaded: LoadedFleet, fp: FleetPlan, *, urls: list[str] | None = None) -> list[str]:
+    """The flags after ``smg launch``, without the API key (``smg_launch.py`` adds it from the
+    file). ``urls``: the workers (default ``worker_urls``)."""
+    r = loaded.fleet.router
+    if r is None:
+        from ..errors import BadInput
+
+        raise BadInput(f"{loaded.path}: router: missing; add a router section to start SMG")
+    h = r.health
+    return [
+        "--worker-urls", *(urls if urls is not None else worker_urls(loaded, fp)),
+        "--policy", r.policy,
+        "--host", "0.0.0.0" if r.expose else "127.0.0.1", "--port", str(r.port),
+        "--cache-threshold", f"{r.cache_threshold:g}",
+        "--balance-abs-threshold", str(r.balance_abs_threshold),
+        "--balance-rel-threshold", f"{r.balance_rel_threshold:g}",
+        "--health-check-endpoint", h.endpoint,
+        "--health-check-interval-secs", str(h.interval_s),
+        "--health-check-timeout-secs", str(h.timeout_s),
+        "--health-failure-threshold", str(h.failure_threshold),
+        "--health-success-threshold", str(h.success_threshold),
+        "--worker-startup-timeout-secs", str(startup_timeout_s(loaded, fp)),
+        "--worker-startup-check-interval", str(h.worker_startup_check_interval_s),
+        "--prometheus-host", "0.0.0.0" if r.expose else "127.0.0.1",
+        "--prometheus-port", str(r.metrics_port),
+    ]
+
+
+def launcher_path() -> Path:
+    """``smg_launch.py``: runs with the Python that has ``smg`` (natively, or in the image)."""
+    return Path(__file__).with_name("smg_launch.py")
+
+
+def launch_command(args: list[str], key_file: str | None, python: str = "python3",
+                   launcher: str | None = None) -> list[str]:
+    """The router's command line: ``python smg_launch.py [--api-key-file F] -- ARGS``; the key
+    file's path appears, never the key."""
+    cmd = [python, launcher or str(launcher_path())]
+    if key_file:
+        cmd += ["--api-key-file", key_file]
+    return cmd + ["--", *args]
