@@ -1,7 +1,8 @@
 """Console entry point: run the Typer app and map escha's own errors to exit codes.
 
 Only ``EschaError`` subclasses are mapped (one line per problem on stderr, exit code from
-DESIGN.md section 3); any other exception is a bug and keeps its traceback. ``ESCHA_DEBUG=1``
+DESIGN.md section 3), and typer's usage errors (one ``error:`` line and a ``--help`` hint, exit
+2); any other exception is a bug and keeps its traceback. ``ESCHA_DEBUG=1``
 shows the traceback for escha's errors too.
 """
 
@@ -16,9 +17,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from .app import build_app
 
+    import typer
+
     app = build_app()
     try:
-        app(args=argv, prog_name="escha-deploy", standalone_mode=True)
+        # not standalone: usage errors come back here and print as one line, like ours
+        rv = app(args=argv, prog_name="escha-deploy", standalone_mode=False)
     except EschaError as exc:
         if os.environ.get("ESCHA_DEBUG") == "1":
             import traceback
@@ -27,6 +31,20 @@ def main(argv: list[str] | None = None) -> int:
         for line in exc.lines():
             print(line, file=sys.stderr)
         sys.exit(int(exc.exit_code))
+    except typer.Abort:
+        print("Aborted!", file=sys.stderr)
+        sys.exit(1)
+    except typer.TyperException as exc:  # typer's usage and parameter errors (exit 2)
+        message = exc.format_message()
+        if "\n" in message:  # `escha-deploy` alone: the help text, as before
+            exc.show()
+        else:
+            print(f"error: {message}", file=sys.stderr)
+            ctx = getattr(exc, "ctx", None)
+            print(f"hint: see `{ctx.command_path if ctx else 'escha-deploy'} --help`", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    if isinstance(rv, int) and rv:
+        sys.exit(rv)
     return 0
 
 
