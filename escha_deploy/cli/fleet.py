@@ -39,6 +39,7 @@ def register(app: typer.Typer) -> None:
                   "escha-deploy fleet up fleet.yaml --box lin-b")(up_command)
     fleet.command("status", epilog="Example:  escha-deploy fleet status fleet.yaml --format json")(status_command)
     fleet.command("down", epilog="Example:  escha-deploy fleet down fleet.yaml --router")(down_command)
+    fleet.command("compose", epilog="Example:  escha-deploy fleet compose fleet.yaml --out deploy/")(compose_command)
     app.add_typer(fleet, rich_help_panel=PANEL_PLANNING)
 
 
@@ -150,9 +151,9 @@ def up_command(
     if box is not None:
         from ..fleet.box import up_box
 
-        from .output import info
+        from .output import info, report
 
-        res = up_box(loaded, fp, box)
+        res = up_box(loaded, fp, box, report=report)
         info(f"up: {res.note}" if res.note else f"up: ready in {res.ready_seconds:.1f} s")
         typer.echo(f"{res.profile}\t{res.state}\t{res.endpoint}\t{res.container}")
         return
@@ -229,3 +230,21 @@ def down_command(
     loaded = load_fleet(file)
     if loaded.fleet.router is not None and router:
         info("router: stopped" if stop_router(loaded) else "router: not running")
+
+
+def compose_command(
+    file: FleetFileArg,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the files, one per box: compose.BOX.yaml.")] = Path("."),
+) -> None:
+    """Render one compose file per box: its server (or its node of a multi-node instance), and
+    on the router's box the router. Exit 3 when the fleet plan is unsafe, 2 for a bad file."""
+    from ..fleet.compose import render_all
+    from .output import info
+
+    loaded, fp = _plan_or_refuse(file)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in render_all(loaded, fp).items():
+        path = out / f"compose.{name}.yaml"
+        path.write_text(text)
+        typer.echo(str(path))
+    info(f"copy each file to its box and run `docker compose -f FILE up -d` there")

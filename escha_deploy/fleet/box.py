@@ -9,11 +9,11 @@ from .model import LoadedFleet
 from .plan import FleetPlan
 
 
-def up_box(loaded: LoadedFleet, fp: FleetPlan, name: str, *, timeout_s: float | None = None):
-    """``launch.lifecycle.up`` for box ``name`` (its profile, its ``set`` overrides); returns its
-    result. A node of a multi-node instance is refused: its container comes from
-    ``fleet compose`` (one service per node with the node's rank)."""
-    from ..launch import lifecycle
+def up_box(loaded: LoadedFleet, fp: FleetPlan, name: str, *, timeout_s: float | None = None, report=None):
+    """``launch.up.up`` (what ``escha-deploy up`` calls) for box ``name``, with its profile and
+    its ``set`` overrides; returns its ``UpResult``. A node of a multi-node instance is refused:
+    its container comes from ``fleet compose`` (one service per node with the node's rank)."""
+    from ..launch.up import up
 
     box = loaded.fleet.box(name)
     bp = fp.box_plan(name)
@@ -23,4 +23,5 @@ def up_box(loaded: LoadedFleet, fp: FleetPlan, name: str, *, timeout_s: float | 
     if inst.multi_node:
         raise Refused(f"box {name} is node {bp.node_rank} of the multi-node instance {inst.name}: start it with "
                       f"the compose file `escha-deploy fleet compose {loaded.path}` renders for it")
-    return lifecycle.up(loaded.profile_ref(box), list(box.set), timeout_s=timeout_s)
+    kwargs = {"report": report} if report is not None else {}
+    return up(loaded.profile_ref(box), list(box.set), timeout_s=timeout_s, **kwargs)

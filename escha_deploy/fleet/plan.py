@@ -182,6 +182,26 @@ def multinode_member_problems(box: Box, facts: BoxFacts | None, instance: str) -
             "a NAT-mode VM's address, so NCCL/Gloo cannot connect; serve it as a replica behind the router instead"]
 
 
+def _reachability_problems(loaded: LoadedFleet, profiles: dict[str, Profile]) -> list[str]:
+    """A replica on another box than the router publishes its port on 127.0.0.1 unless its
+    profile sets ``container.expose`` (which needs ``container.api_key_file``): the router could
+    not reach it."""
+    fleet = loaded.fleet
+    r = fleet.router
+    if r is None:
+        return []
+    out = []
+    for inst in fleet.instances():
+        rank0 = inst.boxes[0]
+        if inst.multi_node or rank0 == r.box or fleet.box(rank0).address in ("127.0.0.1", "localhost"):
+            continue
+        if not profiles[rank0].container.expose:
+            out.append(f"box {rank0}: container.expose is false, so its server listens on 127.0.0.1 only and the "
+                       f"router on box {r.box} cannot reach it; set container.expose: true (with "
+                       "container.api_key_file, the same key as router.api_key_file) in its profile or `set`")
+    return out
+
+
 def plan_fleet(loaded: LoadedFleet) -> FleetPlan:
     """Plan every box, then the fleet checks. Pure apart from reading profiles, facts files and
     model folders (as ``plan`` does)."""
@@ -230,6 +250,7 @@ def plan_fleet(loaded: LoadedFleet) -> FleetPlan:
             name=inst.name, group=inst.group.name, boxes=list(inst.boxes), nodes=len(inst.boxes),
             gpus=sum(box_plans[n].gpus for n in inst.boxes),
             host_tier_tokens=min(box_plans[n].host_kv_tokens for n in inst.boxes), problems=inst_problems))
+    problems += _reachability_problems(loaded, profiles)
     unsafe = [p for p in box_plans.values() if p.verdict == "unsafe"]
     for p in unsafe:
         problems.append(f"box {p.box}: plan is unsafe: {'; '.join(p.reasons) or 'see escha-deploy plan'}")

@@ -1,0 +1,137 @@
+"""Renderers: per-node multi-node argv (SGLang 0.5.19's flag catalog, and its refusals), the
+compose file per box (``docker-compose config``), and the multi-node refusals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from escha_deploy.cli.main import main
+from escha_deploy.flagcheck import check_argv
+from escha_deploy.fleet.compose import render_all
+from escha_deploy.fleet.model import load_fleet
+from escha_deploy.fleet.multinode import render_nodes
+from escha_deploy.fleet.plan import plan_fleet
+
+PROFILE = "rtx5060ti-tp2-fp8"
+
+
+def write(tmp: Path, *, parallel: str = "pp", extra: list[str] | None = None) -> Path:
+    (tmp / "router.key").write_text("k-123\n")
+    (tmp / "api.key").write_text("k-123\n")
+    replica_set = ["container.expose=true", f"container.api_key_file={tmp / 'api.key'}"]
+    node_set = [f"runtime.extra_args={json.dumps(extra)}"] if extra else []
+    doc = {
+        "name": "lab",
+        "boxes": [
+            {"name": "r1", "address": "10.0.0.1", "profile": PROFILE, "host_ram": "16GiB", "platform": "wsl2",
+             "set": replica_set},
+            {"name": "r2", "address": "10.0.0.2", "profile": PROFILE, "host_ram": "64GiB", "set": replica_set},
+            {"name": "n0", "address": "10.0.0.10", "profile": PROFILE, "host_ram": "64GiB", "nic": "eth0",
+             "set": node_set},
+            {"name": "n1", "address": "10.0.0.11", "profile": PROFILE, "host_ram": "14GiB", "nic": "enp3s0",
+             "set": node_set},
+        ],
+        "groups": [{"name": "chat", "boxes": ["r1", "r2"]},
+                   {"name": "big", "nodes": 2, "boxes": ["n0", "n1"], "parallel": parallel}],
+        "router": {"box": "r2", "api_key_file": "router.key", "expose": True},
+    }
+    path = tmp / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def nodes_of(path: Path):
+    loaded = load_fleet(path)
+    fp = plan_fleet(loaded)
+    inst = next(i for i in loaded.fleet.instances() if i.multi_node)
+    return fp, render_nodes(inst, [fp.box_plan(b).plan for b in inst.boxes], [fp.profile(b) for b in inst.boxes],
+                            [loaded.fleet.box(b).address for b in inst.boxes],
+                            [loaded.fleet.box(b).nic for b in inst.boxes])
+
+
+def flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+@pytest.mark.parametrize("parallel,tp,pp", [("pp", "2", "2"), ("tp", "4", None)])
+def test_per_node_argv_passes_the_flag_catalog(tmp_path, parallel, tp, pp):
+    fp, nodes = nodes_of(write(tmp_path, parallel=parallel))
+    assert fp.verdict == "ok", fp.problems
+    assert [n.node_rank for n in nodes] == [0, 1] and [n.serves_api for n in nodes] == [True, False]
+    for n in nodes:
+        check = check_argv(n.argv, set(fp.box_plan(n.box).plan.capabilities))
+        assert not check.errors, check.error_lines()
+        assert {"--nnodes", "--node-rank", "--dist-init-addr"} <= {f.flag for f in check.flags}
+        assert flag(n.argv, "--nnodes") == "2" and flag(n.argv, "--node-rank") == str(n.node_rank)
+        assert flag(n.argv, "--dist-init-addr") == "10.0.0.10:20000"
+        assert flag(n.argv, "--tp-size") == tp and n.argv.count("--tp-size") == 1
+        assert (flag(n.argv, "--pp-size") if pp else "--pp-size" not in n.argv) == (pp or True)
+        assert n.env["NCCL_IB_DISABLE"] == "1"
+    assert nodes[0].env["NCCL_SOCKET_IFNAME"] == "eth0" and nodes[1].env["GLOO_SOCKET_IFNAME"] == "enp3s0"
+    # both nodes pass the same flags but the rank: the smaller node's (14 GiB) host pools
+    strip = lambda a: [x for i, x in enumerate(a) if not (i and a[i - 1] == "--node-rank")]  # noqa: E731
+    assert strip(nodes[0].argv) == strip(nodes[1].argv)
+    small = fp.box_plan("n1").plan
+    assert flag(nodes[0].argv, "--hicache-ratio") == f"{small.hicache.ratio:g}"
+    assert small.hicache.ratio < fp.box_plan("n0").plan.hicache.ratio
+
+
+@pytest.mark.parametrize("extra,parallel,want", [
+    (["--dp-size", "2"], "pp", "SGLang refuses multi-node data parallel without DP attention"),
+    (["--speculative-algorithm", "EAGLE"], "pp", "SGLang refuses pipeline parallelism with speculative decoding"),
+    (["--nnodes", "3"], "tp", "the fleet renders those"),
+])
+def test_what_sglang_refuses_is_refused_with_the_reason(tmp_path, extra, parallel, want):
+    fp = plan_fleet(load_fleet(write(tmp_path, parallel=parallel, extra=extra)))
+    assert fp.verdict == "unsafe"
+    assert any(want in p and p.startswith("big-0:") for p in fp.problems), fp.problems
+
+
+def test_speculative_decoding_with_tp_across_nodes_is_not_refused(tmp_path):
+    fp = plan_fleet(load_fleet(write(tmp_path, parallel="tp", extra=["--speculative-algorithm", "EAGLE"])))
+    assert not any("speculative" in p for p in fp.problems)
+
+
+def test_a_replica_the_router_cannot_reach_is_refused(tmp_path):
+    path = write(tmp_path)
+    doc = yaml.safe_load(path.read_text())
+    doc["boxes"][0]["set"] = []
+    path.write_text(yaml.safe_dump(doc))
+    fp = plan_fleet(load_fleet(path))
+    assert any(p.startswith("box r1: container.expose is false") for p in fp.problems), fp.problems
+
+
+def test_compose_files_per_box(tmp_path, capsys):
+    path = write(tmp_path)
+    out = tmp_path / "deploy"
+    try:
+        main(["fleet", "compose", str(path), "--out", str(out)])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    assert code in (0, None)
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["compose.n0.yaml", "compose.n1.yaml", "compose.r1.yaml", "compose.r2.yaml"]
+    docs = {f: yaml.safe_load((out / f).read_text()) for f in files}
+    assert set(docs["compose.r2.yaml"]["services"]) == {"sglang", "smg"}
+    smg = docs["compose.r2.yaml"]["services"]["smg"]
+    assert smg["network_mode"] == "host" and "k-123" not in (out / "compose.r2.yaml").read_text()
+    assert smg["command"][smg["command"].index("--worker-urls") + 1:][:3] == [
+        "http://10.0.0.1:30000", "http://10.0.0.2:30000", "http://10.0.0.10:30000"]
+    n0, n1 = docs["compose.n0.yaml"]["services"]["node0"], docs["compose.n1.yaml"]["services"]["node1"]
+    assert n0["network_mode"] == n1["network_mode"] == "host"
+    assert "ports" not in n0 and "ports" not in n1
+    assert "test" in n0["healthcheck"] and n1["healthcheck"] == {"disable": True}
+    assert flag(n0["command"], "--host") == "10.0.0.10" and flag(n1["command"], "--node-rank") == "1"
+    if shutil.which("docker-compose") is None:
+        pytest.skip("Debian's docker-compose not installed (.ci/test installs it)")
+    for f in files:
+        r = subprocess.run(["docker-compose", "-f", str(out / f), "config", "-q"], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, f"{f}: {r.stderr}"
