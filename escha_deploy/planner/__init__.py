@@ -35,7 +35,7 @@ from ..profile import Profile
 from ..units import GB, MiB, fmt_gb, fmt_gib, fmt_mib
 from . import kv as kvmod
 from .checks import STOCK_RESERVE_BYTES, patched_check, stock_check
-from .device import sglang_default_mem_fraction, sglang_reserved_mib
+from .device import sglang_default_mem_fraction, sglang_min_reserved_mib, sglang_reserved_mib
 from .pools import DevicePools, HostPools, host_pools_at_ratio, host_pools_at_size
 from .result import (Budget, Decision, DevicePlan, Finding, HiCachePlan, KvDtypeRow, PerRank, Plan,
                      RuntimeCheck, SafetyPolicy)
@@ -208,7 +208,14 @@ def step_device_budget(c: _Ctx) -> None:
             f"{fmt_gb(c.dev.mamba_bytes)} + other {fmt_gb(c.int2_hp_bytes + c.req_to_token_bytes)} = "
             f"{fmt_gb(need)} per rank exceed the static budget {fmt_gb(static)}: lower "
             "runtime.max_total_tokens or max_mamba_cache_size, or raise runtime.mem_fraction_static")
-    if room < reserved:
+    floor = int(sglang_min_reserved_mib(c.ranks) * MiB)
+    if room < floor:
+        c.unsafe.append(
+            f"device: mem_fraction_static {mfs} leaves {fmt_gb(room)} per GPU for activations, CUDA graphs "
+            f"and NCCL, below the {fmt_gb(floor)} SGLang keeps even when it sizes the pool after graph "
+            "capture (memory_hook.py: handle_gpu_memory_settings): the first long prefill would run out of "
+            f"memory; lower runtime.mem_fraction_static (SGLang's default here is {default})")
+    elif room < reserved:
         c.warnings.append(
             f"device: mem_fraction_static {mfs} leaves {fmt_gb(room)} per GPU for activations and CUDA "
             f"graphs; SGLang's own estimate is {fmt_gb(reserved)} (its default fraction would be {default})")

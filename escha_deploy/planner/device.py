@@ -65,3 +65,12 @@ def sglang_default_mem_fraction(gpu_mem_bytes: int, tp: int, *, chunked_prefill:
     reserved = sglang_reserved_mib(gpu_mem_mib, tp, chunked_prefill=chunked_prefill,
                                    decode_max_bs=decode_max_bs, prefill_graphs=prefill_graphs)
     return round((gpu_mem_mib - reserved) / gpu_mem_mib, 3)
+
+
+def sglang_min_reserved_mib(tp: int, pp: int = 1) -> float:
+    """The least device memory SGLang 0.5.19 ever keeps outside ``mem_fraction_static``:
+    ``1536 + tp * pp / 8 * 1024`` MiB, its reserve when the KV pool is sized after CUDA-graph
+    capture (``srt/arg_groups/memory_hook.py: handle_gpu_memory_settings``, post-capture
+    branch: "keep only the floor + parallel slack"). Below it not even the activation floor
+    and the communication buffers fit, before any CUDA graph; 1,792 MiB (1.88 GB) at TP 2."""
+    return 1536 + tp * pp / 8 * 1024

@@ -16,6 +16,18 @@ L3_NOT_FOR_HYBRID = {"eic", "simm", "aibrix"}
 HYBRID_LAYOUTS = {"page_first", "page_first_direct"}
 
 
+def mamba_slots_per_request(strategy: str, disable_radix_cache: bool = False) -> int:
+    """Mamba state slots one running request holds, with the overlap scheduler on (SGLang's
+    default): ``kv_cache_configurator.py: _calculate_mamba_ratio`` = 3
+    (``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO``) + 2 ping-pong slots for extra_buffer
+    (1 for extra_buffer_lazy); no_buffer turns the overlap scheduler off and stays at 3; 1 with
+    the radix cache disabled. ``auto`` resolves to extra_buffer for the GDN models SGLang
+    routes to the mamba radix cache (``arg_groups/overrides.py: _mamba_radix_cache_resolution``)."""
+    if disable_radix_cache:
+        return 1
+    return {"no_buffer": 3, "extra_buffer_lazy": 4}.get(strategy, 5)
+
+
 def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
              page_size: int, mamba_slots: int) -> list[Finding]:
     """All configuration findings for ``profile`` on model ``arch``, errors first."""
@@ -57,23 +69,34 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
         for name in ("prefix_tokens", "recent_tokens"):
             if getattr(i2, name) % n_q:
                 error(f"runtime.kv_cache.int2.{name}", f"must be a multiple of the INT2 page ({n_q})")
-        if arch.is_hybrid and page_size > 1 and rt.mamba_radix_cache_strategy not in ("extra_buffer", "extra_buffer_lazy"):
-            error("runtime.mamba_radix_cache_strategy",
-                  "a hybrid model with page_size > 1 needs extra_buffer; otherwise the mamba radix "
-                  "cache asserts page_size == 1, seen later as an illegal memory access")
     if profile.model.quantization == "escha_w2" and "w2-weights" not in capabilities:
         error("model.quantization", "escha_w2 needs the w2-weights capability (a user overlay)")
 
     # Hybrid (GDN) models.
+    if arch.is_hybrid and page_size > 1 and rt.mamba_radix_cache_strategy == "no_buffer" and not rt.disable_radix_cache:
+        # SGLang refuses it at startup: srt/arg_groups/mamba_hook.py: validate_mamba_no_buffer
+        # asserts "no_buffer only supports page_size=1." (auto picks extra_buffer for page > 1).
+        error("runtime.mamba_radix_cache_strategy",
+              f"no_buffer needs page_size 1 (page_size is {page_size}): SGLang refuses it at startup "
+              "(arg_groups/mamba_hook.py: validate_mamba_no_buffer); use extra_buffer or auto")
     if arch.is_hybrid:
         if rt.enable_mixed_chunk and "mamba-mixed-chunk-fix" not in capabilities:
             error("runtime.enable_mixed_chunk",
                   "mixed chunk corrupts mamba checkpoints on hybrid models without sglang#39526 "
                   "(field report B28): set false, or add the mamba-mixed-chunk-fix overlay to runtime.needs")
-        if rt.max_running_requests and mamba_slots:
-            per_req = 5 if rt.mamba_radix_cache_strategy in ("auto", "extra_buffer") else 4
+        if mamba_slots:
+            per_req = mamba_slots_per_request(rt.mamba_radix_cache_strategy, rt.disable_radix_cache)
             cap = mamba_slots // per_req
-            if rt.max_running_requests > cap:
+            if cap == 0:
+                # kv_cache_configurator.py: resolve_max_num_reqs raises RuntimeError("Hybrid
+                # (mamba/linear-attention) state cache is too small to serve any requests"),
+                # after the weights have loaded.
+                error("runtime.max_mamba_cache_size",
+                      f"{mamba_slots} mamba slots are fewer than one request needs ({per_req} with "
+                      f"mamba_radix_cache_strategy {rt.mamba_radix_cache_strategy}): SGLang stops at startup "
+                      "(kv_cache_configurator.py: resolve_max_num_reqs); use at least "
+                      f"{per_req * max(rt.max_running_requests or 1, 1)}")
+            elif rt.max_running_requests and rt.max_running_requests > cap:
                 warn("runtime.max_running_requests",
                      f"{rt.max_running_requests} requests but {mamba_slots} mamba slots at {per_req} "
                      f"per request: SGLang caps it to {cap} (kv_cache_configurator.py: resolve_max_num_reqs)")

@@ -53,8 +53,11 @@ def test_plan_against_this_host(cli):
 
 
 def test_hicache_off_exits_0_and_says_so(cli):
-    # 11 GiB: the policy's reserves (2 x 3 + 1 + 2 GiB) fit, ratio 1's pools do not
-    r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--host-ram", "11GiB", "--wsl2", "-f", "json")
+    # the fp8 profile sized for WSL2's hidden VRAM; 10 GiB: the policy's reserves (2 x 3 + 1 + 2
+    # GiB) fit, ratio 1's pools do not
+    sized = [a for kv in ("runtime.mem_fraction_static=0.82", "runtime.max_total_tokens=24576",
+                          "runtime.context_length=24576") for a in ("--set", kv)]
+    r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--host-ram", "10GiB", "--wsl2", *sized, "-f", "json")
     d = json.loads(r.out)
     assert (r.code, d["verdict"], d["hicache"]["enabled"]) == (0, "hicache_off", False)
     assert d["max_safe_ratio"] < 1.0 and d["ratio_cap"] == 4.0

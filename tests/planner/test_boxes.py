@@ -82,10 +82,21 @@ def test_wsl2_pinned_ceiling_caps_each_rank():
     assert any("unmeasured" in w for w in unbounded.warnings)
 
 
+#: The fp8 profile sized to fit WSL2's hidden VRAM (1.31 GiB) with SGLang's device floor
+#: (docs/planner.md, "Warnings the shipped profiles print").
+FP8_ON_WSL2 = ("runtime.mem_fraction_static=0.82", "runtime.max_total_tokens=24576", "runtime.context_length=24576")
+
+
+def test_fp8_profile_as_shipped_is_refused_on_wsl2_by_the_device_floor():
+    p = plan(load_profile("rtx5060ti-tp2-fp8"), described_host(32 * GiB, "wsl2"))
+    assert p.verdict == "unsafe" and any("1.88 GB SGLang keeps" in r for r in p.reasons)
+    assert plan(load_profile("rtx5060ti-tp2-fp8", FP8_ON_WSL2), described_host(32 * GiB, "wsl2")).verdict == "ok"
+
+
 def test_small_wsl2_vm_turns_hicache_off_under_auto():
-    prof = load_profile("rtx5060ti-tp2-fp8")
-    host = described_host(11 * GiB, "wsl2")  # budget 11 - 6 - 1 - 2 = 2 GiB: the reserves fit, ratio 1 does not
-    assert 0 < policy_budget(11 * GiB, 2) < fp8_pinned(prof, 1.0, 2)
+    prof = load_profile("rtx5060ti-tp2-fp8", FP8_ON_WSL2)
+    host = described_host(10 * GiB, "wsl2")  # budget 10 - 6 - 1 - 2 = 1 GiB: the reserves fit, ratio 1 does not
+    assert 0 < policy_budget(10 * GiB, 2) < fp8_pinned(prof, 1.0, 2)
     p = plan(prof, host)
     assert p.verdict == "hicache_off" and not p.hicache.enabled
     assert p.pinned_total_bytes == 0
@@ -95,7 +106,7 @@ def test_small_wsl2_vm_turns_hicache_off_under_auto():
 
 
 def test_stock_runtime_on_wsl2_cannot_use_hicache():
-    prof = load_profile("rtx5060ti-tp2-fp8")
+    prof = load_profile("rtx5060ti-tp2-fp8", FP8_ON_WSL2)
     p = plan(prof, described_host(32 * GiB, "wsl2"), capabilities=frozenset())
     assert p.verdict == "hicache_off"
     assert "cudaHostRegister" in p.reasons[0]

@@ -1,0 +1,99 @@
+"""Configurations SGLang 0.5.19 refuses only after the weights have loaded (or while resolving
+its arguments) are refused by ``plan`` first: exit 3, the profile field named.
+
+Each input is what a new user would type; the SGLang source of each refusal is named in the
+rule (``planner/validate.py``, ``planner/__init__.py: step_device_budget``). The sizing and
+argument cross-check against SGLang's own code is ``tests/oracle``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from escha_deploy.host import described_host
+from escha_deploy.planner import plan
+from escha_deploy.planner.validate import mamba_slots_per_request
+from escha_deploy.profile import load_profile
+from escha_deploy.units import GiB
+
+FP8 = "rtx5060ti-tp2-fp8"
+
+
+def _plan_cli(cli, *sets: str):
+    args = ["plan", "-p", FP8, "--host-ram", "32GiB", "--linux", "-f", "json"]
+    for s in sets:
+        args += ["--set", s]
+    r = cli(*args)
+    return r, json.loads(r.out)
+
+
+def test_page_64_with_no_buffer_is_refused(cli):
+    """mamba_hook.py: validate_mamba_no_buffer asserts page_size 1 (the oracle sees it refuse)."""
+    r, d = _plan_cli(cli, "runtime.page_size=64", "runtime.mamba_radix_cache_strategy=no_buffer")
+    assert r.code == 3 and d["verdict"] == "unsafe"
+    assert any(reason.startswith("runtime.mamba_radix_cache_strategy: no_buffer needs page_size 1")
+               for reason in d["reasons"])
+
+
+@pytest.mark.parametrize("strategy", ["auto", "extra_buffer"])
+def test_page_64_with_extra_buffer_is_not_refused(cli, strategy):
+    r, d = _plan_cli(cli, "runtime.page_size=64", f"runtime.mamba_radix_cache_strategy={strategy}")
+    assert not any("mamba_radix_cache_strategy" in reason for reason in d["reasons"]), d["reasons"]
+
+
+def test_fewer_mamba_slots_than_one_request_is_refused(cli):
+    """kv_cache_configurator.py: resolve_max_num_reqs raises when slots // per-request is 0."""
+    r, d = _plan_cli(cli, "runtime.max_running_requests=1", "runtime.max_mamba_cache_size=4")
+    assert r.code == 3 and d["verdict"] == "unsafe"
+    assert any(reason.startswith("runtime.max_mamba_cache_size: 4 mamba slots are fewer than one request needs (5")
+               for reason in d["reasons"])
+    assert not any("caps it to 0" in w for w in d["warnings"])
+
+
+def test_exactly_one_request_of_slots_is_accepted(cli):
+    r, d = _plan_cli(cli, "runtime.max_running_requests=1", "runtime.max_mamba_cache_size=5")
+    assert r.code == 0 and d["verdict"] == "ok"
+
+
+def test_mem_fraction_0_98_is_unsafe(cli):
+    """0.98 leaves 0.25 GB for activations against SGLang's 1.88 GB floor at TP 2."""
+    r, d = _plan_cli(cli, "runtime.mem_fraction_static=0.98")
+    assert r.code == 3 and d["verdict"] == "unsafe"
+    assert d["device"]["activation_room_bytes"] < 0.25e9
+    assert any("mem_fraction_static 0.98 leaves 0.25 GB" in reason and "lower runtime.mem_fraction_static" in reason
+               for reason in d["reasons"])
+
+
+def test_the_device_floor_is_sglangs_post_capture_reserve():
+    """1536 + tp/8 x 1024 MiB: at TP 2, 1,792 MiB; a fraction leaving 1 MiB more is not refused
+    for the floor."""
+    from escha_deploy.planner.device import sglang_min_reserved_mib
+
+    assert sglang_min_reserved_mib(2) == 1792 and sglang_min_reserved_mib(4) == 2048
+    prof = load_profile(FP8)
+    p = plan(prof, described_host(32 * GiB, "linux"))
+    assert p.device.activation_room_bytes >= 1792 * 2**20 and p.verdict == "ok"
+
+
+@pytest.mark.parametrize("strategy, radix_off, slots", [
+    ("auto", False, 5), ("extra_buffer", False, 5), ("extra_buffer_lazy", False, 4), ("no_buffer", False, 3),
+    ("auto", True, 1)])
+def test_slots_per_request_follow_sglangs_ratio(strategy, radix_off, slots):
+    assert mamba_slots_per_request(strategy, radix_off) == slots
+
+
+@pytest.mark.parametrize("sets", [
+    ("runtime.page_size=64", "runtime.mamba_radix_cache_strategy=no_buffer"),
+    ("runtime.max_running_requests=1", "runtime.max_mamba_cache_size=4"),
+    ("runtime.mem_fraction_static=0.98",),
+])
+def test_serve_print_refuses_the_same_inputs(cli, sets):
+    """``serve`` (native, --print) goes through the same plan: exit 3 before anything starts."""
+    args = ["serve", "-p", FP8, "--print"]
+    for s in sets:
+        args += ["--set", s]
+    r = cli(*args)
+    assert r.code == 3 and json.loads(r.out)["verdict"] == "unsafe", (r.out, r.err)
+    assert json.loads(cli("serve", "-p", FP8, "--print").out)["verdict"] == "ok"
