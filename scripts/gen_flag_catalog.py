@@ -103,6 +103,12 @@ REQUIREMENTS: tuple[str, ...] = (
     "tokenizers==0.22.2",
     "pyzmq==27.3.0",
     "triton==3.9.0",
+    # Not the parser's: the oracle (scripts/sglang_oracle.py) imports SGLang's host-pool and
+    # KV-cache modules, whose chain adds these (docs/planner.md: 2.6 s to install all four).
+    "dill==0.4.1",
+    "compressed-tensors==0.18.0",
+    "gguf==0.19.0",
+    "sentencepiece==0.2.3",
 )
 
 

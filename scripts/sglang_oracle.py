@@ -1,0 +1,453 @@
+#!/usr/bin/env python3
+"""Run SGLang 0.5.19's own code on the CPU for a list of cases: its argument resolution on our
+rendered argv, its memory defaults, and its host-pool classes. The judge side of the oracle.
+
+Input (``--cases FILE``): a JSON list of cases written by ``escha_deploy``'s side
+(``tests/oracle/cases.py``); each has ``id``, ``argv`` (the rendered flags after
+``python -m sglang.launch_server``), ``config`` (a config.json mapping), ``gpu`` (``vram_bytes``,
+``name``, ``capability``) and, for the host pools, ``pools`` (device pool geometry and the
+``--hicache-ratio``/``--hicache-size`` to build them at). Output (stdout): one JSON object per
+case with what SGLang answered (``resolve``: accepted or the refusal with its exception type and
+message, and the resolved values the planner also computes; ``defaults``: the same argv without
+``--mem-fraction-static``, so SGLang picks its default and its reserve; ``pools``: host pool
+sizes in tokens/slots and bytes).
+
+Runs with the Python of the flag-catalog venv (``.ci/check-flag-catalog.sh``): sglang 0.5.19
+``--no-deps``, CPU torch 2.13.0 and the import chain of ``scripts/gen_flag_catalog.py
+--print-requirements``. Only the standard library, torch and sglang are imported; escha_deploy
+is not.
+
+What answers for the GPU (stand-ins, named as such; nothing else of SGLang is replaced):
+
+- a test-only SGLang platform plugin (entry-point group ``sglang.srt.platforms``, discovered by
+  ``srt/platforms/__init__.py: _resolve_platform`` exactly as an out-of-tree platform is): it
+  reports the case's card (total memory, name, compute capability) and nothing else;
+- ``sglang.srt.runtime_context.override_platform(is_cuda=True, ...)``: SGLang's own switch for
+  the platform facts its argument hooks read (``get_platform().is_cuda``, ``is_sm120``, ...),
+  set to the target card's, so the CUDA branches the GPU box takes are the ones checked;
+- ``torchvision``: a permissive stand-in package (the PyPI build is CUDA-only and does not
+  import against the CPU torch); nothing in the checked code calls it;
+- host pools: built over a plain namespace standing in for the device pool (the fields the
+  host-pool constructors read), with ``pin_memory=False`` and ``device="cpu"`` so no CUDA
+  call is made; the pool's own size arithmetic and host-memory check run unchanged, and its
+  buffer is allocated lazily (untouched pages of an anonymous mapping).
+
+Exit codes: 0 every case ran (refusals are results, not failures); 2 bad usage or the installed
+sglang is not 0.5.19.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import importlib.abc
+import importlib.machinery
+import io
+import json
+import logging
+import math
+import os
+import sys
+import tempfile
+import time
+import traceback
+import types
+from pathlib import Path
+from typing import Any
+
+SGLANG_VERSION = "0.5.19"
+PLUGIN_NAME = "escha_target_card"
+_HERE = Path(__file__).resolve().parent
+
+# --------------------------------------------------------------------------- stand-ins
+
+
+class _Placeholder:
+    """An attribute of the torchvision stand-in: hashable, comparable, fails when called."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> "_Placeholder":
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _Placeholder(f"{self._name}.{attr}")
+
+    def __call__(self, *_a: Any, **_k: Any) -> Any:
+        raise RuntimeError(f"torchvision stand-in: {self._name} was called")
+
+    def __repr__(self) -> str:
+        return f"<torchvision stand-in {self._name}>"
+
+
+class _StandInModule(types.ModuleType):
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        value = _Placeholder(f"{self.__name__}.{attr}")
+        setattr(self, attr, value)
+        return value
+
+
+class _TorchvisionStandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``torchvision`` and every ``torchvision.*`` as permissive empty packages."""
+
+    def find_spec(self, name, path, target=None):  # noqa: D102
+        if name == "torchvision" or name.startswith("torchvision."):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):  # noqa: D102
+        mod = _StandInModule(spec.name)
+        mod.__path__ = []  # type: ignore[attr-defined]
+        mod.__version__ = "0.28.0"  # the release that pairs with torch 2.13
+        mod.__file__ = "<escha torchvision stand-in>"
+        return mod
+
+    def exec_module(self, module):  # noqa: D102
+        pass
+
+
+def install_torchvision_stand_in() -> None:
+    """Put the stand-in first on ``sys.meta_path`` (a real torchvision here could not import)."""
+    sys.meta_path.insert(0, _TorchvisionStandIn())
+
+
+PLUGIN_SOURCE = '''\
+"""Test-only SGLang platform plugin: describes the target card of the current oracle case."""
+import torch
+from sglang.srt.platforms.device_mixin import DeviceCapability, PlatformEnum
+from sglang.srt.platforms.interface import SRTPlatform
+
+CARD = {"vram_bytes": 0, "name": "", "capability": (0, 0)}
+
+
+class TargetCardPlatform(SRTPlatform):
+    _enum = PlatformEnum.OOT
+    device_name = "cuda"
+    device_type = "cuda"
+
+    def get_device_total_memory(self, device_id: int = 0) -> int:
+        return int(CARD["vram_bytes"])
+
+    def get_device_name(self, device_id: int = 0) -> str:
+        return CARD["name"]
+
+    def get_device_capability(self, device_id: int = 0):
+        return DeviceCapability(*CARD["capability"])
+
+    def get_device(self, local_rank: int = 0):
+        return "cuda"
+
+    def get_default_attention_backend(self) -> str:
+        return "triton"
+
+    def supports_fp8(self) -> bool:
+        return True
+
+    def support_cuda_graph(self) -> bool:
+        return True
+
+
+def activate():
+    return "escha_oracle_platform.TargetCardPlatform"
+'''
+
+
+def install_platform_plugin(where: Path) -> None:
+    """Write the plugin module and a dist-info with its entry point under ``where`` (a temp
+    directory put on ``sys.path``), so ``importlib.metadata.entry_points`` finds it."""
+    (where / "escha_oracle_platform.py").write_text(PLUGIN_SOURCE)
+    dist = where / "escha_oracle_platform-0.0.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: escha-oracle-platform\nVersion: 0.0.0\n")
+    (dist / "entry_points.txt").write_text(
+        f"[sglang.srt.platforms]\n{PLUGIN_NAME} = escha_oracle_platform:activate\n")
+    sys.path.insert(0, str(where))
+
+
+def answer_prefill_graph_backend() -> None:
+    """``model_executor/cuda_graph_config.py: default_prefill_backend`` returns ``breakable``
+    when ``utils.is_cuda()`` (``torch.cuda.is_available()``) holds, else ``tc_piecewise``;
+    on the GPU box it is ``breakable``. This CPU has no CUDA, so the test answers that one
+    query with the CUDA result (answering ``torch.cuda.is_available()`` itself would make the
+    import chain load CUDA-only kernels such as flashinfer, which cannot install here)."""
+    from sglang.srt.model_executor import cuda_graph_config as cgc
+
+    cgc.default_prefill_backend = lambda: cgc.Backend.BREAKABLE
+
+
+#: The card of the case being run (``_card`` sets it; the plugin and the CUDA answers read it).
+CARD: dict[str, Any] = {"vram_bytes": 0, "name": "", "capability": (0, 0), "count": 1}
+
+
+def clean_environment(tmp: str) -> None:
+    """No operator ``SGLANG_*`` variable reaches SGLang; caches go to a temp dir; no network."""
+    for key in [k for k in os.environ if k.startswith("SGLANG_")]:
+        del os.environ[key]
+    os.environ["SGLANG_CACHE_DIR"] = os.path.join(tmp, "sglang-cache")
+    os.environ["HOME"] = tmp
+    os.environ["SGLANG_PLATFORM"] = PLUGIN_NAME
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+
+# --------------------------------------------------------------------------- resolution
+
+
+def _card(case: dict) -> None:
+    import escha_oracle_platform as plugin  # the test-only plugin written above
+    from sglang.srt.utils import common
+
+    gpu = case["gpu"]
+    CARD.update(vram_bytes=gpu["vram_bytes"], name=gpu["name"], count=gpu.get("count", 1),
+                capability=tuple(int(x) for x in gpu["capability"].split(".")))
+    plugin.CARD.update(CARD)
+    for value in list(vars(common).values()):  # probes are lru_cache-d: forget the previous card
+        if isinstance(value, functools._lru_cache_wrapper):
+            value.cache_clear()
+
+
+def _platform_facts(case: dict) -> dict[str, Any]:
+    major, minor = (int(x) for x in case["gpu"]["capability"].split("."))
+    sm = major * 10 + minor
+    return dict(is_cuda=True, is_hip=False, is_npu=False, is_xpu=False, is_musa=False,
+                is_sm90=sm == 90, is_sm100=sm == 100, is_sm100_or_sm110=sm in (100, 110),
+                is_sm120=major == 12, is_blackwell=major in (10, 11, 12), is_hopper_with_cuda_12_3=sm == 90,
+                has_amx=False, has_flashinfer=False, device_sm=sm, device_capability=(major, minor))
+
+
+def _model_dir(root: Path, case: dict) -> Path:
+    d = root / f"model-{case['id']}"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(case["config"]))
+    return d
+
+
+def _with_model(argv: list[str], path: Path) -> list[str]:
+    out = list(argv)
+    i = out.index("--model-path")
+    out[i + 1] = str(path)
+    return out
+
+
+def _drop(argv: list[str], flag: str) -> list[str]:
+    out = list(argv)
+    if flag in out:
+        i = out.index(flag)
+        del out[i:i + 2]
+    return out
+
+
+def resolve(argv: list[str], case: dict, spy: dict) -> dict[str, Any]:
+    """``prepare_server_args(argv)`` then ``resolve_once()``, as ``launch_server.run_server``
+    does; the refusal (exception type and first line) or the resolved values."""
+    from sglang.srt.runtime_context import override_platform
+    from sglang.srt.server_args import prepare_server_args
+
+    _card(case)
+    spy.clear()
+    try:
+        with override_platform(**_platform_facts(case)), contextlib.redirect_stderr(io.StringIO()):
+            sa = prepare_server_args(argv)
+            sa.resolve_once()
+    except SystemExit as exc:  # argparse
+        return {"ok": False, "type": "SystemExit", "error": f"argparse exit {exc.code}"}
+    except Exception as exc:  # a refusal: its type and message are the result
+        msg = " ".join(str(exc).split()) or type(exc).__name__
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        site = f"{Path(where.filename).as_posix().split('site-packages/')[-1]}:{where.name}"
+        return {"ok": False, "type": type(exc).__name__, "error": msg[:400], "site": site}
+    from sglang.srt.arg_groups.overrides import resolution_result
+
+    def r(name: str) -> Any:
+        return resolution_result(sa, name)
+
+    cg = r("cuda_graph_config")
+    return {
+        "ok": True,
+        "mem_fraction_static": r("mem_fraction_static"),
+        "reserved_mib": spy.get("reserved_mib"),
+        "chunked_prefill_size": r("chunked_prefill_size"),
+        "decode_max_bs": cg.decode.max_bs,
+        "prefill_graph_sizes": len(cg.prefill.bs or []) if str(cg.prefill.backend).lower().find("disabled") < 0 else 0,
+        "prefill_backend": str(cg.prefill.backend),
+        "page_size": r("page_size"),
+        "mamba_radix_cache_strategy": r("mamba_radix_cache_strategy"),
+        "max_running_requests": r("max_running_requests"),
+        "hicache_ratio": r("hicache_ratio"),
+        "disable_overlap_schedule": r("disable_overlap_schedule"),
+    }
+
+
+def install_reserve_spy(spy: dict) -> None:
+    """Record the unrounded fraction ``handle_gpu_memory_settings`` computes, so its reserve
+    in MiB is known exactly: it calls ``round((gpu_mem - reserved_mem) / gpu_mem, 3)``; a
+    module-level ``round`` that records its input and returns the builtin's result changes
+    nothing SGLang computes."""
+    import builtins
+
+    from sglang.srt.arg_groups import memory_hook
+
+    def recording_round(x, nd=None):
+        spy["unrounded"] = x
+        return builtins.round(x, nd)
+
+    memory_hook.round = recording_round  # type: ignore[attr-defined]
+    original = memory_hook.handle_gpu_memory_settings
+
+    def wrapped(server_args, gpu_mem):
+        spy.pop("unrounded", None)
+        out = original(server_args, gpu_mem)
+        if "unrounded" in spy and gpu_mem:
+            spy["reserved_mib"] = gpu_mem * (1 - spy["unrounded"])
+        return out
+
+    memory_hook.handle_gpu_memory_settings = wrapped
+    import sglang.srt.arg_groups.pipeline  # noqa: F401  (imports the hook lazily, by name)
+
+
+# --------------------------------------------------------------------------- host pools
+
+
+def stub_host_allocation() -> None:
+    """Stub only the host pools' allocation and their host-memory reading: the allocation
+    function (``pool_host/common.py: ALLOC_MEMORY_FUNCS``) returns a zero-stride view of the
+    pool's shape instead of mapping (and pre-faulting) it, the write-back
+    staging buffers are skipped (device-side, empty on the CPU) and
+    ``host_memory_budget_bytes`` answers "room for anything" (the plan checks host memory
+    itself, against the described host). The size arithmetic runs unchanged."""
+    import torch
+    from sglang.srt.mem_cache.pool_host import base, common, mamba, mha
+
+    def no_allocation(dims, dtype, device, pin_memory, allocator, registration_granularity_bytes=None):
+        # a zero-stride view with the pool's shape: indexable, nothing of its size allocated
+        return torch.empty(1, dtype=dtype).expand(*dims)
+
+    common.ALLOC_MEMORY_FUNCS.default_factory = lambda: no_allocation
+    common.ALLOC_MEMORY_FUNCS.clear()
+    for cls in (mha.MHATokenToKVPoolHost, mamba.MambaPoolHost):
+        cls._init_write_back_staging_buffers = lambda self: None
+    for mod in (base, mha, mamba):
+        mod.host_memory_budget_bytes = lambda: 1 << 62
+
+
+def host_pools(case: dict) -> dict[str, Any]:
+    """Construct ``MHATokenToKVPoolHost`` (and ``MambaPoolHost`` for hybrid models) over CPU
+    stand-ins for the device pools, pinning off, and read their sizes in tokens/slots and
+    bytes (``size * size_per_token``, what the pool requests)."""
+    import torch
+    from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import _split_hicache_size
+    from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
+
+    p = case["pools"]
+    dtype = {"bf16": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}[p["kv_dtype"]]
+    store = torch.uint8 if p["kv_dtype"].startswith("fp8") else dtype
+    device_kv = types.SimpleNamespace(
+        store_dtype=store, dtype=dtype, size=p["kv_tokens"], start_layer=0, end_layer=p["full_layers"],
+        layer_num=p["full_layers"], head_num=p["kv_heads"], head_dim=p["head_dim"], v_head_dim=p["head_dim"],
+        page_size=p["page_size"], device="cpu",
+        get_kv_size_bytes=lambda: (p["kv_dev_bytes"] // 2, p["kv_dev_bytes"] - p["kv_dev_bytes"] // 2))
+    ratio, size_gb = p.get("ratio") or 0.0, p.get("size_gb") or 0
+    out: dict[str, Any] = {}
+    kv_size = mamba_size = size_gb
+    device_mamba = _mamba_device_pool(p) if p.get("mamba_slots") else None
+    if size_gb and device_mamba is not None:
+        kv_size, mamba_size = _split_hicache_size(size_gb, (device_kv, device_mamba))
+    kv = MHATokenToKVPoolHost(device_kv, ratio, kv_size, p["page_size"], p["layout"], pin_memory=False, device="cpu")
+    out.update(kv_tokens=int(kv.size), kv_bytes=int(kv.size * kv.size_per_token))
+    if device_mamba is not None:
+        from sglang.srt.mem_cache.pool_host.mamba import MambaPoolHost
+
+        m = MambaPoolHost(device_mamba, ratio, mamba_size, pin_memory=False, device="cpu", layout=p["layout"])
+        out.update(mamba_slots=int(m.size), mamba_bytes=int(m.size * m.size_per_token))
+    return out
+
+
+def _mamba_device_pool(p: dict) -> Any:
+    """A CPU stand-in for ``MambaPool``: SGLang's own state shapes for the model
+    (``Mamba2StateShape.create`` through the model's config class), as zero-stride views so
+    nothing of the pool's size is allocated; ``mem_usage_bytes`` as ``MambaPool`` counts it."""
+    import torch
+    from sglang.srt.configs.mamba_utils import Mamba2StateShape
+
+    a = p["mamba_arch"]
+    tp = p["tp"]
+    shape = Mamba2StateShape.create(
+        tp_world_size=tp, intermediate_size=a["linear_value_head_dim"] * a["linear_num_value_heads"],
+        n_groups=a["linear_num_key_heads"], num_heads=a["linear_num_value_heads"],
+        head_dim=a["linear_value_head_dim"], state_size=a["linear_key_head_dim"], conv_kernel=a["linear_conv_kernel_dim"])
+    layers = sum(1 for i in range(a["num_hidden_layers"]) if (i + 1) % a["full_attention_interval"] != 0)
+    slots = p["mamba_slots"] + 1
+    conv_dtype = torch.bfloat16
+    ssm_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[a["mamba_ssm_dtype"]]
+    conv = [torch.empty(1, dtype=conv_dtype).expand(layers, slots, *shape.conv[0])]
+    temporal = torch.empty(1, dtype=ssm_dtype).expand(layers, slots, *shape.temporal)
+    per_slot = layers * (math.prod(shape.conv[0]) * conv.__getitem__(0).element_size()
+                         + math.prod(shape.temporal) * temporal.element_size())
+    return types.SimpleNamespace(
+        size=p["mamba_slots"], num_mamba_layers=layers, device="cpu",
+        mamba_cache=types.SimpleNamespace(conv=conv, temporal=temporal),
+        get_kv_size_bytes=lambda: slots * per_slot, mem_usage_bytes=lambda: slots * per_slot)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def run(cases: list[dict]) -> dict[str, Any]:
+    import importlib.metadata
+
+    installed = importlib.metadata.version("sglang")
+    if installed != SGLANG_VERSION:
+        print(f"error: installed sglang is {installed}, expected {SGLANG_VERSION}", file=sys.stderr)
+        raise SystemExit(2)
+    t0 = time.perf_counter()
+    import sglang.srt.server_args  # noqa: F401
+
+    logging.disable(logging.WARNING)
+    answer_prefill_graph_backend()
+    stub_host_allocation()
+    spy: dict = {}
+    install_reserve_spy(spy)
+    t1 = time.perf_counter()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="escha-oracle-models-") as models:
+        root = Path(models)
+        for case in cases:
+            path = _model_dir(root, case)
+            argv = _with_model(case["argv"], path)
+            res: dict[str, Any] = {"id": case["id"], "resolve": resolve(argv, case, spy)}
+            res["defaults"] = resolve(_drop(argv, "--mem-fraction-static"), case, spy)
+            if case.get("pools"):
+                try:
+                    res["pools"] = host_pools(case)
+                except Exception as exc:
+                    res["pools"] = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+            results.append(res)
+    t2 = time.perf_counter()
+    return {"sglang": installed, "import_s": round(t1 - t0, 2), "cases_s": round(t2 - t1, 2), "results": results}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", type=Path, required=True, help="JSON list of cases")
+    ap.add_argument("--out", type=Path, help="write the results here (default: stdout)")
+    args = ap.parse_args(argv)
+    cases = json.loads(args.cases.read_text(encoding="utf-8"))
+    with tempfile.TemporaryDirectory(prefix="escha-oracle-") as tmp:
+        clean_environment(tmp)
+        install_torchvision_stand_in()
+        install_platform_plugin(Path(tmp))
+        out = run(cases)
+    text = json.dumps(out, indent=1, sort_keys=True)
+    if args.out:
+        args.out.write_text(text + "\n", encoding="utf-8")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,350 @@
+"""The oracle's cases and its comparison: what ``plan`` says, next to what SGLang 0.5.19's own
+code says for the same input (``scripts/sglang_oracle.py`` runs that side in the flag-catalog
+venv).
+
+A case is a profile (shipped, or shipped plus ``--set`` overrides), a described host and a
+target card. ``build_case`` plans it, renders the server argv exactly as ``serve`` does
+(``flags.server_args``) and writes the config.json SGLang will read; ``compare`` lists every
+field where the two sides differ, by name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from escha_deploy.arch import ModelArch
+from escha_deploy.flags import server_args
+from escha_deploy.host import described_host
+from escha_deploy.planner import device as devmod
+from escha_deploy.planner import kv as kvmod
+from escha_deploy.planner import plan
+from escha_deploy.profile import list_profiles, load_profile
+from escha_deploy.units import GiB, MiB
+
+REPO = Path(__file__).resolve().parents[2]
+ORACLE = REPO / "scripts" / "sglang_oracle.py"
+
+#: HF ``architectures`` SGLang routes each model_type to (its model registry names).
+ARCHITECTURES = {"qwen3_5_text": "Qwen3_5ForCausalLM", "qwen3_next": "Qwen3NextForCausalLM",
+                 "qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM"}
+
+#: A dense (non-hybrid) model of the same width, for the dense half of the matrix.
+DENSE_ARCH = ("{model_type: qwen3, num_hidden_layers: 64, num_key_value_heads: 8, head_dim: 128, "
+              "hidden_size: 5120}")
+
+#: Flags a capability declares (the stock parser does not know them) and how the argument
+#: check replaces them: the check runs on stock 0.5.19, so an overlay's own flags and values
+#: stay unchecked (docs/planner.md lists them).
+OVERLAY_STAND_INS = {
+    "--kv-cache-quant-group-size": None,  # int2-kv: dropped
+    "--quantization": {"escha_w2": None},  # w2-weights: dropped
+    "--kv-cache-dtype": {"int2": "bf16"},  # int2-kv: the pool's high-precision dtype
+}
+
+
+@dataclass
+class Case:
+    id: str
+    profile: str
+    overrides: tuple[str, ...] = ()
+    host_ram: int = 32 * GiB
+    platform: str = "linux"
+    gpu_capability: str = "12.0"
+    shipped: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def config_json(arch: ModelArch) -> dict:
+    """A config.json SGLang's config classes accept for ``arch`` (weights are not needed:
+    only argument resolution and pool sizing run)."""
+    cfg = {
+        "architectures": [ARCHITECTURES.get(arch.model_type, "LlamaForCausalLM")],
+        "model_type": arch.model_type,
+        "num_hidden_layers": arch.num_hidden_layers,
+        "num_key_value_heads": arch.num_key_value_heads,
+        "head_dim": arch.head_dim,
+        "hidden_size": arch.hidden_size or 5120,
+        "num_attention_heads": 24 if arch.is_hybrid else 64,
+        "intermediate_size": 17408,
+        "vocab_size": 248320,
+        "max_position_embeddings": 262144,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000000,
+        "torch_dtype": "bfloat16",
+        "tie_word_embeddings": False,
+    }
+    if arch.is_hybrid:
+        cfg.update(
+            full_attention_interval=arch.full_attention_interval,
+            linear_num_key_heads=arch.linear_num_key_heads,
+            linear_num_value_heads=arch.linear_num_value_heads,
+            linear_key_head_dim=arch.linear_key_head_dim,
+            linear_value_head_dim=arch.linear_value_head_dim,
+            linear_conv_kernel_dim=arch.linear_conv_kernel_dim,
+            mamba_ssm_dtype=arch.mamba_ssm_dtype,
+            layer_types=["full_attention" if (i + 1) % arch.full_attention_interval == 0 else "linear_attention"
+                         for i in range(arch.num_hidden_layers)],
+        )
+    return cfg
+
+
+def stock_argv(argv: list[str]) -> list[str]:
+    """The argv with each overlay-declared flag replaced by its stock stand-in."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        flag = argv[i]
+        if flag in OVERLAY_STAND_INS and i + 1 < len(argv):
+            rule = OVERLAY_STAND_INS[flag]
+            value = argv[i + 1]
+            if rule is None or (isinstance(rule, dict) and value in rule and rule[value] is None):
+                i += 2
+                continue
+            if isinstance(rule, dict) and value in rule:
+                out += [flag, rule[value]]
+                i += 2
+                continue
+        out.append(flag)
+        i += 1
+    return out
+
+
+def build_case(case: Case) -> tuple[dict, dict]:
+    """``(oracle input, planner side)`` for one case."""
+    prof = load_profile(case.profile, list(case.overrides))
+    host = described_host(case.host_ram, case.platform)
+    result = plan(prof, host, model_dir=None)
+    argv = stock_argv(server_args(result, prof))
+    arch = prof.model.architecture
+    if prof.runtime.mamba_ssm_dtype:
+        arch = arch.model_copy(update={"mamba_ssm_dtype": prof.runtime.mamba_ssm_dtype})
+    rt = prof.runtime
+    gpu_mib = prof.hardware.gpu_vram // MiB
+    chunk_default, bs_default = devmod.tier_defaults(gpu_mib, rt.tp_size)
+    chunk = rt.chunked_prefill_size if rt.chunked_prefill_size and rt.chunked_prefill_size > 0 else chunk_default
+    planner = {
+        "verdict": result.verdict,
+        "reasons": result.reasons,
+        "findings": [f.model_dump() for f in result.findings],
+        "warnings": result.warnings,
+        "mem_fraction_static": result.device.mem_fraction_static,
+        "default_mem_fraction_static": result.device.sglang_default_mem_fraction_static,
+        "reserved_mib": result.device.sglang_reserved_bytes / MiB,
+        "chunked_prefill_size": chunk,
+        "decode_max_bs": rt.cuda_graph_max_bs or bs_default,
+        "prefill_graph_sizes": 0 if rt.disable_prefill_cuda_graph else len(devmod.prefill_graph_sizes(chunk)),
+        "page_size": result.page_size,
+        "host_kv_tokens": result.per_rank.host_kv_tokens,
+        "host_kv_bytes": result.per_rank.host_kv_bytes,
+        "host_mamba_slots": result.per_rank.host_mamba_slots,
+        "host_mamba_bytes": result.per_rank.host_mamba_bytes,
+        "shipped": case.shipped,
+        "needs_overlay": any(n in ("int2-kv", "w2-weights") for n in rt.needs),
+    }
+    oracle = {
+        "id": case.id,
+        "argv": argv,
+        "config": config_json(arch),
+        "gpu": {"vram_bytes": prof.hardware.gpu_vram, "name": "NVIDIA " + prof.hardware.gpu_name,
+                "capability": prof.hardware.compute_capability or case.gpu_capability, "count": rt.tp_size},
+    }
+    dtype = kvmod.normalize_kv_dtype(rt.kv_cache.dtype)
+    if result.hicache.enabled and dtype in ("bf16", "fp8_e4m3", "fp8_e5m2"):
+        from escha_deploy.arch import rank_shapes
+
+        s = rank_shapes(arch, rt.tp_size)
+        oracle["pools"] = {
+            "kv_dtype": dtype, "kv_tokens": result.per_rank.device_kv_tokens, "full_layers": s.full_layers,
+            "kv_heads": s.kv_heads_per_rank, "head_dim": s.head_dim, "page_size": result.page_size,
+            "layout": result.hicache.mem_layout, "ratio": result.hicache.ratio, "size_gb": result.hicache.size_gb,
+            "mamba_slots": result.per_rank.device_mamba_slots, "kv_dev_bytes": result.per_rank.device_kv_bytes,
+            "mamba_dev_bytes": result.per_rank.device_mamba_bytes, "mamba_arch": config_json(arch) if arch.is_hybrid else None,
+            "tp": rt.tp_size,
+        }
+    return oracle, planner
+
+
+def shipped_cases() -> list[Case]:
+    """Every shipped profile on a described Linux host with room for its pools."""
+    return [Case(id=f"shipped-{name}", profile=name, host_ram=(128 if "l3" in name else 32) * GiB, shipped=True)
+            for name in list_profiles()]
+
+
+def matrix_cases() -> list[Case]:
+    """The generated matrix: TP 1/2/4, ratios and sizes, page sizes, layouts, 12/16/24/80 GiB
+    cards, hybrid and dense models (at least 40 cases)."""
+    out: list[Case] = []
+    base = "rtx5060ti-tp2-fp8"
+    vram = {"12GiB": 12, "16GiB": 16, "24GiB": 24, "80GiB": 80}
+    n = 0
+    for tp, card, page, (kind, arch) in itertools.product(
+            (1, 2, 4), ("12GiB", "16GiB", "24GiB", "80GiB"), (1, 64), (("hybrid", None), ("dense", DENSE_ARCH))):
+        n += 1
+        ov = [f"hardware.gpu_count={max(tp, 2)}", f"runtime.tp_size={tp}", f"hardware.gpu_vram={card}",
+              f"runtime.page_size={page}"]
+        if arch:
+            ov.append(f"model.architecture={arch}")
+        if page > 1 and kind == "hybrid":  # auto resolves to extra_buffer for page > 1
+            ov.append(f"runtime.mamba_radix_cache_strategy={('extra_buffer', 'auto')[n % 2]}")
+        gib = vram[card]
+        # vary what SGLang defaults: chunk and graph bs unset on every other card
+        if n % 2:
+            ov += ["runtime.chunked_prefill_size=null", "runtime.cuda_graph_max_bs=null"]
+        if n % 3 == 0:
+            ov.append("runtime.mem_fraction_static=null")
+        if n % 4 == 0:
+            ov.append("runtime.disable_prefill_cuda_graph=true")
+        # HiCache by ratio or by size, several layouts
+        if n % 5 == 0:
+            ov += ["hicache.hicache_ratio=auto", "hicache.hicache_size=2"]
+        else:
+            ov.append(f"hicache.hicache_ratio={(1.0, 1.5, 2.0, 3.0)[n % 4]}")
+        if kind == "dense" and n % 3 == 1:
+            ov.append("hicache.hicache_mem_layout=layer_first")
+        elif n % 7 == 0:
+            ov += ["hicache.hicache_mem_layout=page_first_direct", "hicache.hicache_io_backend=direct"]
+        if n % 6 == 0:
+            ov.append("runtime.kv_cache.dtype=bf16")
+        # weights scaled with the card so the pools fit
+        ov.append(f"model.weights_per_rank={max(gib * 0.45, 2.0):.1f}GB")
+        out.append(Case(id=f"m{n:02d}-tp{tp}-{card}-p{page}-{kind}", profile=base, overrides=tuple(ov),
+                        host_ram=256 * GiB))
+    return out
+
+
+#: Configurations SGLang refuses late, each of which ``plan`` must refuse (exit 3) too.
+REFUSAL_CASES = [
+    Case(id="refuse-page64-no-buffer", profile="rtx5060ti-tp2-fp8",
+         overrides=("runtime.page_size=64", "runtime.mamba_radix_cache_strategy=no_buffer")),
+    Case(id="refuse-slots-below-one-request", profile="rtx5060ti-tp2-fp8",
+         overrides=("runtime.max_running_requests=1", "runtime.max_mamba_cache_size=4")),
+    Case(id="refuse-mfs-0.98", profile="rtx5060ti-tp2-fp8", overrides=("runtime.mem_fraction_static=0.98",)),
+    Case(id="refuse-hicache-no-radix", profile="rtx5060ti-tp2-fp8", overrides=("runtime.disable_radix_cache=true",)),
+    Case(id="refuse-int8-mamba-ckpt", profile="rtx5060ti-tp2-fp8",
+         overrides=("runtime.enable_int8_mamba_checkpoint=true",)),
+    Case(id="refuse-buffer-only-hybrid", profile="rtx5060ti-tp2-fp8",
+         overrides=("hicache.hicache_host_memory_mode=buffer_only", "hicache.hicache_storage_backend=file",
+                    "hicache.storage_dir=/tmp/l3")),
+]
+
+
+def all_cases() -> list[Case]:
+    return shipped_cases() + matrix_cases() + REFUSAL_CASES
+
+
+def run_oracle(oracle_cases: list[dict], workdir: Path, venv: Path) -> dict:
+    """Run ``scripts/sglang_oracle.py`` in the flag-catalog venv; its JSON output."""
+    cases_file = workdir / "oracle-cases.json"
+    out_file = workdir / "oracle-results.json"
+    cases_file.write_text(json.dumps(oracle_cases))
+    proc = subprocess.run([str(venv / "bin" / "python"), str(ORACLE), "--cases", str(cases_file), "--out", str(out_file)],
+                          capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONPATH": ""})
+    if proc.returncode != 0:
+        raise RuntimeError(f"oracle exited {proc.returncode}: {proc.stderr[-3000:]}")
+    return json.loads(out_file.read_text())
+
+
+#: Fields compared on an accepted case: oracle path -> planner key.
+COMPARED = (
+    ("defaults.mem_fraction_static", "default_mem_fraction_static"),
+    ("defaults.reserved_mib", "reserved_mib"),
+    ("resolve.chunked_prefill_size", "chunked_prefill_size"),
+    ("resolve.decode_max_bs", "decode_max_bs"),
+    ("resolve.prefill_graph_sizes", "prefill_graph_sizes"),
+    ("resolve.page_size", "page_size"),
+    ("resolve.mem_fraction_static", "mem_fraction_static"),
+    ("pools.kv_tokens", "host_kv_tokens"),
+    ("pools.kv_bytes", "host_kv_bytes"),
+    ("pools.mamba_slots", "host_mamba_slots"),
+    ("pools.mamba_bytes", "host_mamba_bytes"),
+)
+
+
+def _get(d: dict, path: str):
+    for part in path.split("."):
+        if not isinstance(d, dict) or part not in d:
+            return None
+        d = d[part]
+    return d
+
+
+def compare(case_id: str, planner: dict, oracle: dict) -> tuple[list[str], int]:
+    """``(differences, fields compared)`` for one case. A difference names the case and the
+    field, with both values. SGLang refusing what ``plan`` accepts is a difference; ``plan``
+    refusing what SGLang accepts is not (the plan also checks host memory and known runtime
+    failures SGLang does not check at argument time)."""
+    diffs: list[str] = []
+    n = 0
+    res = oracle["resolve"]
+    n += 1
+    if not res["ok"]:
+        if planner["verdict"] != "unsafe":
+            diffs.append(f"{case_id}: verdict: SGLang refuses ({res['type']} at {res.get('site')}: "
+                         f"{res['error']}) but plan says {planner['verdict']}")
+        return diffs, n
+    if planner["shipped"] and not planner["needs_overlay"] and planner["verdict"] == "unsafe":
+        diffs.append(f"{case_id}: verdict: a shipped profile is unsafe: {planner['reasons']}")
+    pools = oracle.get("pools") or {}
+    if "error" in pools:
+        diffs.append(f"{case_id}: pools: SGLang's host pool classes raised {pools['error']}")
+    for path, key in COMPARED:
+        theirs = _get(oracle, path)
+        if theirs is None or (path.startswith("pools.mamba") and not planner.get("host_mamba_slots") and not theirs):
+            continue
+        ours = planner[key]
+        n += 1
+        same = abs(theirs - ours) < 1e-6 if isinstance(theirs, float) or isinstance(ours, float) else theirs == ours
+        if not same:
+            diffs.append(f"{case_id}: {key}: plan {ours!r}, SGLang {theirs!r} ({path})")
+    return diffs, n
+
+
+def check_all(cases: list[Case], workdir: Path, venv: Path, *, oracle_results: dict | None = None):
+    """Plan every case, run SGLang's side once, compare: ``(differences, cases, fields, timings)``."""
+    t0 = time.perf_counter()
+    built = [build_case(c) for c in cases]
+    t1 = time.perf_counter()
+    results = oracle_results or run_oracle([b[0] for b in built], workdir, venv)
+    by_id = {r["id"]: r for r in results["results"]}
+    diffs: list[str] = []
+    fields = 0
+    for c, (_, planner) in zip(cases, built):
+        d, n = compare(c.id, planner, by_id[c.id])
+        diffs += d
+        fields += n
+    timings = {"plan_s": round(t1 - t0, 2), "import_s": results["import_s"], "sglang_cases_s": results["cases_s"]}
+    return diffs, len(cases), fields, timings, results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CI entry: ``python -m tests.oracle.cases [--venv DIR]``; exit 1 on any difference."""
+    import argparse
+    import tempfile
+
+    ap = argparse.ArgumentParser(description="Cross-check plan against SGLang 0.5.19's own code")
+    ap.add_argument("--venv", type=Path, default=Path(os.environ.get("ESCHA_FLAGCAT_VENV", REPO / ".cache" / "flagcat-venv")))
+    ap.add_argument("--save", type=Path, help="keep SGLang's results here (the pytest harness test reuses them)")
+    args = ap.parse_args(argv)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="escha-oracle-") as tmp:
+        diffs, n_cases, n_fields, timings, results = check_all(all_cases(), Path(tmp), args.venv)
+    if args.save:
+        args.save.write_text(json.dumps(results))
+    refused = sum(1 for r in results["results"] if not r["resolve"]["ok"])
+    print(f"sglang oracle: {n_cases} cases ({refused} refused by SGLang), {n_fields} fields compared, "
+          f"{len(diffs)} differences; {time.perf_counter() - start:.1f} s ({timings})")
+    for d in diffs:
+        print(f"difference: {d}")
+    return 1 if diffs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

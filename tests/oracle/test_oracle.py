@@ -1,0 +1,84 @@
+"""SGLang 0.5.19 as the oracle: its own argument resolution, memory defaults and host-pool
+classes, run on the CPU (``scripts/sglang_oracle.py``), against ``plan`` for every shipped
+profile, a generated matrix (48 cases) and the configurations SGLang refuses.
+
+Marked ``wheel``: needs the flag-catalog venv (``.ci/check-flag-catalog.sh`` builds it; CI runs
+the same check as its own step, ``python -m tests.oracle.cases``, and saves SGLang's results
+to ``$ESCHA_ORACLE_RESULTS``, which these tests reuse instead of importing SGLang again).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from escha_deploy.planner import device as devmod
+from escha_deploy.planner import pools as poolsmod
+
+from . import cases as oc
+
+VENV = Path(os.environ.get("ESCHA_ORACLE_VENV") or os.environ.get("ESCHA_FLAGCAT_VENV")
+            or oc.REPO / ".cache" / "flagcat-venv")
+
+pytestmark = [
+    pytest.mark.wheel,
+    pytest.mark.skipif(not (VENV / "bin" / "python").exists(), reason=f"no flag-catalog venv at {VENV}"),
+]
+
+
+@pytest.fixture(scope="module")
+def sglang_results(tmp_path_factory):
+    saved = os.environ.get("ESCHA_ORACLE_RESULTS")
+    if saved and Path(saved).is_file():
+        return json.loads(Path(saved).read_text())
+    cases = [oc.build_case(c)[0] for c in oc.all_cases()]
+    return oc.run_oracle(cases, tmp_path_factory.mktemp("oracle"), VENV)
+
+
+def _check(results, tmp_path):
+    return oc.check_all(oc.all_cases(), tmp_path, VENV, oracle_results=results)
+
+
+def test_plan_agrees_with_sglang_on_every_case(sglang_results, tmp_path):
+    diffs, n_cases, n_fields, _, _ = _check(sglang_results, tmp_path)
+    assert diffs == []
+    assert n_cases >= 40 + 3 and n_fields >= 400
+    by_id = {r["id"]: r for r in sglang_results["results"]}
+    # the comparison saw real values on both sides: host pools of hybrid and dense cases
+    assert by_id["shipped-rtx5060ti-tp2-fp8"]["pools"]["mamba_slots"] > 0
+    assert by_id["m02-tp1-12GiB-p1-dense"]["pools"]["kv_tokens"] > 0
+    assert by_id["shipped-rtx5060ti-tp2"]["defaults"]["reserved_mib"] == 4192  # 12 GiB, TP 2
+
+
+def test_sglang_refuses_what_plan_refuses(sglang_results):
+    by_id = {r["id"]: r for r in sglang_results["results"]}
+    page = by_id["refuse-page64-no-buffer"]["resolve"]
+    assert not page["ok"] and page["site"].endswith("mamba_hook.py:validate_mamba_no_buffer")
+    radix = by_id["refuse-hicache-no-radix"]["resolve"]
+    assert not radix["ok"] and "mutually exclusive" in radix["error"]
+    for case in oc.REFUSAL_CASES:
+        assert oc.build_case(case)[1]["verdict"] == "unsafe", case.id
+
+
+def test_shipped_profiles_pass_sglangs_argument_check(sglang_results):
+    by_id = {r["id"]: r for r in sglang_results["results"]}
+    for case in oc.shipped_cases():
+        assert by_id[case.id]["resolve"]["ok"], by_id[case.id]["resolve"]
+
+
+def test_a_wrong_planner_constant_fails_the_check(sglang_results, tmp_path, monkeypatch):
+    """The harness itself: a planner that believed SGLang's small-card tier were 4096 tokens
+    of chunked prefill, or that host pools had no extra page, is caught, field named."""
+    real = devmod.tier_defaults
+    monkeypatch.setattr(devmod, "tier_defaults",
+                        lambda mib, tp: (4096, 8) if mib < 20 * 1024 else real(mib, tp))
+    diffs, *_ = _check(sglang_results, tmp_path)
+    assert any(": chunked_prefill_size: plan 4096, SGLang 2048" in d for d in diffs), diffs[:5]
+    assert any(": reserved_mib:" in d for d in diffs)
+    monkeypatch.setattr(devmod, "tier_defaults", real)
+    monkeypatch.setattr(poolsmod, "_round_pages", lambda size, page: size // page * page)
+    diffs, *_ = _check(sglang_results, tmp_path)
+    assert any(": host_kv_tokens: plan" in d for d in diffs) and any(": host_mamba_slots: plan" in d for d in diffs)
