@@ -40,6 +40,9 @@ def register(app: typer.Typer) -> None:
     fleet.command("status", epilog="Example:  escha-deploy fleet status fleet.yaml --format json")(status_command)
     fleet.command("down", epilog="Example:  escha-deploy fleet down fleet.yaml --router")(down_command)
     fleet.command("compose", epilog="Example:  escha-deploy fleet compose fleet.yaml --out deploy/")(compose_command)
+    render = typer.Typer(name="render", no_args_is_help=True, help="Render manifests for an orchestrator.")
+    render.command("k8s", epilog="Example:  escha-deploy fleet render k8s fleet.yaml --out k8s/")(render_k8s_command)
+    fleet.add_typer(render)
     app.add_typer(fleet, rich_help_panel=PANEL_PLANNING)
 
 
@@ -118,16 +121,18 @@ def render_fleet_plan(result) -> None:
 
 
 
-def _plan_or_refuse(file: Path):
-    """Load and plan the fleet; ``Refused`` (exit 3) listing every problem when it is unsafe."""
+def _plan_or_refuse(file: Path, docker: bool = True):
+    """Load and plan the fleet; ``Refused`` (exit 3) listing every problem when it is unsafe
+    (with ``docker``, also what only a Docker deployment cannot do: unpublished ports)."""
     from ..errors import Refused
     from ..fleet.model import load_fleet
     from ..fleet.plan import plan_fleet
 
     loaded = load_fleet(file)
     fp = plan_fleet(loaded)
-    if fp.verdict == "unsafe":
-        raise Refused(*fp.problems, hint=f"escha-deploy fleet plan {file}")
+    problems = fp.problems + (fp.docker_problems if docker else [])
+    if problems:
+        raise Refused(*problems, hint=f"escha-deploy fleet plan {file}")
     return loaded, fp
 
 
@@ -248,3 +253,22 @@ def compose_command(
         path.write_text(text)
         typer.echo(str(path))
     info(f"copy each file to its box and run `docker compose -f FILE up -d` there")
+
+
+def render_k8s_command(
+    file: FleetFileArg,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write fleet.k8s.yaml here instead of stdout.")] = None,
+) -> None:
+    """Kubernetes manifests: a LeaderWorkerSet per multi-node group, a StatefulSet (file L3) or
+    Deployment per replica group, SMG with service discovery and its Role. Exit 3 when the
+    fleet plan is unsafe, 2 for a bad file."""
+    from ..fleet.k8s import dump, render_k8s
+
+    loaded, fp = _plan_or_refuse(file, docker=False)
+    text = dump(render_k8s(loaded, fp), loaded)
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "fleet.k8s.yaml").write_text(text)
+        typer.echo(str(out / "fleet.k8s.yaml"))

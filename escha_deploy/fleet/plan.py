@@ -130,6 +130,8 @@ class FleetPlan(BaseModel):
     problems: list[str]
     warnings: list[str]
     verdict: Literal["ok", "unsafe"]
+    docker_problems: list[str] = Field(default_factory=list, description="what refuses compose and fleet up "
+                                       "(published ports), not Kubernetes")
     _profiles: dict[str, Profile] = PrivateAttr(default_factory=dict)
 
     def profile(self, box: str) -> Profile:
@@ -250,7 +252,8 @@ def plan_fleet(loaded: LoadedFleet) -> FleetPlan:
             name=inst.name, group=inst.group.name, boxes=list(inst.boxes), nodes=len(inst.boxes),
             gpus=sum(box_plans[n].gpus for n in inst.boxes),
             host_tier_tokens=min(box_plans[n].host_kv_tokens for n in inst.boxes), problems=inst_problems))
-    problems += _reachability_problems(loaded, profiles)
+    reach = _reachability_problems(loaded, profiles)
+    warnings += [f"with compose or fleet up (not Kubernetes): {r}" for r in reach]
     unsafe = [p for p in box_plans.values() if p.verdict == "unsafe"]
     for p in unsafe:
         problems.append(f"box {p.box}: plan is unsafe: {'; '.join(p.reasons) or 'see escha-deploy plan'}")
@@ -262,6 +265,6 @@ def plan_fleet(loaded: LoadedFleet) -> FleetPlan:
         total_instances=len(instances), total_gpus=sum(i.gpus for i in instances),
         host_tier_bytes=sum(p.pinned_total_bytes for p in box_plans.values() if p.box in placement),
         host_tier_tokens=sum(i.host_tier_tokens for i in instances),
-        problems=problems, warnings=warnings, verdict="unsafe" if problems else "ok")
+        problems=problems, warnings=warnings, verdict="unsafe" if problems else "ok", docker_problems=reach)
     out._profiles = profiles
     return out

@@ -104,7 +104,11 @@ def test_a_replica_the_router_cannot_reach_is_refused(tmp_path):
     doc["boxes"][0]["set"] = []
     path.write_text(yaml.safe_dump(doc))
     fp = plan_fleet(load_fleet(path))
-    assert any(p.startswith("box r1: container.expose is false") for p in fp.problems), fp.problems
+    assert fp.verdict == "ok"  # Kubernetes pods are reachable; compose and fleet up refuse
+    assert [p[:35] for p in fp.docker_problems] == ["box r1: container.expose is false, "]
+    with pytest.raises(SystemExit) as info:
+        main(["fleet", "compose", str(path), "--out", str(tmp_path / "out")])
+    assert info.value.code == 3
 
 
 def test_compose_files_per_box(tmp_path, capsys):

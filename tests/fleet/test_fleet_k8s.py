@@ -1,0 +1,183 @@
+"""``fleet render k8s``: core objects pass ``kubernetes-validate`` (strict, Kubernetes 1.37.0),
+the LeaderWorkerSet passes the LWS CRD's own schema (vendored from kubernetes-sigs/lws v0.10.0,
+tests/fleet/vendor/README.md), and the numbers come from the plan."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from escha_deploy.cli.main import main
+from escha_deploy.fleet.k8s import render_k8s
+from escha_deploy.fleet.model import load_fleet
+from escha_deploy.fleet.plan import plan_fleet
+
+K8S_VERSION = "1.37.0"  # pinned: kubernetes-validate 1.37.0 ships this version's schemas
+CRD = Path(__file__).parent / "vendor" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
+PROFILE = "rtx5060ti-tp2-fp8"
+
+
+@pytest.fixture(scope="module")
+def lws_schema() -> dict:
+    crd = yaml.load(CRD.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return next(v for v in crd["spec"]["versions"] if v["name"] == "v1")["schema"]["openAPIV3Schema"]
+
+
+def unknown_fields(obj, schema: dict, path: str = "") -> list[str]:
+    """Keys the schema does not declare (a structural CRD schema prunes them silently; `kubectl
+    apply --validate=strict` refuses them): a typo must fail the test."""
+    out = []
+    if isinstance(obj, dict):
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        if props is None and not isinstance(extra, dict):
+            return out  # free-form (x-kubernetes-preserve-unknown-fields or a map of anything)
+        for k, v in obj.items():
+            if props is not None and k in props:
+                out += unknown_fields(v, props[k], f"{path}.{k}")
+            elif isinstance(extra, dict):
+                out += unknown_fields(v, extra, f"{path}.{k}")
+            else:
+                out.append(f"{path}.{k}")
+    elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
+        for i, v in enumerate(obj):
+            out += unknown_fields(v, schema["items"], f"{path}[{i}]")
+    return out
+
+
+def check_lws(obj: dict, schema: dict) -> list[str]:
+    errors = [f"{'.'.join(map(str, e.path))}: {e.message}"
+              for e in jsonschema.Draft7Validator(schema).iter_errors(obj)]
+    return errors + [f"{p}: unknown field" for p in unknown_fields(obj, schema)]
+
+
+def fleet_file(tmp: Path, l3: bool = False) -> Path:
+    (tmp / "router.key").write_text("k\n")
+    boxes = [
+        {"name": "r1", "address": "10.0.0.1", "profile": PROFILE, "host_ram": "64GiB"},
+        {"name": "r2", "address": "10.0.0.2", "profile": PROFILE, "host_ram": "16GiB", "platform": "wsl2"},
+        {"name": "n0", "address": "10.0.0.10", "profile": PROFILE, "host_ram": "64GiB"},
+        {"name": "n1", "address": "10.0.0.11", "profile": PROFILE, "host_ram": "64GiB"},
+        {"name": "n2", "address": "10.0.0.12", "profile": PROFILE, "host_ram": "64GiB"},
+        {"name": "n3", "address": "10.0.0.13", "profile": PROFILE, "host_ram": "64GiB"},
+    ]
+    groups = [{"name": "chat", "boxes": ["r1", "r2"]}, {"name": "big", "nodes": 2, "boxes": ["n0", "n1", "n2", "n3"]}]
+    if l3:
+        boxes.append({"name": "l3a", "address": "10.0.0.20", "profile": "linux-tp2-l3", "host_ram": "128GiB"})
+        groups.append({"name": "longctx", "boxes": ["l3a"]})
+    doc = {"name": "lab", "boxes": boxes, "groups": groups,
+           "router": {"box": "r1", "api_key_file": "router.key"},
+           "kubernetes": {"namespace": "llm", "runtime_class": "nvidia", "hf_token_secret": "hf"}}
+    path = tmp / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def rendered(tmp: Path, l3: bool = False):
+    loaded = load_fleet(fleet_file(tmp, l3))
+    fp = plan_fleet(loaded)
+    assert fp.verdict == "ok", fp.problems
+    return loaded, fp, render_k8s(loaded, fp)
+
+
+def test_every_object_validates(tmp_path, lws_schema):
+    _, _, objs = rendered(tmp_path, l3=True)
+    kinds = [o["kind"] for o in objs]
+    assert kinds.count("LeaderWorkerSet") == 1 and "StatefulSet" in kinds and "Deployment" in kinds
+    assert {"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service"} <= set(kinds)
+    for o in objs:
+        if o["kind"] == "LeaderWorkerSet":
+            assert check_lws(o, lws_schema) == []
+        else:
+            kubernetes_validate.validate(o, K8S_VERSION, strict=True)
+
+
+def test_the_checks_can_fail(tmp_path, lws_schema):
+    _, _, objs = rendered(tmp_path)
+    lws = copy.deepcopy(next(o for o in objs if o["kind"] == "LeaderWorkerSet"))
+    lws["spec"]["leaderWorkerTemplate"]["size"] = "two"
+    lws["spec"]["leaderWorkerTemplate"]["restartPolicy"] = "Sometimes"
+    lws["spec"]["leaderWorkerTemplate"]["sise"] = 2
+    errors = check_lws(lws, lws_schema)
+    assert any("size" in e for e in errors) and any("Sometimes" in e for e in errors)
+    assert any("sise: unknown field" in e for e in errors)
+    dep = copy.deepcopy(next(o for o in objs if o["kind"] == "Deployment"))
+    dep["spec"]["template"]["spec"]["containers"][0]["resourcez"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(dep, K8S_VERSION, strict=True)
+
+
+def test_lws_shape(tmp_path):
+    _, fp, objs = rendered(tmp_path)
+    lws = next(o for o in objs if o["kind"] == "LeaderWorkerSet")
+    spec = lws["spec"]
+    assert spec["replicas"] == 2  # n0+n1 and n2+n3
+    lwt = spec["leaderWorkerTemplate"]
+    assert lwt["size"] == 2 and lwt["restartPolicy"] == "RecreateGroupOnPodRestart"
+    leader, worker = (lwt[k]["spec"]["containers"][0] for k in ("leaderTemplate", "workerTemplate"))
+    for c in (leader, worker):
+        a = c["args"]
+        assert a[a.index("--dist-init-addr") + 1] == "$(LWS_LEADER_ADDRESS):20000"
+        assert a[a.index("--nnodes") + 1] == "$(LWS_GROUP_SIZE)" and a[a.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
+        assert a[a.index("--pp-size") + 1] == "2" and a[a.index("--tp-size") + 1] == "2"
+        assert c["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert "startupProbe" in leader and "startupProbe" not in worker and "ports" not in worker
+    assert lwt["leaderTemplate"]["metadata"]["labels"]["io.escha/serve"] == "true"
+    assert "io.escha/serve" not in lwt["workerTemplate"]["metadata"]["labels"]
+    assert lwt["leaderTemplate"]["spec"]["runtimeClassName"] == "nvidia"
+    assert any(o["kind"] == "Service" and o["metadata"]["name"] == "lab-big-leader" for o in objs)
+
+
+def test_memory_probe_and_shm_come_from_the_plan(tmp_path):
+    _, fp, objs = rendered(tmp_path)
+    dep = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "lab-chat")
+    pod = dep["spec"]["template"]
+    c = pod["spec"]["containers"][0]
+    # the group runs its smaller box's plan (r2: 16 GiB WSL2)
+    p = fp.box_plan("r2").plan
+    b = p.budget
+    want = p.pinned_total_bytes + b.server_processes_bytes + b.os_reserve_bytes + b.page_cache_floor_bytes + 2 * 2**30
+    assert c["resources"]["limits"]["memory"] == c["resources"]["requests"]["memory"] == f"{-(-want // 2**20)}Mi"
+    sp = c["startupProbe"]
+    assert sp["periodSeconds"] * sp["failureThreshold"] >= fp.profile("r2").container.ready_timeout_s
+    shm = next(v for v in pod["spec"]["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"]["medium"] == "Memory"
+    assert "LimitMEMLOCK=infinity" in pod["metadata"]["annotations"]["io.escha/memlock"]
+    assert c["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    # secrets by reference only
+    sources = next(v for v in pod["spec"]["volumes"] if v["name"] == "secrets")["projected"]["sources"]
+    assert [s["secret"]["name"] for s in sources] == ["escha-api-key", "hf"]
+
+
+def test_router_discovers_pods_with_the_rbac_it_needs(tmp_path):
+    loaded, fp, objs = rendered(tmp_path)
+    role = next(o for o in objs if o["kind"] == "Role")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    dep = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "lab-router")
+    cmd = dep["spec"]["template"]["spec"]["containers"][0]["command"]
+    args = cmd[cmd.index("--") + 1:]
+    assert "--worker-urls" not in args and "--service-discovery" in args
+    assert args[args.index("--selector") + 1:args.index("--selector") + 3] == ["io.escha/fleet=lab", "io.escha/serve=true"]
+    if importlib.util.find_spec("smg") is not None:
+        from smg.launch_router import parse_router_args
+
+        parsed = parse_router_args(args)
+        assert parsed.service_discovery and parsed.service_discovery_namespace == "llm"
+        assert parsed.service_discovery_port == 30000
+
+
+def test_cli_writes_the_file(tmp_path, capsys):
+    path = fleet_file(tmp_path)
+    try:
+        main(["fleet", "render", "k8s", str(path), "--out", str(tmp_path / "k8s")])
+    except SystemExit as exc:
+        assert exc.code in (0, None)
+    text = (tmp_path / "k8s" / "fleet.k8s.yaml").read_text()
+    assert text.startswith("# Rendered by `escha-deploy fleet render k8s")
+    assert len(list(yaml.safe_load_all(text))) == len(render_k8s(load_fleet(path), plan_fleet(load_fleet(path))))
