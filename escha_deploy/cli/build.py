@@ -1,9 +1,10 @@
 """``escha-deploy build``: build the stock or the patched (``--hicache``) image with docker-py.
 
 The classic builder (docker-py's ``APIClient.build``; no BuildKit, no buildx here), with the
-build's own step lines as progress on stderr. The series, its capabilities and the base image
-are passed as build arguments; the Dockerfile mirrors them in ``io.escha.`` labels and
-``runtime apply --expect-*`` refuses a build whose series disagrees. A failed step is reported
+build's own step lines as progress on stderr. The series (with a fork's imported commits, in
+their order), its capabilities and the base image are passed as build arguments; the Dockerfile mirrors them in ``io.escha.`` labels and
+``runtime apply --expect-*`` refuses a build whose series disagrees. A fork's commits' provenance
+(hash, subject, author, date) goes into the ``io.escha.runtime.fork`` label. A failed step is reported
 with escha-deploy's own ``error:`` lines from the build log (a reject names the patch and file).
 """
 
@@ -58,6 +59,10 @@ def register(app: typer.Typer) -> None:
         overlay_dir: Annotated[str, typer.Option(
             "--overlay-dir", help="Folder of your overlays, relative to the context.")]
             = "runtime_overlays",
+        fork_dir: Annotated[str, typer.Option(
+            "--fork-dir", help="Folder of a fork's commits imported by `escha-deploy runtime "
+            "import`, relative to the context; applied with our series in the order its "
+            "escha-fork.yaml gives.")] = "runtime_fork",
         fmt: FormatOpt = OutputFormat.table,
     ) -> None:
         """Build the runtime image (classic builder, progress on stderr)."""
@@ -83,18 +88,28 @@ def register(app: typer.Typer) -> None:
         if hicache:
             if not (ctx / overlay_dir).is_dir():
                 raise BadInput(f"--overlay-dir {overlay_dir}: not a folder under {ctx}")
-            patches = patching.load_patches(ctx / overlay_dir)
+            if not (ctx / fork_dir).is_dir():
+                raise BadInput(f"--fork-dir {fork_dir}: not a folder under {ctx}")
+            patches = patching.load_patches(ctx / overlay_dir, ctx / fork_dir)
         if "@sha256:" not in base_image:
             warn(f"--base-image {base_image} is not pinned by digest; the build is not "
                  "reproducible (use NAME@sha256:...)")
         args = build_args(base_image, python_version, wheelhouse, overlay_dir, patches)
+        labels = {}
+        if patches is not None:
+            from escha_deploy.runtime.description import LABEL_FORK
+            from escha_deploy.runtime.fork import fork_label
+
+            args["FORK_DIR"] = fork_dir
+            if fork_label(patches):  # provenance of the fork's commits, non-ASCII kept
+                labels[LABEL_FORK] = fork_label(patches)
         from escha_deploy.capabilities import IMAGE_HICACHE, IMAGE_STOCK
 
         tag = tag or (IMAGE_HICACHE if hicache else IMAGE_STOCK)
         try:
             client = docker.APIClient(version="auto")
             stream = client.build(path=str(ctx), dockerfile=dockerfile, tag=tag, buildargs=args,
-                                  rm=True, forcerm=True, decode=True)
+                                  rm=True, forcerm=True, decode=True, labels=labels or None)
             image_id, log_tail, error = None, [], None
             for chunk in stream:
                 if "stream" in chunk:

@@ -121,6 +121,13 @@ def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_siz
     from ..profile import load_profile
 
     prof = load_profile(profile_ref, overrides)
+    if capabilities is None:
+        # inside an image (or a host patched with `runtime apply`): plan the runtime that is
+        # here, not the one the profile asks for
+        from ..runtime.description import read_description
+
+        desc = read_description()
+        capabilities = frozenset(desc.capabilities) if desc is not None else None
     host, model_dir = gather_plan_inputs(prof, platform=platform, host_ram=host_bytes)
     result = plan(prof, host, model_dir=model_dir, ratio=ratio, hicache_size_gb=hicache_size,
                   capabilities=capabilities)

@@ -1,4 +1,5 @@
-"""``escha-deploy runtime apply | inventory | verify | describe``: the patched SGLang runtime.
+"""``escha-deploy runtime apply | import | inventory | verify | describe``: the patched SGLang
+runtime.
 
 Heavy imports stay in the command bodies. Results go to stdout (table or ``--format json``),
 progress and warnings to stderr; failures raise ``escha_deploy.errors`` (exit 2 bad input,
@@ -37,6 +38,13 @@ OverlayOpt = Annotated[
                  "*.patch by name). See docs/runtime.md."),
 ]
 
+ForkOpt = Annotated[
+    Optional[Path],
+    typer.Option("--fork-dir", envvar="ESCHA_RUNTIME_FORK",
+                 help="A fork's commits imported by `escha-deploy runtime import` (patches + "
+                 "escha-fork.yaml), applied in the order the declaration gives with our series."),
+]
+
 
 def _state_dir(state_dir: Optional[Path]) -> Path:
     from escha_deploy.capabilities import RUNTIME_DESCRIPTION_PATH
@@ -63,9 +71,11 @@ def register(app: typer.Typer) -> None:
             "refuse if the series gives another.")] = None,
         expect_series: Annotated[Optional[str], typer.Option(
             "--expect-series", help="Comma list of patch names the labels promised.")] = None,
+        fork_dir: ForkOpt = None,
         fmt: FormatOpt = OutputFormat.table,
     ) -> None:
-        """Apply our series (+ overlays) to the installed sglang, verify, write runtime.json."""
+        """Apply our series (+ a fork's imported commits, + overlays) to the installed sglang,
+        verify, write runtime.json."""
         from escha_deploy import __version__
         from escha_deploy.cli.output import info, print_json
         from escha_deploy.runtime import inventory as inv
@@ -76,7 +86,7 @@ def register(app: typer.Typer) -> None:
         sd = _state_dir(state_dir)
         info(f"sglang {located.version} at {located.package_dir} (Python {located.python})")
         result = patching.apply(located, sd, overlay_dir, base_ref, expect_capabilities,
-                                expect_series, __version__)
+                                expect_series, __version__, fork_dir=fork_dir)
         write_description(result.description, sd / "runtime.json")
         info(f"wrote {sd / 'runtime.json'}")
         _print_description(result.description, fmt)
@@ -90,6 +100,7 @@ def register(app: typer.Typer) -> None:
         base_wheel: Annotated[Optional[Path], typer.Option(
             "--base-wheel", help="Read the clean base files from this stock wheel instead of "
             "the copies apply saved.")] = None,
+        fork_dir: ForkOpt = None,
         fmt: FormatOpt = OutputFormat.table,
     ) -> None:
         """Check the installed sglang equals base + deltas; name every missing, extra and
@@ -103,7 +114,7 @@ def register(app: typer.Typer) -> None:
         located = inv.locate(sglang_dir, python)
         sd = _state_dir(state_dir)
         desc = read_description(sd / "runtime.json")
-        result = patching.verify(located, sd, desc, overlay_dir, base_wheel)
+        result = patching.verify(located, sd, desc, overlay_dir, base_wheel, fork_dir=fork_dir)
         data = {"ok": result.drift.ok, "sglang_dir": str(located.package_dir),
                 "base": result.base, "files": result.files,
                 "expected_digest": result.expected_digest,
@@ -130,6 +141,7 @@ def register(app: typer.Typer) -> None:
             "--deltas", help="Show the deltas the series (+ overlays) makes to this base "
             "(computed on a clean copy: needs --wheel, or an unpatched install).")] = False,
         overlay_dir: OverlayOpt = None,
+        fork_dir: ForkOpt = None,
         fmt: FormatOpt = OutputFormat.table,
     ) -> None:
         """The base inventory (every file, size, sha256; no __pycache__) and its digest."""
@@ -160,7 +172,7 @@ def register(app: typer.Typer) -> None:
                       "committed_inventory": committed.name if committed else None,
                       "matches_committed": matches}
         if deltas:
-            d, _ = patching.compute_deltas(patching.load_patches(overlay_dir), read_base)
+            d, _ = patching.compute_deltas(patching.load_patches(overlay_dir, fork_dir), read_base)
             data["deltas"] = {rel: (None if e is None else {"size": e[0], "sha256": e[1]})
                               for rel, e in sorted(d.items())}
         if output is not None:
@@ -182,6 +194,91 @@ def register(app: typer.Typer) -> None:
                 dt.add_row(rel, "deleted" if e is None else str(e["size"]),
                            "" if e is None else e["sha256"])
             stdout_console().print(dt)
+
+    @runtime.command(
+        "import",
+        epilog="Example:  git -C ~/sglang format-patch v0.5.19..escha -o ~/escha-fork && "
+        "escha-deploy runtime import ~/escha-fork --base-wheel sglang-0.5.19-*.whl",
+    )
+    def import_cmd(
+        directory: Annotated[Path, typer.Argument(
+            help="`git format-patch v0.5.19..BRANCH` output of your SGLang fork, with its "
+            "escha-fork.yaml declaration.", show_default=False)],
+        output: Annotated[Path, typer.Option(
+            "--output", "-o", help="Where the build finds it: a folder of the build context "
+            "(Dockerfile.hicache copies runtime_fork/).")] = Path("runtime_fork"),
+        base_wheel: Annotated[Optional[Path], typer.Option(
+            "--base-wheel", help="Also apply everything to the clean files of this stock "
+            "sglang 0.5.19 wheel now, so a hunk that does not apply is refused here, not in "
+            "the image build.")] = None,
+        fmt: FormatOpt = OutputFormat.table,
+    ) -> None:
+        """Import a fork's commits (git format-patch against v0.5.19, SGLang repository
+        layout): check them, order them with our series, and copy them for the build."""
+        import shutil
+
+        from escha_deploy.cli.output import info, print_json
+        from escha_deploy.errors import BadInput
+        from escha_deploy.runtime import inventory as inv
+        from escha_deploy.runtime import patching
+        from escha_deploy.runtime.fork import DECLARATION, fork_patch_files
+
+        if not directory.is_dir():
+            raise BadInput(f"{directory}: not a folder")
+        fi = patching.load_fork(directory)
+        deltas = None
+        if base_wheel is not None:
+            if not base_wheel.is_file():
+                raise BadInput(f"--base-wheel {base_wheel}: no such file")
+            deltas, _ = patching.compute_deltas(
+                fi.order, lambda rel: inv.read_wheel_file(base_wheel, rel))
+        if output.resolve() != directory.resolve():
+            output.mkdir(parents=True, exist_ok=True)
+            for old in [*output.glob("*.patch"), output / DECLARATION, output / "series"]:
+                old.unlink(missing_ok=True)
+            for f in fork_patch_files(directory):
+                shutil.copyfile(f, output / f.name)
+            if (directory / DECLARATION).is_file():
+                shutil.copyfile(directory / DECLARATION, output / DECLARATION)
+        by_file = {c.file: c for c in fi.commits}
+        data = {
+            "directory": str(directory), "output": str(output),
+            "order": [{"name": p.name, "source": p.source,
+                       "commit": by_file[p.name].commit if p.source == "fork" else None,
+                       "subject": by_file[p.name].subject if p.source == "fork"
+                       else p.header.get("Subject"),
+                       "capabilities": list(p.capabilities),
+                       "files": [f"sglang/{t}" for t in p.touched],
+                       "left_out": list(by_file[p.name].left_out) if p.source == "fork" else []}
+                      for p in fi.order],
+            "dropped": fi.dropped,
+            "capabilities": patching.capabilities_of(fi.order),
+            "deltas_checked_against": str(base_wheel) if base_wheel else None,
+            "deltas": len(deltas) if deltas is not None else None,
+        }
+        if fmt == OutputFormat.json:
+            print_json(data)
+            return
+        from rich.table import Table
+
+        from escha_deploy.cli.output import stdout_console
+
+        t = Table(title=f"apply order ({len(fi.order)} patches)")
+        for col in ("#", "patch", "commit", "capabilities", "left out"):
+            t.add_column(col, overflow="fold")
+        for n, row in enumerate(data["order"], 1):
+            t.add_row(str(n), f"{row['name']}\n{row['subject'] or ''}",
+                      (row["commit"] or "our series")[:12], ", ".join(row["capabilities"]),
+                      ", ".join(row["left_out"]))
+        stdout_console().print(t)
+        for line in fi.dropped:
+            print(f"dropped: {line}")
+        print(f"capabilities: {', '.join(data['capabilities']) or 'none'}")
+        if deltas is not None:
+            print(f"applies cleanly to {base_wheel.name}: {len(deltas)} files changed or added")
+        if output.resolve() != directory.resolve():
+            info(f"copied {len(fi.commits)} patches to {output}; build with "
+                 f"`escha-deploy build --hicache --fork-dir {output}`")
 
     @runtime.command("describe")
     def describe_cmd(
@@ -213,6 +310,10 @@ def _print_description(desc, fmt: OutputFormat) -> None:
                  f"inventory {desc.base_inventory_digest})"),
         ("python", desc.python),
         ("series", ", ".join(f"{e.name} [{e.source}]" for e in desc.series)),
+        *[("fork commit", f"{e.commit} {e.subject} ({e.author}, {e.date})"
+           + (f"; left out: {', '.join(e.left_out)}" if e.left_out else ""))
+          for e in desc.series if e.source == "fork"],
+        *[("dropped", d) for d in desc.dropped],
         ("capabilities", ", ".join(desc.capabilities) or "none"),
         ("inventory digest", desc.inventory_digest),
     ]

@@ -65,10 +65,13 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
     in_container = os.environ.get(SERVE_MODE_ENV) == "container"
     # inside the container the model folder is mounted at model.path
     host, model_dir = gather_plan_inputs(profile, model_path=profile.model.path if in_container else None)
-    # --print always shows what the plan implies for the runtime the profile targets; the
-    # missing capabilities then go to stderr with exit 3.
+    # plan the runtime this is (a fork image without our host-reserve patch gets stock
+    # 0.5.19's host check and no ESCHA_* variable it would not read); with no description,
+    # --print shows what the plan implies for the runtime the profile targets. Missing
+    # capabilities then go to stderr with exit 3.
     plan = make_plan(profile, host, model_dir=model_dir,
-                     capabilities=frozenset(profile.runtime.needs if missing else (caps or ())))
+                     capabilities=frozenset(caps) if caps is not None
+                     else frozenset(profile.runtime.needs if missing else ()))
     if plan.verdict == "unsafe" and not dry_run:
         raise Refused(*[f"plan: {r}" for r in plan.reasons] or ["plan: unsafe"])
     if plan.verdict == "hicache_off":

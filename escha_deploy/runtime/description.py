@@ -27,17 +27,26 @@ LABEL_SERIES = LABEL_PREFIX + "runtime.series"
 LABEL_CAPABILITIES = LABEL_PREFIX + "runtime.capabilities"
 LABEL_BASE = LABEL_PREFIX + "runtime.base"
 LABEL_PYTHON = LABEL_PREFIX + "runtime.python"
+#: JSON list of the fork commits applied: ``[{commit, subject, author, date}]`` (UTF-8).
+LABEL_FORK = LABEL_PREFIX + "runtime.fork"
 
 
 class SeriesEntry(BaseModel):
-    """One applied patch: file name, ``series`` or ``overlay``, sha256 of its bytes, the
-    capabilities its header declares."""
+    """One applied patch: file name, ``series``, ``fork`` or ``overlay``, sha256 of its bytes,
+    the capabilities its header (or, for a fork commit, the declaration) gives. A fork commit
+    also keeps its provenance: commit hash, subject, author, date, and the repository files it
+    changed outside ``python/sglang/`` (left out of the image)."""
 
     model_config = ConfigDict(extra="ignore")
     name: str
     source: str
     sha256: str
     capabilities: list[str] = Field(default_factory=list)
+    commit: str | None = None
+    subject: str | None = None
+    author: str | None = None
+    date: str | None = None
+    left_out: list[str] = Field(default_factory=list)
 
 
 class RuntimeDescription(BaseModel):
@@ -55,6 +64,9 @@ class RuntimeDescription(BaseModel):
     sglang_dir: str
     series: list[SeriesEntry] = Field(default_factory=list)
     capabilities: list[str] = Field(default_factory=list)
+    dropped: list[str] = Field(
+        default_factory=list, description="series patches and fork commits the fork's "
+        "declaration left out, each with the decision")
     inventory_digest: str = Field(description="digest of the expected patched package inventory")
     escha_deploy_version: str | None = None
 
@@ -67,7 +79,15 @@ class RuntimeDescription(BaseModel):
             LABEL_CAPABILITIES: ",".join(self.capabilities),
             LABEL_BASE: self.base,
             LABEL_PYTHON: self.python,
+            LABEL_FORK: fork_label_of(self.series),
         }
+
+
+def fork_label_of(series: list[SeriesEntry]) -> str:
+    """The ``io.escha.runtime.fork`` value for these entries (``""`` without fork commits)."""
+    items = [{"commit": e.commit, "subject": e.subject, "author": e.author, "date": e.date}
+             for e in series if e.source == "fork"]
+    return json.dumps(items, ensure_ascii=False, separators=(",", ":")) if items else ""
 
 
 def read_description(path: str | Path = RUNTIME_DESCRIPTION_PATH) -> RuntimeDescription | None:
@@ -114,6 +134,7 @@ def require_capabilities(have: list[str] | None, needed: list[str] | tuple[str, 
         overlays = [c for c in missing if c in CAPABILITIES and CAPABILITIES[c].source == "overlay"]
         hint = "build the image with our series: `escha-deploy build --hicache` (docs/runtime.md)"
         if overlays:
-            hint += (f", with your overlay patches for {', '.join(overlays)} in runtime_overlays/ "
-                     "(stock SGLang 0.5.19 has none of them)")
+            hint += (f", with your fork's commits for {', '.join(overlays)} imported "
+                     "(`escha-deploy runtime import`) and declared in escha-fork.yaml, or overlay "
+                     "patches in runtime_overlays/ (stock SGLang 0.5.19 has none of them)")
         raise Refused(*[f"{where}: runtime lacks capability {c!r}" for c in missing], hint=hint)

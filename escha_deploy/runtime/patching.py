@@ -12,8 +12,9 @@ tree being verified:
   ``--base-wheel``.
 
 The state directory (default ``/etc/escha``, beside ``runtime.json``) holds ``runtime.json``,
-``base-inventory.json`` (only for a base with no committed inventory), ``base-files/`` and
-``overlays/`` (a copy of the applied overlays).
+``base-inventory.json`` (only for a base with no committed inventory), ``base-files/``,
+``overlays/`` (a copy of the applied overlays) and ``fork/`` (a copy of the imported fork
+commits and their declaration, ``runtime import``).
 """
 
 from __future__ import annotations
@@ -48,9 +49,27 @@ def committed_base_path(tag: str | None) -> Path | None:
     return p if p.is_file() else None
 
 
-def load_patches(overlay_dir: Path | None) -> list[Patch]:
-    """Our series, then the overlays of ``overlay_dir`` (if given and present)."""
-    patches = read_series(series_dir(), "series")
+def has_fork(fork_dir: Path | None) -> bool:
+    """True when ``fork_dir`` holds imported ``*.patch`` files."""
+    return fork_dir is not None and Path(fork_dir).is_dir() and any(Path(fork_dir).glob("*.patch"))
+
+
+def load_fork(fork_dir: Path):
+    """Our series and the fork commits of ``fork_dir``, resolved into one order
+    (``fork.load_fork``)."""
+    from escha_deploy.runtime.fork import load_fork as _load
+
+    return _load(Path(fork_dir), read_series(series_dir(), "series"))
+
+
+def load_patches(overlay_dir: Path | None, fork_dir: Path | None = None) -> list[Patch]:
+    """Our series (interleaved with the fork commits of ``fork_dir`` as its declaration
+    orders them, when there are any), then the overlays of ``overlay_dir`` (if given and
+    present)."""
+    if has_fork(fork_dir):
+        patches = load_fork(fork_dir).order
+    else:
+        patches = read_series(series_dir(), "series")
     if overlay_dir is not None and Path(overlay_dir).is_dir():
         patches += read_series(Path(overlay_dir), "overlay")
     names = [p.name for p in patches]
@@ -64,7 +83,15 @@ def compute_deltas(patches: list[Patch], read_base) -> tuple[dict[str, inv.Entry
                                                              dict[str, bytes | None]]:
     """``(deltas, contents)``: per touched path, ``(size, sha256)`` or ``None`` (deleted), and
     the patched bytes. ``read_base(rel)`` returns a clean base file's bytes or ``None``."""
-    contents = apply_series(patches, read_base)
+    try:
+        contents = apply_series(patches, read_base)
+    except Refused as exc:
+        if not any(p.source == "fork" for p in patches):
+            raise
+        raise Refused(*exc.problems, hint=(
+            "a fork commit was made against stock 0.5.19 and our patches too: where both change "
+            "the same lines only one order (fork-first, ours-first) or a drop applies; set it "
+            "under overlaps in escha-fork.yaml (docs/runtime.md, 'Bring your fork')")) from None
     deltas = {rel: (None if b is None else (len(b), inv.sha256_bytes(b)))
               for rel, b in contents.items()}
     return deltas, contents
@@ -90,6 +117,18 @@ def base_id(located: inv.Located, base_ref: str | None) -> str:
     if base_ref:
         return f"image:{base_ref}"
     return f"dir:{located.package_dir}"
+
+
+def series_entry(p: Patch) -> SeriesEntry:
+    """The description's record of one applied patch (a fork commit's provenance included)."""
+    h = p.header
+    extra = {}
+    if p.source == "fork":
+        extra = {"commit": h.get("Commit"), "subject": h.get("Subject"), "author": h.get("From"),
+                 "date": h.get("Date"),
+                 "left_out": [x for x in h.get("Left-Out", "").split(", ") if x]}
+    return SeriesEntry(name=p.name, source=p.source, sha256=p.sha256,
+                       capabilities=list(p.capabilities), **extra)
 
 
 @dataclass
@@ -149,6 +188,7 @@ def apply(
     expect_capabilities: str | None = None,
     expect_series: str | None = None,
     escha_version: str | None = None,
+    fork_dir: Path | None = None,
 ) -> ApplyResult:
     """Patch the installed sglang in place, then verify it; write the state and description.
 
@@ -174,7 +214,8 @@ def apply(
         print(f"no committed base inventory for {base_id(located, base_ref)}: recorded the one "
               f"found, digest {base_digest}", file=sys.stderr)
 
-    patches = load_patches(overlay_dir)
+    fork = load_fork(fork_dir) if has_fork(fork_dir) else None
+    patches = load_patches(overlay_dir, fork_dir)
     names = [p.name for p in patches]
     caps = capabilities_of(patches)
     problems = (_check_expected(expect_capabilities, caps, "capabilities")
@@ -207,6 +248,11 @@ def apply(
     if overlay_dir is not None and Path(overlay_dir).is_dir() and any(
             p.source == "overlay" for p in patches):
         shutil.copytree(overlay_dir, ov_copy)
+    fork_copy = state_dir / "fork"
+    if fork_copy.exists():
+        shutil.rmtree(fork_copy)
+    if fork is not None:
+        shutil.copytree(fork_dir, fork_copy)
 
     for rel, data in contents.items():
         target = pkg / rel
@@ -228,8 +274,8 @@ def apply(
         base_inventory_committed=committed is not None,
         python=located.python,
         sglang_dir=str(pkg),
-        series=[SeriesEntry(name=p.name, source=p.source, sha256=p.sha256,
-                            capabilities=list(p.capabilities)) for p in patches],
+        series=[series_entry(p) for p in patches],
+        dropped=fork.dropped if fork is not None else [],
         capabilities=caps,
         inventory_digest=inv.digest(expected),
         escha_deploy_version=escha_version,
@@ -252,12 +298,14 @@ def verify(
     description: RuntimeDescription | None = None,
     overlay_dir: Path | None = None,
     base_wheel: Path | None = None,
+    fork_dir: Path | None = None,
 ) -> VerifyResult:
     """Compare the installed tree with base + deltas. Returns the drift (empty when equal).
 
     Base inventory: the committed one for the installed wheel tag, else
     ``<state>/base-inventory.json``. Clean base files: ``base_wheel`` when given, else
-    ``<state>/base-files``. Overlays: ``overlay_dir``, else ``<state>/overlays``. Raises
+    ``<state>/base-files``. Overlays: ``overlay_dir``, else ``<state>/overlays``; fork commits:
+    ``fork_dir``, else ``<state>/fork``. Raises
     ``Refused`` when no base inventory or clean copy is available, a clean copy does not match
     the base inventory, or the patches differ from those the description records.
     """
@@ -275,7 +323,9 @@ def verify(
         )
     if overlay_dir is None and (state_dir / "overlays").is_dir():
         overlay_dir = state_dir / "overlays"
-    patches = load_patches(overlay_dir)
+    if fork_dir is None and (state_dir / "fork").is_dir():
+        fork_dir = state_dir / "fork"
+    patches = load_patches(overlay_dir, fork_dir)
     if description is not None:
         recorded = [(e.name, e.sha256) for e in description.series]
         now = [(p.name, p.sha256) for p in patches]

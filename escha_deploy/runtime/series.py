@@ -68,28 +68,24 @@ class Patch:
         return [f.path for f in self.files]
 
 
-def _strip_path(raw: bytes, where: str) -> str | None:
+def _strip_path(raw: bytes, where: str, root: str = PACKAGE) -> str | None:
     text = raw.decode("utf-8").split("\t")[0].rstrip("\r\n")
     if text == "/dev/null":
         return None
     parts = text.split("/", 1)
-    if len(parts) != 2 or not parts[1].startswith(PACKAGE + "/"):
-        raise BadInput(f"{where}: path {text!r} is not a/{PACKAGE}/... or b/{PACKAGE}/...")
-    return parts[1][len(PACKAGE) + 1:]
+    if len(parts) != 2 or not parts[1].startswith(root + "/"):
+        raise BadInput(f"{where}: path {text!r} is not a/{root}/... or b/{root}/...")
+    return parts[1][len(root) + 1:]
 
 
-def parse_patch(data: bytes, name: str, source: str = "series") -> Patch:
-    """Parse a patch file's bytes. Raises ``BadInput`` naming ``name:line`` for a malformed
-    header or diff."""
-    lines = data.splitlines(keepends=True)
-    header: dict[str, str] = {}
+def parse_diff(lines: list[bytes], name: str, root: str = PACKAGE) -> list[FilePatch]:
+    """The file changes of a unified diff given as lines (with their line ends). Lines outside
+    a ``--- ``/``+++ `` pair and its hunks are skipped, so ``name:line`` in errors is the line in
+    ``lines``. Paths must be ``a/<root>/...`` and ``b/<root>/...`` and are returned relative to
+    ``root`` (the sglang package: ``sglang`` for our series, ``python/sglang`` in SGLang's git
+    repository). Raises ``BadInput`` for a malformed diff."""
     files: list[FilePatch] = []
     i = 0
-    while i < len(lines) and not lines[i].startswith(b"--- "):
-        m = re.match(rb"^([A-Za-z][A-Za-z-]*):\s*(.*)$", lines[i].rstrip(b"\r\n"))
-        if m and not files:
-            header.setdefault(m.group(1).decode(), m.group(2).decode().strip())
-        i += 1
     while i < len(lines):
         line = lines[i]
         if not line.startswith(b"--- "):
@@ -97,8 +93,8 @@ def parse_patch(data: bytes, name: str, source: str = "series") -> Patch:
             continue
         if i + 1 >= len(lines) or not lines[i + 1].startswith(b"+++ "):
             raise BadInput(f"{name}:{i + 2}: expected a '+++ ' line after '--- '")
-        old = _strip_path(line[4:], f"{name}:{i + 1}")
-        new = _strip_path(lines[i + 1][4:], f"{name}:{i + 2}")
+        old = _strip_path(line[4:], f"{name}:{i + 1}", root)
+        new = _strip_path(lines[i + 1][4:], f"{name}:{i + 2}", root)
         i += 2
         hunks: list[Hunk] = []
         while i < len(lines) and lines[i].startswith(b"@@"):
@@ -139,6 +135,21 @@ def parse_patch(data: bytes, name: str, source: str = "series") -> Patch:
         if not hunks:
             raise BadInput(f"{name}:{i}: file {new or old} has no hunks")
         files.append(FilePatch(old, new, tuple(hunks)))
+    return files
+
+
+def parse_patch(data: bytes, name: str, source: str = "series") -> Patch:
+    """Parse a patch file's bytes. Raises ``BadInput`` naming ``name:line`` for a malformed
+    header or diff."""
+    lines = data.splitlines(keepends=True)
+    header: dict[str, str] = {}
+    i = 0
+    while i < len(lines) and not lines[i].startswith(b"--- "):
+        m = re.match(rb"^([A-Za-z][A-Za-z-]*):\s*(.*)$", lines[i].rstrip(b"\r\n"))
+        if m:
+            header.setdefault(m.group(1).decode(), m.group(2).decode().strip())
+        i += 1
+    files = parse_diff(lines, name)
     if not files:
         raise BadInput(f"{name}: no file changes found (expected '--- a/sglang/...' lines)")
     if "Capabilities" not in header:

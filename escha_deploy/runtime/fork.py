@@ -1,0 +1,464 @@
+"""A fork's commits on SGLang v0.5.19, imported as they are: ``git format-patch`` files.
+
+A fork is a branch of the SGLang repository (github.com/sgl-project/sglang) on the ``v0.5.19``
+tag; ``git format-patch v0.5.19..BRANCH -o DIR`` writes one mail per commit. This module reads
+such a directory and turns it into patches the strict applier (``series.py``) applies together
+with our series, in one order, to clean copies of the installed package:
+
+- **Headers** come from Python's ``email`` package (``policy.default``): ``Subject`` (RFC 2047
+  encoded words and folded lines decoded; a leading ``[PATCH n/m]`` removed), ``From`` and
+  ``Date``; the commit hash from the mbox ``From <hash> ...`` line git writes first.
+- **Diffs** are read from the mail's bytes as they are (format-patch writes 8bit bodies), file
+  block by file block (``diff --git a/P b/P``). ``python/sglang/P`` maps to ``sglang/P`` of the
+  installed package. Refused, naming the commit: renames, copies, mode changes (and new files
+  that are executable or symbolic links), binary diffs, and anything under ``sgl-kernel/`` or
+  ``python/pyproject.toml`` (a rebuilt kernel wheel or new dependencies, which an image build
+  with no network cannot make). Files elsewhere (``tools/``, ``test/``, ``docs/``) are listed
+  and left out: they are not part of the installed package.
+- **The declaration** (``escha-fork.yaml`` beside the patches) says which capabilities each
+  commit provides (never guessed from the diff), which fork commits to drop, and for every
+  file that one of our patches and a fork commit both touch, a decision: ``ours-first``,
+  ``fork-first``, ``drop-ours`` or ``drop-fork``. Without one the import is refused naming
+  both patches and the file, even when both would apply: two host-reserve mechanisms in one
+  runtime are worse than a conflict.
+
+The result is an ordered patch list (series patches and fork commits interleaved as decided),
+so inventory, apply and verify treat a fork's files exactly like our series' files.
+"""
+
+from __future__ import annotations
+
+import codecs
+import email
+import email.policy
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from escha_deploy.errors import BadInput, Refused
+from escha_deploy.runtime.series import FilePatch, Patch, parse_diff
+
+#: The declaration file, next to the patches.
+DECLARATION = "escha-fork.yaml"
+#: Where the sglang package lives in SGLang's git repository.
+REPO_ROOT = "python/sglang"
+DECISIONS = ("ours-first", "fork-first", "drop-ours", "drop-fork")
+_FROM_LINE = re.compile(rb"^From ([0-9a-f]{40}) ")
+_SUBJECT_PREFIX = re.compile(r"^\s*\[PATCH[^\]]*\]\s*")
+_HASH = re.compile(r"^[0-9a-f]{7,40}$")
+#: A path whose change needs more than the Python package: why each is refused.
+_NEEDS_REBUILD = (
+    ("sgl-kernel/", "sgl-kernel/ is compiled into the sgl-kernel wheel; rebuild and pin that "
+                    "wheel in the base image instead"),
+    ("python/pyproject.toml", "python/pyproject.toml changes SGLang's dependencies, which an "
+                              "offline image build cannot install"),
+)
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One ``git format-patch`` mail: ``file`` (its name in the directory), the 40-hex
+    ``commit``, the decoded ``subject``, ``author`` (``Name <mail>``), ``date`` (ISO 8601 with
+    the author's UTC offset), the sha256 of the file's bytes, the kept change (``files`` relative to the sglang
+    package) and the repository paths ``left_out`` (outside ``python/sglang/``)."""
+
+    file: str
+    commit: str
+    subject: str
+    author: str
+    date: str
+    sha256: str
+    files: tuple[FilePatch, ...]
+    left_out: tuple[str, ...]
+
+    @property
+    def short(self) -> str:
+        return self.commit[:12]
+
+    def label(self) -> str:
+        """``<hash12> (<subject>)``: how messages name the commit."""
+        return f"commit {self.short} ({self.subject})"
+
+    def patch(self, capabilities: tuple[str, ...]) -> Patch:
+        """The applier's view of this commit, with the capabilities declared for it."""
+        header = {"Subject": self.subject, "From": self.author, "Date": self.date,
+                  "Commit": self.commit}
+        if self.left_out:
+            header["Left-Out"] = ", ".join(self.left_out)
+        return Patch(self.file, "fork", self.sha256, capabilities, header, self.files)
+
+
+def _diff_path(line: bytes) -> tuple[str, str]:
+    """``(a-path, b-path)`` of a ``diff --git a/X b/Y`` line (git C-quotes unusual names)."""
+    rest = line[len(b"diff --git "):].rstrip(b"\r\n").decode("utf-8", "replace")
+
+    def unquote(s: str) -> str:
+        if s.startswith('"') and s.endswith('"'):
+            return codecs.escape_decode(s[1:-1].encode("latin-1", "backslashreplace"))[0].decode(
+                "utf-8", "replace")
+        return s
+
+    if rest.startswith('"'):
+        end = rest.index('"', 1)
+        while rest[end - 1] == "\\":
+            end = rest.index('"', end + 1)
+        a, b = rest[:end + 1], rest[end + 2:]
+        return unquote(a)[2:], unquote(b)[2:]
+    # unquoted: "a/P b/P" for everything but renames and copies (refused by their own lines)
+    n = (len(rest) - 5) // 2
+    if rest[2:2 + n] == rest[5 + n:] and rest[2 + n:5 + n] == " b/":
+        return rest[2:2 + n], rest[5 + n:]
+    a, _, b = rest.partition(" b/")
+    return a[2:], b
+
+
+def read_commit(path: Path) -> tuple[Commit | None, list[str]]:
+    """Read one ``git format-patch`` file. Returns ``(commit, problems)``: ``problems`` are
+    refusal lines naming the commit and file (a rename, a binary diff, ``sgl-kernel/``, ...);
+    ``commit`` is ``None`` when the file is not a format-patch mail at all (then ``problems``
+    says why). Raises ``BadInput`` (``file:line``) for a malformed diff."""
+    data = path.read_bytes()
+    name = path.name
+    lines = data.splitlines(keepends=True)
+    m = _FROM_LINE.match(lines[0]) if lines else None
+    if m is None:
+        return None, [f"{name}:1: not a `git format-patch` file (no 'From <commit hash> ...' "
+                      "first line)"]
+    msg = email.message_from_bytes(data, policy=email.policy.default)
+    if msg.is_multipart():
+        return None, [f"{name}: a multipart mail (format-patch --attach); export without "
+                      "--attach/--inline"]
+    cte = str(msg.get("Content-Transfer-Encoding", "8bit")).strip().lower()
+    if cte not in ("7bit", "8bit"):
+        return None, [f"{name}: Content-Transfer-Encoding {cte}; export with git format-patch's "
+                      "default 8bit bodies"]
+    subject = _SUBJECT_PREFIX.sub("", str(msg.get("Subject", ""))).strip()
+    date = msg.get("Date")
+    when = getattr(date, "datetime", None)  # ISO 8601 with the author's offset, as git wrote it
+    commit = Commit(name, m.group(1).decode(), subject, str(msg.get("From", "")).strip(),
+                    when.isoformat() if when is not None else str(date or "").strip(),
+                    hashlib.sha256(data).hexdigest(), (), ())
+    who = f"{name}: {commit.label()}"
+
+    # the body starts after the first empty line; file blocks start at "diff --git"
+    body = next((i + 1 for i, ln in enumerate(lines) if ln in (b"\n", b"\r\n")), len(lines))
+    starts = [i for i in range(body, len(lines)) if lines[i].startswith(b"diff --git ")]
+    masked = [b"\n"] * len(lines)  # what parse_diff reads: the kept blocks, at their own lines
+    problems: list[str] = []
+    left_out: list[str] = []
+    empty_files: list[FilePatch] = []
+    root = REPO_ROOT + "/"
+    for k, start in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else len(lines)
+        a_path, b_path = _diff_path(lines[start])
+        ext: dict[str, str] = {}
+        binary = False
+        has_text = False
+        for j in range(start + 1, end):
+            ln = lines[j].rstrip(b"\r\n").decode("utf-8", "replace")
+            if ln.startswith("--- ") or ln.startswith("@@"):
+                has_text = True
+                break
+            if ln.startswith("GIT binary patch") or (ln.startswith("Binary files ")
+                                                     and ln.endswith(" differ")):
+                binary = True
+                break
+            key, _, value = ln.partition(" ")
+            two = " ".join(ln.split(" ")[:2])
+            if two in ("old mode", "new mode", "rename from", "rename to", "copy from", "copy to",
+                       "new file mode", "deleted file mode", "similarity index"):
+                ext[two] = ln[len(two) + 1:]
+            elif key == "dissimilarity":
+                ext["dissimilarity index"] = value
+        shown = b_path if b_path else a_path
+        where = f"{who}: {shown} (line {start + 1})"
+        if "rename from" in ext or "copy from" in ext:
+            kind = "renames" if "rename from" in ext else "copies"
+            src = ext.get("rename from") or ext.get("copy from")
+            dst = ext.get("rename to") or ext.get("copy to")
+            problems.append(f"{who}: {kind} {src} to {dst} (line {start + 1}); the applier takes "
+                            "text diffs only: export with `git format-patch --no-renames`")
+            continue
+        if "old mode" in ext or "new mode" in ext:
+            problems.append(f"{where}: changes the file mode {ext.get('old mode')} -> "
+                            f"{ext.get('new mode')}; an image build cannot carry mode changes")
+            continue
+        if ext.get("new file mode", "100644") != "100644":
+            problems.append(f"{where}: adds a file of mode {ext['new file mode']} (executable "
+                            "or symbolic link); only plain files (100644) can be imported")
+            continue
+        if binary:
+            problems.append(f"{where}: a binary diff; only text diffs can be imported")
+            continue
+        rebuild = next((why for p, why in _NEEDS_REBUILD
+                        if shown == p or (p.endswith("/") and shown.startswith(p))), None)
+        if rebuild is not None:
+            problems.append(f"{where}: {rebuild}")
+            continue
+        if not shown.startswith(root):
+            left_out.append(shown)
+            continue
+        if has_text:
+            masked[start:end] = lines[start:end]
+        elif "new file mode" in ext:  # git writes no hunk for an empty new file
+            empty_files.append(FilePatch(None, shown[len(root):], ()))
+        elif "deleted file mode" in ext:
+            empty_files.append(FilePatch(shown[len(root):], None, ()))
+    if not starts:
+        problems.append(f"{who}: no 'diff --git' blocks (an empty commit?)")
+    if problems:
+        return commit, problems
+    files = parse_diff(masked, name, REPO_ROOT) + empty_files
+    return Commit(commit.file, commit.commit, commit.subject, commit.author, commit.date,
+                  commit.sha256, tuple(files), tuple(left_out)), []
+
+
+@dataclass
+class Declaration:
+    """``escha-fork.yaml``: ``commits`` maps a commit (hash or unique prefix, 7+ hex) to the
+    capabilities it provides; ``drop`` lists fork commits left out; ``overlaps`` holds one
+    decision per (our patch, fork commit) pair that touch a common file."""
+
+    commits: dict[str, list[str]] = field(default_factory=dict)
+    drop: list[str] = field(default_factory=list)
+    overlaps: list[dict] = field(default_factory=list)
+    positions: dict = field(default_factory=dict)
+    file: str = DECLARATION
+
+    def where(self, *key) -> str:
+        """``escha-fork.yaml:LINE: a.b`` for a key path."""
+        from escha_deploy.yamlpos import position_of
+
+        f, line = position_of(self.positions, tuple(key)) or (self.file, 1)
+        return f"{f}:{line}: {'.'.join(str(k) for k in key)}"
+
+
+def read_declaration(path: Path) -> Declaration:
+    """Parse ``escha-fork.yaml``; an absent file declares nothing. Raises ``BadInput`` naming
+    ``file:line`` for a malformed one."""
+    if not path.is_file():
+        return Declaration(file=str(path))
+    from escha_deploy.yamlpos import parse_yaml_text
+
+    text = path.read_text(encoding="utf-8")
+    _, pos = parse_yaml_text(text, str(path))  # syntax errors with file:line, and positions
+    import yaml
+
+    # every scalar as written (BaseLoader): YAML would read an all-digit hash as a number
+    data = yaml.load(text, Loader=yaml.BaseLoader)
+    decl = Declaration(positions=pos, file=str(path))
+    data = data or {}
+    problems = []
+    if not isinstance(data, dict):
+        raise BadInput(f"{path}:1: expected a mapping with commits, drop, overlaps")
+    for key in data:
+        if key not in ("commits", "drop", "overlaps"):
+            problems.append(f"{decl.where(key)}: unknown key (expected commits, drop, overlaps)")
+    commits = data.get("commits") or {}  # BaseLoader: an empty value is ""
+    if not isinstance(commits, dict):
+        problems.append(f"{decl.where('commits')}: expected a mapping of commit hash to a "
+                        "list of capabilities")
+        commits = {}
+    for k, v in commits.items():
+        caps = ([v] if v else []) if isinstance(v, str) else v
+        if not isinstance(caps, list) or not all(isinstance(c, str) for c in caps):
+            problems.append(f"{decl.where('commits', k)}: expected a list of capability names")
+            continue
+        decl.commits[str(k)] = caps
+    drop = data.get("drop") or []
+    if not isinstance(drop, list):
+        problems.append(f"{decl.where('drop')}: expected a list of commit hashes")
+        drop = []
+    decl.drop = [str(d) for d in drop]
+    overlaps = data.get("overlaps") or []
+    if not isinstance(overlaps, list):
+        problems.append(f"{decl.where('overlaps')}: expected a list of "
+                        "{ours: PATCH, fork: COMMIT, decision: ...}")
+        overlaps = []
+    for n, o in enumerate(overlaps):
+        if not isinstance(o, dict) or set(o) != {"ours", "fork", "decision"}:
+            problems.append(f"{decl.where('overlaps', n)}: expected exactly the keys ours, fork, "
+                            "decision")
+            continue
+        if o["decision"] not in DECISIONS:
+            problems.append(f"{decl.where('overlaps', n, 'decision')}: {o['decision']!r} is not "
+                            f"one of {', '.join(DECISIONS)}")
+            continue
+        decl.overlaps.append({k: str(v) for k, v in o.items()} | {"index": n})
+    if problems:
+        raise BadInput(*problems)
+    return decl
+
+
+@dataclass
+class ForkImport:
+    """A fork directory resolved against our series: ``commits`` in the directory's order,
+    ``order`` the patches to apply (series and fork interleaved), ``dropped`` one line per
+    patch or commit left out and why."""
+
+    directory: Path
+    commits: list[Commit]
+    order: list[Patch]
+    dropped: list[str]
+    capabilities: dict[str, tuple[str, ...]]
+
+    def provenance(self) -> list[dict[str, str]]:
+        """``[{commit, subject, author, date, file}]`` of the fork commits applied, in order
+        (what the ``io.escha.runtime.fork`` label holds)."""
+        applied = {p.name for p in self.order if p.source == "fork"}
+        return [{"commit": c.commit, "subject": c.subject, "author": c.author, "date": c.date,
+                 "file": c.file} for c in self.commits if c.file in applied]
+
+
+def fork_patch_files(directory: Path) -> list[Path]:
+    """The ``*.patch`` files of a fork directory, by name (format-patch numbers them)."""
+    return sorted(Path(directory).glob("*.patch"))
+
+
+def _resolve(decl: Declaration, key: str, commits: list[Commit], where: str) -> Commit | str:
+    """The commit ``key`` names (full hash or unique prefix), else an error line."""
+    k = key.strip().lower()
+    if not _HASH.match(k):
+        return f"{where}: {key!r} is not a commit hash (7 to 40 hex digits)"
+    found = [c for c in commits if c.commit.startswith(k)]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        return (f"{where}: no commit {key} among the {len(commits)} patches of this directory "
+                "(a declaration may name only commits that are imported)")
+    return f"{where}: {key} is ambiguous ({', '.join(c.short for c in found)})"
+
+
+def load_fork(directory: Path, series: list[Patch]) -> ForkImport:
+    """Read a fork directory (``*.patch`` + ``escha-fork.yaml``) and order it with ``series``.
+
+    Raises ``Refused`` (exit 3) naming each commit that cannot be imported and each file both
+    one of our patches and a fork commit touch without a decision; ``BadInput`` (exit 2) for a
+    malformed declaration: a capability not in ``escha_deploy.capabilities``, one of our
+    series' capabilities declared for a fork commit, a commit not in the directory.
+    """
+    from escha_deploy.capabilities import CAPABILITIES, SERIES_CAPABILITIES
+
+    directory = Path(directory)
+    files = fork_patch_files(directory)
+    if not files:
+        raise BadInput(f"{directory}: no *.patch files (make them with "
+                       "`git format-patch v0.5.19..BRANCH -o DIR`)")
+    commits: list[Commit] = []
+    problems: list[str] = []
+    for f in files:
+        c, probs = read_commit(f)
+        problems += probs
+        if c is not None:
+            commits.append(c)
+    if problems:
+        raise Refused(*problems, hint="fix these commits on the fork branch (or leave them out "
+                      "of the range) and export again; docs/runtime.md, 'Bring your fork'")
+    seen: dict[str, str] = {}
+    for c in commits:
+        if c.commit in seen:
+            problems.append(f"{c.file}: {c.label()} is also {seen[c.commit]}")
+        seen[c.commit] = c.file
+    series_names = {p.name for p in series}
+    for c in commits:
+        if c.file in series_names:
+            problems.append(f"{c.file}: has the name of a patch of our series; rename the file")
+    if problems:
+        raise BadInput(*problems)
+
+    decl = read_declaration(directory / DECLARATION)
+    caps: dict[str, tuple[str, ...]] = {c.file: () for c in commits}
+    for key, names in decl.commits.items():
+        c = _resolve(decl, key, commits, decl.where("commits", key))
+        if isinstance(c, str):
+            problems.append(c)
+            continue
+        for n in names:
+            if n not in CAPABILITIES:
+                problems.append(f"{decl.where('commits', key)}: unknown capability {n!r} (known: "
+                                f"{', '.join(x for x in CAPABILITIES if x not in SERIES_CAPABILITIES)})")
+            elif n in SERIES_CAPABILITIES:
+                problems.append(
+                    f"{decl.where('commits', key)}: {n!r} comes only from our series "
+                    f"({', '.join(SERIES_CAPABILITIES)}); a fork commit may not declare it "
+                    "(keep our patch, or drop it and run without that capability)")
+        caps[c.file] = tuple(n for n in names if n in CAPABILITIES)
+    dropped_fork: dict[str, str] = {}
+    for n, key in enumerate(decl.drop):
+        c = _resolve(decl, key, commits, decl.where("drop", n))
+        if isinstance(c, str):
+            problems.append(c)
+        else:
+            dropped_fork[c.file] = "listed under drop"
+    by_name = {p.name: p for p in series}
+    decisions: dict[tuple[str, str], str] = {}
+    dropped_ours: dict[str, str] = {}
+    for o in decl.overlaps:
+        n = o["index"]
+        if o["ours"] not in by_name:
+            problems.append(f"{decl.where('overlaps', n, 'ours')}: {o['ours']!r} is not a patch of "
+                            f"our series ({', '.join(by_name)})")
+            continue
+        c = _resolve(decl, o["fork"], commits, decl.where("overlaps", n, "fork"))
+        if isinstance(c, str):
+            problems.append(c)
+            continue
+        decisions[(o["ours"], c.file)] = o["decision"]
+        if o["decision"] == "drop-ours":
+            dropped_ours[o["ours"]] = f"drop-ours against {c.label()}"
+        elif o["decision"] == "drop-fork":
+            dropped_fork[c.file] = f"drop-fork against {o['ours']}"
+    if problems:
+        raise BadInput(*problems)
+
+    ours = [p for p in series if p.name not in dropped_ours]
+    fork = [c for c in commits if c.file not in dropped_fork]
+    for p in series:
+        for c in commits:
+            shared = sorted(set(p.touched) & {f.path for f in c.files})
+            d = decisions.get((p.name, c.file))
+            if shared and d is None and p in ours and c in fork:
+                problems += [f"{p.name} (our series) and {c.file}, {c.label()}, both change "
+                             f"sglang/{s}: declare ours-first, fork-first, drop-ours or drop-fork "
+                             f"for this pair under overlaps in {DECLARATION}" for s in shared]
+            elif not shared and d is not None:
+                problems.append(f"{DECLARATION}: overlaps: {p.name} and {c.label()} share no "
+                                f"file; remove that decision (use drop: to leave a commit out)")
+    if problems:
+        raise Refused(*problems, hint="two mechanisms for one file are worse than a conflict: "
+                      "choose one (docs/runtime.md, 'Bring your fork')")
+
+    # one order: our patches as early as possible, each after the fork commits it must follow
+    order: list[Patch] = []
+    oi, fi = 0, 0
+    while oi < len(ours) or fi < len(fork):
+        if oi < len(ours):
+            p = ours[oi]
+            waits = [c for c in fork[fi:] if decisions.get((p.name, c.file)) == "fork-first"]
+            if not waits:
+                order.append(p)
+                oi += 1
+                continue
+        c = fork[fi]
+        blocked = [q for q in ours[oi:] if decisions.get((q.name, c.file)) == "ours-first"]
+        if oi < len(ours) and blocked:
+            raise Refused(f"{DECLARATION}: overlaps: no order satisfies both {ours[oi].name} "
+                          f"fork-first and {blocked[0].name} ours-first against {c.label()} "
+                          "(fork commits keep their own order)")
+        order.append(c.patch(caps[c.file]))
+        fi += 1
+    dropped = ([f"{n} (our series): {why}" for n, why in dropped_ours.items()]
+               + [f"{c.file}, {c.label()}: {dropped_fork[c.file]}" for c in commits
+                  if c.file in dropped_fork])
+    return ForkImport(directory, commits, order, dropped, caps)
+
+
+def fork_label(patches: list[Patch]) -> str:
+    """The ``io.escha.runtime.fork`` label: JSON list of ``{commit, subject, author, date}`` of
+    the fork commits among ``patches``, in order (``""`` when none). Non-ASCII is kept."""
+    from escha_deploy.runtime.description import fork_label_of
+    from escha_deploy.runtime.patching import series_entry
+
+    return fork_label_of([series_entry(p) for p in patches])

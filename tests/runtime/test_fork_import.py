@@ -1,0 +1,278 @@
+"""``escha-deploy runtime import`` on a synthetic fork made with real git from the real sglang
+0.5.19 wheel (``synthetic_fork.py``): headers decoded, refusals naming the commit, files outside
+the package left out, declared capabilities, overlap decisions, one order with our series, and
+the imported commits applied and verified file by file on an unpacked wheel.
+
+The planner half: the capabilities the import gives decide which host check the plan models
+(stock 0.5.19 without our 0001) and whether the server environment carries
+``ESCHA_HICACHE_HOST_RESERVE_BYTES``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from escha_deploy.capabilities import ENV_HOST_RESERVE
+from escha_deploy.cli.main import main
+from escha_deploy.runtime import patching
+from escha_deploy.runtime.description import read_description
+from escha_deploy.runtime.fork import DECLARATION, read_commit
+
+sys.path.insert(0, str(Path(__file__).parent))
+from synthetic_fork import AUTHOR_JP, SUBJECT_JP, make_fork  # noqa: E402
+
+pytestmark = pytest.mark.wheel
+OURS_0001 = "0001-hicache-host-reserve.patch"
+
+
+def run(*args: str) -> int:
+    try:
+        return main(list(args))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+@pytest.fixture(scope="session")
+def fork(sglang_wheel, tmp_path_factory):
+    out = tmp_path_factory.mktemp("fork")
+    hashes = make_fork(sglang_wheel, out)
+    return out, hashes
+
+
+def _dir(fork, tmp_path, which: str, declaration: str | None) -> Path:
+    """A copy of an export (``all`` or ``good``) with ``declaration`` as its escha-fork.yaml."""
+    out, _ = fork
+    d = tmp_path / which
+    shutil.copytree(out / which, d)
+    if declaration is not None:
+        (d / DECLARATION).write_text(declaration, encoding="utf-8")
+    return d
+
+
+def _decl(h: dict, decision: str | None = "drop-fork", caps: str = "[int2-kv, w2-weights]") -> str:
+    text = f"commits:\n  {h['int2'][:10]}: {caps}\n"
+    if decision:
+        text += (f"overlaps:\n  - ours: {OURS_0001}\n    fork: {h['rsv'][:8]}\n"
+                 f"    decision: {decision}\n")
+    return text
+
+
+def _import(capsys, d: Path, *extra: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    rc = run("runtime", "import", str(d), *extra)
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def test_headers_are_decoded_non_ascii_intact(fork):
+    out, h = fork
+    c, problems = read_commit(next((out / "good").glob("0002-*.patch")))
+    raw = next((out / "good").glob("0002-*.patch")).read_bytes()
+    assert b"=?UTF-8?q?" in raw and b"\n =?UTF-8?q?" in raw  # git encoded and folded it
+    assert problems == []
+    assert c.subject == SUBJECT_JP
+    assert c.author == f"{AUTHOR_JP} <nakano@example.com>"
+    assert c.commit == h["jp"] and c.date == "2026-03-03T09:00:00+09:00"
+    assert [f.path for f in c.files] == ["srt/mem_cache/pool_host/mha.py"]
+
+
+def test_rename_and_sgl_kernel_are_refused_naming_the_commit(fork, tmp_path, capsys):
+    _, h = fork
+    rc, _, err = _import(capsys, _dir(fork, tmp_path, "all", _decl(h)), "-o", str(tmp_path / "o"))
+    assert rc == 3
+    lines = err.splitlines()
+    ren = [ln for ln in lines if h["ren"][:12] in ln]
+    kern = [ln for ln in lines if h["kern"][:12] in ln]
+    assert len(ren) == 1 and "renames python/sglang/srt/mem_cache/pool_host/mla.py" in ren[0]
+    assert "(hicache: rename the MLA host pool module)" in ren[0]
+    assert len(kern) == 1 and "sgl-kernel/csrc/x.cu" in kern[0]
+    assert not (tmp_path / "o").exists()  # nothing copied
+
+
+def test_mode_binary_and_pyproject_are_refused(fork, tmp_path, capsys):
+    out, h = fork
+    repo = tmp_path / "repo"
+    shutil.copytree(out / "repo", repo)
+
+    def git(*a):
+        subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True)
+
+    git("checkout", "-q", "-b", "more", "v0.5.19")
+    pkg = repo / "python" / "sglang" / "srt" / "mem_cache"
+    (pkg / "radix_cache.py").chmod(0o755)
+    git("commit", "-qam", "chmod radix_cache")
+    (pkg / "blob.bin").write_bytes(bytes(range(256)))
+    git("add", "-A")
+    git("commit", "-qm", "a binary file")
+    pp = repo / "python" / "pyproject.toml"
+    pp.write_text(pp.read_text() + 'dependencies = ["oscar-kernels"]\n')
+    git("commit", "-qam", "pyproject: a new dependency")
+    git("format-patch", "-q", "-o", str(tmp_path / "more"), "v0.5.19..more")
+    rc, _, err = _import(capsys, tmp_path / "more")
+    assert rc == 3
+    assert "(chmod radix_cache): python/sglang/srt/mem_cache/radix_cache.py" in err
+    assert "changes the file mode 100644 -> 100755" in err
+    assert "(a binary file): python/sglang/srt/mem_cache/blob.bin" in err and "binary diff" in err
+    assert "(pyproject: a new dependency): python/pyproject.toml" in err
+
+
+def test_overlap_without_decision_is_refused_naming_both_and_the_file(fork, tmp_path, capsys):
+    _, h = fork
+    rc, _, err = _import(capsys, _dir(fork, tmp_path, "good", _decl(h, decision=None)))
+    assert rc == 3
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert OURS_0001 in line and "0003-hicache-read-host-memory-once-per-TP-group.patch" in line
+    assert h["rsv"][:12] in line and "sglang/srt/mem_cache/pool_host/base.py" in line
+
+
+def test_ours_first_is_refused_where_the_fork_commit_no_longer_applies(fork, tmp_path, capsys,
+                                                                       sglang_wheel):
+    _, h = fork
+    d = _dir(fork, tmp_path, "good", _decl(h, "ours-first"))
+    rc, _, err = _import(capsys, d, "--base-wheel", str(sglang_wheel), "-o", str(tmp_path / "o"))
+    assert rc == 3
+    assert ("error: 0003-hicache-read-host-memory-once-per-TP-group.patch: "
+            "sglang/srt/mem_cache/pool_host/base.py: hunk #1") in err
+    assert "hint: a fork commit was made against stock 0.5.19" in err
+
+
+@pytest.mark.parametrize("decision,order", [
+    ("drop-fork", [OURS_0001, "0002-hicache-host-allocator.patch",
+                   "0003-transfer-geometry-check.patch", "0001-escha-OSCAR-INT2-KV-cache.patch",
+                   "0002-hicache-INT2-KV.patch", "0004-tools-mamba-transfer-repro.patch"]),
+    ("drop-ours", ["0002-hicache-host-allocator.patch", "0003-transfer-geometry-check.patch",
+                   "0001-escha-OSCAR-INT2-KV-cache.patch", "0002-hicache-INT2-KV.patch",
+                   "0003-hicache-read-host-memory-once-per-TP-group.patch",
+                   "0004-tools-mamba-transfer-repro.patch"]),
+])
+def test_declared_drop_is_accepted_in_one_order(fork, tmp_path, capsys, sglang_wheel, decision,
+                                                order):
+    _, h = fork
+    d = _dir(fork, tmp_path, "good", _decl(h, decision))
+    out_dir = tmp_path / "o"
+    rc, out, err = _import(capsys, d, "--base-wheel", str(sglang_wheel), "-o", str(out_dir),
+                           "--format", "json")
+    assert rc == 0, err
+    data = json.loads(out)
+    assert [r["name"] for r in data["order"]] == order
+    assert len(data["dropped"]) == 1 and decision in data["dropped"][0]
+    tools = [r for r in data["order"] if r["commit"] == h["tools"]]
+    assert tools[0]["left_out"] == ["tools/x.py"] and tools[0]["files"] == []
+    int2 = [r for r in data["order"] if r["commit"] == h["int2"]][0]
+    assert int2["capabilities"] == ["int2-kv", "w2-weights"]
+    assert ("hicache-host-reserve-env" in data["capabilities"]) == (decision == "drop-fork")
+    assert sorted(p.name for p in out_dir.iterdir()) == sorted(
+        [p.name for p in d.glob("*.patch")] + [DECLARATION])
+
+
+def test_fork_first_puts_the_commit_before_our_patch(fork, tmp_path):
+    _, h = fork
+    d = _dir(fork, tmp_path, "good", _decl(h, "fork-first"))
+    names = [p.name for p in patching.load_fork(d).order]
+    assert names.index("0003-hicache-read-host-memory-once-per-TP-group.patch") < names.index(OURS_0001)
+    # the fork's other commits keep their order, ahead of it
+    assert names[:3] == ["0001-escha-OSCAR-INT2-KV-cache.patch", "0002-hicache-INT2-KV.patch",
+                         "0003-hicache-read-host-memory-once-per-TP-group.patch"]
+
+
+@pytest.mark.parametrize("bad,expect", [
+    ("commits:\n  {ren}: [int2-kv]\n", "no commit {ren} among the 4 patches"),
+    ("commits:\n  {int2}: [hicache-host-reserve-env]\n",
+     "'hicache-host-reserve-env' comes only from our series"),
+    ("commits:\n  {int2}: [int3-kv]\n", "unknown capability 'int3-kv'"),
+    ("drop: [{ren}]\n", "no commit {ren} among the 4 patches"),
+    ("overlaps:\n  - {{ours: 0009-nope.patch, fork: {rsv}, decision: drop-fork}}\n",
+     "'0009-nope.patch' is not a patch of our series"),
+    ("overlaps:\n  - {{ours: " + OURS_0001 + ", fork: {rsv}, decision: both}}\n",
+     "'both' is not one of ours-first, fork-first, drop-ours, drop-fork"),
+])
+def test_bad_declarations_exit_2_naming_line_and_key(fork, tmp_path, capsys, bad, expect):
+    _, h = fork
+    text = bad.format(**{k: v[:12] for k, v in h.items()})
+    rc, _, err = _import(capsys, _dir(fork, tmp_path, "good", text))
+    assert rc == 2, err
+    assert expect.format(**{k: v[:12] for k, v in h.items()}) in err
+    assert f"{DECLARATION}:" in err  # file:line named
+
+
+def test_applied_fork_verifies_and_one_changed_byte_is_named(fork, tmp_path, site, capsys):
+    """apply + verify on the real unpacked wheel with the imported commits: the fork's files
+    are in the inventory, the description keeps each commit's provenance, a changed byte in a
+    file only the fork adds is named."""
+    _, h = fork
+    d = _dir(fork, tmp_path, "good", _decl(h, "drop-fork"))
+    state, pkg = tmp_path / "state", site / "sglang"
+    assert run("runtime", "apply", "--sglang-dir", str(pkg), "--state-dir", str(state),
+               "--fork-dir", str(d)) == 0
+    desc = read_description(state / "runtime.json")
+    fork_entries = [e for e in desc.series if e.source == "fork"]
+    assert [e.commit for e in fork_entries] == [h["int2"], h["jp"], h["tools"]]
+    assert fork_entries[1].subject == SUBJECT_JP and fork_entries[1].author.startswith(AUTHOR_JP)
+    assert fork_entries[2].left_out == ["tools/x.py"]
+    assert desc.dropped and h["rsv"][:12] in desc.dropped[0]
+    label = json.loads(desc.labels()["io.escha.runtime.fork"])
+    assert [x["subject"] for x in label][1] == SUBJECT_JP
+    assert (pkg / "srt/mem_cache/int2_kv.py").is_file()
+    assert "ホスト" in (pkg / "srt/mem_cache/pool_host/mha.py").read_text(encoding="utf-8")
+    capsys.readouterr()
+    assert run("runtime", "verify", "--sglang-dir", str(pkg), "--state-dir", str(state)) == 0
+    assert "ok: 4376 files" in capsys.readouterr().out  # 4,371 + 3 hooks + 2 fork files
+    data = bytearray((pkg / "srt/mem_cache/int2_kv.py").read_bytes())
+    data[10] ^= 0x01
+    (pkg / "srt/mem_cache/int2_kv.py").write_bytes(bytes(data))
+    assert run("runtime", "verify", "--sglang-dir", str(pkg), "--state-dir", str(state)) == 3
+    err = capsys.readouterr().err
+    assert "error: changed: sglang/srt/mem_cache/int2_kv.py" in err and err.count("error:") == 1
+
+
+@pytest.mark.parametrize("decision", ["drop-fork", "drop-ours"])
+def test_plan_models_the_runtime_the_import_gives(fork, tmp_path, decision):
+    """Without our 0001 the plan models stock 0.5.19's host check (10 GiB reserve) and the
+    environment carries no ESCHA_HICACHE_HOST_RESERVE_BYTES; with it, the patched check."""
+    from escha_deploy.flags import server_env
+    from escha_deploy.host import described_host
+    from escha_deploy.planner import plan
+    from escha_deploy.planner.checks import STOCK_RESERVE_BYTES
+    from escha_deploy.profile import load_profile
+
+    _, h = fork
+    caps = patching.capabilities_of(patching.load_fork(_dir(fork, tmp_path, "good",
+                                                            _decl(h, decision))).order)
+    prof = load_profile("rtx5060ti-tp2", [])
+    p = plan(prof, described_host(32 * 2**30, "linux"), capabilities=frozenset(caps))
+    env = server_env(p, prof)
+    if decision == "drop-fork":
+        assert p.runtime_check.applies == "patched"
+        assert env[ENV_HOST_RESERVE] == str(p.runtime_check.patched_reserve_bytes)
+    else:
+        assert p.runtime_check.applies == "stock"
+        assert p.runtime_check.stock_reserve_bytes == STOCK_RESERVE_BYTES == 10 * 2**30
+        assert ENV_HOST_RESERVE not in env
+    assert not [k for k in env if k.startswith("ESCHA_") and k not in (
+        ENV_HOST_RESERVE, "ESCHA_HICACHE_HOST_ALLOCATOR")]
+
+
+def test_seed_box_stock_check_refuses_ratio_1_without_our_0001(fork, tmp_path):
+    """What docs/runtime.md says follows on the seed's 16 GiB WSL2 VM: with the fork's reserve
+    commit instead of our 0001, stock 0.5.19's check (10 GiB reserve) refuses ratio 1; with our
+    0001 it is accepted."""
+    from escha_deploy.host import described_host
+    from escha_deploy.planner import plan
+    from escha_deploy.profile import load_profile
+
+    _, h = fork
+    prof = load_profile("rtx5060ti-tp2", [])
+    verdicts = {}
+    for decision in ("drop-ours", "drop-fork"):
+        caps = patching.capabilities_of(patching.load_fork(
+            _dir(fork, tmp_path / decision, "good", _decl(h, decision))).order)
+        p = plan(prof, described_host(16 * 2**30, "wsl2"), ratio=1.0, capabilities=frozenset(caps))
+        verdicts[decision] = (p.verdict, p.runtime_check.applies, p.reasons)
+    assert verdicts["drop-fork"][:2] == ("ok", "patched")
+    assert verdicts["drop-ours"][:2] == ("unsafe", "stock")
+    assert any("stock runtime's host-memory check would refuse" in r for r in verdicts["drop-ours"][2])
