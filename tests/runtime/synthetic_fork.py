@@ -60,7 +60,7 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 def make_fork(wheel: Path, out: Path) -> dict[str, str]:
     """Build the repository and the two exports under ``out``; return ``{key: commit hash}``."""
-    out = Path(out)
+    out = Path(out).resolve()
     shutil.rmtree(out, ignore_errors=True)
     repo = out / "repo"
     (repo / "python").mkdir(parents=True)
@@ -139,7 +139,36 @@ def make_fork(wheel: Path, out: Path) -> dict[str, str]:
     return hashes
 
 
+OURS_0001 = "0001-hicache-host-reserve.patch"
+
+
+def declaration(hashes: dict[str, str], decision: str | None = "drop-fork",
+                caps: str | None = "[int2-kv, w2-weights]") -> str:
+    """An ``escha-fork.yaml`` for the ``good`` export: ``caps`` declared for the INT2 commit
+    (``None``: nothing declared), ``decision`` for our 0001 against the fork's reserve commit
+    (``None``: no decision)."""
+    lines = ["# what each commit provides (names from escha_deploy/capabilities.py)"]
+    lines += ["commits:", f"  {hashes['int2'][:10]}: {caps}"] if caps else ["commits: {}"]
+    if decision:
+        lines += ["overlaps:", f"  - ours: {OURS_0001}", f"    fork: {hashes['rsv'][:8]}",
+                  f"    decision: {decision}"]
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: synthetic_fork.py WHEEL OUT")
-    print(json.dumps(make_fork(Path(sys.argv[1]), Path(sys.argv[2])), indent=2))
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("wheel", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--declare", choices=("drop-fork", "drop-ours", "undeclared"),
+                    help="also write out/good/escha-fork.yaml: our 0001 kept (drop-fork), "
+                    "the fork's reserve commit kept (drop-ours), or drop-fork with no "
+                    "capabilities declared (undeclared)")
+    a = ap.parse_args()
+    h = make_fork(a.wheel, a.out)
+    if a.declare:
+        text = (declaration(h, "drop-fork", None) if a.declare == "undeclared"
+                else declaration(h, a.declare))
+        (a.out / "good" / "escha-fork.yaml").write_text(text, encoding="utf-8")
+    print(json.dumps(h, indent=2))

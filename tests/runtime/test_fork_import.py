@@ -24,10 +24,9 @@ from escha_deploy.runtime.description import read_description
 from escha_deploy.runtime.fork import DECLARATION, read_commit
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synthetic_fork import AUTHOR_JP, SUBJECT_JP, make_fork  # noqa: E402
+from synthetic_fork import AUTHOR_JP, OURS_0001, SUBJECT_JP, declaration, make_fork  # noqa: E402
 
 pytestmark = pytest.mark.wheel
-OURS_0001 = "0001-hicache-host-reserve.patch"
 
 
 def run(*args: str) -> int:
@@ -55,11 +54,7 @@ def _dir(fork, tmp_path, which: str, declaration: str | None) -> Path:
 
 
 def _decl(h: dict, decision: str | None = "drop-fork", caps: str = "[int2-kv, w2-weights]") -> str:
-    text = f"commits:\n  {h['int2'][:10]}: {caps}\n"
-    if decision:
-        text += (f"overlaps:\n  - ours: {OURS_0001}\n    fork: {h['rsv'][:8]}\n"
-                 f"    decision: {decision}\n")
-    return text
+    return declaration(h, decision, caps)
 
 
 def _import(capsys, d: Path, *extra: str) -> tuple[int, str, str]:
