@@ -150,24 +150,24 @@ def test_without_our_0001_plan_is_stock_and_env_has_no_reserve(images):
 
 
 def test_up_preflight_reads_the_same_description(images, tmp_path):
-    """`up`'s preflight (``lifecycle.prepare`` with the real daemon) reads the image's
+    """`up`'s preflight (``launch.prepare.prepare`` with the real daemon) reads the image's
     capabilities and plans that runtime: refused naming both for the undeclared image; the
     main image plans the patched check, the noours image the stock one without the reserve."""
     from escha_deploy.errors import Refused
-    from escha_deploy.launch import lifecycle
+    from escha_deploy.launch import prepare as prep_mod
 
     tags, _ = images
     client = _client()
     sets = [f"container.model_dir={tmp_path}"]
     with pytest.raises(Refused) as exc:
-        lifecycle.prepare(PROFILE, sets + [f"container.image={tags['undeclared']}"], client=client)
+        prep_mod.prepare(PROFILE, sets + [f"container.image={tags['undeclared']}"], client=client)
     assert [p for p in exc.value.problems if "lacks capability" in p] == [
         f"{tags['undeclared']}: runtime lacks capability 'int2-kv'",
         f"{tags['undeclared']}: runtime lacks capability 'w2-weights'"]
     desc_caps = json.loads(_run(tags["main"], "cat", "/etc/escha/runtime.json").stdout)["capabilities"]
-    assert sorted(lifecycle.image_capabilities(client, tags["main"])) == sorted(desc_caps)
+    assert sorted(prep_mod.image_capabilities(client, tags["main"])) == sorted(desc_caps)
     for name, applies in (("main", "patched"), ("noours", "stock")):
-        prep = lifecycle.prepare(PROFILE, sets + [f"container.image={tags[name]}",
+        prep = prep_mod.prepare(PROFILE, sets + [f"container.image={tags[name]}",
                                                   "runtime.needs=[int2-kv, w2-weights]",
                                                   "hicache.hicache_ratio=0.5"], client=client)
         assert prep.plan.runtime_check.applies == applies
