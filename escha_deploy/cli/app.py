@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 
 import typer
+from typer.core import TyperGroup
 
 #: Verb modules, in help order. Add a module here when you add a verb.
 VERB_MODULES: tuple[str, ...] = (
@@ -32,16 +33,62 @@ PANEL_RUNTIME = "Runtime"
 PANEL_MEASURE = "Measure"
 
 
-def build_app() -> typer.Typer:
+#: The top-level command names each verb module registers. ``build_app(command)`` imports and
+#: registers only the module that serves ``command``, so ``plan`` does not build the other verbs'
+#: parameters (tests/cli/test_startup.py checks this map against what the modules register).
+COMMANDS: dict[str, str] = {
+    "up": "up", "down": "down", "status": "status", "logs": "logs", "compose": "compose",
+    "serve": "serve", "plan": "plan", "profiles": "profiles", "doctor": "doctor",
+    "runtime": "runtime", "build": "build", "bench": "bench", "canary": "bench", "fleet": "fleet",
+}
+
+
+class PanelGroup(TyperGroup):
+    """The top-level group: help lists the commands under their ``rich_help_panel`` headings
+    (Lifecycle, Runtime, Planning, Measure) in plain text.
+
+    Help is rendered by click's plain formatter, not typer's rich renderer: importing
+    ``typer.rich_utils`` (rich's console, markdown, syntax and traceback modules) costs more than
+    the rest of ``--help`` together; docs/performance.md has the measurements and the decision.
+    """
+
+    def format_commands(self, ctx, formatter) -> None:
+        panels: dict[str, list[tuple[str, str]]] = {}
+        visible = [(n, c) for n in self.list_commands(ctx)
+                   if (c := self.get_command(ctx, n)) is not None and not c.hidden]
+        if not visible:
+            return
+        limit = formatter.width - 6 - max(len(n) for n, _ in visible)
+        for name, cmd in visible:
+            panel = getattr(cmd, "rich_help_panel", None) or "Commands"
+            panels.setdefault(panel, []).append((name, cmd.get_short_help_str(limit)))
+        for panel, rows in panels.items():
+            with formatter.section(panel):
+                formatter.write_dl(rows)
+
+
+def build_app(command: str | None = None) -> typer.Typer:
+    """The CLI with every verb, or with only the module that registers ``command`` when it is a
+    known command name (what ``main`` passes: the first word of the command line)."""
     app = typer.Typer(
         name="escha-deploy",
         help="Run a patched SGLang 0.5.19 server with HiCache on a small multi-GPU box, "
         "with a memory plan that is safe for the machine.",
+        cls=PanelGroup,
+        rich_markup_mode=None,  # plain help and usage errors: see PanelGroup
         no_args_is_help=True,
         pretty_exceptions_enable=False,
         add_completion=False,
         context_settings={"help_option_names": ["-h", "--help"]},
     )
-    for name in VERB_MODULES:
+    # A callback keeps the app a group even when only one verb is registered (typer runs a lone
+    # command as the whole program otherwise).
+    app.callback()(_root)
+    modules = (COMMANDS[command],) if command in COMMANDS else VERB_MODULES
+    for name in modules:
         importlib.import_module(f"escha_deploy.cli.{name}").register(app)
     return app
+
+
+def _root() -> None:
+    pass

@@ -19,7 +19,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import typer
 
-    app = build_app()
+    args = sys.argv[1:] if argv is None else argv
+    app = build_app(args[0] if args and not args[0].startswith("-") else None)
     try:
         # not standalone: usage errors come back here and print as one line, like ours
         rv = app(args=argv, prog_name="escha-deploy", standalone_mode=False)

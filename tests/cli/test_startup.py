@@ -1,0 +1,108 @@
+"""Start-up cost as a module graph, not a timing: what ``plan`` and ``--help`` import in a fresh
+interpreter, and that ``main`` builds only the verb it runs (docs/performance.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import typer
+
+from escha_deploy.cli import app as cli_app
+
+#: Never imported by plan or --help: docker-py and the HTTP stack (up, bench), the chart library.
+HEAVY = ("docker", "requests", "urllib3", "httpx", "matplotlib")
+
+PROBE = """
+import json, sys
+from escha_deploy.cli.main import main
+code = 0
+try:
+    main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+sys.stdout.flush()
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}), file=sys.stderr)
+"""
+
+
+def modules_after(*args: str) -> tuple[int, set[str]]:
+    """Run the real entry point in a fresh interpreter; return its exit code and the top-level
+    names of every module it imported."""
+    r = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120)
+    last = json.loads(r.stderr.strip().splitlines()[-1])
+    return last["code"], {m.split(".")[0] for m in last["modules"]} | set(last["modules"])
+
+
+PLAN = ("plan", "--profile", "rtx5060ti-tp2", "--host-ram", "16GiB", "--wsl2", "--format", "json")
+
+
+@pytest.mark.parametrize("args", [PLAN, ("plan", "--profile", "rtx5060ti-tp2", "--host-ram", "16GiB"),
+                                  ("--help",), ("plan", "--help"), ()])
+def test_plan_and_help_import_no_heavy_module(args):
+    code, mods = modules_after(*args)
+    assert code in (0, 2), code  # no arguments prints help and exits 2, as click does
+    assert not mods & set(HEAVY), sorted(mods & set(HEAVY))
+
+
+def test_help_and_json_plan_skip_rich_and_the_verbs_not_run():
+    code, mods = modules_after("--help")
+    assert code == 0
+    # plain help: none of typer's rich renderer, and no pydantic model is built for it
+    assert not mods & {"rich", "typer.rich_utils", "markdown_it", "pygments", "pydantic"}, \
+        sorted(mods & {"rich", "typer.rich_utils", "markdown_it", "pygments", "pydantic"})
+    code, mods = modules_after(*PLAN)
+    assert code == 0
+    assert "rich" not in mods  # --format json prints json.dumps, no table
+    others = {f"escha_deploy.cli.{m}" for m in cli_app.VERB_MODULES if m != "plan"}
+    assert not mods & others, sorted(mods & others)
+    assert "escha_deploy.cli.plan" in mods
+
+
+def _registered(module: str) -> list[str]:
+    import importlib
+
+    app = typer.Typer()
+    importlib.import_module(f"escha_deploy.cli.{module}").register(app)
+    names = [c.name for c in app.registered_commands]
+    names += [g.name or g.typer_instance.info.name for g in app.registered_groups]
+    return names
+
+
+def test_command_map_matches_what_each_module_registers():
+    seen: dict[str, str] = {}
+    for module in cli_app.VERB_MODULES:
+        for name in _registered(module):
+            assert name not in seen, f"{name} registered by {seen[name]} and {module}"
+            seen[name] = module
+    assert seen == cli_app.COMMANDS
+
+
+def test_one_verb_app_still_parses_its_command(cli):
+    r = cli("plan", "--profile", "rtx5060ti-tp2", "--host-ram", "16GiB", "--wsl2", "--format", "json")
+    assert r.code == 0 and json.loads(r.out)["profile"] == "rtx5060ti-tp2"
+    r = cli("nope")
+    assert r.code == 2 and "No such command 'nope'" in r.err
+    r = cli("plan", "--bogus")
+    assert r.code == 2 and "No such option: --bogus" in r.err
+
+
+def test_help_lists_every_command_under_its_panel(cli):
+    r = cli("--help")
+    assert r.code == 0
+    panels = {}
+    current = None
+    for line in r.out.splitlines():
+        if line and not line.startswith(" ") and line.endswith(":") and line != "Options:":
+            current = line[:-1]
+        elif current and line.startswith("  ") and line.strip():
+            panels.setdefault(current, []).append(line.split()[0])
+    group = typer.main.get_group(cli_app.build_app())
+    expected: dict[str, list[str]] = {}
+    for name, cmd in group.commands.items():
+        expected.setdefault(cmd.rich_help_panel or "Commands", []).append(name)
+    assert panels == expected
+    assert {"Lifecycle", "Runtime", "Planning", "Measure"} <= panels.keys()
+    assert panels["Lifecycle"][:2] == ["up", "down"] and "plan" in panels["Planning"]
