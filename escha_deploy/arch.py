@@ -33,6 +33,10 @@ HYBRID_GDN_MODEL_TYPES = frozenset(
 )
 
 
+#: Largest layer count, head count or head dim accepted.
+MAX_DIM = 16384
+
+
 class ModelArch(BaseModel):
     """The architecture fields the planner needs, named as in the HF config.json.
 
@@ -44,18 +48,20 @@ class ModelArch(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model_type: str = Field(description="config.json model_type, e.g. qwen3_5_text")
-    num_hidden_layers: int = Field(gt=0, description="all decoder layers (full attention + linear)")
-    num_key_value_heads: int = Field(gt=0, description="total KV heads (all ranks)")
-    head_dim: int = Field(gt=0, description="elements per KV head")
-    hidden_size: int | None = Field(default=None, gt=0, description="model width (informational)")
+    # Upper bounds (MAX_DIM) keep a typo from building a per-layer list of billions of entries;
+    # the largest public configs have a few hundred layers and heads and dims of a few thousand.
+    num_hidden_layers: int = Field(gt=0, le=MAX_DIM, description="all decoder layers (full attention + linear)")
+    num_key_value_heads: int = Field(gt=0, le=MAX_DIM, description="total KV heads (all ranks)")
+    head_dim: int = Field(gt=0, le=MAX_DIM, description="elements per KV head")
+    hidden_size: int | None = Field(default=None, gt=0, le=2**20, description="model width (informational)")
     full_attention_interval: int | None = Field(
-        default=None, gt=0, description="hybrid models: every Nth layer is full attention"
+        default=None, gt=0, le=MAX_DIM, description="hybrid models: every Nth layer is full attention"
     )
-    linear_num_key_heads: int | None = Field(default=None, gt=0, description="GDN key heads (n_groups), all ranks")
-    linear_num_value_heads: int | None = Field(default=None, gt=0, description="GDN value heads (HV), all ranks")
-    linear_key_head_dim: int | None = Field(default=None, gt=0, description="GDN key head dim (K)")
-    linear_value_head_dim: int | None = Field(default=None, gt=0, description="GDN value head dim (V)")
-    linear_conv_kernel_dim: int | None = Field(default=None, gt=1, description="GDN conv kernel; the state keeps kernel-1 columns")
+    linear_num_key_heads: int | None = Field(default=None, gt=0, le=MAX_DIM, description="GDN key heads (n_groups), all ranks")
+    linear_num_value_heads: int | None = Field(default=None, gt=0, le=MAX_DIM, description="GDN value heads (HV), all ranks")
+    linear_key_head_dim: int | None = Field(default=None, gt=0, le=MAX_DIM, description="GDN key head dim (K)")
+    linear_value_head_dim: int | None = Field(default=None, gt=0, le=MAX_DIM, description="GDN value head dim (V)")
+    linear_conv_kernel_dim: int | None = Field(default=None, gt=1, le=1024, description="GDN conv kernel; the state keeps kernel-1 columns")
     mamba_ssm_dtype: Literal["float32", "bfloat16", "float16"] = Field(default="float32", description="SSM (temporal) state dtype; SGLang's default float32")
     mamba_conv_dtype: Literal["bfloat16", "float16", "float32"] = Field(
         default="bfloat16", description="SGLANG_MAMBA_CONV_DTYPE default"

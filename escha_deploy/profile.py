@@ -78,7 +78,7 @@ class EschaModel(BaseModel):
 class Hardware(EschaModel):
     gpu_name: Annotated[str, Field(description="GPU model, e.g. 'GeForce RTX 5060 Ti'")]
     gpu_count: Annotated[int, Field(gt=0, le=MAX_GPUS, description="GPUs in the box")]
-    gpu_vram: Annotated[Size, Field(description="VRAM per GPU (e.g. 12GiB), as nvidia-smi memory.total")]
+    gpu_vram: Annotated[Size, Field(gt=0, description="VRAM per GPU (e.g. 12GiB), as nvidia-smi memory.total")]
     compute_capability: Annotated[str | None, Field(description="e.g. '12.0' (sm_120)")] = None
     platform: Annotated[
         Literal["linux", "wsl2", "any"],

@@ -37,7 +37,7 @@ EndpointOpt = Annotated[
     typer.Option("--endpoint", "-e", help="Base URL of an SGLang server, e.g. http://127.0.0.1:30000."),
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the generated prompts; the same seed gives the same tokens.")]
-TimeoutOpt = Annotated[float, typer.Option("--request-timeout", help="Seconds to wait for one response.", min=1)]
+TimeoutOpt = Annotated[float, typer.Option("--request-timeout", help="Seconds to wait for one response.", min=1, max=86400)]
 MaxReqOpt = Annotated[int, typer.Option("--max-requests", help="Refuse to send more requests than this.", min=1)]
 ApiKeyOpt = Annotated[
     Optional[str],
@@ -52,12 +52,46 @@ def _tokens(value: str, name: str) -> int:
 
     v = value.strip().lower().replace("_", "").replace(",", "")
     try:
-        n = int(float(v[:-1]) * 1000) if v.endswith("k") else int(v)
-    except ValueError:
-        raise BadInput(f"{name}: expected a token count such as 18K or 18000, got {value!r}") from None
+        n = int(float(v[:-1]) * 1000) if v.endswith("k") else int(v[:20])
+    except (ValueError, OverflowError):
+        raise BadInput(f"{name}: expected a token count such as 18K or 18000, got {value[:40]!r}") from None
     if n < 1:
-        raise BadInput(f"{name}: must be at least 1 token (got {value!r})")
+        raise BadInput(f"{name}: must be at least 1 token (got {value[:40]!r})")
+    if n > MAX_TOKENS:
+        raise BadInput(f"{name}: at most {MAX_TOKENS:,} tokens (got {value[:40]!r})")
     return n
+
+
+#: Most tokens any prompt here may ask for: ten times the longest context SGLang 0.5.19's
+#: model configs declare (1M).
+MAX_TOKENS = 10_000_000
+
+
+def check_endpoint(url: str, name: str = "--endpoint") -> str:
+    """A base URL as ``http(s)://HOST[:PORT][/path]``; ``BadInput`` naming ``name`` otherwise.
+
+    Refuses a password in the URL (it would be printed in every progress and error line; pass
+    the key with --api-key or ESCHA_API_KEY), a port outside 1-65535, no host, spaces."""
+    import httpx
+
+    from escha_deploy.errors import BadInput
+
+    shown = url if len(url) <= 80 else url[:77] + "..."
+    if len(url) > 2048 or any(c.isspace() for c in url):
+        raise BadInput(f"{name}: not a URL: {shown!r}")
+    try:
+        u = httpx.URL(url)
+        port = u.port
+    except (httpx.InvalidURL, ValueError, TypeError) as exc:
+        raise BadInput(f"{name}: not a URL ({exc}): {shown!r}") from None
+    if u.userinfo:
+        raise BadInput(f"{name}: the URL carries a user or password, which would be printed; "
+                       "drop user:password@ and pass the key with --api-key or ESCHA_API_KEY")
+    if u.scheme not in ("http", "https") or not u.host:
+        raise BadInput(f"{name}: expected http://HOST:PORT, got {shown!r}")
+    if port is not None and not 0 < port < 65536:
+        raise BadInput(f"{name}: port {port} is outside 1-65535")
+    return url
 
 
 class _Steps:
@@ -104,8 +138,8 @@ def register(app: typer.Typer) -> None:
         prefixes: Annotated[int, typer.Option("--prefixes", help="Concurrent distinct prefixes.", min=1, max=256)] = 8,
         prefix_tokens: Annotated[str, typer.Option("--prefix-tokens", help="Tokens per prefix (K = 1000).")] = "18K",
         prefill_tokens: Annotated[Optional[str], typer.Option("--prefill-tokens", help="Tokens of the cold-prefill prompt (default: --prefix-tokens).")] = None,
-        decode_tokens: Annotated[int, typer.Option("--decode-tokens", help="Tokens generated at batch 1.", min=2)] = 256,
-        answer_tokens: Annotated[int, typer.Option("--answer-tokens", help="Tokens generated per prefix request.", min=1)] = 16,
+        decode_tokens: Annotated[int, typer.Option("--decode-tokens", help="Tokens generated at batch 1.", min=2, max=MAX_TOKENS)] = 256,
+        answer_tokens: Annotated[int, typer.Option("--answer-tokens", help="Tokens generated per prefix request.", min=1, max=MAX_TOKENS)] = 16,
         chart: Annotated[Optional[Path], typer.Option("--chart", help="Also write a PNG chart here (needs the chart extra: pip install 'escha-deploy\\[chart]').")] = None,
         box: Annotated[Optional[str], typer.Option("--box", help="Name the machine in the table caption, e.g. '2 x RTX 5060 Ti 12 GB, TP 2, WSL2'.")] = None,
         request_timeout: TimeoutOpt = 600.0,
@@ -125,6 +159,12 @@ def register(app: typer.Typer) -> None:
         from escha_deploy.errors import BadInput
 
         problems = []
+        for url, name in ((endpoint, "--endpoint"), (compare, "--compare")):
+            if url is not None:
+                try:
+                    check_endpoint(url, name)
+                except BadInput as exc:
+                    problems.extend(exc.problems)
         if hicache_ab and (endpoint or compare):
             problems.append("--hicache-ab starts its own servers: drop --endpoint/--compare")
         if hicache_ab and not profile:
@@ -187,7 +227,7 @@ def register(app: typer.Typer) -> None:
         endpoint: Annotated[str, typer.Option("--endpoint", "-e", help="Base URL of an SGLang server with HiCache on.")],
         seed: SeedOpt = 0,
         prompt_tokens: Annotated[str, typer.Option("--prompt-tokens", help="Tokens of the canary prefix (K = 1000).")] = "4096",
-        answer_tokens: Annotated[int, typer.Option("--answer-tokens", help="Tokens of each answer compared.", min=1)] = 32,
+        answer_tokens: Annotated[int, typer.Option("--answer-tokens", help="Tokens of each answer compared.", min=1, max=MAX_TOKENS)] = 32,
         fill_tokens: Annotated[Optional[str], typer.Option("--fill-tokens", help="Tokens of other prompts that push the canary out of the device pool (default: device pool - canary + 10 %, from /server_info).")] = None,
         max_fill_requests: Annotated[int, typer.Option("--max-fill-requests", help="Refuse a fill that needs more prompts than this.", min=1)] = 64,
         hybrid: Annotated[Optional[bool], typer.Option("--hybrid/--not-hybrid", help="Whether the model is hybrid (mamba/GDN); default: from the server's model type.", show_default=False)] = None,
@@ -211,6 +251,7 @@ def register(app: typer.Typer) -> None:
 
         from escha_deploy.errors import BadInput
 
+        check_endpoint(endpoint)
         ctok = _tokens(prompt_tokens, "--prompt-tokens")
         if ctok < 64:
             raise BadInput(f"--prompt-tokens: at least 64 tokens, so the question has a body to "

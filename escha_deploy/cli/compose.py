@@ -31,6 +31,11 @@ def register(app: typer.Typer) -> None:
 
         text = render_profile(profile, list(set_ or []))
         if output:
-            output.write_text(text)
+            try:
+                output.write_text(text)
+            except OSError as exc:
+                from escha_deploy.errors import BadInput
+
+                raise BadInput(f"--output {output}: cannot write: {exc.strerror or exc}") from None
         else:
             typer.echo(text, nl=False)

@@ -25,7 +25,8 @@ def register(app: typer.Typer) -> None:
     def down(
         profile: OptionalProfileOpt = None,
         timeout: Annotated[Optional[int], typer.Option(
-            "--timeout", help="Grace seconds after SIGTERM (default: the container's stop timeout).")] = None,
+            "--timeout", help="Grace seconds after SIGTERM (default: the container's stop timeout).",
+            min=0, max=7 * 24 * 3600)] = None,
     ) -> None:
         """Stop the server container(s)."""
         from escha_deploy.launch import manage

@@ -26,8 +26,11 @@ def register(app: typer.Typer) -> None:
         tail: Annotated[str, typer.Option("--tail", help="Lines from the end, or 'all'.")] = "all",
     ) -> None:
         """Print the server's log."""
+        from escha_deploy.errors import BadInput
         from escha_deploy.launch import manage
 
         from .down import _profile_name
 
+        if tail != "all" and not (tail.isdigit() and len(tail) <= 9):
+            raise BadInput(f"--tail: expected a number of lines or all (got {tail[:40]!r})")
         manage.logs(_profile_name(profile), follow=follow, tail=int(tail) if tail.isdigit() else "all")

@@ -31,7 +31,8 @@ def register(app: typer.Typer) -> None:
         detach: Annotated[bool, typer.Option(
             "--detach", "-d", help="Return once ready (default: follow the log; Ctrl-C stops it).")] = False,
         timeout: Annotated[Optional[float], typer.Option(
-            "--timeout", help="Seconds to wait for ready (default: container.ready_timeout_s).")] = None,
+            "--timeout", help="Seconds to wait for ready (default: container.ready_timeout_s).",
+            min=1, max=7 * 24 * 3600)] = None,
         format: FormatOpt = OutputFormat.table,
         canary: Annotated[bool, typer.Option(
             "--canary", help="Once ready, run the hybrid-restore canary (bench.canary): exit 3 on a "

@@ -36,11 +36,24 @@ def profile_file(ref: str) -> str | None:
     return None
 
 
+#: A key or token file holds one line; 64 KiB is far more than any key.
+MAX_SECRET_FILE = 64 * 1024
+
+
 def read_secret(path: str, what: str) -> str:
-    """The first line of a secret file, stripped. Raises ``BadInput`` naming the file."""
+    """The first line of a secret file, stripped. Raises ``BadInput`` naming the file (never
+    the value): not a regular file (``/dev/zero`` would be read forever), larger than
+    ``MAX_SECRET_FILE`` bytes, not UTF-8, or empty."""
+    p = Path(path)
     try:
-        value = Path(path).read_text().strip().splitlines()[0].strip()
-    except (OSError, IndexError):
+        if not p.is_file():
+            raise OSError
+        with open(p, "rb") as fh:
+            raw = fh.read(MAX_SECRET_FILE + 1)
+        if len(raw) > MAX_SECRET_FILE:
+            raise BadInput(f"{what}: {path} is larger than {MAX_SECRET_FILE} bytes; it should hold one key")
+        value = raw.decode("utf-8").strip().splitlines()[0].strip()
+    except (OSError, IndexError, UnicodeDecodeError):
         raise BadInput(f"{what}: cannot read a value from {path}") from None
     if not value:
         raise BadInput(f"{what}: {path} is empty")

@@ -159,12 +159,20 @@ def scan(package_dir: Path) -> dict[str, Entry]:
     return out
 
 
+def _open_wheel(wheel: Path) -> zipfile.ZipFile:
+    """The wheel as a zip; ``BadInput`` naming it when it is missing or not a zip."""
+    try:
+        return zipfile.ZipFile(wheel)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise BadInput(f"{wheel}: not a readable wheel ({getattr(exc, 'strerror', None) or exc})") from None
+
+
 def scan_wheel(wheel: Path) -> tuple[str, dict[str, Entry]]:
     """``(tag, inventory)`` of the ``sglang/`` files inside a wheel (read from the zip, so
     nothing is unpacked). The tag comes from the wheel's ``WHEEL`` file."""
     files: dict[str, Entry] = {}
     tag = None
-    with zipfile.ZipFile(wheel) as z:
+    with _open_wheel(wheel) as z:
         for info in z.infolist():
             name = info.filename
             if name.endswith(".dist-info/WHEEL"):
@@ -185,7 +193,7 @@ def scan_wheel(wheel: Path) -> tuple[str, dict[str, Entry]]:
 
 def wheel_version(wheel: Path) -> str | None:
     """``Version:`` from a wheel's METADATA."""
-    with zipfile.ZipFile(wheel) as z:
+    with _open_wheel(wheel) as z:
         meta = next((n for n in z.namelist() if n.endswith(".dist-info/METADATA")), None)
         if meta is None:
             return None
@@ -197,7 +205,7 @@ def wheel_version(wheel: Path) -> str | None:
 
 def read_wheel_file(wheel: Path, rel: str) -> bytes | None:
     """One ``sglang/<rel>`` file's bytes from a wheel, ``None`` when absent."""
-    with zipfile.ZipFile(wheel) as z:
+    with _open_wheel(wheel) as z:
         try:
             return z.read(f"{PACKAGE}/{rel}")
         except KeyError:
@@ -209,7 +217,7 @@ def record_check(wheel: Path) -> int:
     hold commas). Returns the rows checked; raises ``Refused`` on a mismatch."""
     import base64
 
-    with zipfile.ZipFile(wheel) as z:
+    with _open_wheel(wheel) as z:
         record = next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))
         rows = list(csv.reader(io.StringIO(z.read(record).decode())))
         n = 0
