@@ -44,8 +44,11 @@ def rank_main(rank: int, world_size: int, backend: str, numel: int, timeout_s: f
 
     t0 = time.monotonic()
     if backend == "nccl":
-        torch.cuda.set_device(rank)
-        device = torch.device("cuda", rank)
+        # rank R uses cuda:R; a rank that sees fewer GPUs (its own CUDA_VISIBLE_DEVICES, as a
+        # node of a two-"node" run does) uses cuda:(R mod count)
+        local = rank % max(torch.cuda.device_count(), 1)
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
     else:
         device = torch.device("cpu")
     dist.init_process_group(backend, rank=rank, world_size=world_size,
@@ -69,16 +72,21 @@ def rank_main(rank: int, world_size: int, backend: str, numel: int, timeout_s: f
 
 def launch(world_size: int, backend: str = "nccl", timeout_s: float = DEFAULT_TIMEOUT_S,
            numel: int = DEFAULT_NUMEL, env: dict[str, str] | None = None,
-           startup_grace_s: float = 30.0) -> dict:
+           startup_grace_s: float = 30.0, rank_env: list[dict[str, str]] | None = None,
+           master: tuple[str, int] | None = None) -> dict:
     """Start ``world_size`` rank processes and wait up to ``timeout_s`` plus
     ``startup_grace_s`` (importing torch and creating CUDA contexts).
 
-    Returns ``{"ok", "backend", "world_size", "env", "hung", "seconds", "ranks", "error"}``;
-    ``hung`` is true when the ranks were killed at the deadline.
+    ``rank_env[R]`` is added to rank R's environment after ``env`` (a node's own settings, e.g.
+    ``NCCL_HOSTID`` and ``CUDA_VISIBLE_DEVICES``); ``master`` is the rendezvous ``(host, port)``
+    (default 127.0.0.1 and a free port). Returns ``{"ok", "backend", "world_size", "env",
+    "hung", "seconds", "ranks", "error"}``, plus ``nccl_info`` (per rank, NCCL's lines that name
+    the nodes and the transport) when ``NCCL_DEBUG=INFO`` was set; ``hung`` is true when the
+    ranks were killed at the deadline.
     """
-    port = _free_port()
+    host, port = master or ("127.0.0.1", _free_port())
     base_env = dict(os.environ)
-    base_env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+    base_env.update({"MASTER_ADDR": host, "MASTER_PORT": str(port),
                      "WORLD_SIZE": str(world_size), "PYTHONUNBUFFERED": "1"})
     base_env.update(env or {})
     procs = []
@@ -87,10 +95,11 @@ def launch(world_size: int, backend: str = "nccl", timeout_s: float = DEFAULT_TI
         cmd = [sys.executable, "-m", "escha_deploy.doctor.nccl_smoke", "--rank", str(rank),
                "--world-size", str(world_size), "--backend", backend,
                "--timeout", str(timeout_s), "--numel", str(numel)]
-        procs.append(subprocess.Popen(cmd, env=base_env, stdout=subprocess.PIPE,
+        renv = {**base_env, **(rank_env[rank] if rank_env else {})}
+        procs.append(subprocess.Popen(cmd, env=renv, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True, start_new_session=True))
     deadline = t0 + timeout_s + startup_grace_s
-    ranks, errors, hung = [], [], False
+    ranks, errors, hung, info = [], [], False, []
     for rank, p in enumerate(procs):
         try:
             out, err = p.communicate(timeout=max(deadline - time.monotonic(), 0.1))
@@ -100,6 +109,8 @@ def launch(world_size: int, backend: str = "nccl", timeout_s: float = DEFAULT_TI
                 if q.poll() is None:
                     os.killpg(q.pid, signal.SIGKILL)
             out, err = p.communicate()
+        info.append([ln.strip() for ln in (out + "\n" + err).splitlines() if "NCCL INFO" in ln
+                     and any(k in ln for k in (" via ", "nNodes", "NET/Socket", "Using network"))][:40])
         line = next((ln for ln in reversed(out.splitlines()) if ln.startswith("{")), None)
         if line:
             ranks.append(json.loads(line))
@@ -113,9 +124,12 @@ def launch(world_size: int, backend: str = "nccl", timeout_s: float = DEFAULT_TI
         errors = [f"rank {r['rank']}: sum {r.get('sum')} != {r.get('expected')}"
                   if "sum" in r else f"rank {r['rank']}: {r.get('error')}"
                   for r in ranks if not r.get("ok")]
-    return {"ok": ok, "backend": backend, "world_size": world_size, "env": dict(env or {}),
-            "hung": hung, "seconds": round(time.monotonic() - t0, 2), "ranks": ranks,
-            "error": "; ".join(errors) or None}
+    result = {"ok": ok, "backend": backend, "world_size": world_size, "env": dict(env or {}),
+              "hung": hung, "seconds": round(time.monotonic() - t0, 2), "ranks": ranks,
+              "error": "; ".join(errors) or None}
+    if any(info):
+        result["nccl_info"] = info
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
