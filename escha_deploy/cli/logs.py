@@ -7,12 +7,13 @@ from typing import Annotated
 
 import typer
 
-from .options import OptionalProfileOpt
+from .options import FormatOpt, OptionalProfileOpt, OutputFormat
 
 EXAMPLES = """
 Examples:
 
   escha-deploy logs --profile rtx5060ti-tp2-fp8 -f
+  escha-deploy logs --profile rtx5060ti-tp2-fp8 --diagnose
 """
 
 
@@ -24,6 +25,10 @@ def register(app: typer.Typer) -> None:
         profile: OptionalProfileOpt = None,
         follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep following.")] = False,
         tail: Annotated[str, typer.Option("--tail", help="Lines from the end, or 'all'.")] = "all",
+        diagnose: Annotated[bool, typer.Option(
+            "--diagnose", help="Instead of the log, its diagnosis (as `escha-deploy diagnose`): exit 0 for a "
+            "proven cause, 5 when none.")] = False,
+        fmt: FormatOpt = OutputFormat.table,
     ) -> None:
         """Print the server's log."""
         from escha_deploy.errors import BadInput
@@ -33,4 +38,12 @@ def register(app: typer.Typer) -> None:
 
         if tail != "all" and not (tail.isdigit() and len(tail) <= 9):
             raise BadInput(f"--tail: expected a number of lines or all (got {tail[:40]!r})")
+        if diagnose:
+            from escha_deploy.errors import ExitCode
+
+            from .diagnose import emit
+
+            diag = manage.diagnose_container(_profile_name(profile))
+            emit(diag, fmt)
+            raise typer.Exit(int(ExitCode.OK if diag.conclusive else ExitCode.INCONCLUSIVE))
         manage.logs(_profile_name(profile), follow=follow, tail=int(tail) if tail.isdigit() else "all")

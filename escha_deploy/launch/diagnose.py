@@ -1,53 +1,106 @@
-"""Failure diagnosis: match the server's last log lines to a short explanation and a fix.
+"""Failure diagnosis: match a server log (and a few facts) to a cause, its evidence and a fix.
 
-Pure: takes lines (str) and a few facts (exit code, HiCache on, platform, what the ready probe
-saw) and returns a ``Diagnosis``; printing and the exit code (4) are the caller's job.
+Pure: takes lines (str) and ``Facts`` (exit code, the cgroup's OOM-kill count, HiCache on,
+platform, what the ready probe saw) and returns a ``Diagnosis``; printing and the exit code
+are the caller's (``up``/``serve``: 4; ``escha-deploy diagnose``: 0 for a known cause, 5 when
+nothing conclusive matched).
 
-Each signature cites where its message comes from: an SGLang 0.5.19 file and function (the
-wheel unzipped, ``sglang/srt/...``) or the upstream report it was seen in. Field reports
-(shared/research/field-reports.md) B01, B06, B17, B18, B22, B29, B30 and B31 are tests in
-``tests/launch/test_diagnose.py`` with log lines in those formats.
+The known failures are one table, ``SIGNATURES``: each row is data (a regular expression over
+one log line, or facts only; the cause; the fix; where the message comes from; which facts it
+needs). Rows are grouped by kind (``KINDS``). ``source`` names the file and line of the format
+string in the pinned wheel that prints the message (SGLang 0.5.19, transformers 5.12.1, torch
+2.13), or, for kernel, CUDA and NCCL lines printed by native code, the public report a real
+line was quoted from. ``sglang_advice`` says where the advice SGLang prints next to the message
+is wrong for the cause. Rows with the same ``id`` are variants: the first whose ``when`` holds
+is used. ``{1}``, ``{2}`` in cause and fix are the pattern's groups.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 #: How many of the server's last lines a diagnosis keeps and prints.
 TAIL_LINES = 40
+#: Evidence lines printed per match (the matched line and the lines after it).
+EVIDENCE_LINES = 3
+
+Kind = Literal["killed", "host-memory", "gpu-memory", "arch", "collective", "cuda-graph", "model-folder",
+               "launch", "event"]
+
+KINDS: dict[str, str] = {
+    "killed": "the process was killed by a signal (the kernel's OOM killer, docker kill, a supervisor)",
+    "host-memory": "host memory: SGLang's own check, pinned or registered allocation failures",
+    "gpu-memory": "GPU memory: the static pools, out-of-memory, illegal accesses",
+    "arch": "kernel image and GPU architecture mismatches",
+    "collective": "collectives between the GPUs: NCCL transports, peer access, watchdog timeouts",
+    "cuda-graph": "CUDA graph capture",
+    "model-folder": "the model folder and its loader",
+    "launch": "the server process and its environment (ports, proxies, dependencies, GPUs)",
+    "event": "this tool's own observations (a container signal, the Docker daemon, the API key)",
+}
+
+_SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
 
 
 class Facts(BaseModel):
-    """What the caller knows besides the log: used by signatures whose advice depends on it."""
+    """What the caller knows besides the log: used by rows whose cause or advice depends on it.
+
+    ``exit_code``: the server's exit status: negative is ``subprocess``'s "killed by signal N",
+    129..192 is the shell's and Docker's 128 + N. ``oom_kill``: whether the server cgroup's
+    ``memory.events`` ``oom_kill`` count rose while it ran (Docker reports that as
+    ``State.OOMKilled``); ``None`` when nobody could read it.
+    """
 
     model_config = ConfigDict(frozen=True)
     exit_code: int | None = Field(default=None, description="the server's exit code, if it exited")
+    oom_kill: bool | None = Field(default=None, description="the cgroup's oom_kill count rose (None: unknown)")
     hicache_enabled: bool = False
     platform: Literal["linux", "wsl2"] = "linux"
+    pinned_total_bytes: int | None = Field(default=None, description="the plan's pinned host pools, all ranks")
     timed_out: bool = Field(default=False, description="the ready wait ran out of time")
     health_ok: bool | None = Field(default=None, description="/health answered 200 at the end")
     generate_ok: bool | None = Field(default=None, description="the tiny generate succeeded")
+    daemon_gone: bool = Field(default=False, description="the Docker daemon went away during the wait")
+    http_status: int | None = Field(default=None, description="the status the server answered the probe with")
+
+    @property
+    def signal(self) -> int | None:
+        """The signal that ended the server, from ``exit_code`` (None: it exited by itself)."""
+        c = self.exit_code
+        if c is None:
+            return None
+        if c < 0:
+            return -c
+        if 128 < c <= 128 + 64:
+            return c - 128
+        return None
 
 
 class Match(BaseModel):
-    """One recognised signature: which, the log line that showed it, what it means, the fix."""
+    """One recognised cause: which row, the evidence, what it means, the fix, and whether the
+    evidence proves it (``conclusive``)."""
 
     model_config = ConfigDict(frozen=True)
     id: str
-    line: str | None = Field(description="the first log line that matched (None for fact-only)")
+    kind: str = ""
+    line: str | None = Field(description="the first log line that matched (None for fact-only rows)")
+    evidence: list[str] = Field(default_factory=list, description="the matched line and the lines after it, "
+                                "or the facts that decided")
     explanation: str
     fix: str
-    source: str = Field(description="SGLang 0.5.19 file or upstream report behind the message")
+    source: str = Field(description="the wheel file:line that prints the message, or the public report")
+    sglang_advice: str = ""
+    conclusive: bool = True
 
 
 class Diagnosis(BaseModel):
-    """The result: matches (most specific first), the log tail, and the server's exit code."""
+    """The result: matches (table order), the log tail, and the server's exit code."""
 
     model_config = ConfigDict(frozen=True)
     exit_code: int | None
@@ -55,216 +108,421 @@ class Diagnosis(BaseModel):
     matches: list[Match]
     tail: list[str]
 
-    def lines(self) -> list[str]:
-        """Human lines for stderr: the tail, then one block per match (or 'no known cause')."""
-        out = [f"--- last {len(self.tail)} server log lines ---", *self.tail, "---"]
-        head = (
-            "server did not become ready in time"
-            if self.timed_out
-            else f"server exited with code {self.exit_code}"
-        )
+    @property
+    def conclusive(self) -> bool:
+        """True when at least one match proves its cause."""
+        return any(m.conclusive for m in self.matches)
+
+    def lines(self, *, tail: bool = True) -> list[str]:
+        """Human lines for stderr: the tail (optional), then cause, evidence and fix per match."""
+        out = [f"--- last {len(self.tail)} server log lines ---", *self.tail, "---"] if tail else []
+        if self.timed_out:
+            head = "server did not become ready in time"
+        elif self.exit_code is None:
+            head = "log read"
+        else:
+            sig = Facts(exit_code=self.exit_code).signal
+            head = f"server exited with code {self.exit_code}" + (
+                f" (signal {sig}, {_SIGNAL_NAMES.get(sig, 'signal')})" if sig else "")
         out.append(f"diagnosis: {head}")
         if not self.matches:
             out.append("  no known signature in the log; read the lines above")
         for m in self.matches:
-            out.append(f"  [{m.id}] {m.explanation}")
+            out.append(f"  [{m.id}] {m.explanation}" + ("" if m.conclusive else " (unproven)"))
+            for ev in m.evidence:
+                out.append(f"    evidence: {ev}")
             out.append(f"    fix: {m.fix}")
+            if m.sglang_advice:
+                out.append(f"    note: {m.sglang_advice}")
             out.append(f"    see: {m.source}")
         return out
 
 
 @dataclass(frozen=True)
 class Signature:
-    """A known failure: a pattern over log lines, and advice that may depend on ``Facts``."""
+    """One row of the table. ``pattern``: a regex searched in each line (None: facts only).
+    ``when``: facts that must hold, ``{name: value}`` or ``{name: (v1, v2)}`` for one of;
+    names are ``Facts`` fields or ``signal``. ``unless``: ids of rows above whose match already
+    explains this one."""
 
     id: str
-    pattern: re.Pattern[str] | None
-    explain: Callable[[re.Match[str] | None, Facts], tuple[str, str] | None]
+    kind: Kind
+    pattern: str | None
+    cause: str
+    fix: str
     source: str
-    when: Callable[[Facts], bool] = lambda f: True
+    when: dict[str, object] = field(default_factory=dict)
+    sglang_advice: str = ""
+    conclusive: bool = True
+    unless: tuple[str, ...] = ()  # rows (ids) above that, when matched, explain this line better
+
+    def holds(self, f: Facts) -> bool:
+        for name, want in self.when.items():
+            have = getattr(f, name)
+            if isinstance(want, tuple):
+                if have not in want:
+                    return False
+            elif have != want:
+                return False
+        return True
 
 
-def _host_memory(m: re.Match[str] | None, f: Facts) -> tuple[str, str]:
-    req, have = (m.group(1), m.group(2)) if m else ("?", "?")
-    return (
-        f"SGLang's HiCache host-memory check refused the host pool: it asked for {req} GB and "
-        f"saw {have} GB free (MemAvailable minus its 10 GiB reserve; under TP a later rank also "
-        "subtracts the pools its peers already pinned, sglang#38156)",
-        "lower hicache.hicache_ratio to the safe ratio `escha-deploy plan` prints, or run the "
-        "Dockerfile.hicache image (capability hicache-host-reserve-env), or turn HiCache off",
-    )
-
-
-def _illegal_access(m: re.Match[str] | None, f: Facts) -> tuple[str, str]:
-    if f.hicache_enabled and f.platform == "wsl2":
-        return (
-            "an illegal memory access with HiCache on WSL2: the GPU cannot use registered host "
-            "pointers there (CanUseHostPointerForRegisteredMem = 0), so HiCache transfers into the "
-            "cudaHostRegister pool fault (sglang#40232)",
-            "use an image with capability hicache-host-allocator and "
-            "ESCHA_HICACHE_HOST_ALLOCATOR=pinned (auto picks it on WSL2), or retry with HiCache "
-            "off (--set hicache.enabled=false) to isolate",
-        )
-    if f.hicache_enabled:
-        return (
-            "an illegal memory access with HiCache on; the same load without HiCache is the "
-            "test that isolates it (sglang#16771; stream-race fixes #20611, #36738)",
-            "retry without HiCache (--set hicache.enabled=false) to isolate, and report the "
-            "image's SGLang commit (`docker image inspect` label io.escha.sglang)",
-        )
-    return (
-        "an illegal memory access in a CUDA kernel (HiCache is off, so not the host pool)",
-        "rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel; check the model and quantization",
-    )
-
-
-def _oom(m: re.Match[str] | None, f: Facts) -> tuple[str, str]:
-    return (
-        "the GPU ran out of memory (weights + KV pool + CUDA graphs exceed a GPU)",
-        "lower runtime.mem_fraction_static or cuda graph batch sizes, or a shorter context; "
-        "`escha-deploy plan` shows the device budget",
-    )
-
-
-def _nccl_shm(m: re.Match[str] | None, f: Facts) -> tuple[str, str]:
-    return (
-        "NCCL could not create its shared-memory segment in /dev/shm (Docker's default is "
-        "64 MB; TP 2 needs more) (sglang#4259, NVIDIA/nccl#342)",
-        "run with ipc=host or shm_size of at least 16 GB (escha-deploy up sets ipc=host; "
-        "a hand-written docker run needs --ipc=host --ulimit memlock=-1)",
-    )
-
-
-def _nccl_p2p(m: re.Match[str] | None, f: Facts) -> tuple[str, str]:
-    if f.platform == "wsl2":
-        fix = (
-            "set NCCL_P2P_DISABLE=1 and pass --disable-custom-all-reduce (the wsl2 profiles do); "
-            "as a last resort NCCL_SHM_DISABLE=1"
-        )
-    else:
-        fix = "set NCCL_P2P_DISABLE=1 and retry; check `nvidia-smi topo -m` for P2P support"
-    return (
-        "NCCL failed between the two GPUs (peer-to-peer access is not supported here, as under "
-        "WSL2 and on many consumer boards) (microsoft/WSL#12467)",
-        fix,
-    )
-
-
-def _addr_in_use(m: re.Match[str] | None, f: Facts) -> tuple[str, str]:
-    return (
-        "a port the server needs is already bound: the HTTP port or one of SGLang's internal "
-        "ZMQ/NCCL ports next to it, often a stale server from a crash (vllm#9763, sglang#9396)",
-        "`escha-deploy down` (or stop the owner `ss -ltnp` names), then start again; or choose "
-        "another container.port",
-    )
-
-
-def _warmup_proxy(m: re.Match[str] | None, f: Facts) -> tuple[str, str]:
-    return (
-        "SGLang's startup warmup request failed; with --host 0.0.0.0 it goes to 0.0.0.0 and an "
-        "http_proxy in the environment answers it with 502/403 (sglang#9814, #16855)",
-        "set NO_PROXY/no_proxy=localhost,127.0.0.1,0.0.0.0,::1 (escha-deploy sets it in the "
-        "container) or unset the proxy variables",
-    )
-
-
-def _module_missing(m: re.Match[str] | None, f: Facts) -> tuple[str, str]:
-    mod = m.group(1) if m else "?"
-    return (
-        f"the server's Python cannot import {mod!r}: this runtime lacks part of SGLang's "
-        "dependencies (its GPU stack: torch, CUDA libraries and their helpers), so SGLang stops "
-        "before loading anything",
-        "run on an image built from Dockerfile.hicache with its full wheelhouse, on a host with "
-        "a GPU; `escha-deploy doctor` checks both",
-    )
-
-
-def _no_gpu(m: re.Match[str] | None, f: Facts) -> tuple[str, str]:
-    return (
-        "no usable CUDA GPU inside the server (no driver, no device, or the container was "
-        "started without GPUs)",
-        "install the NVIDIA driver and container toolkit; `escha-deploy doctor` checks both",
-    )
-
-
-def _health_only(m: re.Match[str] | None, f: Facts) -> tuple[str, str] | None:
-    return (
-        "/health answered but a tiny generate request did not complete: a server relaunched "
-        "on ports of one killed with SIGKILL can pass /health and still not serve (sglang#22779)",
-        "`escha-deploy down` (SIGTERM with a grace period, waits until the ports are free), "
-        "then `escha-deploy up` again",
-    )
-
+_PLAN = "`escha-deploy plan` prints the pinned total and the largest safe ratio"
+_WSLCONFIG = "under WSL2 raise memory= under [wsl2] in %UserProfile%\\.wslconfig and run `wsl --shutdown`"
 
 SIGNATURES: tuple[Signature, ...] = (
+    # --- killed --------------------------------------------------------------------------------
     Signature(
-        "host-memory-check",
-        # sglang/srt/mem_cache/pool_host/base.py HostKVCache.__init__ and pool_host/mamba.py
-        re.compile(r"Not enough host memory available\. Requesting ([\d.]+) GB but only have "
-                   r"([\d.]+) GB free"),
-        _host_memory,
-        "sglang/srt/mem_cache/pool_host/base.py (HostKVCache.__init__); sglang#38156",
+        "oom-killer", "killed", None,
+        "the kernel's OOM killer killed the server (SIGKILL, and the cgroup's memory.events oom_kill "
+        "count rose): host memory ran out; pinned HiCache pools cannot be swapped out, so everything "
+        "else had to fit beside them",
+        f"lower hicache.hicache_ratio ({_PLAN}), stop other memory users, or give the box more memory; "
+        + _WSLCONFIG,
+        "Linux Documentation/admin-guide/cgroup-v2.rst (memory.events oom_kill); Docker State.OOMKilled",
+        when={"signal": 9, "oom_kill": True},
     ),
     Signature(
-        "illegal-memory-access",
-        re.compile(r"an illegal memory access was encountered|cudaErrorIllegalAddress"),
-        _illegal_access,
-        "sglang#16771 (HiCache), sglang#40232 (WSL2 registered host memory)",
+        "killed-sigkill", "killed", None,
+        "killed by signal 9 (SIGKILL), out of memory likely but unproven: the OOM killer sends SIGKILL, "
+        "but so do `docker kill` and supervisors, and the cgroup's oom_kill count was not read",
+        "read the kernel log (`dmesg | grep -i 'killed process'`) or the cgroup's memory.events; if it was "
+        f"memory, lower hicache.hicache_ratio ({_PLAN}); " + _WSLCONFIG,
+        "wait(2) exit status (signal 9); Linux Documentation/admin-guide/cgroup-v2.rst (memory.events)",
+        when={"signal": 9, "oom_kill": None}, conclusive=False,
     ),
     Signature(
-        "cuda-out-of-memory",
-        re.compile(r"CUDA out of memory|torch\.OutOfMemoryError|OutOfMemoryError: CUDA"),
-        _oom,
-        "torch.OutOfMemoryError (torch/cuda/memory.py)",
+        "killed-sigkill", "killed", None,
+        "killed by signal 9 (SIGKILL), out of memory likely but unproven: the cgroup's oom_kill count did "
+        "not rise, so this cgroup's OOM killer did not do it; the host's OOM killer outside the cgroup, "
+        "`docker kill` or a supervisor may have",
+        "read the kernel log (`dmesg | grep -i 'killed process'`); look for a `docker kill` or an "
+        "orchestrator's restart",
+        "wait(2) exit status (signal 9); Linux Documentation/admin-guide/cgroup-v2.rst (memory.events)",
+        when={"signal": 9, "oom_kill": False}, conclusive=False,
     ),
     Signature(
-        "nccl-shared-memory",
-        re.compile(r"Error while creating shared memory segment|failed to extend /dev/shm/nccl"
-                   r"|/dev/shm/nccl-\S+.*(No space left|Bus error)|^Bus error"),
-        _nccl_shm,
-        "sglang#4259; NVIDIA/nccl#342",
+        "killed-line", "killed",
+        r"(?:^|: )(?:line \d+: +)?\d* ?Killed(?:\s+\S.*)?$",
+        "the shell reports the server was killed by SIGKILL ('Killed'), out of memory likely but unproven",
+        "read the kernel log (`dmesg | grep -i 'killed process'`) or the cgroup's memory.events; if it was "
+        f"memory, lower hicache.hicache_ratio ({_PLAN}); " + _WSLCONFIG,
+        "bash job status 'Killed'; quoted in https://github.com/sgl-project/sglang/issues/5096",
+        when={"signal": None}, conclusive=False,
     ),
     Signature(
-        "nccl-p2p",
-        re.compile(r"NCCL error.*unhandled cuda error|peer access is not supported|"
-                   r"NCCL WARN Cuda failure.*peer"),
-        _nccl_p2p,
-        "microsoft/WSL#12467; vllm#5161",
+        "kernel-oom-line", "killed",
+        r"[Oo]ut of memory: Killed process (\d+) \(([^)]+)\)",
+        "the kernel log shows its OOM killer killed process {2} (pid {1}); if that was the server, host "
+        "memory ran out (pinned pools cannot be swapped out)",
+        f"check the pid is the server's; lower hicache.hicache_ratio ({_PLAN}); " + _WSLCONFIG,
+        "kernel mm/oom_kill.c; quoted in https://github.com/equinor/ert/issues/7797",
+        conclusive=False,
     ),
     Signature(
-        "address-in-use",
-        re.compile(r"\[Errno 98\] (error while attempting to bind on address .*: )?"
-                   r"[Aa]ddress already in use"),
-        _addr_in_use,
-        "vllm#9763; sglang#9396",
+        "child-failed", "killed",
+        r"Received sigquit from a child process\. It usually means the child failed\.",
+        "SGLang's launcher saw one of its processes (a scheduler rank or the detokenizer) die; the cause "
+        "is that process's first error above, or, with no traceback, a signal from outside",
+        "read the first error of each TP rank above; with no traceback, check `dmesg` for the OOM killer",
+        "sglang/srt/entrypoints/engine.py:1730",
+        conclusive=False,
     ),
     Signature(
-        "warmup-through-proxy",
-        # sglang/srt/entrypoints/http_server.py _execute_server_warmup: "Initialization failed.
-        # warmup error: {last_traceback}", the traceback carrying res=<Response [502]>
-        re.compile(r"Initialization failed\. warmup error|<Response \[(502|403)\]>"),
-        _warmup_proxy,
-        "sglang/srt/entrypoints/http_server.py (_execute_server_warmup); sglang#9814",
+        "killed-by-signal", "event", None,
+        "the server was stopped by a signal other than SIGKILL (SIGTERM: `docker stop`, `escha-deploy "
+        "down`, a host shutdown, or an orchestrator)",
+        "nothing to fix in the server if the stop was intended; otherwise find who stopped it (`docker events`)",
+        "wait(2) exit status; Docker's exit code 128 + signal",
+        when={"signal": (1, 2, 15)},
+    ),
+    # --- host memory ---------------------------------------------------------------------------
+    Signature(
+        "host-memory-check", "host-memory",
+        r"Not enough host memory available\. Requesting ([\d.]+) GB but only have ([\d.]+) GB free",
+        "SGLang's HiCache host-memory check refused a host pool: it asked for {1} GB and saw {2} GB free "
+        "(MemAvailable minus a fixed 10 GiB reserve; under TP a later rank also subtracts the pools its "
+        "peers already pinned, sglang#38156)",
+        "lower hicache.hicache_ratio to the safe ratio `escha-deploy plan` prints, or run the "
+        "Dockerfile.hicache image (capability hicache-host-reserve-env), or turn HiCache off",
+        "sglang/srt/mem_cache/pool_host/base.py:178 (HostKVCache.__init__), "
+        "sglang/srt/mem_cache/pool_host/mamba.py:102; sglang#38156",
+        sglang_advice="SGLang says 'Please reduce the size of the hierarchical cache'; with TP its check counts "
+        "the peers' pools twice and keeps a fixed 10 GiB, so the pool may fit the host: `escha-deploy plan` "
+        "computes the real budget",
     ),
     Signature(
-        "runtime-module-missing",
-        re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'"),
-        _module_missing,
-        "sglang/launch_server.py imports sglang.srt (torch, pybase64, ...) before parsing args",
+        "host-register-failed", "host-memory",
+        r"cudaHostRegister failed \(rc=(\d+)",
+        "cudaHostRegister refused to pin a HiCache host pool (CUDA error {1}); under WSL2 the pinned "
+        "ceiling is far below RAM, on Linux the locked-memory limit (memlock) or a cgroup limit is the "
+        "usual cause",
+        "Linux: run with --ulimit memlock=-1 (escha-deploy up does); WSL2: memlock does not lift the "
+        "ceiling (microsoft/WSL#8447): `escha-deploy doctor` measures it and `plan` keeps the pools under it",
+        "sglang/srt/mem_cache/pool_host/common.py:162",
     ),
     Signature(
-        "no-gpu",
-        re.compile(r"Found no NVIDIA driver|No CUDA GPUs are available|"
-                   r"CUDA driver initialization failed|libcuda\.so.*cannot open"),
-        _no_gpu,
-        "torch.cuda initialisation errors",
+        "pinned-alloc-failed", "host-memory",
+        r"CUDA error: out of memory",
+        "a pinned host allocation (pin_memory, cudaHostAlloc) failed: under WSL2 the per-process pinned "
+        "ceiling is about 0.5 to 4 GB whatever the RAM (microsoft/WSL#8447, #14078), so HiCache's host "
+        "pools hit it long before the GPU is full",
+        "`escha-deploy doctor` measures the ceiling and `plan` then sizes the pools under it; memlock "
+        "does not lift it; lower hicache.hicache_ratio",
+        "CUDA cudaErrorMemoryAllocation; quoted in https://github.com/microsoft/WSL/issues/8447",
+        when={"platform": "wsl2"},
     ),
     Signature(
-        "health-without-generate",
-        None,
-        _health_only,
+        "pinned-alloc-failed", "host-memory",
+        r"CUDA error: out of memory",
+        "a CUDA allocation failed with cudaErrorMemoryAllocation (a device allocation outside the caching "
+        "allocator, or pinned host memory)",
+        "check the device budget in `escha-deploy plan`; if HiCache is on, lower hicache.hicache_ratio",
+        "CUDA cudaErrorMemoryAllocation; quoted in https://github.com/microsoft/WSL/issues/8447",
+    ),
+    # --- GPU memory ----------------------------------------------------------------------------
+    Signature(
+        "static-budget-too-small", "gpu-memory",
+        r"Not enough memory\. Please try to increase --mem-fraction-static",
+        "after the weights, the static budget (VRAM x mem_fraction_static) has no room left for a KV pool",
+        "more VRAM per rank (a higher tp_size), smaller weights (a lower-bit quantization), or raise "
+        "runtime.mem_fraction_static only up to SGLang's default for the card (`escha-deploy plan` prints it)",
+        "sglang/srt/model_executor/pool_configurator.py:83",
+        sglang_advice="SGLang says 'Please try to increase --mem-fraction-static'; past its own default for "
+        "the card that leaves no room for CUDA graphs and activations, and startup then fails in CUDA graph "
+        "capture instead (the same cause as vllm-project/vllm PR #57595)",
+    ),
+    Signature(
+        "cuda-out-of-memory", "gpu-memory",
+        r"CUDA out of memory\. Tried to allocate|torch\.OutOfMemoryError",
+        "the GPU ran out of memory (weights + KV pool + CUDA graphs + activations exceed a GPU)",
+        "lower runtime.mem_fraction_static or cuda_graph_max_bs, or a shorter context; "
+        "`escha-deploy plan` shows the device budget",
+        "torch CUDACachingAllocator; quoted in https://github.com/sgl-project/sglang/issues/4730",
+    ),
+    Signature(
+        "illegal-memory-access", "gpu-memory",
+        r"an illegal memory access was encountered|cudaErrorIllegalAddress",
+        "an illegal memory access with HiCache on WSL2: the GPU cannot use registered host pointers there "
+        "(CanUseHostPointerForRegisteredMem = 0), so HiCache transfers into the cudaHostRegister pool fault "
+        "(sglang#40232)",
+        "use an image with capability hicache-host-allocator and ESCHA_HICACHE_HOST_ALLOCATOR=pinned "
+        "(auto picks it on WSL2), or retry with HiCache off (--set hicache.enabled=false) to isolate",
+        "CUDA cudaErrorIllegalAddress; quoted in https://github.com/sgl-project/sglang/issues/18785 (HiCache)",
+        when={"hicache_enabled": True, "platform": "wsl2"},
+    ),
+    Signature(
+        "illegal-memory-access", "gpu-memory",
+        r"an illegal memory access was encountered|cudaErrorIllegalAddress",
+        "an illegal memory access with HiCache on; the same load without HiCache is the test that "
+        "isolates it (sglang#16771; stream-race fixes #20611, #36738)",
+        "retry without HiCache (--set hicache.enabled=false) to isolate, and report the image's SGLang "
+        "commit (`docker image inspect` label io.escha.sglang)",
+        "CUDA cudaErrorIllegalAddress; quoted in https://github.com/sgl-project/sglang/issues/18785 (HiCache)",
+        when={"hicache_enabled": True},
+    ),
+    Signature(
+        "illegal-memory-access", "gpu-memory",
+        r"an illegal memory access was encountered|cudaErrorIllegalAddress",
+        "an illegal memory access in a CUDA kernel (HiCache is off, so not the host pool)",
+        "rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel; check the model and quantization",
+        "CUDA cudaErrorIllegalAddress; quoted in https://github.com/sgl-project/sglang/issues/18785 (HiCache)",
+    ),
+    # --- architecture ----------------------------------------------------------------------------
+    Signature(
+        "no-kernel-image", "arch",
+        r"no kernel image is available for execution on the device",
+        "a CUDA kernel in the image was not built for this GPU's architecture (for example sm_120 cards "
+        "on a build without Blackwell kernels, or a TP pair of two architectures where one is missing)",
+        "run an image whose torch and sgl-kernel include every GPU's compute capability (`escha-deploy "
+        "doctor` lists them); do not mix architectures in one TP group",
+        "CUDA cudaErrorNoKernelImageForDevice; quoted in https://github.com/pytorch/pytorch/issues/149845",
+        sglang_advice="the printed 'For debugging consider passing CUDA_LAUNCH_BLOCKING=1' does not help "
+        "here: no kernel of that build can run on this GPU",
+    ),
+    Signature(
+        "torch-arch-unsupported", "arch",
+        r"with CUDA capability sm_(\d+) is not compatible with the current PyTorch installation",
+        "the image's torch has no kernels for compute capability sm_{1}",
+        "use an image whose torch build lists sm_{1} (or a compatible major version) in "
+        "torch.cuda.get_arch_list()",
+        "torch/cuda/__init__.py:427 (_check_cubins)",
+    ),
+    # --- collectives ---------------------------------------------------------------------------
+    Signature(
+        "nccl-shared-memory", "collective",
+        r"Error while creating shared memory segment|failed to extend /dev/shm/nccl"
+        r"|/dev/shm/nccl-\S+.*(No space left|Bus error)|^Bus error",
+        "NCCL could not create its shared-memory segment in /dev/shm (Docker's default is 64 MB; TP 2 "
+        "needs more)",
+        "run with ipc=host or shm_size of at least 16 GB (escha-deploy up sets ipc=host; a hand-written "
+        "docker run needs --ipc=host --ulimit memlock=-1)",
+        "NCCL shm transport; quoted in https://github.com/NVIDIA/nccl/issues/342",
+    ),
+    Signature(
+        "peer-access", "collective",
+        r"peer access is not supported between these two devices",
+        "the GPUs have no CUDA peer access (consumer cards, WSL2), and custom all-reduce needs it",
+        "pass --disable-custom-all-reduce (runtime.disable_custom_all_reduce: true) and set "
+        "NCCL_P2P_DISABLE=1; as a last resort NCCL_SHM_DISABLE=1",
+        "CUDA cudaErrorPeerAccessUnsupported; quoted in https://github.com/sgl-project/sglang/issues/4814",
+    ),
+    Signature(
+        "nccl-unhandled-cuda", "collective",
+        r"NCCL error.*unhandled cuda error|NCCL WARN Cuda failure",
+        "NCCL failed on a CUDA call between the two GPUs (often peer-to-peer access the driver claims but "
+        "cannot use, as under WSL2 and on many consumer boards)",
+        "set NCCL_P2P_DISABLE=1 and pass --disable-custom-all-reduce; check `nvidia-smi topo -m`",
+        "torch ProcessGroupNCCL; quoted in https://github.com/pytorch/pytorch/issues/111187 (WSL2, 2 GPUs)",
+        unless=("peer-access",),
+    ),
+    Signature(
+        "nccl-watchdog-timeout", "collective",
+        r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=\d+, OpType=(\w+)",
+        "a collective ({1}) between the ranks did not finish before torch's NCCL timeout: one rank hung or "
+        "died, or the GPUs' peer-to-peer path claims to work but does not move data",
+        "read every rank's first error; on consumer cards set NCCL_P2P_DISABLE=1 and "
+        "--disable-custom-all-reduce; `escha-deploy doctor --profile P` runs an all-reduce smoke test",
+        "torch ProcessGroupNCCL watchdog; quoted in https://github.com/hiyouga/LlamaFactory/issues/7396",
+    ),
+    Signature(
+        "sglang-watchdog-timeout", "collective",
+        r"(\S+) watchdog timeout \(self\.watchdog_timeout=",
+        "SGLang's {1} watchdog fired: one forward batch took longer than --watchdog-timeout (default 300 s), "
+        "usually a hang in a collective or a kernel",
+        "read the lines before it for the stuck rank; on consumer cards set NCCL_P2P_DISABLE=1 and "
+        "--disable-custom-all-reduce; `escha-deploy doctor --profile P` runs an all-reduce smoke test",
+        "sglang/srt/utils/watchdog.py:154",
+    ),
+    # --- CUDA graphs ---------------------------------------------------------------------------
+    Signature(
+        "cuda-graph-capture", "cuda-graph",
+        r"Capture cuda graph failed: (.*)",
+        "CUDA graph capture failed at startup ({1}): after the static pools the GPU had too little left "
+        "for the graphs and their activations, or a kernel in the graph failed",
+        "lower runtime.mem_fraction_static toward SGLang's default or runtime.cuda_graph_max_bs "
+        "(`escha-deploy plan` compares the room left with SGLang's estimate)",
+        "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py:492",
+        sglang_advice="SGLang's third suggestion, disabling decode CUDA graphs, costs much decode speed; "
+        "lower the static fraction first",
+    ),
+    # --- model folder --------------------------------------------------------------------------
+    Signature(
+        "model-file-missing", "model-folder",
+        r"(\S+) does not appear to have a file named (\S+?)\.? Checkout",
+        "the model folder {1} has no {2}: the mount is empty, or it points one level above or below the "
+        "folder that holds config.json and the weights",
+        "`ls` the folder; point model.host_dir at the folder that holds config.json (often a "
+        "snapshots/<hash> folder one level down)",
+        "transformers/utils/hub.py:396 (cached_files)",
+    ),
+    Signature(
+        "model-path-not-found", "model-folder",
+        r"(\S+) is not a local folder and is not a valid model identifier",
+        "the model path {1} does not exist inside the server (the mount is missing or names another path)",
+        "check model.host_dir on the host and model.path in the container (`escha-deploy up --dry-run` "
+        "shows the mount)",
+        "transformers/utils/hub.py:470 (cached_files)",
+    ),
+    Signature(
+        "model-type-missing", "model-folder",
+        r"Unrecognized model in (\S+?)\. ",
+        "config.json in {1} has no model_type that transformers knows",
+        "check that config.json is the model's own (not an adapter's or a tokenizer's)",
+        "transformers/models/auto/configuration_auto.py:422 (AutoConfig.from_pretrained)",
+    ),
+    Signature(
+        "model-arch-unknown", "model-folder",
+        r"but Transformers does not recognize this architecture",
+        "the server's transformers is older than the model's architecture",
+        "run the image built for SGLang 0.5.19 (transformers 5.12.1); do not upgrade SGLang's pins by hand",
+        "transformers/models/auto/configuration_auto.py:411 (AutoConfig.from_pretrained)",
+    ),
+    Signature(
+        "no-weights", "model-folder",
+        r"Cannot find any model weights with `([^`]+)`",
+        "SGLang found no weight files (*.safetensors, *.bin) in {1}",
+        "put the weights in the folder model.host_dir names, or fix the path",
+        "sglang/srt/model_loader/loader.py:527 (DefaultModelLoader._prepare_weights)",
+    ),
+    # --- launch --------------------------------------------------------------------------------
+    Signature(
+        "address-in-use", "launch",
+        r"\[Errno 98\] (error while attempting to bind on address .*: )?[Aa]ddress already in use",
+        "a port the server needs is already bound: the HTTP port or one of SGLang's internal ZMQ/NCCL ports "
+        "next to it, often a stale server from a crash",
+        "`escha-deploy down` (or stop the owner `ss -ltnp` names), then start again; or choose another "
+        "container.port",
+        "uvicorn bind error on CPython's OSError errno 98 (EADDRINUSE); vllm#9763, sglang#9396",
+    ),
+    Signature(
+        "warmup-through-proxy", "launch",
+        r"Initialization failed\. warmup error|<Response \[(502|403)\]>",
+        "SGLang's startup warmup request failed; with --host 0.0.0.0 it goes to 0.0.0.0 and an http_proxy "
+        "in the environment answers it with 502/403 (sglang#9814, #16855)",
+        "set NO_PROXY/no_proxy=localhost,127.0.0.1,0.0.0.0,::1 (escha-deploy sets it in the container) "
+        "or unset the proxy variables",
+        "sglang/srt/entrypoints/http_server.py:2221 (_execute_server_warmup); sglang#9814",
+    ),
+    Signature(
+        "runtime-module-missing", "launch",
+        r"ModuleNotFoundError: No module named '([\w.]+)'",
+        "the server's Python cannot import '{1}': this runtime lacks part of SGLang's dependencies (its GPU "
+        "stack: torch, CUDA libraries and their helpers), so SGLang stops before loading anything",
+        "run on an image built from Dockerfile.hicache with its full wheelhouse, on a host with a GPU; "
+        "`escha-deploy doctor` checks both",
+        "CPython import system; sglang/launch_server.py imports sglang.srt before parsing arguments",
+    ),
+    Signature(
+        "no-gpu", "launch",
+        r"Found no NVIDIA driver|No CUDA GPUs are available|CUDA driver initialization failed"
+        r"|libcuda\.so.*cannot open",
+        "no usable CUDA GPU inside the server (no driver, no device, or the container was started without "
+        "GPUs)",
+        "install the NVIDIA driver and container toolkit; `escha-deploy doctor` checks both",
+        "torch CUDA initialisation; quoted in https://github.com/jbilcke-hf/FacePoke/issues/12",
+    ),
+    # --- this tool's own events ------------------------------------------------------------------
+    Signature(
+        "health-without-generate", "event", None,
+        "/health answered but a tiny generate request did not complete: a server relaunched on ports of "
+        "one killed with SIGKILL can pass /health and still not serve (sglang#22779)",
+        "`escha-deploy down` (SIGTERM with a grace period, waits until the ports are free), then "
+        "`escha-deploy up` again",
         "sglang#22779",
-        when=lambda f: bool(f.timed_out and f.health_ok and f.generate_ok is False),
+        when={"timed_out": True, "health_ok": True, "generate_ok": False},
+    ),
+    Signature(
+        "docker-daemon-gone", "event",
+        r"Error while fetching server API version|Cannot connect to the Docker daemon",
+        "the Docker daemon went away (or its socket closed) while waiting for the server: the container "
+        "may still run, or may have died with the daemon",
+        "start Docker again (`systemctl start docker`, or Docker Desktop), then `escha-deploy status`; "
+        "under Docker Desktop on WSL2, re-enable the distro's WSL integration if /var/run/docker.sock is gone",
+        "docker-py APIClient._retrieve_server_version (docker/api/client.py)",
+    ),
+    Signature(
+        "docker-daemon-gone", "event", None,
+        "the Docker daemon went away while waiting for the server",
+        "start Docker again, then `escha-deploy status`",
+        "docker-py connection errors",
+        when={"daemon_gone": True},
+    ),
+    Signature(
+        "unauthorized", "event",
+        r"\{\"error\": ?\"Unauthorized\"\}|\b401\b.*Unauthorized",
+        "the server refused the API key (HTTP 401): the client sent none, or not the key the server was "
+        "started with",
+        "send `Authorization: Bearer <key>` with the key in container.api_key_file; after changing the "
+        "file, restart the server (`escha-deploy down` then `up`)",
+        "sglang/srt/utils/auth.py:191 (the API-key middleware's 401 body)",
+    ),
+    Signature(
+        "unauthorized", "event", None,
+        "the server refused the API key (HTTP 401)",
+        "send `Authorization: Bearer <key>` with the key in container.api_key_file",
+        "sglang/srt/utils/auth.py:191",
+        when={"http_status": 401},
     ),
 )
 
@@ -275,7 +533,7 @@ def _repeating_traceback(lines: Sequence[str]) -> Match | None:
     """The same traceback (by its last line) three or more times: a crash loop, not one fault."""
     ends: list[str] = []
     in_tb = False
-    for i, line in enumerate(lines):
+    for line in lines:
         if _TRACEBACK_START in line:
             in_tb = True
             continue
@@ -288,12 +546,11 @@ def _repeating_traceback(lines: Sequence[str]) -> Match | None:
     if count < 3:
         return None
     return Match(
-        id="repeating-traceback",
-        line=last,
-        explanation=f"the same traceback repeated {count} times: the server (or one of its "
-        "processes) is crash-looping on one fault, so restarting will not help",
-        fix="fix the fault the traceback names; escha-deploy never restarts a server that has "
-        "not yet become ready",
+        id="repeating-traceback", kind="launch", line=last, evidence=[last],
+        explanation=f"the same traceback repeated {count} times: the server (or one of its processes) is "
+        "crash-looping on one fault, so restarting will not help",
+        fix="fix the fault the traceback names; escha-deploy never restarts a server that has not yet "
+        "become ready",
         source="escha-deploy launch policy (no restart while starting)",
     )
 
@@ -307,37 +564,63 @@ def _strip_prefix(line: str) -> str:
     return _LOG_PREFIX.sub("", line)
 
 
-def diagnose(lines: Sequence[str], facts: Facts | None = None) -> Diagnosis:
-    """Match the last log lines against ``SIGNATURES``.
+def _fill(text: str, m: re.Match[str] | None) -> str:
+    if m is None:
+        return text
+    for i, g in enumerate(m.groups(), 1):
+        text = text.replace("{" + str(i) + "}", g if g is not None else "?")
+    return text
 
-    ``lines``: the server's output, oldest first (any length; the last ``TAIL_LINES`` are kept
-    for printing, but all are searched, since a traceback's cause is often far above its end).
-    Returns every signature that matched, in ``SIGNATURES`` order, plus a repeating-traceback
-    match when one fault repeats. Never raises for odd input.
+
+def _fact_evidence(sig: Signature, f: Facts) -> list[str]:
+    out = []
+    for name in sig.when:
+        if name == "signal":
+            out.append(f"exit status {f.exit_code}: signal {f.signal} ({_SIGNAL_NAMES.get(f.signal, '?')})")
+        elif name == "oom_kill":
+            out.append({True: "the cgroup's oom_kill count rose", False: "the cgroup's oom_kill count did not rise",
+                        None: "the cgroup's oom_kill count was not read"}[f.oom_kill])
+        else:
+            out.append(f"{name} = {getattr(f, name)}")
+    if sig.kind == "killed" and f.pinned_total_bytes:
+        out.append(f"the plan pins {f.pinned_total_bytes / 1e9:.2f} GB of host memory (all ranks)")
+    return out
+
+
+def diagnose(lines: Sequence[str], facts: Facts | None = None) -> Diagnosis:
+    """Match log lines and facts against ``SIGNATURES``.
+
+    ``lines``: the server's output, oldest first (any length; all are searched, since a
+    traceback's cause is often far above its end; the last ``TAIL_LINES`` are kept for
+    printing). Returns one match per row id whose pattern (and ``when``) hold, in table order,
+    plus a repeating-traceback match when one fault repeats. Never raises for odd input.
     """
     facts = facts or Facts()
-    text_lines = [ln.rstrip("\n") for ln in lines]
+    text = [ln.rstrip("\n") for ln in lines]
     matches: list[Match] = []
+    seen: set[str] = set()
     for sig in SIGNATURES:
-        if not sig.when(facts):
+        if sig.id in seen or seen.intersection(sig.unless) or not sig.holds(facts):
             continue
         found: re.Match[str] | None = None
         line: str | None = None
+        evidence: list[str] = []
         if sig.pattern is not None:
-            for ln in text_lines:
-                found = sig.pattern.search(ln)
+            rx = re.compile(sig.pattern)
+            for i, ln in enumerate(text):
+                found = rx.search(ln)
                 if found:
                     line = ln
+                    evidence = [_strip_prefix(x) for x in text[i:i + EVIDENCE_LINES] if x.strip()]
                     break
             if found is None:
                 continue
-        advice = sig.explain(found, facts)
-        if advice is None:
-            continue
-        matches.append(Match(id=sig.id, line=line, explanation=advice[0], fix=advice[1],
-                             source=sig.source))
-    rep = _repeating_traceback(text_lines)
+        evidence += _fact_evidence(sig, facts)
+        seen.add(sig.id)
+        matches.append(Match(id=sig.id, kind=sig.kind, line=line, evidence=evidence,
+                             explanation=_fill(sig.cause, found), fix=_fill(sig.fix, found), source=sig.source,
+                             sglang_advice=sig.sglang_advice, conclusive=sig.conclusive))
+    rep = _repeating_traceback(text)
     if rep is not None:
         matches.append(rep)
-    return Diagnosis(exit_code=facts.exit_code, timed_out=facts.timed_out, matches=matches,
-                     tail=text_lines[-TAIL_LINES:])
+    return Diagnosis(exit_code=facts.exit_code, timed_out=facts.timed_out, matches=matches, tail=text[-TAIL_LINES:])

@@ -79,3 +79,38 @@ def logs(profile: str | None, *, follow: bool, tail: int | str = "all", out=None
             out.flush()
     except KeyboardInterrupt:
         pass
+
+
+def facts_from_container(container) -> dict[str, Any]:
+    """``diagnose.Facts`` fields from a container's state (docker-py ``attrs``): the exit code
+    once it exited, and ``oom_kill`` from ``State.OOMKilled`` (dockerd sets it when the
+    container cgroup's ``memory.events`` reported an ``oom_kill``), plus HiCache and the
+    platform from this tool's labels where present."""
+    from . import docker as dk
+
+    container.reload()
+    st = container.attrs.get("State", {}) or {}
+    exited = st.get("Status") in ("exited", "dead")
+    labels = container.labels or {}
+    out: dict[str, Any] = {"exit_code": st.get("ExitCode") if exited else None,
+                           "oom_kill": bool(st.get("OOMKilled")) if exited else None}
+    if labels.get(dk.LABEL_PROFILE):
+        out["hicache_enabled"] = labels.get("io.escha.hicache", "") == "on"
+    return out
+
+
+def diagnose_container(profile: str | None, container=None):
+    """The diagnosis of a container of this tool (or ``container`` itself): its whole log
+    (redacted) and its state. Raises ``Refused`` (3) when there is no container."""
+    from . import docker as dk
+    from .diagnose import Facts, diagnose
+
+    if container is None:
+        client = dk.connect()
+        found = dk.find(client, profile)
+        if not found:
+            raise Refused(f"logs: nothing running{' for profile ' + profile if profile else ''}")
+        container = found[0]
+    r = Redactor()
+    lines = [r(ln) for ln in dk.log_lines(container, follow=False)]
+    return diagnose(lines, Facts(**facts_from_container(container)))

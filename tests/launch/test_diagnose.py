@@ -89,7 +89,7 @@ def test_b17_nccl_shared_memory():
 
 def test_b18_nccl_p2p_on_wsl2():
     d = diagnose(B18, Facts(exit_code=1, platform="wsl2"))
-    assert [m.id for m in d.matches] == ["nccl-p2p"]
+    assert [m.id for m in d.matches] == ["peer-access"]
     assert "NCCL_P2P_DISABLE=1" in d.matches[0].fix and "NCCL_SHM_DISABLE=1" in d.matches[0].fix
 
 

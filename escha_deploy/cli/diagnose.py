@@ -1,0 +1,66 @@
+"""``escha-deploy diagnose [FILE|-]``: read a server log from anywhere and say the cause, the
+evidence lines and the fix. Exit 0 when a known cause is proven, 5 when nothing conclusive
+matched, 2 when the file cannot be read."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from .options import FormatOpt, OutputFormat
+
+EXAMPLES = """
+Examples:
+
+  escha-deploy diagnose server.log
+  docker logs my-sglang 2>&1 | escha-deploy diagnose - --exit-code 137
+  escha-deploy logs --profile rtx5060ti-tp2-fp8 --diagnose
+"""
+
+
+def register(app: typer.Typer) -> None:
+    from .app import PANEL_LIFECYCLE
+
+    @app.command("diagnose", rich_help_panel=PANEL_LIFECYCLE, epilog=EXAMPLES)
+    def diagnose_command(
+        file: Annotated[str, typer.Argument(help="The log file, or - for standard input.")] = "-",
+        exit_code: Annotated[Optional[int], typer.Option(
+            "--exit-code", help="The server's exit status (137 or -9: killed by SIGKILL).")] = None,
+        oom_killed: Annotated[Optional[bool], typer.Option(
+            "--oom-killed/--no-oom-killed",
+            help="Whether the cgroup's memory.events oom_kill count rose (docker inspect: State.OOMKilled); "
+            "unknown when not given.")] = None,
+        hicache: Annotated[bool, typer.Option("--hicache/--no-hicache", help="HiCache was on.")] = False,
+        wsl2: Annotated[bool, typer.Option("--wsl2", help="The server ran under WSL2.")] = False,
+        fmt: FormatOpt = OutputFormat.table,
+    ) -> None:
+        """Explain a server log: cause, evidence lines and fix for each known failure."""
+        import sys
+
+        from escha_deploy.errors import BadInput, ExitCode
+        from escha_deploy.launch.diagnose import Facts, diagnose
+
+        try:
+            text = sys.stdin.read() if file == "-" else open(file, encoding="utf-8", errors="replace").read()
+        except OSError as exc:
+            raise BadInput(f"{file}: {exc.strerror or exc}") from None
+        facts = Facts(exit_code=exit_code, oom_kill=oom_killed, hicache_enabled=hicache,
+                      platform="wsl2" if wsl2 else "linux")
+        diag = diagnose(text.splitlines(), facts)
+        emit(diag, fmt)
+        raise typer.Exit(int(ExitCode.OK if diag.conclusive else ExitCode.INCONCLUSIVE))
+
+
+def emit(diag, fmt: OutputFormat) -> None:
+    """Print a diagnosis on stdout (it is the command's result): text, or JSON."""
+    if fmt is OutputFormat.json:
+        from .output import print_json
+
+        print_json({"conclusive": diag.conclusive, "exit_code": diag.exit_code,
+                    "matches": [m.model_dump() for m in diag.matches]})
+        return
+    for line in diag.lines(tail=False):
+        typer.echo(line)
+    if not diag.conclusive and diag.matches:
+        typer.echo("  no cause proven: the lines above are likely, not certain")
