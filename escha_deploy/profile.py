@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .arch import ModelArch
 from .capabilities import CAPABILITIES, IMAGE_HICACHE, CapabilityName
-from .errors import BadInput
+from .errors import BadInput, Refused
 from .units import parse_size, size_field
 from .yamlpos import Positions, load_yaml_with_positions, parse_yaml_text, position_of
 
@@ -558,6 +558,14 @@ def load_profile(ref: str, overrides: Sequence[str] = ()) -> Profile:
         problems.append((file, line, f"{where}: {'.'.join(loc)}: {msg}"))
     if problems:
         raise BadInput(*[t for _, _, t in sorted(problems)])
+    refusals = []
+    for loc, msg in sglang_late_refusals(profile):
+        file, line = position_of(pos, loc) or (str(path), 0)
+        where = f"{file}:{line}" if line else file
+        key = "" if file == f"--set {'.'.join(loc)}" else f"{'.'.join(loc)}: "  # "--set a.b: msg"
+        refusals.append((file, line, f"{where}: {key}{msg}"))
+    if refusals:  # SGLang accepts the arguments and stops later: a refusal before start, exit 3
+        raise Refused(*[t for _, _, t in sorted(refusals)])
     return profile
 
 
@@ -578,6 +586,37 @@ def cross_field_problems(profile: Profile) -> list[tuple[tuple[str, ...], str]]:
             out.append((("container", "gpus"),
                         f"device id {max(gpus)} but hardware.gpu_count is {profile.hardware.gpu_count}"))
     # runtime.tp_size above hardware.gpu_count is the planner's (validate.py: the plan is unsafe)
+    return out
+
+
+# --------------------------------------------------------------------------- SGLang's late refusals
+# Rules that need the profile alone, for configurations SGLang 0.5.19 accepts while parsing and
+# resolving its arguments and refuses later, once the server runs (docs/late-checks.md lists
+# every such check). They are not pydantic errors: the input is well formed, SGLang refuses it,
+# so loading raises ``Refused`` (exit 3) and ``plan``/``up``/``serve``/``profiles validate`` all
+# report it as ``file:line: key: message``. Rules that need the architecture or host facts are
+# the planner's (planner/validate.py).
+
+
+def sglang_late_refusals(profile: Profile) -> list[tuple[tuple[str, ...], str]]:
+    """``(key path, message)`` for each configuration SGLang 0.5.19 refuses after startup."""
+    out: list[tuple[tuple[str, ...], str]] = []
+    hc = profile.hicache
+    if hc.enabled and hc.hicache_io_backend == "kernel_ascend":
+        # pool_host/mha.py: load_to_device_per_layer takes kernel_ascend only with
+        # page_first_direct through Ascend NPU kernels; pool_host/mamba.py: _copy_tensor raises
+        # "Unsupported io_backend" for anything but kernel and direct.
+        out.append((("hicache", "hicache_io_backend"),
+                    "kernel_ascend moves HiCache pages with Ascend NPU kernels: on a CUDA GPU SGLang fails at the "
+                    "first host transfer (pool_host/mha.py, pool_host/mamba.py: Unsupported io_backend); use kernel or direct"))
+    if hc.enabled and hc.hicache_io_backend == "direct" and hc.hicache_mem_layout == "page_head":
+        # pool_host/mha.py: load_to_device_per_layer / backup_from_device_all_layer raise
+        # "Unsupported layout" for io_backend direct unless the layout is layer_first or
+        # page_first_direct (arg_groups/hicache_hook.py rewrites only page_first + direct).
+        out.append((("hicache", "hicache_mem_layout"),
+                    "page_head with hicache_io_backend direct fails at the first host transfer "
+                    "(pool_host/mha.py: Unsupported layout); use page_first_direct or layer_first with direct, "
+                    "or page_head with kernel"))
     return out
 
 

@@ -84,6 +84,13 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
             error("runtime.enable_mixed_chunk",
                   "mixed chunk corrupts mamba checkpoints on hybrid models without sglang#39526 "
                   "(field report B28): set false, or add the mamba-mixed-chunk-fix overlay to runtime.needs")
+        if not mamba_slots:
+            # kv_cache_configurator.py: _handle_max_mamba_cache raises "Not enough GPU memory for
+            # hybrid (mamba/linear-attention) state cache" when it computes no slot.
+            error("runtime.max_mamba_cache_size",
+                  "no mamba state slot fits the static budget after the weights: SGLang stops at startup "
+                  "(kv_cache_configurator.py: _handle_max_mamba_cache); set runtime.max_mamba_cache_size "
+                  "and runtime.max_total_tokens, or raise runtime.mem_fraction_static")
         if mamba_slots:
             per_req = mamba_slots_per_request(rt.mamba_radix_cache_strategy, rt.disable_radix_cache)
             cap = mamba_slots // per_req

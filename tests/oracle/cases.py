@@ -230,6 +230,10 @@ REFUSAL_CASES = [
     Case(id="refuse-hicache-no-radix", profile="rtx5060ti-tp2-fp8", overrides=("runtime.disable_radix_cache=true",)),
     Case(id="refuse-int8-mamba-ckpt", profile="rtx5060ti-tp2-fp8",
          overrides=("runtime.enable_int8_mamba_checkpoint=true",)),
+    Case(id="refuse-layer-first-hybrid", profile="rtx5060ti-tp2-fp8", overrides=("hicache.hicache_mem_layout=layer_first",)),
+    Case(id="refuse-kv-split-dense", profile="rtx5060ti-tp2-fp8",
+         overrides=("model.architecture=" + DENSE_ARCH, "model.weights_per_rank=2GB", "runtime.max_total_tokens=16384",
+                    "hicache.hicache_mem_layout=page_first_kv_split")),
     Case(id="refuse-buffer-only-hybrid", profile="rtx5060ti-tp2-fp8",
          overrides=("hicache.hicache_host_memory_mode=buffer_only", "hicache.hicache_storage_backend=file",
                     "hicache.storage_dir=/tmp/l3")),
@@ -293,8 +297,11 @@ def compare(case_id: str, planner: dict, oracle: dict) -> tuple[list[str], int]:
     if planner["shipped"] and not planner["needs_overlay"] and planner["verdict"] == "unsafe":
         diffs.append(f"{case_id}: verdict: a shipped profile is unsafe: {planner['reasons']}")
     pools = oracle.get("pools") or {}
-    if "error" in pools:
-        diffs.append(f"{case_id}: pools: SGLang's host pool classes raised {pools['error']}")
+    if "error" in pools:  # a host pool class refuses the configuration: plan must refuse it too
+        if planner["verdict"] != "unsafe":
+            diffs.append(f"{case_id}: verdict: SGLang's host pool classes raise {pools['error']} but plan "
+                         f"says {planner['verdict']}")
+        return diffs, n
     for path, key in COMPARED:
         theirs = _get(oracle, path)
         if theirs is None or (path.startswith("pools.mamba") and not planner.get("host_mamba_slots") and not theirs):
@@ -338,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         diffs, n_cases, n_fields, timings, results = check_all(all_cases(), Path(tmp), args.venv)
     if args.save:
         args.save.write_text(json.dumps(results))
-    refused = sum(1 for r in results["results"] if not r["resolve"]["ok"])
+    refused = sum(1 for r in results["results"] if not r["resolve"]["ok"] or "error" in (r.get("pools") or {}))
     print(f"sglang oracle: {n_cases} cases ({refused} refused by SGLang), {n_fields} fields compared, "
           f"{len(diffs)} differences; {time.perf_counter() - start:.1f} s ({timings})")
     for d in diffs:

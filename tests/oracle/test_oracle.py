@@ -59,6 +59,8 @@ def test_sglang_refuses_what_plan_refuses(sglang_results):
     assert not page["ok"] and page["site"].endswith("mamba_hook.py:validate_mamba_no_buffer")
     radix = by_id["refuse-hicache-no-radix"]["resolve"]
     assert not radix["ok"] and "mutually exclusive" in radix["error"]
+    assert "Unsupported layout: layer_first" in by_id["refuse-layer-first-hybrid"]["pools"]["error"]
+    assert "page_first_kv_split" in by_id["refuse-kv-split-dense"]["pools"]["error"]
     for case in oc.REFUSAL_CASES:
         assert oc.build_case(case)[1]["verdict"] == "unsafe", case.id
 

@@ -97,3 +97,42 @@ def test_serve_print_refuses_the_same_inputs(cli, sets):
     r = cli(*args)
     assert r.code == 3 and json.loads(r.out)["verdict"] == "unsafe", (r.out, r.err)
     assert json.loads(cli("serve", "-p", FP8, "--print").out)["verdict"] == "ok"
+
+
+def test_kernel_ascend_io_backend_is_refused_from_the_profile_alone(cli):
+    """pool_host/mha.py and pool_host/mamba.py fail at the first host transfer on a CUDA GPU."""
+    r = cli("plan", "-p", FP8, "--host-ram", "32GiB", "--linux", "--set", "hicache.hicache_io_backend=kernel_ascend")
+    assert r.code == 3
+    assert "--set hicache.hicache_io_backend: kernel_ascend moves HiCache pages with Ascend NPU kernels" in r.err
+    r = cli("profiles", "validate", FP8)  # the shipped profile itself is fine
+    assert r.code == 0
+
+
+DENSE = "model.architecture={model_type: qwen3, num_hidden_layers: 64, num_key_value_heads: 8, head_dim: 128}"
+
+
+def test_page_head_with_direct_io_is_refused_and_with_kernel_is_not(cli):
+    base = ["plan", "-p", FP8, "--host-ram", "32GiB", "--linux", "--set", DENSE,
+            "--set", "hicache.hicache_mem_layout=page_head"]
+    r = cli(*base, "--set", "hicache.hicache_io_backend=direct")
+    assert r.code == 3 and "hicache.hicache_mem_layout: page_head with hicache_io_backend direct" in r.err
+    r = cli(*base, "--set", "hicache.hicache_io_backend=kernel", "-f", "json")
+    assert "page_head" not in r.err and json.loads(r.out)["verdict"] in ("ok", "unsafe", "hicache_off")
+
+
+def test_late_refusal_names_the_yaml_line(tmp_path):
+    from escha_deploy.errors import Refused
+
+    f = tmp_path / "p.yaml"
+    f.write_text("extends: rtx5060ti-tp2-fp8\nname: x\nhicache:\n  hicache_io_backend: kernel_ascend\n")
+    with pytest.raises(Refused) as exc:
+        load_profile(str(f))
+    assert exc.value.problems[0].startswith(f"{f}:4: hicache.hicache_io_backend: kernel_ascend")
+
+
+def test_no_auto_sized_mamba_slot_is_refused(cli):
+    """kv_cache_configurator.py: _handle_max_mamba_cache raises when it computes no slot."""
+    r, d = _plan_cli(cli, "model.weights_per_rank=10.3GB", "runtime.max_mamba_cache_size=null",
+                     "runtime.max_total_tokens=null")
+    assert r.code == 3 and d["per_rank"]["device_mamba_slots"] == 0
+    assert any(reason.startswith("runtime.max_mamba_cache_size: no mamba state slot fits") for reason in d["reasons"])
