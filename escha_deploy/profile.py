@@ -307,7 +307,10 @@ class Container(EschaModel):
 class Profile(EschaModel):
     """One deployable configuration: box, model, runtime, HiCache, safety policy, container."""
 
-    name: Annotated[str, Field(description="profile name (the file's stem for shipped profiles)")]
+    name: Annotated[str, Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$",
+        description="profile name (default: the file's stem); it names the container escha-NAME, so "
+                    "Docker's rule applies: letters, digits, _ . -, at most 63")]
     description: Annotated[str, Field(description="one line for `profiles list`")] = ""
     hardware: Hardware
     model: ModelSection
@@ -524,7 +527,7 @@ def _format_errors(exc: ValidationError, pos: Positions, origin: str,
         got_s = ""
         if (err["type"] != "missing" and got is not None and not isinstance(got, (dict, list))
                 and "(got" not in text and "did you mean" not in text):
-            got_s = f" (got {got!r})"
+            got_s = f" (got {_short_repr(got)})"
         where_s = f"{file}:{line}" if line else file
         # an override's place already names its key: "--set a.b: message", not "--set a.b: a.b: ..."
         key_s = "" if file == f"--set {dotted}" else f"{dotted}: "
@@ -532,6 +535,15 @@ def _format_errors(exc: ValidationError, pos: Positions, origin: str,
             lines.append((file, line, f"{where_s}: {key_s}{part}{got_s}"))
     lines.sort(key=lambda t: (t[0], t[1]))
     return [(ln, t) for _, ln, t in lines]
+
+
+def _short_repr(value: Any, limit: int = 60) -> str:
+    """``repr`` for an error line: at most ``limit`` characters; an int too long to print in
+    decimal (Python refuses past 4300 digits) is named by its size."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"an integer of {len(str(value)) if value.bit_length() < 14000 else 'thousands of'} digits"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def load_profile(ref: str, overrides: Sequence[str] = ()) -> Profile:

@@ -83,9 +83,23 @@ def _check_graph(root: yaml.Node, file: str) -> None:
     size(root, 0)
 
 
+def _scalar_problem(loader: Any, node: yaml.ScalarNode, file: str) -> str | None:
+    """Construct one scalar (cached by the loader for the document); a value Python refuses
+    (an int of more than 4300 digits, ``2020-13-45`` as a date) becomes a line naming it."""
+    try:
+        loader.construct_object(node)
+    except (ValueError, OverflowError) as exc:
+        return f"{file}:{node.start_mark.line + 1}: cannot read this value: {str(exc).split(';')[0][:120]}"
+    return None
+
+
 def _walk(loader: Any, node: yaml.Node, path: tuple, file: str, out: Positions, problems: list[str]) -> None:
     out.setdefault(path, (file, node.start_mark.line + 1))
-    if isinstance(node, yaml.MappingNode):
+    if isinstance(node, yaml.ScalarNode):
+        problem = _scalar_problem(loader, node, file)
+        if problem:
+            problems.append(problem)
+    elif isinstance(node, yaml.MappingNode):
         first: dict[Any, int] = {}
         for key_node, value_node in node.value:
             line = key_node.start_mark.line + 1
@@ -94,6 +108,9 @@ def _walk(loader: Any, node: yaml.Node, path: tuple, file: str, out: Positions, 
                 try:
                     ident = loader.construct_object(key_node)
                     hash(ident)
+                except (ValueError, OverflowError) as exc:
+                    problems.append(f"{file}:{line}: cannot read this key: {str(exc).split(';')[0][:120]}")
+                    continue
                 except (yaml.YAMLError, TypeError):
                     ident = key
                 if ident == "<<" or key_node.tag == "tag:yaml.org,2002:merge":
