@@ -39,6 +39,8 @@ def register(app: typer.Typer) -> None:
                   "escha-deploy fleet up fleet.yaml --box lin-b")(up_command)
     fleet.command("status", epilog="Example:  escha-deploy fleet status fleet.yaml --format json")(status_command)
     fleet.command("down", epilog="Example:  escha-deploy fleet down fleet.yaml --router")(down_command)
+    fleet.command("build-router", epilog="Example:  escha-deploy fleet build-router --base-image python:3.11-slim"
+                  )(build_router_command)
     fleet.command("compose", epilog="Example:  escha-deploy fleet compose fleet.yaml --out deploy/")(compose_command)
     render = typer.Typer(name="render", no_args_is_help=True, help="Render manifests for an orchestrator.")
     render.command("k8s", epilog="Example:  escha-deploy fleet render k8s fleet.yaml --out k8s/")(render_k8s_command)
@@ -272,3 +274,18 @@ def render_k8s_command(
         out.mkdir(parents=True, exist_ok=True)
         (out / "fleet.k8s.yaml").write_text(text)
         typer.echo(str(out / "fleet.k8s.yaml"))
+
+
+def build_router_command(
+    base_image: Annotated[str, typer.Option("--base-image", help="A Debian image whose python3 can pip install.")],
+    tag: Annotated[Optional[str], typer.Option("--tag", help="Image tag (default: router.image's default).")] = None,
+    python_version: Annotated[str, typer.Option("--python-version", help="The base image's Python (X.Y).")] = "3.11",
+) -> None:
+    """Build the router (SMG) image from PyPI's smg wheel; no image registry beyond the base is
+    needed. Exit 0 built, 4 when the build fails."""
+    from ..fleet.model import IMAGE_SMG
+    from ..fleet.router_image import build_router_image
+    from .output import info
+
+    image_id = build_router_image(base_image, tag or IMAGE_SMG, python_version, progress=info)
+    typer.echo(f"{tag or IMAGE_SMG}\t{image_id}")

@@ -180,7 +180,7 @@ def start_router(loaded: LoadedFleet, fp: FleetPlan, *, urls: list[str] | None =
             cap_drop=["ALL"], security_opt=["no-new-privileges"], read_only=True, tmpfs={"/tmp": ""},
             stop_signal="SIGTERM")
     except docker.errors.ImageNotFound:
-        raise Refused(f"router image {r.image} is not on this box: build it with `escha-deploy fleet build-router`") from None
+        raise Refused(f"router image {r.image} is not on this box: build it with `escha-deploy fleet build-router --base-image IMAGE`") from None
     return f"container {name}"
 
 
