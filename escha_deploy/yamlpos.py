@@ -136,6 +136,9 @@ def _yaml_error_line(exc: yaml.YAMLError, file: str) -> str:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     line = f":{mark.line + 1}" if mark is not None else ""
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    if context and not context.startswith("while "):  # "expected a single document ... but found another"
+        problem = f"{context} {problem}"
     return f"{file}{line}: malformed YAML: {problem}"
 
 

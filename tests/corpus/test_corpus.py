@@ -1,0 +1,151 @@
+"""The bad-input corpus (cases.yaml, see README.md): every case ends with its exit code (2 or
+3), one ``error:`` line per problem with the expected fragment on one of them, no traceback,
+within 10 s and 1 GiB of address space."""
+
+from __future__ import annotations
+
+import ast
+import re
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from inproc import run_main
+
+HERE = Path(__file__).resolve().parent
+CASES = yaml.safe_load((HERE / "cases.yaml").read_text())["cases"]
+
+#: Every command that reads a profile, fed the same file.
+PROFILE_COMMANDS: dict[str, list[str]] = {
+    "plan": ["plan", "-p", "{p}", "--host-ram", "64GiB", "--linux"],
+    "profiles-show": ["profiles", "show", "{p}"],
+    "profiles-validate": ["profiles", "validate", "{p}"],
+    "compose": ["compose", "-p", "{p}"],
+    "up-dry-run": ["up", "-p", "{p}", "--dry-run"],
+    "serve-print": ["serve", "-p", "{p}", "--print"],
+    "doctor": ["doctor", "-p", "{p}", "--no-probes", "--format", "json"],
+}
+TIME_LIMIT_S = 10
+MEMORY_LIMIT = 1 << 30
+#: stderr lines a clean failure may print: our error/hint/warning lines and verb progress
+#: ("bench: probing ..."); nothing indented, boxed or multi-line.
+CLEAN_LINE = re.compile(r"^(error|hint|warning): |^[a-z][a-z -]*: \S")
+_REPEAT = re.compile(r"\$repeat\((\d+), (.*?)\)\$")
+
+
+def expand(text: str, d: Path, p: Path) -> str:
+    text = _REPEAT.sub(lambda m: m.group(2) * int(m.group(1)), text)
+    return text.replace("{p}", str(p)).replace("{d}", str(d))
+
+
+def runs() -> list:
+    out = []
+    for case in CASES:
+        if case.get("commands") == "profile":
+            for name, argv in PROFILE_COMMANDS.items():
+                out.append(pytest.param(case, argv, id=f"{case['id']}/{name}"))
+        else:
+            out.append(pytest.param(case, case["argv"], id=case["id"]))
+    return out
+
+
+def test_corpus_is_large_and_well_formed():
+    ids = [c["id"] for c in CASES]
+    assert len(ids) == len(set(ids)) and len(ids) >= 120
+    for c in CASES:
+        assert c["exit"] in (2, 3), c["id"]
+        assert ("argv" in c) != (c.get("commands") == "profile"), c["id"]
+        assert set(c) <= {"id", "argv", "commands", "profile", "profile_bytes", "profile_pad", "files", "exit",
+                          "fragment", "problems", "isolate"}, c["id"]
+    commands = {c["argv"][0] for c in CASES if "argv" in c} | {a[0] for a in PROFILE_COMMANDS.values()}
+    # every command that takes input (all but `profiles list` and `runtime apply`, which
+    # change the installed runtime)
+    assert commands >= {"plan", "profiles", "compose", "up", "serve", "doctor", "status", "down", "logs",
+                        "bench", "canary", "runtime", "build", "fleet"}, commands
+
+
+class _Hung(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Hung(f"still running after {TIME_LIMIT_S} s")
+
+
+def _limit_subprocess() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
+def _vm_size() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def run_case(case: dict, argv: list[str], tmp_path: Path) -> tuple[int, str, str, float]:
+    d = tmp_path
+    p = d / "profile.yaml"
+    for name, text in (case.get("files") or {}).items():
+        (d / name).parent.mkdir(parents=True, exist_ok=True)
+        (d / name).write_text(expand(text, d, p))
+    if "profile_bytes" in case:
+        p.write_bytes(ast.literal_eval(case["profile_bytes"]))
+    elif "profile" in case:
+        text = expand(case["profile"], d, p)
+        if case.get("profile_pad"):
+            text += "# " + "x" * case["profile_pad"] + "\n"
+        p.write_text(text)
+    args = [expand(a, d, p) for a in argv]
+    env = {"XDG_CACHE_HOME": str(d / "xdg"), "COLUMNS": "200", "ESCHA_SERVE_MODE": "",
+           "ESCHA_API_KEY": "", "NO_COLOR": "1"}
+    t0 = time.monotonic()
+    if case.get("isolate"):
+        import os
+
+        try:
+            r = subprocess.run([sys.executable, "-m", "escha_deploy.cli.main", *args], capture_output=True,
+                               text=True, timeout=TIME_LIMIT_S, preexec_fn=_limit_subprocess,
+                               env={**os.environ, **env}, cwd=d)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"killed after {TIME_LIMIT_S} s")
+        return r.returncode, r.stdout, r.stderr, time.monotonic() - t0
+    # in-process: a wall-clock alarm, and at most 1 GiB more address space than this process has
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT_S)
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (_vm_size() + MEMORY_LIMIT, hard))
+        r = run_main(*args, env=env, cwd=str(d))
+    except MemoryError:
+        pytest.fail("more than 1 GiB of address space")
+    except _Hung as exc:
+        pytest.fail(str(exc))
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    return r.code, r.out, r.err, time.monotonic() - t0
+
+
+@pytest.mark.parametrize("case, argv", runs())
+def test_bad_input_ends_cleanly(case, argv, tmp_path):
+    code, out, err, took = run_case(case, argv, tmp_path)
+    shown = f"exit {code}\nstdout: {out[-500:]}\nstderr: {err[-1500:]}"
+    assert "Traceback" not in out + err, shown
+    assert code == case["exit"], shown
+    assert took <= TIME_LIMIT_S, f"{took:.1f} s"
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    bad = [ln for ln in lines if not CLEAN_LINE.match(ln)]
+    assert not bad, shown
+    errors = [ln for ln in lines if ln.startswith("error: ")]
+    assert len(errors) == case.get("problems", 1), shown
+    where = errors if errors else (out + err).splitlines()
+    assert any(case["fragment"] in ln for ln in where), shown
+    assert len(err) < 20_000, "a message is not a dump"
