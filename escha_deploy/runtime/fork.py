@@ -10,11 +10,12 @@ with our series, in one order, to clean copies of the installed package:
   ``Date``; the commit hash from the mbox ``From <hash> ...`` line git writes first.
 - **Diffs** are read from the mail's bytes as they are (format-patch writes 8bit bodies), file
   block by file block (``diff --git a/P b/P``). ``python/sglang/P`` maps to ``sglang/P`` of the
-  installed package. Refused, naming the commit: renames, copies, mode changes (and new files
-  that are executable or symbolic links), binary diffs, and anything under ``sgl-kernel/`` or
+  installed package. Refused, naming the commit: anything under ``sgl-kernel/`` or
   ``python/pyproject.toml`` (a rebuilt kernel wheel or new dependencies, which an image build
-  with no network cannot make). Files elsewhere (``tools/``, ``test/``, ``docs/``) are listed
-  and left out: they are not part of the installed package.
+  with no network cannot make), and for the package's files renames, copies, mode changes (and
+  new files that are executable or symbolic links) and binary diffs. Files elsewhere
+  (``tools/``, ``test/``, ``docs/``) are listed and left out, whatever their change: they are
+  not part of the installed package.
 - **The declaration** (``escha-fork.yaml`` beside the patches) says which capabilities each
   commit provides (never guessed from the diff), which fork commits to drop, and for every
   file that one of our patches and a fork commit both touch, a decision: ``ours-first``,
@@ -48,6 +49,9 @@ DECISIONS = ("ours-first", "fork-first", "drop-ours", "drop-fork")
 _FROM_LINE = re.compile(rb"^From ([0-9a-f]{40}) ")
 _SUBJECT_PREFIX = re.compile(r"^\s*\[PATCH[^\]]*\]\s*")
 _HASH = re.compile(r"^[0-9a-f]{7,40}$")
+#: git's extended header lines (git-diff(1), "generating patch text with -p").
+_EXTENDED = ("old mode", "new mode", "deleted file mode", "new file mode", "copy from", "copy to",
+             "rename from", "rename to", "similarity index", "dissimilarity index")
 #: A path whose change needs more than the Python package: why each is refused.
 _NEEDS_REBUILD = (
     ("sgl-kernel/", "sgl-kernel/ is compiled into the sgl-kernel wheel; rebuild and pin that "
@@ -165,15 +169,22 @@ def read_commit(path: Path) -> tuple[Commit | None, list[str]]:
                                                      and ln.endswith(" differ")):
                 binary = True
                 break
-            key, _, value = ln.partition(" ")
-            two = " ".join(ln.split(" ")[:2])
-            if two in ("old mode", "new mode", "rename from", "rename to", "copy from", "copy to",
-                       "new file mode", "deleted file mode", "similarity index"):
-                ext[two] = ln[len(two) + 1:]
-            elif key == "dissimilarity":
-                ext["dissimilarity index"] = value
+            for key in _EXTENDED:
+                if ln.startswith(key + " "):
+                    ext[key] = ln[len(key) + 1:]
+                    break
         shown = b_path if b_path else a_path
         where = f"{who}: {shown} (line {start + 1})"
+        paths = {a_path, b_path, ext.get("rename from"), ext.get("rename to"),
+                 ext.get("copy from"), ext.get("copy to")} - {None, ""}
+        rebuild = next((why for p, why in _NEEDS_REBUILD for q in sorted(paths)
+                        if q == p or (p.endswith("/") and q.startswith(p))), None)
+        if rebuild is not None:
+            problems.append(f"{where}: {rebuild}")
+            continue
+        if not any(q.startswith(root) for q in paths):
+            left_out.append(shown)  # not part of the installed package: whatever the change
+            continue
         if "rename from" in ext or "copy from" in ext:
             kind = "renames" if "rename from" in ext else "copies"
             src = ext.get("rename from") or ext.get("copy from")
@@ -191,14 +202,6 @@ def read_commit(path: Path) -> tuple[Commit | None, list[str]]:
             continue
         if binary:
             problems.append(f"{where}: a binary diff; only text diffs can be imported")
-            continue
-        rebuild = next((why for p, why in _NEEDS_REBUILD
-                        if shown == p or (p.endswith("/") and shown.startswith(p))), None)
-        if rebuild is not None:
-            problems.append(f"{where}: {rebuild}")
-            continue
-        if not shown.startswith(root):
-            left_out.append(shown)
             continue
         if has_text:
             masked[start:end] = lines[start:end]

@@ -101,6 +101,9 @@ def test_fork_image_verifies_and_describes_its_commits(images):
         h["int2"], h["jp"], h["tools"]]
     assert json.loads(labels["io.escha.runtime.fork"])[1]["subject"] == SUBJECT_JP
     assert labels["io.escha.runtime.capabilities"].split(",") == desc["capabilities"]
+    layers = [x for x in _client().images.get(tags["main"]).history()
+              if "runtime apply" in (x.get("CreatedBy") or "")]
+    assert len(layers) == 1 and layers[0]["Size"] < 2_000_000, layers  # 803 kB measured
 
 
 def test_one_changed_byte_in_a_fork_file_is_named(images):

@@ -104,6 +104,13 @@ def test_mode_binary_and_pyproject_are_refused(fork, tmp_path, capsys):
     (pkg / "blob.bin").write_bytes(bytes(range(256)))
     git("add", "-A")
     git("commit", "-qm", "a binary file")
+    (pkg / "run.sh").write_text("#!/bin/sh\n")
+    (pkg / "run.sh").chmod(0o755)
+    (repo / "tools").mkdir()
+    (repo / "tools" / "repro.sh").write_text("#!/bin/sh\n")
+    (repo / "tools" / "repro.sh").chmod(0o755)  # outside the package: left out, not refused
+    git("add", "-A")
+    git("commit", "-qm", "executable files")
     pp = repo / "python" / "pyproject.toml"
     pp.write_text(pp.read_text() + 'dependencies = ["oscar-kernels"]\n')
     git("commit", "-qam", "pyproject: a new dependency")
@@ -114,6 +121,9 @@ def test_mode_binary_and_pyproject_are_refused(fork, tmp_path, capsys):
     assert "changes the file mode 100644 -> 100755" in err
     assert "(a binary file): python/sglang/srt/mem_cache/blob.bin" in err and "binary diff" in err
     assert "(pyproject: a new dependency): python/pyproject.toml" in err
+    assert "(executable files): python/sglang/srt/mem_cache/run.sh" in err
+    assert "adds a file of mode 100755" in err and "tools/repro.sh" not in err
+    assert err.count("error:") == 4
 
 
 def test_overlap_without_decision_is_refused_naming_both_and_the_file(fork, tmp_path, capsys):
@@ -271,3 +281,38 @@ def test_seed_box_stock_check_refuses_ratio_1_without_our_0001(fork, tmp_path):
     assert verdicts["drop-fork"][:2] == ("ok", "patched")
     assert verdicts["drop-ours"][:2] == ("unsafe", "stock")
     assert any("stock runtime's host-memory check would refuse" in r for r in verdicts["drop-ours"][2])
+
+
+def test_empty_new_file_and_left_out_quoted_name(fork, tmp_path, capsys, sglang_wheel):
+    """git writes no hunk for an empty new file (a package's empty ``__init__.py``): it is
+    created, empty, and counted in the deltas. A file outside the package whose name git
+    C-quotes (non-ASCII) is listed by its real name and left out."""
+    out, _ = fork
+    repo = tmp_path / "repo"
+    shutil.copytree(out / "repo", repo)
+
+    def git(*a):
+        subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True)
+
+    git("checkout", "-q", "-b", "pkg", "v0.5.19")
+    new_pkg = repo / "python" / "sglang" / "srt" / "mem_cache" / "int2"
+    new_pkg.mkdir()
+    (new_pkg / "__init__.py").write_text("")
+    (repo / "tools").mkdir()
+    (repo / "tools" / "再現.py").write_text("print(1)\n")
+    git("add", "-A")
+    git("commit", "-qm", "int2: an empty package")
+    git("format-patch", "-q", "-o", str(tmp_path / "pkg"), "v0.5.19..pkg")
+    raw = next((tmp_path / "pkg").glob("*.patch")).read_bytes()
+    assert b'"b/tools/\\345' in raw  # git quoted the name
+    rc, stdout, err = _import(capsys, tmp_path / "pkg", "--base-wheel", str(sglang_wheel),
+                              "-o", str(tmp_path / "o"), "--format", "json")
+    assert rc == 0, err
+    (row,) = [r for r in json.loads(stdout)["order"] if r["source"] == "fork"]
+    assert row["files"] == ["sglang/srt/mem_cache/int2/__init__.py"]
+    assert row["left_out"] == ["tools/再現.py"]
+    deltas, contents = patching.compute_deltas(
+        patching.load_fork(tmp_path / "pkg").order,
+        lambda rel: __import__("escha_deploy.runtime.inventory", fromlist=["x"]).read_wheel_file(
+            sglang_wheel, rel))
+    assert contents["srt/mem_cache/int2/__init__.py"] == b""
