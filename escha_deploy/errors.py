@@ -22,6 +22,15 @@ class ExitCode(enum.IntEnum):
     INCONCLUSIVE = 5
 
 
+#: Everything ``str.splitlines`` breaks at (\r, \v, \f, \x1c-\x1e, \x85, \u2028, \u2029 and \n):
+#: a value quoted from user input must not start a new line of its own.
+_LINE_BREAKS = str.maketrans({c: " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
+
+
+def _one_line(text: str) -> str:
+    return str(text).translate(_LINE_BREAKS)
+
+
 class EschaError(Exception):
     """A user-facing failure: one line per problem, each naming a field or a file:line.
 
@@ -34,8 +43,8 @@ class EschaError(Exception):
     def __init__(self, *problems: str, hint: str | None = None) -> None:
         if not problems:
             raise TypeError("EschaError needs at least one problem line")
-        self.problems: tuple[str, ...] = tuple(p.replace("\n", " ") for p in problems)
-        self.hint = hint
+        self.problems: tuple[str, ...] = tuple(_one_line(p) for p in problems)
+        self.hint = _one_line(hint) if hint is not None else None
         super().__init__(self.problems[0])
 
     @property

@@ -7,7 +7,6 @@ from __future__ import annotations
 import ast
 import re
 import resource
-import signal
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inproc import run_main
+from inproc import CLEAN_LINE, OverBudget, run_bounded
 
 HERE = Path(__file__).resolve().parent
 CASES = yaml.safe_load((HERE / "cases.yaml").read_text())["cases"]
@@ -33,9 +32,6 @@ PROFILE_COMMANDS: dict[str, list[str]] = {
 }
 TIME_LIMIT_S = 10
 MEMORY_LIMIT = 1 << 30
-#: stderr lines a clean failure may print: our error/hint/warning lines and verb progress
-#: ("bench: probing ..."); nothing indented, boxed or multi-line.
-CLEAN_LINE = re.compile(r"^(error|hint|warning): |^[a-z][a-z -]*: \S")
 _REPEAT = re.compile(r"\$repeat\((\d+), (.*?)\)\$")
 
 
@@ -70,23 +66,8 @@ def test_corpus_is_large_and_well_formed():
                         "bench", "canary", "runtime", "build", "fleet"}, commands
 
 
-class _Hung(Exception):
-    pass
-
-
-def _alarm(signum, frame):
-    raise _Hung(f"still running after {TIME_LIMIT_S} s")
-
-
 def _limit_subprocess() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
-
-
-def _vm_size() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmSize:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def run_case(case: dict, argv: list[str], tmp_path: Path) -> tuple[int, str, str, float]:
@@ -117,21 +98,11 @@ def run_case(case: dict, argv: list[str], tmp_path: Path) -> tuple[int, str, str
             pytest.fail(f"killed after {TIME_LIMIT_S} s")
         return r.returncode, r.stdout, r.stderr, time.monotonic() - t0
     # in-process: a wall-clock alarm, and at most 1 GiB more address space than this process has
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT_S)
     try:
-        resource.setrlimit(resource.RLIMIT_AS, (_vm_size() + MEMORY_LIMIT, hard))
-        r = run_main(*args, env=env, cwd=str(d))
-    except MemoryError:
-        pytest.fail("more than 1 GiB of address space")
-    except _Hung as exc:
+        r, took = run_bounded(*args, env=env, cwd=str(d), time_s=TIME_LIMIT_S, memory=MEMORY_LIMIT)
+    except OverBudget as exc:
         pytest.fail(str(exc))
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-    return r.code, r.out, r.err, time.monotonic() - t0
+    return r.code, r.out, r.err, took
 
 
 @pytest.mark.parametrize("case, argv", runs())
