@@ -42,8 +42,33 @@ MaxReqOpt = Annotated[int, typer.Option("--max-requests", help="Refuse to send m
 ApiKeyOpt = Annotated[
     Optional[str],
     typer.Option("--api-key", envvar="ESCHA_API_KEY", show_default=False,
-                 help="Bearer token if the server has --api-key (env ESCHA_API_KEY); never printed."),
+                 help="Bearer token if the server has an API key: set ESCHA_API_KEY, or use --api-key-file "
+                 "(a key typed here is refused: every user of the host sees it in ps); never printed."),
 ]
+ApiKeyFileOpt = Annotated[
+    Optional[Path],
+    typer.Option("--api-key-file", show_default=False,
+                 help="File whose first line is the bearer token (e.g. the profile's container.api_key_file)."),
+]
+
+
+def _api_key(ctx: typer.Context, value: str | None, file: Path | None) -> str | None:
+    """The bearer token from ESCHA_API_KEY or --api-key-file; ``BadInput`` for a key given on
+    the command line (``/proc/PID/cmdline`` is readable by every user, and shells keep history)."""
+    from escha_deploy.errors import BadInput
+
+    source = ctx.get_parameter_source("api_key")
+    if value is not None and source is not None and source.name == "COMMANDLINE":
+        raise BadInput("--api-key: a key on the command line is visible to every user of this host "
+                       "(ps, /proc/PID/cmdline) and stays in shell history",
+                       hint="put it in a file and pass --api-key-file FILE, or set ESCHA_API_KEY")
+    if file is not None:
+        if value:
+            raise BadInput("--api-key-file and ESCHA_API_KEY: give one of them")
+        from escha_deploy.launch.prepare import read_secret
+
+        return read_secret(str(file), "--api-key-file")
+    return value
 
 
 def _tokens(value: str, name: str) -> int:
@@ -125,6 +150,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("bench", rich_help_panel=PANEL_MEASURE, epilog=BENCH_EXAMPLES)
     def bench(
+        ctx: typer.Context,
         endpoint: EndpointOpt = None,
         compare: Annotated[Optional[str], typer.Option(
             "--compare", help="A second server's URL; the table shows both side by side "
@@ -145,6 +171,7 @@ def register(app: typer.Typer) -> None:
         request_timeout: TimeoutOpt = 600.0,
         max_requests: MaxReqOpt = 500,
         api_key: ApiKeyOpt = None,
+        api_key_file: ApiKeyFileOpt = None,
         format: FormatOpt = OutputFormat.table,
     ) -> None:
         """Benchmark a server: cold prefill, decode at batch 1, N concurrent long prefixes.
@@ -199,7 +226,8 @@ def register(app: typer.Typer) -> None:
                 f"--{str(e['loc'][0]).replace('_', '-')}: {e['msg'].lower()} (got {e['input']!r})"
                 for e in exc.errors()
             )) from None
-        kw = dict(request_timeout_s=request_timeout, max_requests=max_requests, api_key=api_key)
+        kw = dict(request_timeout_s=request_timeout, max_requests=max_requests,
+                  api_key=_api_key(ctx, api_key, api_key_file))
         steps = _Steps("bench")
         try:
             if hicache_ab:
@@ -224,6 +252,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("canary", rich_help_panel=PANEL_MEASURE, epilog=CANARY_EXAMPLES)
     def canary(
+        ctx: typer.Context,
         endpoint: Annotated[str, typer.Option("--endpoint", "-e", help="Base URL of an SGLang server with HiCache on.")],
         seed: SeedOpt = 0,
         prompt_tokens: Annotated[str, typer.Option("--prompt-tokens", help="Tokens of the canary prefix (K = 1000).")] = "4096",
@@ -234,6 +263,7 @@ def register(app: typer.Typer) -> None:
         request_timeout: TimeoutOpt = 600.0,
         max_requests: MaxReqOpt = 500,
         api_key: ApiKeyOpt = None,
+        api_key_file: ApiKeyFileOpt = None,
         format: FormatOpt = OutputFormat.table,
     ) -> None:
         """Check that a prefix restored from HiCache's host tier answers as it did first.
@@ -252,6 +282,7 @@ def register(app: typer.Typer) -> None:
         from escha_deploy.errors import BadInput
 
         check_endpoint(endpoint)
+        api_key = _api_key(ctx, api_key, api_key_file)
         ctok = _tokens(prompt_tokens, "--prompt-tokens")
         if ctok < 64:
             raise BadInput(f"--prompt-tokens: at least 64 tokens, so the question has a body to "

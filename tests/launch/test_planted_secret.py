@@ -200,3 +200,49 @@ def test_native_serve_keeps_the_key_off_every_command_line(tmp_path, key_file):
         rest = p.communicate(timeout=30)[0]
     assert KEY not in "".join(seen) + rest
     assert not cfg.exists()
+
+
+def test_bench_and_canary_refuse_a_key_on_their_command_line(tmp_path, key_file):
+    """`bench`/`canary --api-key KEY` would put the key in every `ps`; refused, not echoed.
+    The file and the environment routes reach the request (here: an unreachable server)."""
+    for verb in ("bench", "canary"):
+        for args in (["--api-key", KEY], [f"--api-key={KEY}"]):
+            r = run_main(verb, "-e", "http://127.0.0.1:9", *args, env={"ESCHA_API_KEY": ""})
+            assert r.code == 2 and KEY not in r.text and "--api-key-file" in r.err, r.text
+        for args, env in (([f"--api-key-file={key_file}"], {"ESCHA_API_KEY": ""}), ([], {"ESCHA_API_KEY": KEY})):
+            r = run_main(verb, "-e", "http://127.0.0.1:9", *args, env=env)
+            assert r.code == 3 and "cannot connect" in r.err and KEY not in r.text, r.text
+
+
+def test_fleet_outputs_and_router_config_show_no_key(tmp_path, key_file):
+    """The fleet's router key and the boxes' keys: `fleet plan`, the compose file per box and
+    the Kubernetes manifests (the router's configuration) carry paths and Secret references,
+    never the key; a box whose `set:` plants it in extra_args is refused. The running router's
+    docker inspect, logs and ps are checked by tests/fleet/test_smg_container.py."""
+    import yaml
+
+    router_key = tmp_path / "router.key"
+    router_key.write_text(KEY + "\n")
+    box_set = ["container.expose=true", f"container.api_key_file={key_file}"]
+    doc = {"name": "lab",
+           "boxes": [{"name": f"r{i}", "address": f"10.0.0.{i}", "profile": "rtx5060ti-tp2-fp8", "host_ram": "64GiB",
+                      "platform": "linux", "set": box_set} for i in (1, 2)],
+           "groups": [{"name": "chat", "boxes": ["r1", "r2"]}],
+           "router": {"box": "r2", "api_key_file": "router.key", "expose": True}}
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(doc, sort_keys=False))
+    outs = []
+    for cmd in (["fleet", "plan", str(fleet)], ["fleet", "plan", str(fleet), "--format", "json"],
+                ["fleet", "compose", str(fleet), "--out", str(tmp_path / "compose")],
+                ["fleet", "render", "k8s", str(fleet), "--out", str(tmp_path / "k8s")]):
+        r = run_main(*cmd, env={"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+        assert r.code == 0, (cmd, r.text)
+        outs.append(r.text)
+    written = sorted(p for d in ("compose", "k8s") for p in (tmp_path / d).rglob("*") if p.is_file())
+    assert len(written) >= 3, written
+    assert all(KEY not in s for s in outs)
+    assert all(KEY not in p.read_text() for p in written), [p for p in written if KEY in p.read_text()]
+    doc["boxes"][0]["set"] = [f"runtime.extra_args=[--api-key, {KEY}]"]
+    fleet.write_text(yaml.safe_dump(doc, sort_keys=False))
+    r = run_main("fleet", "plan", str(fleet), env={"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    assert r.code == 2 and KEY not in r.text and "container.api_key_file" in r.err, r.text
