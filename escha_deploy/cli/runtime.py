@@ -204,9 +204,10 @@ def register(app: typer.Typer) -> None:
         directory: Annotated[Path, typer.Argument(
             help="`git format-patch v0.5.19..BRANCH` output of your SGLang fork, with its "
             "escha-fork.yaml declaration.", show_default=False)],
-        output: Annotated[Path, typer.Option(
-            "--output", "-o", help="Where the build finds it: a folder of the build context "
-            "(Dockerfile.hicache copies runtime_fork/).")] = Path("runtime_fork"),
+        output: Annotated[Optional[Path], typer.Option(
+            "--output", "-o", help="Where the build finds it: a folder of the build context. "
+            "Default: runtime_fork/ of the checkout `escha-deploy build` uses (this folder when "
+            "it holds Dockerfile.hicache).")] = None,
         base_wheel: Annotated[Optional[Path], typer.Option(
             "--base-wheel", help="Also apply everything to the clean files of this stock "
             "sglang 0.5.19 wheel now, so a hunk that does not apply is refused here, not in "
@@ -225,6 +226,14 @@ def register(app: typer.Typer) -> None:
 
         if not directory.is_dir():
             raise BadInput(f"{directory}: not a folder")
+        if output is None:
+            from escha_deploy.paths import PACKAGE_DIR
+
+            ctx = Path.cwd() if (Path.cwd() / "Dockerfile.hicache").is_file() else PACKAGE_DIR.parent
+            if not (ctx / "Dockerfile.hicache").is_file():
+                raise BadInput("--output: no escha-deploy checkout here to copy the import into",
+                               hint="run it in the checkout you build from, or pass --output DIR")
+            output = ctx / "runtime_fork"
         fi = patching.load_fork(directory)
         deltas = None
         if base_wheel is not None:
@@ -277,8 +286,12 @@ def register(app: typer.Typer) -> None:
         if deltas is not None:
             print(f"applies cleanly to {base_wheel.name}: {len(deltas)} files changed or added")
         if output.resolve() != directory.resolve():
-            info(f"copied {len(fi.commits)} patches to {output}; build with "
-                 f"`escha-deploy build --hicache --fork-dir {output}`")
+            if output.name == "runtime_fork" and (output.parent / "Dockerfile.hicache").is_file():
+                how = "`escha-deploy build --hicache` there"
+            else:
+                how = ("`escha-deploy build --hicache --fork-dir DIR`, DIR being that folder "
+                       "relative to the checkout")
+            info(f"copied {len(fi.commits)} patches to {output}; build with {how}")
 
     @runtime.command("describe")
     def describe_cmd(

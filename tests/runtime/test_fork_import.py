@@ -316,3 +316,17 @@ def test_empty_new_file_and_left_out_quoted_name(fork, tmp_path, capsys, sglang_
         lambda rel: __import__("escha_deploy.runtime.inventory", fromlist=["x"]).read_wheel_file(
             sglang_wheel, rel))
     assert contents["srt/mem_cache/int2/__init__.py"] == b""
+
+
+def test_default_output_is_runtime_fork_of_the_checkout(fork, tmp_path, capsys, monkeypatch):
+    _, h = fork
+    d = _dir(fork, tmp_path, "good", _decl(h))
+    ctx = tmp_path / "checkout"
+    ctx.mkdir()
+    (ctx / "Dockerfile.hicache").write_text("FROM scratch\n")
+    monkeypatch.chdir(ctx)
+    rc, _, err = _import(capsys, d)
+    assert rc == 0, err
+    assert sorted(p.name for p in (ctx / "runtime_fork").iterdir()) == sorted(
+        [p.name for p in d.glob("*.patch")] + [DECLARATION])
+    assert "build with `escha-deploy build --hicache` there" in err
