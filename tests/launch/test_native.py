@@ -137,16 +137,25 @@ def test_no_gpu_exits_3_without_the_test_switch(fake_sglang, secret_files):
     assert r.returncode == 3 and "no CUDA GPU" in r.stderr
 
 
-WHEEL_DIR = Path("/tmp/wheels/sg")
+@pytest.fixture(scope="session")
+def sglang_unzipped(tmp_path_factory) -> Path:
+    """The real sglang 0.5.19 wheel ($ESCHA_SGLANG_WHEEL, which .ci/test downloads), unzipped."""
+    import zipfile
+
+    wheel = os.environ.get("ESCHA_SGLANG_WHEEL", "")
+    assert Path(wheel).is_file(), "ESCHA_SGLANG_WHEEL must name the sglang 0.5.19 wheel (.ci/test sets it)"
+    out = tmp_path_factory.mktemp("sg")
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(out, [n for n in z.namelist() if n.startswith("sglang/")])
+    return out
 
 
 @pytest.mark.wheel
-@pytest.mark.skipif(not (WHEEL_DIR / "sglang").is_dir(), reason="unzipped sglang 0.5.19 wheel not here")
-def test_real_sglang_wheel_child_fails_without_torch_and_is_diagnosed(secret_files, tmp_path):
+def test_real_sglang_wheel_child_fails_without_torch_and_is_diagnosed(secret_files, tmp_path, sglang_unzipped):
     """The real 0.5.19 launch_server as the child: here it stops at an import SGLang needs and
     this machine lacks (torch, or with a CPU torch installed, pybase64)."""
     wrapper = tmp_path / "py"
-    wrapper.write_text(f"#!/bin/sh\nPYTHONPATH={WHEEL_DIR} exec {sys.executable} \"$@\"\n")
+    wrapper.write_text(f"#!/bin/sh\nPYTHONPATH={sglang_unzipped} exec {sys.executable} \"$@\"\n")
     wrapper.chmod(0o755)
     r = run_cli(*serve_args(*secret_files), env=serve_env(str(wrapper)))
     assert r.returncode == 4, r.stderr
