@@ -60,15 +60,17 @@ def read_secret(path: str, what: str) -> str:
     return value
 
 
-def image_capabilities(client, image: str) -> list[str] | None:
+def image_capabilities(client, image: str, labels: dict[str, str] | None = None) -> list[str] | None:
     """Capabilities an image declares: its ``io.escha.runtime.capabilities`` label, else the
-    runtime description file read from the image; None for a stock image."""
+    runtime description file read from the image; None for a stock image. ``labels``: the
+    image's labels when the caller already read them (saves an inspect)."""
     from escha_deploy.capabilities import RUNTIME_DESCRIPTION_PATH
     from escha_deploy.runtime.description import RuntimeDescription, capabilities_from_labels
 
     from . import docker as dk
 
-    labels = dk.image_labels(client, image) or {}
+    if labels is None:
+        labels = dk.image_labels(client, image) or {}
     caps = capabilities_from_labels(labels)
     if caps is not None:
         return caps
@@ -129,14 +131,15 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
     caps: list[str] | None = None
     warnings: list[str] = []
     if client is not None:
-        if dk.image_labels(client, profile.container.image) is None:
+        labels = dk.image_labels(client, profile.container.image)
+        if labels is None:
             if need_image:
                 raise Refused(
                     f"container.image: {profile.container.image} is not present",
                     hint="build it (`escha-deploy up --build`, or `escha-deploy build`)",
                 )
         else:
-            caps = image_capabilities(client, profile.container.image)
+            caps = image_capabilities(client, profile.container.image, labels)
             require_capabilities(caps, profile.runtime.needs, profile.container.image)
     plan = make_plan(profile, host, model_dir=model_dir, capabilities=None if caps is None else frozenset(caps))
     if plan.verdict == "unsafe":

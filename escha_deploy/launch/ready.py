@@ -18,8 +18,13 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-#: Poll interval of the ready wait (seconds). Short, so `up` notices readiness about as soon
-#: as a hand-written polling loop would (issue 4 asks for under 1.1x of `docker run` + polling).
+#: The ready wait polls at once, then after FIRST_POLL_S, each wait BACKOFF times the last, up
+#: to POLL_S (seconds): 0.02, 0.03, 0.045, 0.068, 0.1, 0.1, ... A server that is up within a
+#: few tens of milliseconds (the stand-in) is seen then, not after a fixed 0.1 s sleep; a real
+#: SGLang start (tens of seconds) is still polled ten times a second, as a hand-written loop
+#: would (docs/performance.md).
+FIRST_POLL_S = 0.02
+BACKOFF = 1.5
 POLL_S = 0.1
 #: Per-request timeouts (seconds): /health is cheap; the first generate may compile kernels.
 HEALTH_TIMEOUT_S = 2.0
@@ -127,7 +132,8 @@ def wait_ready(
     on_line: Callable[[str], None] = lambda line: None,
     clock: Callable[[], float] = time.monotonic,
 ) -> ReadyResult:
-    """Poll until ready, the server dies (``alive()`` false), or ``timeout_s`` passes.
+    """Poll until ready, the server dies (``alive()`` false), or ``timeout_s`` passes. The first
+    poll is immediate; the waits between polls grow from ``FIRST_POLL_S`` to ``POLL_S``.
 
     ``new_lines()`` returns log lines seen since the last call; each is passed to ``on_line``
     and any phase it starts to ``on_phase``. Never raises for HTTP errors.
@@ -135,6 +141,7 @@ def wait_ready(
     start = clock()
     health_ok: bool | None = None
     generate_ok: bool | None = None
+    wait = FIRST_POLL_S
 
     def drain() -> None:
         for line in new_lines():
@@ -156,4 +163,5 @@ def wait_ready(
                 return ReadyResult(True, True, True, clock() - start, "ready")
         if clock() - start > timeout_s:
             return ReadyResult(False, health_ok, generate_ok, clock() - start, "timed out")
-        time.sleep(POLL_S)
+        time.sleep(wait)
+        wait = min(wait * BACKOFF, POLL_S)

@@ -61,6 +61,11 @@ class _LogPump:
         except Exception:  # noqa: BLE001 - the container went away; the waiter sees it
             pass
 
+    def following(self) -> bool:
+        """True while the log stream is open: the daemon closes a followed log when the
+        container stops, so this answers "still running?" without a round trip."""
+        return self._t.is_alive()
+
     def take(self) -> list[str]:
         out = []
         while True:
@@ -141,6 +146,9 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
     probe = Probe(endpoint, api_key)
 
     def alive() -> bool:
+        # No inspect per poll: only once the followed log has ended is the daemon asked.
+        if pump.following():
+            return True
         c.reload()
         return c.status in ("created", "running")
 

@@ -1,0 +1,105 @@
+"""The ready wait against a real HTTP server on loopback (stdlib, no Docker): the first poll is
+immediate, the waits grow from FIRST_POLL_S to POLL_S, and it returns as soon as /health and
+/generate both answer."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from escha_deploy.launch import ready
+from escha_deploy.launch.ready import Probe, wait_ready
+
+
+class _Server:
+    """Answers 503 until ``ready_after`` polls of /health have been seen, then 200; /generate
+    answers SGLang's shape. Records each request's path."""
+
+    def __init__(self, ready_after: int):
+        self.ready_after, self.paths = ready_after, []
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _send(self, code, body=b"{}"):
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                outer.paths.append(self.path)
+                up = outer.paths.count("/health") > outer.ready_after
+                self._send(200 if up else 503)
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                outer.paths.append(self.path)
+                self._send(200, json.dumps({"text": "!"}).encode())
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def sleeps(monkeypatch):
+    """The waits wait_ready asks for (it still sleeps them)."""
+    asked: list[float] = []
+    real = time.sleep
+
+    def sleep(s):
+        asked.append(round(s, 6))
+        real(s)
+
+    monkeypatch.setattr(ready.time, "sleep", sleep)
+    return asked
+
+
+def test_ready_server_is_seen_without_sleeping(sleeps):
+    srv = _Server(ready_after=0)
+    try:
+        res = wait_ready(Probe(srv.url), timeout_s=5, alive=lambda: True)
+    finally:
+        srv.close()
+    assert res.ready and res.reason == "ready"
+    assert sleeps == []
+    assert srv.paths == ["/health", "/generate"]
+
+
+def test_waits_back_off_from_first_poll_to_the_cap(sleeps):
+    srv = _Server(ready_after=7)
+    try:
+        res = wait_ready(Probe(srv.url), timeout_s=10, alive=lambda: True)
+    finally:
+        srv.close()
+    assert res.ready
+    assert sleeps == [0.02, 0.03, 0.045, 0.0675, 0.1, 0.1, 0.1]
+    assert srv.paths.count("/health") == 8 and srv.paths[-1] == "/generate"
+    assert ready.FIRST_POLL_S * ready.BACKOFF ** 3 < ready.POLL_S  # the cap is reached, not skipped
+
+
+def test_a_dead_server_stops_the_wait(sleeps):
+    srv = _Server(ready_after=10**6)
+    calls = []
+
+    def alive():
+        calls.append(1)
+        return len(calls) < 3
+
+    try:
+        res = wait_ready(Probe(srv.url), timeout_s=10, alive=alive)
+    finally:
+        srv.close()
+    assert not res.ready and res.reason == "server exited" and res.health_ok is False
+    assert sleeps == [0.02, 0.03]
