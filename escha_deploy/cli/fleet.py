@@ -143,6 +143,8 @@ def up_command(
     router: Annotated[bool, typer.Option("--router", help="Start SGLang's router (SMG) on this box.")] = False,
     box: Annotated[Optional[str], typer.Option("--box", help="Start this box's server, as `up` does (run it on that box).")] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until the router reports every worker healthy.")] = True,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="With --box: print what `up --dry-run` prints for the box.")] = False,
+    fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Start the router, or one box's server. There is no remote control: run `fleet up --box
     NAME` on each box, and `fleet up --router` on the router's box.
@@ -155,6 +157,23 @@ def up_command(
     if router == (box is not None):
         raise BadInput("give exactly one of --router and --box NAME")
     loaded, fp = _plan_or_refuse(file)
+    if box is not None and dry_run:
+        from ..fleet.box import box_profile
+        from ..launch.prepare import prepare
+        from .output import print_json
+
+        ref, sets = box_profile(loaded, fp, box)
+        data = prepare(ref, sets, client=None, need_image=False).dry_run()
+        if fmt is OutputFormat.json:
+            print_json(data)
+        else:
+            import shlex
+
+            import yaml
+
+            typer.echo(yaml.safe_dump(data["container"], sort_keys=False).rstrip())
+            typer.echo(shlex.join(data["argv"]))
+        return
     if box is not None:
         from ..fleet.box import up_box
 

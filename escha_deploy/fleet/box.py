@@ -9,12 +9,9 @@ from .model import LoadedFleet
 from .plan import FleetPlan
 
 
-def up_box(loaded: LoadedFleet, fp: FleetPlan, name: str, *, timeout_s: float | None = None, report=None):
-    """``launch.up.up`` (what ``escha-deploy up`` calls) for box ``name``, with its profile and
-    its ``set`` overrides; returns its ``UpResult``. A node of a multi-node instance is refused:
-    its container comes from ``fleet compose`` (one service per node with the node's rank)."""
-    from ..launch.up import up
-
+def box_profile(loaded: LoadedFleet, fp: FleetPlan, name: str) -> tuple[str, list[str]]:
+    """``(profile ref, overrides)`` that ``up`` gets for box ``name``; ``Refused`` for a box in
+    no group or a node of a multi-node instance (its container comes from ``fleet compose``)."""
     box = loaded.fleet.box(name)
     bp = fp.box_plan(name)
     inst = next((i for i in loaded.fleet.instances() if name in i.boxes), None)
@@ -23,5 +20,15 @@ def up_box(loaded: LoadedFleet, fp: FleetPlan, name: str, *, timeout_s: float | 
     if inst.multi_node:
         raise Refused(f"box {name} is node {bp.node_rank} of the multi-node instance {inst.name}: start it with "
                       f"the compose file `escha-deploy fleet compose {loaded.path}` renders for it")
+    return loaded.profile_ref(box), list(box.set)
+
+
+def up_box(loaded: LoadedFleet, fp: FleetPlan, name: str, *, timeout_s: float | None = None, report=None):
+    """``launch.up.up`` (what ``escha-deploy up`` calls) for box ``name``, with its profile and
+    its ``set`` overrides; returns its ``UpResult``. A node of a multi-node instance is refused:
+    its container comes from ``fleet compose`` (one service per node with the node's rank)."""
+    from ..launch.up import up
+
+    ref, sets = box_profile(loaded, fp, name)
     kwargs = {"report": report} if report is not None else {}
-    return up(loaded.profile_ref(box), list(box.set), timeout_s=timeout_s, **kwargs)
+    return up(ref, sets, timeout_s=timeout_s, **kwargs)

@@ -1,0 +1,76 @@
+"""``fleet up --box NAME`` is ``escha-deploy up`` with the box's profile and overrides: on the
+real dockerd, both refuse the same way before creating anything (the image is absent), and a
+node of a multi-node instance is sent to its compose file."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from escha_deploy.cli.main import main
+
+PROFILE = "rtx5060ti-tp2-fp8"
+MISSING = "escha-none:not-built"
+
+
+def run(capsys, *args: str, out: list | None = None) -> tuple[int, str]:
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    if out is not None:
+        out.append(captured.out)
+    return code, captured.err
+
+
+def fleet(tmp_path) -> str:
+    doc = {"name": "lab", "boxes": [
+        {"name": "r1", "address": "127.0.0.1", "profile": PROFILE, "host_ram": "64GiB",
+         "set": [f"container.image={MISSING}", "container.port=31234"]},
+        {"name": "n0", "address": "10.0.0.10", "profile": PROFILE, "host_ram": "64GiB"},
+        {"name": "n1", "address": "10.0.0.11", "profile": PROFILE, "host_ram": "64GiB"}],
+        "groups": [{"name": "chat", "boxes": ["r1"]}, {"name": "big", "nodes": 2, "boxes": ["n0", "n1"]}]}
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+@pytest.mark.docker
+def test_up_box_is_up_with_the_boxes_profile(tmp_path, capsys):
+    path = fleet(tmp_path)
+    code_up, err_up = run(capsys, "up", "--profile", PROFILE, "--set", f"container.image={MISSING}", "--detach")
+    code_box, err_box = run(capsys, "fleet", "up", path, "--box", "r1")
+    assert code_up == code_box == 3
+    errors = lambda err: [ln for ln in err.splitlines() if ln.startswith(("error:", "hint:"))]  # noqa: E731
+    assert errors(err_box) == errors(err_up) and errors(err_box)
+
+
+def test_dry_run_is_ups_dry_run_with_the_boxes_overrides(tmp_path, capsys):
+    import json
+
+    path = fleet(tmp_path)
+    sets = ["--set", f"container.image={MISSING}", "--set", "container.port=31234"]
+    try:
+        main(["up", "--profile", PROFILE, *sets, "--dry-run", "--format", "json"])
+    except SystemExit as exc:
+        assert exc.code in (0, None)
+    up = json.loads(capsys.readouterr().out)
+    got: list = []
+    assert run(capsys, "fleet", "up", path, "--box", "r1", "--dry-run", "--format", "json", out=got)[0] == 0
+    box = json.loads(got[0])
+    assert box == up
+    assert box["container"]["image"] == MISSING and "31234" in box["argv"]
+
+
+def test_a_node_is_started_from_its_compose_file(tmp_path, capsys):
+    code, err = run(capsys, "fleet", "up", fleet(tmp_path), "--box", "n1")
+    assert code == 3 and "node 1 of the multi-node instance big-0" in err and "fleet compose" in err
+
+
+def test_up_needs_exactly_one_target(tmp_path, capsys):
+    path = fleet(tmp_path)
+    assert run(capsys, "fleet", "up", path)[0] == 2
+    code, err = run(capsys, "fleet", "up", path, "--box", "zz")
+    assert code == 2 and "unknown box 'zz'" in err
