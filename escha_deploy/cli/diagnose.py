@@ -41,15 +41,50 @@ def register(app: typer.Typer) -> None:
         from escha_deploy.errors import BadInput, ExitCode
         from escha_deploy.launch.diagnose import Facts, diagnose
 
+        from escha_deploy.launch.redact import Redactor
+
         try:
-            text = sys.stdin.read() if file == "-" else open(file, encoding="utf-8", errors="replace").read()
+            if file == "-":
+                text = read_tail(sys.stdin.buffer)
+            else:
+                import os
+                import stat
+
+                if stat.S_ISCHR(os.stat(file).st_mode) or stat.S_ISBLK(os.stat(file).st_mode):
+                    raise BadInput(f"{file}: a device, not a log file")
+                with open(file, "rb") as fh:
+                    text = read_tail(fh)
         except OSError as exc:
             raise BadInput(f"{file}: {exc.strerror or exc}") from None
         facts = Facts(exit_code=exit_code, oom_kill=oom_killed, hicache_enabled=hicache,
                       platform="wsl2" if wsl2 else "linux")
-        diag = diagnose(text.splitlines(), facts)
+        redact = Redactor()  # a log from anywhere may hold a key (SGLang's server_args= line)
+        diag = diagnose([redact(line) for line in text.splitlines()], facts)
         emit(diag, fmt)
         raise typer.Exit(int(ExitCode.OK if diag.conclusive else ExitCode.INCONCLUSIVE))
+
+
+#: The most of a log read (its end): the causes are in the last lines, and /dev/zero or a
+#: multi-GB log must not exhaust memory.
+MAX_LOG_BYTES = 64 * 2**20
+
+
+def read_tail(fh, limit: int = MAX_LOG_BYTES) -> str:
+    """The last ``limit`` bytes of a binary stream (a file or a pipe), decoded as UTF-8 with
+    replacement; reads in 1 MiB chunks, keeping at most ``limit`` + 1 MiB in memory."""
+    import collections
+
+    chunks: collections.deque[bytes] = collections.deque()
+    kept = 0
+    while True:
+        chunk = fh.read(2**20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        kept += len(chunk)
+        while kept - len(chunks[0]) >= limit:
+            kept -= len(chunks.popleft())
+    return b"".join(chunks)[-limit:].decode("utf-8", errors="replace")
 
 
 def emit(diag, fmt: OutputFormat) -> None:

@@ -246,3 +246,15 @@ def test_fleet_outputs_and_router_config_show_no_key(tmp_path, key_file):
     fleet.write_text(yaml.safe_dump(doc, sort_keys=False))
     r = run_main("fleet", "plan", str(fleet), env={"XDG_CACHE_HOME": str(tmp_path / "xdg")})
     assert r.code == 2 and KEY not in r.text and "container.api_key_file" in r.err, r.text
+
+
+def test_diagnose_masks_a_key_in_any_log(tmp_path):
+    """`diagnose FILE` reads logs from anywhere (a server started by hand logs its key in
+    server_args=); the evidence it prints is masked."""
+    log = tmp_path / "server.log"
+    log.write_text(f"[2026-11-29 16:20:00] server_args={{'api_key': '{KEY}', 'tp_size': 2}}\n"
+                   "ValueError: Not enough host memory available. Requesting 2.58 GB but only have 1.12 GB free. "
+                   f"Please reduce the size of the hierarchical cache. --api-key {KEY}\n")
+    for fmt in ("table", "json"):
+        r = run_main("diagnose", str(log), "--format", fmt)
+        assert r.code == 0 and "host-memory-check" in r.out and KEY not in r.text, r.text
