@@ -91,5 +91,33 @@ def build_app(command: str | None = None) -> typer.Typer:
     return app
 
 
-def _root() -> None:
+def _print_version(value: bool) -> None:
+    if not value:
+        return
+    for line in version_lines():
+        typer.echo(line)
+    raise typer.Exit(0)
+
+
+def version_lines() -> list[str]:
+    """What ``--version`` prints: the package, the SGLang release it targets, and the patch
+    series it ships (each patch with its capabilities, and one sha256 over the patches' own)."""
+    import hashlib
+
+    from escha_deploy import SGLANG_VERSION, __version__
+    from escha_deploy.paths import runtime_patches_dir
+    from escha_deploy.runtime.series import read_series
+
+    patches = read_series(runtime_patches_dir())
+    digest = hashlib.sha256("".join(p.sha256 for p in patches).encode()).hexdigest()[:12]
+    out = [f"escha-deploy {__version__}", f"SGLang target: {SGLANG_VERSION}",
+           f"patch series: {len(patches)} patches, sha256 {digest}"]
+    out += [f"  {p.name}: {', '.join(p.capabilities) or 'no capabilities'}" for p in patches]
+    return out
+
+
+def _root(
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                 help="Print the version, the SGLang release targeted and the patch series."),
+) -> None:
     pass

@@ -48,14 +48,32 @@ def show_command(
     profile: Annotated[str, typer.Argument(help="Profile name or path.")],
     set_: SetOpt = None,
     fmt: FormatOpt = OutputFormat.table,
+    keys: Annotated[bool, typer.Option(
+        "--keys", help="One line per key: value, default, unit, the SGLang flag it sets, and what it does.")] = False,
 ) -> None:
     """The fully resolved profile (extends and --set applied), every default filled in.
 
     The table format is YAML that `profiles validate` and `--profile FILE` read back as is
-    (sizes keep their units); json gives bytes as numbers."""
+    (sizes keep their units); json gives bytes as numbers. --keys lists every key with its
+    value, default, unit, SGLang flag and meaning (json: the same rows)."""
     from ..profile import load_profile, profile_to_data
 
     p = load_profile(profile, set_ or [])
+    if keys:
+        from ..profile_keys import key_rows
+
+        rows = key_rows(p)
+        if fmt is OutputFormat.json:
+            from .output import print_json
+
+            print_json(rows)
+            return
+        for r in rows:
+            flag = f"  [{r['sglang_flag']}]" if r["sglang_flag"] else ""
+            typer.echo(f"{r['key']} = {r['value']}  (default {r['default']}; {r['unit']}){flag}")
+            if r["description"]:
+                typer.echo(f"    {r['description']}")
+        return
     if fmt is OutputFormat.json:
         from .output import print_json
 

@@ -1,0 +1,63 @@
+"""First use: `--version` and `profiles show --keys` say what a new user needs, from the
+package's own data (the patch series, the profile models, the SGLang 0.5.19 flag catalog)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from escha_deploy import SGLANG_VERSION, __version__
+from escha_deploy.flagcheck import load_catalog
+from escha_deploy.paths import runtime_patches_dir
+from escha_deploy.profile import list_profiles, load_profile, profile_to_data
+
+
+def _series_entries() -> list[str]:
+    lines = (runtime_patches_dir() / "series").read_text().splitlines()
+    return [ln.split("#", 1)[0].strip() for ln in lines if ln.split("#", 1)[0].strip()]
+
+
+def test_version_names_package_sglang_target_and_patch_series(cli):
+    r = cli("--version")
+    assert r.code == 0
+    lines = r.out.splitlines()
+    assert lines[0] == f"escha-deploy {__version__}"
+    assert lines[1] == f"SGLang target: {SGLANG_VERSION}"
+    entries = _series_entries()
+    assert lines[2].startswith(f"patch series: {len(entries)} patches, sha256 ")
+    for name in entries:
+        assert any(ln.strip().startswith(name + ":") for ln in lines[3:]), name
+    assert "hicache-host-reserve-env" in r.out
+
+
+def _leaves(data: dict, prefix: str = "") -> set[str]:
+    out = set()
+    for k, v in data.items():
+        out |= _leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k}
+    return out
+
+
+@pytest.mark.parametrize("name", list_profiles())
+def test_profiles_show_keys_covers_every_key(cli, name):
+    rows = json.loads(cli("profiles", "show", name, "--keys", "-f", "json").out)
+    assert {r["key"] for r in rows} == _leaves(profile_to_data(load_profile(name)))
+    catalog = load_catalog()
+    for r in rows:
+        assert r["unit"] and r["default"], r
+        for flag in filter(None, r["sglang_flag"].split(", ")):
+            assert flag in catalog.by_option, r  # only flags SGLang 0.5.19's parser has
+
+
+def test_profiles_show_keys_units_defaults_and_flags(cli):
+    rows = {r["key"]: r for r in json.loads(
+        cli("profiles", "show", "rtx5060ti-tp2-fp8", "--keys", "-f", "json").out)}
+    assert rows["hicache.hicache_ratio"]["sglang_flag"] == "--hicache-ratio"
+    assert rows["hicache.hicache_ratio"]["default"] == "auto"
+    assert rows["hicache.hicache_size"]["unit"] == "GB (1e9) per rank"
+    assert rows["runtime.tp_size"]["sglang_flag"] == "--tp-size"
+    assert rows["safety.os_reserve"] == {**rows["safety.os_reserve"], "default": "1GiB", "sglang_flag": ""}
+    assert rows["safety.os_reserve"]["unit"].startswith("bytes")
+    assert rows["hardware.gpu_count"]["default"] == "required"
+    text = cli("profiles", "show", "rtx5060ti-tp2-fp8", "--keys").out
+    assert "runtime.tp_size = 2  (default 1; whole number)  [--tp-size]" in text
