@@ -149,6 +149,22 @@ def read_cgroup_memory(root: Path = Path("/")) -> tuple[int | None, int | None]:
     return None, None
 
 
+def read_oom_kill_count(root: Path = Path("/")) -> int | None:
+    """How many processes of this cgroup the OOM killer has killed so far: ``oom_kill`` in
+    cgroup v2 ``memory.events``, or in cgroup v1 ``memory/memory.oom_control`` (Linux 4.13+);
+    ``None`` when neither is readable. A count that rose while the server ran is the proof
+    ``diagnose`` needs to say "OOM killer" (Documentation/admin-guide/cgroup-v2.rst)."""
+    for rel in ("sys/fs/cgroup/memory.events", "sys/fs/cgroup/memory/memory.oom_control"):
+        try:
+            text = (root / rel).read_text()
+        except OSError:
+            continue
+        m = re.search(r"^oom_kill (\d+)$", text, re.M)
+        if m:
+            return int(m.group(1))
+    return None
+
+
 def detect_platform(root: Path = Path("/")) -> Platform:
     """``wsl2`` when the kernel is Microsoft's WSL2 kernel, else ``linux``.
 

@@ -254,3 +254,16 @@ def test_b25_no_restore_warning_without_a_host_tier_or_a_hybrid_model():
     p = plan(dense, described_host(256 * GiB))
     assert not p.hybrid and p.hicache.enabled
     assert not any("up --canary" in w for w in p.warnings)
+
+
+# --- the OOM-kill count diagnose needs to say "OOM killer" --------------------------------------------
+
+
+def test_oom_kill_count_from_cgroup_v2_and_v1():
+    from escha_deploy.host import read_oom_kill_count
+
+    assert read_oom_kill_count(FIX / "cgroup-v2-12g") == 2  # memory.events
+    assert read_oom_kill_count(FIX / "cgroup-v1-16g") == 1  # memory.oom_control
+    assert read_oom_kill_count(FIX / "hugepages-32g") is None
+    live_count = read_oom_kill_count()
+    assert live_count is None or live_count >= 0
