@@ -1,6 +1,8 @@
 """``escha-deploy up``: preflight, create and start the server container, wait until it
 really serves, check the logged sizes against the plan. Exit 3 at preflight (nothing
-created), 4 when the server fails or is not ready in time."""
+created, also when another `up` is starting the profile), 4 when the server fails, is
+stopped by `down` or is not ready in time, 128 + N when signal N (Ctrl-C: SIGINT, 130)
+interrupts the wait: the container is then stopped and kept for `logs`."""
 
 from __future__ import annotations
 
@@ -29,7 +31,9 @@ def register(app: typer.Typer) -> None:
         dry_run: DryRunOpt = False,
         build: Annotated[bool, typer.Option("--build", help="Build the image first when absent.")] = False,
         detach: Annotated[bool, typer.Option(
-            "--detach", "-d", help="Return once ready (default: follow the log; Ctrl-C stops it).")] = False,
+            "--detach", "-d", help="Return once ready, leaving the server running (restart policy "
+            "on-failure) until `escha-deploy down`. Default: follow the log once ready; Ctrl-C or "
+            "SIGTERM then stops and removes the container.")] = False,
         timeout: Annotated[Optional[float], typer.Option(
             "--timeout", help="Seconds to wait for ready (default: container.ready_timeout_s).",
             min=1, max=7 * 24 * 3600)] = None,
@@ -38,7 +42,12 @@ def register(app: typer.Typer) -> None:
             "--canary", help="Once ready, run the hybrid-restore canary (bench.canary): exit 3 on a "
             "mismatch, 5 when no host-tier hit proves the answer; the server keeps running.")] = False,
     ) -> None:
-        """Start the server for a profile and wait until it serves."""
+        """Start the server for a profile and wait until it serves.
+
+        Ctrl-C (or SIGTERM) while waiting for ready stops the container (SIGTERM, the stop
+        timeout, then SIGKILL) and keeps it, stopped, for `escha-deploy logs`; exit 130 (143).
+        A second `up` of the same profile meanwhile exits 3; `down` meanwhile wins (exit 4).
+        """
         from escha_deploy.launch import manage
         from escha_deploy.launch.prepare import prepare, read_secret
         from escha_deploy.launch.up import up as start
@@ -84,9 +93,13 @@ def register(app: typer.Typer) -> None:
             info(f"up: running the restore canary against {res.endpoint}")
             canary_check(res.endpoint, step=lambda s: info(f"canary: {s}"), api_key=key)
         if not detach and not res.note:
+            from escha_deploy.launch.guard import Signalled, signals_raise
+
             try:
-                manage.logs(res.profile, follow=True, tail=0)
-            except KeyboardInterrupt:
+                with signals_raise():  # SIGTERM as well as Ctrl-C ends the follow and stops it
+                    manage.logs(res.profile, follow=True, tail=0)
+            except (KeyboardInterrupt, Signalled):
                 pass
             finally:
-                manage.down(res.profile)
+                stopped = manage.down(res.profile)
+                info("up: " + (", ".join(stopped) + " stopped and removed" if stopped else "nothing left running"))

@@ -176,7 +176,7 @@ def find(client, profile: str | None = None, *, all: bool = True) -> list:
     labels = [f"{LABEL_MANAGED_BY}={MANAGED_BY}"]
     if profile:
         labels.append(f"{LABEL_PROFILE}={profile}")
-    return client.containers.list(all=all, filters={"label": labels})
+    return client.containers.list(all=all, filters={"label": labels}, ignore_removed=True)  # `down` may race
 
 
 def gpu_runtime(client) -> str | None:
@@ -213,7 +213,7 @@ def port_owner(client, host_ip: str, port: int) -> str | None:
     container publishing it or, failing that, the owning process (psutil)."""
     if bind_free(host_ip, port):
         return None
-    for c in client.containers.list():
+    for c in client.containers.list(ignore_removed=True):
         for binds in (c.attrs.get("HostConfig", {}).get("PortBindings") or {}).values():
             for b in binds or []:
                 if str(b.get("HostPort")) == str(port):
@@ -243,6 +243,11 @@ def create_and_start(client, args: dict[str, Any]):
     except ImageNotFound:
         raise Refused(f"image {args['image']}: not found", hint="build it: escha-deploy up --build") from None
     except APIError as exc:
+        if exc.status_code == 409:  # the name is taken: the daemon arbitrates between two `up`s
+            raise Refused(f"up: another `up` is starting this profile: the daemon already has a "
+                          f"container named {args['name']} (409 Conflict)",
+                          hint="wait for it, or stop it: escha-deploy down --profile "
+                          + args.get("labels", {}).get(LABEL_PROFILE, "NAME")) from None
         raise Refused(f"docker create: {_one_line(exc)}") from None
     try:
         container.start()
@@ -261,14 +266,26 @@ def set_restart_after_ready(container, policy: dict[str, int | str]) -> None:
 def stop(container, timeout_s: int) -> None:
     """SIGTERM, ``timeout_s`` of grace, then SIGKILL (``docker stop -t``); then remove the
     container. Volumes and bind-mounted folders (the L3 directory) are never touched."""
-    from docker.errors import NotFound
+    from docker.errors import APIError, NotFound
 
     try:
         container.stop(timeout=timeout_s)
     except NotFound:
         return
-    with contextlib.suppress(NotFound):
+    try:
         container.remove(v=False)
+    except NotFound:
+        pass
+    except APIError as exc:  # 409: another command (`down`, a second `up`) is removing it
+        if exc.status_code != 409:
+            raise
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                container.reload()
+            except NotFound:
+                return
+            time.sleep(0.1)
 
 
 def published(container) -> tuple[str, int] | None:

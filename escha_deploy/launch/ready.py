@@ -62,13 +62,16 @@ def phase_of(line: str) -> str | None:
 @dataclass
 class ReadyResult:
     """``ready``: both checks passed. ``health_ok`` / ``generate_ok``: what the last probe saw
-    (None: never reached). ``seconds``: time spent waiting. ``reason``: why it stopped."""
+    (None: never reached). ``seconds``: time spent waiting. ``reason``: why it stopped
+    ("ready", "server exited", "timed out", "unauthorized": /generate answered 401, the API
+    key refused). ``http_status``: the last /generate status (None: no answer)."""
 
     ready: bool
     health_ok: bool | None
     generate_ok: bool | None
     seconds: float
     reason: str
+    http_status: int | None = None
 
 
 class Probe:
@@ -85,6 +88,7 @@ class Probe:
         u = urlsplit(base_url)
         self._host, self._port = u.hostname or "127.0.0.1", u.port or 80
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.last_status: int | None = None
 
     def close(self) -> None:
         pass
@@ -117,6 +121,7 @@ class Probe:
         body = json.dumps({"text": "Hello", "sampling_params": {"max_new_tokens": 1, "temperature": 0}})
         try:
             status, data = self._request("POST", "/generate", body.encode(), GENERATE_TIMEOUT_S)
+            self.last_status = status
             return status == 200 and "text" in json.loads(data)
         except (OSError, ValueError):
             return False
@@ -160,8 +165,12 @@ def wait_ready(
             generate_ok = probe.generate()
             if generate_ok:
                 drain()
-                return ReadyResult(True, True, True, clock() - start, "ready")
+                return ReadyResult(True, True, True, clock() - start, "ready", probe.last_status)
+            if probe.last_status == 401:  # sglang/srt/utils/auth.py: the key was refused; final
+                drain()
+                return ReadyResult(False, True, False, clock() - start, "unauthorized", 401)
         if clock() - start > timeout_s:
-            return ReadyResult(False, health_ok, generate_ok, clock() - start, "timed out")
+            return ReadyResult(False, health_ok, generate_ok, clock() - start, "timed out",
+                               probe.last_status)
         time.sleep(wait)
         wait = min(wait * BACKOFF, POLL_S)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from escha_deploy.errors import Failed, Refused
 
 from .prepare import Prepared, planned_sizes, prepare, read_secret
+from . import guard
 from .progress import Report, quiet
 
 #: Test switch for sandboxes whose Docker cannot raise RLIMIT_MEMLOCK (no CAP_SYS_RESOURCE:
@@ -84,15 +85,14 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
 
     ``report`` receives progress and warnings; ``on_phase`` each startup phase once (default:
     an ``info`` line with the seconds since start). Raises ``Refused`` (3) at preflight, with
-    nothing created; ``Failed`` (4) when the server exits or is not ready in time (the
-    diagnosis lines are its problems).
+    nothing created, also when another `up` is starting the profile (``guard``); ``Failed``
+    (4) when the server exits, is killed, is stopped by `down`, refuses the API key or is not
+    ready in time (the diagnosis lines are its problems); ``guard.Interrupted`` (128 + N) when
+    SIGINT or SIGTERM arrives while waiting: the container is then stopped and kept.
     """
     from escha_deploy.profile import load_profile
 
     from . import docker as dk
-    from .diagnose import Facts, diagnose
-    from .drift import compare, parse_sizes
-    from .ready import Probe, wait_ready
 
     client = dk.connect()
     profile = load_profile(profile_ref, overrides)
@@ -116,6 +116,11 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
         if c.status in ("running", "restarting") and policy != "no":
             return UpResult(prep.profile.name, c.name, endpoint, "running", None, [],
                             note=f"already running (container {c.name}); nothing to do")
+        starter = c.labels.get(guard.LABEL_UP_OWNER)
+        if c.status in ("created", "running") and guard.owner_alive(starter) is not False:
+            raise Refused(f"up: another `up` (pid {guard.owner_pid(starter)}) is starting profile "
+                          f"{prep.profile.name} (container {c.name}, {c.status}); not starting a second",
+                          hint=f"wait for it, or stop it: escha-deploy down --profile {prep.profile.name}")
         # Never confirmed ready (restart policy still "no": an `up` died while starting) or
         # exited: stale. Stop with the grace period (sglang#22779: never SIGKILL first), remove.
         report("info", f"up: replacing stale container {c.name} ({c.status}, never confirmed ready)"
@@ -127,6 +132,10 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
     if prep.args.get("device_requests"):
         doctor_in_image(client, prep, report=report)
     owner = dk.port_owner(client, spec.port_host_ip, spec.port_host)
+    if owner and owner.split()[:2] == ["container", spec.name]:  # created since the check above
+        raise Refused(f"up: another `up` is starting profile {prep.profile.name} (container "
+                      f"{spec.name} holds {spec.port_host_ip}:{spec.port_host}); not starting a second",
+                      hint=f"wait for it, or stop it: escha-deploy down --profile {prep.profile.name}")
     if owner:
         raise Refused(f"container.port: {spec.port_host_ip}:{spec.port_host} is held by {owner}",
                       hint="stop it, or set container.port to a free port")
@@ -140,17 +149,36 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
         args = {**args, "ulimits": [u if u["name"] != "memlock" else {**u, "soft": hard, "hard": hard}
                                     for u in args["ulimits"]]}
         report("warning", f"up: {CLAMP_MEMLOCK_ENV}=1: memlock clamped to {hard} B (test switch)")
-    c = dk.create_and_start(client, args)
+    me = guard.owner_label()
+    args = {**args, "labels": {**args["labels"], guard.LABEL_UP_OWNER: me}}
+    with guard.interruptible(client, name=spec.name, owner=me, stop_timeout_s=spec.stop_timeout_s,
+                             profile=prep.profile.name, report=report) as held:
+        held.container = c = dk.create_and_start(client, args)
+        return _wait(client, c, prep, endpoint, api_key, timeout_s=timeout_s, report=report,
+                     on_phase=on_phase)
+
+
+def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, timeout_s: float | None,
+          report: Report, on_phase: Callable[[str], None] | None) -> UpResult:
+    """`up` after the start: wait for ready (or the end ``guard.Watch`` classifies), switch the
+    restart policy, compare the logged sizes with the plan."""
+    from docker.errors import NotFound
+
+    from . import docker as dk
+    from .diagnose import Facts, diagnose
+    from .drift import compare, parse_sizes
+    from .ready import Probe, wait_ready
+
+    spec = prep.spec
     report("info", f"up: started {c.name} ({c.short_id}) from {spec.image}; waiting for {endpoint}")
     pump = _LogPump(c)
     probe = Probe(endpoint, api_key)
+    watch = guard.Watch(client, c)
 
     def alive() -> bool:
-        # No inspect per poll: only once the followed log has ended is the daemon asked.
-        if pump.following():
-            return True
-        c.reload()
-        return c.status in ("created", "running")
+        # No inspect per poll: only once the followed log has ended is the daemon asked
+        # (``guard.Watch``: a container removed by `down`, or a daemon gone, reads as ended).
+        return pump.following() or watch.alive()
 
     timeout = float(timeout_s if timeout_s is not None else prep.profile.container.ready_timeout_s)
     seen: set[str] = set()
@@ -171,25 +199,37 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
     if not res.ready:
         time.sleep(0.2)
         pump.take()
-        code = None
+        end = guard.End()
         if res.reason == "server exited":
-            c.reload()
-            code = c.attrs.get("State", {}).get("ExitCode")
-        else:
+            end = watch.end()
+        else:  # timed out, or the key refused: the server runs but cannot serve; stop it
             dk.stop(c, spec.stop_timeout_s)
             pump.take()
-        diag = diagnose(pump.all, Facts(exit_code=code, hicache_enabled=prep.plan.hicache.enabled,
+        # daemon_gone, oom_kill and http_status are read by the diagnosis table's event rows
+        diag = diagnose(pump.all, Facts(exit_code=end.exit_code, hicache_enabled=prep.plan.hicache.enabled,
                                         platform=prep.plan.platform,
                                         timed_out=res.reason == "timed out",
-                                        health_ok=res.health_ok, generate_ok=res.generate_ok))
+                                        health_ok=res.health_ok, generate_ok=res.generate_ok,
+                                        daemon_gone=end.daemon_gone, oom_kill=end.oom_killed,
+                                        http_status=res.http_status))
         for ln in diag.lines():
             report("info", ln)
-        what = ("not ready within %.0f s" % timeout) if res.reason == "timed out" else f"exited with code {code}"
+        if res.reason == "timed out":
+            what = "was not ready within %.0f s" % timeout
+        elif res.reason == "unauthorized":
+            what = ("refused the API key (HTTP 401 on /generate): the key in container.api_key_file "
+                    "is not the one the server was started with; the container was stopped")
+        else:
+            what = end.what()
         causes = ", ".join(m.id for m in diag.matches) or "no known signature"
+        kept = res.reason == "server exited" and not (end.gone or end.daemon_gone or end.kill_signal)
         raise Failed(f"up: the server {what} ({causes})",
-                     hint=None if res.reason == "timed out" else
-                     f"the stopped container keeps its log: escha-deploy logs --profile {prep.profile.name}")
-    dk.set_restart_after_ready(c, spec.restart_after_ready)
+                     hint=f"the stopped container keeps its log: escha-deploy logs --profile {prep.profile.name}"
+                     if kept else None)
+    try:
+        dk.set_restart_after_ready(c, spec.restart_after_ready)
+    except NotFound:
+        raise Failed(f"up: the server {guard.End(gone=True).what()}") from None
     drift = compare(planned_sizes(prep.plan), parse_sizes(pump.all))
     lines = [i.line() for i in drift.items]
     for ln in lines:

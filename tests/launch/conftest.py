@@ -76,14 +76,14 @@ def standin_image(docker_client, base_image, tmp_path_factory):
     built: dict[str, str] = {}
 
     def make(tag: str, *, mode: str = "ok", startup_s: float = 0.0, sizes: dict | None = None,
-             port: int = 30123) -> str:
+             port: int = 30123, server_key: str | None = None) -> str:
         if tag in built:
             return built[tag]
         ctx = tmp_path_factory.mktemp(f"standin-{tag.replace(':', '-')}")
         shutil.copy(STANDIN_DIR / "server.py", ctx / "server.py")
         shutil.copy(STANDIN_DIR / "Dockerfile", ctx / "Dockerfile")
         cfg = {"mode": mode, "startup_s": startup_s, "port": port,
-               "sizes": sizes if sizes is not None else planned_sizes_for()}
+               "sizes": sizes if sizes is not None else planned_sizes_for(), "server_key": server_key}
         (ctx / "config.json").write_text(json.dumps(cfg))
         docker_client.images.build(path=str(ctx), tag=tag, buildargs={"BASE": base_image}, rm=True,
                                    forcerm=True)
@@ -105,7 +105,7 @@ def _ours(labels: dict | None, name: str = "") -> bool:
 
 
 def _inventory(client) -> tuple[set, set, set]:
-    return ({c.id for c in client.containers.list(all=True) if _ours(c.labels, c.name)},
+    return ({c.id for c in client.containers.list(all=True, ignore_removed=True) if _ours(c.labels, c.name)},
             {n.id for n in client.networks.list() if _ours(n.attrs.get("Labels"), n.name)},
             {v.id for v in client.volumes.list() if _ours(v.attrs.get("Labels"), v.name)})
 

@@ -4,7 +4,9 @@ It plays `escha-deploy serve` + SGLang 0.5.19 where no GPU exists: prints startu
 SGLang 0.5.19's real formats (each cited below), then answers GET /health and POST /generate.
 Behaviour comes from /etc/standin/config.json, baked into the image by the tests:
   mode: ok | crash (the host-memory check's ValueError, exit 1) | no_generate (/health 200,
-        /generate 503: sglang#22779's symptom)
+        /generate 503: sglang#22779's symptom) | server_key (requests must carry
+        `Authorization: Bearer <server_key>`, else 401 as SGLang's API-key middleware answers:
+        sglang/srt/utils/auth.py; /health is exempt there too)
   startup_s: seconds before the HTTP port opens; port; sizes: the figures to log.
 """
 
@@ -88,6 +90,8 @@ class Handler(BaseHTTPRequestHandler):
         self.rfile.read(n)
         if self.path != "/generate":
             return self._send(404, {"error": "not found"})
+        if CFG.get("mode") == "server_key" and self.headers.get("Authorization") != "Bearer " + CFG["server_key"]:
+            return self._send(401, {"error": "Unauthorized"})
         if CFG.get("mode") == "no_generate":
             return self._send(503, {"error": "stand-in: not serving"})
         self._send(200, {"text": "!", "meta_info": {"completion_tokens": 1}})

@@ -1,0 +1,270 @@
+"""Faults around `up` on the real Docker daemon with the STAND-IN server image and profile
+(tests/launch/standin/): a signal while `up` waits, two `up` at once, `down` during `up`, the
+server killed by a signal, the daemon's socket going away, the API key refused.
+
+Each test lists what is left afterwards (``leftovers``: running containers and live CLI
+processes of ours) and asserts it is empty, and that the L3 directory's files are untouched
+(same names, sizes, modification times and SHA-256).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import STANDIN_PROFILE, run_cli
+
+pytestmark = pytest.mark.docker
+P = str(STANDIN_PROFILE)
+NAME = "escha-standin-tp2"
+LABEL = "io.escha.profile=standin-tp2"
+
+
+def start_up(image: str, *extra: str, env: dict | None = None) -> subprocess.Popen:
+    """`escha-deploy up` in a fresh process, as a user starts it (we signal it)."""
+    cmd = [sys.executable, "-m", "escha_deploy.cli.main", "up", "--profile", P, "--set",
+           f"container.image={image}", *extra]
+    return subprocess.Popen(cmd, env=dict(env or os.environ, ESCHA_TEST_CLAMP_MEMLOCK="1"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_container(client, status: str = "running", timeout: float = 60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)
+        if found and found[0].status == status:
+            return found[0]
+        time.sleep(0.1)
+    raise AssertionError(f"no {status} container for the stand-in profile within {timeout} s")
+
+
+def leftovers(client, procs=()) -> list[str]:
+    """What a fault left running: containers of the stand-in profile that run, and our CLI
+    processes still alive. Empty when clean."""
+    out = [f"container {c.name} ({c.status})" for c in client.containers.list(filters={"label": LABEL}, ignore_removed=True)]
+    out += [f"process {p.pid} ({' '.join(p.args[2:5])})" for p in procs if p.poll() is None]
+    return out
+
+
+def l3_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "l3"
+    (d / "pages").mkdir(parents=True)
+    (d / "pages" / "page-000.bin").write_bytes(os.urandom(4096))
+    (d / "index.json").write_text('{"pages": 1}')
+    return d
+
+
+def l3_state(d: Path) -> dict[str, tuple]:
+    return {str(p.relative_to(d)): (p.stat().st_size, p.stat().st_mtime_ns,
+                                    hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def cleanup(client) -> None:
+    assert run_cli("down", "--profile", P).returncode == 0
+    assert not client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)
+
+
+@pytest.mark.parametrize("sig,code,mode", [(signal.SIGINT, 130, "follow"), (signal.SIGTERM, 143, "detach")])
+def test_signal_while_waiting_stops_and_keeps_the_container(docker_client, standin_image, tmp_path, no_leaks,
+                                                            sig, code, mode):
+    image = standin_image("escha-standin:slow60", startup_s=60)
+    l3 = l3_dir(tmp_path)
+    before = l3_state(l3)
+    proc = start_up(image, "--set", f"hicache.storage_dir={l3}", *(["--detach"] if mode == "detach" else []))
+    try:
+        wait_container(docker_client)
+        time.sleep(0.5)  # in the ready wait
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == code, err
+        assert "Traceback" not in err
+        assert f"interrupted by {sig.name} while waiting for ready" in err
+        assert "is stopped (not running) and kept for its log" in err
+        assert leftovers(docker_client, [proc]) == []
+        kept = docker_client.containers.get(NAME)
+        assert kept.status == "exited"  # kept for `logs`, as the crash path keeps it
+        assert "Load weight begin" in run_cli("logs", "--profile", P).stdout
+    finally:
+        proc.kill()
+        cleanup(docker_client)
+    assert l3_state(l3) == before
+
+
+def test_two_up_at_once_one_starts_one_refuses(docker_client, standin_image, tmp_path, no_leaks):
+    image = standin_image("escha-standin:slow", startup_s=4)
+    l3 = l3_dir(tmp_path)
+    before = l3_state(l3)
+    extra = ("--set", f"hicache.storage_dir={l3}", "--detach")
+    procs = [start_up(image, *extra), start_up(image, *extra)]
+    try:
+        results = [(p.wait(timeout=90), p.communicate()[1]) for p in procs]
+        codes = sorted(r[0] for r in results)
+        assert codes == [0, 3], results
+        loser = next(err for rc, err in results if rc == 3)
+        assert "another `up` is starting" in loser or "another `up` (pid" in loser, loser
+        assert all("Traceback" not in err for _, err in results)
+        running = docker_client.containers.list(filters={"label": LABEL}, ignore_removed=True)
+        assert len(running) == 1 and running[0].attrs["HostConfig"]["RestartPolicy"]["Name"] == "on-failure"
+        assert [x for x in leftovers(docker_client, procs) if x.startswith("process")] == []
+    finally:
+        for p in procs:
+            p.kill()
+        cleanup(docker_client)
+    assert leftovers(docker_client, procs) == []
+    assert l3_state(l3) == before
+
+
+def test_second_up_while_first_waits_names_it_and_leaves_it_alone(docker_client, standin_image, no_leaks):
+    image = standin_image("escha-standin:slow", startup_s=4)
+    first = start_up(image, "--detach")
+    try:
+        c = wait_container(docker_client)
+        second = run_cli("up", "--profile", P, "--set", f"container.image={image}", "--detach")
+        assert second.returncode == 3, second.stderr
+        assert f"another `up` (pid {first.pid}) is starting profile standin-tp2" in second.stderr
+        _, err = first.communicate(timeout=60)
+        assert first.returncode == 0, err
+        assert docker_client.containers.get(NAME).id == c.id  # not replaced as stale
+    finally:
+        first.kill()
+        cleanup(docker_client)
+
+
+def test_down_during_up_wins(docker_client, standin_image, tmp_path, no_leaks):
+    image = standin_image("escha-standin:slow60", startup_s=60)
+    l3 = l3_dir(tmp_path)
+    before = l3_state(l3)
+    proc = start_up(image, "--set", f"hicache.storage_dir={l3}", "--detach")
+    try:
+        wait_container(docker_client)
+        time.sleep(0.5)
+        d = run_cli("down", "--profile", P)
+        assert d.returncode == 0, d.stderr
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 4, err
+        assert "Traceback" not in err and "NotFound" not in err
+        assert "`escha-deploy down` wins over `up`" in err or "`down` wins over `up`" in err, err
+        assert leftovers(docker_client, [proc]) == []
+        assert not docker_client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)
+    finally:
+        proc.kill()
+        cleanup(docker_client)
+    assert l3_state(l3) == before
+
+
+def test_server_killed_by_signal_is_named(docker_client, standin_image, no_leaks):
+    image = standin_image("escha-standin:slow60", startup_s=60)
+    proc = start_up(image, "--detach")
+    try:
+        c = wait_container(docker_client)
+        time.sleep(0.5)
+        # from inside, as the kernel's OOM killer would: no `docker kill`, no event of Docker's
+        c.exec_run(["python3", "-c", "import os;[os.kill(int(p),9) for p in os.listdir('/proc') if p.isdigit()"
+                    " and b'server.py' in open(f'/proc/{p}/cmdline','rb').read()]"])
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 4, err
+        assert "killed by signal 9 (SIGKILL)" in err and "exit status 137" in err, err
+        assert "exited with code 137" not in err.split("error:")[-1]
+        assert leftovers(docker_client, [proc]) == []
+    finally:
+        proc.kill()
+        cleanup(docker_client)
+
+
+class SocketProxy:
+    """STAND-IN for the Docker daemon's socket going away: forwards a unix socket to the real
+    daemon's until ``close()``, which drops every connection and removes the socket file (what
+    a client sees when dockerd stops; the shared test daemon itself must keep running)."""
+
+    def __init__(self, path: Path, target: str = "/var/run/docker.sock") -> None:
+        self.path, self.target = path, target
+        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.srv.bind(str(path))
+        self.srv.listen(64)
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                a, _ = self.srv.accept()
+            except OSError:
+                return
+            b = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            b.connect(self.target)
+            self.conns += [a, b]
+            for x, y in ((a, b), (b, a)):
+                threading.Thread(target=self._pipe, args=(x, y), daemon=True).start()
+
+    @staticmethod
+    def _pipe(x: socket.socket, y: socket.socket) -> None:
+        try:
+            while data := x.recv(65536):
+                y.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (x, y):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.srv.close()
+        self.path.unlink(missing_ok=True)
+        for s in self.conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            except OSError:
+                pass
+
+
+def test_daemon_gone_during_wait_is_not_an_exit_code(docker_client, standin_image, tmp_path, no_leaks):
+    if not Path("/var/run/docker.sock").exists():
+        pytest.skip("the test daemon is not on /var/run/docker.sock")
+    image = standin_image("escha-standin:slow60", startup_s=60)
+    proxy = SocketProxy(tmp_path / "docker.sock")
+    proc = start_up(image, "--detach", env=dict(os.environ, DOCKER_HOST=f"unix://{tmp_path / 'docker.sock'}"))
+    try:
+        wait_container(docker_client)
+        time.sleep(0.5)
+        proxy.close()
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 4, err
+        assert "Traceback" not in err
+        assert "the Docker daemon went away while `up` waited" in err, err
+        assert "exited with code 0" not in err and "exited" not in err.split("error:")[-1]
+    finally:
+        proc.kill()
+        proxy.close()
+        cleanup(docker_client)  # the daemon is back for us: nothing of this `up` stays running
+
+
+def test_refused_api_key_says_so_without_waiting_for_the_timeout(docker_client, standin_image, tmp_path,
+                                                                 no_leaks):
+    image = standin_image("escha-standin:serverkey", mode="server_key", server_key="sk-the-servers-own-key")
+    key = tmp_path / "key"
+    key.write_text("sk-another-key-0123456789\n")
+    t0 = time.monotonic()
+    r = run_cli("up", "--profile", P, "--set", f"container.image={image}", "--set",
+                f"container.api_key_file={key}", "--detach", "--timeout", "60")
+    try:
+        assert r.returncode == 4, r.stderr
+        assert "refused the API key (HTTP 401 on /generate)" in r.stderr
+        assert time.monotonic() - t0 < 30  # a 401 is final: no wait for the ready timeout
+        assert "sk-another-key" not in r.stderr
+        assert leftovers(docker_client) == []
+    finally:
+        cleanup(docker_client)
