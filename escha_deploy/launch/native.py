@@ -14,12 +14,21 @@
 Secrets never reach the child's command line: values that SGLang only takes as flags (the API
 key) are written to a private YAML file (mode 0600 in a 0700 directory) passed with SGLang's
 ``--config`` option (``sglang/srt/utils/server_args_config_parser.py``
-``ConfigArgumentMerger``: YAML keys become flags), and the file is removed when the child
-exits.
+``ConfigArgumentMerger``: YAML keys become flags; it needs a ``.yaml`` path, so no pipe).
+Natively the directory is on tmpfs (``$XDG_RUNTIME_DIR``, else ``/dev/shm``), so the key never
+reaches a disk. SGLang reads the file while parsing its arguments, before anything else, so
+the file is unlinked as soon as the server logs that it is ready; until then a ``serve`` killed
+with SIGKILL leaves at most that file, which its watchdog removes, or else the next ``serve``
+(``sweep_secret_dirs``: directories named after a pid that no longer runs).
+
+Nothing of the server outlives ``serve``: the child gets a parent-death signal (SIGTERM,
+``PR_SET_PDEATHSIG``), and a watchdog process (``watchdog.py``) ends the child's whole process
+group, SGLang's scheduler processes included, once ``serve`` ends for any reason.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -28,7 +37,7 @@ import sys
 import tempfile
 import threading
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -56,20 +65,134 @@ class Outcome:
     extra: dict = field(default_factory=dict)
 
 
-def write_secret_config(values: Mapping[str, str]) -> tuple[Path, Path]:
+#: Prefix of the private secrets directories: ``escha-serve-<pid of serve>-<random>``.
+SECRET_DIR_PREFIX = "escha-serve-"
+#: The line after which SGLang has read its ``--config`` file and serves:
+#: sglang/srt/entrypoints/http_server.py ``_wait_and_warmup`` (``ready.PHASES`` "warmup done").
+READY_LINE = "The server is fired up and ready to roll!"
+#: Seconds the watchdog gives the process group after SIGTERM before SIGKILL (default).
+GRACE_S = 10.0
+
+
+def tmpfs_root() -> Path | None:
+    """Where native secrets go: ``$XDG_RUNTIME_DIR`` (a per-user tmpfs under systemd), else
+    ``/dev/shm``; None when neither is a directory (then the system temp dir)."""
+    for d in (os.environ.get("XDG_RUNTIME_DIR"), "/dev/shm"):
+        if d and os.path.isdir(d):
+            return Path(d)
+    return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_secret_dirs(root: Path | None) -> list[Path]:
+    """Remove the secrets directories under ``root`` that a ``serve`` killed before its server
+    was ready left behind: ours (same uid), named after a pid that no longer runs. Returns
+    them."""
+    removed = []
+    if root is None:
+        return removed
+    for d in root.glob(SECRET_DIR_PREFIX + "*-*"):
+        try:
+            pid = int(d.name[len(SECRET_DIR_PREFIX):].split("-", 1)[0])
+            if d.is_symlink() or not d.is_dir() or d.stat().st_uid != os.getuid() or _pid_alive(pid):
+                continue
+        except (ValueError, OSError):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    return removed
+
+
+@contextlib.contextmanager
+def server_lock(port: int) -> Iterator[int]:
+    """One native ``serve`` per server port on this host: an exclusive ``fcntl.flock`` on
+    ``<tmpfs_root()>/escha-deploy-<uid>/serve-<port>.lock`` (it holds the holder's pid), held
+    for the block; yields the descriptor. Raises ``Refused`` (exit 3) naming the holder when
+    another ``serve`` has it. The kernel drops a flock with its last descriptor, so a killed
+    ``serve`` never leaves a stale lock (its watchdog holds a copy until the server is gone)."""
+    import fcntl
+
+    from escha_deploy.errors import Refused
+
+    d = (tmpfs_root() or Path(tempfile.gettempdir())) / f"escha-deploy-{os.getuid()}"
+    d.mkdir(mode=0o700, exist_ok=True)
+    st = d.lstat()
+    if d.is_symlink() or st.st_uid != os.getuid():
+        raise Refused(f"serve: {d} is not this user's private directory; refusing to lock there")
+    path = d / f"serve-{port}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+            raise Refused(f"serve: another `serve` (pid {holder}) is running the server on port {port} "
+                          f"(lock {path})", hint="stop it first (Ctrl-C or SIGTERM), or set container.port "
+                          "to another port") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def write_secret_config(values: Mapping[str, str], root: Path | None = None) -> tuple[Path, Path]:
     """Write ``values`` (SGLang config keys -> secret values) to a private YAML file.
 
     Returns ``(file, directory)``; the caller removes the directory. The file is mode 0600 in a
-    fresh 0700 directory (``tempfile.mkdtemp``), under ``$XDG_RUNTIME_DIR`` when set.
+    fresh 0700 directory (``tempfile.mkdtemp``) named ``escha-serve-<pid>-*`` under ``root``
+    (``tmpfs_root()`` natively; None: the system temp dir).
     """
     import yaml
 
-    d = Path(tempfile.mkdtemp(prefix="escha-serve-", dir=os.environ.get("XDG_RUNTIME_DIR")))
+    d = Path(tempfile.mkdtemp(prefix=f"{SECRET_DIR_PREFIX}{os.getpid()}-", dir=root))
     f = d / "secrets.yaml"
     fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
         yaml.safe_dump(dict(values), fh)
     return f, d
+
+
+def _die_with(parent: int):
+    """A ``preexec_fn``: the child gets SIGTERM when ``parent`` dies (prctl(2)
+    ``PR_SET_PDEATHSIG``); if ``parent`` is already gone, the child exits at once."""
+    def setup() -> None:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG = 1 (linux/prctl.h)
+        if os.getppid() != parent:
+            os._exit(1)
+    return setup
+
+
+def _start_watchdog(pgid: int, grace_s: float, secret_dir: Path | None,
+                    lock_fd: int | None) -> tuple[subprocess.Popen, int]:
+    """Start ``watchdog.py`` for process group ``pgid``; returns it and the write end of its
+    pipe (close it to let the watchdog act; a dead supervisor closes it too)."""
+    r, w = os.pipe()  # both ends non-inheritable: the server never holds the write end
+    try:
+        dog = subprocess.Popen(
+            [sys.executable, "-I", str(Path(__file__).with_name("watchdog.py")), str(pgid),
+             str(grace_s), str(secret_dir or "")],
+            stdin=r, stdout=subprocess.DEVNULL, start_new_session=True,
+            pass_fds=(lock_fd,) if lock_fd is not None else (),
+        )
+    except BaseException:
+        os.close(w)
+        raise
+    finally:
+        os.close(r)
+    return dog, w
 
 
 def exit_code_for(child_code: int) -> int:
@@ -86,6 +209,9 @@ def supervise(
     config_secrets: Mapping[str, str] | None = None,
     facts: Facts | None = None,
     out: IO[str] | None = None,
+    secret_root: Path | None = None,
+    lock_fd: int | None = None,
+    grace_s: float = GRACE_S,
 ) -> Outcome:
     """Run ``argv`` as a supervised child and return how it ended (see module docstring).
 
@@ -95,6 +221,9 @@ def supervise(
     to the diagnosis (HiCache on, platform). ``out``: where the redacted output goes (stderr).
     ``Outcome.exit_code`` is what ``serve`` exits with: the child's code after a forwarded
     signal, 0 on success, ``ExitCode.FAILED`` (4) on any other failure.
+    ``secret_root``: where the secrets directory goes (``tmpfs_root()`` natively). ``lock_fd``:
+    the caller's lock, handed to the watchdog so it is held until the process group is gone.
+    ``grace_s``: the watchdog's SIGTERM-to-SIGKILL grace for what is left of the group.
     Raises ``OSError`` when the child cannot be started at all (the caller reports it).
     """
     out = out or sys.stderr
@@ -102,7 +231,7 @@ def supervise(
     cmd = list(argv)
     tmpdir: Path | None = None
     if config_flag and config_secrets:
-        cfg, tmpdir = write_secret_config(config_secrets)
+        cfg, tmpdir = write_secret_config(config_secrets, secret_root)
         cmd += [config_flag, str(cfg)]
     kept: deque[str] = deque(maxlen=KEEP_LINES)
     forwarded: list[int] = []
@@ -114,11 +243,20 @@ def supervise(
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a terminal's Ctrl-C reaches the child only through us
+            preexec_fn=_die_with(os.getpid()),
             text=True,
             errors="replace",
             bufsize=1,
         )
     except BaseException:
+        if tmpdir is not None:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+        raise
+    try:
+        dog, dog_pipe = _start_watchdog(child.pid, grace_s, tmpdir, lock_fd)
+    except BaseException:
+        child.kill()
+        child.wait()
         if tmpdir is not None:
             shutil.rmtree(tmpdir, ignore_errors=True)
         raise
@@ -135,18 +273,32 @@ def supervise(
     if on_main:
         for s in (signal.SIGTERM, signal.SIGINT):
             previous[s] = signal.signal(s, forward)
-    try:
+    def pump() -> None:
+        # SGLang's scheduler processes inherit this pipe: it ends when the whole group has gone,
+        # not when the child exits, so it is read here and the child is waited for below.
         assert child.stdout is not None
         for raw in child.stdout:
             line = redact(raw.rstrip("\n"))
             kept.append(line)
             out.write(line + "\n")
             out.flush()
+            if READY_LINE in line and tmpdir is not None:  # SGLang read --config long ago
+                shutil.rmtree(tmpdir, ignore_errors=True)
+
+    reader = threading.Thread(target=pump, name="serve-output", daemon=True)
+    reader.start()
+    try:
         code = child.wait()
     finally:
         if on_main:
             for s, h in previous.items():
                 signal.signal(s, h)
+        os.close(dog_pipe)  # the watchdog ends what is left of the group, then exits
+        try:
+            dog.wait(timeout=grace_s + 10)
+        except subprocess.TimeoutExpired:
+            dog.kill()
+        reader.join(timeout=5)
         if tmpdir is not None:
             shutil.rmtree(tmpdir, ignore_errors=True)
     lines = list(kept)

@@ -7,6 +7,7 @@ an unsafe plan, missing capabilities or a missing GPU.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Sequence
@@ -41,6 +42,8 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
     (tests only) skips the GPU check. The API key (from ``LaunchSpec.api_key_file``) reaches
     SGLang through a private ``--config`` file, never a command line; the HF token through
     the child's environment (``HF_TOKEN``). Progress and warnings go to ``report``.
+    Natively, a second ``serve`` on the same port is refused (3, ``native.server_lock``), and
+    nothing of the server or its secrets file outlives this process (``native`` module).
     """
     from escha_deploy import flags
     from escha_deploy.host import gather_plan_inputs
@@ -50,7 +53,7 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
     from escha_deploy.runtime.description import read_description, require_capabilities
 
     from .diagnose import Facts
-    from .native import supervise
+    from .native import server_lock, supervise, sweep_secret_dirs, tmpfs_root
 
     profile = load_profile(profile_ref, overrides)
     desc = read_description()
@@ -98,10 +101,19 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
                       hint="start the container with GPUs (escha-deploy up does)")
     report("info", f"serve: {profile.name}: plan {plan.verdict}, HiCache {'on' if plan.hicache.enabled else 'off'}; "
          "starting SGLang")
-    try:
-        outcome = supervise(argv, env=env, secrets=[s for s in (api_key, hf_token) if s],
-                            config_flag=flags.CONFIG_FLAG, config_secrets=flags.secret_config(api_key),
-                            facts=Facts(hicache_enabled=plan.hicache.enabled, platform=plan.platform))
-    except OSError as exc:
-        raise Failed(f"serve: cannot start {argv[0] if argv else 'the server'}: {exc}") from None
+    # Natively: one `serve` per port (a file lock), secrets on tmpfs, and a sweep of what a
+    # `serve` killed before its server was ready left; in the container Docker arbitrates.
+    lock = contextlib.nullcontext(None) if in_container else server_lock(profile.container.port)
+    with lock as lock_fd:
+        root = None if in_container else tmpfs_root()
+        for d in sweep_secret_dirs(root):
+            report("info", f"serve: removed {d}, left by a `serve` that was killed before its server was ready")
+        try:
+            outcome = supervise(argv, env=env, secrets=[s for s in (api_key, hf_token) if s],
+                                config_flag=flags.CONFIG_FLAG, config_secrets=flags.secret_config(api_key),
+                                facts=Facts(hicache_enabled=plan.hicache.enabled, platform=plan.platform),
+                                secret_root=root, lock_fd=lock_fd,
+                                grace_s=float(profile.container.stop_timeout_s))
+        except OSError as exc:
+            raise Failed(f"serve: cannot start {argv[0] if argv else 'the server'}: {exc}") from None
     return outcome.exit_code

@@ -1,0 +1,207 @@
+"""A native `serve` killed with SIGKILL, before and after its server is ready, and two `serve`
+at once: afterwards no process of the server and no secrets file is left (listed by the test).
+
+The child is a STAND-IN for `python -m sglang.launch_server` (SGLang cannot start here: no
+torch, no GPU): it reads its ``--config`` file as SGLang's ConfigArgumentMerger does, then
+spawns two grandchildren as SGLang's scheduler processes are spawned, one of them ignoring
+SIGTERM (a scheduler stuck in a CUDA call), and sets no parent-death signal itself, so only
+`serve`'s own care can end them. It logs SGLang's ready line once ``STANDIN_READY_AFTER``
+seconds have passed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import STANDIN_PROFILE
+
+KEY = "sk-escha-fault-0123456789"
+
+STANDIN = textwrap.dedent('''\
+    #!/usr/bin/env python3
+    # STAND-IN for `python -m sglang.launch_server` (see the test module's docstring).
+    import os, subprocess, sys, time, yaml
+    argv = sys.argv[1:]
+    cfg = argv[argv.index("--config") + 1]
+    yaml.safe_load(open(cfg))  # what SGLang does first, while parsing its arguments
+    print("config-file=" + cfg, flush=True)
+    kids = [subprocess.Popen([sys.executable, "-c", code, "scheduler-standin", MARK]) for code in (
+        "import time; time.sleep(3600)",
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)")]
+    print("grandchildren=" + ",".join(str(k.pid) for k in kids), flush=True)
+    time.sleep(float(os.environ.get("STANDIN_READY_AFTER", "0")))
+    print("[2026-11-30 10:00:00] The server is fired up and ready to roll!", flush=True)
+    while True:
+        time.sleep(0.1)
+''')
+
+
+@pytest.fixture
+def standin(tmp_path):
+    p = tmp_path / "standin_sglang.py"
+    p.write_text(STANDIN.replace("MARK]", f"{str(tmp_path)!r}]"))
+    p.chmod(0o755)
+    key = tmp_path / "api_key"
+    key.write_text(KEY + "\n")
+    return p, key
+
+
+def ours(marker: str) -> list[str]:
+    """Live processes whose command line names ``marker`` (this test's tmp dir): the stand-in
+    server and its grandchildren (`serve` itself, whose arguments name it too, aside)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in cmd and state != "Z" and "escha_deploy.cli.main" not in cmd:
+            out.append(f"{pid}: {cmd.strip()[:400]}")
+    return out
+
+
+def secret_dirs(pid: int) -> list[Path]:
+    """Secrets directories a `serve` with this pid made (native: on tmpfs)."""
+    from escha_deploy.launch.native import SECRET_DIR_PREFIX, tmpfs_root
+
+    root = tmpfs_root()
+    return sorted(root.glob(f"{SECRET_DIR_PREFIX}{pid}-*")) if root else []
+
+
+def start_serve(standin, port: int = 30177, ready_after: float = 0) -> subprocess.Popen:
+    script, key = standin
+    env = dict(os.environ, ESCHA_SGLANG_PYTHON=str(script), ESCHA_SKIP_GPU_PREFLIGHT="1",
+               STANDIN_READY_AFTER=str(ready_after))
+    env.pop("ESCHA_SERVE_MODE", None)
+    cmd = [sys.executable, "-m", "escha_deploy.cli.main", "serve", "--profile", str(STANDIN_PROFILE),
+           "--set", "runtime.needs=[]", "--set", "hicache.enabled=false", "--set", f"container.port={port}",
+           "--set", f"container.api_key_file={key}", "--set", "container.stop_timeout_s=2"]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def read_until(p: subprocess.Popen, prefix: str, timeout: float = 60) -> str:
+    deadline = time.time() + timeout
+    assert p.stdout is not None
+    for line in p.stdout:
+        if prefix in line:
+            return line.strip()
+        assert time.time() < deadline, f"no {prefix!r} line"
+    raise AssertionError(f"serve ended before {prefix!r}")
+
+
+def gone_within(marker: str, seconds: float) -> list[str]:
+    deadline = time.time() + seconds
+    while (left := ours(marker)) and time.time() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def test_sigkill_after_ready_leaves_no_process_and_no_secrets_file(standin, tmp_path):
+    p = start_serve(standin)
+    try:
+        cfg = Path(read_until(p, "config-file=").split("=", 1)[1])
+        assert cfg.stat().st_mode & 0o777 == 0o600 and cfg.parent.stat().st_mode & 0o777 == 0o700
+        read_until(p, "ready to roll")
+        deadline = time.time() + 5
+        while cfg.exists() and time.time() < deadline:
+            time.sleep(0.05)
+        assert not cfg.exists()  # read at startup; unlinked once the server is ready
+        assert len(ours(str(tmp_path))) == 3  # the stand-in server and its two grandchildren
+        p.kill()  # SIGKILL: no handler of `serve` runs
+        p.wait()
+        left = gone_within(str(tmp_path), 2 + 10)  # the stop timeout, then SIGKILL
+        assert left == [], left
+        assert secret_dirs(p.pid) == []
+    finally:
+        p.kill()
+        for ln in ours(str(tmp_path)):
+            os.kill(int(ln.split(":")[0]), signal.SIGKILL)
+
+
+def test_sigkill_before_ready_leaves_no_process_and_its_secrets_go(standin, tmp_path):
+    from escha_deploy.launch.native import tmpfs_root
+
+    p = start_serve(standin, ready_after=60)
+    try:
+        cfg = Path(read_until(p, "config-file=").split("=", 1)[1])
+        assert cfg.parent.parent == tmpfs_root()  # tmpfs: never on a disk
+        assert cfg.stat().st_mode & 0o777 == 0o600
+        read_until(p, "grandchildren=")
+        p.kill()
+        p.wait()
+        left = gone_within(str(tmp_path), 2 + 10)
+        assert left == [], left
+        deadline = time.time() + 5
+        while secret_dirs(p.pid) and time.time() < deadline:
+            time.sleep(0.05)
+        assert secret_dirs(p.pid) == []  # the watchdog removed it
+    finally:
+        p.kill()
+        for ln in ours(str(tmp_path)):
+            os.kill(int(ln.split(":")[0]), signal.SIGKILL)
+
+
+def test_next_serve_removes_what_a_killed_serve_and_watchdog_left(standin, tmp_path):
+    """Both `serve` and its watchdog killed at once (SIGKILL to both) before ready: the secrets
+    file stays (0600, tmpfs) until the next `serve` on this host starts, which removes it."""
+    p = start_serve(standin, ready_after=60)
+    try:
+        cfg = Path(read_until(p, "config-file=").split("=", 1)[1])
+        read_until(p, "grandchildren=")
+        dogs = [ln for ln in ours("watchdog.py") if f" {cfg.parent}" in ln]
+        assert len(dogs) == 1, ours("watchdog.py")
+        os.kill(int(dogs[0].split(":")[0]), signal.SIGKILL)
+        p.kill()
+        p.wait()
+        time.sleep(0.5)
+        assert cfg.exists() and cfg.stat().st_mode & 0o777 == 0o600
+        # this double fault orphans the grandchildren (nothing of ours is left to end them)
+        for ln in ours(str(tmp_path)):
+            os.kill(int(ln.split(":")[0]), signal.SIGKILL)
+        q = start_serve(standin, port=30178)
+        try:
+            read_until(q, "ready to roll")
+            assert not cfg.parent.exists()
+        finally:
+            q.send_signal(signal.SIGTERM)
+            q.wait(timeout=30)
+        assert gone_within(str(tmp_path), 2 + 10) == []
+        assert secret_dirs(q.pid) == []
+    finally:
+        p.kill()
+        for ln in ours(str(tmp_path)):
+            os.kill(int(ln.split(":")[0]), signal.SIGKILL)
+
+
+def test_second_serve_on_the_same_port_is_refused(standin, tmp_path):
+    p = start_serve(standin)
+    try:
+        read_until(p, "ready to roll")
+        q = start_serve(standin)
+        out = q.communicate(timeout=60)[0]
+        assert q.returncode == 3, out
+        assert f"another `serve` (pid {p.pid}) is running the server on port 30177" in out
+        assert len(ours(str(tmp_path))) == 3  # the first server untouched
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=30)
+        assert gone_within(str(tmp_path), 2 + 10) == []
+        # the lock went with it: a new `serve` on that port starts
+        r = start_serve(standin)
+        read_until(r, "ready to roll")
+        r.send_signal(signal.SIGTERM)
+        r.wait(timeout=30)
+    finally:
+        p.kill()
+        for ln in ours(str(tmp_path)):
+            os.kill(int(ln.split(":")[0]), signal.SIGKILL)
