@@ -162,6 +162,13 @@ def write_secret_config(values: Mapping[str, str], root: Path | None = None) -> 
     return f, d
 
 
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 def _die_with(parent: int):
     """A ``preexec_fn``: the child gets SIGTERM when ``parent`` dies (prctl(2)
     ``PR_SET_PDEATHSIG``); if ``parent`` is already gone, the child exits at once."""
@@ -310,6 +317,8 @@ def supervise(
     diag = diagnose(lines, f)
     for ln in diag.lines():
         out.write(ln + "\n")
-    out.write(f"serve: SGLang exited with code {code}; exiting {int(ExitCode.FAILED)}\n")
+    how = (f"was killed by signal {-code} ({_signal_name(-code)})" if code < 0
+           else f"exited with code {code}")
+    out.write(f"serve: SGLang {how}; exiting {int(ExitCode.FAILED)}\n")
     out.flush()
     return Outcome(code, None, lines, diagnosis=diag, exit_code=int(ExitCode.FAILED))

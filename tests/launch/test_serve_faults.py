@@ -205,3 +205,19 @@ def test_second_serve_on_the_same_port_is_refused(standin, tmp_path):
         p.kill()
         for ln in ours(str(tmp_path)):
             os.kill(int(ln.split(":")[0]), signal.SIGKILL)
+
+
+def test_server_killed_by_a_signal_is_named(standin, tmp_path):
+    p = start_serve(standin)
+    try:
+        read_until(p, "ready to roll")
+        server = [ln for ln in ours(str(tmp_path)) if "standin_sglang.py" in ln]
+        os.kill(int(server[0].split(":")[0]), signal.SIGKILL)  # as the OOM killer would
+        out = p.communicate(timeout=60)[0]
+        assert p.returncode == 4, out
+        assert "serve: SGLang was killed by signal 9 (SIGKILL); exiting 4" in out
+        assert gone_within(str(tmp_path), 2 + 10) == []  # its grandchildren ended too
+    finally:
+        p.kill()
+        for ln in ours(str(tmp_path)):
+            os.kill(int(ln.split(":")[0]), signal.SIGKILL)
