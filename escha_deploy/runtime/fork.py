@@ -307,13 +307,6 @@ class ForkImport:
     dropped: list[str]
     capabilities: dict[str, tuple[str, ...]]
 
-    def provenance(self) -> list[dict[str, str]]:
-        """``[{commit, subject, author, date, file}]`` of the fork commits applied, in order
-        (what the ``io.escha.runtime.fork`` label holds)."""
-        applied = {p.name for p in self.order if p.source == "fork"}
-        return [{"commit": c.commit, "subject": c.subject, "author": c.author, "date": c.date,
-                 "file": c.file} for c in self.commits if c.file in applied]
-
 
 def fork_patch_files(directory: Path) -> list[Path]:
     """The ``*.patch`` files of a fork directory, by name (format-patch numbers them)."""
