@@ -330,3 +330,27 @@ def test_default_output_is_runtime_fork_of_the_checkout(fork, tmp_path, capsys, 
     assert sorted(p.name for p in (ctx / "runtime_fork").iterdir()) == sorted(
         [p.name for p in d.glob("*.patch")] + [DECLARATION])
     assert "build with `escha-deploy build --hicache` there" in err
+
+
+def test_inventory_deltas_cover_the_fork_files(fork, tmp_path, capsys, sglang_wheel):
+    """`runtime inventory --deltas --fork-dir` computes the fork's files from the clean wheel in
+    the declared order: the fork's new modules and edits, our hooks, not the dropped commit's."""
+    _, h = fork
+    d = _dir(fork, tmp_path, "good", _decl(h, "drop-fork"))
+    capsys.readouterr()
+    assert run("runtime", "inventory", "--wheel", str(sglang_wheel), "--deltas",
+               "--fork-dir", str(d), "--format", "json") == 0
+    deltas = json.loads(capsys.readouterr().out)["deltas"]
+    assert {"srt/mem_cache/int2_kv.py", "srt/layers/quantization/escha_w2.py",
+            "srt/mem_cache/memory_pool.py", "srt/mem_cache/pool_host/mha.py",
+            "srt/mem_cache/pool_host/escha_host_reserve.py"} <= set(deltas)
+    assert len(deltas) == 11
+
+
+def test_a_file_that_is_not_a_format_patch_mail_is_refused(fork, tmp_path, capsys):
+    _, h = fork
+    d = _dir(fork, tmp_path, "good", _decl(h))
+    (d / "0009-notes.patch").write_text("--- a/sglang/srt/x.py\n+++ b/sglang/srt/x.py\n")
+    rc, _, err = _import(capsys, d)
+    assert rc == 3
+    assert "error: 0009-notes.patch:1: not a `git format-patch` file" in err
