@@ -9,8 +9,9 @@ Input (``--cases FILE``): a JSON list of cases written by ``escha_deploy``'s sid
 ``--hicache-ratio``/``--hicache-size`` to build them at). Output (stdout): one JSON object per
 case with what SGLang answered (``resolve``: accepted or the refusal with its exception type and
 message, and the resolved values the planner also computes; ``defaults``: the same argv without
-``--mem-fraction-static``, so SGLang picks its default and its reserve; ``pools``: host pool
-sizes in tokens/slots and bytes).
+``--mem-fraction-static``, so SGLang picks its default and its reserve; ``device``: the device
+pool's tokens, the mamba slots and the running-request cap its ``KVCacheConfigurator`` computes,
+or its refusal; ``pools``: host pool sizes in tokens/slots and bytes).
 
 Runs with the Python of the flag-catalog venv (``.ci/check-flag-catalog.sh``): sglang 0.5.19
 ``--no-deps``, CPU torch 2.13.0 and the import chain of ``scripts/gen_flag_catalog.py
@@ -241,7 +242,7 @@ def _drop(argv: list[str], flag: str) -> list[str]:
     return out
 
 
-def resolve(argv: list[str], case: dict, spy: dict) -> dict[str, Any]:
+def resolve(argv: list[str], case: dict, spy: dict, keep: list | None = None) -> dict[str, Any]:
     """``prepare_server_args(argv)`` then ``resolve_once()``, as ``launch_server.run_server``
     does; the refusal (exception type and first line) or the resolved values."""
     from sglang.srt.runtime_context import override_platform
@@ -253,6 +254,8 @@ def resolve(argv: list[str], case: dict, spy: dict) -> dict[str, Any]:
         with override_platform(**_platform_facts(case)), contextlib.redirect_stderr(io.StringIO()):
             sa = prepare_server_args(argv)
             sa.resolve_once()
+            if keep is not None:
+                keep.append(sa)
     except SystemExit as exc:  # argparse
         return {"ok": False, "type": "SystemExit", "error": f"argparse exit {exc.code}"}
     except Exception as exc:  # a refusal: its type and message are the result
@@ -307,6 +310,66 @@ def install_reserve_spy(spy: dict) -> None:
 
     memory_hook.handle_gpu_memory_settings = wrapped
     import sglang.srt.arg_groups.pipeline  # noqa: F401  (imports the hook lazily, by name)
+
+
+# --------------------------------------------------------------------------- device pools
+
+
+def device_pools(sa: Any, case: dict) -> dict[str, Any]:
+    """SGLang's own sizing of the device pools: ``KVCacheConfigurator._profile_available_bytes``
+    (with ``_handle_max_mamba_cache`` for hybrid models), ``config_from_budget`` (the pool
+    configurator's ``calculate_pool_sizes`` and the ``--max-total-tokens`` cap) and
+    ``resolve_max_num_reqs``, on the resolved and published arguments.
+
+    Answered by the test: the free GPU memory before and after the weights load (the plan's
+    inputs: VRAM less the CUDA context and WSL2's hidden part, less the weights), the world
+    group (one process) and the parallel widths ``initialize_model_parallel`` would stamp
+    (attention TP = ``--tp-size``, no DP/DCP). The configurator object is made without its
+    constructor (which takes the loaded model), with the fields these methods read; no pool is
+    allocated. Returns ``kv_tokens``, ``mamba_slots``, ``max_running_requests``, or the
+    refusal."""
+    import torch
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.mem_cache import kv_cache_configurator as kcc
+    from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype
+    from sglang.srt.runtime_context import get_parallel, get_schedule, override_platform, publish
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    _card(case)
+    dev = case["device"]
+    try:
+        with override_platform(**_platform_facts(case)), contextlib.redirect_stderr(io.StringIO()):
+            publish(sa, role="scheduler")  # the arguments resolve_once() resolved for this case
+            get_parallel().stamp_derived_widths(attn_tp_size=sa.tp_size, attn_dp_size=1, attn_dcp_size=1,
+                                                dcp_enabled=False, moe_tp_size=sa.tp_size)
+            mc = ModelConfig.from_server_args(sa)
+            kv_str, kv_dtype = configure_kv_cache_dtype(
+                server_args_kv_cache_dtype=sa.kv_cache_dtype, model=None, model_dtype=mc.dtype, is_draft_worker=False,
+                is_dflash=False, speculative_draft_attention_backend=None)
+            kvc = object.__new__(kcc.KVCacheConfigurator)
+            fields = dict(
+                device="cuda", gpu_id=0, model_config=mc, ps=types.SimpleNamespace(pp_size=1, attn_dp_size=1),
+                spec_algorithm=SpeculativeAlgorithm.from_string(None), is_draft_worker=False, draft_model_idx=None,
+                is_hybrid_swa=False, is_hybrid_swa_compress=False, use_mla_backend=False, kv_cache_dtype=kv_dtype,
+                kv_cache_dtype_str=kv_str, post_capture_kv_active=False,
+                layer_info=types.SimpleNamespace(start_layer=0, end_layer=mc.num_hidden_layers,
+                                                 num_effective_layers=mc.num_hidden_layers))
+            for name, value in fields.items():
+                object.__setattr__(kvc, name, value)
+            kvc.__post_init__()
+            pre, after = dev["free_before_weights"], dev["free_before_weights"] - dev["weights"]
+            kcc.get_available_gpu_memory = lambda *a, **k: after / (1 << 30)
+            kcc.get_world_group = lambda: types.SimpleNamespace(world_size=1, cpu_group=None)
+            budget = kvc._profile_available_bytes(pre / (1 << 30))
+            config = kvc.config_from_budget(budget)
+            slots = get_schedule().max_mamba_cache_size if kvc.mambaish_config is not None else 0
+            reqs = kvc.resolve_max_num_reqs(config.max_total_num_tokens)
+    except Exception as exc:  # a refusal: its type and message are the result
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        site = f"{Path(where.filename).as_posix().split('site-packages/')[-1]}:{where.name}"
+        return {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}", "site": site}
+    return {"kv_tokens": int(config.max_total_num_tokens), "mamba_slots": int(slots or 0),
+            "max_running_requests": int(reqs)}
 
 
 # --------------------------------------------------------------------------- host pools
@@ -418,7 +481,17 @@ def run(cases: list[dict]) -> dict[str, Any]:
         for case in cases:
             path = _model_dir(root, case)
             argv = _with_model(case["argv"], path)
-            res: dict[str, Any] = {"id": case["id"], "resolve": resolve(argv, case, spy)}
+            kept: list = []
+            res: dict[str, Any] = {"id": case["id"], "resolve": resolve(argv, case, spy, kept)}
+            if case.get("device") and kept:
+                dropped = [f for f in case["device"].get("sglang_sizes", []) if f in argv]
+                if dropped:  # the profile left these to SGLang: let it size them itself
+                    kept.clear()
+                    auto = argv
+                    for flag in dropped:
+                        auto = _drop(auto, flag)
+                    resolve(auto, case, {}, kept)
+                res["device"] = device_pools(kept[0], case) if kept else {"error": "auto-sized argv refused", "site": "sglang/"}
             res["defaults"] = resolve(_drop(argv, "--mem-fraction-static"), case, spy)
             if case.get("pools"):
                 try:

@@ -187,16 +187,22 @@ def step_device_budget(c: _Ctx) -> None:
     vram, hidden, ctx, free = _free_before_weights(c)
     mfs, mfs_source, default = _mem_fraction(c)
     static = int(free * mfs)
-    need = (c.weights_bytes + c.dev.kv_bytes + c.dev.mamba_bytes + c.int2_hp_bytes + c.req_to_token_bytes)
+    # SGLang sizes the KV and mamba pools from what the weights leave of the static budget
+    # (kv_cache_configurator.py: _profile_available_bytes); the request-to-token table is
+    # allocated beside them, out of the room the fraction leaves (memory_pool.py: ReqToTokenPool).
+    need = c.weights_bytes + c.dev.kv_bytes + c.dev.mamba_bytes + c.int2_hp_bytes
     reserved = int(sglang_reserved_mib(vram // MiB, c.ranks, chunked_prefill=rt.chunked_prefill_size,
                                        decode_max_bs=rt.cuda_graph_max_bs,
                                        prefill_graphs=not rt.disable_prefill_cuda_graph) * MiB)
-    room = free - static
+    room = free - static - c.req_to_token_bytes
+    # SGLang fits tokens x bytes-per-token into the budget and allocates one padding page on top
+    # (memory_pool.py: buffers of tokens + page_size rows), so the page is not budgeted
+    budgeted = need - c.page_size * c.device_kv_per_token
     c.device = DevicePlan(
         vram_bytes=vram, hidden_bytes=hidden, cuda_context_bytes=ctx, free_before_weights_bytes=free,
         mem_fraction_static=mfs, mem_fraction_static_source=mfs_source,
         sglang_default_mem_fraction_static=default, sglang_reserved_bytes=reserved,
-        static_budget_bytes=static, static_need_bytes=need, activation_room_bytes=room, fits=need <= static,
+        static_budget_bytes=static, static_need_bytes=need, activation_room_bytes=room, fits=budgeted <= static,
     )
     c.decide("device_budget", "static budget", static,
              f"({fmt_gib(vram)} VRAM - {fmt_gib(hidden)} hidden by WSL2 - {fmt_mib(ctx)} CUDA context) x "
@@ -205,7 +211,7 @@ def step_device_budget(c: _Ctx) -> None:
     if not c.device.fits:
         c.unsafe.append(
             f"device: weights {fmt_gb(c.weights_bytes)} + KV pool {fmt_gb(c.dev.kv_bytes)} + mamba pool "
-            f"{fmt_gb(c.dev.mamba_bytes)} + other {fmt_gb(c.int2_hp_bytes + c.req_to_token_bytes)} = "
+            f"{fmt_gb(c.dev.mamba_bytes)} + other {fmt_gb(c.int2_hp_bytes)} = "
             f"{fmt_gb(need)} per rank exceed the static budget {fmt_gb(static)}: lower "
             "runtime.max_total_tokens or max_mamba_cache_size, or raise runtime.mem_fraction_static")
     floor = int(sglang_min_reserved_mib(c.ranks) * MiB)

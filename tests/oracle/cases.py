@@ -142,6 +142,9 @@ def build_case(case: Case) -> tuple[dict, dict]:
         "decode_max_bs": rt.cuda_graph_max_bs or bs_default,
         "prefill_graph_sizes": 0 if rt.disable_prefill_cuda_graph else len(devmod.prefill_graph_sizes(chunk)),
         "page_size": result.page_size,
+        "device_kv_tokens": result.per_rank.device_kv_tokens,
+        "device_mamba_slots": result.per_rank.device_mamba_slots,
+        "device_fits": result.device.fits,
         "host_kv_tokens": result.per_rank.host_kv_tokens,
         "host_kv_bytes": result.per_rank.host_kv_bytes,
         "host_mamba_slots": result.per_rank.host_mamba_slots,
@@ -150,6 +153,11 @@ def build_case(case: Case) -> tuple[dict, dict]:
         "needs_overlay": any(n in ("int2-kv", "w2-weights") for n in rt.needs),
     }
     oracle = {
+        "device": {"free_before_weights": result.device.free_before_weights_bytes,
+                   "weights": result.per_rank.weights_bytes,
+                   # flags the profile left unset: SGLang sizes them itself on the oracle side
+                   "sglang_sizes": ([] if rt.max_total_tokens else ["--max-total-tokens"])
+                   + ([] if rt.max_mamba_cache_size or not arch.is_hybrid else ["--max-mamba-cache-size"])},
         "id": case.id,
         "argv": argv,
         "config": config_json(arch),
@@ -213,6 +221,8 @@ def matrix_cases() -> list[Case]:
             ov += ["hicache.hicache_mem_layout=page_first_direct", "hicache.hicache_io_backend=direct"]
         if n % 6 == 0:
             ov.append("runtime.kv_cache.dtype=bf16")
+        if (n + n // 4) % 4 == 1:  # device pools sized by SGLang's rule instead of the profile
+            ov += ["runtime.max_total_tokens=null", "runtime.max_mamba_cache_size=null"]
         # weights scaled with the card so the pools fit
         ov.append(f"model.weights_per_rank={max(gib * 0.45, 2.0):.1f}GB")
         out.append(Case(id=f"m{n:02d}-tp{tp}-{card}-p{page}-{kind}", profile=base, overrides=tuple(ov),
@@ -296,6 +306,20 @@ def compare(case_id: str, planner: dict, oracle: dict) -> tuple[list[str], int]:
         return diffs, n
     if planner["shipped"] and not planner["needs_overlay"] and planner["verdict"] == "unsafe":
         diffs.append(f"{case_id}: verdict: a shipped profile is unsafe: {planner['reasons']}")
+    dev = oracle.get("device") or {}
+    if "error" in dev and not str(dev.get("site", "")).startswith("sglang/"):
+        diffs.append(f"{case_id}: harness: the oracle failed outside SGLang: {dev['error']} ({dev.get('site')})")
+        return diffs, n
+    if "error" in dev:  # SGLang's configurator refuses (no slot, slots below one request, ...)
+        if planner["verdict"] != "unsafe":
+            diffs.append(f"{case_id}: verdict: SGLang's KV cache configurator raises {dev['error']} "
+                         f"({dev.get('site')}) but plan says {planner['verdict']}")
+        return diffs, n
+    if dev and planner["device_fits"] and not planner["needs_overlay"]:  # overlays: int2 checked as bf16
+        for theirs, key in ((dev["kv_tokens"], "device_kv_tokens"), (dev["mamba_slots"], "device_mamba_slots")):
+            n += 1
+            if theirs != planner[key]:
+                diffs.append(f"{case_id}: {key}: plan {planner[key]!r}, SGLang {theirs!r} (device)")
     pools = oracle.get("pools") or {}
     if "error" in pools:  # a host pool class refuses the configuration: plan must refuse it too
         if planner["verdict"] != "unsafe":
@@ -345,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
         diffs, n_cases, n_fields, timings, results = check_all(all_cases(), Path(tmp), args.venv)
     if args.save:
         args.save.write_text(json.dumps(results))
-    refused = sum(1 for r in results["results"] if not r["resolve"]["ok"] or "error" in (r.get("pools") or {}))
+    refused = sum(1 for r in results["results"]
+                  if not r["resolve"]["ok"] or "error" in (r.get("pools") or {}) or "error" in (r.get("device") or {}))
     print(f"sglang oracle: {n_cases} cases ({refused} refused by SGLang), {n_fields} fields compared, "
           f"{len(diffs)} differences; {time.perf_counter() - start:.1f} s ({timings})")
     for d in diffs:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import escha_deploy.planner as planner_mod
 from escha_deploy.planner import device as devmod
 from escha_deploy.planner import pools as poolsmod
 
@@ -59,6 +60,8 @@ def test_sglang_refuses_what_plan_refuses(sglang_results):
     assert not page["ok"] and page["site"].endswith("mamba_hook.py:validate_mamba_no_buffer")
     radix = by_id["refuse-hicache-no-radix"]["resolve"]
     assert not radix["ok"] and "mutually exclusive" in radix["error"]
+    slots = by_id["refuse-slots-below-one-request"]["device"]
+    assert slots["site"].endswith("kv_cache_configurator.py:resolve_max_num_reqs") and "too small" in slots["error"]
     assert "Unsupported layout: layer_first" in by_id["refuse-layer-first-hybrid"]["pools"]["error"]
     assert "page_first_kv_split" in by_id["refuse-kv-split-dense"]["pools"]["error"]
     for case in oc.REFUSAL_CASES:
@@ -73,7 +76,8 @@ def test_shipped_profiles_pass_sglangs_argument_check(sglang_results):
 
 def test_a_wrong_planner_constant_fails_the_check(sglang_results, tmp_path, monkeypatch):
     """The harness itself: a planner that believed SGLang's small-card tier were 4096 tokens
-    of chunked prefill, or that host pools had no extra page, is caught, field named."""
+    of chunked prefill, that mamba state took 0.8 (not 0.9) of the rest, or that host pools had
+    no extra page, is caught, field named."""
     real = devmod.tier_defaults
     monkeypatch.setattr(devmod, "tier_defaults",
                         lambda mib, tp: (4096, 8) if mib < 20 * 1024 else real(mib, tp))
@@ -81,6 +85,10 @@ def test_a_wrong_planner_constant_fails_the_check(sglang_results, tmp_path, monk
     assert any(": chunked_prefill_size: plan 4096, SGLang 2048" in d for d in diffs), diffs[:5]
     assert any(": reserved_mib:" in d for d in diffs)
     monkeypatch.setattr(devmod, "tier_defaults", real)
+    monkeypatch.setattr(planner_mod, "MAMBA_FULL_MEMORY_RATIO", 0.8)  # SGLang's default is 0.9
+    diffs, *_ = _check(sglang_results, tmp_path)
+    assert any(": device_mamba_slots: plan" in d for d in diffs) and any(": device_kv_tokens: plan" in d for d in diffs)
+    monkeypatch.setattr(planner_mod, "MAMBA_FULL_MEMORY_RATIO", 0.9)
     monkeypatch.setattr(poolsmod, "_round_pages", lambda size, page: size // page * page)
     diffs, *_ = _check(sglang_results, tmp_path)
     assert any(": host_kv_tokens: plan" in d for d in diffs) and any(": host_mamba_slots: plan" in d for d in diffs)
