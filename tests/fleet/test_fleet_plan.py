@@ -96,7 +96,9 @@ def test_three_boxes_agree_with_plan_per_box(tmp_path, capsys):
         assert b["plan"]["per_rank"] == p["per_rank"]
     # the 16 GB WSL2 box pins less than the 64 GB Linux boxes; all three serve
     wsl, lin = fp["boxes"][0], fp["boxes"][1]
-    assert wsl["hicache_ratio"] < lin["hicache_ratio"] and wsl["plan"]["host_source"] == "saved"
+    # (<=: the fp8 profile's pools, sized to keep SGLang's device floor under WSL2, reach the
+    # ratio cap on both)
+    assert wsl["hicache_ratio"] <= lin["hicache_ratio"] and wsl["plan"]["host_source"] == "saved"
     assert fp["boxes"][2]["plan"]["host_source"] == "described"
     assert fp["total_instances"] == 3 and fp["total_gpus"] == 6
     assert fp["host_tier_bytes"] == sum(b["pinned_total_bytes"] for b in fp["boxes"])
