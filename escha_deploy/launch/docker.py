@@ -151,14 +151,15 @@ def to_docker(args: dict[str, Any]) -> dict[str, Any]:
 def connect(timeout_s: float = 10.0):
     """A docker-py client for the daemon in the environment (DOCKER_HOST or the socket).
 
-    Raises ``Refused`` (exit 3) naming the daemon when it does not answer a ping.
+    Raises ``Refused`` (exit 3) naming the daemon when it does not answer. No separate ping:
+    ``from_env`` already asks the daemon for its API version (docker-py ``APIClient``, version
+    ``auto``) and raises ``DockerException`` when it cannot, so a ping was a second round trip.
     """
     import docker
     from docker.errors import DockerException
 
     try:
         client = docker.from_env(timeout=int(timeout_s))
-        client.ping()
     except DockerException as exc:
         raise Refused(
             f"docker: daemon not reachable ({_one_line(exc)})",
