@@ -345,3 +345,19 @@ def test_our_event_rows_from_facts():
     assert [m.id for m in diagnose([], Facts(http_status=401)).matches] == ["unauthorized"]
     stopped = diagnose([], Facts(exit_code=143))
     assert [m.id for m in stopped.matches] == ["killed-by-signal"] and "SIGTERM" in "\n".join(stopped.lines())
+
+
+def test_field_report_logs_name_the_cause_and_fix():
+    """The log halves of three field reports: peer access (custom all-reduce on two consumer
+    cards) names --disable-custom-all-reduce; the kernel-image error names the architecture;
+    the loader's missing config.json names the folder and the one-level-off fix."""
+    p2p = diagnose([QUOTES["peer-access"][0][1]])
+    assert [m.id for m in p2p.matches] == ["peer-access"] and "--disable-custom-all-reduce" in p2p.matches[0].fix
+    arch = diagnose([QUOTES["no-kernel-image"][0][1]])
+    assert arch.matches[0].kind == "arch" and "compute capability" in arch.matches[0].fix
+    assert "CUDA_LAUNCH_BLOCKING" in arch.matches[0].sglang_advice
+    folder = diagnose(["OSError: /models/Qwen3.x-27B does not appear to have a file named config.json. Checkout "
+                       "'https://huggingface.co//models/Qwen3.x-27B/tree/None' for available files."])
+    m = folder.matches[0]
+    assert m.id == "model-file-missing" and "/models/Qwen3.x-27B" in m.explanation and "config.json" in m.explanation
+    assert "one level down" in m.fix
