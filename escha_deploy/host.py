@@ -40,9 +40,9 @@ class HostFacts(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    source: Literal["live", "described", "saved"] = Field(
+    source: Literal["live", "described", "saved", "facts"] = Field(
         description="live: read from this machine; described: from --host-ram; saved: from another "
-        "box's saved doctor report (a fleet file's `facts`)"
+        "box's saved doctor report (a fleet file's `facts`); facts: from a facts file (--facts)"
     )
     platform: Platform
     mem_total_bytes: int = Field(gt=0)
@@ -76,7 +76,7 @@ class HostFacts(BaseModel):
         limit when that is lower. ``source`` names the numbers and the files they came from;
         ``kind`` is ``ram`` or ``cgroup``."""
         ram = max(self.mem_total_bytes - self.hugetlb_bytes, 0)
-        where = "/proc/meminfo" if self.source == "live" else "--host-ram"
+        where = {"live": "/proc/meminfo", "facts": "facts file"}.get(self.source, "--host-ram")
         ram_src = f"MemTotal {fmt_gib(self.mem_total_bytes)} ({where})"
         if self.hugetlb_bytes:
             ram_src = (f"MemTotal {fmt_gib(self.mem_total_bytes)} - {fmt_gib(self.hugetlb_bytes)} of huge pages "

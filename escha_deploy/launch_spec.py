@@ -1,7 +1,14 @@
 """The launch spec: everything needed to start the server, derived from a ``Plan``.
 
 One ``LaunchSpec`` feeds ``up`` (docker-py), ``up --dry-run``, ``serve`` (native child process)
-and the rendered ``compose.yaml``, so what a user previews is what runs.
+and the rendered ``compose.yaml``, so what a user previews is what runs. ``up`` writes it as a
+versioned JSON document (``LAUNCH_SPEC_SCHEMA_VERSION``), mounts it read-only at
+``SPEC_TARGET`` and the container runs ``serve --spec SPEC_TARGET``, which re-plans nothing.
+
+The digest (``launch_digest``, the ``io.escha.plan-digest`` label) covers the profile after
+``--set``, the fact values the plan assumed (``LaunchFacts``), the argv and the environment;
+not where a fact came from or when (``sources``), so the same facts give the same digest on
+the host and in a compose container.
 This module is pure: no docker, no subprocess, no environment reads. ``flags.py`` is the only
 module that spells SGLang flag names; ``build_launch_spec`` asks it for the argv.
 
@@ -16,9 +23,17 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .factsfile import GpuRecord
+
 if TYPE_CHECKING:
     from .planner.result import Plan
     from .profile import Profile
+
+#: The launch-spec document schema this escha-deploy writes and reads (``serve --spec``
+#: refuses another one, naming both).
+LAUNCH_SPEC_SCHEMA_VERSION = 1
+#: Where ``up`` mounts the spec document (read-only) in the container.
+SPEC_TARGET = "/etc/escha/launch-spec.json"
 
 
 class Mount(BaseModel):
@@ -76,6 +91,48 @@ class ContainerSpec(BaseModel):
     )
 
 
+class FactSource(BaseModel):
+    """Where one fact the plan used came from: ``measured now (/proc/meminfo)``, ``facts file
+    PATH``, ``saved doctor findings (2.5 h old)``, ``profile``, ``default``, or ``unmeasured``
+    with the command that measures it. Shown by ``up --dry-run``; never digested."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    fact: str
+    value: str
+    source: str
+
+
+class LaunchFacts(BaseModel):
+    """The fact values the plan assumed (digested). Bytes are ``int``.
+
+    ``memory_base_bytes`` is the memory the server can have (MemTotal less huge pages, or the
+    cgroup limit when lower; ``HostFacts.memory_base``): ``serve --spec`` refuses a container
+    that can have less. ``capabilities`` are those the plan assumed the runtime has."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    platform: str
+    mem_total_bytes: int | None = None
+    hugetlb_bytes: int = 0
+    cgroup_limit_bytes: int | None = None
+    memory_base_bytes: int
+    pinned_ceiling_bytes: int | None = None
+    pinned_ceiling_reached: bool = False
+    host_allocator: str | None = None
+    capabilities: list[str] = Field(default_factory=list)
+    gpus: list[GpuRecord] = Field(default_factory=list, description="per-GPU records (facts file / NVML)")
+    model_safetensors_bytes: int | None = Field(default=None, description="sum of *.safetensors in the model folder")
+    model_arch: dict | None = Field(default=None, description="the architecture read from config.json")
+
+
+class LaunchNeeds(BaseModel):
+    """What the container must provide for this plan, checked by ``serve --spec``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    gpus: int = Field(description="GPUs the server uses (runtime.tp_size); 0 when the profile asks for none")
+    pinned_bytes_per_rank: int = Field(description="pinned host pools per rank (bytes): RLIMIT_MEMLOCK must allow it")
+    model_path: str | None = Field(default=None, description="the mounted model folder, as the server sees it")
+
+
 class LaunchSpec(BaseModel):
     """What to run: the SGLang argv and environment, plus the container settings.
 
@@ -85,8 +142,16 @@ class LaunchSpec(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    schema_version: int = LAUNCH_SPEC_SCHEMA_VERSION
+    escha_version: str = Field(description="the escha-deploy that planned it")
     profile: str
-    plan_digest: str = Field(description="sha256 of the plan's JSON, for the container label")
+    profile_data: dict = Field(description="the profile after --set (profile.profile_to_data)")
+    plan_digest: str = Field(description="launch_digest of profile_data, facts, argv and env")
+    facts: LaunchFacts
+    needs: LaunchNeeds
+    sources: list[FactSource] = Field(default_factory=list, description="where each fact came from")
+    verdict: str = Field(default="ok", description="the plan's verdict (ok or hicache_off)")
+    warnings: list[str] = Field(default_factory=list, description="the plan's warnings")
     argv: list[str]
     env: dict[str, str] = Field(default_factory=dict)
     secret_env: list[str] = Field(default_factory=list)
@@ -107,13 +172,28 @@ CONTAINER_HF_CACHE = "/root/.cache/huggingface"
 #: host folder only when the user mounts one; see docs/launch.md.
 
 
-def plan_digest(plan: Plan) -> str:
-    """sha256 of the plan's canonical JSON (sorted keys), for the ``io.escha.plan-digest`` label."""
+def launch_digest(profile_data: dict, facts: LaunchFacts, argv: Sequence[str], env: dict[str, str]) -> str:
+    """sha256 of the canonical JSON (sorted keys) of the profile after ``--set``, the fact
+    values, the argv and the environment: the ``io.escha.plan-digest`` label."""
     import hashlib
     import json
 
-    data = json.dumps(plan.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    data = json.dumps({"profile": profile_data, "facts": facts.model_dump(mode="json"), "argv": list(argv),
+                       "env": dict(env)}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(data.encode()).hexdigest()
+
+
+def facts_from_plan(plan: Plan) -> LaunchFacts:
+    """The ``LaunchFacts`` a plan alone can tell (its platform, memory base, pinned ceiling and
+    capabilities); ``launch.prepare`` adds the host, GPU and model-folder values it gathered."""
+    b = plan.budget
+    return LaunchFacts(platform=plan.platform, memory_base_bytes=b.memory_base_bytes,
+                       pinned_ceiling_bytes=b.pinned_ceiling_bytes, capabilities=sorted(plan.capabilities))
+
+
+def spec_json(spec: LaunchSpec) -> str:
+    """The document ``up`` mounts: the spec as indented JSON (no secret values in it)."""
+    return spec.model_dump_json(indent=2) + "\n"
 
 
 def container_name(profile_name: str) -> str:
@@ -122,16 +202,24 @@ def container_name(profile_name: str) -> str:
 
 
 def build_launch_spec(plan: Plan, profile: Profile, *, overrides: Sequence[str] = (),
-                      native: bool = False, profile_file: str | None = None) -> LaunchSpec:
+                      native: bool = False, profile_file: str | None = None,
+                      facts: LaunchFacts | None = None, sources: Sequence[FactSource] = (),
+                      spec_file: str | None = None, facts_file: str | None = None) -> LaunchSpec:
     """Derive the ``LaunchSpec`` for ``plan`` of ``profile`` (pure).
 
     ``native``: the server runs on this host (``serve`` outside a container): it binds
     127.0.0.1 (or 0.0.0.0 when the profile exposes it) and paths are host paths. Otherwise it
     binds 0.0.0.0 inside the container and Docker publishes the port on 127.0.0.1 unless the
     profile exposes it. ``overrides`` (``--set`` items) travel to the container's ``serve``.
-    Raises nothing; the caller refuses unsafe plans first.
+    ``facts``: what the plan assumed (default: what the plan alone tells, ``facts_from_plan``);
+    ``sources``: where each came from. ``spec_file``: the host file ``up`` writes this spec to;
+    the container then mounts it read-only and runs ``serve --spec`` instead of planning.
+    ``facts_file``: a host facts file the container plans from (compose: mounted, named by
+    ``ESCHA_FACTS``). Raises nothing; the caller refuses unsafe plans first.
     """
-    from . import flags
+    from . import __version__, flags
+    from .factsfile import CONTAINER_FACTS_PATH, FACTS_ENV
+    from .profile import profile_to_data
     from .capabilities import LABEL_PREFIX
 
     c = profile.container
@@ -162,16 +250,26 @@ def build_launch_spec(plan: Plan, profile: Profile, *, overrides: Sequence[str] 
             cenv["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in c.gpus)
         else:
             gpus = [str(i) for i in c.gpus]
-    digest = plan_digest(plan)
-    command = ["--profile", profile.name if profile_file is None else "/etc/escha/profile.yaml"]
-    for o in overrides:
-        command += ["--set", o]
+    facts = facts or facts_from_plan(plan)
+    profile_data = profile_to_data(profile)
+    digest = launch_digest(profile_data, facts, argv, env)
+    if spec_file is not None:
+        command = ["--spec", SPEC_TARGET]
+        mounts.append(Mount(source=spec_file, target=SPEC_TARGET, read_only=True))
+        profile_file = None
+    else:
+        command = ["--profile", profile.name if profile_file is None else "/etc/escha/profile.yaml"]
+        for o in overrides:
+            command += ["--set", o]
+        if facts_file is not None:
+            mounts.append(Mount(source=facts_file, target=CONTAINER_FACTS_PATH, read_only=True))
+            cenv[FACTS_ENV] = CONTAINER_FACTS_PATH
     container = ContainerSpec(
         image=c.image, name=container_name(profile.name), gpus=gpus,
         port_host_ip="0.0.0.0" if c.expose else "127.0.0.1", port_host=c.port, port_container=c.port,
         mounts=mounts,
         labels={f"{LABEL_PREFIX}profile": profile.name, f"{LABEL_PREFIX}plan-digest": digest,
-                f"{LABEL_PREFIX}managed-by": "escha-deploy"},
+                f"{LABEL_PREFIX}managed-by": "escha-deploy", f"{LABEL_PREFIX}escha-version": __version__},
         cap_drop=[] if c.keep_capabilities else ["ALL"],
         # pinned host pools are locked memory (mlock/cudaHostRegister): keep IPC_LOCK
         cap_add=[] if c.keep_capabilities else ["IPC_LOCK"],
@@ -181,8 +279,14 @@ def build_launch_spec(plan: Plan, profile: Profile, *, overrides: Sequence[str] 
     )
     key_path = (c.api_key_file if native else SECRET_API_KEY_PATH) if c.api_key_file else None
     tok_path = (c.hf_token_file if native else SECRET_HF_TOKEN_PATH) if c.hf_token_file else None
+    # a container asked for no GPUs (container.gpus: []) gets none to check; natively SGLang needs them
+    needs = LaunchNeeds(gpus=0 if c.gpus == [] and not native else profile.runtime.tp_size,
+                        pinned_bytes_per_rank=plan.per_rank.pinned_bytes if plan.hicache.enabled else 0,
+                        model_path=(model_dir if native else profile.model.path) if model_dir else None)
     return LaunchSpec(
-        profile=profile.name, plan_digest=digest, argv=argv, env=env, secret_env=[],
+        escha_version=__version__, profile=profile.name, profile_data=profile_data, plan_digest=digest,
+        facts=facts, needs=needs, sources=list(sources), verdict=plan.verdict, warnings=list(plan.warnings),
+        argv=argv, env=env, secret_env=[],
         container=container, hicache_enabled=plan.hicache.enabled,
         api_key_file=key_path, hf_token_file=tok_path,
     )

@@ -8,12 +8,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import ProfileOpt, SetOpt
+from .options import FactsOpt, ProfileOpt, SetOpt
 
 EXAMPLES = """
 Examples:
 
   escha-deploy compose --profile rtx5060ti-tp2-fp8 > compose.yaml
+
+  escha-deploy compose --profile rtx5060ti-tp2-fp8 --facts box.json -o compose.yaml   # plans from box.json
 """
 
 
@@ -24,12 +26,13 @@ def register(app: typer.Typer) -> None:
     def compose(
         profile: ProfileOpt,
         set_: SetOpt = None,
+        facts: FactsOpt = None,
         output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
     ) -> None:
         """Render a docker compose file for a profile."""
         from escha_deploy.launch.compose import render_profile
 
-        text = render_profile(profile, list(set_ or []))
+        text = render_profile(profile, list(set_ or []), facts_file=facts)
         if output:
             try:
                 output.write_text(text)

@@ -38,3 +38,11 @@ FormatOpt = Annotated[
 DryRunOpt = Annotated[
     bool, typer.Option("--dry-run", help="Print what would run (secrets redacted) and exit.")
 ]
+FactsOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--facts",
+        help="Plan from this facts file (host facts, doctor findings, GPUs; JSON) instead of this "
+        "machine; default: $ESCHA_FACTS when set.",
+    ),
+]

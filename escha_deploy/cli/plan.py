@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import FormatOpt, OutputFormat, ProfileOpt, SetOpt
+from .options import FactsOpt, FormatOpt, OutputFormat, ProfileOpt, SetOpt
 
 
 def register(app: typer.Typer) -> None:
@@ -26,6 +26,10 @@ def plan_command(
     wsl2: Annotated[bool, typer.Option("--wsl2", help="The host is WSL2 (default: detected).")] = False,
     linux: Annotated[bool, typer.Option("--linux", help="The host is plain Linux (default: detected).")] = False,
     set_: SetOpt = None,
+    facts: FactsOpt = None,
+    write_facts: Annotated[Optional[str], typer.Option(
+        "--write-facts", help="Also write the facts this plan used (this host, doctor's findings) to "
+        "FILE, for `--facts FILE` elsewhere (compose: ESCHA_FACTS).")] = None,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Show the memory budget: device pools, host pools, pinned total per rank and overall,
@@ -51,6 +55,8 @@ def plan_command(
         problems.append("--ratio and --hicache-size are mutually exclusive")
     if wsl2 and linux:
         problems.append("--wsl2 and --linux are mutually exclusive")
+    if facts is not None and host_ram is not None:
+        problems.append("--facts and --host-ram are mutually exclusive (the facts file describes the host)")
     host_bytes = None
     if host_ram is not None:
         from ..units import parse_size
@@ -66,7 +72,8 @@ def plan_command(
 
     overrides = list(set_ or []) + (["hicache.hicache_ratio=auto", "hicache.hicache_size=0"] if auto else [])
     result = make_plan(profile, overrides, ratio=ratio_value, hicache_size=size_value, host_bytes=host_bytes,
-                       platform="wsl2" if wsl2 else "linux" if linux else None)
+                       platform="wsl2" if wsl2 else "linux" if linux else None, facts_path=facts,
+                       write_facts=write_facts)
     if fmt is OutputFormat.json:
         from .output import print_json
 
@@ -120,10 +127,10 @@ MAX_CLI_HICACHE_GB = 10**6
 
 
 def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_size=None, host_bytes=None,
-              platform=None, capabilities=None):
-    """Gather (profile, host facts, model folder), then plan: the three lines of intent."""
-    from ..host import gather_plan_inputs
-    from ..planner import plan
+              platform=None, capabilities=None, facts_path=None, write_facts=None):
+    """Gather (profile, host facts, model folder), then plan: the three lines of intent, through
+    the same functions as ``up`` and ``serve`` (``launch.prepare``), flag check included."""
+    from ..launch.prepare import gather, plan_gathered
     from ..profile import load_profile
 
     prof = load_profile(profile_ref, overrides)
@@ -134,23 +141,29 @@ def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_siz
 
         desc = read_description()
         capabilities = frozenset(desc.capabilities) if desc is not None else None
-    host, model_dir = gather_plan_inputs(prof, platform=platform, host_ram=host_bytes)
-    result = plan(prof, host, model_dir=model_dir, ratio=ratio, hicache_size_gb=hicache_size,
-                  capabilities=capabilities)
-    return result.model_copy(update={"argv_check": check_rendered_argv(result, prof)})
+    g = gather(prof, facts_path=facts_path, platform=platform, host_ram=host_bytes)
+    if write_facts:
+        _write_facts(g, write_facts)
+    return plan_gathered(prof, g, capabilities=capabilities, ratio=ratio, hicache_size_gb=hicache_size)
+
+
+def _write_facts(g, path: str) -> None:
+    """``--write-facts``: the gathered host and this host's saved doctor findings, as a facts file."""
+    from pathlib import Path
+
+    from ..factsfile import facts_from_host
+    from ..findings import load_findings
+    from ..paths import doctor_findings_path
+    from .output import info
+
+    findings = load_findings(doctor_findings_path(), host_id=g.host.host_id) if g.host.source == "live" else None
+    doc = facts_from_host(g.host, findings, g.gpus)
+    Path(path).write_text(doc.model_dump_json(indent=2) + "\n")
+    info(f"plan: wrote the facts this plan used to {path}")
 
 
 def check_rendered_argv(result, prof):
-    """Render the server argv for ``result`` and check it against the flag catalog plus the
-    capabilities' declared flags. Errors in ``runtime.extra_args`` are bad input (exit 2)."""
-    from ..errors import BadInput
-    from ..flagcheck import check_argv
-    from ..flags import server_args
-    from ..planner.result import ArgvCheck
+    """The flag-catalog check every launch path runs (``launch.prepare.check_rendered_argv``)."""
+    from ..launch.prepare import check_rendered_argv as check
 
-    # the flags the container's serve passes (build_launch_spec's argv, without hashing the plan)
-    check = check_argv(server_args(result, prof), set(result.capabilities))
-    if check.errors:
-        raise BadInput(*(f"runtime.extra_args or rendered argv: {line}" for line in check.error_lines()))
-    declared = [f"{u.flag} {' '.join(u.values)} ({u.capability})".replace("  ", " ") for u in check.declared()]
-    return ArgvCheck(verified=len(check.flags) - len(declared), declared=declared, errors=[])
+    return check(result, prof)

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import DryRunOpt, FormatOpt, OutputFormat, ProfileOpt, SetOpt
+from .options import DryRunOpt, FactsOpt, FormatOpt, OutputFormat, ProfileOpt, SetOpt
 
 EXAMPLES = """
 Examples:
@@ -18,6 +18,8 @@ Examples:
   escha-deploy up --profile rtx5060ti-tp2-fp8 --detach
 
   escha-deploy up --profile rtx5060ti-tp2-fp8 --dry-run --format json
+
+  escha-deploy up --profile rtx5060ti-tp2-fp8 --facts box.json --dry-run
 """
 
 
@@ -28,6 +30,7 @@ def register(app: typer.Typer) -> None:
     def up(
         profile: ProfileOpt,
         set_: SetOpt = None,
+        facts: FactsOpt = None,
         dry_run: DryRunOpt = False,
         build: Annotated[bool, typer.Option("--build", help="Build the image first when absent.")] = False,
         detach: Annotated[bool, typer.Option(
@@ -56,9 +59,21 @@ def register(app: typer.Typer) -> None:
 
         overrides = list(set_ or [])
         if dry_run:
-            # No daemon: the plan assumes the image provides the profile's needs (as one built
-            # for it does); `up` itself reads the image's capabilities. Keeps this under 0.5 s.
-            prep = prepare(profile, overrides, client=None, need_image=False)
+            # The image's capabilities when the daemon answers (else the plan assumes the image
+            # provides the profile's needs, as one built for it does); nothing is created.
+            from escha_deploy.errors import Refused
+            from escha_deploy.launch import docker as dk
+            from escha_deploy.launch_spec import container_name
+            from escha_deploy.launch.up import spec_path
+            from escha_deploy.profile import load_profile
+
+            try:
+                client = dk.connect(timeout_s=3)
+            except Refused:
+                client = None
+            prof = load_profile(profile, overrides)
+            prep = prepare(profile, overrides, client=client, need_image=False, profile=prof, facts_path=facts,
+                           spec_file=str(spec_path(container_name(prof.name))))
             data = prep.dry_run()
             if format is OutputFormat.json:
                 print_json(data)
@@ -69,12 +84,19 @@ def register(app: typer.Typer) -> None:
 
                 for w in data["warnings"]:
                     info(f"warning: {w}")
+                typer.echo("# facts the plan used, and where each came from")
+                for f in data["facts"]:
+                    typer.echo(f"#   {f['fact']}: {f['value']}  [{f['source']}]")
+                typer.echo(f"# verdict {data['verdict']}, plan digest {data['plan_digest']}")
+                for r in data["reasons"]:
+                    typer.echo(f"#   - {r}")
                 typer.echo("# container (docker-py containers.create arguments)")
                 typer.echo(yaml.safe_dump(data["container"], sort_keys=False).rstrip())
-                typer.echo("# server argv (inside the container, run by `escha-deploy serve`)")
+                typer.echo("# server argv (inside the container, run by `escha-deploy serve --spec`)")
                 typer.echo(shlex.join(data["argv"]))
+            prep.refuse()
             return
-        res = start(profile, overrides, timeout_s=timeout, build=build, report=report)
+        res = start(profile, overrides, timeout_s=timeout, build=build, report=report, facts_path=facts)
         if format is OutputFormat.json:
             print_json(res.__dict__)
         else:

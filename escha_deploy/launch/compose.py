@@ -109,23 +109,32 @@ def dump(doc: dict[str, Any], profile: str) -> str:
     return _header(profile) + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=100)
 
 
-def render_profile(profile_ref: str, overrides: Sequence[str] = ()) -> str:
+def render_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_file: str | None = None) -> str:
     """Load a profile and render its compose.yaml text.
 
     The container half of a ``LaunchSpec`` does not depend on host memory, but
     ``build_launch_spec`` takes a plan; it gets one made against a described Linux host of
-    64 GiB (``host.described_host``), so the render is the same on every machine. ``serve``
-    plans for real inside the container.
+    64 GiB (``host.described_host``), or the facts file when given, so the render is the same
+    on every machine. The rendered argv is checked against the flag catalog first (a flag the
+    runtime would refuse: ``BadInput``, exit 2, nothing rendered). ``facts_file``: mounted
+    read-only and named by ``ESCHA_FACTS``, so the container's ``serve`` plans from it and
+    reaches the plan ``up --facts`` makes. ``serve`` plans for real inside the container.
     """
+    from pathlib import Path
+
     from escha_deploy.host import described_host
     from escha_deploy.launch_spec import build_launch_spec
     from escha_deploy.planner import plan as make_plan
     from escha_deploy.profile import load_profile
 
-    from .prepare import profile_file
+    from .prepare import check_rendered_argv, gather, plan_gathered, profile_file
 
     profile = load_profile(profile_ref, overrides)
-    plan = make_plan(profile, described_host(64 * 2**30, "linux"))
-    spec = build_launch_spec(plan, profile, overrides=list(overrides),
-                             profile_file=profile_file(profile_ref)).container
+    if facts_file:
+        plan = plan_gathered(profile, gather(profile, facts_path=facts_file))
+    else:
+        plan = make_plan(profile, described_host(64 * 2**30, "linux"))
+        check_rendered_argv(plan, profile)
+    spec = build_launch_spec(plan, profile, overrides=list(overrides), profile_file=profile_file(profile_ref),
+                             facts_file=str(Path(facts_file).resolve()) if facts_file else None).container
     return dump(render(spec), profile.name)

@@ -20,9 +20,14 @@ from escha_deploy.secretargs import redact_argv
 
 from .redact import Redactor
 
+from escha_deploy.launch_spec import FactSource
+
 if TYPE_CHECKING:
-    from escha_deploy.launch_spec import ContainerSpec, LaunchSpec
-    from escha_deploy.planner.result import Plan
+    from escha_deploy.arch import ModelDirFacts
+    from escha_deploy.factsfile import GpuRecord
+    from escha_deploy.host import HostFacts
+    from escha_deploy.launch_spec import ContainerSpec, LaunchFacts, LaunchSpec
+    from escha_deploy.planner.result import ArgvCheck, Plan
     from escha_deploy.profile import Profile
 
     from .drift import PlannedSizes
@@ -83,13 +88,163 @@ def image_capabilities(client, image: str, labels: dict[str, str] | None = None)
         raise BadInput(f"{image}:{RUNTIME_DESCRIPTION_PATH}: not a runtime description") from None
 
 
+class Gathered:
+    """The plan's inputs besides the profile, and where each came from.
+
+    ``host``: the host facts (live, described, or from a facts file); ``model_dir``: what the
+    model folder says (``None`` when it is not here); ``gpus``: per-GPU records (from a facts
+    file; empty otherwise); ``sources``: one ``FactSource`` per fact, for ``up --dry-run``.
+    """
+
+    def __init__(self, host: HostFacts, model_dir: ModelDirFacts | None, gpus: list[GpuRecord],
+                 sources: list[FactSource]) -> None:
+        self.host = host
+        self.model_dir = model_dir
+        self.gpus = gpus
+        self.sources = sources
+
+
+def _fmt_bytes(n: int | None) -> str:
+    from escha_deploy.units import fmt_gib
+
+    return "-" if n is None else f"{n:,} B ({fmt_gib(n)})"
+
+
+def gather(profile: Profile, *, facts_path: str | None = None, platform: str | None = None,
+           host_ram: int | None = None, model_path: str | None = None) -> Gathered:
+    """Gather the plan's inputs one way for ``plan``, ``up`` and ``serve``.
+
+    ``facts_path``: a facts file (``--facts``; ``ESCHA_FACTS`` when not given): the host and
+    findings come from it, nothing else of this machine is read but the model folder and the
+    L3 directory's free space. Otherwise: ``host.gather_plan_inputs`` (this machine, with
+    doctor's saved findings, or ``host_ram`` for a described host). ``model_path``: the model
+    folder as this process sees it (``model.path`` inside the container). Raises ``BadInput``
+    for an unreadable facts file or config.json.
+    """
+    from escha_deploy.factsfile import FACTS_ENV, load_facts_file
+    from escha_deploy.findings import MAX_AGE, load_findings
+    from escha_deploy.host import HostFacts, gather_plan_inputs, l3_free_bytes
+    from escha_deploy.paths import doctor_findings_path
+
+    facts_path = facts_path or os.environ.get(FACTS_ENV) or None
+    if facts_path and host_ram is not None:
+        raise BadInput("--facts and --host-ram are mutually exclusive (the facts file describes the host)")
+    sources: list[FactSource] = []
+    gpus: list[GpuRecord] = []
+    if facts_path:
+        ff = load_facts_file(facts_path)
+        host_only, model_dir = gather_plan_inputs(profile, host_ram=ff.host.mem_total_bytes,
+                                                  platform=platform or ff.host.platform, model_path=model_path)
+        f = ff.findings
+        l3 = profile.hicache.storage_dir if profile.hicache.storage_backend_is_file else None
+        host = HostFacts(
+            source="facts", platform=platform or ff.host.platform, mem_total_bytes=ff.host.mem_total_bytes,
+            hugetlb_bytes=ff.host.hugetlb_bytes, cgroup_limit_bytes=ff.host.cgroup_limit_bytes,
+            host_id=ff.host.host_id, pinned_ceiling_bytes=f.pinned_ceiling_bytes if f else None,
+            pinned_ceiling_reached=f.pinned_ceiling_reached if f else False,
+            host_allocator=f.host_allocator if f else None, l3_dir=l3,
+            l3_free_bytes=host_only.l3_free_bytes if l3 else None)
+        gpus = list(ff.gpus)
+        where = f"facts file {facts_path}"
+        sources += [FactSource(fact="platform", value=host.platform, source=where),
+                    FactSource(fact="MemTotal", value=_fmt_bytes(host.mem_total_bytes), source=where),
+                    FactSource(fact="cgroup memory limit", value=_fmt_bytes(host.cgroup_limit_bytes), source=where)]
+        fsrc = where + (f" (doctor findings of {f.created_at})" if f else "")
+    else:
+        host, model_dir = gather_plan_inputs(profile, platform=platform, host_ram=host_ram, model_path=model_path)
+        where = "measured now (/proc/meminfo, the cgroup files)" if host.source == "live" else "--host-ram"
+        sources += [FactSource(fact="platform", value=host.platform,
+                               source="--wsl2/--linux" if platform else "measured now (/proc/version)"),
+                    FactSource(fact="MemTotal", value=_fmt_bytes(host.mem_total_bytes), source=where),
+                    FactSource(fact="cgroup memory limit", value=_fmt_bytes(host.cgroup_limit_bytes), source=where)]
+        f = None
+        fsrc = "none"
+        if host.source == "live":
+            f = load_findings(doctor_findings_path(), host_id=host.host_id)
+            if f is not None:
+                age = f.age()
+                hours = age.total_seconds() / 3600
+                fresh = age < MAX_AGE
+                fsrc = (f"saved doctor findings, {hours:.1f} h old ({doctor_findings_path()})" if fresh else
+                        f"saved doctor findings, {hours:.1f} h old: older than {MAX_AGE.days} day; "
+                        "`escha-deploy doctor --fresh` measures again")
+    if host.pinned_ceiling_bytes is not None and (f is not None):
+        sources.append(FactSource(fact="pinned ceiling per process",
+                                  value=_fmt_bytes(host.pinned_ceiling_bytes)
+                                  + ("" if host.pinned_ceiling_reached else " (no pin failed: not a ceiling)"),
+                                  source=fsrc))
+    else:
+        sources.append(FactSource(fact="pinned ceiling per process", value="unmeasured",
+                                  source="no doctor findings for this host; `escha-deploy doctor` measures it"
+                                  if host.source == "live" else "not in the facts" if facts_path
+                                  else "--host-ram: doctor findings describe this machine, not the described one"))
+    sources.append(FactSource(fact="host allocator", value=host.host_allocator or "auto",
+                              source=fsrc if host.host_allocator else "default (the runtime picks)"))
+    if model_dir is not None:
+        sources.append(FactSource(fact="model", value=_fmt_bytes(model_dir.safetensors_bytes) + " of safetensors",
+                                  source=f"the model folder {model_dir.path}"))
+    else:
+        sources.append(FactSource(fact="model", value=_fmt_bytes(profile.model.weights_per_rank) + " per rank",
+                                  source="profile (model.weights_per_rank, model.architecture): no model folder here"))
+    sources.append(FactSource(fact="GPUs", value=str(len(gpus)) + " described" if gpus else "not described",
+                              source=f"facts file {facts_path}" if gpus else "profile (runtime.tp_size)"))
+    return Gathered(host, model_dir, gpus, sources)
+
+
+def check_rendered_argv(result: Plan, prof: Profile) -> ArgvCheck:
+    """Render the server argv for ``result`` and check it against the flag catalog plus the
+    capabilities' declared flags: one refusal path for ``plan``, ``up``, ``serve`` and
+    ``compose``. Errors (an unknown flag in ``runtime.extra_args``, ...) are bad input (exit 2)."""
+    from escha_deploy.flagcheck import check_argv
+    from escha_deploy.flags import server_args
+    from escha_deploy.planner.result import ArgvCheck
+
+    check = check_argv(server_args(result, prof), set(result.capabilities))
+    if check.errors:
+        raise BadInput(*(f"runtime.extra_args or rendered argv: {line}" for line in check.error_lines()))
+    declared = [f"{u.flag} {' '.join(u.values)} ({u.capability})".replace("  ", " ") for u in check.declared()]
+    return ArgvCheck(verified=len(check.flags) - len(declared), declared=declared, errors=[])
+
+
+def plan_gathered(profile: Profile, g: Gathered, *, capabilities: Sequence[str] | None = None,
+                  ratio: float | None = None, hicache_size_gb: int | None = None) -> Plan:
+    """Plan ``profile`` on the gathered facts and check the rendered argv against the flag
+    catalog (``BadInput``, exit 2, for a flag the runtime would refuse). ``capabilities``: the
+    runtime's (default: the profile's needs, as an image built for it provides)."""
+    from escha_deploy.planner import plan as make_plan
+
+    result = make_plan(profile, g.host, model_dir=g.model_dir, ratio=ratio, hicache_size_gb=hicache_size_gb,
+                       capabilities=None if capabilities is None else frozenset(capabilities))
+    return result.model_copy(update={"argv_check": check_rendered_argv(result, profile)})
+
+
+def launch_facts(plan: Plan, g: Gathered) -> LaunchFacts:
+    """The fact values ``plan`` assumed, as the digest covers them (no sources, no times,
+    no readings of a moment such as MemAvailable)."""
+    from escha_deploy.launch_spec import LaunchFacts
+
+    h = g.host
+    md = g.model_dir
+    return LaunchFacts(
+        platform=h.platform, mem_total_bytes=h.mem_total_bytes, hugetlb_bytes=h.hugetlb_bytes,
+        cgroup_limit_bytes=h.cgroup_limit_bytes, memory_base_bytes=h.memory_base_bytes,
+        pinned_ceiling_bytes=h.pinned_ceiling_bytes, pinned_ceiling_reached=h.pinned_ceiling_reached,
+        host_allocator=h.host_allocator, capabilities=sorted(plan.capabilities), gpus=list(g.gpus),
+        model_safetensors_bytes=md.safetensors_bytes if md else None,
+        model_arch=md.arch.model_dump(mode="json") if md and md.arch else None,
+    )
+
+
 @dataclass
 class Prepared:
     """Everything `up` decided before touching the daemon's state.
 
-    ``args``: docker-py ``containers.create`` keyword arguments (``docker.create_args``);
-    ``argv``: the SGLang server command line, as ``launch.argv``; ``warnings``: one line each
-    (a plan that turned HiCache off, ...), for the caller to report.
+    ``launch``: the ``LaunchSpec`` document (argv, env, digest, the facts assumed and their
+    sources); ``spec``: its container half; ``args``: docker-py ``containers.create`` keyword
+    arguments (``docker.create_args``); ``argv``: the SGLang server command line, as
+    ``launch.argv``; ``warnings``: the plan's warnings (one line each); ``refusals``: why it
+    must not start (unsafe plan, missing capabilities, unlaunchable container), exit 3;
+    ``missing_capabilities``: those the image lacks (empty when the image was not read).
     """
 
     profile: Profile
@@ -99,65 +254,97 @@ class Prepared:
     args: dict[str, Any]
     argv: list[str]
     warnings: list[str] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+    missing_capabilities: list[str] = field(default_factory=list)
+    capabilities_source: str = ""
+    profile_ref: str = ""
+
+    def refuse(self) -> None:
+        """Raise ``Refused`` (exit 3) with every refusal, when there is any."""
+        if self.refusals:
+            raise Refused(*self.refusals, hint=self.hint)
+
+    @property
+    def hint(self) -> str | None:
+        if self.missing_capabilities:
+            return "build the image with our series: `escha-deploy build --hicache` (docs/runtime.md)"
+        if self.plan.verdict == "unsafe":
+            return f"`escha-deploy plan --profile {self.profile_ref}` shows the budget"
+        return None
 
     def dry_run(self) -> dict[str, Any]:
-        """What `up --dry-run` prints: the container config and the server argv, redacted."""
+        """What `up --dry-run` prints: the plan's verdict, reasons and warnings as `plan` gives
+        them, the missing capabilities, the digest, where each fact came from, the container
+        config and the server argv (redacted)."""
         r = Redactor()
         return {
             "profile": self.profile.name,
             "verdict": self.plan.verdict,
             "hicache": self.plan.hicache.enabled,
+            "plan_digest": self.launch.plan_digest,
+            "reasons": list(self.plan.reasons),
+            "warnings": self.warnings,
+            "missing_capabilities": self.missing_capabilities,
+            "capabilities_source": self.capabilities_source,
+            "refusals": self.refusals,
+            "facts": [s.model_dump() for s in self.launch.sources],
             "container": json.loads(r(json.dumps(self.args))),
             "argv": [r(a) for a in redact_argv(self.argv)],
-            "warnings": self.warnings,
         }
 
 
 def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_image: bool = True,
-            profile: Profile | None = None) -> Prepared:
-    """Load, gather, plan and build the spec; refuse (``Refused``, exit 3) on an unsafe plan,
-    missing capabilities or an unlaunchable spec. With ``client``, also reads the image's
-    capabilities (``need_image``: a missing image is refused)."""
-    from escha_deploy.host import gather_plan_inputs
+            profile: Profile | None = None, facts_path: str | None = None,
+            spec_file: str | None = None) -> Prepared:
+    """Load, gather, plan and build the launch spec (gather -> plan -> spec).
+
+    With ``client``, reads the image's capabilities (``need_image``: a missing image is a
+    refusal); without, the plan assumes the image provides the profile's needs. Raises
+    ``BadInput`` (exit 2) for bad input, including a flag the runtime would refuse; never
+    raises for an unsafe plan or missing capabilities: those are ``Prepared.refusals``, so
+    ``up --dry-run`` can show them as ``plan`` does before exiting 3 (``Prepared.refuse``).
+    ``spec_file``: where ``up`` will write the spec (the container mounts it).
+    """
     from escha_deploy.launch_spec import build_launch_spec
-    from escha_deploy.planner import plan as make_plan
     from escha_deploy.profile import load_profile
-    from escha_deploy.runtime.description import require_capabilities
 
     from . import docker as dk
 
     profile = profile or load_profile(profile_ref, overrides)
-    host, model_dir = gather_plan_inputs(profile)
+    g = gather(profile, facts_path=facts_path)
     caps: list[str] | None = None
-    warnings: list[str] = []
+    caps_source = "assumed: the profile's runtime.needs (image not read)"
+    refusals: list[str] = []
+    missing: list[str] = []
     if client is not None:
         labels = dk.image_labels(client, profile.container.image)
         if labels is None:
             if need_image:
-                raise Refused(
-                    f"container.image: {profile.container.image} is not present",
-                    hint="build it (`escha-deploy up --build`, or `escha-deploy build`)",
-                )
+                refusals.append(f"container.image: {profile.container.image} is not present; build it "
+                                "(`escha-deploy up --build`, or `escha-deploy build`)")
         else:
-            caps = image_capabilities(client, profile.container.image, labels)
-            require_capabilities(caps, profile.runtime.needs, profile.container.image)
-    plan = make_plan(profile, host, model_dir=model_dir, capabilities=None if caps is None else frozenset(caps))
+            caps = image_capabilities(client, profile.container.image, labels) or []
+            caps_source = f"the image {profile.container.image}"
+            missing = [c for c in profile.runtime.needs if c not in caps]
+            refusals += [f"{profile.container.image}: runtime lacks capability {c!r}" for c in missing]
+    plan = plan_gathered(profile, g, capabilities=caps)
     if plan.verdict == "unsafe":
-        raise Refused(*[f"plan: {r}" for r in plan.reasons] or ["plan: unsafe"],
-                      hint="`escha-deploy plan --profile NAME` shows the budget")
+        refusals += [f"plan: {r}" for r in plan.reasons] or ["plan: unsafe"]
+    warnings = [f"plan: {w}" for w in plan.warnings]
     if plan.verdict == "hicache_off":
-        warnings.append("plan: HiCache is off for this host (" + "; ".join(plan.reasons) + ")")
-    launch = build_launch_spec(plan, profile, overrides=list(overrides),
-                               profile_file=profile_file(profile_ref))
+        warnings.insert(0, "plan: HiCache is off for this host (" + "; ".join(plan.reasons) + ")")
+    sources = [*g.sources, FactSource(fact="capabilities", value=", ".join(sorted(plan.capabilities)) or "none",
+                                           source=caps_source)]
+    launch = build_launch_spec(plan, profile, overrides=list(overrides), profile_file=profile_file(profile_ref),
+                               facts=launch_facts(plan, g), sources=sources, spec_file=spec_file)
     spec = launch.container
-    problems = dk.check_spec(spec)
-    if client is not None:  # a real launch: the model folder must exist to be mounted
+    refusals += dk.check_spec(spec)
+    if client is not None and need_image:  # a real launch: the model folder must exist to be mounted
         for m in spec.mounts:
             if m.target == profile.model.path and not Path(m.source).is_dir():
-                problems.append(f"model.host_dir / container.model_dir: {m.source} is not a folder on this host")
-    if problems:
-        raise Refused(*problems)
-    return Prepared(profile, plan, launch, spec, dk.create_args(spec), list(launch.argv), warnings)
+                refusals.append(f"model.host_dir / container.model_dir: {m.source} is not a folder on this host")
+    return Prepared(profile, plan, launch, spec, dk.create_args(spec), list(launch.argv), warnings, refusals,
+                    missing, caps_source, profile_ref=profile_ref)
 
 
 def planned_sizes(plan: Plan) -> PlannedSizes:

@@ -1,109 +1,190 @@
 """The `serve` path: the container's entrypoint and the native launcher.
 
-``serve`` runs SGLang's server as a supervised child (``native.supervise``: signals forwarded,
-secrets redacted, a failed exit diagnosed) after refusing, with exit 3 and nothing started,
-an unsafe plan, missing capabilities or a missing GPU.
+Two ways in, one way out:
+
+- ``serve_spec(PATH)`` (``serve --spec``, what ``up`` starts): reads the ``LaunchSpec`` the
+  host planned, refuses a schema version this escha-deploy cannot read (exit 3, naming both) or
+  a spec whose digest does not match its content, and re-plans nothing.
+- ``serve(PROFILE)`` (``serve --profile``: native, or a compose container): plans on the spot
+  through the same gather -> plan -> spec functions as ``up`` (``launch.prepare``), from a facts
+  file when one is given (``--facts``, ``ESCHA_FACTS``).
+
+Both then check what this environment can see against what the plan assumed
+(``launch.check``: capabilities, GPUs, memory, memlock, the model folder; exit 3 per
+disagreement, 2 for a bad model folder) and run SGLang's argv as a supervised child
+(``native.supervise``: signals forwarded, secrets redacted, a failed exit diagnosed).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextlib
 import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from escha_deploy.errors import Failed, Refused
+from escha_deploy.errors import BadInput, Failed, Refused
 from escha_deploy.secretargs import redact_argv
 
+from .check import SKIP_GPU_PREFLIGHT_ENV  # noqa: F401 - the documented test switch, re-exported
 from .prepare import read_secret
 from .progress import Report, quiet
 from .redact import Redactor
 
-#: The documented test switch: `serve` skips its GPU preflight (so the real image can be
-#: started on a machine without a GPU and reach SGLang's child process). Never set in production.
-SKIP_GPU_PREFLIGHT_ENV = "ESCHA_SKIP_GPU_PREFLIGHT"
+if TYPE_CHECKING:
+    from escha_deploy.launch_spec import LaunchSpec
 
 
-def gpu_present() -> bool:
-    """A CUDA device node exists (``/dev/nvidia0``, or ``/dev/dxg`` under WSL2)."""
-    return Path("/dev/nvidia0").exists() or Path("/dev/dxg").exists()
+def read_spec(path: str | Path) -> LaunchSpec:
+    """Read a launch-spec document. Raises ``BadInput`` (2) when it is not readable JSON;
+    ``Refused`` (3) when its schema version is not the one this escha-deploy reads (both named),
+    when it does not validate, or when its digest does not match its content."""
+    from pydantic import ValidationError
+
+    from escha_deploy import __version__
+    from escha_deploy.launch_spec import LAUNCH_SPEC_SCHEMA_VERSION, LaunchSpec, launch_digest
+
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except OSError as exc:
+        raise BadInput(f"--spec: cannot read {p}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise BadInput(f"--spec: {p} is not JSON ({exc})") from None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if version != LAUNCH_SPEC_SCHEMA_VERSION:
+        writer = data.get("escha_version") if isinstance(data, dict) else None
+        raise Refused(
+            f"{p}: launch spec schema version {version!r}"
+            + (f" (written by escha-deploy {writer})" if writer else "")
+            + f"; this escha-deploy {__version__} reads schema version {LAUNCH_SPEC_SCHEMA_VERSION}",
+            hint="run the same escha-deploy on the host and in the image: rebuild the image "
+                 "(`escha-deploy build --hicache`) or install the image's version on the host")
+    try:
+        spec = LaunchSpec.model_validate(data)
+    except ValidationError as exc:
+        raise Refused(*(f"{p}: {'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())) from None
+    if launch_digest(spec.profile_data, spec.facts, spec.argv, spec.env) != spec.plan_digest:
+        raise Refused(f"{p}: plan_digest does not match the spec's profile, facts, argv and env "
+                      "(edited after planning?)", hint="plan again: `escha-deploy up`")
+    return spec
+
+
+def _runtime_capabilities() -> tuple[list[str] | None, str]:
+    """This runtime's capabilities (``None``: stock) and how to name it in messages."""
+    from escha_deploy.runtime.description import read_description
+
+    desc = read_description()
+    if desc is None:
+        return None, "this runtime (stock: no /etc/escha/runtime.json)"
+    return list(desc.capabilities), "this runtime (/etc/escha/runtime.json)"
+
+
+def serve_spec(path: str | Path, *, dry_run: bool = False, report: Report = quiet) -> int:
+    """``serve --spec PATH``: run the plan the host made (module docstring); returns the exit
+    status. ``dry_run`` (``--print``) prints the argv, env and digest, then exits 3 if any
+    check disagrees."""
+    launch = read_spec(path)
+    caps, where = _runtime_capabilities()
+    report("info", f"serve: {launch.profile}: plan {launch.plan_digest[:12]} from {path} "
+                   f"(escha-deploy {launch.escha_version})")
+    return _check_and_run(launch, caps, where, dry_run=dry_run, report=report)
 
 
 def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = False,
-          report: Report = quiet) -> int:
-    """The container entrypoint and native launcher; returns the exit status.
-
-    Re-plans against what it sees (host facts read inside the container: cgroup limit,
-    /dev/shm, the image's runtime description at /etc/escha/runtime.json), refuses (3) an
-    unsafe plan or missing capabilities before anything starts, then runs SGLang's argv as a
-    supervised child (``native.supervise``): 0 on success, the child's code after a forwarded
-    signal, 4 on any other failure with the diagnosis printed. ``ESCHA_SKIP_GPU_PREFLIGHT=1``
-    (tests only) skips the GPU check. The API key (from ``LaunchSpec.api_key_file``) reaches
-    SGLang through a private ``--config`` file, never a command line; the HF token through
-    the child's environment (``HF_TOKEN``). Progress and warnings go to ``report``.
-    Natively, a second ``serve`` on the same port is refused (3, ``native.server_lock``), and
-    nothing of the server or its secrets file outlives this process (``native`` module).
-    """
-    from escha_deploy import flags
-    from escha_deploy.host import gather_plan_inputs
+          facts_path: str | None = None, report: Report = quiet) -> int:
+    """``serve --profile``: plan here through ``launch.prepare`` (as ``up`` does), then check and
+    run (module docstring); returns the exit status. Inside a container (``ESCHA_SERVE_MODE``)
+    the model folder is read at ``model.path``; natively at ``model.host_dir``. ``--print``
+    always shows what the plan implies for the runtime the profile targets; the missing
+    capabilities then go to stderr with exit 3. Natively, a second ``serve`` on the same port
+    is refused (3, ``native.server_lock``), and nothing of the server or its secrets file
+    outlives this process (``native`` module)."""
     from escha_deploy.launch_spec import build_launch_spec
-    from escha_deploy.planner import plan as make_plan
     from escha_deploy.profile import load_profile
-    from escha_deploy.runtime.description import read_description, require_capabilities
+    from escha_deploy.runtime.description import require_capabilities
 
-    from .diagnose import Facts
-    from .native import server_lock, supervise, sweep_secret_dirs, tmpfs_root
+    from .docker import SERVE_MODE_ENV
+    from .prepare import FactSource, gather, launch_facts, plan_gathered
 
     profile = load_profile(profile_ref, overrides)
-    desc = read_description()
-    caps = list(desc.capabilities) if desc is not None else None
-    where = ("this runtime (/etc/escha/runtime.json)" if desc is not None
-             else "this runtime (stock: no /etc/escha/runtime.json)")
+    caps, where = _runtime_capabilities()
     missing = [c for c in profile.runtime.needs if c not in (caps or [])]
     if not dry_run:
         require_capabilities(caps, profile.runtime.needs, where)
-    from .docker import SERVE_MODE_ENV
-
     in_container = os.environ.get(SERVE_MODE_ENV) == "container"
-    # inside the container the model folder is mounted at model.path
-    host, model_dir = gather_plan_inputs(profile, model_path=profile.model.path if in_container else None)
     # plan the runtime this is (a fork image without our host-reserve patch gets stock
     # 0.5.19's host check and no ESCHA_* variable it would not read); with no description,
     # --print shows what the plan implies for the runtime the profile targets. Missing
     # capabilities then go to stderr with exit 3.
-    plan = make_plan(profile, host, model_dir=model_dir,
-                     capabilities=frozenset(caps) if caps is not None
-                     else frozenset(profile.runtime.needs if missing else ()))
+    g = gather(profile, facts_path=facts_path, model_path=profile.model.path if in_container else None)
+    plan = plan_gathered(profile, g, capabilities=list(caps) if caps is not None
+                         else list(profile.runtime.needs if missing else ()))
     if plan.verdict == "unsafe" and not dry_run:
         raise Refused(*[f"plan: {r}" for r in plan.reasons] or ["plan: unsafe"])
     if plan.verdict == "hicache_off":
         report("warning", "plan: HiCache is off here (" + "; ".join(plan.reasons) + ")")
-    spec = build_launch_spec(plan, profile, native=not in_container)
-    api_key = read_secret(spec.api_key_file, "api key file") if spec.api_key_file else None
-    hf_token = (read_secret(spec.hf_token_file, "hf token file")
-                if spec.hf_token_file and Path(spec.hf_token_file).is_file() else None)
+    sources = [*g.sources, FactSource(fact="capabilities", value=", ".join(plan.capabilities) or "none",
+                                      source=where)]
+    launch = build_launch_spec(plan, profile, native=not in_container, facts=launch_facts(plan, g),
+                               sources=sources)
+    report("info", f"serve: {profile.name}: plan {launch.plan_digest[:12]} ({plan.verdict}), planned here")
+    if dry_run and (missing or plan.verdict == "unsafe"):
+        _print(launch, None, None, extra={"verdict": plan.verdict, "missing_capabilities": missing})
+        require_capabilities(caps, profile.runtime.needs, where)
+        return 3
+    return _check_and_run(launch, caps, where, dry_run=dry_run, report=report,
+                          extra={"verdict": plan.verdict, "missing_capabilities": missing})
+
+
+def _print(launch: LaunchSpec, api_key: str | None, hf_token: str | None, *, extra: dict | None = None,
+           refusals: Sequence[str] = ()) -> None:
+    r = Redactor([api_key or "", hf_token or ""])
+    print(json.dumps({"plan_digest": launch.plan_digest, "argv": [r(a) for a in redact_argv(launch.argv)],
+                      "env": {k: r(v) for k, v in launch.env.items()}, **(extra or {}),
+                      "refusals": list(refusals)}, indent=2))
+
+
+def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dry_run: bool,
+                   report: Report, extra: dict | None = None) -> int:
+    from escha_deploy import flags
+
+    from .check import check_here
+    from .diagnose import Facts
+    from .docker import SERVE_MODE_ENV
+    from .native import server_lock, supervise, sweep_secret_dirs, tmpfs_root
+
+    in_container = os.environ.get(SERVE_MODE_ENV) == "container"
+
+    checked = check_here(launch, caps, where=where, gpus=not dry_run)
+    for w in checked.warnings:
+        report("warning", w)
+    api_key = read_secret(launch.api_key_file, "api key file") if launch.api_key_file else None
+    hf_token = (read_secret(launch.hf_token_file, "hf token file")
+                if launch.hf_token_file and Path(launch.hf_token_file).is_file() else None)
+    if dry_run:
+        _print(launch, api_key, hf_token, extra={"verdict": launch.verdict, **(extra or {})},
+               refusals=[*checked.bad_input, *checked.refusals])
+    if checked.bad_input:
+        raise BadInput(*checked.bad_input)
+    if checked.refusals:
+        raise Refused(*checked.refusals)
+    if dry_run:
+        return 0
     env = dict(os.environ)
-    env.update(spec.env)
+    env.update(launch.env)
     if hf_token:
         env["HF_TOKEN"] = hf_token
-    argv = list(spec.argv)
+    argv = list(launch.argv)
     if os.environ.get("ESCHA_SGLANG_PYTHON") and argv and argv[0].startswith("python"):
         argv[0] = os.environ["ESCHA_SGLANG_PYTHON"]
-    if dry_run:
-        r = Redactor([api_key or "", hf_token or ""])
-        print(json.dumps({"argv": [r(a) for a in redact_argv(argv)], "env": {k: r(v) for k, v in spec.env.items()},
-                          "verdict": plan.verdict, "missing_capabilities": missing}, indent=2))
-        require_capabilities(caps, profile.runtime.needs, where)
-        return 3 if plan.verdict == "unsafe" else 0
-    if not gpu_present() and os.environ.get(SKIP_GPU_PREFLIGHT_ENV) != "1":
-        raise Refused("serve: no CUDA GPU device in this environment (/dev/nvidia0, /dev/dxg)",
-                      hint="start the container with GPUs (escha-deploy up does)")
-    report("info", f"serve: {profile.name}: plan {plan.verdict}, HiCache {'on' if plan.hicache.enabled else 'off'}; "
-         "starting SGLang")
+    report("info", f"serve: {launch.profile}: plan {launch.verdict}, "
+                   f"HiCache {'on' if launch.hicache_enabled else 'off'}; starting SGLang")
     # Natively: one `serve` per port (a file lock), secrets on tmpfs, and a sweep of what a
     # `serve` killed before its server was ready left; in the container Docker arbitrates.
-    lock = contextlib.nullcontext(None) if in_container else server_lock(profile.container.port)
+    lock = contextlib.nullcontext(None) if in_container else server_lock(launch.container.port_host)
     with lock as lock_fd:
         root = None if in_container else tmpfs_root()
         for d in sweep_secret_dirs(root):
@@ -111,9 +192,9 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
         try:
             outcome = supervise(argv, env=env, secrets=[s for s in (api_key, hf_token) if s],
                                 config_flag=flags.CONFIG_FLAG, config_secrets=flags.secret_config(api_key),
-                                facts=Facts(hicache_enabled=plan.hicache.enabled, platform=plan.platform),
+                                facts=Facts(hicache_enabled=launch.hicache_enabled, platform=launch.facts.platform),
                                 secret_root=root, lock_fd=lock_fd,
-                                grace_s=float(profile.container.stop_timeout_s))
+                                grace_s=float(launch.container.stop_timeout_s))
         except OSError as exc:
             raise Failed(f"serve: cannot start {argv[0] if argv else 'the server'}: {exc}") from None
     return outcome.exit_code

@@ -1,10 +1,12 @@
 """The `up` path: from a profile to a ready server container on this host's Docker.
 
-``up`` is gather, plan, apply: ``prepare`` (profile, host, image capabilities, plan, launch
-spec; every refusal exits 3 and creates nothing), then the daemon-side preflight (GPU runtime,
-stale containers, doctor's in-image probes, the port), create/start through docker-py, wait for
-ready, switch the restart policy, and check the logged sizes against the plan. Progress goes
-to the caller's ``Report`` callback.
+``up`` is gather, plan, apply: the GPU runtime check, doctor's in-image probes when no fresh
+findings exist (so the pinned ceiling and allocator they measure are in the plan), then
+``prepare`` (profile, facts, image capabilities, plan, ``LaunchSpec``; a flag the runtime would
+refuse exits 2, every other refusal 3, and nothing is created), the spec written to a file the
+container mounts read-only (it runs ``serve --spec``, which re-plans nothing), the stale
+containers and the port, create/start through docker-py, wait for ready, switch the restart
+policy, and check the logged sizes against the plan. Progress goes to the caller's ``Report``.
 """
 
 from __future__ import annotations
@@ -17,12 +19,17 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from escha_deploy.errors import Failed, Refused
 
 from .prepare import Prepared, planned_sizes, prepare, read_secret
 from . import guard
 from .progress import Report, quiet
+
+if TYPE_CHECKING:
+    from escha_deploy.launch_spec import LaunchSpec
 
 #: Test switch for sandboxes whose Docker cannot raise RLIMIT_MEMLOCK (no CAP_SYS_RESOURCE:
 #: runc fails with "error setting rlimit type 8"): memlock becomes this process's hard limit.
@@ -78,18 +85,40 @@ class _LogPump:
         return out
 
 
+def spec_path(container: str) -> Path:
+    """The host file ``up`` writes a container's ``LaunchSpec`` to (under the user cache
+    directory; overwritten by the next ``up`` of that profile)."""
+    from escha_deploy.paths import cache_dir
+
+    return cache_dir() / "launch" / f"{container}.json"
+
+
+def write_spec(launch: LaunchSpec, path: Path) -> None:
+    """Write the spec document atomically, readable by the container's user."""
+    from escha_deploy.launch_spec import spec_json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(spec_json(launch))
+    tmp.chmod(0o644)
+    tmp.replace(path)
+
+
 def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | None = None,
-       build: bool = False, report: Report = quiet,
+       build: bool = False, report: Report = quiet, facts_path: str | None = None,
        on_phase: Callable[[str], None] | None = None) -> UpResult:
     """Start the profile's server and return once it is ready (see module docstring).
 
-    ``report`` receives progress and warnings; ``on_phase`` each startup phase once (default:
-    an ``info`` line with the seconds since start). Raises ``Refused`` (3) at preflight, with
-    nothing created, also when another `up` is starting the profile (``guard``); ``Failed``
-    (4) when the server exits, is killed, is stopped by `down`, refuses the API key or is not
-    ready in time (the diagnosis lines are its problems); ``guard.Interrupted`` (128 + N) when
-    SIGINT or SIGTERM arrives while waiting: the container is then stopped and kept.
+    ``facts_path``: plan from a facts file instead of this machine. ``report`` receives
+    progress and warnings; ``on_phase`` each startup phase once (default: an ``info`` line with
+    the seconds since start). Raises ``BadInput`` (2, a flag the runtime would refuse) or
+    ``Refused`` (3) at preflight, with nothing created, also when another `up` is starting the
+    profile (``guard``); ``Failed`` (4) when the server exits, is killed, is stopped by `down`,
+    refuses the API key or is not ready in time (the diagnosis lines are its problems);
+    ``guard.Interrupted`` (128 + N) when SIGINT or SIGTERM arrives while waiting: the container
+    is then stopped and kept.
     """
+    from escha_deploy.launch_spec import container_name
     from escha_deploy.profile import load_profile
 
     from . import docker as dk
@@ -105,7 +134,14 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
         )
     if build:
         build_image(client, profile.container.image, report=report)
-    prep = prepare(profile_ref, overrides, client=client, profile=profile)
+    sfile = spec_path(container_name(profile.name))
+    prep = prepare(profile_ref, overrides, client=client, profile=profile, facts_path=facts_path,
+                   spec_file=str(sfile))
+    if prep.args.get("device_requests") and not facts_path and not prep.refusals:
+        # doctor's probes come before the plan that runs: when they measure now, plan again
+        if doctor_in_image(client, prep, report=report):
+            prep = prepare(profile_ref, overrides, client=client, profile=profile, spec_file=str(sfile))
+    prep.refuse()
     spec = prep.spec
     for w in prep.warnings:
         report("warning", w)
@@ -129,8 +165,6 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
         dk.stop(c, spec.stop_timeout_s)
         if pub:
             dk.wait_port_free(*pub)
-    if prep.args.get("device_requests"):
-        doctor_in_image(client, prep, report=report)
     owner = dk.port_owner(client, spec.port_host_ip, spec.port_host)
     if owner and owner.split()[:2] == ["container", spec.name]:  # created since the check above
         raise Refused(f"up: another `up` is starting profile {prep.profile.name} (container "
@@ -149,6 +183,8 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
         args = {**args, "ulimits": [u if u["name"] != "memlock" else {**u, "soft": hard, "hard": hard}
                                     for u in args["ulimits"]]}
         report("warning", f"up: {CLAMP_MEMLOCK_ENV}=1: memlock clamped to {hard} B (test switch)")
+    write_spec(prep.launch, sfile)
+    report("info", f"up: plan {prep.launch.plan_digest[:12]}, spec {sfile}")
     me = guard.owner_label()
     args = {**args, "labels": {**args["labels"], guard.LABEL_UP_OWNER: me}}
     with guard.interruptible(client, name=spec.name, owner=me, stop_timeout_s=spec.stop_timeout_s,
@@ -237,13 +273,14 @@ def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, time
     return UpResult(prep.profile.name, c.name, endpoint, "running", round(res.seconds, 3), lines)
 
 
-def doctor_in_image(client, prep: Prepared, *, timeout_s: float = 600, report: Report = quiet) -> None:
+def doctor_in_image(client, prep: Prepared, *, timeout_s: float = 600, report: Report = quiet) -> bool:
     """Doctor's GPU probes inside the profile's image (its cgroup, /dev/shm, memlock and WSL2
     pinned ceiling are what count), reusing saved findings younger than a day
     (``findings.MAX_AGE``). Runs ``python -m escha_deploy.doctor.probe_all``
     in a throw-away container with the launch's GPUs, ipc and ulimits; saves the answer as
     findings under the host's id. A failed all-reduce smoke test refuses (exit 3) before the
-    server is created. Only reached where Docker has a GPU runtime (not testable here).
+    server is created. Returns True when the probes ran now (the findings changed), False when
+    saved findings were fresh. Only reached where Docker has a GPU runtime (not testable here).
     """
     from escha_deploy.doctor.facts import ProbeFacts
     from escha_deploy.doctor.run import probe_findings
@@ -257,7 +294,7 @@ def doctor_in_image(client, prep: Prepared, *, timeout_s: float = 600, report: R
     saved = load_findings(doctor_findings_path(), host_id=hid)
     if saved is not None and saved.is_fresh():
         report("info", "up: reusing doctor findings younger than a day")
-        return
+        return False
     world = int(prep.profile.runtime.tp_size)
     target = int(prep.plan.per_rank.pinned_bytes) or 1
     args = {k: v for k, v in prep.args.items()
@@ -276,7 +313,7 @@ def doctor_in_image(client, prep: Prepared, *, timeout_s: float = 600, report: R
         c.remove(force=True)
     if code != 0 or not out:
         raise Refused(f"doctor: probes in {prep.spec.image} found no usable GPU (exit {code})",
-                      hint="`escha-deploy doctor --profile NAME` shows the checks")
+                      hint=f"`escha-deploy doctor --profile {prep.profile_ref}` shows the checks")
     data = json.loads(out[-1])
     probes = ProbeFacts.model_validate(data["probes"])
     import datetime as dt
@@ -286,7 +323,8 @@ def doctor_in_image(client, prep: Prepared, *, timeout_s: float = 600, report: R
     save_findings(findings, doctor_findings_path())
     if world >= 2 and findings.nccl_smoke_ok is False:
         raise Refused(f"doctor: the {world}-GPU all-reduce smoke test failed in {prep.spec.image}",
-                      hint="`escha-deploy doctor --profile NAME` prints the NCCL settings it tried")
+                      hint=f"`escha-deploy doctor --profile {prep.profile_ref}` prints the NCCL settings it tried")
+    return True
 
 
 def build_image(client, image: str, *, report: Report = quiet) -> None:

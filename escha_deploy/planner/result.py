@@ -151,7 +151,7 @@ class Plan(BaseModel):
     profile: str
     tp_size: int
     platform: Literal["linux", "wsl2"]
-    host_source: Literal["live", "described", "saved"]
+    host_source: Literal["live", "described", "saved", "facts"]
     hybrid: bool
     kv_cache_dtype: str
     page_size: int

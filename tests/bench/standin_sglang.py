@@ -661,7 +661,8 @@ def main(argv: list[str] | None = None) -> None:
     """Run the stand-in as a process (for an image in launch tests): ``--port N`` (0 = free),
     ``--host`` (127.0.0.1 unless an image needs 0.0.0.0 inside its own network namespace),
     ``--config JSON`` (``StandinConfig`` fields), ``--set hicache.enabled=false`` (the override
-    ``--hicache-ab`` makes; other arguments, such as ``serve --profile NAME``, are ignored).
+    ``--hicache-ab`` makes) or ``--spec PATH`` (the launch spec `up` mounts: its
+    ``hicache_enabled`` is read); other arguments, such as ``serve --profile NAME``, are ignored.
     Without ``prometheus_client`` installed, ``/metrics`` is off, as on a server without
     ``--enable-metrics``."""
     import argparse
@@ -674,8 +675,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", action="append", default=[],
                     help="profile overrides as `escha-deploy serve` gets them; only "
                     "hicache.enabled=true|false is read (what --hicache-ab changes)")
+    ap.add_argument("--spec", default=None, help="launch spec JSON; only hicache_enabled is read")
     a, _rest = ap.parse_known_args(argv)  # e.g. `serve --profile NAME` from a container command
     cfg = StandinConfig(**json.loads(a.config))
+    if a.spec:
+        with open(a.spec) as f:
+            cfg.hicache = bool(json.load(f).get("hicache_enabled", True))
     for item in a.set:
         key, _, value = item.partition("=")
         if key == "hicache.enabled":

@@ -1,0 +1,129 @@
+"""The facts file: a described host as one input (``--facts FILE`` on ``plan``, ``up`` and
+``serve``; ``ESCHA_FACTS`` in compose).
+
+A versioned JSON document with three parts: ``host`` (what the kernel reports: MemTotal, the
+huge-page reservation, the cgroup limit), ``findings`` (doctor's saved findings: pinned ceiling,
+host allocator, NCCL smoke test) and ``gpus`` (one record per GPU, as NVML reports it). Plans
+made from a facts file read nothing of the machine they run on except the model folder and
+the L3 directory's free space: the same file gives the same plan on the host and inside the
+container, which is what makes ``up`` and ``docker compose up`` reach the same digest.
+
+Write one with ``escha-deploy plan --write-facts FILE`` (this host, with its fresh doctor
+findings) or by hand. Bytes are ``int``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .findings import DoctorFindings
+
+if TYPE_CHECKING:
+    from .host import HostFacts
+
+#: The facts-file schema this escha-deploy reads and writes.
+FACTS_SCHEMA_VERSION = 1
+#: The environment variable compose sets to the facts file's path inside the container.
+FACTS_ENV = "ESCHA_FACTS"
+#: Where ``compose --facts FILE`` mounts the file in the container.
+CONTAINER_FACTS_PATH = "/etc/escha/facts.json"
+
+
+class HostSection(BaseModel):
+    """What the server's Linux kernel reports (``/proc/meminfo``, the cgroup files). Under
+    WSL2 ``mem_total_bytes`` is the VM's MemTotal, not the Windows host's RAM."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    platform: Literal["linux", "wsl2"]
+    mem_total_bytes: int = Field(gt=0, description="MemTotal (bytes)")
+    hugetlb_bytes: int = Field(default=0, ge=0, description="memory reserved as huge pages (bytes)")
+    cgroup_limit_bytes: int | None = Field(
+        default=None, gt=0, description="the server's cgroup memory limit (bytes); null: none")
+    host_id: str = Field(default="", description="host.host_id() of the described machine (not planned on)")
+
+
+class GpuRecord(BaseModel):
+    """One GPU as NVML reports it (``nvmlDeviceGetMemoryInfo``, ``nvmlDeviceGetCudaComputeCapability``,
+    ``nvmlDeviceGetPciInfo``). Only ``index`` is required, so a hand-written file can list what it
+    knows; the planner does not read these yet, but they are part of the digest."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    index: int = Field(ge=0, description="CUDA/NVML device index")
+    name: str | None = Field(default=None, description="nvmlDeviceGetName, e.g. NVIDIA GeForce RTX 5060 Ti")
+    uuid: str | None = Field(default=None, description="nvmlDeviceGetUUID (GPU-...)")
+    pci_bus_id: str | None = Field(default=None, description="nvmlDeviceGetPciInfo busId")
+    memory_total_bytes: int | None = Field(default=None, gt=0, description="nvmlDeviceGetMemoryInfo total (bytes)")
+    compute_capability: str | None = Field(default=None, description='major.minor, e.g. "12.0"')
+    driver_version: str | None = Field(default=None, description="nvmlSystemGetDriverVersion")
+
+
+class FactsFile(BaseModel):
+    """The facts file (schema version ``FACTS_SCHEMA_VERSION``). ``escha_version`` and
+    ``created_at`` say who wrote it and when; they are not facts and are not digested."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    schema_version: int = FACTS_SCHEMA_VERSION
+    escha_version: str | None = Field(default=None, description="the escha-deploy that wrote it")
+    created_at: str | None = Field(default=None, description="ISO 8601 UTC time it was written")
+    host: HostSection
+    findings: DoctorFindings | None = Field(default=None, description="doctor's findings for this host")
+    gpus: list[GpuRecord] = Field(default_factory=list, description="one record per GPU (NVML)")
+
+    def digest_values(self) -> dict:
+        """The fact values a plan digest covers: the host section (less its id) and the
+        findings' pinned ceiling, allocator and NCCL result, and the GPU records; not who
+        wrote the file or when."""
+        f = self.findings
+        return {
+            "host": self.host.model_dump(mode="json", exclude={"host_id"}),
+            "findings": None if f is None else {
+                "pinned_ceiling_bytes": f.pinned_ceiling_bytes, "pinned_ceiling_reached": f.pinned_ceiling_reached,
+                "host_allocator": f.host_allocator, "nccl_smoke_ok": f.nccl_smoke_ok},
+            "gpus": [g.model_dump(mode="json") for g in self.gpus],
+        }
+
+
+def load_facts_file(path: str | Path) -> FactsFile:
+    """Read and check a facts file. Raises ``BadInput`` (exit 2) naming the file and the field,
+    or both schema versions when the file is of another one."""
+    from .errors import BadInput
+
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except OSError as exc:
+        raise BadInput(f"{p}: cannot read the facts file: {exc.strerror}") from None
+    except ValueError as exc:
+        raise BadInput(f"{p}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{p}: a facts file is a JSON object")
+    version = data.get("schema_version")
+    if version != FACTS_SCHEMA_VERSION:
+        from . import __version__
+
+        raise BadInput(f"{p}: schema_version: facts file schema version {version!r}; this escha-deploy "
+                       f"{__version__} reads version {FACTS_SCHEMA_VERSION}")
+    try:
+        return FactsFile.model_validate(data)
+    except ValidationError as exc:
+        raise BadInput(*(f"{p}: {'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())) from None
+
+
+def facts_from_host(host: HostFacts, findings: DoctorFindings | None, gpus: list[GpuRecord] = ()) -> FactsFile:
+    """A facts file describing ``host`` (live facts) with ``findings``; MemAvailable, cgroup
+    usage and free disk are left out: they are readings of a moment, stale by the next start."""
+    from . import __version__
+
+    return FactsFile(
+        escha_version=__version__,
+        created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        host=HostSection(platform=host.platform, mem_total_bytes=host.mem_total_bytes,
+                         hugetlb_bytes=host.hugetlb_bytes, cgroup_limit_bytes=host.cgroup_limit_bytes,
+                         host_id=host.host_id),
+        findings=findings, gpus=list(gpus),
+    )

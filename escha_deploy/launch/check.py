@@ -1,0 +1,123 @@
+"""What `serve` checks where it runs: what the host could not see, against what the plan assumed.
+
+Each check compares one thing the running environment can see with the ``LaunchSpec``:
+
+- capabilities: ``/etc/escha/runtime.json`` (``runtime.description``) must provide every
+  capability the plan assumed (``LaunchFacts.capabilities``);
+- GPUs: the CUDA device nodes (``/dev/nvidia0``, ``/dev/nvidia1``, ...; ``/dev/dxg`` under WSL2,
+  which cannot be counted) against ``LaunchNeeds.gpus``;
+- memory: the memory this process can have (``HostFacts.memory_base``: MemTotal less huge pages,
+  or the cgroup limit when lower) must not be below ``LaunchFacts.memory_base_bytes``;
+- memlock: ``RLIMIT_MEMLOCK`` must allow the pinned pools of one rank, unless the process holds
+  ``CAP_IPC_LOCK`` (mlock(2): then the limit does not apply);
+- the model folder at ``LaunchNeeds.model_path``: present, with config.json and weights.
+
+A disagreement refuses with exit 3, one line each with both numbers; a model folder without
+config.json or weights is bad input (exit 2).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from escha_deploy.launch_spec import LaunchSpec
+
+#: The documented test switch: `serve` skips its GPU check (so an image can be started on a
+#: machine without a GPU and reach SGLang's child process). Never set in production.
+SKIP_GPU_PREFLIGHT_ENV = "ESCHA_SKIP_GPU_PREFLIGHT"
+#: CAP_IPC_LOCK's bit in /proc/self/status CapEff (linux/capability.h).
+CAP_IPC_LOCK = 14
+#: Weight files SGLang's loaders read (sglang/srt/model_loader/weight_utils.py).
+WEIGHT_GLOBS = ("*.safetensors", "*.bin", "*.pt")
+
+
+@dataclass
+class Checked:
+    """The outcome: ``bad_input`` (exit 2), ``refusals`` (exit 3), ``warnings`` (shown)."""
+
+    bad_input: list[str] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def gpu_nodes(root: Path = Path("/")) -> tuple[int, bool]:
+    """``(count, wsl2)``: the ``/dev/nvidiaN`` nodes here, and whether ``/dev/dxg`` (WSL2's GPU
+    paravirtualisation device, one node for every GPU) exists."""
+    dev = root / "dev"
+    n = sum(1 for p in dev.glob("nvidia[0-9]*") if p.name[len("nvidia"):].isdigit())
+    return n, (dev / "dxg").exists()
+
+
+def has_cap_ipc_lock(root: Path = Path("/")) -> bool:
+    """True when this process's effective capabilities include CAP_IPC_LOCK."""
+    try:
+        for line in (root / "proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> CAP_IPC_LOCK & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def check_model_folder(path: str) -> list[str]:
+    """Problems with the model folder at ``path`` (bad input): missing, no config.json, no weights."""
+    p = Path(path)
+    if not p.is_dir():
+        return [f"model.path: {path} is not a folder here (is model.host_dir mounted?)"]
+    out = []
+    if not (p / "config.json").is_file():
+        out.append(f"model.path: {path} has no config.json")
+    if not any(next(p.glob(g), None) for g in WEIGHT_GLOBS):
+        out.append(f"model.path: {path} has no weights ({', '.join(WEIGHT_GLOBS)})")
+    return out
+
+
+def check_here(launch: LaunchSpec, capabilities: list[str] | None, *, where: str, gpus: bool = True,
+               root: Path = Path("/"), environ: dict[str, str] | None = None) -> Checked:
+    """Compare what this environment provides with what ``launch`` assumed (module docstring).
+
+    ``capabilities``: the runtime's (``None``: a stock runtime); ``where`` names it in messages.
+    ``gpus=False`` skips the GPU check (``serve --print`` on a machine without GPUs).
+    """
+    from escha_deploy.host import gather_host_facts
+    from escha_deploy.units import fmt_gib
+
+    env = os.environ if environ is None else environ
+    out = Checked()
+    missing = [c for c in launch.facts.capabilities if c not in (capabilities or [])]
+    out.refusals += [f"{where}: runtime lacks capability {c!r}, which the plan assumed" for c in missing]
+
+    needs = launch.needs
+    if gpus and needs.gpus and env.get(SKIP_GPU_PREFLIGHT_ENV) != "1":
+        n, dxg = gpu_nodes(root)
+        if not n and not dxg:
+            out.refusals.append("GPUs: no CUDA GPU device here (/dev/nvidia0, /dev/dxg); "
+                                f"the plan needs {needs.gpus} (runtime.tp_size)")
+        elif n and n < needs.gpus:
+            out.refusals.append(f"GPUs: {n} CUDA device(s) here (/dev/nvidia*), the plan needs {needs.gpus} "
+                                "(runtime.tp_size)")
+
+    here = gather_host_facts(use_findings=False, root=root)
+    have, src, _ = here.memory_base()
+    want = launch.facts.memory_base_bytes
+    if have < want:
+        out.refusals.append(
+            f"memory: this environment can have {have:,} B ({fmt_gib(have)}: {src}), below the {want:,} B "
+            f"({fmt_gib(want)}) the plan assumed; plan for this limit (`escha-deploy plan`) or raise it")
+
+    pinned = needs.pinned_bytes_per_rank
+    soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    if pinned and soft != resource.RLIM_INFINITY and soft < pinned and not has_cap_ipc_lock(root):
+        out.refusals.append(
+            f"memlock: RLIMIT_MEMLOCK is {soft:,} B ({fmt_gib(soft)}), below the {pinned:,} B ({fmt_gib(pinned)}) "
+            "of pinned host pools per rank the plan assumed, and this process lacks CAP_IPC_LOCK; "
+            "run with --ulimit memlock=-1 (escha-deploy up and compose.yaml set it)")
+
+    if needs.model_path:
+        out.bad_input += check_model_folder(needs.model_path)
+    return out
