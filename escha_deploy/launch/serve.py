@@ -88,7 +88,7 @@ def serve_spec(path: str | Path, *, dry_run: bool = False, report: Report = quie
     check disagrees."""
     launch = read_spec(path)
     caps, where = _runtime_capabilities()
-    report("info", f"serve: {launch.profile}: plan {launch.plan_digest[:12]} from {path} "
+    report("info", f"serve: {launch.profile}: plan digest {launch.plan_digest} from {path} "
                    f"(escha-deploy {launch.escha_version})")
     return _check_and_run(launch, caps, where, dry_run=dry_run, report=report)
 
@@ -130,7 +130,7 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
                                       source=where)]
     launch = build_launch_spec(plan, profile, native=not in_container, facts=launch_facts(plan, g),
                                sources=sources)
-    report("info", f"serve: {profile.name}: plan {launch.plan_digest[:12]} ({plan.verdict}), planned here")
+    report("info", f"serve: {profile.name}: plan digest {launch.plan_digest} ({plan.verdict}), planned here")
     if dry_run and (missing or plan.verdict == "unsafe"):
         _print(launch, None, None, extra={"verdict": plan.verdict, "missing_capabilities": missing})
         require_capabilities(caps, profile.runtime.needs, where)

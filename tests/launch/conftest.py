@@ -98,6 +98,47 @@ def standin_image(docker_client, base_image, tmp_path_factory):
             pass
 
 
+#: The capabilities the stand-in images declare (label and runtime description).
+STANDIN_CAPS = ["hicache-host-reserve-env", "hicache-host-allocator", "transfer-geometry-check"]
+REPO = HERE.parents[1]
+SERVE_IMAGE = "escha-standin-serve:test"
+
+
+@pytest.fixture(scope="session")
+def serve_image(docker_client, base_image, tmp_path_factory):
+    """The STAND-IN image with the REAL escha-deploy of this checkout as its entrypoint
+    (tests/launch/standin/serve.Dockerfile): `serve --spec` and `serve --profile` run for real,
+    and SGLang's interpreter is record_child.py, which logs the argv and env it received.
+    Needs the offline wheelhouse for Python 3.11 (scripts/build-wheelhouse.sh 3.11; CI makes it):
+    $ESCHA_TEST_WHEELHOUSE, else build/wheelhouse-py3.11 in this checkout."""
+    wheelhouse = Path(os.environ.get("ESCHA_TEST_WHEELHOUSE") or REPO / "build" / "wheelhouse-py3.11")
+    wheels = [w for w in wheelhouse.glob("*.whl") if not w.name.startswith("escha_deploy-")]
+    if not wheels:
+        pytest.skip(f"no wheelhouse at {wheelhouse} (scripts/build-wheelhouse.sh 3.11)")
+    ctx = tmp_path_factory.mktemp("standin-serve")
+    (ctx / "wheels").mkdir()
+    for w in wheels:
+        shutil.copy(w, ctx / "wheels" / w.name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "_data")
+    shutil.copytree(REPO / "escha_deploy", ctx / "src" / "escha_deploy", ignore=ignore)
+    shutil.copytree(REPO / "profiles", ctx / "src" / "profiles", ignore=ignore)
+    for f in ("server.py", "record_child.py"):
+        shutil.copy(STANDIN_DIR / f, ctx / f)
+    shutil.copy(STANDIN_DIR / "serve.Dockerfile", ctx / "Dockerfile")
+    (ctx / "config.json").write_text(json.dumps({"mode": "ok", "port": 30123, "sizes": planned_sizes_for()}))
+    (ctx / "runtime.json").write_text(json.dumps({
+        "schema_version": 1, "sglang_version": "0.5.19", "base": "image:stand-in", "python": "3.11",
+        "base_inventory_digest": "stand-in", "base_inventory_committed": False, "sglang_dir": "/nonexistent",
+        "capabilities": STANDIN_CAPS, "inventory_digest": "stand-in", "escha_deploy_version": "stand-in"}))
+    docker_client.images.build(path=str(ctx), tag=SERVE_IMAGE, buildargs={"BASE": base_image}, rm=True,
+                               forcerm=True)
+    yield SERVE_IMAGE
+    try:
+        docker_client.images.remove(SERVE_IMAGE, force=True)
+    except Exception:
+        pass
+
+
 def _ours(labels: dict | None, name: str = "") -> bool:
     """Things these tests can create: escha-labelled, or named escha-* (the daemon is shared
     with other test suites running at the same time, whose objects are not ours to judge)."""
