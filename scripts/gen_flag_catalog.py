@@ -104,11 +104,11 @@ REQUIREMENTS: tuple[str, ...] = (
     "pyzmq==27.3.0",
     "triton==3.9.0",
     # Not the parser's: the oracle (scripts/sglang_oracle.py) imports SGLang's host-pool and
-    # KV-cache modules, whose chain adds these (docs/planner.md: 2.6 s to install all four).
-    "dill==0.4.1",
-    "compressed-tensors==0.18.0",
-    "gguf==0.19.0",
-    "sentencepiece==0.2.3",
+    # KV-cache modules, whose chain adds these (docs/planner.md: about 3 s to install).
+    "dill==0.4.1",  # srt/sampling/custom_logit_processor.py
+    "compressed-tensors==0.18.0",  # srt/layers/quantization/__init__.py (sglang's own pin)
+    "loguru==0.7.3",  # compressed-tensors' one dependency not already here
+    "gguf==0.19.0",  # srt/layers/quantization/__init__.py
 )
 
 
