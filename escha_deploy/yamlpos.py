@@ -75,7 +75,7 @@ def _check_graph(root: yaml.Node, file: str) -> None:
                 if total > MAX_NODES:
                     raise _Problems([
                         f"{file}:{node.start_mark.line + 1}: YAML aliases expand to more than {MAX_NODES} "
-                        "nodes (a profile has a few hundred); write the values out instead"])
+                        "nodes (a profile or fleet file has a few hundred); write the values out instead"])
             open_.discard(key)
         sizes[key] = total
         return total
@@ -150,7 +150,7 @@ def parse_yaml_text(text: str, file: str) -> tuple[Any, Positions]:
     than ``MAX_DEPTH``, a text longer than ``MAX_FILE_BYTES``.
     """
     if len(text) > MAX_FILE_BYTES:
-        raise BadInput(f"{file}: {len(text)} characters; a profile is at most {MAX_FILE_BYTES // 1024} KiB")
+        raise BadInput(f"{file}: {len(text)} characters; a profile or fleet file is at most {MAX_FILE_BYTES // 1024} KiB")
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
@@ -188,7 +188,7 @@ def read_profile_text(path: Path) -> str:
     except OSError as exc:
         raise BadInput(f"{path}: cannot read: {exc.strerror or exc}") from None
     if len(raw) > MAX_FILE_BYTES:
-        raise BadInput(f"{path}: larger than {MAX_FILE_BYTES // 1024} KiB; a profile is a few KB of YAML")
+        raise BadInput(f"{path}: larger than {MAX_FILE_BYTES // 1024} KiB; profile and fleet files are a few KB of YAML")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -200,7 +200,7 @@ def read_profile_text(path: Path) -> str:
     if "\x00" in text:
         off = raw.index(b"\x00")
         line = raw.count(b"\n", 0, off) + 1
-        raise BadInput(f"{path}:{line}: NUL byte at offset {off}; a profile is text")
+        raise BadInput(f"{path}:{line}: NUL byte at offset {off}; profile and fleet files are text")
     return text
 
 
