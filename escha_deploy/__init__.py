@@ -1,6 +1,6 @@
 """escha-deploy: a patched SGLang 0.5.19 + HiCache appliance for small multi-GPU boxes.
 
-Layout (DESIGN.md section 2): pure core (``profile``, ``arch``, ``planner``, ``launch_spec``)
+Layout: pure core (``profile``, ``arch``, ``planner``, ``launch_spec``)
 and I/O at the edges (``host``, ``launch``, ``runtime``, ``doctor``, ``bench``, ``cli``).
 Keep this module import-free: the CLI's cold start depends on it.
 """

@@ -112,7 +112,7 @@ def rank_shapes(arch: ModelArch, tp: int) -> RankShapes:
     Mamba (``Mamba2StateShape.create``): ``n_groups = linear_num_key_heads`` extended by
     ``tp - n_groups`` when not divisible by tp; ``conv_dim = V*HV + 2*n_groups*K``; conv state
     per rank ``conv_dim/tp * (kernel-1)`` elements; temporal ``HV/tp * V * K`` elements.
-    Seed check (DESIGN.md section 5): 48 GDN layers x (5120*3*2 + 24*128*128*4) =
+    Check against the reference box (2 x RTX 5060 Ti, Qwen3.x-27B hybrid GDN, TP 2): 48 GDN layers x (5120*3*2 + 24*128*128*4) =
     76,972,032 B per slot per rank.
     """
     full = len(arch.full_attention_layer_ids())

@@ -1,10 +1,10 @@
-"""Runtime capabilities: what a patch provides and a profile needs (DESIGN.md section 3).
+"""Runtime capabilities: what a patch provides and a profile needs.
 
 A capability is provided by a patch in our series (``runtime_patches/``) or by a user overlay
 (a fork's INT2 KV patch, say). A profile lists the capabilities it needs; ``serve`` and ``up``
 refuse a profile whose needs the runtime lacks, naming them. A capability that adds SGLang
 flags (or choices of an existing flag) declares them here, so the argv check can accept them
-as *declared*, not verified against the real parser (issue 2).
+as *declared*, not verified against the real parser.
 
 The names are shared across issues; change them here only, and ``tests/test_capabilities.py``
 checks that every user agrees.

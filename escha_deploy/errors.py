@@ -1,12 +1,12 @@
 """The one family of user-facing errors, and the exit codes shared by every command.
 
-Exit codes (DESIGN.md section 3): 0 success; 2 bad input or usage (matches Click's usage
+Exit codes: 0 success; 2 bad input or usage (matches Click's usage
 error); 3 refused before starting or not satisfied (unsafe plan, missing capability, failed
 preflight, inventory drift, canary mismatch, ``status``/``logs`` with nothing running);
 4 started but failed (server crash, ready timeout); 5 inconclusive.
 
 Only these classes are mapped to exit codes by the CLI; any other exception is a bug and keeps
-its traceback (style-anchors rule 14). ``ESCHA_DEBUG=1`` shows tracebacks for these too.
+its traceback. ``ESCHA_DEBUG=1`` shows tracebacks for these too.
 """
 
 from __future__ import annotations

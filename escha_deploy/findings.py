@@ -2,7 +2,7 @@
 
 Saved as JSON at ``paths.doctor_findings_path()`` with the time and a host id. Read back through
 a lenient path (unknown keys ignored) so an older or newer escha-deploy can still read it;
-user-facing models are strict, stored data is not (style-anchors rule 2).
+user-facing models are strict, stored data is not.
 
 Used by the planner: ``pinned_ceiling_bytes`` (the largest pinned allocation that worked in one
 process, which caps each rank's host pools under WSL2) and ``host_allocator`` (the allocator the

@@ -17,7 +17,7 @@ from .profile import Profile
 #: Where the L3 file store lives inside the container; the host folder is bind-mounted here.
 CONTAINER_L3_DIR = "/var/lib/escha/hicache"
 #: Loopback names a proxy must never see: SGLang's warmup request goes to the server's own
-#: --host (0.0.0.0 in a container) through any http_proxy it inherits (field report B30).
+#: --host (0.0.0.0 in a container) through any http_proxy it inherits (sglang#9814).
 NO_PROXY = "localhost,127.0.0.1,0.0.0.0,::1"
 
 
@@ -26,14 +26,14 @@ def _fmt_float(x: float) -> str:
 
 
 def is_geforce(gpu_name: str) -> bool:
-    """Consumer GeForce cards: no working PCIe P2P on 40/50-series (research/wsl2-facts.md 5.2).
+    """Consumer GeForce cards: no working PCIe P2P on 40/50-series (NVIDIA/nccl#1637).
     NVML names them "NVIDIA GeForce RTX ..."; profiles name them "GeForce RTX ..."."""
     return "geforce" in gpu_name.lower()
 
 
 def p2p_disabled(plan: Plan, profile: Profile) -> bool:
     """NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce: on for consumer cards and WSL2 unless
-    the profile says otherwise (field report B18; NCCL auto-detects, so it costs nothing there)."""
+    the profile says otherwise (microsoft/WSL#12467; NCCL auto-detects, so it costs nothing there)."""
     setting = profile.container.nccl_p2p_disable
     if setting is not None:
         return setting
@@ -115,7 +115,7 @@ def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L
       ``hicache-host-reserve-env`` capability (else the stock 10 GiB applies);
     - ``ESCHA_HICACHE_HOST_ALLOCATOR``: ``pinned`` on WSL2, doctor's pick or ``auto`` elsewhere;
     - INT2 layout (``SGLANG_MIXED_KV_*``), read by the OSCAR overlay;
-    - ``NCCL_P2P_DISABLE=1`` on consumer cards and WSL2 (B18); ``NO_PROXY`` for loopback (B30);
+    - ``NCCL_P2P_DISABLE=1`` on consumer cards and WSL2 (microsoft/WSL#12467); ``NO_PROXY`` for loopback (sglang#9814);
     - the L3 file backend's directory and cap (``SGLANG_HICACHE_FILE_BACKEND_*``).
     """
     env: dict[str, str] = {"NO_PROXY": NO_PROXY, "no_proxy": NO_PROXY}

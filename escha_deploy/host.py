@@ -2,7 +2,7 @@
 
 ``gather_host_facts()`` reads everything the planner needs into one frozen ``HostFacts`` up
 front, so ``planner.plan()``'s signature lists every input and planner tests are tables of
-facts (style-anchors section 6). Every reader takes a ``root`` so tests can point it at
+facts. Every reader takes a ``root`` so tests can point it at
 fixture trees of WSL2 and other hosts.
 """
 
@@ -170,7 +170,7 @@ def detect_platform(root: Path = Path("/")) -> Platform:
 
     WSL2 kernels name themselves in ``/proc/sys/kernel/osrelease`` (``5.15.167.4-microsoft-
     standard-WSL2``) and ``/proc/version``; both are visible from inside a container too, since
-    containers share the kernel (research/wsl2-facts.md).
+    containers share the kernel.
     """
     for rel in ("proc/sys/kernel/osrelease", "proc/version"):
         p = root / rel

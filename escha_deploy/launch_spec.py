@@ -74,7 +74,7 @@ class ContainerSpec(BaseModel):
     )
     entrypoint: list[str] = Field(default_factory=lambda: ["escha-deploy", "serve"])
     command: list[str] = Field(default_factory=list)
-    # Added for the launcher (issue 4); additive, with defaults.
+    # Launcher settings; additive, with defaults.
     platform: str = Field(default="linux", description="linux or wsl2: how GPUs are requested")
     gpu_count: int | None = Field(
         default=None, description="GPUs to request on Linux when gpus is 'all' (the TP size)"
@@ -246,7 +246,7 @@ def build_launch_spec(plan: Plan, profile: Profile, *, overrides: Sequence[str] 
     gpus: str | list[str] = "all"
     if isinstance(c.gpus, list):
         if plan.platform == "wsl2":
-            # Under WSL2 only "all" works (NVIDIA CDI spec, research/wsl2-facts.md 4.2).
+            # Under WSL2 only "all" works (the NVIDIA Container Toolkit's CDI spec under WSL2 names one device, all).
             cenv["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in c.gpus)
         else:
             gpus = [str(i) for i in c.gpus]

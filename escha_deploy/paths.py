@@ -44,5 +44,5 @@ def cache_dir() -> Path:
 
 
 def doctor_findings_path() -> Path:
-    """``escha-deploy/doctor.json`` under the user cache directory (DESIGN.md section 3)."""
+    """``escha-deploy/doctor.json`` under the user cache directory."""
     return cache_dir() / "doctor.json"

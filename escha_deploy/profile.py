@@ -1,7 +1,7 @@
 """Profiles: typed, frozen descriptions of a box, a model and how to serve it.
 
 A profile is YAML (``profiles/*.yaml``) validated into ``Profile``. Loading is a staged
-pipeline (style-anchors rules 5, 6, 8):
+pipeline:
 
 1. read the YAML with source positions (``yamlpos``);
 2. resolve ``extends:`` by deep-merging raw mappings, parent first, child over parent, each key
@@ -36,15 +36,15 @@ from .yamlpos import Positions, load_yaml_with_positions, parse_yaml_text, posit
 
 Size = Annotated[int, size_field()]
 
-# Defaults of the safety policy, DESIGN.md section 5 ("a starting safety policy ... to be
-# calibrated from real runs"). Printed with every plan.
+# Defaults of the safety policy (docs/planner.md): a starting point, to be calibrated from
+# real runs. Printed with every plan.
 DEFAULT_SERVER_PROCESS_PER_RANK = "3GiB"
 DEFAULT_OS_RESERVE = "1GiB"
 DEFAULT_PAGE_CACHE_FLOOR = "2GiB"
 DEFAULT_RECOMMEND_HEADROOM = "64MiB"
 DEFAULT_RATIO_STEP = 0.05
 DEFAULT_MAX_RATIO = 4.0
-# research/wsl2-facts.md 2.7: about 1.31 GiB per GPU is held by WDDM/GPU-PV under WSL2
+# About 1.31 GiB per GPU is held by WDDM/GPU-PV under WSL2
 # (club-3090 docs/HARDWARE.md, cross-checked on two WSL2 machines).
 DEFAULT_WSL2_HIDDEN_VRAM = "1.31GiB"
 # CUDA context + NCCL before weights load; SGLang measures free memory after init
@@ -174,7 +174,7 @@ class Runtime(EschaModel):
     attention_backend: Annotated[str | None, Field(description="--attention-backend")] = None
     disable_custom_all_reduce: Annotated[
         bool | None,
-        Field(description="--disable-custom-all-reduce; unset: on for consumer GPUs and WSL2 (B18)"),
+        Field(description="--disable-custom-all-reduce; unset: on for consumer GPUs and WSL2 (microsoft/WSL#12467)"),
     ] = None
     enable_cache_report: Annotated[bool, Field(description="--enable-cache-report (bench needs it)")] = True
     enable_metrics: Annotated[bool, Field(description="--enable-metrics (bench and the canary read it)")] = True
@@ -245,7 +245,7 @@ class HiCache(EschaModel):
 
 
 class Safety(EschaModel):
-    """The safety policy of DESIGN.md section 5: what must stay free of pinned host pools."""
+    """The safety policy (docs/planner.md): what must stay free of pinned host pools."""
 
     server_process_per_rank: Annotated[
         Size, Field(description="host memory one server rank uses outside the pinned pools "
@@ -300,7 +300,7 @@ class Container(EschaModel):
     ready_timeout_s: Annotated[int, Field(gt=0, le=MAX_SECONDS, description="how long `up` waits for ready (seconds)")] = 1800
     nccl_p2p_disable: Annotated[
         bool | None,
-        Field(description="NCCL_P2P_DISABLE=1; unset: on for GeForce cards and WSL2 (wsl2-facts 5.2)"),
+        Field(description="NCCL_P2P_DISABLE=1; unset: on for GeForce cards and WSL2 (NVIDIA/nccl#1637)"),
     ] = None
 
 

@@ -2,8 +2,7 @@
 
 GB = 1e9 bytes (what SGLang prints for host pools and takes in ``--hicache-size``); GiB = 2**30
 (SGLang's GPU-memory code and its 10 GiB host reserve). ``parse_size`` refuses a bare number,
-since pydantic's ``ByteSize`` would read ``12`` as 12 bytes (checked on pydantic 2.14.4,
-style-anchors section 7), a trap for a field people think of in GB.
+since pydantic's ``ByteSize`` would read ``12`` as 12 bytes (checked on pydantic 2.14.4), a trap for a field people think of in GB.
 """
 
 from __future__ import annotations

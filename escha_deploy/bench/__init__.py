@@ -1,4 +1,4 @@
-"""HiCache on/off benchmark client and the host-tier restore canary (issue 6).
+"""HiCache on/off benchmark client and the host-tier restore canary.
 
 Talks HTTP to any SGLang 0.5.19 server (OpenAI-compatible ``/v1/completions`` plus SGLang's
 ``/server_info``, ``/model_info``, ``/v1/tokenize`` and ``/metrics``); never imports SGLang.

@@ -1,7 +1,7 @@
 """``--hicache-ab``: start a profile with HiCache off, then on, and run the same workload on both.
 
 The bench does not start servers itself; it asks a launcher through ``Launcher``, the small
-interface below, so the docker code stays in ``escha_deploy.launch`` (DESIGN.md section 2: the
+interface below, so the docker code stays in ``escha_deploy.launch`` (the
 core never imports docker). ``load_launcher`` finds the launcher's implementation at
 ``escha_deploy.launch.bench_launcher`` (a callable returning a ``Launcher``); until that exists,
 ``--hicache-ab`` refuses with exit 3 and says so.

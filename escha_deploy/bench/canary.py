@@ -1,7 +1,7 @@
 """The host-tier restore canary: does a prefix restored from host RAM give the same answer?
 
-The second seed's point (shared/seeds): a reused prefix must give the same result as its
-first computation. sglang#39830 (shared/research/upstream.md section 6) is the failure this
+The point: a reused prefix must give the same result as its
+first computation. sglang#39830 is the failure this
 catches: on hybrid GDN models a prefix evicted from the device pool and loaded back from the
 host pool gives a fluent, wrong answer, with ``cached_tokens`` at full length and no warning.
 

@@ -1,6 +1,6 @@
 """Results of ``bench`` and ``canary``: the pydantic models behind the table, JSON and chart.
 
-One model renders three ways (style-anchors rule 13): ``render.table`` for people,
+One model renders three ways: ``render.table`` for people,
 ``model_dump(mode="json")`` for ``--format json``, ``render.chart`` for the PNG. Times are
 seconds (float, ``time.perf_counter`` on the client), rates are tokens per second, token
 counts are ``int`` as the server reports them.

@@ -3,7 +3,7 @@
 Order (each step's prompts come from ``prompts`` under its own namespace, so steps share no
 prefix): a short warm-up (not measured: the first request pays for JIT and graph capture),
 the cold prefill, decode at batch 1, the first pass, the second pass. The first seed's
-"Measured" table is the shape (shared/seeds, 2 x RTX 5060 Ti, TP 2): cold prefill 1010 vs
+"Measured" table is the shape (the reference box, 2 x RTX 5060 Ti, TP 2): cold prefill 1010 vs
 964 tok/s, decode 51.5 vs 50.7 tok/s, 8 concurrent distinct 18K prefixes second pass 5.2 s
 vs 1.6 s, HiCache off vs on.
 

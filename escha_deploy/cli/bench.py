@@ -1,7 +1,7 @@
 """``escha-deploy bench`` (HiCache on/off benchmark) and ``escha-deploy canary`` (host-tier
 restore check). Results on stdout (table or ``--format json``), progress on stderr.
 
-Exit codes (DESIGN.md section 3): bench 0 when it measured, 2 bad input, 3 endpoint not
+Exit codes: bench 0 when it measured, 2 bad input, 3 endpoint not
 reachable or no launcher, 4 a request failed; canary 0 pass, 3 mismatch, 5 inconclusive.
 """
 

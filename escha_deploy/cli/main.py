@@ -1,7 +1,7 @@
 """Console entry point: run the Typer app and map escha's own errors to exit codes.
 
 Only ``EschaError`` subclasses are mapped (one line per problem on stderr, exit code from
-DESIGN.md section 3), and typer's usage errors (one ``error:`` line and a ``--help`` hint, exit
+``errors.ExitCode``), and typer's usage errors (one ``error:`` line and a ``--help`` hint, exit
 2); any other exception is a bug and keeps its traceback. ``ESCHA_DEBUG=1``
 shows the traceback for escha's errors too.
 """

@@ -1,7 +1,7 @@
 """One output sink: results to stdout (a rich table or JSON), everything else to stderr.
 
 ``--format json`` prints ``json.dumps`` of the same data the table renders, with no markup and
-no wrapping, so it always parses (style-anchors rule 13).
+no wrapping, so it always parses.
 """
 
 from __future__ import annotations

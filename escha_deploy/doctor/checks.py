@@ -3,12 +3,12 @@
 No I/O here, so every check is tested as a table of facts in, status and fix out. Thresholds
 and where they come from:
 
-- page cache below 2 GiB warns: DESIGN.md section 5's page-cache floor (the seed's swap storm
+- page cache below 2 GiB warns: the safety policy's page-cache floor (a box that swapped
   showed page cache at 589 MB).
 - swap in use above 256 MiB warns: the seed's failure was a swap storm; a little swap in use is
   normal on a long-running desktop.
 - /dev/shm below 1 GiB warns: NCCL's SHM transport makes segments of ~9.6 MB each and Docker's
-  64 MiB default fails at TP 2 (field report B17); SGLang's compose uses ``ipc: host``.
+  64 MiB default fails at TP 2 (sglang#4259); SGLang's compose uses ``ipc: host``.
 - VRAM at least 97 % of the profile's ``gpu_vram``: NVML's ``memory.total`` of a card reads a
   little under its marketed size (e.g. 16,303 MiB on a 16 GiB card).
 """
@@ -120,7 +120,7 @@ def check_shm(f: DoctorFacts) -> Check:
         return warn("host.shm", "no /dev/shm", "NCCL needs shared memory: use --ipc=host or --shm-size=16g")
     if f.shm_bytes < SHM_WARN_BYTES:
         return warn("host.shm", f"/dev/shm is {_gib(f.shm_bytes)}",
-                    "NCCL needs shared memory at TP 2: use --ipc=host or --shm-size=16g (field report B17)")
+                    "NCCL needs shared memory at TP 2: use --ipc=host or --shm-size=16g (sglang#4259)")
     return ok("host.shm", f"/dev/shm is {_gib(f.shm_bytes)}")
 
 

@@ -72,7 +72,7 @@ def read_memory(root: Path = Path("/")) -> MemoryFacts:
 
 def read_memlock(root: Path = Path("/"), pid: str = "self") -> tuple[int | None, int | None]:
     """``(soft, hard)`` locked-memory limit in bytes from ``/proc/<pid>/limits``; ``None`` is
-    unlimited. On WSL2 this is not the pinned ceiling (wsl2-facts 2.6: #14078 hit ~500 MB with
+    unlimited. On WSL2 this is not the pinned ceiling (microsoft/WSL#14078 hit ~500 MB with
     ``memlock: -1``), but SGLang's compose sets it to -1 and ``doctor`` reports it.
 
     Raises ``OSError`` when the file is missing, ``ValueError`` when it has no such line.
@@ -95,7 +95,7 @@ def read_shm_size(root: Path = Path("/")) -> int | None:
     """Size of ``/dev/shm`` in bytes, or ``None`` when there is none.
 
     Read from the tmpfs ``size=`` option in ``/proc/self/mounts`` (Docker's default is
-    ``size=65536k``, 64 MiB: field report B17); when the option is absent (tmpfs then defaults
+    ``size=65536k``, 64 MiB: sglang#4259); when the option is absent (tmpfs then defaults
     to half of RAM) or a percentage, from ``statvfs`` on the live path.
     """
     try:
@@ -118,7 +118,7 @@ def read_shm_size(root: Path = Path("/")) -> int | None:
 
 
 class WslSignals(BaseModel):
-    """The WSL2 signals of wsl2-facts R1, each a plain fact.
+    """The WSL2 signals, each a plain fact.
 
     ``kernel``: ``osrelease``/``/proc/version`` names Microsoft's kernel (also true inside a
     container on WSL2, since the kernel is shared). ``dxg``: ``/dev/dxg`` exists (GPU-PV
@@ -177,7 +177,7 @@ DockerKind = Literal["docker-desktop", "engine"]
 
 
 class DockerFacts(BaseModel):
-    """What ``docker info`` says, classified (wsl2-facts 1.3 and 4.1).
+    """What ``docker info`` says, classified.
 
     ``kind``: ``docker-desktop`` when ``OperatingSystem`` is "Docker Desktop" or ``Name`` is
     "docker-desktop" (or a ``com.docker.desktop.*`` label is set), else ``engine``.

@@ -10,7 +10,7 @@ timeout (all ranks are then killed).
 
 With ``nccl`` rank R uses ``cuda:R`` (of what ``CUDA_VISIBLE_DEVICES`` shows); ``gloo`` runs
 on the CPU, which is how CI tests this module without a GPU. ``--env`` adds variables to
-every rank (the P2P choice): wsl2-facts 5.5 and field report B18 (2 ranks, a few MB, 60 s).
+every rank (the P2P choice): microsoft/WSL#12467 (2 ranks, a few MB, 60 s).
 Stdlib only at module level (torch is imported in the ranks).
 """
 
@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-DEFAULT_NUMEL = 1 << 20  # 4 MiB of float32, "a few MB" (wsl2-facts 5.5)
+DEFAULT_NUMEL = 1 << 20  # 4 MiB of float32, "a few MB" (microsoft/WSL#12467)
 DEFAULT_TIMEOUT_S = 60.0
 
 

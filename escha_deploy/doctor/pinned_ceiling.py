@@ -16,7 +16,7 @@ pinned 256 MiB steps cumulatively; microsoft/WSL#14078 saw ~500 MB). The default
 of two: powers of two are used for that reason); ``register`` with an anonymous ``MAP_SHARED``
 mmap, pre-faulted, then ``cudaHostRegister(flags=0)`` as SGLang 0.5.19 does.
 
-A failed pinned allocation leaves a sticky CUDA error (wsl2-facts 2.6): one process per probe.
+A failed pinned allocation leaves a sticky CUDA error (microsoft/WSL#14078): one process per probe.
 Stdlib only at module level.
 """
 

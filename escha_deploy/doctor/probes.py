@@ -151,7 +151,7 @@ def run_pinned_ceiling(target_bytes: int, allocator: str = "pinned", step_bytes:
 
 
 def nccl_attempts(gpu_names: Sequence[str], platform: str) -> list[dict[str, str]]:
-    """NCCL environments to try, in order (wsl2-facts 5.2, 5.5; field report B18).
+    """NCCL environments to try, in order (NVIDIA/nccl#1637, microsoft/WSL#12467).
 
     On GeForce cards or under WSL2, P2P disabled first (no working PCIe P2P there, and a
     driver that claims it can hang NCCL), then also shared memory off as the last resort.

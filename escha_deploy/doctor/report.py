@@ -1,8 +1,8 @@
 """The doctor report: checks that end ok, warn or fail, each with a one-line fix.
 
 A ``Check`` is one row of the report. ``profile`` marks a check that decides whether a profile
-can run here: with ``--profile``, ``doctor`` exits 3 when any such check fails (DESIGN.md
-section 3), and 0 otherwise; without a profile it exits 0 once the checks ran.
+can run here: with ``--profile``, ``doctor`` exits 3 when any such check fails (docs/
+doctor.md), and 0 otherwise; without a profile it exits 0 once the checks ran.
 """
 
 from __future__ import annotations

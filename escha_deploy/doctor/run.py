@@ -1,6 +1,6 @@
 """Run ``doctor``: gather the facts, run (or reuse) the probes, build the report, save findings.
 
-Three steps, no logic in the top function (style-anchors section 6): ``gather_facts`` reads the
+Three steps, no logic in the top function: ``gather_facts`` reads the
 world, ``run_probes`` runs the slow GPU probes (or reuses saved findings younger than a day, as
 ``up``'s preflight does), ``build_report`` is pure.
 """
@@ -22,7 +22,7 @@ from .probes import nccl_attempts, pick_allocator, run_nccl_smoke, run_pinned_ce
 from .report import DoctorReport
 
 #: Pinned-ladder target without a profile: 4 GiB, a little over the largest WSL2 ceilings
-#: reported in one process (wsl2-facts 2.6 table: 0.5 GB to about 5 GB).
+#: reported in one process (reports in microsoft/WSL#14078: 0.5 GB to about 5 GB).
 DEFAULT_PINNED_TARGET_BYTES = 4 * GiB
 
 

@@ -18,7 +18,7 @@ Cases (``CASES``):
 
 The kernel is given the raw host address, as SGLang's HiCache transfer kernels are. Where
 ``cudaDevAttrCanUseHostPointerForRegisteredMem`` is 0 (WSL2 GPU-PV) the registered cases fail
-with an illegal address: the seed's crash (field reports B06/B07).
+with an illegal address: the seed's crash (sglang#40232, sglang#35233).
 
 Methods: ``cupy`` launches a raw CUDA kernel that stores ``i ^ 0x5A5A5A5A`` into word ``i``;
 ``torch`` wraps the address as a CUDA tensor through ``__cuda_array_interface__`` and runs

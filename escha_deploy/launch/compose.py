@@ -21,7 +21,7 @@ from escha_deploy.launch_spec import ContainerSpec
 
 from .docker import LABEL_PLAN_DIGEST, PROFILE_TARGET, SERVE_MODE_ENV
 
-#: Where the image is built from (the repository root, issue 3's Dockerfile.hicache).
+#: Where the image is built from (the repository root, Dockerfile.hicache).
 DOCKERFILE = "Dockerfile.hicache"
 
 

@@ -42,7 +42,7 @@ LABEL_STOP_TIMEOUT = LABEL_PREFIX + "stop-timeout"
 #: Where a non-shipped profile file is mounted (``build_launch_spec``'s command names it).
 PROFILE_TARGET = "/etc/escha/profile.yaml"
 
-#: Smallest /dev/shm accepted when ipc is not ``host`` (16 GB, issue 4; NCCL at TP 2).
+#: Smallest /dev/shm accepted when ipc is not ``host`` (16 GB; NCCL at TP 2, sglang#4259).
 MIN_SHM_BYTES = 16 * 10**9
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 #: Set in the container's environment (here and in compose.yaml): tells ``serve`` it runs in

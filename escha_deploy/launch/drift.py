@@ -33,7 +33,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-#: Relative difference above which a figure is reported (issue 4: "above 1%").
+#: Relative difference above which a figure is reported (above 1%).
 TOLERANCE = 0.01
 #: Half a unit of SGLang's ``%.2f`` GB: the resolution of a printed GB figure, in bytes.
 GB_PRINT_RESOLUTION_BYTES = 5_000_000

@@ -396,13 +396,13 @@ def step_choose_hicache(c: _Ctx) -> None:
         if "hicache-host-allocator" in c.capabilities:
             allocator = c.host.host_allocator or "pinned"
             c.decide("choose_hicache", "host allocator", allocator,
-                     "WSL2: a kernel cannot store to cudaHostRegister'ed memory (seed 000, sglang#40232); "
+                     "WSL2: a kernel cannot store to cudaHostRegister'ed memory (sglang#40232); "
                      "cudaHostAlloc (pinned) memory is device-mappable"
                      + (" (doctor's store probe)" if c.host.host_allocator else ""))
         else:
             c.hicache_off_reason = (
                 "WSL2: the runtime registers host pools with cudaHostRegister, which a kernel cannot store "
-                "to there (illegal memory access, seed 000 and sglang#40232); it needs hicache-host-allocator")
+                "to there (illegal memory access, sglang#40232); it needs hicache-host-allocator")
     else:
         if "hicache-host-allocator" in c.capabilities:
             allocator = c.host.host_allocator or "auto"

@@ -6,7 +6,7 @@ SGLang 0.5.19 sizes pools from what is left after the weights
 ``rest = available_after_weights - pre_model_load_free * (1 - mem_fraction_static)``, so the
 static budget for weights + pools is ``pre_model_load_free * mem_fraction_static``. Free memory
 before the weights is the card's VRAM less the CUDA context and, under WSL2, the VRAM the
-platform keeps hidden (about 1.31 GiB per GPU, research/wsl2-facts.md 2.7).
+platform keeps hidden (about 1.31 GiB per GPU, held by WDDM/GPU-PV).
 
 Default fraction (``srt/arg_groups/memory_hook.py: handle_gpu_memory_settings``), ``gpu_mem``
 in MiB: ``reserved = 512 + max(chunked_prefill, 2048) * 1.5 + tp*pp/8 * 1024 +

@@ -8,7 +8,7 @@ Notation (research/sglang-0519-memory.md section 1.3): ``n`` KV heads per rank, 
 - mxfp8: ``n*2D*L + n*2D*L // 32``; nvfp4 / fp4_mx_block16: ``n*2D*L//2 + n*D*L*2//16 + 2*n*D``
 - int2 (OSCAR, our overlay's layout; research/upstream.md section 2): per layer and per K or V,
   codes ``n * D/4`` bytes plus (scale, zero) pairs ``n * 2 * (D/group) * itemsize(scale)``.
-  The seed's figure: 16 x 2 x (128 + 64) = 6,144 B per token per rank (DESIGN.md section 5).
+  The reference box's figure: 16 x 2 x (128 + 64) = 6,144 B per token per rank.
 
 Host bytes per token (``size_per_token`` of the host pool, ``pool_host/*.py``): the device
 width for bf16/fp8; for INT2 our host pool mirrors codes and scales/zeros (two tensors).

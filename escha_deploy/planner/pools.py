@@ -11,7 +11,7 @@ Sources (0.5.19 wheel): ``srt/mem_cache/pool_host/base.py: HostKVCache.__init__`
   splits the GB between the pools in proportion to their device bytes (``get_kv_size_bytes()``
   and the mamba pool's bytes, padding included).
 
-Seed check (DESIGN.md section 5), ratio 2: KV int(210000*2)=420000 -> 52501 pages of 8 =
+Check against the reference box (2 x RTX 5060 Ti, Qwen3.x-27B hybrid GDN, TP 2), ratio 2: KV int(210000*2)=420000 -> 52501 pages of 8 =
 420,008 tokens x 6,144 B = 2,580,529,152 B; mamba int(16*2)+1 = 33 x 76,972,032 B =
 2,540,077,056 B; two ranks pin 10,241,212,416 B.
 """

@@ -83,7 +83,7 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
         if rt.enable_mixed_chunk and "mamba-mixed-chunk-fix" not in capabilities:
             error("runtime.enable_mixed_chunk",
                   "mixed chunk corrupts mamba checkpoints on hybrid models without sglang#39526 "
-                  "(field report B28): set false, or add the mamba-mixed-chunk-fix overlay to runtime.needs")
+                  "(sglang#39342): set false, or add the mamba-mixed-chunk-fix overlay to runtime.needs")
         if not mamba_slots:
             # kv_cache_configurator.py: _handle_max_mamba_cache raises "Not enough GPU memory for
             # hybrid (mamba/linear-attention) state cache" when it computes no slot.
@@ -133,14 +133,14 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
             if dtype == "int2":
                 error("hicache.hicache_storage_backend",
                       "L3 storage with INT2 KV: the flat data page carries the packed codes without "
-                      "their scales/zeros (seed 000); remove the storage backend")
+                      "their scales/zeros (the INT2 host pool keeps them in separate tensors); remove the storage backend")
             if arch.is_hybrid and sb in L3_NOT_FOR_HYBRID:
                 error("hicache.hicache_storage_backend",
                       f"{sb} does not implement batch_*_v2 and raises NotImplementedError on hybrid models")
             elif arch.is_hybrid and sb == "file":
                 warn("hicache.hicache_storage_backend",
                      "file L3 with a hybrid GDN model has illegal-memory-access reports on stock 0.5.19 "
-                     "(sglang#16771, #30055; field reports B22/B23): retry without L3 to isolate a crash")
+                     "(sglang#16771, #30055): retry without L3 to isolate a crash")
             if sb == "file" and not hc.storage_dir:
                 error("hicache.storage_dir", "the file backend needs a host directory (it must outlive the container)")
             if sb == "file" and hc.storage_max_size is None:

@@ -5,7 +5,7 @@ mirrored in OCI labels under ``io.escha.`` for what is known before the build (`
 build`` passes it as build arguments, and ``runtime apply --expect-*`` checks the build agrees).
 ``serve`` reads the file, ``up`` the labels (falling back to the file in the image); both call
 ``require_capabilities``. A native ``serve`` with no file treats the runtime as stock, with no
-capabilities (DESIGN.md section 3).
+capabilities.
 """
 
 from __future__ import annotations

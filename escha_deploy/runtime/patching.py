@@ -1,6 +1,6 @@
 """Apply the series (+ overlays) to an installed sglang, and verify it file by file.
 
-Two-phase inventory (issue 3): (a) the base, every file of the unpatched package; (b) the
+Two-phase inventory: (a) the base, every file of the unpatched package; (b) the
 deltas, the files the series changes or adds with their expected hashes. The deltas are always
 computed by applying the patches to a clean copy of the base's files, never read back from the
 tree being verified:

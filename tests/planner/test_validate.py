@@ -48,7 +48,7 @@ def test_l3_with_int2_is_refused():
 def test_file_backend_with_hybrid_on_stock_warns_b22_b23():
     p, fs, text = findings("linux-tp2-l3")
     assert ("warning", "hicache.hicache_storage_backend") in fs
-    assert "B22/B23" in text
+    assert "sglang#16771" in text
 
 
 def test_int2_without_its_capability():

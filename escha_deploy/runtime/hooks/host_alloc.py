@@ -12,14 +12,14 @@ through the CUDA driver with ctypes.
 - ``register``: the stock SGLang 0.5.19 path (``common.py: alloc_with_host_register``): an
   anonymous mmap, pre-faulted, then ``cudaHostRegister(ptr, size, 0)``.
 - ``pinned``: ``torch.empty(..., pin_memory=True)``, i.e. ``cudaHostAlloc``, whose device alias
-  is the host address (field report B07: the fix for WSL2's illegal memory access).
+  is the host address (sglang#35233: the fix for WSL2's illegal memory access).
 - ``auto`` (default): ``pinned`` when the CUDA device attribute
   CanUseHostPointerForRegisteredMem is 0 (WSL2: a kernel cannot use the host address of
   registered memory, and SGLang's transfer kernels pass exactly that address), else
   ``register``.
 
 Whenever the choice is ``pinned``, each allocation must stay within ``PINNED_MAX_BYTES`` (4 GiB,
-field report B11, sglang#7666: one pinned allocation above about 4 GB failed with "CUDA error:
+sglang#7666: one pinned allocation above about 4 GB failed with "CUDA error:
 invalid argument"); a larger buffer is refused with ``PinnedAllocationTooLarge`` naming its
 size, before anything is allocated. Lower ``--hicache-ratio`` (or ``--hicache-size``) to fit.
 """
@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 ENV_HOST_ALLOCATOR = "ESCHA_HICACHE_HOST_ALLOCATOR"
 CHOICES = ("auto", "register", "pinned")
-#: Largest single pinned (cudaHostAlloc) allocation we make: 4 GiB (field report B11).
+#: Largest single pinned (cudaHostAlloc) allocation we make: 4 GiB (sglang#7666).
 PINNED_MAX_BYTES = 4 * (1024**3)
 #: CUDA driver enum CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM (cuda.h), the
 #: same value as the runtime's cudaDevAttrCanUseHostPointerForRegisteredMem.

@@ -9,8 +9,8 @@ every KV host pool it builds. Standard library only.
 Why: the HiCache transfer kernels copy, per token and layer, ``element_dim`` elements between a
 device row and a host slot whose stride is ``token_stride_size``. When the host pool disagrees
 with itself or with the device pool, the first transfer reads or writes past a row and the
-server dies later with an asynchronous "illegal memory access". The seed's INT2 pool did this
-(DESIGN.md section 5): host stride 192 B, element_dim 512, device row 128 B.
+server dies later with an asynchronous "illegal memory access". An INT2 pool of a fork did this
+(the reference box): host stride 192 B, element_dim 512, device row 128 B.
 
 The rule, per tensor the transfer moves (K/V, or an overlay's codes and scales/zeros):
 
