@@ -59,6 +59,10 @@ def check_platform(f: DoctorFacts) -> Check:
     parts.append("GPU-PV /dev/dxg present" if f.wsl.dxg else "no /dev/dxg")
     if f.docker.reachable and f.docker.kind:
         parts.append("Docker Desktop" if f.docker.kind == "docker-desktop" else "Docker engine in the distro")
+    # NAT (WSL's default) is fine for one box; a node of a multi-node instance needs mirrored
+    # networking (learn.microsoft.com/windows/wsl/networking), which `fleet plan` checks
+    parts.append(f"networking {f.wsl_networking_mode}" if f.wsl_networking_mode
+                 else "networking mode unknown (no wslinfo)")
     detail = "; ".join(parts)
     if not f.wsl.dxg:
         fix = ("start the container with --gpus all (WSL2 passes GPUs only as 'all')" if f.in_container

@@ -63,3 +63,15 @@ def test_read_image_digest_from_the_real_daemon():
     ref = os.environ.get("ESCHA_TEST_BASE_IMAGE", "escha-sglang-base:ci")
     f = read_image(ref)
     assert f.error is None and f.id.startswith("sha256:") and len(f.id) == 71
+
+
+def test_platform_check_names_the_networking_mode():
+    from escha_deploy.doctor.checks import check_platform
+
+    kw = dict(docker=lambda: DockerFacts(reachable=False), gpus=lambda: GpuInventory(source="none"))
+    nat = gather_facts(FIXTURES / "wsl2-distro-engine", {}, networking_mode=lambda: "nat", **kw)
+    assert "networking nat" in check_platform(nat).detail
+    unknown = gather_facts(FIXTURES / "wsl2-distro-engine", {}, networking_mode=lambda: None, **kw)
+    assert "networking mode unknown" in check_platform(unknown).detail
+    linux = gather_facts(FIXTURES / "linux-host", {}, networking_mode=lambda: "nat", **kw)
+    assert "networking" not in check_platform(linux).detail
