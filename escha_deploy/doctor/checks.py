@@ -22,6 +22,8 @@ from escha_deploy.units import GiB, MiB, fmt_gb, fmt_gib, fmt_mib
 from .facts import DoctorFacts
 from .report import Check, fail, ok, warn
 
+#: The page-cache floor of the default safety policy (``profile.Safety.page_cache_floor``);
+#: with ``--profile`` doctor uses that profile's ``safety.page_cache_floor`` instead.
 PAGE_CACHE_FLOOR_BYTES = 2 * GiB
 SWAP_WARN_BYTES = 256 * MiB
 SHM_WARN_BYTES = 1 * GiB
@@ -34,6 +36,8 @@ class ProfileNeeds:
 
     ``gpu_vram_bytes`` per GPU (profile ``hardware.gpu_vram``); ``pinned_per_rank_bytes`` the
     plan's per-rank host pools (``plan.per_rank.pinned_bytes``), ``None`` when not planned.
+    ``ref``: the profile as the user named it (a name or a path), for hints that run as printed;
+    ``page_cache_floor_bytes``: the profile's ``safety.page_cache_floor`` (bytes).
     """
 
     name: str
@@ -44,6 +48,15 @@ class ProfileNeeds:
     hicache_enabled: bool
     pinned_per_rank_bytes: int | None = None
     plan_problems: tuple[str, ...] = ()
+    ref: str = ""
+    page_cache_floor_bytes: int = PAGE_CACHE_FLOOR_BYTES
+
+    @property
+    def profile_arg(self) -> str:
+        """``--profile REF`` as a shell word, for hints."""
+        import shlex
+
+        return shlex.quote(self.ref or self.name)
 
 
 def _gib(n: int | None) -> str:
@@ -71,7 +84,9 @@ def check_platform(f: DoctorFacts) -> Check:
     return ok("platform", detail)
 
 
-def check_memory(f: DoctorFacts) -> list[Check]:
+def check_memory(f: DoctorFacts, page_cache_floor: int = PAGE_CACHE_FLOOR_BYTES) -> list[Check]:
+    """MemTotal/MemAvailable, swap, the page cache against ``page_cache_floor`` (bytes: the
+    profile's ``safety.page_cache_floor``, or the default policy's), huge pages."""
     if f.memory is None:
         return [warn("host.memory", f"cannot read memory: {f.memory_error}",
                      "run doctor where /proc/meminfo is readable")]
@@ -88,9 +103,9 @@ def check_memory(f: DoctorFacts) -> list[Check]:
                          "close memory-hungry programs before starting: pinned pools plus swap made the seed's box thrash"))
     else:
         rows.append(ok("host.swap", f"{_gib(m.swap_used_bytes)} of {_gib(m.swap_total_bytes)} swap in use"))
-    if m.page_cache_bytes is not None and m.page_cache_bytes < PAGE_CACHE_FLOOR_BYTES:
+    if m.page_cache_bytes is not None and m.page_cache_bytes < page_cache_floor:
         rows.append(warn("host.page_cache", f"page cache {_gib(m.page_cache_bytes)}, under the "
-                         f"{_gib(PAGE_CACHE_FLOOR_BYTES)} floor", "free memory first: the seed's swap storm began with page cache at 589 MB"))
+                         f"{_gib(page_cache_floor)} floor (safety.page_cache_floor)", "free memory first: the seed's swap storm began with page cache at 589 MB"))
     else:
         rows.append(ok("host.page_cache", f"page cache {_gib(m.page_cache_bytes)}"))
     if m.hugetlb_bytes > 0:
@@ -228,9 +243,10 @@ def check_nccl(f: DoctorFacts) -> list[Check]:
                  "raise /dev/shm (--ipc=host), then try NCCL_SHM_DISABLE=1; rerun with NCCL_DEBUG=INFO to see transports")]
 
 
-def host_checks(f: DoctorFacts) -> list[Check]:
-    """The checks that need no profile, in report order."""
-    return [check_platform(f), *check_memory(f), check_memlock(f), check_shm(f), *check_docker(f),
+def host_checks(f: DoctorFacts, page_cache_floor: int = PAGE_CACHE_FLOOR_BYTES) -> list[Check]:
+    """The checks that need no profile, in report order (``page_cache_floor``: bytes, the
+    profile's safety policy when one was given)."""
+    return [check_platform(f), *check_memory(f, page_cache_floor), check_memlock(f), check_shm(f), *check_docker(f),
             *check_gpus(f), *check_probes(f), *check_nccl(f)]
 
 
@@ -265,7 +281,7 @@ def profile_checks(f: DoctorFacts, need: ProfileNeeds) -> list[Check]:
                 rows.append(ok("profile.host_allocator", f"HiCache host pools via {p.host_allocator}", profile=True))
         elif g.count:
             rows.append(warn("profile.host_allocator", f"store probe not run ({p.skipped or 'skipped'})",
-                             "run `escha-deploy doctor --profile NAME` without --no-probes", profile=True))
+                             f"run `escha-deploy doctor --profile {need.profile_arg}` without --no-probes", profile=True))
         c = p.pinned
         planned = need.pinned_per_rank_bytes
         if c is not None and planned is not None and c.reached and c.largest_bytes < planned:
@@ -282,7 +298,7 @@ def profile_checks(f: DoctorFacts, need: ProfileNeeds) -> list[Check]:
     if want >= 2 and g.count >= want:
         if f.probes.nccl_ok is None:
             rows.append(warn("profile.nccl", "all-reduce smoke test not run",
-                             "run `escha-deploy doctor --profile NAME` without --no-probes", profile=True))
+                             f"run `escha-deploy doctor --profile {need.profile_arg}` without --no-probes", profile=True))
         elif f.probes.nccl_ok:
             env = " ".join(f"{k}={v}" for k, v in f.probes.nccl[-1].get("env", {}).items()) or "default env"
             rows.append(ok("profile.nccl", f"all-reduce passed; launch with {env}", profile=True))
@@ -290,5 +306,5 @@ def profile_checks(f: DoctorFacts, need: ProfileNeeds) -> list[Check]:
             rows.append(fail("profile.nccl", f"all-reduce failed: {f.probes.nccl[-1].get('error')}",
                              "see probe.nccl; TP across these GPUs will not start", profile=True))
     for problem in need.plan_problems:
-        rows.append(fail("profile.plan", problem, "`escha-deploy plan --profile NAME` explains the budget", profile=True))
+        rows.append(fail("profile.plan", problem, f"`escha-deploy plan --profile {need.profile_arg}` explains the budget", profile=True))
     return rows

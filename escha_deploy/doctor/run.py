@@ -46,7 +46,7 @@ def needs_from_profile(ref: str, overrides: Sequence[str] = ()) -> ProfileNeeds:
     return ProfileNeeds(name=profile.name, gpu_count=hw.gpu_count, gpu_vram_bytes=hw.gpu_vram,
                         gpu_name=hw.gpu_name, tp_size=profile.runtime.tp_size,
                         hicache_enabled=profile.hicache.enabled, pinned_per_rank_bytes=pinned or None,
-                        plan_problems=problems)
+                        plan_problems=problems, ref=ref, page_cache_floor_bytes=profile.safety.page_cache_floor)
 
 
 def _now() -> _dt.datetime:
@@ -55,11 +55,13 @@ def _now() -> _dt.datetime:
 
 def pinned_target(facts: DoctorFacts, need: ProfileNeeds | None) -> int:
     """Bytes the pinned ladder aims at: the profile's planned per-rank host pools (else
-    ``DEFAULT_PINNED_TARGET_BYTES``), capped at MemAvailable minus the 2 GiB page-cache floor
-    so the probe never drives the box into swap."""
+    ``DEFAULT_PINNED_TARGET_BYTES``), capped at MemAvailable minus the page-cache floor (the
+    profile's ``safety.page_cache_floor``, else the default policy's 2 GiB) so the probe never
+    drives the box into swap."""
     target = (need.pinned_per_rank_bytes if need and need.pinned_per_rank_bytes else DEFAULT_PINNED_TARGET_BYTES)
     if facts.memory and facts.memory.mem_available_bytes is not None:
-        room = facts.memory.mem_available_bytes - PAGE_CACHE_FLOOR_BYTES
+        floor = need.page_cache_floor_bytes if need else PAGE_CACHE_FLOOR_BYTES
+        room = facts.memory.mem_available_bytes - floor
         target = min(target, max(room, 256 * 2**20))
     return target
 
@@ -115,7 +117,7 @@ def run_probes(facts: DoctorFacts, need: ProfileNeeds | None, *, reuse: bool = T
 
 def build_report(facts: DoctorFacts, need: ProfileNeeds | None, now: _dt.datetime) -> DoctorReport:
     """Pure: the report for ``facts`` (and ``need`` when a profile was given)."""
-    checks = host_checks(facts)
+    checks = host_checks(facts, need.page_cache_floor_bytes if need else PAGE_CACHE_FLOOR_BYTES)
     if need is not None:
         checks += profile_checks(facts, need)
     return DoctorReport(created_at=now.isoformat(), host_id=facts.host_id,

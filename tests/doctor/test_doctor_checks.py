@@ -174,3 +174,26 @@ def test_every_non_ok_check_has_a_one_line_fix():
     for tree in ("wsl2-desktop-container", "wsl2-distro-engine", "wsl2-distro-desktop", "linux-host"):
         for c in host_checks(facts(tree)) + profile_checks(facts(tree), NEED):
             assert c.status == "ok" or (c.fix and "\n" not in c.fix)
+
+
+def test_page_cache_floor_is_the_profiles_safety_policy(tmp_path):
+    """doctor --profile judges the page cache against that profile's safety.page_cache_floor,
+    not a constant: 3.72 GiB of page cache passes the default 2 GiB floor, warns under 6 GiB."""
+    from escha_deploy.doctor.run import build_report, needs_from_profile
+
+    f = facts("wsl2-desktop-container", docker=_docker("docker-desktop-wsl2"))
+    assert by_id(host_checks(f))["host.page_cache"].status == "ok"
+    prof = tmp_path / "big-floor.yaml"
+    prof.write_text("extends: rtx5060ti-tp2-fp8\nname: big-floor\nsafety:\n  page_cache_floor: 6GiB\n")
+    need = needs_from_profile(str(prof))
+    assert need.page_cache_floor_bytes == 6 * GiB and need.ref == str(prof)
+    import datetime as dt
+
+    report = build_report(f, need, dt.datetime.now(dt.timezone.utc))
+    row = by_id(report.checks)["host.page_cache"]
+    assert row.status == "warn" and "6.00 GiB floor (safety.page_cache_floor)" in row.detail
+    # hints name the profile as the user gave it, so they run as printed
+    import dataclasses
+
+    rows = profile_checks(f, dataclasses.replace(need, plan_problems=("plan: unsafe",)))
+    assert by_id(rows)["profile.plan"].fix == f"`escha-deploy plan --profile {prof}` explains the budget"
