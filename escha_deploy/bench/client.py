@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from escha_deploy.errors import BadInput, Failed, Refused
+from escha_deploy.errors import BadInput, EschaError, Failed, Refused
 
 from .metrics import HOST_TOTAL_TOKENS, MAMBA_USAGE, Snapshot
 from .models import ServerFacts
@@ -138,12 +138,24 @@ class ServerClient:
             )
 
     async def _get(self, path: str) -> httpx.Response | None:
-        """GET ``path``; ``None`` on 404/405 (endpoint absent). Connection errors propagate."""
+        """GET ``path``; ``None`` on 404/405 (endpoint absent). Connection errors propagate.
+        Raises ``Refused`` on 401: the server has an API key and refused ours (``_refused_key``)."""
         self._count()
         r = await self._http.get(path)
+        if r.status_code == 401:
+            raise self._refused_key(path, Refused)
         if r.status_code in (404, 405):
             return None
         return r
+
+    def _refused_key(self, path: str, kind: type[EschaError]) -> EschaError:
+        """The error for a 401: SGLang's API-key middleware refused the key we sent, or its
+        absence (sglang/srt/utils/auth.py ``decide_request_auth``; /health and /metrics are
+        exempt, so a server can look ready and still refuse every request)."""
+        sent = "the key sent" if "authorization" in self._http.headers else "no key was sent"
+        return kind(f"{self.url}{path}: the server refused the API key (HTTP 401; {sent})",
+                    hint="pass the key the server was started with: --api-key-file FILE "
+                    "(the profile's container.api_key_file) or ESCHA_API_KEY")
 
     async def probe(self) -> ServerFacts:
         """Health, server and model info, tokenizer and metrics availability.
@@ -269,6 +281,8 @@ class ServerClient:
         saw_ids = False
         try:
             async with self._http.stream("POST", "/v1/completions", json=body) as r:
+                if r.status_code == 401:
+                    raise self._refused_key("/v1/completions", Failed)
                 if r.status_code != 200:
                     text = (await r.aread()).decode(errors="replace")[:300]
                     raise Failed(f"{self.url}/v1/completions answered {r.status_code}: {text}")
