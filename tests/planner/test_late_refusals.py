@@ -136,3 +136,14 @@ def test_no_auto_sized_mamba_slot_is_refused(cli):
                      "runtime.max_total_tokens=null")
     assert r.code == 3 and d["per_rank"]["device_mamba_slots"] == 0
     assert any(reason.startswith("runtime.max_mamba_cache_size: no mamba state slot fits") for reason in d["reasons"])
+
+
+def test_profiles_validate_reports_a_late_refusal_and_plan_refuses_it(cli, tmp_path):
+    """The same file: ``profiles validate`` lists it (its exit 2 covers every problem it finds),
+    ``plan`` refuses it before anything starts (exit 3), both naming file:line and key."""
+    f = tmp_path / "ascend.yaml"
+    f.write_text("extends: rtx5060ti-tp2-fp8\nname: ascend\nhicache:\n  hicache_io_backend: kernel_ascend\n")
+    v = cli("profiles", "validate", str(f))
+    assert v.code == 2 and f"{f}:4: hicache.hicache_io_backend: kernel_ascend" in v.err
+    p = cli("plan", "-p", str(f), "--host-ram", "32GiB", "--linux")
+    assert p.code == 3 and f"{f}:4: hicache.hicache_io_backend: kernel_ascend" in p.err
