@@ -268,3 +268,26 @@ def test_refused_api_key_says_so_without_waiting_for_the_timeout(docker_client, 
         assert leftovers(docker_client) == []
     finally:
         cleanup(docker_client)
+
+
+def test_sigterm_while_following_the_log_stops_and_removes(docker_client, standin_image, tmp_path, no_leaks):
+    image = standin_image("escha-standin:ok")
+    l3 = l3_dir(tmp_path)
+    before = l3_state(l3)
+    proc = start_up(image, "--set", f"hicache.storage_dir={l3}")  # no --detach: follows the log
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "up: ready in" in line:
+                break
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert f"up: {NAME} stopped and removed" in err
+        assert leftovers(docker_client, [proc]) == []
+        assert not docker_client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)
+    finally:
+        proc.kill()
+        cleanup(docker_client)
+    assert l3_state(l3) == before
