@@ -65,6 +65,16 @@ MAX_RATIO = 100.0
 MIN_RATIO_STEP = 0.001
 #: Seconds: a week.
 MAX_SECONDS = 7 * 24 * 3600
+#: An image reference in the grammar of Docker's distribution/reference (``reference/regexp.go``):
+#: ``[domain/]path[:tag][@digest]``, the path lowercase, a domain only when it has a dot, a port
+#: or is localhost (else the first part is a path, as ``ParseNormalizedNamed`` reads it).
+#: Refused here in one line rather than as a docker-py exception (an empty name raised
+#: ``NullResource``, ``UPPER/x`` a 400 "invalid reference format").
+_DC = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DC}(?:\.{_DC})+(?::[0-9]+)?|{_DC}:[0-9]+|localhost)"
+_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_REF = (rf"^(?:{_DOMAIN}/)?{_PATH}(?:/{_PATH})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+             r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
 
 
 class EschaModel(BaseModel):
@@ -136,7 +146,7 @@ class KvCache(EschaModel):
 
 class Runtime(EschaModel):
     sglang_version: Annotated[Literal["0.5.19"], Field(description="SGLang release the profile targets")] = "0.5.19"
-    base_image: Annotated[str, Field(description="base image Dockerfile.hicache builds on")] = "lmsysorg/sglang:v0.5.19"
+    base_image: Annotated[str, Field(pattern=IMAGE_REF, max_length=512, description="base image Dockerfile.hicache builds on")] = "lmsysorg/sglang:v0.5.19"
     needs: Annotated[
         list[CapabilityName],
         Field(description="runtime capabilities this profile needs; serve/up refuse a runtime lacking any"),
@@ -273,7 +283,7 @@ class Safety(EschaModel):
 
 
 class Container(EschaModel):
-    image: Annotated[str, Field(description="image to run; `escha-deploy build` tags escha-sglang:0.5.19-hicache by default")] = IMAGE_HICACHE
+    image: Annotated[str, Field(pattern=IMAGE_REF, max_length=512, description="image to run; `escha-deploy build` tags escha-sglang:0.5.19-hicache by default")] = IMAGE_HICACHE
     port: Annotated[int, Field(gt=0, lt=65536, description="host port of the OpenAI-compatible API")] = 30000
     expose: Annotated[
         bool, Field(description="publish beyond 127.0.0.1 (needs api_key_file)")

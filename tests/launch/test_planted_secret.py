@@ -129,7 +129,8 @@ def test_documented_route_prints_no_key(tmp_path, key_file):
 
 @pytest.mark.docker
 def test_started_container_shows_no_key(docker_client, standin_image, tmp_path, key_file, no_leaks):
-    """docker inspect (everything the daemon keeps), the log, status and logs output."""
+    """docker inspect (everything the daemon keeps), the LaunchSpec file the container runs
+    with, the log, status and logs output."""
     image = standin_image("escha-standin:ok")
     leaky = run_cli("up", "--profile", P, "--set", f"container.image={image}", "--detach",
                     "--set", f"runtime.extra_args=[--api-key, {KEY}]")
@@ -143,6 +144,14 @@ def test_started_container_shows_no_key(docker_client, standin_image, tmp_path, 
         inspect = json.dumps(c.attrs)
         assert KEY not in inspect and KEY not in json.dumps(c.image.attrs)
         assert str(key_file) in inspect  # mounted by path, read-only
+        # the LaunchSpec document up wrote and the container runs with serve --spec
+        from escha_deploy.launch_spec import SPEC_TARGET
+
+        spec_src = next(m["Source"] for m in c.attrs["Mounts"] if m["Destination"] == SPEC_TARGET)
+        spec_text = Path(spec_src).read_text()
+        spec_doc = json.loads(spec_text)
+        assert spec_doc["api_key_file"] == "/run/secrets/escha_api_key"  # a path, read at serve time
+        assert KEY not in spec_text
         log = c.logs().decode(errors="replace")
         shown = [r.stdout + r.stderr, log]
         for cmd in (["status", "--profile", P, "--format", "json"], ["logs", "--profile", P]):
