@@ -607,7 +607,47 @@ def cross_field_problems(profile: Profile) -> list[tuple[tuple[str, ...], str]]:
         if any(g >= profile.hardware.gpu_count for g in gpus):
             out.append((("container", "gpus"),
                         f"device id {max(gpus)} but hardware.gpu_count is {profile.hardware.gpu_count}"))
-    # runtime.tp_size above hardware.gpu_count is the planner's (validate.py: the plan is unsafe)
+    return out + profile_only_problems(profile)
+
+
+#: KV dtypes whose scale tensors SGLang 0.5.19's HiCache host pools never copy.
+_SCALED_KV_DTYPES = ("mxfp8", "nvfp4", "fp4_mx_block16")
+
+
+def profile_only_problems(profile: Profile) -> list[tuple[tuple[str, ...], str]]:
+    """Rules that need the profile alone (no host facts, no architecture), as ``(key path,
+    message)``: ``load_profile`` refuses them as bad input (exit 2) and ``profiles validate``
+    prints each as ``file:line: key: message``. Rules that need host facts, the model's
+    architecture or the runtime's capabilities are the planner's (planner/validate.py)."""
+    from .planner.kv import normalize_kv_dtype
+
+    out: list[tuple[tuple[str, ...], str]] = []
+    rt, hc, hw = profile.runtime, profile.hicache, profile.hardware
+    if rt.tp_size > hw.gpu_count:
+        out.append((("runtime", "tp_size"), f"tp_size {rt.tp_size} is larger than hardware.gpu_count {hw.gpu_count}"))
+    if not hc.enabled:
+        return out
+    dtype = normalize_kv_dtype(rt.kv_cache.dtype)
+    if rt.disable_radix_cache:
+        out.append((("runtime", "disable_radix_cache"),
+                    "HiCache needs the radix cache (srt/arg_groups/kv_cache_hook.py raises ValueError)"))
+    if rt.enable_int8_mamba_checkpoint:
+        out.append((("runtime", "enable_int8_mamba_checkpoint"),
+                    "not allowed with HiCache (srt/arg_groups/mamba_hook.py raises ValueError)"))
+    if dtype in _SCALED_KV_DTYPES:
+        out.append((("runtime", "kv_cache", "dtype"),
+                    f"HiCache host pools never copy {dtype}'s scale tensors and size tokens at the wrong width: "
+                    "restored prefixes would be corrupt; use fp8_e4m3 or bf16"))
+    sb = hc.hicache_storage_backend
+    if hc.hicache_host_memory_mode == "buffer_only" and not sb:
+        out.append((("hicache", "hicache_host_memory_mode"), "buffer_only needs an L3 storage backend"))
+    if sb and dtype == "int2":
+        out.append((("hicache", "hicache_storage_backend"),
+                    "L3 storage with INT2 KV: the flat data page carries the packed codes without their "
+                    "scales/zeros (the INT2 host pool keeps them in separate tensors); remove the storage backend"))
+    if sb == "file" and not hc.storage_dir:
+        out.append((("hicache", "storage_dir"),
+                    "the file backend needs a host directory (it must outlive the container)"))
     return out
 
 

@@ -317,7 +317,13 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
     refusals: list[str] = []
     missing: list[str] = []
     if client is not None:
-        labels = dk.image_labels(client, profile.container.image)
+        from docker.errors import DockerException
+
+        try:
+            labels = dk.image_labels(client, profile.container.image)
+        except DockerException as exc:  # e.g. an empty or malformed reference the daemon refuses
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise BadInput(f"container.image: {profile.container.image!r}: the daemon refuses it ({first})") from None
         if labels is None:
             if need_image:
                 refusals.append(f"container.image: {profile.container.image} is not present; build it "

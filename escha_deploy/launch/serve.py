@@ -132,11 +132,20 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
                                sources=sources)
     report("info", f"serve: {profile.name}: plan digest {launch.plan_digest} ({plan.verdict}), planned here")
     if dry_run and (missing or plan.verdict == "unsafe"):
-        _print(launch, None, None, extra={"verdict": plan.verdict, "missing_capabilities": missing})
+        _print(launch, *_secrets(launch), extra={"verdict": plan.verdict, "missing_capabilities": missing})
         require_capabilities(caps, profile.runtime.needs, where)
         return 3
     return _check_and_run(launch, caps, where, dry_run=dry_run, report=report,
                           extra={"verdict": plan.verdict, "missing_capabilities": missing})
+
+
+def _secrets(launch: LaunchSpec) -> tuple[str | None, str | None]:
+    """The API key and HF token the spec's files hold (``BadInput`` when a named key file is
+    unreadable; a missing HF token file is no token)."""
+    api_key = read_secret(launch.api_key_file, "api key file") if launch.api_key_file else None
+    hf_token = (read_secret(launch.hf_token_file, "hf token file")
+                if launch.hf_token_file and Path(launch.hf_token_file).is_file() else None)
+    return api_key, hf_token
 
 
 def _print(launch: LaunchSpec, api_key: str | None, hf_token: str | None, *, extra: dict | None = None,
@@ -161,9 +170,7 @@ def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dr
     checked = check_here(launch, caps, where=where, gpus=not dry_run)
     for w in checked.warnings:
         report("warning", w)
-    api_key = read_secret(launch.api_key_file, "api key file") if launch.api_key_file else None
-    hf_token = (read_secret(launch.hf_token_file, "hf token file")
-                if launch.hf_token_file and Path(launch.hf_token_file).is_file() else None)
+    api_key, hf_token = _secrets(launch)
     if dry_run:
         _print(launch, api_key, hf_token, extra={"verdict": launch.verdict, **(extra or {})},
                refusals=[*checked.bad_input, *checked.refusals])

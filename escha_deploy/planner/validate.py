@@ -1,8 +1,9 @@
 """Configuration rules: each an error or a warning naming the profile field it is about.
 
-Every rule cites where SGLang 0.5.19 (or a field report) shows the failure. Errors make the
+Every rule cites where SGLang 0.5.19 (or an upstream issue) shows the failure. Errors make the
 plan ``unsafe`` (refused before anything starts); warnings are printed with the plan.
-Rules that depend on host memory live in the planner's budget steps, not here.
+Rules that depend on host memory live in the planner's budget steps, not here; rules that need
+the profile alone are checked when it loads (``profile.profile_only_problems``).
 """
 
 from __future__ import annotations
@@ -43,9 +44,7 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
     dtype = normalize_kv_dtype(rt.kv_cache.dtype)
     tp = rt.tp_size
 
-    # Parallelism.
-    if tp > hw.gpu_count:
-        error("runtime.tp_size", f"tp_size {tp} is larger than hardware.gpu_count {hw.gpu_count}")
+    # Parallelism (tp_size > gpu_count: profile.profile_only_problems).
     kvh = arch.num_key_value_heads
     if kvh >= tp and kvh % tp != 0:
         error("model.architecture.num_key_value_heads",
@@ -110,14 +109,6 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
 
     # HiCache.
     if hc.enabled:
-        if rt.disable_radix_cache:
-            error("runtime.disable_radix_cache", "HiCache needs the radix cache (kv_cache_hook.py raises ValueError)")
-        if rt.enable_int8_mamba_checkpoint:
-            error("runtime.enable_int8_mamba_checkpoint", "not allowed with HiCache (mamba_hook.py raises ValueError)")
-        if dtype in ("mxfp8", "nvfp4", "fp4_mx_block16"):
-            error("runtime.kv_cache.dtype",
-                  f"HiCache host pools never copy {dtype}'s scale tensors and size tokens at the "
-                  "wrong width: restored prefixes would be corrupt; use fp8_e4m3 or bf16")
         if arch.is_hybrid and hc.hicache_mem_layout not in HYBRID_LAYOUTS:
             error("hicache.hicache_mem_layout",
                   f"{hc.hicache_mem_layout} is rejected by MambaPoolHost on hybrid models; use page_first")
@@ -126,14 +117,8 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
         if arch.is_hybrid and hc.hicache_host_memory_mode == "buffer_only":
             error("hicache.hicache_host_memory_mode",
                   "buffer_only supports only FULL/SWA trees; hybrid models need cache (unified_radix_cache.py)")
-        if hc.hicache_host_memory_mode == "buffer_only" and not hc.hicache_storage_backend:
-            error("hicache.hicache_host_memory_mode", "buffer_only needs an L3 storage backend")
         sb = hc.hicache_storage_backend
         if sb:
-            if dtype == "int2":
-                error("hicache.hicache_storage_backend",
-                      "L3 storage with INT2 KV: the flat data page carries the packed codes without "
-                      "their scales/zeros (the INT2 host pool keeps them in separate tensors); remove the storage backend")
             if arch.is_hybrid and sb in L3_NOT_FOR_HYBRID:
                 error("hicache.hicache_storage_backend",
                       f"{sb} does not implement batch_*_v2 and raises NotImplementedError on hybrid models")
@@ -141,8 +126,6 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
                 warn("hicache.hicache_storage_backend",
                      "file L3 with a hybrid GDN model has illegal-memory-access reports on stock 0.5.19 "
                      "(sglang#16771, #30055): retry without L3 to isolate a crash")
-            if sb == "file" and not hc.storage_dir:
-                error("hicache.storage_dir", "the file backend needs a host directory (it must outlive the container)")
             if sb == "file" and hc.storage_max_size is None:
                 warn("hicache.storage_max_size", "no cap on the L3 file store: it grows until the disk is full")
         if hc.hicache_size and hc.hicache_ratio != "auto":

@@ -1,0 +1,64 @@
+"""Rules that need only the profile are checked when it loads: `profiles validate` (and every
+command that loads a profile) names each as ``file:line: key: message`` and exits 2. One test
+per rule, each on a real profile file that extends a shipped profile."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from escha_deploy.errors import BadInput
+from escha_deploy.profile import load_profile
+
+RULES = [
+    # (YAML body under `extends: rtx5060ti-tp2-fp8`, the key, its line, a phrase of the message)
+    ("runtime:\n  tp_size: 4\n", "runtime.tp_size", 4, "larger than hardware.gpu_count 2"),
+    ("runtime:\n  disable_radix_cache: true\n", "runtime.disable_radix_cache", 4, "needs the radix cache"),
+    ("runtime:\n  enable_int8_mamba_checkpoint: true\n", "runtime.enable_int8_mamba_checkpoint", 4,
+     "not allowed with HiCache"),
+    ("runtime:\n  kv_cache:\n    dtype: nvfp4\n", "runtime.kv_cache.dtype", 5, "scale tensors"),
+    ("hicache:\n  hicache_host_memory_mode: buffer_only\n", "hicache.hicache_host_memory_mode", 4,
+     "needs an L3 storage backend"),
+    ("hicache:\n  hicache_storage_backend: file\n  storage_dir: null\n", "hicache.storage_dir", 5,
+     "the file backend needs a host directory"),
+]
+
+
+def _write(tmp_path, body: str, base: str = "rtx5060ti-tp2-fp8"):
+    p = tmp_path / "rule.yaml"
+    p.write_text(f"extends: {base}\nname: rule\n{body}")
+    return p
+
+
+@pytest.mark.parametrize("body,key,line,needle", RULES, ids=[r[1] for r in RULES])
+def test_profile_only_rule_is_reported_with_file_line(tmp_path, body, key, line, needle):
+    p = _write(tmp_path, body)
+    with pytest.raises(BadInput) as err:
+        load_profile(str(p))
+    assert any(m.startswith(f"{p}:{line}: {key}: ") and needle in m for m in err.value.problems), err.value.problems
+    r = subprocess.run([sys.executable, "-m", "escha_deploy.cli.main", "profiles", "validate", str(p)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert f"{p}:{line}: {key}: " in r.stderr and needle in r.stderr
+
+
+def test_l3_with_int2_kv_is_reported_on_the_backend_line(tmp_path):
+    p = _write(tmp_path, "hicache:\n  hicache_storage_backend: file\n  storage_dir: /tmp/l3\n", base="rtx5060ti-tp2")
+    with pytest.raises(BadInput) as err:
+        load_profile(str(p))
+    assert any(m.startswith(f"{p}:4: hicache.hicache_storage_backend: ") and "scales/zeros" in m
+               for m in err.value.problems), err.value.problems
+
+
+def test_a_set_override_is_named_as_such():
+    with pytest.raises(BadInput) as err:
+        load_profile("rtx5060ti-tp2-fp8", ["runtime.disable_radix_cache=true"])
+    assert any(m.startswith("--set runtime.disable_radix_cache") for m in err.value.problems), err.value.problems
+
+
+def test_shipped_profiles_pass():
+    r = subprocess.run([sys.executable, "-m", "escha_deploy.cli.main", "profiles", "validate"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
