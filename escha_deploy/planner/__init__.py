@@ -32,11 +32,12 @@ from ..capabilities import SERIES_CAPABILITIES
 from ..arch import ModelArch, ModelDirFacts, RankShapes, rank_shapes
 from ..host import HostFacts
 from ..profile import Profile
+from ..runtime.hooks.host_alloc import PINNED_MAX_BYTES
 from ..units import GB, MiB, fmt_gb, fmt_gib, fmt_mib
 from . import kv as kvmod
 from .checks import STOCK_RESERVE_BYTES, patched_check, stock_check
 from .device import sglang_default_mem_fraction, sglang_min_reserved_mib, sglang_reserved_mib
-from .pools import DevicePools, HostPools, host_pools_at_ratio, host_pools_at_size
+from .pools import DevicePools, HostPools, host_buffers, host_pools_at_ratio, host_pools_at_size
 from .result import (Budget, Decision, DevicePlan, Finding, HiCachePlan, KvDtypeRow, PerRank, Plan,
                      RuntimeCheck, SafetyPolicy)
 from .validate import validate
@@ -113,6 +114,19 @@ def step_model_shapes(c: _Ctx) -> None:
                  f"{s.mamba_temporal_bytes_per_layer}) B (Mamba2StateShape.create)")
 
 
+def _host_kv_buffers_per_token(c: _Ctx, dtype: str) -> tuple[tuple[str, int], ...]:
+    """The INT2 host pool's three allocations per token: packed codes (K and V in one buffer, as
+    ``MHATokenToKVPoolHost.init_kv_buffer``) and K, V scales/zeros (``host_k_sz``/``host_v_sz``);
+    ``()`` for the other dtypes (one K-and-V buffer, ``pools.host_buffers``)."""
+    if dtype != "int2":
+        return ()
+    i2 = c.profile.runtime.kv_cache.int2
+    codes, sz = kvmod.int2_parts(c.shapes, i2.group_size, i2.scale_dtype)
+    layers = c.shapes.full_layers
+    return (("host KV codes buffer (K and V)", layers * 2 * codes),
+            ("host K scales/zeros buffer", layers * sz), ("host V scales/zeros buffer", layers * sz))
+
+
 def step_device_pools(c: _Ctx) -> None:
     rt, s = c.profile.runtime, c.shapes
     i2 = rt.kv_cache.int2
@@ -145,6 +159,10 @@ def step_device_pools(c: _Ctx) -> None:
         kv_tokens=tokens, kv_bytes=(tokens + c.page_size) * c.device_kv_per_token, kv_page_size=c.page_size,
         mamba_slots=slots or 0, mamba_bytes=((slots or 0) + 1) * per_slot if slots else 0,
         mamba_bytes_per_slot=per_slot, host_kv_bytes_per_token=host_per_token or c.device_kv_per_token,
+        host_kv_buffers_per_token=_host_kv_buffers_per_token(c, dtype),
+        mamba_layers=s.linear_layers if per_slot else 0,
+        mamba_conv_bytes_per_layer=s.mamba_conv_bytes_per_layer,
+        mamba_temporal_bytes_per_layer=s.mamba_temporal_bytes_per_layer,
     )
     mrr = rt.max_running_requests or max((slots or 0) // MAMBA_SLOTS_PER_REQUEST, 1)
     if dtype == "int2":
@@ -297,11 +315,37 @@ def _first_failure(c: _Ctx, pools: HostPools) -> str | None:
     if c.ceiling is not None and pools.pinned_bytes > c.ceiling:
         return (f"the pinned ceiling: {fmt_gb(pools.pinned_bytes)} per rank > the {fmt_gb(c.ceiling)} "
                 "per-rank ceiling `escha-deploy doctor` measured")
+    too_big = _pinned_buffer_over_limit(c, pools)
+    if too_big is not None:
+        name, nbytes = too_big
+        return (f"the pinned allocation limit: the {name} is {nbytes:,} B, above {PINNED_MAX_BYTES:,} B (4 GiB) "
+                "for one cudaHostAlloc buffer (sglang#7666)")
     if c.runtime_applies == "stock":
         ok, why = stock_check(c.a_runtime, c.ranks, pools.kv_bytes, pools.mamba_bytes)
     else:
         ok, why = patched_check(c.a_runtime, c.ranks, pools.kv_bytes, pools.mamba_bytes, c.patched_reserve)
     return None if ok else f"the {c.runtime_applies} runtime's own check: {why}"
+
+
+def _planned_allocator(c: _Ctx) -> str | None:
+    """The host allocator the launch will set (``ESCHA_HICACHE_HOST_ALLOCATOR``), or None when
+    the runtime lacks hicache-host-allocator: doctor's store probe, else ``pinned`` on WSL2
+    (sglang#40232) and ``auto`` elsewhere."""
+    if "hicache-host-allocator" not in c.capabilities:
+        return None
+    return c.host.host_allocator or ("pinned" if c.host.platform == "wsl2" else "auto")
+
+
+def _pinned_buffer_over_limit(c: _Ctx, pools: HostPools) -> tuple[str, int] | None:
+    """The first single host buffer above ``PINNED_MAX_BYTES`` when the allocator is pinned.
+
+    The runtime hook (``runtime/hooks/host_alloc.py: resolve``) refuses any one cudaHostAlloc
+    buffer above 4 GiB with ``PinnedAllocationTooLarge`` (sglang#7666: one pinned allocation
+    above about 4 GB failed with "CUDA error: invalid argument"); ``auto`` resolves to
+    register off WSL2, where the limit does not apply. Buffers from ``pools.host_buffers``."""
+    if _planned_allocator(c) != "pinned":
+        return None
+    return next(((n, b) for n, b in host_buffers(c.dev, pools) if b > PINNED_MAX_BYTES), None)
 
 
 def _pool_fits(c: _Ctx, pools: HostPools) -> bool:
@@ -367,6 +411,8 @@ def step_safe_ratio(c: _Ctx) -> None:
         c.decide("safe_ratio", "largest safe ratio", c.max_safe_ratio,
                  f"largest on a 1/{SAFE_RATIO_GRID} grid whose pinned total fits {fmt_gb(c.budget.pinned_budget_bytes)}"
                  + (f" and the {fmt_gb(c.ceiling)} per-rank ceiling" if c.ceiling else "")
+                 + (f", each pinned buffer within {PINNED_MAX_BYTES:,} B (4 GiB, sglang#7666)"
+                    if _planned_allocator(c) == "pinned" else "")
                  + f" and the {c.runtime_applies} runtime check")
     if best is not None:
         pinned = c.ranks * host_pools_at_ratio(c.dev, best).pinned_bytes
@@ -394,7 +440,7 @@ def step_choose_hicache(c: _Ctx) -> None:
     allocator = None
     if c.host.platform == "wsl2":
         if "hicache-host-allocator" in c.capabilities:
-            allocator = c.host.host_allocator or "pinned"
+            allocator = _planned_allocator(c)
             c.decide("choose_hicache", "host allocator", allocator,
                      "WSL2: a kernel cannot store to cudaHostRegister'ed memory (sglang#40232); "
                      "cudaHostAlloc (pinned) memory is device-mappable"
@@ -405,7 +451,7 @@ def step_choose_hicache(c: _Ctx) -> None:
                 "to there (illegal memory access, sglang#40232); it needs hicache-host-allocator")
     else:
         if "hicache-host-allocator" in c.capabilities:
-            allocator = c.host.host_allocator or "auto"
+            allocator = _planned_allocator(c)
             c.decide("choose_hicache", "host allocator", allocator,
                      "doctor's store probe" if c.host.host_allocator else
                      "auto: the patch picks cudaHostAlloc where registered memory is not device-mappable")
@@ -481,6 +527,18 @@ def step_host_pools(c: _Ctx) -> None:
                         "rank `escha-deploy doctor` measured" + hint
                         + (f"; {WSL2_CEILING_ADVICE}" if c.host.platform == "wsl2" else ""))
     del advice
+    too_big = _pinned_buffer_over_limit(c, p)
+    if too_big is not None:
+        name, nbytes = too_big
+        field_ = f"hicache.hicache_size {h.size_gb}" if h.size_gb else f"hicache.hicache_ratio {h.ratio}"
+        why = ("doctor's store probe picked pinned" if c.host.host_allocator == "pinned"
+               else "WSL2: cudaHostRegister'ed memory is not device-mappable, sglang#40232")
+        c.unsafe.append(
+            f"{field_.split()[0]}: at {field_.split()[1]} the {name} is {nbytes:,} B ({nbytes / 2**30:.2f} GiB), above "
+            f"the {PINNED_MAX_BYTES:,} B (4 GiB) limit on one pinned (cudaHostAlloc) allocation, which the host "
+            f"allocator ({why}) enforces because one pinned allocation above about 4 GB failed with \"CUDA error: "
+            "invalid argument\" (sglang#7666); the server would stop at startup, after the weights load, with "
+            "PinnedAllocationTooLarge" + hint)
     if p.kv_tokens <= c.dev.kv_tokens:
         c.warnings.append(f"hicache: the host KV pool ({p.kv_tokens:,} tokens) is not larger than the device pool "
                           f"({c.dev.kv_tokens:,}); L2 cache effectiveness is reduced (SGLang's own warning)")
@@ -536,7 +594,13 @@ def step_verdict(c: _Ctx) -> None:
             hc = c.profile.hicache
             limited = (c.hicache.ratio is not None and c.recommended_ratio is not None
                        and c.hicache.ratio == c.recommended_ratio and c.recommended_ratio < hc.max_ratio)
-            if advice and limited:
+            nxt = (_pinned_buffer_over_limit(c, host_pools_at_ratio(c.dev, round(c.hicache.ratio + c.profile.safety.ratio_step, 6)))
+                   if limited else None)
+            if nxt is not None:
+                c.reasons.append(f"the ratio is limited by the {PINNED_MAX_BYTES:,} B (4 GiB) limit on one pinned "
+                                 f"(cudaHostAlloc) allocation (sglang#7666): one step higher, the {nxt[0]} would be "
+                                 f"{nxt[1]:,} B; not by hicache.max_ratio {hc.max_ratio}")
+            elif advice and limited:
                 c.reasons.append(f"the ratio is limited by {c.budget.binding_detail}, not by hicache.max_ratio "
                                  f"{hc.max_ratio}; {advice}")
         else:

@@ -32,6 +32,13 @@ class DevicePools:
     mamba_bytes: int
     mamba_bytes_per_slot: int
     host_kv_bytes_per_token: int
+    #: Bytes per token of each separate host KV allocation, named; empty: one buffer of
+    #: ``host_kv_bytes_per_token`` (K and V in one tensor, see ``host_buffers``).
+    host_kv_buffers_per_token: tuple[tuple[str, int], ...] = ()
+    #: GDN layers on this rank and their conv / temporal (SSM) state bytes per slot per layer.
+    mamba_layers: int = 0
+    mamba_conv_bytes_per_layer: int = 0
+    mamba_temporal_bytes_per_layer: int = 0
 
 
 @dataclass(frozen=True)
@@ -74,3 +81,29 @@ def host_pools_at_size(dev: DevicePools, size_gb: int) -> HostPools:
         kv_tokens=kv_tokens, kv_bytes=kv_tokens * dev.host_kv_bytes_per_token,
         mamba_slots=slots, mamba_bytes=slots * dev.mamba_bytes_per_slot,
     )
+
+
+def host_buffers(dev: DevicePools, pools: HostPools) -> list[tuple[str, int]]:
+    """Each single host allocation of these pools (per rank) as ``(name, bytes)``.
+
+    Sources (0.5.19 wheel, ``srt/mem_cache/pool_host/``):
+
+    - ``mha.py: MHATokenToKVPoolHost.init_kv_buffer`` allocates K and V as ONE tensor in every
+      layout (``(2, layer_num, size, head_num, head_dim)`` layer_first, ``(2, size, ...)``
+      page_first, ``(2, page_num, ...)`` page_first_direct / page_head): ``size *
+      size_per_token`` bytes. The INT2 host pool keeps the packed codes (K and V) in that buffer
+      and scales/zeros in two more (K, V): ``dev.host_kv_buffers_per_token`` names them.
+    - ``mamba.py: MambaPoolHost.__init__`` allocates the temporal (SSM) state as one tensor
+      ``(num_mamba_layers, size, *temporal_shape)`` (or ``(size, num_mamba_layers, 1, ...)``
+      page-first: the same bytes) and one conv tensor per conv state shape (GDN has one).
+
+    The sum equals ``pools.pinned_bytes``.
+    """
+    parts = dev.host_kv_buffers_per_token or (("host KV buffer (K and V)", dev.host_kv_bytes_per_token),)
+    out = [(name, pools.kv_tokens * per_token) for name, per_token in parts if pools.kv_tokens]
+    if pools.mamba_slots:
+        out.append(("host mamba temporal buffer",
+                    pools.mamba_slots * dev.mamba_layers * dev.mamba_temporal_bytes_per_layer))
+        out.append(("host mamba conv buffer",
+                    pools.mamba_slots * dev.mamba_layers * dev.mamba_conv_bytes_per_layer))
+    return out
