@@ -95,7 +95,10 @@ def register(app: typer.Typer) -> None:
             warn(f"--base-image {base_image} is not pinned by digest; the build is not "
                  "reproducible (use NAME@sha256:...)")
         args = build_args(base_image, python_version, wheelhouse, overlay_dir, patches)
-        labels = {}
+        from escha_deploy import __version__
+        from escha_deploy.runtime.description import LABEL_ESCHA
+
+        labels = {LABEL_ESCHA: __version__}  # the CLI the image's `serve --spec` runs
         if patches is not None:
             from escha_deploy.runtime.description import LABEL_FORK
             from escha_deploy.runtime.fork import fork_label

@@ -27,6 +27,9 @@ LABEL_SERIES = LABEL_PREFIX + "runtime.series"
 LABEL_CAPABILITIES = LABEL_PREFIX + "runtime.capabilities"
 LABEL_BASE = LABEL_PREFIX + "runtime.base"
 LABEL_PYTHON = LABEL_PREFIX + "runtime.python"
+#: The escha-deploy installed in the image (``escha_deploy_version`` in the description): the
+#: CLI that runs ``serve --spec`` there, which may differ from the host's.
+LABEL_ESCHA = LABEL_PREFIX + "runtime.escha-version"
 #: JSON list of the fork commits applied: ``[{commit, subject, author, date}]`` (UTF-8).
 LABEL_FORK = LABEL_PREFIX + "runtime.fork"
 
@@ -68,7 +71,8 @@ class RuntimeDescription(BaseModel):
         default_factory=list, description="series patches and fork commits the fork's "
         "declaration left out, each with the decision")
     inventory_digest: str = Field(description="digest of the expected patched package inventory")
-    escha_deploy_version: str | None = None
+    escha_deploy_version: str | None = Field(
+        default=None, description="the escha-deploy installed in the image (serve --spec runs it)")
 
     def labels(self) -> dict[str, str]:
         """The OCI labels that mirror this description."""
@@ -79,6 +83,7 @@ class RuntimeDescription(BaseModel):
             LABEL_CAPABILITIES: ",".join(self.capabilities),
             LABEL_BASE: self.base,
             LABEL_PYTHON: self.python,
+            LABEL_ESCHA: self.escha_deploy_version or "",
             LABEL_FORK: fork_label_of(self.series),
         }
 
