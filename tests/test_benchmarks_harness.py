@@ -1,0 +1,64 @@
+"""benchmarks/harness.py's bookkeeping (the timing itself is hyperfine's and runs only under
+benchmarks/run): paired ratios and goals, and runs added to the doc newest first."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HARNESS = Path(__file__).resolve().parents[1] / "benchmarks" / "harness.py"
+
+
+@pytest.fixture(scope="module")
+def h():
+    spec = importlib.util.spec_from_file_location("bench_harness", HARNESS)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_harness"] = mod  # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(mod)
+        yield mod
+    finally:
+        del sys.modules["bench_harness"]
+
+
+def test_summary_is_the_median_of_paired_ratios(h):
+    p = h.Pair("plan", "plan", ["a"], "ref", ["b"], goal_ratio=1.5, goal_abs_s=0.25)
+    p.a, p.b = [0.2, 0.3, 0.9], [0.1, 0.3, 0.3]  # ratios 2.0, 1.0, 3.0
+    s = p.summary()
+    assert s["ratio"] == 2.0 and s["ratio_range"] == [1.0, 3.0]
+    assert s["cmd_s"] == [0.2, 0.3, 0.9] and s["ref_s"] == [0.1, 0.3, 0.3]
+    assert s["met"] is False
+    p.a, p.b = [0.2, 0.2, 0.2], [0.2, 0.2, 0.2]
+    assert p.summary()["met"] is True
+    p.a = [0.3, 0.3, 0.3]  # ratio 1.5 meets the ratio, 0.3 s misses the 0.25 s
+    p.b = [0.2, 0.2, 0.2]
+    assert p.summary()["met"] is False
+
+
+def test_runs_are_added_newest_first_below_the_marker(h, tmp_path, monkeypatch):
+    doc = tmp_path / "performance.md"
+    doc.write_text("# Performance\n\ntext\n")
+    monkeypatch.setattr(h, "DOC", doc)
+    h.write_doc("### run A\n")
+    h.write_doc("### run B\n")
+    text = doc.read_text()
+    assert text.startswith("# Performance\n\ntext\n")
+    assert text.index(h.MARKER) < text.index("### run B") < text.index("### run A")
+    assert text.count(h.MARKER) == 1
+
+
+@pytest.mark.skipif(shutil.which("hyperfine") is None, reason="hyperfine not installed")
+def test_hyperfine_times_each_command_once(h):
+    times = h.hyperfine([["true"], ["sleep", "0.05"]], None, None)
+    assert len(times) == 2 and times[1] >= 0.05 > times[0]
+
+
+def test_run_refuses_fewer_than_nine_rounds():
+    r = subprocess.run([str(HARNESS.parent / "run"), "--rounds", "3", "--no-write"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "at least 9" in r.stderr
