@@ -614,6 +614,41 @@ def cross_field_problems(profile: Profile) -> list[tuple[tuple[str, ...], str]]:
 _SCALED_KV_DTYPES = ("mxfp8", "nvfp4", "fp4_mx_block16")
 
 
+def extra_args_duplicating_keys(profile: Profile) -> list[tuple[tuple[str, ...], str]]:
+    """Flags in ``runtime.extra_args`` that a profile key renders, as ``(key path, message)``.
+
+    A flag passed raw would skip every rule on its key (``--enable-mixed-chunk`` in extra_args
+    escaped the refusal of ``runtime.enable_mixed_chunk``), so the key must be used instead.
+    The key-to-flag mapping is ``profile_keys.key_rows`` (the flag a key's description names,
+    or the flag whose argparse destination is the key's name, as the SGLang 0.5.19 flag
+    catalog has it); matching is by destination, so an alias or ``--flag=value`` is caught too.
+    ``model.architecture.*`` keys describe the model and are not the rendered flag."""
+    from . import capabilities as caps
+    from .flagcheck import SGLANG_VERSION, _parser_for
+    from .profile_keys import _FLAG_IN_TEXT, key_rows
+
+    # the catalog with every capability's declared flags (int2-kv's --kv-cache-quant-group-size)
+    catalog = _parser_for(frozenset(caps.CAPABILITIES), SGLANG_VERSION)
+    key_of: dict[str, str] = {}
+    for row in key_rows(profile):
+        key = row["key"]
+        if key == "runtime.extra_args" or key.startswith("model.architecture."):
+            continue
+        named = row["sglang_flag"].split(", ") + _FLAG_IN_TEXT.findall(row["description"])
+        for flag in filter(lambda f: f in catalog.by_option, named):
+            key_of.setdefault(catalog.by_option[flag].dest, key)
+    out: list[tuple[tuple[str, ...], str]] = []
+    for i, item in enumerate(profile.runtime.extra_args):
+        opt = item.split("=", 1)[0]
+        spec = catalog.by_option.get(opt) if opt.startswith("--") else None
+        if spec is not None and spec.dest in key_of:
+            key = key_of[spec.dest]
+            out.append((("runtime", "extra_args"),
+                        f"item {i}: {opt} is the flag of the profile key {key}; set {key} instead, so the rules "
+                        "on that key apply"))
+    return out
+
+
 def profile_only_problems(profile: Profile) -> list[tuple[tuple[str, ...], str]]:
     """Rules that need the profile alone (no host facts, no architecture), as ``(key path,
     message)``: ``load_profile`` refuses them as bad input (exit 2) and ``profiles validate``
@@ -625,6 +660,7 @@ def profile_only_problems(profile: Profile) -> list[tuple[tuple[str, ...], str]]
     rt, hc, hw = profile.runtime, profile.hicache, profile.hardware
     if rt.tp_size > hw.gpu_count:
         out.append((("runtime", "tp_size"), f"tp_size {rt.tp_size} is larger than hardware.gpu_count {hw.gpu_count}"))
+    out += extra_args_duplicating_keys(profile)
     if not hc.enabled:
         return out
     dtype = normalize_kv_dtype(rt.kv_cache.dtype)
