@@ -456,6 +456,16 @@ SIGNATURES: tuple[Signature, ...] = (
         "uvicorn bind error on CPython's OSError errno 98 (EADDRINUSE); vllm#9763, sglang#9396",
     ),
     Signature(
+        "zmq-address-in-use", "launch",
+        r"zmq\.error\.ZMQError: Address already in use(?: \(addr='([^']*)'\))?",
+        "an internal ZMQ port SGLang binds next to the HTTP port ({1}) is already bound: usually a server "
+        "still running, or the processes of one that crashed or was killed, on the same ports",
+        "`escha-deploy down` (or stop the owner `ss -ltnp` names) and wait until its processes are gone, then "
+        "start again; or choose another container.port (the internal ports follow it)",
+        "pyzmq zmq/sugar/socket.py Socket.bind (ZMQError on EADDRINUSE); sglang/srt/utils/network.py "
+        "get_zmq_socket (socket.bind of the internal endpoints); sglang#9396",
+    ),
+    Signature(
         "warmup-through-proxy", "launch",
         r"Initialization failed\. warmup error|<Response \[(502|403)\]>",
         "SGLang's startup warmup request failed; with --host 0.0.0.0 it goes to 0.0.0.0 and an http_proxy "

@@ -219,6 +219,13 @@ def port_owner(client, host_ip: str, port: int) -> str | None:
             for b in binds or []:
                 if str(b.get("HostPort")) == str(port):
                     return f"container {c.name} ({c.short_id})"
+    return listening_process(port) or "an unknown process"
+
+
+def listening_process(port: int) -> str | None:
+    """``process PID (name)`` listening on TCP ``port`` (psutil ``net_connections``), or None
+    when none is visible (another user's process without privileges, another network
+    namespace). Best effort: the port is taken either way."""
     try:
         import psutil
 
@@ -229,7 +236,7 @@ def port_owner(client, host_ip: str, port: int) -> str | None:
                     return f"process {conn.pid} ({p.name()})"
     except Exception:  # noqa: BLE001 - best effort naming; the port is taken either way
         pass
-    return "an unknown process"
+    return None
 
 
 def create_and_start(client, args: dict[str, Any]):

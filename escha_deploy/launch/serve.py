@@ -187,6 +187,10 @@ def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dr
     argv = list(launch.argv)
     if os.environ.get("ESCHA_SGLANG_PYTHON") and argv and argv[0].startswith("python"):
         argv[0] = os.environ["ESCHA_SGLANG_PYTHON"]
+    if not in_container:  # in the container Docker bound the published port already
+        from .preflight import port_free
+
+        port_free(argv)
     report("info", f"serve: {launch.profile}: plan {launch.verdict}, "
                    f"HiCache {'on' if launch.hicache_enabled else 'off'}; starting SGLang")
     # Natively: one `serve` per port (a file lock), secrets on tmpfs, and a sweep of what a

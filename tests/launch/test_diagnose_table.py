@@ -108,7 +108,7 @@ QUOTES: dict[str, list[tuple[str, str]]] = {
 JSON_BODY = {"unauthorized": "error"}
 
 #: Rows tested against what the real part prints on this machine (test functions below).
-REAL_PART = {"runtime-module-missing", "address-in-use", "docker-daemon-gone"}
+REAL_PART = {"runtime-module-missing", "address-in-use", "zmq-address-in-use", "docker-daemon-gone"}
 
 _REF = re.compile(r"((?:sglang|transformers|torch)/[\w/]+\.py):(\d+)")
 
@@ -263,6 +263,29 @@ def test_address_in_use_against_a_real_bind():
             b.bind(a.getsockname())
     line = f"ERROR:    [Errno {exc.value.errno}] {exc.value.strerror}"  # uvicorn logs the OSError like this
     assert [m.id for m in diagnose([line]).matches] == ["address-in-use"]
+
+
+def test_zmq_address_in_use_against_real_pyzmq():
+    """Two real pyzmq sockets on one port, as SGLang's get_zmq_socket binds its internal
+    endpoints (pyzmq is SGLang 0.5.19's own dependency): the traceback's last line."""
+    zmq = pytest.importorskip("zmq")
+    import traceback
+
+    ctx = zmq.Context()
+    a, b = ctx.socket(zmq.PULL), ctx.socket(zmq.PULL)
+    try:
+        port = a.bind_to_random_port("tcp://127.0.0.1")
+        with pytest.raises(zmq.error.ZMQError) as exc:
+            b.bind(f"tcp://127.0.0.1:{port}")
+    finally:
+        a.close(0)
+        b.close(0)
+        ctx.term()
+    lines = "".join(traceback.format_exception(exc.value)).splitlines()
+    assert lines[-1].startswith("zmq.error.ZMQError: Address already in use")
+    d = diagnose(["Traceback (most recent call last):", *lines[1:]], Facts(exit_code=1))
+    assert [m.id for m in d.matches] == ["zmq-address-in-use"]
+    assert f"(tcp://127.0.0.1:{port})" in d.matches[0].explanation
 
 
 def test_docker_daemon_gone_against_real_docker_py(tmp_path):
