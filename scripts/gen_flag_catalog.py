@@ -109,6 +109,7 @@ REQUIREMENTS: tuple[str, ...] = (
     "compressed-tensors==0.18.0",  # srt/layers/quantization/__init__.py (sglang's own pin)
     "loguru==0.7.3",  # compressed-tensors' one dependency not already here
     "gguf==0.19.0",  # srt/layers/quantization/__init__.py
+    "sentencepiece==0.2.3",  # srt/configs/internvl.py (imported by srt/configs/__init__.py)
 )
 
 

@@ -258,6 +258,8 @@ def resolve(argv: list[str], case: dict, spy: dict, keep: list | None = None) ->
                 keep.append(sa)
     except SystemExit as exc:  # argparse
         return {"ok": False, "type": "SystemExit", "error": f"argparse exit {exc.code}"}
+    except ImportError:  # the oracle's venv lacks a package: a harness fault, never SGLang's answer
+        raise
     except Exception as exc:  # a refusal: its type and message are the result
         msg = " ".join(str(exc).split()) or type(exc).__name__
         where = traceback.extract_tb(exc.__traceback__)[-1]
@@ -364,6 +366,8 @@ def device_pools(sa: Any, case: dict) -> dict[str, Any]:
             config = kvc.config_from_budget(budget)
             slots = get_schedule().max_mamba_cache_size if kvc.mambaish_config is not None else 0
             reqs = kvc.resolve_max_num_reqs(config.max_total_num_tokens)
+    except ImportError:  # the oracle's venv lacks a package: a harness fault, never SGLang's answer
+        raise
     except Exception as exc:  # a refusal: its type and message are the result
         where = traceback.extract_tb(exc.__traceback__)[-1]
         site = f"{Path(where.filename).as_posix().split('site-packages/')[-1]}:{where.name}"
@@ -496,6 +500,8 @@ def run(cases: list[dict]) -> dict[str, Any]:
             if case.get("pools"):
                 try:
                     res["pools"] = host_pools(case)
+                except ImportError:  # a harness fault, as in resolve()
+                    raise
                 except Exception as exc:
                     res["pools"] = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
             results.append(res)
