@@ -82,9 +82,11 @@ class HostFacts(BaseModel):
             ram_src = (f"MemTotal {fmt_gib(self.mem_total_bytes)} - {fmt_gib(self.hugetlb_bytes)} of huge pages "
                        "(/proc/meminfo Hugetlb, HugePages_Total x Hugepagesize)")
         if self.cgroup_limit_bytes is not None and self.cgroup_limit_bytes < ram:
-            src = "cgroup memory limit"
-            if self.cgroup_limit_file:
-                src += f" {fmt_gib(self.cgroup_limit_bytes)} ({self.cgroup_limit_file})"
+            # the figure always, and where it came from: the cgroup file read, or the facts file's
+            # host.cgroup_limit_bytes (a described limit has no file)
+            origin = self.cgroup_limit_file or {"facts": "facts file host.cgroup_limit_bytes",
+                                                "live": "the server's cgroup"}.get(self.source, self.source)
+            src = f"cgroup memory limit {fmt_gib(self.cgroup_limit_bytes)} ({origin})"
             return self.cgroup_limit_bytes, src, "cgroup"
         return ram, ram_src, "ram"
 

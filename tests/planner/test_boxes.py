@@ -61,7 +61,7 @@ def test_container_cgroup_limit_below_host_ram_is_the_base():
                      cgroup_limit_bytes=16 * GiB, cgroup_usage_bytes=1 * GiB, in_container=True)
     p = plan(prof, host)
     budget = policy_budget(16 * GiB, 2)  # field report B05: the cgroup limit, not host RAM
-    assert (p.budget.memory_base_bytes, p.budget.memory_base_source) == (16 * GiB, "cgroup memory limit")
+    assert (p.budget.memory_base_bytes, p.budget.memory_base_source) == (16 * GiB, "cgroup memory limit 16.00 GiB (the server's cgroup)")
     assert p.budget.pinned_budget_bytes == budget
     assert p.pinned_total_bytes <= budget - 64 * MiB
     # a ratio that fits 128 GiB but not the cgroup is refused
@@ -130,3 +130,17 @@ def test_stock_runtime_check_decides_on_a_stock_image():
     assert p.runtime_check.stock == "accept"
     patched = plan(prof, host)
     assert patched.hicache.ratio > r  # the patched runtime's budget allows more
+
+
+def test_facts_file_cgroup_limit_reason_names_the_figure_and_source(cli, tmp_path):
+    """A facts file's cgroup limit is named with its figure and where it came from, as a live
+    reading names its file (the reason said only "cgroup memory limit")."""
+    import json
+
+    f = tmp_path / "facts.json"
+    f.write_text(json.dumps({"schema_version": 1, "host": {"platform": "linux", "mem_total_bytes": 128 * GiB,
+                                                           "cgroup_limit_bytes": 32 * GiB}}))
+    d = json.loads(cli("plan", "-p", "rtx5060ti-tp2", "--facts", str(f), "-f", "json").out)
+    src = "cgroup memory limit 32.00 GiB (facts file host.cgroup_limit_bytes)"
+    assert d["budget"]["memory_base_source"] == src
+    assert f"({src} - 2 x 3.00 GiB server processes" in d["reasons"][0]
