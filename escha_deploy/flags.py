@@ -10,6 +10,8 @@ flag catalog generated from its real parser, ``escha_deploy/catalog/``, by
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from .capabilities import ENV_HOST_ALLOCATOR, ENV_HOST_RESERVE
 from .planner.result import Plan
 from .profile import Profile
@@ -19,6 +21,19 @@ CONTAINER_L3_DIR = "/var/lib/escha/hicache"
 #: Loopback names a proxy must never see: SGLang's warmup request goes to the server's own
 #: --host (0.0.0.0 in a container) through any http_proxy it inherits (sglang#9814).
 NO_PROXY = "localhost,127.0.0.1,0.0.0.0,::1"
+
+
+def merged_no_proxy(environ: Mapping[str, str]) -> str:
+    """``no_proxy`` for a server that inherits ``environ``: the user's own entries (from
+    ``no_proxy`` and ``NO_PROXY``, in that order, without repeats) followed by the loopback
+    names of ``NO_PROXY`` they lack, comma-separated. Keeping the user's entries keeps their
+    internal hosts (a model mirror, an L3 store) off the proxy; the loopback ones are what
+    SGLang's own warmup needs (sglang#9814)."""
+    entries: list[str] = []
+    for var in ("no_proxy", "NO_PROXY"):
+        entries += [e.strip() for e in (environ.get(var) or "").split(",") if e.strip()]
+    entries += NO_PROXY.split(",")
+    return ",".join(dict.fromkeys(entries))
 
 
 def _fmt_float(x: float) -> str:

@@ -182,6 +182,7 @@ def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dr
         return 0
     env = dict(os.environ)
     env.update(launch.env)
+    env["NO_PROXY"] = env["no_proxy"] = flags.merged_no_proxy(os.environ)  # keep the user's entries
     if hf_token:
         env["HF_TOKEN"] = hf_token
     argv = list(launch.argv)
