@@ -13,6 +13,7 @@ from .options import FormatOpt, OutputFormat
 EXAMPLES = """
 Examples:
 
+\b
   escha-deploy diagnose server.log
   docker logs my-sglang 2>&1 | escha-deploy diagnose - --exit-code 137
   escha-deploy logs --profile rtx5060ti-tp2-fp8 --diagnose
@@ -31,8 +32,11 @@ def register(app: typer.Typer) -> None:
             "--oom-killed/--no-oom-killed",
             help="Whether the cgroup's memory.events oom_kill count rose (docker inspect: State.OOMKilled); "
             "unknown when not given.")] = None,
-        hicache: Annotated[bool, typer.Option("--hicache/--no-hicache", help="HiCache was on.")] = False,
-        wsl2: Annotated[bool, typer.Option("--wsl2", help="The server ran under WSL2.")] = False,
+        hicache: Annotated[Optional[bool], typer.Option(
+            "--hicache/--no-hicache", help="Whether HiCache was on; read from the log's server_args= line "
+            "when not given, else unknown.")] = None,
+        wsl2: Annotated[Optional[bool], typer.Option(
+            "--wsl2/--no-wsl2", help="Whether the server ran under WSL2; unknown when not given.")] = None,
         fmt: FormatOpt = OutputFormat.table,
     ) -> None:
         """Explain a server log: cause, evidence lines and fix for each known failure."""
@@ -57,7 +61,7 @@ def register(app: typer.Typer) -> None:
         except OSError as exc:
             raise BadInput(f"{file}: {exc.strerror or exc}") from None
         facts = Facts(exit_code=exit_code, oom_kill=oom_killed, hicache_enabled=hicache,
-                      platform="wsl2" if wsl2 else "linux")
+                      platform=None if wsl2 is None else "wsl2" if wsl2 else "linux")
         redact = Redactor()  # a log from anywhere may hold a key (SGLang's server_args= line)
         diag = diagnose([redact(line) for line in text.splitlines()], facts)
         emit(diag, fmt)

@@ -54,14 +54,17 @@ class Facts(BaseModel):
     ``exit_code``: the server's exit status: negative is ``subprocess``'s "killed by signal N",
     129..192 is the shell's and Docker's 128 + N. ``oom_kill``: whether the server cgroup's
     ``memory.events`` ``oom_kill`` count rose while it ran (Docker reports that as
-    ``State.OOMKilled``); ``None`` when nobody could read it.
+    ``State.OOMKilled``); ``None`` when nobody could read it. ``hicache_enabled`` and
+    ``platform`` are ``None`` when unknown (a log read on its own): a row that depends on an
+    unknown one is reported as unproven, with what would settle it (``SETTLE``).
     """
 
     model_config = ConfigDict(frozen=True)
     exit_code: int | None = Field(default=None, description="the server's exit code, if it exited")
     oom_kill: bool | None = Field(default=None, description="the cgroup's oom_kill count rose (None: unknown)")
-    hicache_enabled: bool = False
-    platform: Literal["linux", "wsl2"] = "linux"
+    hicache_enabled: bool | None = Field(default=None, description="HiCache was on (None: unknown)")
+    platform: Literal["linux", "wsl2"] | None = Field(default="linux", description="where the server ran "
+                                                       "(None: unknown, as for a log read on its own)")
     pinned_total_bytes: int | None = Field(default=None, description="the plan's pinned host pools, all ranks")
     timed_out: bool = Field(default=False, description="the ready wait ran out of time")
     health_ok: bool | None = Field(default=None, description="/health answered 200 at the end")
@@ -126,9 +129,10 @@ class Diagnosis(BaseModel):
                 f" (signal {sig}, {_SIGNAL_NAMES.get(sig, 'signal')})" if sig else "")
         out.append(f"diagnosis: {head}")
         if not self.matches:
-            out.append("  no known signature in the log; read the lines above")
+            out.append("  no known signature in the log" + ("; read the lines above" if tail else ""))
         for m in self.matches:
-            out.append(f"  [{m.id}] {m.explanation}" + ("" if m.conclusive else " (unproven)"))
+            unproven = "" if m.conclusive or "unproven" in m.explanation else " (unproven)"
+            out.append(f"  [{m.id}] {m.explanation}{unproven}")
             for ev in m.evidence:
                 out.append(f"    evidence: {ev}")
             out.append(f"    fix: {m.fix}")
@@ -156,15 +160,33 @@ class Signature:
     conclusive: bool = True
     unless: tuple[str, ...] = ()  # rows (ids) above that, when matched, explain this line better
 
-    def holds(self, f: Facts) -> bool:
+    def holds(self, f: Facts) -> bool | None:
+        """True when every ``when`` fact holds, False when one does not, None when none fails
+        but one it needs is unknown (a ``SETTLE`` fact that is None)."""
+        unknown = False
         for name, want in self.when.items():
             have = getattr(f, name)
+            if have is None and name in SETTLE:
+                unknown = True
+                continue
             if isinstance(want, tuple):
                 if have not in want:
                     return False
             elif have != want:
                 return False
-        return True
+        return None if unknown else True
+
+    def needs_unknown(self, f: Facts) -> list[str]:
+        """The ``SETTLE`` facts this row needs that ``f`` does not know."""
+        return [n for n in self.when if n in SETTLE and getattr(f, n) is None]
+
+
+#: Facts a log read on its own may not know, and what would settle each.
+SETTLE: dict[str, str] = {
+    "hicache_enabled": "pass --hicache or --no-hicache, or include the log's `server_args=` startup line "
+    "(it shows enable_hierarchical_cache)",
+    "platform": "pass --wsl2 or --no-wsl2",
+}
 
 
 _PLAN = "`escha-deploy plan` prints the pinned total and the largest safe ratio"
@@ -237,6 +259,15 @@ SIGNATURES: tuple[Signature, ...] = (
         when={"signal": (1, 2, 15)},
     ),
     # --- host memory ---------------------------------------------------------------------------
+    Signature(
+        "python-memory-error", "host-memory",
+        r"^(?:\[[^\]]*\] )?MemoryError(?::.*)?$",
+        "a Python process of the server ran out of host memory: an allocation failed inside the "
+        "interpreter (the address-space limit, `ulimit -v`, or the memory the host had left was reached)",
+        "check `ulimit -v` and the container's memory limit; free host memory or lower "
+        f"hicache.hicache_ratio ({_PLAN}); " + _WSLCONFIG,
+        "CPython Objects/exceptions.c (MemoryError), printed as the traceback's last line",
+    ),
     Signature(
         "host-memory-check", "host-memory",
         r"Not enough host memory available\. Requesting ([\d.]+) GB but only have ([\d.]+) GB free",
@@ -327,6 +358,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "an illegal memory access in a CUDA kernel (HiCache is off, so not the host pool)",
         "rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel; check the model and quantization",
         "CUDA cudaErrorIllegalAddress; quoted in https://github.com/sgl-project/sglang/issues/18785 (HiCache)",
+        when={"hicache_enabled": False},
     ),
     # --- architecture ----------------------------------------------------------------------------
     Signature(
@@ -585,6 +617,8 @@ def _fill(text: str, m: re.Match[str] | None) -> str:
 def _fact_evidence(sig: Signature, f: Facts) -> list[str]:
     out = []
     for name in sig.when:
+        if name == "signal" and f.exit_code is None:
+            continue  # no exit status given: nothing to show
         if name == "signal":
             out.append(f"exit status {f.exit_code}: signal {f.signal} ({_SIGNAL_NAMES.get(f.signal, '?')})")
         elif name == "oom_kill":
@@ -595,6 +629,49 @@ def _fact_evidence(sig: Signature, f: Facts) -> list[str]:
     if sig.kind == "killed" and f.pinned_total_bytes:
         out.append(f"the plan pins {f.pinned_total_bytes / 1e9:.2f} GB of host memory (all ranks)")
     return out
+
+
+#: SGLang's startup line: ``server_args={...}`` (a dict repr; sglang/srt/entrypoints/engine.py:265,
+#: ``logger.info(f"server_args={server_args.resolved_dict()}")``) or, in older releases,
+#: ``server_args=ServerArgs(...)`` (a dataclass repr). Either shows enable_hierarchical_cache.
+_SERVER_ARGS_HICACHE = re.compile(r"server_args=.*?\benable_hierarchical_cache'?\s*[:=]\s*(True|False)\b")
+
+
+def log_facts(lines: Sequence[str]) -> dict[str, object]:
+    """Facts the log itself shows: ``{"hicache_enabled": bool}`` from SGLang's ``server_args=``
+    startup line (the last one, if the log holds several starts); empty when it has none."""
+    for ln in reversed(lines):
+        m = _SERVER_ARGS_HICACHE.search(ln)
+        if m:
+            return {"hicache_enabled": m.group(1) == "True"}
+    return {}
+
+
+def _with_log_facts(facts: Facts, lines: Sequence[str]) -> Facts:
+    """``facts`` with its unknowns filled from the log (a fact the caller gave wins)."""
+    found = {k: v for k, v in log_facts(lines).items() if getattr(facts, k) is None}
+    return facts.model_copy(update=found) if found else facts
+
+
+def _unsettled(sig: Signature, f: Facts, found: re.Match[str] | None, line: str | None,
+               evidence: list[str]) -> Match:
+    """An unproven match for a row id whose variant depends on facts nobody knows: every
+    variant the known facts allow, each with its condition, and what would settle it."""
+    alts = [r for r in SIGNATURES if r.id == sig.id and r.holds(f) is not False]
+    unknown = sorted({n for r in alts for n in r.needs_unknown(f)})
+
+    def cond(r: Signature) -> str:
+        parts = [f"{n}={v}" for n, v in r.when.items() if n in unknown]
+        return "if " + ", ".join(parts) if parts else "otherwise"
+
+    return Match(
+        id=sig.id, kind=sig.kind, line=line,
+        evidence=evidence + [f"{n} unknown: {SETTLE[n]}" for n in unknown],
+        explanation="the cause depends on " + ", ".join(unknown) + ", which this log does not show: "
+        + "; ".join(f"{cond(r)}: {_fill(r.cause, found)}" for r in alts),
+        fix="settle it (" + "; ".join(SETTLE[n] for n in unknown) + "), then: "
+        + "; ".join(f"{cond(r)}: {_fill(r.fix, found)}" for r in alts),
+        source=sig.source, conclusive=False)
 
 
 def diagnose(lines: Sequence[str], facts: Facts | None = None) -> Diagnosis:
@@ -609,8 +686,12 @@ def diagnose(lines: Sequence[str], facts: Facts | None = None) -> Diagnosis:
     text = [ln.rstrip("\n") for ln in lines]
     matches: list[Match] = []
     seen: set[str] = set()
+    facts = _with_log_facts(facts, text)
     for sig in SIGNATURES:
-        if sig.id in seen or seen.intersection(sig.unless) or not sig.holds(facts):
+        if sig.id in seen or seen.intersection(sig.unless):
+            continue
+        held = sig.holds(facts)
+        if held is False:
             continue
         found: re.Match[str] | None = None
         line: str | None = None
@@ -625,8 +706,11 @@ def diagnose(lines: Sequence[str], facts: Facts | None = None) -> Diagnosis:
                     break
             if found is None:
                 continue
-        evidence += _fact_evidence(sig, facts)
         seen.add(sig.id)
+        if held is None:
+            matches.append(_unsettled(sig, facts, found, line, evidence))
+            continue
+        evidence += _fact_evidence(sig, facts)
         matches.append(Match(id=sig.id, kind=sig.kind, line=line, evidence=evidence,
                              explanation=_fill(sig.cause, found), fix=_fill(sig.fix, found), source=sig.source,
                              sglang_advice=sig.sglang_advice, conclusive=sig.conclusive))

@@ -142,3 +142,51 @@ def test_unknown_failure_prints_tail_and_says_so():
 @pytest.mark.parametrize("lines", [B01, ILLEGAL, B17, B18, B30, B31])
 def test_each_report_matches_exactly_one_signature(lines):
     assert len(ids(lines, hicache_enabled=True)) == 1
+
+
+# --- facts a log read on its own does not know -----------------------------------------------------
+
+# SGLang 0.5.19 logs its resolved arguments at startup: sglang/srt/entrypoints/engine.py:265
+# logger.info(f"server_args={server_args.resolved_dict()}") (a dict); older releases print
+# server_args=ServerArgs(...).
+ARGS_DICT = TS + "server_args={'model_path': '/models/q', 'tp_size': 2, 'enable_hierarchical_cache': %s, " \
+    "'hicache_ratio': 2.0}"
+ARGS_REPR = "[2026-01-10 13:23:27] server_args=ServerArgs(model_path='/models/q', enable_hierarchical_cache=%s, x=1)"
+
+
+def test_illegal_access_with_hicache_unknown_is_inconclusive_and_says_what_settles_it():
+    d = diagnose(ILLEGAL, Facts(hicache_enabled=None, platform=None))
+    [m] = d.matches
+    assert not d.conclusive and not m.conclusive
+    assert "HiCache is off, so not the host pool" not in m.explanation.split("hicache_enabled=False:")[0]
+    assert "depends on hicache_enabled, platform" in m.explanation
+    assert "--hicache or --no-hicache" in m.fix and "server_args=" in m.fix
+    assert any("hicache_enabled unknown" in e for e in m.evidence)
+
+
+@pytest.mark.parametrize("fmt", [ARGS_DICT, ARGS_REPR])
+def test_hicache_is_read_from_the_server_args_line(fmt):
+    on = diagnose([fmt % "True", *ILLEGAL], Facts(hicache_enabled=None, platform="linux"))
+    assert [m.id for m in on.matches] == ["illegal-memory-access"] and on.conclusive
+    assert "retry without HiCache" in on.matches[0].fix
+    off = diagnose([fmt % "False", *ILLEGAL], Facts(hicache_enabled=None, platform="linux"))
+    assert off.conclusive and "HiCache is off" in off.matches[0].explanation
+    # what the caller says wins over the log
+    given = diagnose([fmt % "False", *ILLEGAL], Facts(hicache_enabled=True, platform="linux"))
+    assert "retry without HiCache" in given.matches[0].fix
+
+
+def test_hicache_on_but_platform_unknown_lists_both_variants():
+    d = diagnose([ARGS_DICT % "True", *ILLEGAL], Facts(platform=None))
+    [m] = d.matches
+    assert not m.conclusive and "if platform=wsl2:" in m.explanation and "otherwise:" in m.explanation
+    assert "--wsl2 or --no-wsl2" in m.fix and "hicache_enabled" not in m.explanation
+
+
+def test_lines_without_exit_code_or_tail_say_nothing_false():
+    killed = diagnose(["./entrypoint.sh: line 48: 28 Killed python3 -m sglang.launch_server"])
+    text = "\n".join(killed.lines(tail=False))
+    assert "exit status None" not in text and "signal None" not in text
+    assert text.count("unproven") == 1
+    empty = "\n".join(diagnose(["hello"]).lines(tail=False))
+    assert "no known signature in the log" in empty and "lines above" not in empty

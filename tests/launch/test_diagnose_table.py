@@ -108,7 +108,8 @@ QUOTES: dict[str, list[tuple[str, str]]] = {
 JSON_BODY = {"unauthorized": "error"}
 
 #: Rows tested against what the real part prints on this machine (test functions below).
-REAL_PART = {"runtime-module-missing", "address-in-use", "zmq-address-in-use", "docker-daemon-gone"}
+REAL_PART = {"runtime-module-missing", "address-in-use", "zmq-address-in-use", "docker-daemon-gone",
+             "python-memory-error"}
 
 _REF = re.compile(r"((?:sglang|transformers|torch)/[\w/]+\.py):(\d+)")
 
@@ -253,6 +254,25 @@ def test_module_missing_against_cpython():
     d = diagnose(r.stderr.splitlines(), Facts(exit_code=r.returncode))
     assert [m.id for m in d.matches] == ["runtime-module-missing"]
     assert "escha_no_such_module_x" in d.matches[0].explanation
+
+
+def test_memory_error_against_cpython_under_an_address_space_limit():
+    """A real interpreter whose address space is capped (RLIMIT_AS, as `ulimit -v` sets) runs
+    out of memory: its real traceback, with and without SGLang's log prefix, is host memory."""
+    import resource
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    r = subprocess.run([sys.executable, "-c", "x = bytearray(8 * 2**30)"], capture_output=True, text=True,
+                       preexec_fn=cap, timeout=60)
+    assert r.returncode == 1 and r.stderr.splitlines()[-1] == "MemoryError"
+    d = diagnose(r.stderr.splitlines(), Facts(exit_code=r.returncode))
+    assert [m.id for m in d.matches] == ["python-memory-error"] and d.conclusive
+    assert d.matches[0].kind == "host-memory"
+    prefixed = ["[2026-11-29 16:20:01 TP0] " + ln for ln in r.stderr.splitlines()]
+    assert [m.id for m in diagnose(prefixed).matches] == ["python-memory-error"]
+    assert diagnose(["numpy: MemoryErrors are rare"]).matches == []
 
 
 def test_address_in_use_against_a_real_bind():

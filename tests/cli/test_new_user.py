@@ -1,0 +1,34 @@
+"""What a new user meets first, as the CLI prints it: `diagnose` on a log alone, the help
+texts' examples and install hints."""
+
+from __future__ import annotations
+
+ILLEGAL = ["[2026-11-29 16:20:01 TP1] Scheduler hit an exception: Traceback (most recent call last):",
+           "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"]
+# SGLang 0.5.19's startup line: sglang/srt/entrypoints/engine.py:265 logs server_args.resolved_dict().
+ARGS_ON = "[2026-11-29 16:19:01] server_args={'model_path': '/models/q', 'enable_hierarchical_cache': True}"
+
+
+def test_diagnose_log_alone_does_not_assume_hicache_off(cli, tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(ILLEGAL) + "\n")
+    r = cli("diagnose", str(log))
+    assert r.code == 5, r.out + r.err
+    assert "(HiCache is off, so not the host pool)" not in r.out.split("if hicache_enabled=False")[0]
+    assert "--hicache or --no-hicache" in r.out and "exit status None" not in r.out
+    assert cli("diagnose", str(log), "--no-hicache").code == 0
+
+
+def test_diagnose_reads_hicache_from_the_server_args_line(cli, tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("\n".join([ARGS_ON, *ILLEGAL]) + "\n")
+    r = cli("diagnose", str(log), "--no-wsl2")
+    assert r.code == 0, r.out + r.err
+    assert "retry without HiCache" in r.out and "HiCache is off" not in r.out
+    assert cli("diagnose", str(log)).code == 5  # WSL2 or not decides the cause: unknown here
+
+
+def test_diagnose_help_keeps_example_lines(cli):
+    out = cli("diagnose", "--help").out
+    assert "\n    escha-deploy diagnose server.log\n" in out
+    assert "\n    docker logs my-sglang 2>&1 | escha-deploy diagnose - --exit-code 137\n" in out
