@@ -44,8 +44,10 @@ def render_plan(p: Plan) -> None:
 
     b = p.budget
     t = Table(title="Pinned budget (the profile's safety policy)", title_justify="left")
-    t.add_column("item")
-    t.add_column("bytes", justify="right", no_wrap=True)
+    # the label keeps a readable width at 80 columns; the long binding explanation in the
+    # second column wraps instead of squeezing the labels to nothing
+    t.add_column("item", min_width=28, ratio=1)
+    t.add_column("bytes", justify="right", ratio=1)
     t.add_row(f"memory base ({b.memory_base_source})", _b(b.memory_base_bytes))
     t.add_row(f"- server processes ({p.tp_size} x {fmt_gib(p.safety_policy.server_process_per_rank_bytes)})", _b(b.server_processes_bytes))
     t.add_row("- OS, Docker, escha-deploy", _b(b.os_reserve_bytes))
