@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .doctor.gpu import GpuInventory
 from .units import fmt_gib
 
 Platform = Literal["linux", "wsl2"]
@@ -65,6 +66,9 @@ class HostFacts(BaseModel):
     l3_free_bytes: int | None = Field(
         default=None, description="free bytes on the L3 storage directory's filesystem"
     )
+    gpus: GpuInventory | None = Field(
+        default=None, description="the GPUs as NVML reports them (brand, PCI ids, P2P status, topology); "
+        "None: not read (a described host, or no NVML here)")
 
     @property
     def memory_base_bytes(self) -> int:
@@ -232,11 +236,23 @@ def described_host(mem_total_bytes: int, platform: Platform = "linux", *, l3_fre
                      l3_dir=l3_dir, l3_free_bytes=l3_free)
 
 
+def read_gpu_facts() -> GpuInventory | None:
+    """NVML's answers for this machine's GPUs (``doctor.gpu.query_nvml``), or ``None`` when NVML
+    cannot be used here (no nvidia-ml-py, no driver library, no GPU)."""
+    from .doctor.gpu import query_nvml
+
+    try:
+        return query_nvml()
+    except RuntimeError:
+        return None
+
+
 def gather_host_facts(*, platform: Platform | None = None, l3_dir: str | None = None,
-                      use_findings: bool = True, root: Path = Path("/")) -> HostFacts:
+                      use_findings: bool = True, root: Path = Path("/"), gpus: bool = True) -> HostFacts:
     """Read this machine into ``HostFacts``: MemTotal, MemAvailable and the huge-page
     reservation (/proc/meminfo), the cgroup memory limit and usage (v1 or v2), WSL2 or Linux, container or not, the L3 directory's free
-    space, and doctor's findings for this host (pinned ceiling, host allocator) when present.
+    space, doctor's findings for this host (pinned ceiling, host allocator) when present, and
+    the GPUs as NVML reports them (``gpus=False``: not read).
 
     ``platform`` overrides the detected platform (``--wsl2``/``--linux``).
     """
@@ -263,6 +279,7 @@ def gather_host_facts(*, platform: Platform | None = None, l3_dir: str | None = 
         host_allocator=findings.host_allocator if findings else None,
         l3_dir=l3_dir,
         l3_free_bytes=l3_free_bytes(l3_dir) if l3_dir else None,
+        gpus=read_gpu_facts() if gpus else None,
     )
 
 

@@ -184,7 +184,8 @@ class Runtime(EschaModel):
     attention_backend: Annotated[str | None, Field(description="--attention-backend")] = None
     disable_custom_all_reduce: Annotated[
         bool | None,
-        Field(description="--disable-custom-all-reduce; unset: on for consumer GPUs and WSL2 (microsoft/WSL#12467)"),
+        Field(description="--disable-custom-all-reduce; unset: on for TP >= 2 unless NVML facts prove "
+                    "peer access between the TP GPUs (sgl-project/sglang#4814)"),
     ] = None
     enable_cache_report: Annotated[bool, Field(description="--enable-cache-report (bench needs it)")] = True
     enable_metrics: Annotated[bool, Field(description="--enable-metrics (bench and the canary read it)")] = True
@@ -310,7 +311,9 @@ class Container(EschaModel):
     ready_timeout_s: Annotated[int, Field(gt=0, le=MAX_SECONDS, description="how long `up` waits for ready (seconds)")] = 1800
     nccl_p2p_disable: Annotated[
         bool | None,
-        Field(description="NCCL_P2P_DISABLE=1; unset: on for GeForce cards and WSL2 (NVIDIA/nccl#1637)"),
+        Field(description="NCCL_P2P_DISABLE=1; unset: on under WSL2 and where NVML shows the TP GPUs "
+                    "without peer access (a GeForce/Titan brand or a P2P status other than ok; NVIDIA/nccl#1637, "
+                    "microsoft/WSL#12467)"),
     ] = None
 
 

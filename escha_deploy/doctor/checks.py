@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 from escha_deploy.units import GiB, MiB, fmt_gb, fmt_gib, fmt_mib
 
+from escha_deploy.gpu_facts import gpu_compat, peer_access, tp_gpu_indices
+
 from .facts import DoctorFacts
 from .report import Check, fail, ok, warn
 
@@ -50,6 +52,8 @@ class ProfileNeeds:
     plan_problems: tuple[str, ...] = ()
     ref: str = ""
     page_cache_floor_bytes: int = PAGE_CACHE_FLOOR_BYTES
+    compute_capability: str | None = None
+    gpu_ids: tuple[int, ...] | None = None
 
     @property
     def profile_arg(self) -> str:
@@ -189,7 +193,17 @@ def check_gpus(f: DoctorFacts) -> list[Check]:
                f"(via {g.source})")]
     if g.p2p:
         p2p = ", ".join(f"{pair}: {status}" for pair, status in g.p2p.items())
-        rows.append(ok("gpu.p2p", f"NVML P2P read status {p2p}"))
+        topo = ", ".join(f"{pair}: {level}" for pair, level in g.topology.items())
+        rows.append(ok("gpu.p2p", f"NVML P2P read status {p2p}" + (f"; topology {topo}" if topo else "")))
+    if g.count >= 2:
+        pa = peer_access(g, range(g.count), f.platform)
+        if pa.proven:
+            rows.append(ok("gpu.peer_access", f"peer access between all GPUs: {pa.detail}"))
+        else:
+            rows.append(warn("gpu.peer_access", f"no proven peer access: {pa.detail}",
+                             "TP launches render --disable-custom-all-reduce"
+                             + (" and NCCL_P2P_DISABLE=1" if pa.nvml or f.platform == "wsl2" else "")
+                             + " (custom all-reduce needs peer access: sgl-project/sglang#4814)"))
     return rows
 
 
@@ -305,6 +319,14 @@ def profile_checks(f: DoctorFacts, need: ProfileNeeds) -> list[Check]:
         else:
             rows.append(fail("profile.nccl", f"all-reduce failed: {f.probes.nccl[-1].get('error')}",
                              "see probe.nccl; TP across these GPUs will not start", profile=True))
+    if g.count:
+        ids = tp_gpu_indices(want, need.gpu_ids if need.gpu_ids is not None else "all")
+        for r in gpu_compat(g, ids, profile_cc=need.compute_capability, image=f.kernel_archs,
+                            nccl_version=g.nccl_version):
+            if r.status == "ok":
+                rows.append(ok(f"profile.{r.id}", r.detail, profile=True))
+            else:
+                rows.append((fail if r.status == "fail" else warn)(f"profile.{r.id}", r.detail, r.fix, profile=True))
     for problem in need.plan_problems:
         rows.append(fail("profile.plan", problem, f"`escha-deploy plan --profile {need.profile_arg}` explains the budget", profile=True))
     return rows

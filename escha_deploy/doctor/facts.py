@@ -16,6 +16,7 @@ from escha_deploy.findings import StoreProbeResult
 from escha_deploy.host import Platform, detect_container, detect_platform, host_id
 
 from .gpu import GpuInventory, gpu_inventory
+from .kernel_archs import image_kernel_archs
 from .hostinfo import (DockerFacts, ImageFacts, MemoryFacts, WslSignals, read_docker, read_image, read_memlock,
                        read_memory, read_shm_size, read_wsl_networking_mode, read_wsl_signals)
 from .probes import PinnedCeiling
@@ -61,6 +62,8 @@ class DoctorFacts(BaseModel):
     gpus: GpuInventory
     image: ImageFacts | None = Field(default=None, description="the server image on this daemon (id = digest)")
     probes: ProbeFacts = Field(default_factory=ProbeFacts)
+    kernel_archs: dict = Field(default_factory=dict, description="the image's sglang-kernel/torch architectures "
+                               "(kernel_archs.image_kernel_archs)")
 
 
 def _reason(exc: BaseException) -> str:
@@ -98,4 +101,5 @@ def gather_facts(root: Path = Path("/"), environ: Mapping[str, str] | None = Non
         docker=docker(),
         gpus=gpus(),
         image=image() if image is not None else None,
+        kernel_archs=image_kernel_archs(),
     )

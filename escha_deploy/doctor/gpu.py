@@ -18,8 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class GpuInfo(BaseModel):
-    """One GPU. ``vram_bytes`` is NVML's ``memory.total`` (bytes); ``compute_capability`` as
-    ``"9.0"``."""
+    """One GPU as NVML reports it. ``vram_bytes`` is ``nvmlDeviceGetMemoryInfo().total``
+    (bytes); ``compute_capability`` as ``"9.0"``; ``brand`` the ``nvmlBrandType_t`` word
+    (``BRANDS``: GeForce, Titan, NVIDIA RTX, Tesla, NVIDIA, ...); ``pci_device_id`` and
+    ``pci_subsystem_id`` are ``nvmlPciInfo_t.pciDeviceId``/``pciSubSystemId`` (device id in the
+    high 16 bits, vendor id 0x10de in the low 16); ``architecture`` the
+    ``nvmlDeviceArchitecture_t`` word. ``nvidia-smi`` fills only the first four fields."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -27,6 +31,12 @@ class GpuInfo(BaseModel):
     name: str
     vram_bytes: int
     compute_capability: str | None = None
+    brand: str | None = None
+    architecture: str | None = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    pci_device_id: int | None = None
+    pci_subsystem_id: int | None = None
 
 
 class GpuInventory(BaseModel):
@@ -34,7 +44,9 @@ class GpuInventory(BaseModel):
     ``reasons`` holds one line per source tried (``NVML: ...``, ``nvidia-smi: ...``).
 
     ``p2p`` maps ``"i-j"`` to NVML's P2P read status for that pair (``ok``, ``not supported``,
-    ``chipset not supported``, ... or ``error: ...``). ``nccl_version`` is the version of the
+    ``chipset not supported``, ... or ``error: ...``); ``topology`` maps ``"i-j"`` to
+    ``nvmlDeviceGetTopologyCommonAncestor`` as a word (``TOPOLOGY``: same board, one PCIe
+    switch, host bridge, NUMA node, across CPUs). ``nccl_version`` is the version of the
     installed NCCL wheel (``nvidia-nccl-cu13``/``-cu12``), when one is installed.
     """
 
@@ -46,6 +58,7 @@ class GpuInventory(BaseModel):
     nccl_version: str | None = None
     gpus: list[GpuInfo] = Field(default_factory=list)
     p2p: dict[str, str] = Field(default_factory=dict)
+    topology: dict[str, str] = Field(default_factory=dict)
     reasons: list[str] = Field(default_factory=list)
 
     @property
@@ -63,6 +76,19 @@ _P2P_STATUS = {
     5: "not supported",
     6: "unknown",
 }
+
+#: ``nvmlBrandType_t`` (nvml.h) as words.
+BRANDS = {
+    0: "unknown", 1: "Quadro", 2: "Tesla", 3: "NVS", 4: "GRID", 5: "GeForce", 6: "Titan",
+    7: "NVIDIA vApps", 8: "NVIDIA VPC", 9: "NVIDIA VCS", 10: "NVIDIA VWS", 11: "NVIDIA Cloud Gaming",
+    12: "Quadro RTX", 13: "NVIDIA RTX", 14: "NVIDIA", 15: "GeForce RTX", 16: "Titan RTX",
+}
+#: ``nvmlDeviceArchitecture_t`` (nvml.h) as words.
+ARCHITECTURES = {2: "Kepler", 3: "Maxwell", 4: "Pascal", 5: "Volta", 6: "Turing", 7: "Ampere", 8: "Ada",
+                 9: "Hopper", 10: "Blackwell", 13: "Rubin"}
+#: ``nvmlGpuTopologyLevel_t`` (nvml.h) as words, nearest first.
+TOPOLOGY = {0: "same board", 10: "one PCIe switch", 20: "several PCIe switches", 30: "one host bridge",
+            40: "one NUMA node", 50: "across CPUs (SMP interconnect)"}
 
 
 def nccl_wheel_version() -> str | None:
@@ -84,57 +110,80 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def query_nvml(pairs: list[tuple[int, int]] | None = None) -> GpuInventory:
+def _optional(nvml, fn: str, *args):
+    """``nvml.<fn>(*args)``, or ``None`` when this NVML lacks the call or answers an error."""
+    try:
+        return getattr(nvml, fn)(*args)
+    except (AttributeError, TypeError, ValueError, ctypes.ArgumentError) + _nvml_errors(nvml):
+        return None
+
+
+def _nvml_errors(nvml) -> tuple[type[BaseException], ...]:
+    err = getattr(nvml, "NVMLError", None)
+    return (err,) if isinstance(err, type) else ()
+
+
+def query_nvml(pairs: list[tuple[int, int]] | None = None, nvml=None) -> GpuInventory:
     """Query NVML; raises ``RuntimeError`` with the reason when NVML cannot be used.
 
-    ``pairs``: GPU index pairs to ask the P2P status of (default: every pair).
+    ``pairs``: GPU index pairs to ask the P2P status and topology of (default: every pair).
+    ``nvml``: the NVML binding (default ``pynvml``; tests pass a replay of recorded answers).
     """
+    if nvml is None:
+        try:
+            import pynvml as nvml
+        except ImportError as exc:
+            raise RuntimeError("nvidia-ml-py not installed (pip install 'escha-deploy[gpu]')") from exc
+    errors = _nvml_errors(nvml)
     try:
-        import pynvml
-    except ImportError as exc:
-        raise RuntimeError("nvidia-ml-py not installed (pip install 'escha-deploy[gpu]')") from exc
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
+        nvml.nvmlInit()
+    except errors as exc:
         raise RuntimeError(f"nvmlInit failed: {exc}") from exc
     try:
-        driver = _text(pynvml.nvmlSystemGetDriverVersion())
-        try:
-            cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
-            cuda_text = f"{cuda // 1000}.{cuda % 1000 // 10}"
-        except pynvml.NVMLError:
-            cuda_text = None
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        driver = _text(nvml.nvmlSystemGetDriverVersion())
+        cuda = _optional(nvml, "nvmlSystemGetCudaDriverVersion_v2")
+        cuda_text = f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else None
+        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
         gpus = []
         for i, h in enumerate(handles):
-            try:
-                major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
-                cc = f"{major}.{minor}"
-            except pynvml.NVMLError:
-                cc = None
-            gpus.append(GpuInfo(index=i, name=_text(pynvml.nvmlDeviceGetName(h)),
-                                vram_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
-                                compute_capability=cc))
+            cc = _optional(nvml, "nvmlDeviceGetCudaComputeCapability", h)
+            pci = _optional(nvml, "nvmlDeviceGetPciInfo", h)
+            brand = _optional(nvml, "nvmlDeviceGetBrand", h)
+            arch = _optional(nvml, "nvmlDeviceGetArchitecture", h)
+            uuid = _optional(nvml, "nvmlDeviceGetUUID", h)
+            gpus.append(GpuInfo(
+                index=i, name=_text(nvml.nvmlDeviceGetName(h)),
+                vram_bytes=int(nvml.nvmlDeviceGetMemoryInfo(h).total),
+                compute_capability=f"{cc[0]}.{cc[1]}" if cc else None,
+                brand=None if brand is None else BRANDS.get(int(brand), f"brand {brand}"),
+                architecture=None if arch is None else ARCHITECTURES.get(int(arch), f"architecture {arch}"),
+                uuid=None if uuid is None else _text(uuid),
+                pci_bus_id=None if pci is None else _text(pci.busId),
+                pci_device_id=None if pci is None else int(pci.pciDeviceId),
+                pci_subsystem_id=None if pci is None else int(pci.pciSubSystemId)))
         if pairs is None:
             pairs = [(i, j) for i in range(len(handles)) for j in range(i + 1, len(handles))]
-        p2p = {}
+        p2p, topology = {}, {}
         # Some pynvml builds define NVML_P2P_CAPS_INDEX_READ as a 1-tuple, which ctypes cannot
         # pass (seen on the 2 x H200 machine, 2026-11-29): pass the plain int.
-        index = pynvml.NVML_P2P_CAPS_INDEX_READ
+        index = nvml.NVML_P2P_CAPS_INDEX_READ
         index = int(index[0] if isinstance(index, tuple) else index)
         for i, j in pairs:
             if i >= len(handles) or j >= len(handles):
                 continue
             try:
-                code = pynvml.nvmlDeviceGetP2PStatus(handles[i], handles[j], index)
+                code = nvml.nvmlDeviceGetP2PStatus(handles[i], handles[j], index)
                 p2p[f"{i}-{j}"] = _P2P_STATUS.get(int(code), f"status {code}")
-            except (pynvml.NVMLError, TypeError, ValueError, ctypes.ArgumentError) as exc:
+            except (TypeError, ValueError, ctypes.ArgumentError) + errors as exc:
                 # a P2P answer is informative; never let it sink the whole inventory
                 p2p[f"{i}-{j}"] = f"error: {exc}"
+            level = _optional(nvml, "nvmlDeviceGetTopologyCommonAncestor", handles[i], handles[j])
+            if level is not None:
+                topology[f"{i}-{j}"] = TOPOLOGY.get(int(level), f"level {level}")
     finally:
-        pynvml.nvmlShutdown()
+        nvml.nvmlShutdown()
     return GpuInventory(source="nvml", driver_version=driver, cuda_driver_version=cuda_text,
-                        nccl_version=nccl_wheel_version(), gpus=gpus, p2p=p2p)
+                        nccl_version=nccl_wheel_version(), gpus=gpus, p2p=p2p, topology=topology)
 
 
 #: ``nvidia-smi`` query used as the fallback; ``compute_cap`` needs driver 510 or newer.

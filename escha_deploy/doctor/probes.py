@@ -150,17 +150,21 @@ def run_pinned_ceiling(target_bytes: int, allocator: str = "pinned", step_bytes:
                          timed_out=timed_out, error=why)
 
 
-def nccl_attempts(gpu_names: Sequence[str], platform: str) -> list[dict[str, str]]:
-    """NCCL environments to try, in order (NVIDIA/nccl#1637, microsoft/WSL#12467).
+def nccl_attempts(inv, platform: str, world_size: int = 2) -> list[dict[str, str]]:
+    """NCCL environments to try, in order, for the first ``world_size`` GPUs of the NVML
+    inventory ``inv`` (``doctor.gpu.GpuInventory``; NVIDIA/nccl#1637, microsoft/WSL#12467).
 
-    On GeForce cards or under WSL2, P2P disabled first (no working PCIe P2P there, and a
-    driver that claims it can hang NCCL), then also shared memory off as the last resort.
-    Elsewhere P2P first, then P2P disabled when that hangs or sums wrong.
+    Under WSL2 or where NVML shows those GPUs without peer access (a GeForce/Titan brand or a
+    P2P status other than ok: ``gpu_facts.peer_access``), P2P disabled first (a driver that
+    claims P2P can hang NCCL there), then also shared memory off as the last resort. Elsewhere
+    (peer access proven, or no NVML facts) P2P first, then P2P disabled when that hangs or sums
+    wrong.
     """
-    p2p_off = {"NCCL_P2P_DISABLE": "1"}
-    from escha_deploy.flags import is_geforce
+    from escha_deploy.gpu_facts import peer_access
 
-    if platform == "wsl2" or any(is_geforce(n) for n in gpu_names):
+    p2p_off = {"NCCL_P2P_DISABLE": "1"}
+    pa = peer_access(inv, range(world_size), platform)
+    if platform == "wsl2" or (pa.nvml and not pa.proven):
         return [p2p_off, {**p2p_off, "NCCL_SHM_DISABLE": "1"}]
     return [{}, p2p_off]
 

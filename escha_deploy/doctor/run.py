@@ -46,7 +46,9 @@ def needs_from_profile(ref: str, overrides: Sequence[str] = ()) -> ProfileNeeds:
     return ProfileNeeds(name=profile.name, gpu_count=hw.gpu_count, gpu_vram_bytes=hw.gpu_vram,
                         gpu_name=hw.gpu_name, tp_size=profile.runtime.tp_size,
                         hicache_enabled=profile.hicache.enabled, pinned_per_rank_bytes=pinned or None,
-                        plan_problems=problems, ref=ref, page_cache_floor_bytes=profile.safety.page_cache_floor)
+                        plan_problems=problems, ref=ref, page_cache_floor_bytes=profile.safety.page_cache_floor,
+                        compute_capability=hw.compute_capability,
+                        gpu_ids=None if isinstance(profile.container.gpus, str) else tuple(profile.container.gpus))
 
 
 def _now() -> _dt.datetime:
@@ -110,7 +112,7 @@ def run_probes(facts: DoctorFacts, need: ProfileNeeds | None, *, reuse: bool = T
     pinned = run_pinned_ceiling(target, allocator=allocator or "pinned")
     nccl: list[dict] = []
     if world >= 2 and facts.gpus.count >= world:
-        nccl = run_nccl_smoke(world, nccl_attempts([g.name for g in facts.gpus.gpus], facts.platform))
+        nccl = run_nccl_smoke(world, nccl_attempts(facts.gpus, facts.platform, world))
     return ProbeFacts(source="ran now", store=store, device_attributes=attributes,
                       host_allocator=allocator, pinned=pinned, nccl=nccl)
 

@@ -30,6 +30,7 @@ from typing import Callable
 
 from ..capabilities import SERIES_CAPABILITIES
 from ..arch import ModelArch, ModelDirFacts, RankShapes, rank_shapes
+from ..gpu_facts import peer_access, tp_gpu_indices
 from ..host import HostFacts
 from ..profile import Profile
 from ..runtime.hooks.host_alloc import PINNED_MAX_BYTES
@@ -660,6 +661,9 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
         step(c)
     p = c.pools
     sf = profile.safety
+    peers = peer_access(host.gpus, tp_gpu_indices(profile.runtime.tp_size, profile.container.gpus), host.platform)
+    if profile.runtime.tp_size > 1 and not peers.proven:
+        c.decide("launch", "custom all-reduce needs proven peer access", "--disable-custom-all-reduce", peers.detail)
     return Plan(
         profile=profile.name, tp_size=c.ranks, platform=host.platform, host_source=host.source,
         hybrid=arch.is_hybrid, kv_cache_dtype=profile.runtime.kv_cache.dtype, page_size=c.page_size,
@@ -687,4 +691,5 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
             ratio_step=sf.ratio_step, max_ratio=profile.hicache.max_ratio, min_ratio=profile.hicache.min_ratio,
         ),
         findings=c.findings, verdict=c.verdict, reasons=c.reasons, warnings=c.warnings, decisions=c.decisions,
+        peer_access=peers,
     )

@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from escha_deploy.gpu_facts import PeerAccess
+
 Verdict = Literal["ok", "unsafe", "hicache_off"]
 CheckResult = Literal["accept", "refuse"]
 
@@ -173,6 +175,9 @@ class Plan(BaseModel):
     reasons: list[str]
     warnings: list[str]
     decisions: list[Decision]
+    peer_access: PeerAccess | None = Field(
+        None, description="peer access between the TP GPUs, from NVML facts; decides --disable-custom-all-reduce "
+        "and NCCL_P2P_DISABLE")
     argv_check: "ArgvCheck | None" = Field(
         None, description="the rendered argv checked against the runtime's flag catalog (filled by the CLI)")
 

@@ -49,13 +49,16 @@ def test_fallback_stops_at_the_first_pass():
     assert len(tried) == 1 and tried[0]["ok"] and tried[0]["env"] == {"X_FIRST": "1"}
 
 
-@pytest.mark.parametrize("names, platform, first", [
-    (["NVIDIA GeForce RTX 5060 Ti"] * 2, "linux", {"NCCL_P2P_DISABLE": "1"}),
-    (["NVIDIA RTX PRO 6000 Blackwell"] * 2, "wsl2", {"NCCL_P2P_DISABLE": "1"}),
-    (["NVIDIA H200"] * 2, "linux", {}),
+@pytest.mark.parametrize("record, platform, first", [
+    ("nvml-2x-rtx4090.json", "linux", {"NCCL_P2P_DISABLE": "1"}),  # NVML: GeForce, P2P not supported
+    ("nvml-2x-h200-p2p.json", "wsl2", {"NCCL_P2P_DISABLE": "1"}),
+    ("nvml-2x-h200-p2p.json", "linux", {}),
+    (None, "linux", {}),  # no NVML facts: NCCL detects P2P itself, P2P off is the fallback
 ])
-def test_attempt_order(names, platform, first):
-    attempts = nccl_attempts(names, platform)
+def test_attempt_order(record, platform, first):
+    from nvml_replay import recorded_inventory
+
+    attempts = nccl_attempts(recorded_inventory(record) if record else None, platform)
     assert attempts[0] == first and len(attempts) == 2
     assert attempts[1].get("NCCL_P2P_DISABLE") == "1"
 

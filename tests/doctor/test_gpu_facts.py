@@ -1,0 +1,170 @@
+"""GPU facts, not names (field reports B35, B37): NVML's brand, PCI ids, P2P status and topology
+decide the launch flags, and doctor checks each TP GPU against the profile and the image.
+
+The NVML answers are replayed through the product's reader (``doctor.gpu.query_nvml``) by
+``nvml_replay.RecordedNvml`` (a stand-in: no NVML on the CI machine). ``nvml-h200.json`` was
+recorded on a real H200 (the device machine, 2026-11-30); the others are written in the same
+format, each naming the public report it describes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from escha_deploy.doctor.checks import ProfileNeeds, profile_checks
+from escha_deploy.doctor.facts import gather_facts
+from escha_deploy.doctor.hostinfo import DockerFacts
+from escha_deploy.doctor.kernel_archs import image_kernel_archs, runs_on
+from escha_deploy.flags import server_args, server_env
+from escha_deploy.gpu_facts import gpu_compat, peer_access
+from escha_deploy.host import described_host
+from escha_deploy.planner import plan
+from escha_deploy.profile import load_profile
+from escha_deploy.units import GiB
+
+from nvml_replay import FIXTURES, recorded_inventory
+
+LINUX = described_host(128 * GiB, "linux")
+B35_SETS = ["hardware.gpu_name=RTX 4090", "hicache.hicache_size=0"]
+
+
+def _launch(inv, sets=(), host=LINUX, profile="linux-tp2-l3"):
+    prof = load_profile(profile, list(sets))
+    p = plan(prof, host.model_copy(update={"gpus": inv}))
+    return server_args(p, prof), server_env(p, prof), p
+
+
+def test_h200_record_reads_as_nvml_facts():
+    inv = recorded_inventory("nvml-h200.json")
+    g = inv.gpus[0]
+    assert (inv.source, inv.driver_version, inv.cuda_driver_version) == ("nvml", "580.159.04", "13.0")
+    assert (g.name, g.brand, g.architecture, g.compute_capability) == ("NVIDIA H200", "NVIDIA", "Hopper", "9.0")
+    assert (g.pci_device_id >> 16, g.pci_device_id & 0xFFFF) == (0x2335, 0x10DE)  # H200, NVIDIA's vendor id
+    assert g.vram_bytes == 150_754_820_096 and g.pci_bus_id == "00000000:00:06.0"
+
+
+def test_b35_consumer_pair_without_p2p_gets_the_flags_whatever_its_name():
+    """B35: the profile's free-text name says nothing ('RTX 4090', no 'GeForce'); NVML's brand
+    and P2P status put --disable-custom-all-reduce in argv and NCCL_P2P_DISABLE=1 in env."""
+    inv = recorded_inventory("nvml-2x-rtx4090.json")
+    assert inv.p2p == {"0-1": "not supported"} and inv.gpus[0].brand == "GeForce"
+    args, env, p = _launch(inv, B35_SETS)
+    assert "--disable-custom-all-reduce" in args and env["NCCL_P2P_DISABLE"] == "1"
+    assert not p.peer_access.proven and p.peer_access.consumer
+    assert any(d.value == "--disable-custom-all-reduce" and "GeForce" in d.reason for d in p.decisions)
+
+
+def test_proven_peer_access_keeps_custom_all_reduce_even_with_a_geforce_name():
+    inv = recorded_inventory("nvml-2x-h200-p2p.json")
+    args, env, p = _launch(inv, ["hardware.gpu_name=GeForce RTX 4090", "hicache.hicache_size=0"])
+    assert p.peer_access.proven and "--disable-custom-all-reduce" not in args and "NCCL_P2P_DISABLE" not in env
+
+
+def test_geforce_brand_claiming_p2p_is_not_trusted():
+    rec = json.loads((FIXTURES / "nvml-2x-rtx4090.json").read_text())
+    for k in rec["nvmlDeviceGetP2PStatus"].values():
+        k["NVML_P2P_CAPS_INDEX_READ"] = 0
+    args, env, _ = _launch(recorded_inventory(rec), B35_SETS)
+    assert "--disable-custom-all-reduce" in args and env["NCCL_P2P_DISABLE"] == "1"
+
+
+def test_without_nvml_facts_tp2_disables_custom_all_reduce_only():
+    args, env, p = _launch(None, B35_SETS)
+    assert "--disable-custom-all-reduce" in args and "NCCL_P2P_DISABLE" not in env
+    assert "no NVML facts" in p.peer_access.detail
+
+
+def test_p2p_error_or_missing_pair_is_not_proof():
+    rec = json.loads((FIXTURES / "nvml-2x-h200-p2p.json").read_text())
+    rec["nvmlDeviceGetP2PStatus"]["0-1"]["NVML_P2P_CAPS_INDEX_READ"] = {"error": "Unknown Error"}
+    inv = recorded_inventory(rec)
+    assert inv.p2p["0-1"].startswith("error:")
+    assert not peer_access(inv, [0, 1], "linux").proven
+    assert not peer_access(recorded_inventory("nvml-h200.json"), [0, 1], "linux").proven  # GPU 1 absent
+
+
+def test_tp_group_follows_container_gpus():
+    rec = json.loads((FIXTURES / "nvml-2x-h200-p2p.json").read_text())
+    inv = recorded_inventory(rec)
+    assert not peer_access(inv, [0, 2], "linux").proven and peer_access(inv, [0, 1], "linux").proven
+
+
+def test_wsl2_nvml_p2p_is_not_trusted():
+    inv = recorded_inventory("nvml-2x-h200-p2p.json")
+    args, env, _ = _launch(inv, ["hicache.hicache_size=0"], host=described_host(128 * GiB, "wsl2"))
+    assert "--disable-custom-all-reduce" in args and env["NCCL_P2P_DISABLE"] == "1"
+
+
+def test_profile_setting_wins():
+    inv = recorded_inventory("nvml-2x-rtx4090.json")
+    args, env, _ = _launch(inv, B35_SETS + ["runtime.disable_custom_all_reduce=false", "container.nccl_p2p_disable=false"])
+    assert "--disable-custom-all-reduce" not in args and "NCCL_P2P_DISABLE" not in env
+
+
+def test_b35_up_dry_run_on_this_machine():
+    """B35's input as a user types it, on this GPU-less machine (no NVML facts), through
+    ``up --dry-run`` (``serve --print`` here refuses first: no patched runtime outside the image)."""
+    out = subprocess.run([sys.executable, "-m", "escha_deploy", "up", "-p", "linux-tp2-l3", "--set",
+                          B35_SETS[0], "--set", B35_SETS[1], "--dry-run"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "--disable-custom-all-reduce" in out.stdout
+
+
+# --------------------------------------------------------------------------- compatibility (B37)
+
+ARCHS = image_kernel_archs()
+
+
+def test_kernel_arch_record_is_of_the_pinned_wheels():
+    w = ARCHS["wheels"]
+    assert w["sglang-kernel"]["version"] == "0.4.6.post1" and w["torch"]["version"] == "2.13.0"
+    assert 120 in w["sglang-kernel"]["sass"] and 90 in w["torch"]["sass"] and ARCHS["torch_cuda"] == "13.0"
+    assert runs_on(w["sglang-kernel"], "8.9") and not runs_on(w["sglang-kernel"], "7.5")
+
+
+def _doctor(inv, need):
+    f = gather_facts(FIXTURES / "linux-host", {}, docker=lambda: DockerFacts(reachable=False, error="x"),
+                     gpus=lambda: inv)
+    return {c.id: c for c in profile_checks(f, need)}
+
+
+def test_b37_mixed_pair_against_a_cc_12_profile_fails_with_the_fix():
+    inv = recorded_inventory("nvml-rtx3080-rtx4080s.json").model_copy(update={"driver_version": "580.65.06"})
+    need = ProfileNeeds(name="rtx5060ti-tp2", gpu_count=2, gpu_vram_bytes=8 * GiB, gpu_name="GeForce RTX 5060 Ti",
+                        tp_size=2, hicache_enabled=False, compute_capability="12.0")
+    c = _doctor(inv, need)
+    assert c["profile.gpu.compat.0"].status == "fail" and "cc 12.0" in c["profile.gpu.compat.0"].detail
+    assert 'compute_capability: "8.6"' in c["profile.gpu.compat.0"].fix
+    assert c["profile.gpu.compat.1"].status == "fail" and "cc 8.9" in c["profile.gpu.compat.1"].detail
+    assert c["profile.gpu.compat.mixed"].status == "fail" and "cc 8.6" in c["profile.gpu.compat.mixed"].detail
+
+
+def test_b37_driver_below_the_images_cuda():
+    """The recorded driver 550 cannot run torch 2.13.0+cu130 (CUDA 13.0 needs 580.65.06)."""
+    inv = recorded_inventory("nvml-rtx3080-rtx4080s.json")
+    rows = gpu_compat(inv, [1], profile_cc="8.9", image=ARCHS)
+    assert rows[0].status == "fail" and "driver 550.54.14 is older than 580.65.06" in rows[0].detail
+    assert "CUDA 13.0" in rows[0].detail
+
+
+def test_card_the_image_has_no_kernels_for():
+    rec = json.loads((FIXTURES / "nvml-h200.json").read_text())
+    rec["devices"][0]["nvmlDeviceGetCudaComputeCapability"] = [7, 5]  # a Turing card
+    rows = gpu_compat(recorded_inventory(rec), [0], profile_cc=None, image=ARCHS)
+    assert rows[0].status == "fail" and "no kernel image" in rows[0].detail and "sglang-kernel" in rows[0].detail
+
+
+def test_h200_against_its_profile_is_ok():
+    rows = gpu_compat(recorded_inventory("nvml-h200.json"), [0], profile_cc="9.0", image=ARCHS, nccl_version="2.29.7")
+    assert [r.status for r in rows] == ["ok"]
+
+
+def test_blackwell_nccl_floor():
+    rec = json.loads((FIXTURES / "nvml-h200.json").read_text())
+    rec["devices"][0]["nvmlDeviceGetCudaComputeCapability"] = [12, 0]
+    rows = gpu_compat(recorded_inventory(rec), [0], profile_cc="12.0", image=ARCHS, nccl_version="2.21.5")
+    assert rows[0].status == "fail" and "NCCL 2.21.5 is older than 2.25.1" in rows[0].detail
