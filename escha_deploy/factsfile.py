@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .findings import DoctorFindings
 
 if TYPE_CHECKING:
+    from .doctor.gpu import GpuInventory
     from .host import HostFacts
 
 #: The facts-file schema this escha-deploy reads and writes.
@@ -50,7 +51,8 @@ class HostSection(BaseModel):
 class GpuRecord(BaseModel):
     """One GPU as NVML reports it (``nvmlDeviceGetMemoryInfo``, ``nvmlDeviceGetCudaComputeCapability``,
     ``nvmlDeviceGetPciInfo``). Only ``index`` is required, so a hand-written file can list what it
-    knows; the planner does not read these yet, but they are part of the digest."""
+    knows. The planner reads brand and P2P status (``gpu_facts.peer_access``: the launch flags
+    follow them); all of it is part of the digest."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     index: int = Field(ge=0, description="CUDA/NVML device index")
@@ -60,6 +62,14 @@ class GpuRecord(BaseModel):
     memory_total_bytes: int | None = Field(default=None, gt=0, description="nvmlDeviceGetMemoryInfo total (bytes)")
     compute_capability: str | None = Field(default=None, description='major.minor, e.g. "12.0"')
     driver_version: str | None = Field(default=None, description="nvmlSystemGetDriverVersion")
+    brand: str | None = Field(default=None, description="nvmlDeviceGetBrand as a word (GeForce, NVIDIA RTX, ...)")
+    architecture: str | None = Field(default=None, description="nvmlDeviceGetArchitecture as a word")
+    pci_device_id: int | None = Field(default=None, description="nvmlPciInfo_t.pciDeviceId (device << 16 | vendor)")
+    pci_subsystem_id: int | None = Field(default=None, description="nvmlPciInfo_t.pciSubSystemId")
+    p2p: dict[str, str] = Field(default_factory=dict, description="other GPU index -> nvmlDeviceGetP2PStatus "
+                                "(read) as a word: ok, not supported, ...")
+    topology: dict[str, str] = Field(default_factory=dict, description="other GPU index -> "
+                                     "nvmlDeviceGetTopologyCommonAncestor as a word")
 
 
 class FactsFile(BaseModel):
@@ -127,3 +137,49 @@ def facts_from_host(host: HostFacts, findings: DoctorFindings | None, gpus: list
                          host_id=host.host_id),
         findings=findings, gpus=list(gpus),
     )
+
+
+def records_from_inventory(inv: GpuInventory | None) -> list[GpuRecord]:
+    """One ``GpuRecord`` per GPU of an NVML inventory (``doctor.gpu.GpuInventory``); the pair
+    facts (P2P status, topology) go on both GPUs of each pair."""
+    if inv is None or inv.source != "nvml":
+        return []
+    out = []
+    for g in inv.gpus:
+        p2p, topo = {}, {}
+        for pair, status in inv.p2p.items():
+            i, j = (int(x) for x in pair.split("-"))
+            if g.index in (i, j):
+                p2p[str(j if g.index == i else i)] = status
+        for pair, level in inv.topology.items():
+            i, j = (int(x) for x in pair.split("-"))
+            if g.index in (i, j):
+                topo[str(j if g.index == i else i)] = level
+        out.append(GpuRecord(index=g.index, name=g.name, uuid=g.uuid, pci_bus_id=g.pci_bus_id,
+                             memory_total_bytes=g.vram_bytes, compute_capability=g.compute_capability,
+                             driver_version=inv.driver_version, brand=g.brand, architecture=g.architecture,
+                             pci_device_id=g.pci_device_id, pci_subsystem_id=g.pci_subsystem_id,
+                             p2p=p2p, topology=topo))
+    return out
+
+
+def inventory_from_records(records: list[GpuRecord]) -> GpuInventory | None:
+    """The NVML inventory the records describe (``None`` for no records), so a plan from a
+    facts file decides peer access as a plan from NVML does."""
+    from .doctor.gpu import GpuInfo, GpuInventory
+
+    if not records:
+        return None
+    gpus = [GpuInfo(index=r.index, name=r.name or f"GPU {r.index}", vram_bytes=r.memory_total_bytes or 0,
+                    compute_capability=r.compute_capability, brand=r.brand, architecture=r.architecture,
+                    uuid=r.uuid, pci_bus_id=r.pci_bus_id, pci_device_id=r.pci_device_id,
+                    pci_subsystem_id=r.pci_subsystem_id) for r in records]
+    p2p, topo = {}, {}
+    for r in records:
+        for other, status in r.p2p.items():
+            i, j = sorted((r.index, int(other)))
+            p2p.setdefault(f"{i}-{j}", status)
+        for other, level in r.topology.items():
+            i, j = sorted((r.index, int(other)))
+            topo.setdefault(f"{i}-{j}", level)
+    return GpuInventory(source="nvml", driver_version=records[0].driver_version, gpus=gpus, p2p=p2p, topology=topo)

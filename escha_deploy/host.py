@@ -66,6 +66,9 @@ class HostFacts(BaseModel):
     l3_free_bytes: int | None = Field(
         default=None, description="free bytes on the L3 storage directory's filesystem"
     )
+    l3_checked: bool = Field(
+        default=False, description="the L3 directory was checked here (exists, writable, cap free: "
+        "folders.check_l3_dir); false when the plan describes another host")
     gpus: GpuInventory | None = Field(
         default=None, description="the GPUs as NVML reports them (brand, PCI ids, P2P status, topology); "
         "None: not read (a described host, or no NVML here)")
@@ -284,29 +287,46 @@ def gather_host_facts(*, platform: Platform | None = None, l3_dir: str | None = 
 
 
 def gather_plan_inputs(profile, *, platform: Platform | None = None, host_ram: int | None = None,
-                       model_path: str | None = None):
+                       model_path: str | None = None, l3_path: str | None = None,
+                       check_here: bool | None = None):
     """Everything ``planner.plan`` reads besides the profile, gathered the same way by ``plan``,
     ``up`` and ``serve``: ``(host_facts, model_dir_facts)``.
 
     ``platform``: ``--wsl2``/``--linux``; default detected (a profile's ``hardware.platform``
     only says what it was written for). ``host_ram``: plan for a described host (bytes).
     ``model_path``: the model folder as this process sees it (default ``model.host_dir``;
-    inside the container ``serve`` passes ``model.path``). The L3 directory's free space is
-    read only when HiCache uses the file backend. Raises ``BadInput`` for an unreadable
-    config.json, naming the field.
+    inside the container ``serve`` passes ``model.path``). ``l3_path``: the file L3 directory
+    as this process sees it (default ``hicache.storage_dir``; the container's mount point in
+    the container). ``check_here``: the server will run on this machine, so the L3 directory
+    is checked here (``folders.check_l3_dir``); default: unless ``host_ram`` describes another
+    host. Raises ``BadInput`` (exit 2) for an unreadable config.json or a model folder without
+    config.json or weights (``folders.check_model_folder``), ``Refused`` (exit 3) for an L3
+    directory that is missing, not writable or short of the cap.
     """
     from .arch import read_model_dir
-    from .errors import BadInput
+    from .errors import BadInput, Refused
+    from .folders import check_l3_dir, check_model_folder
 
+    if check_here is None:
+        check_here = host_ram is None
     l3 = profile.hicache.storage_dir if profile.hicache.storage_backend_is_file else None
     if host_ram is not None:
         host = described_host(host_ram, platform or "linux", l3_dir=l3)
     else:
         host = gather_host_facts(platform=platform, l3_dir=l3)
+    field = "model.path" if model_path else "model.host_dir"
     path = model_path or profile.model.host_dir
+    if path and Path(path).is_dir():
+        problems = check_model_folder(path, field)
+        if problems:
+            raise BadInput(*problems)
+    if l3 and check_here:
+        refusals = check_l3_dir(l3_path or l3, profile.hicache.storage_max_size)
+        if refusals:
+            raise Refused(*refusals)
+        host = host.model_copy(update={"l3_checked": True})
     try:
         model_dir = read_model_dir(path) if path else None
     except ValueError as exc:
-        raise BadInput(f"{'model.path' if model_path else 'model.host_dir'}: {exc}") from None
+        raise BadInput(f"{field}: {exc}") from None
     return host, model_dir
-

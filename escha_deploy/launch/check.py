@@ -10,7 +10,9 @@ Each check compares one thing the running environment can see with the ``LaunchS
   or the cgroup limit when lower) must not be below ``LaunchFacts.memory_base_bytes``;
 - memlock: ``RLIMIT_MEMLOCK`` must allow the pinned pools of one rank, unless the process holds
   ``CAP_IPC_LOCK`` (mlock(2): then the limit does not apply);
-- the model folder at ``LaunchNeeds.model_path``: present, with config.json and weights.
+- the model folder at ``LaunchNeeds.model_path``: present, with config.json and weights;
+- the file L3 directory the spec's environment names: present, writable, the cap free
+  (``folders.check_l3_dir``).
 
 A disagreement refuses with exit 3, one line each with both numbers; a model folder without
 config.json or weights is bad input (exit 2).
@@ -32,8 +34,6 @@ if TYPE_CHECKING:
 SKIP_GPU_PREFLIGHT_ENV = "ESCHA_SKIP_GPU_PREFLIGHT"
 #: CAP_IPC_LOCK's bit in /proc/self/status CapEff (linux/capability.h).
 CAP_IPC_LOCK = 14
-#: Weight files SGLang's loaders read (sglang/srt/model_loader/weight_utils.py).
-WEIGHT_GLOBS = ("*.safetensors", "*.bin", "*.pt")
 
 
 @dataclass
@@ -65,16 +65,25 @@ def has_cap_ipc_lock(root: Path = Path("/")) -> bool:
 
 
 def check_model_folder(path: str) -> list[str]:
-    """Problems with the model folder at ``path`` (bad input): missing, no config.json, no weights."""
-    p = Path(path)
-    if not p.is_dir():
+    """Problems with the model folder at ``path`` (bad input): ``folders.check_model_folder``."""
+    from escha_deploy.folders import check_model_folder as check
+
+    if not Path(path).is_dir():
         return [f"model.path: {path} is not a folder here (is model.host_dir mounted?)"]
-    out = []
-    if not (p / "config.json").is_file():
-        out.append(f"model.path: {path} has no config.json")
-    if not any(next(p.glob(g), None) for g in WEIGHT_GLOBS):
-        out.append(f"model.path: {path} has no weights ({', '.join(WEIGHT_GLOBS)})")
-    return out
+    return check(path, "model.path")
+
+
+def check_l3(env: dict[str, str]) -> list[str]:
+    """Refusals for the file L3 directory the spec's environment names
+    (``SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR``, cap ``..._MAX_SIZE`` in bytes), as this
+    environment sees it (``folders.check_l3_dir``); none when the spec has no file L3."""
+    from escha_deploy.folders import check_l3_dir
+
+    d = env.get("SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR")
+    if not d:
+        return []
+    cap = env.get("SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE")
+    return check_l3_dir(d, int(cap) if cap and cap.isdigit() else None)
 
 
 def check_here(launch: LaunchSpec, capabilities: list[str] | None, *, where: str, gpus: bool = True,
@@ -120,4 +129,5 @@ def check_here(launch: LaunchSpec, capabilities: list[str] | None, *, where: str
 
     if needs.model_path:
         out.bad_input += check_model_folder(needs.model_path)
+    out.refusals += check_l3(launch.env)
     return out

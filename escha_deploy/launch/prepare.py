@@ -111,17 +111,22 @@ def _fmt_bytes(n: int | None) -> str:
 
 
 def gather(profile: Profile, *, facts_path: str | None = None, platform: str | None = None,
-           host_ram: int | None = None, model_path: str | None = None) -> Gathered:
+           host_ram: int | None = None, model_path: str | None = None, l3_path: str | None = None,
+           check_here: bool | None = None) -> Gathered:
     """Gather the plan's inputs one way for ``plan``, ``up`` and ``serve``.
 
     ``facts_path``: a facts file (``--facts``; ``ESCHA_FACTS`` when not given): the host and
     findings come from it, nothing else of this machine is read but the model folder and the
     L3 directory's free space. Otherwise: ``host.gather_plan_inputs`` (this machine, with
     doctor's saved findings, or ``host_ram`` for a described host). ``model_path``: the model
-    folder as this process sees it (``model.path`` inside the container). Raises ``BadInput``
-    for an unreadable facts file or config.json.
+    folder as this process sees it (``model.path`` inside the container); ``l3_path`` the L3
+    directory likewise. ``check_here``: the server runs on this machine (``up``, ``serve``),
+    so the L3 directory is checked here (``folders.check_l3_dir``); default: only for a plan of
+    this host (not ``--host-ram``, not a facts file). The GPU records are NVML's (measured now)
+    or the facts file's. Raises ``BadInput`` for an unreadable facts file, config.json or a model
+    folder without config.json or weights, ``Refused`` for an unusable L3 directory.
     """
-    from escha_deploy.factsfile import FACTS_ENV, load_facts_file
+    from escha_deploy.factsfile import FACTS_ENV, inventory_from_records, load_facts_file, records_from_inventory
     from escha_deploy.findings import MAX_AGE, load_findings
     from escha_deploy.host import HostFacts, gather_plan_inputs, l3_free_bytes
     from escha_deploy.paths import doctor_findings_path
@@ -134,7 +139,8 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: str | N
     if facts_path:
         ff = load_facts_file(facts_path)
         host_only, model_dir = gather_plan_inputs(profile, host_ram=ff.host.mem_total_bytes,
-                                                  platform=platform or ff.host.platform, model_path=model_path)
+                                                  platform=platform or ff.host.platform, model_path=model_path,
+                                                  l3_path=l3_path, check_here=bool(check_here))
         f = ff.findings
         l3 = profile.hicache.storage_dir if profile.hicache.storage_backend_is_file else None
         host = HostFacts(
@@ -143,7 +149,8 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: str | N
             host_id=ff.host.host_id, pinned_ceiling_bytes=f.pinned_ceiling_bytes if f else None,
             pinned_ceiling_reached=f.pinned_ceiling_reached if f else False,
             host_allocator=f.host_allocator if f else None, l3_dir=l3,
-            l3_free_bytes=host_only.l3_free_bytes if l3 else None)
+            l3_free_bytes=host_only.l3_free_bytes if l3 else None, l3_checked=host_only.l3_checked,
+            gpus=inventory_from_records(list(ff.gpus)))
         gpus = list(ff.gpus)
         where = f"facts file {facts_path}"
         sources += [FactSource(fact="platform", value=host.platform, source=where),
@@ -151,7 +158,9 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: str | N
                     FactSource(fact="cgroup memory limit", value=_fmt_bytes(host.cgroup_limit_bytes), source=where)]
         fsrc = where + (f" (doctor findings of {f.created_at})" if f else "")
     else:
-        host, model_dir = gather_plan_inputs(profile, platform=platform, host_ram=host_ram, model_path=model_path)
+        host, model_dir = gather_plan_inputs(profile, platform=platform, host_ram=host_ram, model_path=model_path,
+                                             l3_path=l3_path, check_here=check_here)
+        gpus = records_from_inventory(host.gpus)
         where = "measured now (/proc/meminfo, the cgroup files)" if host.source == "live" else "--host-ram"
         sources += [FactSource(fact="platform", value=host.platform,
                                source="--wsl2/--linux" if platform else "measured now (/proc/version)"),
@@ -187,7 +196,8 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: str | N
         sources.append(FactSource(fact="model", value=_fmt_bytes(profile.model.weights_per_rank) + " per rank",
                                   source="profile (model.weights_per_rank, model.architecture): no model folder here"))
     sources.append(FactSource(fact="GPUs", value=str(len(gpus)) + " described" if gpus else "not described",
-                              source=f"facts file {facts_path}" if gpus else "profile (runtime.tp_size)"))
+                              source=(f"facts file {facts_path}" if facts_path else "NVML, measured now") if gpus
+                              else "profile (runtime.tp_size)"))
     return Gathered(host, model_dir, gpus, sources)
 
 
@@ -311,7 +321,7 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
     from . import docker as dk
 
     profile = profile or load_profile(profile_ref, overrides)
-    g = gather(profile, facts_path=facts_path)
+    g = gather(profile, facts_path=facts_path, check_here=True)
     caps: list[str] | None = None
     caps_source = "assumed: the profile's runtime.needs (image not read)"
     refusals: list[str] = []

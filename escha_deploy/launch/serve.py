@@ -119,7 +119,12 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
     # 0.5.19's host check and no ESCHA_* variable it would not read); with no description,
     # --print shows what the plan implies for the runtime the profile targets. Missing
     # capabilities then go to stderr with exit 3.
-    g = gather(profile, facts_path=facts_path, model_path=profile.model.path if in_container else None)
+    # inside the container the model folder is mounted at model.path, the L3 directory at
+    # flags.CONTAINER_L3_DIR; the server runs here, so the L3 directory is checked here
+    from escha_deploy.flags import CONTAINER_L3_DIR
+
+    g = gather(profile, facts_path=facts_path, model_path=profile.model.path if in_container else None,
+               l3_path=CONTAINER_L3_DIR if in_container else None, check_here=True)
     plan = plan_gathered(profile, g, capabilities=list(caps) if caps is not None
                          else list(profile.runtime.needs if missing else ()))
     if plan.verdict == "unsafe" and not dry_run:

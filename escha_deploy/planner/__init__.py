@@ -554,11 +554,11 @@ def step_host_pools(c: _Ctx) -> None:
     if not applied_ok:
         c.unsafe.append(f"the {c.runtime_applies} runtime's host-memory check would refuse at startup: "
                                 + (p_why if c.runtime_applies == "patched" else s_why))
-    if h.storage_backend == "file" and c.profile.hicache.storage_max_size and c.host.l3_free_bytes is not None:
+    if h.storage_backend == "file" and not c.host.l3_checked:
         cap = c.profile.hicache.storage_max_size
-        if c.host.l3_free_bytes < cap:
-            c.warnings.append(f"hicache.storage_dir: {c.host.l3_dir} has {fmt_gb(c.host.l3_free_bytes)} free, "
-                              f"less than the {fmt_gb(cap)} L3 cap (storage_max_size)")
+        need = f"and have {fmt_gb(cap)} free (storage_max_size) " if cap else ""
+        c.warnings.append(f"hicache.storage_dir: {c.profile.hicache.storage_dir} was not checked (this plan describes "
+                          f"another host): there it must exist, be writable {need}where it is mounted")
     if c.host.available_now_bytes is not None:
         need = total + c.budget.server_processes_bytes + c.budget.os_reserve_bytes
         if c.host.available_now_bytes < need:
