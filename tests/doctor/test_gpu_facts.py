@@ -105,11 +105,13 @@ def test_profile_setting_wins():
     assert "--disable-custom-all-reduce" not in args and "NCCL_P2P_DISABLE" not in env
 
 
-def test_b35_up_dry_run_on_this_machine():
+def test_b35_up_dry_run_on_this_machine(tmp_path):
     """B35's input as a user types it, on this GPU-less machine (no NVML facts), through
     ``up --dry-run`` (``serve --print`` here refuses first: no patched runtime outside the image)."""
     out = subprocess.run([sys.executable, "-m", "escha_deploy", "up", "-p", "linux-tp2-l3", "--set",
-                          B35_SETS[0], "--set", B35_SETS[1], "--dry-run"], capture_output=True, text=True, timeout=120)
+                          B35_SETS[0], "--set", B35_SETS[1], "--set", f"hicache.storage_dir={tmp_path}",
+                          "--set", "hicache.storage_max_size=1GB", "--dry-run"],
+                         capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "--disable-custom-all-reduce" in out.stdout
 
@@ -168,3 +170,38 @@ def test_blackwell_nccl_floor():
     rec["devices"][0]["nvmlDeviceGetCudaComputeCapability"] = [12, 0]
     rows = gpu_compat(recorded_inventory(rec), [0], profile_cc="12.0", image=ARCHS, nccl_version="2.21.5")
     assert rows[0].status == "fail" and "NCCL 2.21.5 is older than 2.25.1" in rows[0].detail
+
+
+# --------------------------------------------------------------------------- facts file
+
+def _facts(path, record):
+    from escha_deploy.factsfile import FactsFile, HostSection, records_from_inventory
+
+    doc = FactsFile(host=HostSection(platform="linux", mem_total_bytes=128 * GiB),
+                    gpus=records_from_inventory(recorded_inventory(record)))
+    path.write_text(doc.model_dump_json(indent=2))
+    return doc
+
+
+def test_gpu_records_travel_in_the_facts_file_and_decide_the_flags(tmp_path):
+    """The NVML facts as facts-file records (brand, PCI ids, P2P per peer): ``plan --facts``
+    decides peer access from them as a plan from NVML does; the digest covers them."""
+    from escha_deploy.factsfile import inventory_from_records
+
+    docs = {}
+    for record in ("nvml-2x-rtx4090.json", "nvml-2x-h200-p2p.json"):
+        f = tmp_path / record
+        docs[record] = _facts(f, record)
+        r = subprocess.run([sys.executable, "-m", "escha_deploy", "plan", "-p", "linux-tp2-l3", "--facts", str(f),
+                            "--set", "hicache.enabled=false", "--format", "json"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        docs[record + ".plan"] = json.loads(r.stdout)
+    g = docs["nvml-2x-rtx4090.json"].gpus
+    assert g[0].brand == "GeForce" and g[0].p2p == {"1": "not supported"} and g[1].p2p == {"0": "not supported"}
+    assert g[0].pci_device_id >> 16 == 0x2684
+    back = inventory_from_records(list(g))
+    assert back.p2p == {"0-1": "not supported"} and back.gpus[1].brand == "GeForce"
+    assert docs["nvml-2x-rtx4090.json.plan"]["peer_access"]["proven"] is False
+    assert docs["nvml-2x-h200-p2p.json.plan"]["peer_access"]["proven"] is True
+    assert docs["nvml-2x-rtx4090.json"].digest_values() != docs["nvml-2x-h200-p2p.json"].digest_values()
