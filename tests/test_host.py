@@ -76,9 +76,14 @@ def test_plan_inputs_are_gathered_one_way(tmp_path):
 
     (tmp_path / "model-00001.safetensors").write_bytes(b"\0" * 4096)
     prof = load_profile("rtx5060ti-tp2-fp8", [f"model.host_dir={tmp_path}"])
+    with pytest.raises(BadInput, match="^model.host_dir: .* has no config.json$"):  # weights alone: not loadable
+        gather_plan_inputs(prof, platform="wsl2", host_ram=16 * 2**30)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 2,
+                                                      "num_attention_heads": 4, "num_key_value_heads": 2,
+                                                      "head_dim": 64}))
     host, model = gather_plan_inputs(prof, platform="wsl2", host_ram=16 * 2**30)
     assert (host.source, host.platform, host.mem_total_bytes) == ("described", "wsl2", 16 * 2**30)
-    assert model.safetensors_bytes == 4096 and model.arch is None
+    assert model.safetensors_bytes == 4096 and model.arch.num_hidden_layers == 2
     live, _ = gather_plan_inputs(prof)
     assert live.source == "live" and live.l3_dir is None  # no file L3 backend in this profile
     (tmp_path / "config.json").write_text("{")
