@@ -50,7 +50,7 @@ def p2p_disabled(plan: Plan, profile: Profile) -> bool:
     if profile.runtime.tp_size < 2:
         return False
     pa = plan.peer_access
-    return plan.platform == "wsl2" or (pa is not None and pa.nvml and not pa.proven)
+    return plan.platform == "wsl2" or (pa is not None and pa.denied)
 
 
 def custom_all_reduce_disabled(plan: Plan, profile: Profile) -> bool:

@@ -33,10 +33,13 @@ CONSUMER_BRANDS = frozenset({"GeForce", "GeForce RTX", "Titan", "Titan RTX"})
 class PeerAccess(BaseModel):
     """The peer-access verdict for one TP group. ``proven``: NVML facts show P2P read status
     ``ok`` for every pair of the TP GPUs (always true for TP 1); ``consumer``: an NVML brand in
-    ``CONSUMER_BRANDS`` among them (``None``: no NVML facts); ``detail``: the facts, one line."""
+    ``CONSUMER_BRANDS`` among them (``None``: no NVML facts); ``denied``: the facts show no peer
+    access (``proven`` false alone may mean "unknown"); ``detail``: the facts, one line."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     proven: bool
+    denied: bool = Field(default=False, description="NVML shows no peer access: a consumer brand, a P2P status "
+                         "other than ok, or WSL2 (not merely unknown)")
     consumer: bool | None = None
     nvml: bool = Field(default=False, description="whether NVML facts were read")
     detail: str
@@ -68,16 +71,18 @@ def peer_access(inv: GpuInventory | None, indices: Sequence[int], platform: str)
             i, j = sorted((idx[a], idx[b]))
             statuses.append((f"{i}-{j}", inv.p2p.get(f"{i}-{j}", "not asked")))
     bad = [(k, v) for k, v in statuses if v != "ok"]
+    known_bad = [(k, v) for k, v in bad if v != "not asked"]
     names = ", ".join(sorted({f"{by_index[i].name} ({by_index[i].brand or 'brand unknown'})" for i in idx}))
     p2p = ", ".join(f"{k}: {v}" for k, v in statuses)
     if platform == "wsl2":
-        return PeerAccess(proven=False, consumer=consumer, nvml=True,
+        return PeerAccess(proven=False, denied=True, consumer=consumer, nvml=True,
                           detail=f"WSL2: NVML's P2P answers are not trusted there ({p2p}); {names}")
     if consumer:
-        return PeerAccess(proven=False, consumer=True, nvml=True,
+        return PeerAccess(proven=False, denied=True, consumer=True, nvml=True,
                           detail=f"consumer cards by NVML brand: {names}; P2P read {p2p}")
     if bad:
-        return PeerAccess(proven=False, consumer=False, nvml=True, detail=f"NVML P2P read {p2p}; {names}")
+        return PeerAccess(proven=False, denied=bool(known_bad), consumer=False, nvml=True,
+                          detail=f"NVML P2P read {p2p}; {names}")
     return PeerAccess(proven=True, consumer=False, nvml=True, detail=f"NVML P2P read {p2p}; {names}")
 
 

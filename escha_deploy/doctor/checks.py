@@ -202,7 +202,7 @@ def check_gpus(f: DoctorFacts) -> list[Check]:
         else:
             rows.append(warn("gpu.peer_access", f"no proven peer access: {pa.detail}",
                              "TP launches render --disable-custom-all-reduce"
-                             + (" and NCCL_P2P_DISABLE=1" if pa.nvml or f.platform == "wsl2" else "")
+                             + (" and NCCL_P2P_DISABLE=1" if pa.denied or f.platform == "wsl2" else "")
                              + " (custom all-reduce needs peer access: sgl-project/sglang#4814)"))
     return rows
 

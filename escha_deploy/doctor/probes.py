@@ -164,7 +164,7 @@ def nccl_attempts(inv, platform: str, world_size: int = 2) -> list[dict[str, str
 
     p2p_off = {"NCCL_P2P_DISABLE": "1"}
     pa = peer_access(inv, range(world_size), platform)
-    if platform == "wsl2" or (pa.nvml and not pa.proven):
+    if platform == "wsl2" or pa.denied:
         return [p2p_off, {**p2p_off, "NCCL_SHM_DISABLE": "1"}]
     return [{}, p2p_off]
 

@@ -205,3 +205,14 @@ def test_gpu_records_travel_in_the_facts_file_and_decide_the_flags(tmp_path):
     assert docs["nvml-2x-rtx4090.json.plan"]["peer_access"]["proven"] is False
     assert docs["nvml-2x-h200-p2p.json.plan"]["peer_access"]["proven"] is True
     assert docs["nvml-2x-rtx4090.json"].digest_values() != docs["nvml-2x-h200-p2p.json"].digest_values()
+
+
+def test_records_without_p2p_facts_leave_nccl_alone():
+    """A hand-written facts file listing GPUs without their P2P status proves nothing: the
+    flag is rendered, but NCCL_P2P_DISABLE is not forced (NCCL detects P2P itself)."""
+    from escha_deploy.factsfile import GpuRecord, inventory_from_records
+
+    inv = inventory_from_records([GpuRecord(index=i, name="NVIDIA H200", compute_capability="9.0") for i in (0, 1)])
+    args, env, p = _launch(inv, B35_SETS)
+    assert "--disable-custom-all-reduce" in args and "NCCL_P2P_DISABLE" not in env
+    assert not p.peer_access.proven and not p.peer_access.denied and "not asked" in p.peer_access.detail
