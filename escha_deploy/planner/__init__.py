@@ -531,11 +531,12 @@ def step_host_pools(c: _Ctx) -> None:
     too_big = _pinned_buffer_over_limit(c, p)
     if too_big is not None:
         name, nbytes = too_big
-        field_ = f"hicache.hicache_size {h.size_gb}" if h.size_gb else f"hicache.hicache_ratio {h.ratio}"
+        field_ = (f"hicache.hicache_size: at {h.size_gb} GB per rank" if h.size_gb
+                  else f"hicache.hicache_ratio: at {h.ratio}")
         why = ("doctor's store probe picked pinned" if c.host.host_allocator == "pinned"
                else "WSL2: cudaHostRegister'ed memory is not device-mappable, sglang#40232")
         c.unsafe.append(
-            f"{field_.split()[0]}: at {field_.split()[1]} the {name} is {nbytes:,} B ({nbytes / 2**30:.2f} GiB), above "
+            f"{field_} the {name} is {nbytes:,} B ({nbytes / 2**30:.2f} GiB), above "
             f"the {PINNED_MAX_BYTES:,} B (4 GiB) limit on one pinned (cudaHostAlloc) allocation, which the host "
             f"allocator ({why}) enforces because one pinned allocation above about 4 GB failed with \"CUDA error: "
             "invalid argument\" (sglang#7666); the server would stop at startup, after the weights load, with "

@@ -109,3 +109,16 @@ def test_host_buffers_sum_to_the_pools_and_int2_splits_codes():
     assert bufs == {"codes": 840_008 * 4_096, "k sz": 840_008 * 1_024, "v sz": 840_008 * 1_024,
                     "host mamba temporal buffer": 4_907_335_680, "host mamba conv buffer": 65 * 48 * 30_720}
     assert sum(bufs.values()) == pools.pinned_bytes == p.per_rank.pinned_bytes
+
+
+def test_hicache_size_is_refused_and_capped_too(cli, facts):
+    """By size the GB split by device bytes (hybrid_pool_assembler._split_hicache_size) gives the
+    mamba pool 10e9 x 1,308,524,544 / (1,290,289,152 + 1,308,524,544) B: 66 slots -> temporal
+    66 x 75,497,472 = 4,982,833,152 B > 4 GiB; the largest whole size that fits is 8 GB."""
+    r = cli("plan", "-p", "rtx5060ti-tp2", "--facts", facts, "--hicache-size", "10", "-f", "json")
+    d = json.loads(r.out)
+    assert r.code == 3
+    assert d["reasons"][0].startswith("hicache.hicache_size: at 10 GB per rank the host mamba temporal buffer "
+                                      "is 4,982,833,152 B")
+    assert d["reasons"][0].endswith("use hicache_size <= 8")
+    assert cli("plan", "-p", "rtx5060ti-tp2", "--facts", facts, "--hicache-size", "8").code == 0
