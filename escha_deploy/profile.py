@@ -26,12 +26,12 @@ import copy
 from pathlib import Path
 from typing import Annotated, Any, Literal, Sequence, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator, model_validator
 
 from .arch import ModelArch
 from .capabilities import CAPABILITIES, IMAGE_HICACHE, CapabilityName
 from .errors import BadInput, Refused
-from .units import parse_size, size_field
+from .units import MAX_HICACHE_GB, hicache_gb_field, parse_size, size_field
 from .yamlpos import Positions, load_yaml_with_positions, parse_yaml_text, position_of
 
 Size = Annotated[int, size_field()]
@@ -213,7 +213,11 @@ class HiCache(EschaModel):
               "recommended safe ratio"),
     ] = "auto"
     hicache_size: Annotated[
-        int, Field(ge=0, le=10**6, description="--hicache-size in GB (1e9) per rank; 0: use the ratio")
+        int, hicache_gb_field(),
+        WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0, "maximum": MAX_HICACHE_GB},
+                                  {"type": "string", "pattern": r"^\s*[0-9]{1,12}\s*([Gg][Bb])?\s*$"}]}),
+        Field(ge=0, le=MAX_HICACHE_GB, description="--hicache-size in GB (1e9) per rank, written 30 or 30GB; "
+              "0: use the ratio"),
     ] = 0
     hicache_mem_layout: Annotated[
         Literal["layer_first", "page_first", "page_first_direct", "page_first_kv_split", "page_head"],

@@ -79,6 +79,40 @@ def size_field() -> Any:
     return BeforeValidator(parse_size, json_schema_input_type=str)
 
 
+#: The most ``--hicache-size`` accepted (GB per rank; 1 PB): above any box's host memory.
+MAX_HICACHE_GB = 10**6
+_HICACHE_GB_RE = re.compile(r"^\s*([0-9]{1,12})\s*(?:[Gg][Bb])?\s*$")
+
+
+def parse_hicache_gb(value: Any, *, allow_zero: bool = True) -> int:
+    """SGLang's ``--hicache-size`` (sglang/srt/server_args.py ``hicache_size: int``, GB per rank,
+    GB = 1e9): a whole number written ``30`` or ``30GB`` (``30 gb`` too), or an int. One parser
+    for the profile key ``hicache.hicache_size``, ``--set`` and ``plan --hicache-size``.
+    ``allow_zero``: the profile's 0 means "use the ratio"; the CLI wants a size. Raises
+    ``ValueError`` for anything else (``30GiB`` and ``7.5`` are not whole GB)."""
+    hint = "a whole number of GB (1e9) per rank, e.g. 30 or 30GB"
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"expected {hint} (got {value!r})")
+    m = _HICACHE_GB_RE.match(str(value))
+    if not m:
+        shown = str(value)[:40]
+        raise ValueError(f"expected {hint} (got {shown!r})")
+    n = int(m.group(1))
+    if n == 0 and not allow_zero:
+        raise ValueError(f"expected {hint} greater than 0 (got {str(value)[:40]!r})")
+    if n > MAX_HICACHE_GB:
+        raise ValueError(f"{n} GB per rank is more host memory than any box has: must be less than or "
+                         f"equal to {MAX_HICACHE_GB}")
+    return n
+
+
+def hicache_gb_field() -> Any:
+    """A pydantic ``BeforeValidator`` for ``hicache_size``: ``parse_hicache_gb`` (0 allowed)."""
+    from pydantic import BeforeValidator
+
+    return BeforeValidator(parse_hicache_gb)
+
+
 def fmt_size_exact(n: int) -> str:
     """Bytes as the shortest exact size string ``parse_size`` reads back: ``12GiB``, ``5.9GB``
     is not exact so ``5900MB``, else ``1406601789B``."""

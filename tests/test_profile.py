@@ -191,3 +191,30 @@ def test_defaults_are_bytes_like_written_values():
 
     assert Safety() == load_profile("rtx5060ti-tp2").safety
     assert all(isinstance(v, int) for k, v in Safety().model_dump().items() if k != "ratio_step")
+
+
+def test_hicache_size_is_written_like_the_cli_takes_it(tmp_path):
+    """SGLang's --hicache-size is an int in GB per rank (flag catalog: "type": "int"); the profile
+    key, --set and `plan --hicache-size` read it through one parser: 7, '7', '7GB', '7 gb'."""
+    f = write(tmp_path, "size.yaml", """\
+        extends: rtx5060ti-tp2
+        hicache:
+          hicache_size: 7GB
+        """)
+    assert load_profile(str(f)).hicache.hicache_size == 7
+    for text in ("7GB", "7", "7 gb"):
+        assert load_profile("rtx5060ti-tp2", [f"hicache.hicache_size={text}"]).hicache.hicache_size == 7
+    assert load_profile("rtx5060ti-tp2", ["hicache.hicache_size=0"]).hicache.hicache_size == 0
+    for bad in ("7GiB", "7.5", "-1", "true"):
+        [problem] = errors_of("rtx5060ti-tp2", [f"hicache.hicache_size={bad}"])
+        assert "hicache.hicache_size" in problem and "whole number of GB" in problem, problem
+
+
+def test_hicache_size_schema_accepts_what_the_model_accepts():
+    schema = profile_json_schema()["$defs"]["HiCache"]["properties"]["hicache_size"]
+    import re
+
+    [integer, text] = schema["anyOf"]
+    assert integer == {"type": "integer", "minimum": 0, "maximum": 10**6}
+    assert all(re.match(text["pattern"], s) for s in ("7GB", "7", "7 gb"))
+    assert not any(re.match(text["pattern"], s) for s in ("7GiB", "7.5", "GB"))

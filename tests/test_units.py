@@ -22,3 +22,18 @@ def test_parse_size_refuses_ambiguous_input(bad, needle):
 
 def test_fmt_gb_uses_decimal_gigabytes():
     assert fmt_gb(10_241_212_416) == "10.24 GB"
+
+
+def test_parse_hicache_gb_one_parser_for_profile_and_cli():
+    from escha_deploy.cli.plan import parse_hicache_size
+    from escha_deploy.units import parse_hicache_gb
+
+    assert [parse_hicache_gb(v) for v in (7, "7", "7GB", " 7 gb ", 0)] == [7, 7, 7, 7, 0]
+    assert parse_hicache_size("30GB") == 30
+    with pytest.raises(ValueError, match="greater than 0"):
+        parse_hicache_size("0")
+    for bad in ("7GiB", "7.5", True, 7.0, "x"):
+        with pytest.raises(ValueError, match="whole number of GB"):
+            parse_hicache_gb(bad)
+    with pytest.raises(ValueError, match="less than or equal to 1000000"):
+        parse_hicache_gb(10**6 + 1)

@@ -112,18 +112,10 @@ def parse_ratio(text: str) -> tuple[float | None, bool]:
 
 def parse_hicache_size(text: str) -> int:
     """``--hicache-size``: whole GB (1e9) per rank, written ``30`` or ``30GB`` (SGLang's flag is an
-    int in GB). Raises ``ValueError`` for anything else (``30GiB`` is not a whole GB)."""
-    t = text.strip()
-    num = t[:-2].strip() if t.upper().endswith("GB") else t
-    if not num.isdigit() or len(num) > 12 or int(num) <= 0:
-        raise ValueError(f"expected a whole number of GB (1e9) per rank, e.g. 30 or 30GB (got {text[:40]!r})")
-    if int(num) > MAX_CLI_HICACHE_GB:
-        raise ValueError(f"{int(num)} GB per rank is more host memory than any box has; at most {MAX_CLI_HICACHE_GB}")
-    return int(num)
+    int in GB); ``units.parse_hicache_gb``, as the profile key reads it, but 0 is refused."""
+    from escha_deploy.units import parse_hicache_gb
 
-
-#: The profile's bound on hicache.hicache_size (GB per rank; 1 PB).
-MAX_CLI_HICACHE_GB = 10**6
+    return parse_hicache_gb(text, allow_zero=False)
 
 
 def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_size=None, host_bytes=None,
