@@ -216,3 +216,16 @@ def test_records_without_p2p_facts_leave_nccl_alone():
     args, env, p = _launch(inv, B35_SETS)
     assert "--disable-custom-all-reduce" in args and "NCCL_P2P_DISABLE" not in env
     assert not p.peer_access.proven and not p.peer_access.denied and "not asked" in p.peer_access.detail
+
+
+def test_fatbin_reader_on_a_real_library_of_the_pinned_wheel():
+    """The reader over a real CUDA library: ``sgl_kernel/spatial_ops.abi3.so`` (81 KB, Apache-2.0)
+    copied unchanged from the sglang-kernel 0.4.6.post1 wheel; it agrees with the committed
+    record, and a file that is not ELF, or ELF without device code, gives no architectures."""
+    from escha_deploy.doctor.kernel_archs import library_archs
+
+    lib = FIXTURES / "sgl_kernel-0.4.6.post1-spatial_ops.abi3.so"
+    assert library_archs([lib]) == ARCHS["wheels"]["sglang-kernel"]["libraries"]["sgl_kernel/spatial_ops.abi3.so"]
+    assert library_archs([lib])["sass"] == [80, 89, 90, 100, 120]
+    assert library_archs([FIXTURES / "nvml-h200.json"]) == {"sass": [], "ptx": []}
+    assert library_archs([sys.executable]) == {"sass": [], "ptx": []}
