@@ -15,8 +15,8 @@ from .models import BenchReport, CachedFigure, CanaryResult, PassResult, ServerR
 
 #: How to get matplotlib, said when it is missing.
 CHART_INSTALL_HINT = (
-    "install the chart extra: python3 -m pip install 'escha-deploy[chart]' "
-    "(or: python3 -m pip install matplotlib)"
+    "install the chart extra: pip install '.[chart]' from the escha-deploy checkout "
+    "(or: pip install matplotlib)"
 )
 
 _SHORT_SOURCE = {

@@ -166,7 +166,7 @@ def register(app: typer.Typer) -> None:
         prefill_tokens: Annotated[Optional[str], typer.Option("--prefill-tokens", help="Tokens of the cold-prefill prompt (default: --prefix-tokens).")] = None,
         decode_tokens: Annotated[int, typer.Option("--decode-tokens", help="Tokens generated at batch 1.", min=2, max=MAX_TOKENS)] = 256,
         answer_tokens: Annotated[int, typer.Option("--answer-tokens", help="Tokens generated per prefix request.", min=1, max=MAX_TOKENS)] = 16,
-        chart: Annotated[Optional[Path], typer.Option("--chart", help="Also write a PNG chart here (needs the chart extra: pip install 'escha-deploy\\[chart]').")] = None,
+        chart: Annotated[Optional[Path], typer.Option("--chart", help="Also write a PNG chart here (needs matplotlib: pip install '.[chart]' from the escha-deploy checkout).")] = None,
         box: Annotated[Optional[str], typer.Option("--box", help="Name the machine in the table caption, e.g. '2 x RTX 5060 Ti 12 GB, TP 2, WSL2'.")] = None,
         request_timeout: TimeoutOpt = 600.0,
         max_requests: MaxReqOpt = 500,

@@ -65,10 +65,14 @@ def render_plan(p: Plan) -> None:
         t.add_row("MemAvailable now", _b(b.available_now_bytes))
     con.print(t)
     if hc.enabled or p.max_safe_ratio is not None:
-        con.print(f"largest safe ratio: [bold]{p.max_safe_ratio if p.max_safe_ratio is not None else 'none'}[/]   "
-                  f"recommended: [bold]{p.recommended_ratio if p.recommended_ratio is not None else 'none'}[/] "
-                  f"(a {p.safety_policy.ratio_step} grid, >= {fmt_mib(p.safety_policy.recommend_headroom_bytes)} "
-                  f"headroom, at most the ratio cap {p.ratio_cap} = hicache.max_ratio)")
+        safe = f"largest safe ratio: [bold]{p.max_safe_ratio if p.max_safe_ratio is not None else 'none'}[/]"
+        grid = (f"(a {p.safety_policy.ratio_step} grid, >= {fmt_mib(p.safety_policy.recommend_headroom_bytes)} "
+                f"headroom, at most the ratio cap {p.ratio_cap} = hicache.max_ratio)")
+        if hc.enabled:
+            con.print(f"{safe}   recommended: [bold]{p.recommended_ratio if p.recommended_ratio is not None else 'none'}"
+                      f"[/] {grid}")
+        else:  # HiCache is off in this plan: nothing to recommend
+            con.print(f"{safe} {grid}; HiCache off")
 
     rc = p.runtime_check
     if rc is not None:

@@ -177,7 +177,7 @@ def _no_gpu_detail(f: DoctorFacts) -> str:
     return "no GPU: " + "; ".join(f.gpus.reasons or ["no source found one"])
 
 
-NO_GPU_FIX = "install the NVIDIA driver (WSL2: the Windows driver only) and `pip install 'escha-deploy[gpu]'`"
+NO_GPU_FIX = "install the NVIDIA driver (WSL2: the Windows driver only) and `pip install '.[gpu]'` from the escha-deploy checkout"
 
 
 def check_gpus(f: DoctorFacts) -> list[Check]:

@@ -133,7 +133,7 @@ def query_nvml(pairs: list[tuple[int, int]] | None = None, nvml=None) -> GpuInve
         try:
             import pynvml as nvml
         except ImportError as exc:
-            raise RuntimeError("nvidia-ml-py not installed (pip install 'escha-deploy[gpu]')") from exc
+            raise RuntimeError("nvidia-ml-py not installed (from the escha-deploy checkout: pip install '.[gpu]')") from exc
     errors = _nvml_errors(nvml)
     try:
         nvml.nvmlInit()

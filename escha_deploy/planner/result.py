@@ -163,7 +163,8 @@ class Plan(BaseModel):
     budget: Budget
     max_safe_ratio: float | None = Field(description="the largest ratio (0.001 grid) whose pools fit every constraint; "
                                          "not limited by hicache.max_ratio")
-    recommended_ratio: float | None
+    recommended_ratio: float | None = Field(description="the ratio auto picks: the largest safe ratio less "
+                                            "headroom, on the ratio grid; null when HiCache is off in this plan")
     ratio_cap: float | None = Field(None, description="hicache.max_ratio: the most the recommendation will pick")
     runtime_check: RuntimeCheck | None
     device: DevicePlan

@@ -53,7 +53,7 @@ def test_chart_without_matplotlib_says_how_to_install(cli, standin, tmp_path, mo
     srv = standin(**POOLS)
     res = cli("bench", "-e", srv.url, *SMALL, "--chart", str(tmp_path / "b.png"))
     assert res.code == 2
-    assert "escha-deploy[chart]" in res.err
+    assert "pip install '.[chart]' from the escha-deploy checkout" in res.err
     assert srv.state.paths == []  # refused before any request
 
 

@@ -32,3 +32,25 @@ def test_diagnose_help_keeps_example_lines(cli):
     out = cli("diagnose", "--help").out
     assert "\n    escha-deploy diagnose server.log\n" in out
     assert "\n    docker logs my-sglang 2>&1 | escha-deploy diagnose - --exit-code 137\n" in out
+
+
+def test_hicache_off_plan_recommends_no_ratio(cli):
+    import json
+
+    args = ("plan", "--profile", "rtx5060ti-tp2", "--host-ram", "12GiB")
+    data = json.loads(cli(*args, "-f", "json").out)
+    assert data["verdict"] == "hicache_off" and data["recommended_ratio"] is None
+    assert 0 < data["max_safe_ratio"] < 1.0  # below hicache.min_ratio 1.0: the reason HiCache is off
+    text = cli(*args).out
+    assert "recommended:" not in text and f"largest safe ratio: {data['max_safe_ratio']}" in text
+
+
+def test_install_hints_name_the_checkout_extras_as_printed(cli):
+    """The extras live in this checkout's pyproject.toml (escha-deploy is not on PyPI)."""
+    import re
+
+    help_text = re.sub(r"\s+", " ", cli("bench", "--help").out)
+    assert "pip install '.[chart]' from the escha-deploy checkout" in help_text and "\\[" not in help_text
+    from escha_deploy.doctor.checks import NO_GPU_FIX
+
+    assert "pip install '.[gpu]'" in NO_GPU_FIX and "escha-deploy[" not in NO_GPU_FIX

@@ -103,6 +103,7 @@ def test_small_wsl2_vm_turns_hicache_off_under_auto():
     p = plan(prof, host)
     assert p.verdict == "hicache_off" and not p.hicache.enabled
     assert p.pinned_total_bytes == 0
+    assert p.recommended_ratio is None  # nothing to recommend below hicache.min_ratio with HiCache off
     assert "launchable without it" in p.reasons[0]
     assert "the RAM budget" in p.reasons[0] and ".wslconfig" in p.reasons[0]
     assert plan(prof, host, ratio=1).verdict == "unsafe"  # an explicit ratio is not silently dropped
