@@ -671,12 +671,9 @@ def profile_only_problems(profile: Profile) -> list[tuple[tuple[str, ...], str]]
     if not hc.enabled:
         return out
     dtype = normalize_kv_dtype(rt.kv_cache.dtype)
-    if rt.disable_radix_cache:
-        out.append((("runtime", "disable_radix_cache"),
-                    "HiCache needs the radix cache (srt/arg_groups/kv_cache_hook.py raises ValueError)"))
-    if rt.enable_int8_mamba_checkpoint:
-        out.append((("runtime", "enable_int8_mamba_checkpoint"),
-                    "not allowed with HiCache (srt/arg_groups/mamba_hook.py raises ValueError)"))
+    # HiCache with disable_radix_cache or enable_int8_mamba_checkpoint: SGLang refuses both while
+    # resolving its arguments; the planner reports them (planner/validate.py), so the argument
+    # oracle can hold them against SGLang's own check.
     if dtype in _SCALED_KV_DTYPES:
         out.append((("runtime", "kv_cache", "dtype"),
                     f"HiCache host pools never copy {dtype}'s scale tensors and size tokens at the wrong width: "

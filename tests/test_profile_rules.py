@@ -15,9 +15,6 @@ from escha_deploy.profile import load_profile
 RULES = [
     # (YAML body under `extends: rtx5060ti-tp2-fp8`, the key, its line, a phrase of the message)
     ("runtime:\n  tp_size: 4\n", "runtime.tp_size", 4, "larger than hardware.gpu_count 2"),
-    ("runtime:\n  disable_radix_cache: true\n", "runtime.disable_radix_cache", 4, "needs the radix cache"),
-    ("runtime:\n  enable_int8_mamba_checkpoint: true\n", "runtime.enable_int8_mamba_checkpoint", 4,
-     "not allowed with HiCache"),
     ("runtime:\n  kv_cache:\n    dtype: nvfp4\n", "runtime.kv_cache.dtype", 5, "scale tensors"),
     ("hicache:\n  hicache_host_memory_mode: buffer_only\n", "hicache.hicache_host_memory_mode", 4,
      "needs an L3 storage backend"),
@@ -54,8 +51,8 @@ def test_l3_with_int2_kv_is_reported_on_the_backend_line(tmp_path):
 
 def test_a_set_override_is_named_as_such():
     with pytest.raises(BadInput) as err:
-        load_profile("rtx5060ti-tp2-fp8", ["runtime.disable_radix_cache=true"])
-    assert any(m.startswith("--set runtime.disable_radix_cache") for m in err.value.problems), err.value.problems
+        load_profile("rtx5060ti-tp2-fp8", ["hicache.hicache_host_memory_mode=buffer_only"])
+    assert any(m.startswith("--set hicache.hicache_host_memory_mode") for m in err.value.problems), err.value.problems
 
 
 def test_shipped_profiles_pass():

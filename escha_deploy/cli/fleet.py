@@ -163,7 +163,13 @@ def up_command(
         from .output import print_json
 
         ref, sets = box_profile(loaded, fp, box)
-        data = prepare(ref, sets, client=None, need_image=False).dry_run()
+        from ..launch.up import spec_path
+        from ..launch_spec import container_name
+        from ..profile import load_profile
+
+        prof = load_profile(ref, sets)
+        data = prepare(ref, sets, client=None, need_image=False, profile=prof,
+                       spec_file=str(spec_path(container_name(prof.name)))).dry_run()
         if fmt is OutputFormat.json:
             print_json(data)
         else:

@@ -109,6 +109,10 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
 
     # HiCache.
     if hc.enabled:
+        if rt.disable_radix_cache:
+            error("runtime.disable_radix_cache", "HiCache needs the radix cache (kv_cache_hook.py raises ValueError)")
+        if rt.enable_int8_mamba_checkpoint:
+            error("runtime.enable_int8_mamba_checkpoint", "not allowed with HiCache (mamba_hook.py raises ValueError)")
         if arch.is_hybrid and hc.hicache_mem_layout not in HYBRID_LAYOUTS:
             error("hicache.hicache_mem_layout",
                   f"{hc.hicache_mem_layout} is rejected by MambaPoolHost on hybrid models; use page_first")

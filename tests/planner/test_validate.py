@@ -25,6 +25,8 @@ def findings(profile, sets=(), **kw):
     (["hicache.hicache_storage_backend=simm"], "hicache.hicache_storage_backend", "NotImplementedError"),
     (["hicache.hicache_storage_backend=aibrix"], "hicache.hicache_storage_backend", "NotImplementedError"),
     (["runtime.enable_mixed_chunk=true"], "runtime.enable_mixed_chunk", "sglang#39526"),
+    (["runtime.disable_radix_cache=true"], "runtime.disable_radix_cache", "radix cache"),
+    (["runtime.enable_int8_mamba_checkpoint=true"], "runtime.enable_int8_mamba_checkpoint", "HiCache"),
     (["runtime.tp_size=2", "model.architecture.num_key_value_heads=3"], "model.architecture.num_key_value_heads",
      "neither divisible"),
 ])
