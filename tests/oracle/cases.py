@@ -26,7 +26,8 @@ from escha_deploy.host import described_host
 from escha_deploy.planner import device as devmod
 from escha_deploy.planner import kv as kvmod
 from escha_deploy.planner import plan
-from escha_deploy.profile import list_profiles, load_profile
+from escha_deploy.errors import BadInput, Refused
+from escha_deploy.profile import Profile, _apply_override, _load_raw, list_profiles, load_profile, resolve_profile_path
 from escha_deploy.units import GiB, MiB
 
 REPO = Path(__file__).resolve().parents[2]
@@ -117,9 +118,32 @@ def stock_argv(argv: list[str]) -> list[str]:
     return out
 
 
+def _load_unchecked(ref: str, overrides: tuple[str, ...]) -> Profile:
+    """The profile as ``load_profile`` builds it, without the rules it refuses at load (so the
+    argv SGLang is asked about can still be rendered for a configuration we refuse there)."""
+    path = resolve_profile_path(ref)
+    data, pos = _load_raw(path, ())
+    data.setdefault("name", path.stem)
+    for item in overrides:
+        _apply_override(data, pos, item)
+    return Profile.model_validate(data)
+
+
+def plan_refuses(planner: dict) -> bool:
+    """Whether escha-deploy refuses the case before starting: an unsafe plan (exit 3) or a
+    profile refused when it loads (exit 2 for SGLang's own argument checks, exit 3 for its late
+    refusals)."""
+    return planner["verdict"] in ("unsafe", "refused at load")
+
+
 def build_case(case: Case) -> tuple[dict, dict]:
     """``(oracle input, planner side)`` for one case."""
-    prof = load_profile(case.profile, list(case.overrides))
+    refused_at_load: str | None = None
+    try:
+        prof = load_profile(case.profile, list(case.overrides))
+    except (BadInput, Refused) as exc:
+        refused_at_load = f"exit {int(exc.exit_code)}: {exc}"
+        prof = _load_unchecked(case.profile, case.overrides)
     host = described_host(case.host_ram, case.platform)
     result = plan(prof, host, model_dir=None)
     argv = stock_argv(server_args(result, prof))
@@ -131,8 +155,8 @@ def build_case(case: Case) -> tuple[dict, dict]:
     chunk_default, bs_default = devmod.tier_defaults(gpu_mib, rt.tp_size)
     chunk = rt.chunked_prefill_size if rt.chunked_prefill_size and rt.chunked_prefill_size > 0 else chunk_default
     planner = {
-        "verdict": result.verdict,
-        "reasons": result.reasons,
+        "verdict": "refused at load" if refused_at_load else result.verdict,
+        "reasons": [refused_at_load] if refused_at_load else result.reasons,
         "findings": [f.model_dump() for f in result.findings],
         "warnings": result.warnings,
         "mem_fraction_static": result.device.mem_fraction_static,
@@ -300,18 +324,18 @@ def compare(case_id: str, planner: dict, oracle: dict) -> tuple[list[str], int]:
     res = oracle["resolve"]
     n += 1
     if not res["ok"]:
-        if planner["verdict"] != "unsafe":
+        if not plan_refuses(planner):
             diffs.append(f"{case_id}: verdict: SGLang refuses ({res['type']} at {res.get('site')}: "
                          f"{res['error']}) but plan says {planner['verdict']}")
         return diffs, n
-    if planner["shipped"] and not planner["needs_overlay"] and planner["verdict"] == "unsafe":
-        diffs.append(f"{case_id}: verdict: a shipped profile is unsafe: {planner['reasons']}")
+    if planner["shipped"] and not planner["needs_overlay"] and plan_refuses(planner):
+        diffs.append(f"{case_id}: verdict: a shipped profile is refused: {planner['reasons']}")
     dev = oracle.get("device") or {}
     if "error" in dev and not str(dev.get("site", "")).startswith("sglang/"):
         diffs.append(f"{case_id}: harness: the oracle failed outside SGLang: {dev['error']} ({dev.get('site')})")
         return diffs, n
     if "error" in dev:  # SGLang's configurator refuses (no slot, slots below one request, ...)
-        if planner["verdict"] != "unsafe":
+        if not plan_refuses(planner):
             diffs.append(f"{case_id}: verdict: SGLang's KV cache configurator raises {dev['error']} "
                          f"({dev.get('site')}) but plan says {planner['verdict']}")
         return diffs, n
@@ -322,7 +346,7 @@ def compare(case_id: str, planner: dict, oracle: dict) -> tuple[list[str], int]:
                 diffs.append(f"{case_id}: {key}: plan {planner[key]!r}, SGLang {theirs!r} (device)")
     pools = oracle.get("pools") or {}
     if "error" in pools:  # a host pool class refuses the configuration: plan must refuse it too
-        if planner["verdict"] != "unsafe":
+        if not plan_refuses(planner):
             diffs.append(f"{case_id}: verdict: SGLang's host pool classes raise {pools['error']} but plan "
                          f"says {planner['verdict']}")
         return diffs, n
