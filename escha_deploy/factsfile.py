@@ -112,16 +112,69 @@ def load_facts_file(path: str | Path) -> FactsFile:
         raise BadInput(f"{p}: not JSON ({exc})") from None
     if not isinstance(data, dict):
         raise BadInput(f"{p}: a facts file is a JSON object")
+    if is_doctor_report(data):
+        return facts_from_doctor_report(data, p)
     version = data.get("schema_version")
     if version != FACTS_SCHEMA_VERSION:
         from . import __version__
 
         raise BadInput(f"{p}: schema_version: facts file schema version {version!r}; this escha-deploy "
-                       f"{__version__} reads version {FACTS_SCHEMA_VERSION}")
+                       f"{__version__} reads version {FACTS_SCHEMA_VERSION} (write one with "
+                       "`escha-deploy plan --write-facts FILE`, or pass `escha-deploy doctor --format json`'s report)")
     try:
         return FactsFile.model_validate(data)
     except ValidationError as exc:
         raise BadInput(*(f"{p}: {'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())) from None
+
+
+def is_doctor_report(data: object) -> bool:
+    """True for ``escha-deploy doctor --format json``'s report (``checks`` and ``facts``, no
+    ``schema_version``), which ``--facts`` and ``fleet plan`` read as a facts file."""
+    return (isinstance(data, dict) and "schema_version" not in data and isinstance(data.get("facts"), dict)
+            and "checks" in data)
+
+
+def facts_from_doctor_report(report: dict, source: str | Path = "report") -> FactsFile:
+    """The facts file a saved doctor report describes: the one conversion ``plan --facts``,
+    ``up``/``serve --facts`` and ``fleet plan`` share. ``host`` from ``facts.platform``,
+    ``facts.memory`` (MemTotal, huge pages, cgroup limit) and ``facts.host_id``; ``findings``
+    from ``facts.probes`` (pinned ceiling, allocator, NCCL smoke test) when they ran; ``gpus``
+    from ``facts.gpus`` (NVML only). Readings of a moment (MemAvailable, cgroup usage) are left
+    out. Raises ``BadInput`` naming the file and the missing or wrong key."""
+    from .doctor.gpu import GpuInventory
+    from .errors import BadInput
+
+    facts = report.get("facts")
+    if not isinstance(facts, dict):
+        raise BadInput(f"{source}: facts: missing; this is not a doctor report (`escha-deploy doctor --format json`)")
+    memory = facts.get("memory") or {}
+    if not memory.get("mem_total_bytes"):
+        raise BadInput(f"{source}: facts.memory.mem_total_bytes: missing "
+                       f"({facts.get('memory_error') or 'no memory facts'})")
+    probes = facts.get("probes") or {}
+    pinned = probes.get("pinned") or {}
+    nccl = probes.get("nccl") or []
+    ran = probes.get("source") not in (None, "not run") and not probes.get("skipped")
+    created = str(report.get("created_at") or "")
+    findings = None
+    if ran:
+        findings = DoctorFindings(
+            created_at=created, host_id=str(facts.get("host_id") or ""), platform=facts.get("platform"),
+            host_allocator=probes.get("host_allocator"), pinned_ceiling_bytes=pinned.get("largest_bytes"),
+            pinned_ceiling_reached=bool(pinned.get("reached")),
+            nccl_smoke_ok=bool(nccl[-1].get("ok")) if nccl and isinstance(nccl[-1], dict) else None)
+    try:
+        inv = GpuInventory.model_validate(facts["gpus"]) if facts.get("gpus") else None
+        return FactsFile(
+            escha_version=None, created_at=created or None,
+            host=HostSection(platform=facts.get("platform") or "linux", mem_total_bytes=int(memory["mem_total_bytes"]),
+                             hugetlb_bytes=int(memory.get("hugetlb_bytes") or 0),
+                             cgroup_limit_bytes=memory.get("cgroup_limit_bytes"),
+                             host_id=str(facts.get("host_id") or "")),
+            findings=findings, gpus=records_from_inventory(inv))
+    except ValidationError as exc:
+        raise BadInput(*(f"{source}: facts.{'.'.join(str(x) for x in e['loc'])}: {e['msg']}"
+                         for e in exc.errors())) from None
 
 
 def facts_from_host(host: HostFacts, findings: DoctorFindings | None, gpus: list[GpuRecord] = ()) -> FactsFile:

@@ -35,6 +35,7 @@ class BoxFacts(BaseModel):
     host_id: str = ""
     platform: Literal["linux", "wsl2"]
     mem_total_bytes: int
+    hugetlb_bytes: int = Field(0, description="memory reserved as huge pages (bytes): not for the pools")
     cgroup_limit_bytes: int | None = None
     in_container: bool = False
     wsl_networking_mode: str | None = Field(None, description="`wslinfo --networking-mode`; None: unknown")
@@ -47,38 +48,46 @@ class BoxFacts(BaseModel):
 
 
 def read_box_facts(path: Path) -> BoxFacts:
-    """Read a saved doctor report. Raises ``BadInput`` naming the file and the missing key."""
+    """Read a box's saved facts: a doctor report (``doctor --format json``) or a facts file
+    (``plan --write-facts``), through the conversion ``plan --facts`` uses
+    (``factsfile.facts_from_doctor_report`` / ``load_facts_file``), so a box plans the same here
+    and with ``plan --facts``. Raises ``BadInput`` naming the file and the missing key."""
+    from ..factsfile import facts_from_doctor_report, is_doctor_report, load_facts_file
+
     try:
         report = json.loads(path.read_text())
     except OSError as exc:
         raise BadInput(f"{path}: cannot read: {exc.strerror}") from None
     except ValueError as exc:
         raise BadInput(f"{path}: not JSON ({exc}); save it with `escha-deploy doctor --format json > FILE`") from None
-    facts = report.get("facts") if isinstance(report, dict) else None
-    if not isinstance(facts, dict):
-        raise BadInput(f"{path}: facts: missing; this is not a doctor report (`escha-deploy doctor --format json`)")
-    memory = facts.get("memory") or {}
-    if not memory.get("mem_total_bytes"):
-        raise BadInput(f"{path}: facts.memory.mem_total_bytes: missing ({facts.get('memory_error') or 'no memory facts'})")
-    probes = facts.get("probes") or {}
-    pinned = probes.get("pinned") or {}
+    if is_doctor_report(report):
+        ff = facts_from_doctor_report(report, path)
+        facts = report["facts"]
+    elif isinstance(report, dict) and "schema_version" in report and "host" in report:
+        ff, facts, report = load_facts_file(path), {}, {}
+    else:
+        raise BadInput(f"{path}: facts: missing; this is neither a doctor report (`escha-deploy doctor "
+                       "--format json`) nor a facts file (`escha-deploy plan --write-facts FILE`)")
+    f = ff.findings
     image = facts.get("image") or {}
     return BoxFacts(
-        file=str(path), host_id=str(facts.get("host_id") or ""), platform=facts.get("platform") or "linux",
-        mem_total_bytes=int(memory["mem_total_bytes"]), cgroup_limit_bytes=memory.get("cgroup_limit_bytes"),
-        in_container=bool(facts.get("in_container")), wsl_networking_mode=facts.get("wsl_networking_mode"),
+        file=str(path), host_id=ff.host.host_id, platform=ff.host.platform,
+        mem_total_bytes=ff.host.mem_total_bytes, hugetlb_bytes=ff.host.hugetlb_bytes,
+        cgroup_limit_bytes=ff.host.cgroup_limit_bytes, in_container=bool(facts.get("in_container")), wsl_networking_mode=facts.get("wsl_networking_mode"),
         image_ref=image.get("ref"), image_id=image.get("id"),
-        pinned_ceiling_bytes=pinned.get("largest_bytes"), pinned_ceiling_reached=bool(pinned.get("reached")),
-        host_allocator=probes.get("host_allocator"), created_at=report.get("created_at"),
+        pinned_ceiling_bytes=f.pinned_ceiling_bytes if f else None,
+        pinned_ceiling_reached=bool(f and f.pinned_ceiling_reached),
+        host_allocator=f.host_allocator if f else None, created_at=report.get("created_at") or ff.created_at,
     )
 
 
 def saved_host(facts: BoxFacts, base: HostFacts) -> HostFacts:
     """``base`` (a described host with the profile's L3 directory) with the saved facts: MemTotal,
-    cgroup limit, platform, pinned ceiling and allocator. MemAvailable stays unknown: the one in a
+    huge pages, cgroup limit, platform, pinned ceiling and allocator. MemAvailable stays unknown: the one in a
     saved report is stale by the time the server starts."""
     return base.model_copy(update={
         "source": "saved", "platform": facts.platform, "mem_total_bytes": facts.mem_total_bytes,
+        "hugetlb_bytes": facts.hugetlb_bytes,
         "cgroup_limit_bytes": facts.cgroup_limit_bytes, "in_container": facts.in_container,
         "host_id": facts.host_id, "pinned_ceiling_bytes": facts.pinned_ceiling_bytes,
         "pinned_ceiling_reached": facts.pinned_ceiling_reached, "host_allocator": facts.host_allocator,

@@ -85,10 +85,10 @@ def test_three_boxes_agree_with_plan_per_box(tmp_path, capsys):
     assert code == 0, err
     fp = json.loads(out)
     assert [b["box"] for b in fp["boxes"]] == ["wsl-a", "lin-b", "lin-c"]
-    single = {"wsl-a": ("16314004KiB", "--wsl2"), "lin-b": ("65742096KiB", "--linux"), "lin-c": ("64GiB", "--linux")}
+    single = {"wsl-a": ("--facts", str(tmp_path / "wsl-a.json")), "lin-b": ("--facts", str(tmp_path / "lin-b.json")),
+              "lin-c": ("--host-ram", "64GiB", "--linux")}
     for b in fp["boxes"]:
-        ram, platform = single[b["box"]]
-        code, out, err = run_cli(capsys, "plan", "-p", PROFILE, "--host-ram", ram, platform, "--format", "json")
+        code, out, err = run_cli(capsys, "plan", "-p", PROFILE, *single[b["box"]], "--format", "json")
         assert code == 0, err
         p = json.loads(out)
         assert (b["verdict"], b["hicache_ratio"], b["pinned_total_bytes"]) == (
@@ -197,3 +197,35 @@ def test_bad_fleet_file_exits_2_one_line_per_problem(tmp_path, capsys):
     code, out, err = run_cli(capsys, "fleet", "plan", str(path))
     assert code == 2 and out == ""
     assert err.splitlines()[0].startswith("error: box a: unknown profile 'no-such'")
+
+
+def test_a_doctor_report_and_a_facts_file_plan_alike_in_plan_and_fleet(tmp_path, capsys):
+    """docs/scale-out.md saves `doctor --format json` as a box's facts: `plan --facts` reads the
+    same report (one conversion, factsfile.facts_from_doctor_report) and plans what `fleet plan`
+    plans; a file `plan --write-facts` wrote is read back by both the same way."""
+    report = save_report(tmp_path, "wsl-a", "wsl2-distro-engine", mode="nat")
+    code, out, err = run_cli(capsys, "plan", "-p", PROFILE, "--facts", str(report), "--format", "json")
+    assert code == 0, err
+    p = json.loads(out)
+    assert p["host_source"] == "facts" and p["budget"]["memory_base_bytes"] <= 16314004 * 1024
+    written = tmp_path / "wsl-a-facts.json"
+    code, _, err = run_cli(capsys, "plan", "-p", PROFILE, "--facts", str(report), "--write-facts", str(written))
+    assert code == 0, err and json.loads(written.read_text())["schema_version"] == 1
+    for facts in ("wsl-a.json", written.name):
+        fleet_file = write_fleet(tmp_path, {"name": "one", "boxes": [
+            {"name": "wsl-a", "address": "192.168.1.20", "profile": PROFILE, "facts": facts}]})
+        code, out, err = run_cli(capsys, "fleet", "plan", str(fleet_file), "--format", "json")
+        assert code == 0, err
+        [b] = json.loads(out)["boxes"]
+        assert (b["verdict"], b["hicache_ratio"], b["pinned_total_bytes"]) == (
+            p["verdict"], p["hicache"]["ratio"], p["pinned_total_bytes"]), facts
+        assert b["plan"]["per_rank"] == p["per_rank"]
+    code, out, err = run_cli(capsys, "plan", "-p", PROFILE, "--facts", str(written), "--format", "json")
+    assert code == 0 and json.loads(out)["pinned_total_bytes"] == p["pinned_total_bytes"]
+
+
+def test_a_facts_file_of_another_schema_says_how_to_write_one(tmp_path, capsys):
+    bad = tmp_path / "old.json"
+    bad.write_text(json.dumps({"schema_version": 99, "host": {}}))
+    code, _, err = run_cli(capsys, "plan", "-p", PROFILE, "--facts", str(bad))
+    assert code == 2 and "schema_version" in err and "--write-facts" in err
