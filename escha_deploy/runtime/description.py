@@ -95,10 +95,13 @@ def fork_label_of(series: list[SeriesEntry]) -> str:
     return json.dumps(items, ensure_ascii=False, separators=(",", ":")) if items else ""
 
 
-def read_description(path: str | Path = RUNTIME_DESCRIPTION_PATH) -> RuntimeDescription | None:
-    """The description at ``path``; ``None`` when there is none (a stock runtime). Raises
-    ``BadInput`` naming the file when it exists but does not parse."""
-    p = Path(path)
+def read_description(path: str | Path | None = None) -> RuntimeDescription | None:
+    """The description at ``path`` (default ``capabilities.RUNTIME_DESCRIPTION_PATH``, read when
+    called); ``None`` when there is none (a stock runtime). Raises ``BadInput`` naming the file
+    when it exists but does not parse."""
+    from escha_deploy import capabilities
+
+    p = Path(path if path is not None else capabilities.RUNTIME_DESCRIPTION_PATH)
     if not p.is_file():
         return None
     try:
