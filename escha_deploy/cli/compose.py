@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import FactsOpt, ProfileOpt, SetOpt
+from .options import DEFAULT_PROFILE, FactsOpt, ProfileOpt, SetOpt
 
 EXAMPLES = """
 Examples:
@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("compose", rich_help_panel=PANEL_LIFECYCLE, epilog=EXAMPLES)
     def compose(
-        profile: ProfileOpt,
+        profile: ProfileOpt = DEFAULT_PROFILE,
         set_: SetOpt = None,
         facts: FactsOpt = None,
         output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,

@@ -13,6 +13,9 @@ class OutputFormat(str, enum.Enum):
     json = "json"
 
 
+#: The profile `plan`, `up` and `compose` use without --profile: the README's reference profile.
+DEFAULT_PROFILE = "rtx5060ti-tp2"
+
 ProfileOpt = Annotated[
     str,
     typer.Option(

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import FactsOpt, FormatOpt, OutputFormat, ProfileOpt, SetOpt
+from .options import DEFAULT_PROFILE, FactsOpt, FormatOpt, OutputFormat, ProfileOpt, SetOpt
 
 
 def register(app: typer.Typer) -> None:
@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
 
 
 def plan_command(
-    profile: ProfileOpt = "rtx5060ti-tp2",
+    profile: ProfileOpt = DEFAULT_PROFILE,
     ratio: Annotated[Optional[str], typer.Option("--ratio", help="--hicache-ratio to plan: a number > 0, or auto (the recommended safe ratio). Default: the profile's.")] = None,
     hicache_size: Annotated[Optional[str], typer.Option("--hicache-size", help="--hicache-size per rank instead of a ratio: whole GB (1e9), as SGLang takes it: 30 or 30GB.")] = None,
     host_ram: Annotated[Optional[str], typer.Option("--host-ram", help="Plan for a described host: the MemTotal its Linux kernel sees (under WSL2 the VM's), e.g. 16GiB. Ignores doctor findings.")] = None,

@@ -104,7 +104,9 @@ def render_plan(p: Plan) -> None:
         a = p.argv_check
         con.print(f"argv: {a.verified} flags verified against SGLang 0.5.19's parser catalog"
                   + (f"; declared by capabilities, not verified: {', '.join(a.declared)}" if a.declared else ""))
-    con.print(f"verdict: [bold {colour}]{p.verdict}[/]")
+    short = (f" [bold yellow]but {fmt_gb(p.short_now_bytes)} short of memory available now (warning below)[/]"
+             if p.short_now_bytes and p.verdict != "unsafe" else "")
+    con.print(f"verdict: [bold {colour}]{p.verdict}[/]{short}")
     from rich.markup import escape
 
     for reason in p.reasons:  # reasons quote config sections like [wsl2]: not markup

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import DryRunOpt, FactsOpt, FormatOpt, OutputFormat, ProfileOpt, SetOpt
+from .options import DEFAULT_PROFILE, DryRunOpt, FactsOpt, FormatOpt, OutputFormat, ProfileOpt, SetOpt
 
 EXAMPLES = """
 Examples:
@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("up", rich_help_panel=PANEL_LIFECYCLE, epilog=EXAMPLES)
     def up(
-        profile: ProfileOpt,
+        profile: ProfileOpt = DEFAULT_PROFILE,
         set_: SetOpt = None,
         facts: FactsOpt = None,
         dry_run: DryRunOpt = False,

@@ -89,6 +89,7 @@ class _Ctx:
     runtime_check: RuntimeCheck | None = None
     findings: list[Finding] = field(default_factory=list)
     verdict: str = "ok"
+    short_now_bytes: int | None = None  # what the live host lacks now (MemAvailable), if anything
 
     @property
     def ranks(self) -> int:
@@ -563,6 +564,7 @@ def step_host_pools(c: _Ctx) -> None:
     if c.host.available_now_bytes is not None:
         need = total + c.budget.server_processes_bytes + c.budget.os_reserve_bytes
         if c.host.available_now_bytes < need:
+            c.short_now_bytes = need - c.host.available_now_bytes
             c.warnings.append(f"host: only {fmt_gb(c.host.available_now_bytes)} is available now, less than the "
                               f"{fmt_gb(need)} this plan needs: other processes already hold the room")
 
@@ -680,6 +682,7 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
         pinned_total_bytes=c.ranks * p.pinned_bytes,
         budget=c.budget,
         max_safe_ratio=c.max_safe_ratio if profile.hicache.enabled else None,
+        short_now_bytes=c.short_now_bytes,
         recommended_ratio=c.recommended_ratio if c.hicache.enabled else None,  # none when the plan turned it off
         ratio_cap=profile.hicache.max_ratio if profile.hicache.enabled else None,
         runtime_check=c.runtime_check,

@@ -175,6 +175,10 @@ class Plan(BaseModel):
     verdict: Verdict
     reasons: list[str]
     warnings: list[str]
+    short_now_bytes: int | None = Field(
+        None, description="a live host's MemAvailable now falls this many bytes short of what the plan needs "
+        "(pinned pools + server processes + OS reserve); the verdict stays, the line says it; null: enough, "
+        "or not measured (a described host)")
     decisions: list[Decision]
     peer_access: PeerAccess | None = Field(
         None, description="peer access between the TP GPUs, from NVML facts; decides --disable-custom-all-reduce "

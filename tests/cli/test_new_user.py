@@ -54,3 +54,13 @@ def test_install_hints_name_the_checkout_extras_as_printed(cli):
     from escha_deploy.doctor.checks import NO_GPU_FIX
 
     assert "pip install '.[gpu]'" in NO_GPU_FIX and "escha-deploy[" not in NO_GPU_FIX
+
+
+def test_plan_up_and_compose_share_the_default_profile(cli):
+    from escha_deploy.cli.options import DEFAULT_PROFILE
+
+    assert DEFAULT_PROFILE == "rtx5060ti-tp2"  # the README's reference profile
+    assert cli("compose").out.startswith(f"# Rendered by `escha-deploy compose --profile {DEFAULT_PROFILE}`")
+    for verb in ("plan", "up", "compose"):
+        out = " ".join(cli(verb, "--help").out.split())
+        assert f"[default: {DEFAULT_PROFILE}]" in out, verb

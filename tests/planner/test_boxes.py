@@ -145,3 +145,29 @@ def test_facts_file_cgroup_limit_reason_names_the_figure_and_source(cli, tmp_pat
     src = "cgroup memory limit 32.00 GiB (facts file host.cgroup_limit_bytes)"
     assert d["budget"]["memory_base_source"] == src
     assert f"({src} - 2 x 3.00 GiB server processes" in d["reasons"][0]
+
+
+def test_live_host_short_of_memory_now_says_so_in_the_verdict_line():
+    """A live host whose MemAvailable now is below what the plan needs: the verdict stays ok
+    (planning is against MemTotal; the room may be freed before start) but the verdict line
+    and JSON say how short it is."""
+    import contextlib
+    import io
+
+    from escha_deploy.cli.render_plan import render_plan
+
+    prof = load_profile("rtx5060ti-tp2")
+    host = HostFacts(source="live", platform="linux", mem_total_bytes=32 * GiB, mem_available_bytes=4 * GiB)
+    p = plan(prof, host)
+    assert p.verdict == "ok" and any("available now" in w for w in p.warnings)
+    need = p.pinned_total_bytes + p.budget.server_processes_bytes + p.budget.os_reserve_bytes
+    assert p.short_now_bytes == need - 4 * GiB > 0
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        render_plan(p)
+    [line] = [ln for ln in buf.getvalue().splitlines() if ln.startswith("verdict:")]
+    assert line == f"verdict: ok but {p.short_now_bytes / GB:.2f} GB short of memory available now (warning below)"
+    enough = plan(prof, HostFacts(source="live", platform="linux", mem_total_bytes=32 * GiB,
+                                  mem_available_bytes=30 * GiB))
+    assert enough.short_now_bytes is None
+    assert plan(prof, described_host(32 * GiB)).short_now_bytes is None
