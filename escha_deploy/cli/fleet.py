@@ -54,6 +54,13 @@ def _gib(n: int, digits: int = 2) -> str:
     return fmt_gib(n, digits)
 
 
+def _gb(n: int) -> str:
+    """Pinned bytes as `plan` prints them (GB = 1e9)."""
+    from ..units import fmt_gb
+
+    return fmt_gb(n)
+
+
 def plan_command(file: FleetFileArg, fmt: FormatOpt = OutputFormat.table) -> None:
     """Plan every box with its own facts (saved doctor report, or host_ram/platform) as `plan`
     does, then the fleet: instances, GPUs, host-tier capacity, and what a fleet refuses.
@@ -106,7 +113,7 @@ def render_fleet_plan(result) -> None:
               else f"{b.hicache_size_gb} GB" if b.hicache_size_gb else f"ratio {b.hicache_ratio:g}")
         node = "-" if b.instance is None else f"{b.instance}/{b.node_rank}"
         t.add_row(b.box, b.profile, host, node, str(b.gpus), f"[{style.get(b.verdict, 'white')}]{b.verdict}[/]",
-                  hc, _gib(b.pinned_total_bytes))
+                  hc, _gb(b.pinned_total_bytes))
     out = stdout_console()
     if not out.is_terminal:  # a pipe or file: rich would cut the table at 80 columns
         out.width = 160
@@ -118,7 +125,7 @@ def render_fleet_plan(result) -> None:
         t2.add_row(i.name, i.group, str(i.nodes), ", ".join(i.boxes), str(i.gpus), f"{i.host_tier_tokens:,}")
     out.print(t2)
     out.print(f"fleet: {result.total_instances} instances, {result.total_gpus} GPUs, host tier "
-              f"{_gib(result.host_tier_bytes)} pinned, {result.host_tier_tokens:,} tokens  "
+              f"{_gb(result.host_tier_bytes)} pinned, {result.host_tier_tokens:,} tokens  "
               f"[{'green' if result.verdict == 'ok' else 'red'}]{result.verdict}[/]")
 
 

@@ -76,6 +76,14 @@ def read_key(loaded: LoadedFleet) -> str | None:
     return loaded.resolve(r.api_key_file).read_text().strip() or None
 
 
+def http_error_text(exc: Exception) -> str:
+    """One line for an httpx (or JSON) error: its type and first line. httpx's
+    ``raise_for_status`` appends "For more information check: https://developer.mozilla.org/..."
+    on a second line (httpx/_models.py ``Response.raise_for_status``); that line is dropped."""
+    lines = [ln for ln in str(exc).splitlines() if ln.strip() and not ln.startswith("For more information check:")]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
 def router_workers(loaded: LoadedFleet, expected: list[str] | None = None, timeout_s: float = 5.0) -> RouterState:
     """Ask SMG ``GET /workers`` (with the API key when the fleet has one). Never raises."""
     import httpx
@@ -88,7 +96,7 @@ def router_workers(loaded: LoadedFleet, expected: list[str] | None = None, timeo
         resp.raise_for_status()
         data = resp.json()
     except (httpx.HTTPError, ValueError) as exc:
-        return RouterState(url=url, reachable=False, error=f"{type(exc).__name__}: {exc}", expected=expected or [])
+        return RouterState(url=url, reachable=False, error=http_error_text(exc), expected=expected or [])
     workers = [WorkerState(url=w.get("url", "?"), healthy=bool(w.get("is_healthy")), status=w.get("status"),
                            model_id=w.get("model_id"), load=w.get("load"))
                for w in data.get("workers", [])]

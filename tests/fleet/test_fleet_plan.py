@@ -229,3 +229,44 @@ def test_a_facts_file_of_another_schema_says_how_to_write_one(tmp_path, capsys):
     bad.write_text(json.dumps({"schema_version": 99, "host": {}}))
     code, _, err = run_cli(capsys, "plan", "-p", PROFILE, "--facts", str(bad))
     assert code == 2 and "schema_version" in err and "--write-facts" in err
+
+
+def test_table_shows_pinned_in_gb_as_plan_does(tmp_path, capsys):
+    code, out, _ = run_cli(capsys, "fleet", "plan", str(three_boxes(tmp_path)))
+    assert code == 0
+    _, js, _ = run_cli(capsys, "fleet", "plan", str(three_boxes(tmp_path)), "--format", "json")
+    fp = json.loads(js)
+    for b in fp["boxes"]:
+        assert f"{b['pinned_total_bytes'] / 1e9:.2f} GB" in out, b["box"]
+    assert f"host tier {fp['host_tier_bytes'] / 1e9:.2f} GB pinned" in out
+
+
+def test_router_error_is_one_line_without_httpx_hint():
+    """A real httpx error from a real local HTTP server answering 401: the status line only."""
+    import http.server
+    import threading
+
+    import httpx
+
+    from escha_deploy.fleet.router_run import http_error_text
+
+    class Deny(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(401)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Deny)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(httpx.HTTPStatusError) as exc:
+            httpx.get(f"http://127.0.0.1:{srv.server_port}/workers", timeout=5).raise_for_status()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert "For more information check:" in str(exc.value)  # what httpx appends
+    text = http_error_text(exc.value)
+    assert text.startswith("HTTPStatusError: Client error '401 Unauthorized' for url ")
+    assert "\n" not in text and "developer.mozilla.org" not in text
