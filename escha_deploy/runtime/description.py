@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from escha_deploy.capabilities import LABEL_PREFIX, RUNTIME_DESCRIPTION_PATH
 from escha_deploy.errors import BadInput, Refused
@@ -27,7 +27,7 @@ LABEL_SERIES = LABEL_PREFIX + "runtime.series"
 LABEL_CAPABILITIES = LABEL_PREFIX + "runtime.capabilities"
 LABEL_BASE = LABEL_PREFIX + "runtime.base"
 LABEL_PYTHON = LABEL_PREFIX + "runtime.python"
-#: The escha-deploy installed in the image (``escha_deploy_version`` in the description): the
+#: The escha-deploy installed in the image (``escha_version`` in the description): the
 #: CLI that runs ``serve --spec`` there, which may differ from the host's.
 LABEL_ESCHA = LABEL_PREFIX + "runtime.escha-version"
 #: JSON list of the fork commits applied: ``[{commit, subject, author, date}]`` (UTF-8).
@@ -71,8 +71,10 @@ class RuntimeDescription(BaseModel):
         default_factory=list, description="series patches and fork commits the fork's "
         "declaration left out, each with the decision")
     inventory_digest: str = Field(description="digest of the expected patched package inventory")
-    escha_deploy_version: str | None = Field(
-        default=None, description="the escha-deploy installed in the image (serve --spec runs it)")
+    escha_version: str | None = Field(
+        default=None, description="the escha-deploy installed in the image (serve --spec runs it)",
+        # images built before the field took the LaunchSpec's name wrote escha_deploy_version
+        validation_alias=AliasChoices("escha_version", "escha_deploy_version"))
 
     def labels(self) -> dict[str, str]:
         """The OCI labels that mirror this description."""
@@ -83,7 +85,7 @@ class RuntimeDescription(BaseModel):
             LABEL_CAPABILITIES: ",".join(self.capabilities),
             LABEL_BASE: self.base,
             LABEL_PYTHON: self.python,
-            LABEL_ESCHA: self.escha_deploy_version or "",
+            LABEL_ESCHA: self.escha_version or "",
             LABEL_FORK: fork_label_of(self.series),
         }
 

@@ -278,7 +278,7 @@ def apply(
         dropped=fork.dropped if fork is not None else [],
         capabilities=caps,
         inventory_digest=inv.digest(expected),
-        escha_deploy_version=escha_version,
+        escha_version=escha_version,
     )
     return ApplyResult(desc, deltas, len(base))
 

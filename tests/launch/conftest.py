@@ -129,7 +129,7 @@ def serve_image(docker_client, base_image, tmp_path_factory):
     (ctx / "runtime.json").write_text(json.dumps({
         "schema_version": 1, "sglang_version": "0.5.19", "base": "image:stand-in", "python": "3.11",
         "base_inventory_digest": "stand-in", "base_inventory_committed": False, "sglang_dir": "/nonexistent",
-        "capabilities": STANDIN_CAPS, "inventory_digest": "stand-in", "escha_deploy_version": "stand-in"}))
+        "capabilities": STANDIN_CAPS, "inventory_digest": "stand-in", "escha_version": "stand-in"}))
     docker_client.images.build(path=str(ctx), tag=SERVE_IMAGE, buildargs={"BASE": base_image}, rm=True,
                                forcerm=True)
     yield SERVE_IMAGE
