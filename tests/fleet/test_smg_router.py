@@ -52,6 +52,13 @@ KEY = "fleet-test-key-5d1c"
 PROFILE = "rtx5060ti-tp2-fp8"
 
 
+@pytest.fixture(autouse=True)
+def own_state_dir(tmp_path, monkeypatch):
+    """Each test keeps the router's pid and log files in its own cache directory, so a router
+    another run of these tests started on this machine is never taken for this test's."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
