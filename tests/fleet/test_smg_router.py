@@ -202,13 +202,16 @@ def test_cache_aware_router_in_front_of_two_workers(tmp_path, workers, capsys):
             assert codes == [200] * 8
             report.append(f"after re-admission, 8 distinct prompts: worker A {completions(a2)}, "
                           f"worker B {completions(b) - b_before - 10}")
-            # the exact prompts A answered before its stop: SMG's tree for A still matches them best
+            # the shared prefix again: cache_aware still sends it all to one worker. Which one is
+            # SMG's choice (step 2 may have given the prefix to either worker, and B served it while
+            # A was down), so the test asserts the grouping, not the worker.
             a_before, b_mid = completions(a2), completions(b)
             codes = [client.complete(prefix + f" Question {i}: what is {i} plus {i}?") for i in range(4)]
             assert codes == [200] * 4
-            report.append(f"after re-admission, 4 prompts A answered before its stop: worker A "
-                          f"{completions(a2) - a_before}, worker B {completions(b) - b_mid}")
-            assert completions(a2) - a_before == 4
+            again = (completions(a2) - a_before, completions(b) - b_mid)
+            report.append(f"after re-admission, 4 prompts with the shared prefix: worker A {again[0]}, "
+                          f"worker B {again[1]}")
+            assert sorted(again) == [0, 4], again
         finally:
             a2.stop()
         assert smg_errors(log_file(loaded)) == []
