@@ -82,8 +82,8 @@ def plan_command(
         from .render_plan import render_plan
 
         render_plan(result)
-    # inside an image (/etc/escha/runtime.json): the plan above is for the runtime the profile
-    # targets; this runtime lacking a capability refuses, exit 3, as `serve --print` does
+    # inside an image (/etc/escha/runtime.json): the plan above is for this runtime; lacking a
+    # capability the profile needs refuses, exit 3, as `serve --print` does
     from ..runtime.description import read_description, require_capabilities
 
     desc = read_description()
@@ -128,12 +128,6 @@ def parse_hicache_size(text: str) -> int:
     return parse_hicache_gb(text, allow_zero=False)
 
 
-def missing_here(needs, have) -> list[str]:
-    """The capabilities in ``needs`` (the profile's ``runtime.needs``) that ``have`` (this
-    runtime's, from /etc/escha/runtime.json) lacks."""
-    return [c for c in needs if c not in have]
-
-
 def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_size=None, host_bytes=None,
               platform=None, capabilities=None, facts_path=None, write_facts=None):
     """Gather (profile, host facts, model folder), then plan: the three lines of intent, through
@@ -144,13 +138,12 @@ def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_siz
     prof = load_profile(profile_ref, overrides)
     if capabilities is None:
         # inside an image (or a host patched with `runtime apply`): plan the runtime that is
-        # here, not the one the profile asks for; when it lacks what the profile needs, plan the
-        # target runtime (as `serve --print` does) and let the caller refuse (missing_here)
+        # here, not the one the profile asks for (without our 0001 that is stock 0.5.19's host
+        # check); a capability it lacks is refused by the caller, exit 3, as `serve --print` does
         from ..runtime.description import read_description
 
         desc = read_description()
-        if desc is not None and not missing_here(prof.runtime.needs, desc.capabilities):
-            capabilities = frozenset(desc.capabilities)
+        capabilities = frozenset(desc.capabilities) if desc is not None else None
     g = gather(prof, facts_path=facts_path, platform=platform, host_ram=host_bytes)
     if write_facts:
         _write_facts(g, write_facts)

@@ -209,7 +209,9 @@ def check_rendered_argv(result: Plan, prof: Profile) -> ArgvCheck:
     from escha_deploy.flags import server_args
     from escha_deploy.planner.result import ArgvCheck
 
-    check = check_argv(server_args(result, prof), set(result.capabilities))
+    # flags a needed capability declares are valid here: a runtime that lacks the capability is
+    # the missing-capability refusal's to name (exit 3), not a bad argv
+    check = check_argv(server_args(result, prof), set(result.capabilities) | set(prof.runtime.needs))
     if check.errors:
         raise BadInput(*(f"runtime.extra_args or rendered argv: {line}" for line in check.error_lines()))
     declared = [f"{u.flag} {' '.join(u.values)} ({u.capability})".replace("  ", " ") for u in check.declared()]

@@ -6,6 +6,7 @@ diagnosis names the cause. Nothing is left running."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -28,11 +29,22 @@ def test_serve_in_real_image_reaches_sglang_child_and_diagnoses(docker_client, t
     key = "sk-escha-real-image-0123456789"
     kf = tmp_path / "api_key"
     kf.write_text(key + "\n")
+    # serve refuses a model folder without config.json or weights (exit 2) before it starts
+    # SGLang; these empty files pass that check, and the child fails at import, before loading
+    model = tmp_path / "model"
+    model.mkdir()
+    from escha_deploy.profile import load_profile
+    from tests.oracle.cases import config_json
+
+    (model / "config.json").write_text(json.dumps(config_json(load_profile("rtx5060ti-tp2-fp8").model.architecture)))
+    (model / "model.safetensors").write_bytes(b"")
     c = docker_client.containers.run(
         IMAGE, ["--profile", "rtx5060ti-tp2-fp8", "--set", "container.api_key_file=/host/api_key"],
         detach=True, name="escha-test-real-image",
+        cap_add=["IPC_LOCK"],  # serve checks memlock against the pinned pools without it (up adds it)
         environment={"ESCHA_SKIP_GPU_PREFLIGHT": "1", "ESCHA_SERVE_MODE": "container"},
-        mounts=[Mount("/run/secrets/escha_api_key", str(kf), type="bind", read_only=True)],
+        mounts=[Mount("/run/secrets/escha_api_key", str(kf), type="bind", read_only=True),
+                Mount("/models/Qwen3.x-27B-GPTQ-Int4", str(model), type="bind", read_only=True)],
         labels={"io.escha.test": "real-image"},
     )
     try:

@@ -71,8 +71,28 @@ def images(sglang_wheel, tmp_path_factory):
         shutil.rmtree(REPO / "build" / f"fork-test-{name}", ignore_errors=True)
 
 
+def _model_setup() -> str:
+    """A shell line that makes /tmp/model pass ``serve``'s model-folder check (it refuses a
+    folder without config.json or weights, exit 2, before it prints): the profile's architecture
+    as config.json (the oracle's writer) and an empty weights file; nothing here loads them."""
+    import shlex
+
+    from escha_deploy.profile import load_profile
+    from tests.oracle.cases import config_json
+
+    cfg = json.dumps(config_json(load_profile(PROFILE).model.architecture))
+    return (f"mkdir -p /tmp/model && printf %s {shlex.quote(cfg)} > /tmp/model/config.json"
+            " && : > /tmp/model/model.safetensors")
+
+
 def _serve_print(image: str, *extra: str) -> tuple[int, dict, str]:
-    proc = _run(image, "escha-deploy", "serve", "--print", "--profile", PROFILE, *extra)
+    argv = ["escha-deploy", "serve", "--print", "--profile", PROFILE,
+            "--set", "model.host_dir=/tmp/model", "--set", "model.path=/tmp/model", *extra]
+    # serve checks memlock against the pinned pools unless it holds CAP_IPC_LOCK (as `up` gives)
+    cmd = ["docker", "run", "--rm", "--cap-add", "IPC_LOCK", "--entrypoint", "sh", image,
+           "-c", _model_setup() + ' && exec "$@"', "sh", *argv]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.stdout, proc.stderr
     return proc.returncode, json.loads(proc.stdout), proc.stderr
 
 
@@ -162,8 +182,10 @@ def test_up_preflight_reads_the_same_description(images, tmp_path):
     tags, _ = images
     client = _client()
     sets = [f"container.model_dir={tmp_path}"]
-    with pytest.raises(Refused) as exc:
-        prep_mod.prepare(PROFILE, sets + [f"container.image={tags['undeclared']}"], client=client)
+    prep = prep_mod.prepare(PROFILE, sets + [f"container.image={tags['undeclared']}"], client=client)
+    assert prep.missing_capabilities == ["int2-kv", "w2-weights"]
+    with pytest.raises(Refused) as exc:  # what `up` and `up --dry-run` raise after showing the plan
+        prep.refuse()
     assert [p for p in exc.value.problems if "lacks capability" in p] == [
         f"{tags['undeclared']}: runtime lacks capability 'int2-kv'",
         f"{tags['undeclared']}: runtime lacks capability 'w2-weights'"]
