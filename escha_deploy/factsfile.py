@@ -15,7 +15,6 @@ findings) or by hand. Bytes are ``int``.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -101,15 +100,17 @@ class FactsFile(BaseModel):
 def load_facts_file(path: str | Path) -> FactsFile:
     """Read and check a facts file. Raises ``BadInput`` (exit 2) naming the file and the field,
     or both schema versions when the file is of another one."""
-    from .errors import BadInput
+    from .paths import read_json
 
     p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except OSError as exc:
-        raise BadInput(f"{p}: cannot read the facts file: {exc.strerror}") from None
-    except ValueError as exc:
-        raise BadInput(f"{p}: not JSON ({exc})") from None
+    return facts_file_from_data(read_json(p, "the facts file"), p)
+
+
+def facts_file_from_data(data: object, p: Path) -> FactsFile:
+    """``load_facts_file`` for JSON already read from ``p`` (named in the errors): a doctor
+    report through ``facts_from_doctor_report``, else a facts file of this schema version."""
+    from .errors import BadInput
+
     if not isinstance(data, dict):
         raise BadInput(f"{p}: a facts file is a JSON object")
     if is_doctor_report(data):

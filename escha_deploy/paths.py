@@ -46,3 +46,20 @@ def cache_dir() -> Path:
 def doctor_findings_path() -> Path:
     """``escha-deploy/doctor.json`` under the user cache directory."""
     return cache_dir() / "doctor.json"
+
+
+def read_json(path: str | Path, what: str, hint: str | None = None) -> object:
+    """The JSON value in the file a user named (a facts file, a launch spec, a box's saved
+    doctor report). Raises ``BadInput`` (exit 2) with one line naming the file and ``what`` it
+    should be when it cannot be read or is not JSON; ``hint`` says how to make a good one."""
+    import json
+
+    from .errors import BadInput
+
+    p = Path(path)
+    try:
+        return json.loads(p.read_text())
+    except OSError as exc:
+        raise BadInput(f"{p}: cannot read {what}: {exc.strerror or exc}", hint=hint) from None
+    except ValueError as exc:
+        raise BadInput(f"{p}: {what} is not JSON ({exc})", hint=hint) from None

@@ -14,7 +14,6 @@ safe side).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Literal
 
@@ -52,19 +51,16 @@ def read_box_facts(path: Path) -> BoxFacts:
     (``plan --write-facts``), through the conversion ``plan --facts`` uses
     (``factsfile.facts_from_doctor_report`` / ``load_facts_file``), so a box plans the same here
     and with ``plan --facts``. Raises ``BadInput`` naming the file and the missing key."""
-    from ..factsfile import facts_from_doctor_report, is_doctor_report, load_facts_file
+    from ..factsfile import facts_file_from_data, facts_from_doctor_report, is_doctor_report
+    from ..paths import read_json
 
-    try:
-        report = json.loads(path.read_text())
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read: {exc.strerror}") from None
-    except ValueError as exc:
-        raise BadInput(f"{path}: not JSON ({exc}); save it with `escha-deploy doctor --format json > FILE`") from None
+    report = read_json(path, "the box's saved facts",
+                       hint="save them with `escha-deploy doctor --format json > FILE`")
     if is_doctor_report(report):
         ff = facts_from_doctor_report(report, path)
         facts = report["facts"]
     elif isinstance(report, dict) and "schema_version" in report and "host" in report:
-        ff, facts, report = load_facts_file(path), {}, {}
+        ff, facts, report = facts_file_from_data(report, path), {}, {}
     else:
         raise BadInput(f"{path}: facts: missing; this is neither a doctor report (`escha-deploy doctor "
                        "--format json`) nor a facts file (`escha-deploy plan --write-facts FILE`)")

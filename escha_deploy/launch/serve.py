@@ -18,7 +18,6 @@ disagreement, 2 for a bad model folder) and run SGLang's argv as a supervised ch
 from __future__ import annotations
 
 import contextlib
-import contextlib
 import json
 import os
 from collections.abc import Sequence
@@ -46,13 +45,10 @@ def read_spec(path: str | Path) -> LaunchSpec:
     from escha_deploy import __version__
     from escha_deploy.launch_spec import LAUNCH_SPEC_SCHEMA_VERSION, LaunchSpec, launch_digest
 
+    from escha_deploy.paths import read_json
+
     p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except OSError as exc:
-        raise BadInput(f"--spec: cannot read {p}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise BadInput(f"--spec: {p} is not JSON ({exc})") from None
+    data = read_json(p, "the launch spec (--spec)")
     version = data.get("schema_version") if isinstance(data, dict) else None
     if version != LAUNCH_SPEC_SCHEMA_VERSION:
         writer = data.get("escha_version") if isinstance(data, dict) else None
