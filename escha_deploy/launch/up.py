@@ -262,6 +262,16 @@ def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, time
         raise Failed(f"up: the server {what} ({causes})",
                      hint=f"the stopped container keeps its log: escha-deploy logs --profile {prep.profile.name}"
                      if kept else None)
+    # The server logged its phases and pool sizes before it answered ready, but the following
+    # thread may not have delivered them yet (a fast start is ready on the first poll): read the
+    # log written so far once, so the progress lines and the drift check see all of it.
+    from .ready import phase_of
+
+    pump.take()
+    for line in list(dk.log_lines(c, follow=False))[len(pump.all):]:
+        pump.all.append(line)
+        if ph := phase_of(line):
+            show(ph)
     try:
         dk.set_restart_after_ready(c, spec.restart_after_ready)
     except NotFound:
