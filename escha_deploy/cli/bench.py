@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import FormatOpt, OutputFormat
+from .options import FormatOpt, OutputFormat, not_nan
 
 BENCH_EXAMPLES = """
 Examples:
@@ -37,7 +37,8 @@ EndpointOpt = Annotated[
     typer.Option("--endpoint", "-e", help="Base URL of an SGLang server, e.g. http://127.0.0.1:30000."),
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the generated prompts; the same seed gives the same tokens.")]
-TimeoutOpt = Annotated[float, typer.Option("--request-timeout", help="Seconds to wait for one response.", min=1, max=86400)]
+TimeoutOpt = Annotated[float, typer.Option("--request-timeout", help="Seconds to wait for one response.", min=1, max=86400,
+                                           callback=not_nan)]
 MaxReqOpt = Annotated[int, typer.Option("--max-requests", help="Refuse to send more requests than this.", min=1)]
 ApiKeyOpt = Annotated[
     Optional[str],

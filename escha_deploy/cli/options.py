@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from typing import Annotated, Optional
 
 import typer
@@ -49,3 +50,13 @@ FactsOpt = Annotated[
         "machine; default: $ESCHA_FACTS when set.",
     ),
 ]
+
+
+def not_nan(value: float | None) -> float | None:
+    """Callback for a float option with ``min``/``max``: click's ``FloatRange`` lets ``nan``
+    through (every comparison with NaN is false), so refuse it here; exit 2 as for any bad
+    option value."""
+    if value is not None and math.isnan(value):
+        raise typer.BadParameter(f"{value} is not a number")
+    return value
+

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import DEFAULT_PROFILE, DryRunOpt, FactsOpt, FormatOpt, OutputFormat, ProfileOpt, SetOpt
+from .options import DEFAULT_PROFILE, DryRunOpt, FactsOpt, FormatOpt, OutputFormat, ProfileOpt, SetOpt, not_nan
 
 EXAMPLES = """
 Examples:
@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
             "SIGTERM then stops and removes the container.")] = False,
         timeout: Annotated[Optional[float], typer.Option(
             "--timeout", help="Seconds to wait for ready (default: container.ready_timeout_s).",
-            min=1, max=7 * 24 * 3600)] = None,
+            min=1, max=7 * 24 * 3600, callback=not_nan)] = None,
         format: FormatOpt = OutputFormat.table,
         canary: Annotated[bool, typer.Option(
             "--canary", help="Once ready, run the hybrid-restore canary (bench.canary): exit 3 on a "
