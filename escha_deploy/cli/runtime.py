@@ -109,12 +109,11 @@ def register(app: typer.Typer) -> None:
         from escha_deploy.errors import Refused
         from escha_deploy.runtime import inventory as inv
         from escha_deploy.runtime import patching
-        from escha_deploy.runtime.description import read_description
 
         located = inv.locate(sglang_dir, python)
         sd = _state_dir(state_dir)
-        desc = read_description(sd / "runtime.json")
-        result = patching.verify(located, sd, desc, overlay_dir, base_wheel, fork_dir=fork_dir)
+        recorded = patching.recorded_series(sd / "runtime.json")
+        result = patching.verify(located, sd, recorded, overlay_dir, base_wheel, fork_dir=fork_dir)
         data = {"ok": result.drift.ok, "sglang_dir": str(located.package_dir),
                 "base": result.base, "files": result.files,
                 "expected_digest": result.expected_digest,

@@ -19,17 +19,22 @@ commits and their declaration, ``runtime import``).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from escha_deploy.errors import BadInput, Refused
 from escha_deploy.runtime import inventory as inv
-from escha_deploy.runtime.description import RuntimeDescription, SeriesEntry
 from escha_deploy.runtime.series import Patch, apply_series, capabilities_of, read_series
+
+if TYPE_CHECKING:
+    # imported where a description is built: the models import pydantic, which `verify` skips
+    from escha_deploy.runtime.description import RuntimeDescription, SeriesEntry
 
 ENV_OVERLAY_DIR = "ESCHA_RUNTIME_OVERLAYS"
 
@@ -121,6 +126,8 @@ def base_id(located: inv.Located, base_ref: str | None) -> str:
 
 def series_entry(p: Patch) -> SeriesEntry:
     """The description's record of one applied patch (a fork commit's provenance included)."""
+    from escha_deploy.runtime.description import SeriesEntry
+
     h = p.header
     extra = {}
     if p.source == "fork":
@@ -267,6 +274,8 @@ def apply(
     drift = inv.compare(inv.scan(pkg), expected)
     if not drift.ok:
         raise Refused(*drift.lines())
+    from escha_deploy.runtime.description import RuntimeDescription
+
     desc = RuntimeDescription(
         sglang_version=located.version,
         base=base_id(located, base_ref),
@@ -292,10 +301,41 @@ class VerifyResult:
     deltas: dict[str, inv.Entry | None]
 
 
+def recorded_series(path: Path) -> list[tuple[str, str]] | None:
+    """``[(patch file name, sha256 hex)]`` from the ``series`` of the ``runtime.json`` that
+    ``runtime apply`` wrote (``RuntimeDescription.series``); ``None`` when ``path`` does not exist.
+
+    Reads only the two fields ``verify`` compares, with ``json`` rather than the
+    ``RuntimeDescription`` model: building that model imports pydantic's model machinery, about
+    0.1 s of a 0.3 s ``verify`` on a 2-core machine (docs/performance.md). Raises ``BadInput``
+    naming the file (and the entry) when the file is not JSON or an entry lacks a string name or
+    sha256.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{path}: not a runtime description ({exc})") from None
+    series = doc.get("series", []) if isinstance(doc, dict) else None
+    if not isinstance(series, list):
+        raise BadInput(f"{path}: not a runtime description (series: expected a list)")
+    out = []
+    for i, entry in enumerate(series):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        sha = entry.get("sha256") if isinstance(entry, dict) else None
+        if not (isinstance(name, str) and isinstance(sha, str)):
+            raise BadInput(f"{path}: not a runtime description "
+                           f"(series.{i}: expected an object with string name and sha256)")
+        out.append((name, sha))
+    return out
+
+
 def verify(
     located: inv.Located,
     state_dir: Path,
-    description: RuntimeDescription | None = None,
+    recorded: list[tuple[str, str]] | None = None,
     overlay_dir: Path | None = None,
     base_wheel: Path | None = None,
     fork_dir: Path | None = None,
@@ -305,7 +345,8 @@ def verify(
     Base inventory: the committed one for the installed wheel tag, else
     ``<state>/base-inventory.json``. Clean base files: ``base_wheel`` when given, else
     ``<state>/base-files``. Overlays: ``overlay_dir``, else ``<state>/overlays``; fork commits:
-    ``fork_dir``, else ``<state>/fork``. Raises
+    ``fork_dir``, else ``<state>/fork``. ``recorded``: the series ``runtime apply`` recorded
+    (``recorded_series``); when given, the patches found now must equal it. Raises
     ``Refused`` when no base inventory or clean copy is available, a clean copy does not match
     the base inventory, or the patches differ from those the description records.
     """
@@ -326,8 +367,7 @@ def verify(
     if fork_dir is None and (state_dir / "fork").is_dir():
         fork_dir = state_dir / "fork"
     patches = load_patches(overlay_dir, fork_dir)
-    if description is not None:
-        recorded = [(e.name, e.sha256) for e in description.series]
+    if recorded is not None:
         now = [(p.name, p.sha256) for p in patches]
         if recorded != now:
             raise Refused(

@@ -5,6 +5,7 @@ does not touch, and separately in one it does) makes ``verify`` name the file an
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -283,3 +284,42 @@ def test_plan_inside_an_image_plans_the_runtime_it_is(applied_shared, capsys, mo
     assert "invalid choice" not in out.err
     assert run("plan", "--profile", "rtx5060ti-tp2-fp8", "--host-ram", "32GB") == 0
     assert "runtime lacks" not in capsys.readouterr().err
+
+
+def test_recorded_series_reads_what_the_description_model_reads(applied_shared):
+    """verify reads runtime.json's series without the pydantic model; both readers agree."""
+    _, state = applied_shared
+    desc = read_description(state / "runtime.json")
+    assert patching.recorded_series(state / "runtime.json") == [(e.name, e.sha256) for e in desc.series]
+    assert len(desc.series) == len(SERIES_CAPABILITIES)
+    assert patching.recorded_series(state / "no-such.json") is None
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("garbage", "not a runtime description (Expecting value"),
+    ('{"series": {"name": "x"}}', "not a runtime description (series: expected a list)"),
+    ('{"series": [{"name": "0001-hicache-host-reserve.patch"}]}',
+     "not a runtime description (series.0: expected an object with string name and sha256)"),
+])
+def test_verify_names_a_broken_runtime_json(applied_shared, tmp_path, capsys, text, fragment):
+    pkg, state = applied_shared
+    mine = tmp_path / "state"
+    shutil.copytree(state, mine)
+    (mine / "runtime.json").write_text(text)
+    capsys.readouterr()
+    assert _verify(pkg, mine) == 2
+    err = capsys.readouterr().err
+    assert f"{mine / 'runtime.json'}: {fragment}" in err, err
+
+
+def test_verify_imports_no_pydantic(applied_shared):
+    """`runtime verify` hashes ~4,400 files; its start-up must not add pydantic's model
+    machinery (about 0.1 s, docs/performance.md). Import graph of the real entry point."""
+    from tests.cli.test_startup import modules_after
+
+    pkg, state = applied_shared
+    code, mods = modules_after("runtime", "verify", "--sglang-dir", str(pkg), "--state-dir", str(state))
+    assert code == 0
+    assert not mods & {"pydantic", "pydantic_core", "rich", "docker", "requests", "httpx"}, \
+        sorted(mods & {"pydantic", "pydantic_core", "rich", "docker", "requests", "httpx"})
+    assert "escha_deploy.runtime.patching" in mods
