@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .findings import DoctorFindings
+from .paths import FACTS_ENV  # noqa: F401  (re-exported: defined in paths, which builds no model)
 
 if TYPE_CHECKING:
     from .doctor.gpu import GpuInventory
@@ -28,8 +29,6 @@ if TYPE_CHECKING:
 
 #: The facts-file schema this escha-deploy reads and writes.
 FACTS_SCHEMA_VERSION = 1
-#: The environment variable compose sets to the facts file's path inside the container.
-FACTS_ENV = "ESCHA_FACTS"
 #: Where ``compose --facts FILE`` mounts the file in the container.
 CONTAINER_FACTS_PATH = "/etc/escha/facts.json"
 

@@ -26,7 +26,9 @@ MAX_AGE = _dt.timedelta(days=1)
 class StoreProbeResult(BaseModel):
     """One case of the host-mapped store probe: can a GPU kernel store into this memory?"""
 
-    model_config = ConfigDict(extra="ignore")
+    # defer_build: the validator is built when findings are first read or written, not when a
+    # plan of a described host imports this module (pydantic ``ConfigDict.defer_build``)
+    model_config = ConfigDict(extra="ignore", defer_build=True)
     case: str = Field(description="device, torch_pinned, host_register_flags_0..3, pageable")
     ok: bool
     error: str | None = None
@@ -35,7 +37,7 @@ class StoreProbeResult(BaseModel):
 
 
 class DoctorFindings(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     schema_version: int = SCHEMA_VERSION
     created_at: str = Field(description="ISO 8601 UTC time the probes ran")

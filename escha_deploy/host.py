@@ -313,7 +313,9 @@ def gather_plan_inputs(profile, *, platform: Platform | None = None, host_ram: i
     if host_ram is not None:
         host = described_host(host_ram, platform or "linux", l3_dir=l3)
     else:
-        host = gather_host_facts(platform=platform, l3_dir=l3)
+        # a profile that gives the container no GPU (``container.gpus: []``, a server that uses
+        # none) plans without NVML: its GPUs are no fact of that server, and pynvml is not imported
+        host = gather_host_facts(platform=platform, l3_dir=l3, gpus=profile.container.gpus != [])
     field = "model.path" if model_path else "model.host_dir"
     path = model_path or profile.model.host_dir
     if path and Path(path).is_dir():

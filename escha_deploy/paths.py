@@ -11,6 +11,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+#: The environment variable naming a facts file (``factsfile``); compose sets it to the file's
+#: path inside the container. Here rather than in ``factsfile`` so reading it builds no model.
+FACTS_ENV = "ESCHA_FACTS"
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 _REPO_ROOT = PACKAGE_DIR.parent
 

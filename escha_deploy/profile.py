@@ -630,6 +630,8 @@ def extra_args_duplicating_keys(profile: Profile) -> list[tuple[tuple[str, ...],
     or the flag whose argparse destination is the key's name, as the SGLang 0.5.19 flag
     catalog has it); matching is by destination, so an alias or ``--flag=value`` is caught too.
     ``model.architecture.*`` keys describe the model and are not the rendered flag."""
+    if not profile.runtime.extra_args:  # nothing to match: skip building the catalog and key map
+        return []
     from . import capabilities as caps
     from .flagcheck import SGLANG_VERSION, _parser_for
     from .profile_keys import _FLAG_IN_TEXT, key_rows

@@ -71,9 +71,14 @@ def plan_command(
         raise BadInput(*problems)
 
     overrides = list(set_ or []) + (["hicache.hicache_ratio=auto", "hicache.hicache_size=0"] if auto else [])
+    from ..profile import load_profile
+
+    prof = load_profile(profile, overrides)
+    desc = runtime_here()
     result = make_plan(profile, overrides, ratio=ratio_value, hicache_size=size_value, host_bytes=host_bytes,
                        platform="wsl2" if wsl2 else "linux" if linux else None, facts_path=facts,
-                       write_facts=write_facts)
+                       write_facts=write_facts, prof=prof,
+                       capabilities=frozenset(desc.capabilities) if desc is not None else None)
     if fmt is OutputFormat.json:
         from .output import print_json
 
@@ -84,14 +89,10 @@ def plan_command(
         render_plan(result)
     # inside an image (/etc/escha/runtime.json): the plan above is for this runtime; lacking a
     # capability the profile needs refuses, exit 3, as `serve --print` does
-    from ..runtime.description import read_description, require_capabilities
-
-    desc = read_description()
     if desc is not None:
-        from ..profile import load_profile
+        from ..runtime.description import require_capabilities
 
-        needs = load_profile(profile, overrides).runtime.needs
-        require_capabilities(list(desc.capabilities), needs, "this runtime (/etc/escha/runtime.json)")
+        require_capabilities(list(desc.capabilities), prof.runtime.needs, "this runtime (/etc/escha/runtime.json)")
     if result.verdict == "unsafe":
         raise typer.Exit(int(ExitCode.REFUSED))
 
@@ -128,21 +129,37 @@ def parse_hicache_size(text: str) -> int:
     return parse_hicache_gb(text, allow_zero=False)
 
 
-def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_size=None, host_bytes=None,
-              platform=None, capabilities=None, facts_path=None, write_facts=None):
-    """Gather (profile, host facts, model folder), then plan: the three lines of intent, through
-    the same functions as ``up`` and ``serve`` (``launch.prepare``), flag check included."""
-    from ..launch.prepare import gather, plan_gathered
-    from ..profile import load_profile
+def runtime_here():
+    """This machine's runtime description (``capabilities.RUNTIME_DESCRIPTION_PATH``, written by
+    ``runtime apply``), or ``None`` for none; ``runtime.description.read_description``, whose
+    models are imported only when the file is there."""
+    from pathlib import Path
 
-    prof = load_profile(profile_ref, overrides)
+    from .. import capabilities as caps
+
+    if not Path(caps.RUNTIME_DESCRIPTION_PATH).is_file():
+        return None
+    from ..runtime.description import read_description
+
+    return read_description()
+
+
+def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_size=None, host_bytes=None,
+              platform=None, capabilities=None, facts_path=None, write_facts=None, prof=None):
+    """Gather (profile, host facts, model folder), then plan: the three lines of intent, through
+    the same functions as ``up`` and ``serve`` (``launch.prepare``), flag check included.
+    ``prof``: ``profile_ref`` with ``overrides`` when the caller loaded it already."""
+    from ..launch.prepare import gather, plan_gathered
+
+    if prof is None:
+        from ..profile import load_profile
+
+        prof = load_profile(profile_ref, overrides)
     if capabilities is None:
         # inside an image (or a host patched with `runtime apply`): plan the runtime that is
         # here, not the one the profile asks for (without our 0001 that is stock 0.5.19's host
         # check); a capability it lacks is refused by the caller, exit 3, as `serve --print` does
-        from ..runtime.description import read_description
-
-        desc = read_description()
+        desc = runtime_here()
         capabilities = frozenset(desc.capabilities) if desc is not None else None
     g = gather(prof, facts_path=facts_path, platform=platform, host_ram=host_bytes)
     if write_facts:

@@ -13,20 +13,15 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from escha_deploy.errors import BadInput, Refused
-from escha_deploy.secretargs import redact_argv
-
-from .redact import Redactor
-
-from escha_deploy.launch_spec import FactSource
 
 if TYPE_CHECKING:
     from escha_deploy.arch import ModelDirFacts
     from escha_deploy.factsfile import GpuRecord
     from escha_deploy.host import HostFacts
-    from escha_deploy.launch_spec import ContainerSpec, LaunchFacts, LaunchSpec
+    from escha_deploy.launch_spec import ContainerSpec, FactSource, LaunchFacts, LaunchSpec
     from escha_deploy.planner.result import ArgvCheck, Plan
     from escha_deploy.profile import Profile
 
@@ -88,20 +83,40 @@ def image_capabilities(client, image: str, labels: dict[str, str] | None = None)
         raise BadInput(f"{image}:{RUNTIME_DESCRIPTION_PATH}: not a runtime description") from None
 
 
+class Fact(NamedTuple):
+    """One fact the plan used, its value as text and where it came from (``FactSource``'s fields)."""
+
+    fact: str
+    value: str
+    source: str
+
+
 class Gathered:
     """The plan's inputs besides the profile, and where each came from.
 
     ``host``: the host facts (live, described, or from a facts file); ``model_dir``: what the
     model folder says (``None`` when it is not here); ``gpus``: per-GPU records (from a facts
-    file; empty otherwise); ``sources``: one ``FactSource`` per fact, for ``up --dry-run``.
+    file; empty otherwise); ``sources``: one ``FactSource`` per fact, for ``up --dry-run`` and
+    the launch spec (built on first use: ``plan`` never reads them, so it does not import the
+    launch-spec models).
     """
 
     def __init__(self, host: HostFacts, model_dir: ModelDirFacts | None, gpus: list[GpuRecord],
-                 sources: list[FactSource]) -> None:
+                 facts: list[Fact]) -> None:
         self.host = host
         self.model_dir = model_dir
         self.gpus = gpus
-        self.sources = sources
+        self.facts = facts
+        self._sources: list[FactSource] | None = None
+
+    @property
+    def sources(self) -> list[FactSource]:
+        """``facts`` as ``launch_spec.FactSource`` documents, in the same order."""
+        if self._sources is None:
+            from escha_deploy.launch_spec import FactSource
+
+            self._sources = [FactSource(fact=f.fact, value=f.value, source=f.source) for f in self.facts]
+        return self._sources
 
 
 def _fmt_bytes(n: int | None) -> str:
@@ -126,17 +141,18 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: str | N
     or the facts file's. Raises ``BadInput`` for an unreadable facts file, config.json or a model
     folder without config.json or weights, ``Refused`` for an unusable L3 directory.
     """
-    from escha_deploy.factsfile import FACTS_ENV, inventory_from_records, load_facts_file, records_from_inventory
-    from escha_deploy.findings import MAX_AGE, load_findings
-    from escha_deploy.host import HostFacts, gather_plan_inputs, l3_free_bytes
-    from escha_deploy.paths import doctor_findings_path
+    # the facts-file and findings models are imported only on the paths that read them
+    from escha_deploy.host import HostFacts, gather_plan_inputs
+    from escha_deploy.paths import FACTS_ENV, doctor_findings_path
 
     facts_path = facts_path or os.environ.get(FACTS_ENV) or None
     if facts_path and host_ram is not None:
         raise BadInput("--facts and --host-ram are mutually exclusive (the facts file describes the host)")
-    sources: list[FactSource] = []
+    sources: list[Fact] = []
     gpus: list[GpuRecord] = []
     if facts_path:
+        from escha_deploy.factsfile import inventory_from_records, load_facts_file
+
         ff = load_facts_file(facts_path)
         host_only, model_dir = gather_plan_inputs(profile, host_ram=ff.host.mem_total_bytes,
                                                   platform=platform or ff.host.platform, model_path=model_path,
@@ -153,22 +169,27 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: str | N
             gpus=inventory_from_records(list(ff.gpus)))
         gpus = list(ff.gpus)
         where = f"facts file {facts_path}"
-        sources += [FactSource(fact="platform", value=host.platform, source=where),
-                    FactSource(fact="MemTotal", value=_fmt_bytes(host.mem_total_bytes), source=where),
-                    FactSource(fact="cgroup memory limit", value=_fmt_bytes(host.cgroup_limit_bytes), source=where)]
+        sources += [Fact(fact="platform", value=host.platform, source=where),
+                    Fact(fact="MemTotal", value=_fmt_bytes(host.mem_total_bytes), source=where),
+                    Fact(fact="cgroup memory limit", value=_fmt_bytes(host.cgroup_limit_bytes), source=where)]
         fsrc = where + (f" (doctor findings of {f.created_at})" if f else "")
     else:
         host, model_dir = gather_plan_inputs(profile, platform=platform, host_ram=host_ram, model_path=model_path,
                                              l3_path=l3_path, check_here=check_here)
-        gpus = records_from_inventory(host.gpus)
+        if host.gpus is not None:
+            from escha_deploy.factsfile import records_from_inventory
+
+            gpus = records_from_inventory(host.gpus)
         where = "measured now (/proc/meminfo, the cgroup files)" if host.source == "live" else "--host-ram"
-        sources += [FactSource(fact="platform", value=host.platform,
+        sources += [Fact(fact="platform", value=host.platform,
                                source="--wsl2/--linux" if platform else "measured now (/proc/version)"),
-                    FactSource(fact="MemTotal", value=_fmt_bytes(host.mem_total_bytes), source=where),
-                    FactSource(fact="cgroup memory limit", value=_fmt_bytes(host.cgroup_limit_bytes), source=where)]
+                    Fact(fact="MemTotal", value=_fmt_bytes(host.mem_total_bytes), source=where),
+                    Fact(fact="cgroup memory limit", value=_fmt_bytes(host.cgroup_limit_bytes), source=where)]
         f = None
         fsrc = "none"
         if host.source == "live":
+            from escha_deploy.findings import MAX_AGE, load_findings
+
             f = load_findings(doctor_findings_path(), host_id=host.host_id)
             if f is not None:
                 age = f.age()
@@ -178,24 +199,24 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: str | N
                         f"saved doctor findings, {hours:.1f} h old: older than {MAX_AGE.days} day; "
                         "`escha-deploy doctor --fresh` measures again")
     if host.pinned_ceiling_bytes is not None and (f is not None):
-        sources.append(FactSource(fact="pinned ceiling per process",
+        sources.append(Fact(fact="pinned ceiling per process",
                                   value=_fmt_bytes(host.pinned_ceiling_bytes)
                                   + ("" if host.pinned_ceiling_reached else " (no pin failed: not a ceiling)"),
                                   source=fsrc))
     else:
-        sources.append(FactSource(fact="pinned ceiling per process", value="unmeasured",
+        sources.append(Fact(fact="pinned ceiling per process", value="unmeasured",
                                   source="no doctor findings for this host; `escha-deploy doctor` measures it"
                                   if host.source == "live" else "not in the facts" if facts_path
                                   else "--host-ram: doctor findings describe this machine, not the described one"))
-    sources.append(FactSource(fact="host allocator", value=host.host_allocator or "auto",
+    sources.append(Fact(fact="host allocator", value=host.host_allocator or "auto",
                               source=fsrc if host.host_allocator else "default (the runtime picks)"))
     if model_dir is not None:
-        sources.append(FactSource(fact="model", value=_fmt_bytes(model_dir.safetensors_bytes) + " of safetensors",
+        sources.append(Fact(fact="model", value=_fmt_bytes(model_dir.safetensors_bytes) + " of safetensors",
                                   source=f"the model folder {model_dir.path}"))
     else:
-        sources.append(FactSource(fact="model", value=_fmt_bytes(profile.model.weights_per_rank) + " per rank",
+        sources.append(Fact(fact="model", value=_fmt_bytes(profile.model.weights_per_rank) + " per rank",
                                   source="profile (model.weights_per_rank, model.architecture): no model folder here"))
-    sources.append(FactSource(fact="GPUs", value=str(len(gpus)) + " described" if gpus else "not described",
+    sources.append(Fact(fact="GPUs", value=str(len(gpus)) + " described" if gpus else "not described",
                               source=(f"facts file {facts_path}" if facts_path else "NVML, measured now") if gpus
                               else "profile (runtime.tp_size)"))
     return Gathered(host, model_dir, gpus, sources)
@@ -288,6 +309,10 @@ class Prepared:
         """What `up --dry-run` prints: the plan's verdict, reasons and warnings as `plan` gives
         them, the missing capabilities, the digest, where each fact came from, the container
         config and the server argv (redacted)."""
+        from escha_deploy.secretargs import redact_argv
+
+        from .redact import Redactor
+
         r = Redactor()
         return {
             "profile": self.profile.name,
@@ -317,7 +342,7 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
     ``up --dry-run`` can show them as ``plan`` does before exiting 3 (``Prepared.refuse``).
     ``spec_file``: where ``up`` will write the spec (the container mounts it).
     """
-    from escha_deploy.launch_spec import build_launch_spec
+    from escha_deploy.launch_spec import FactSource, build_launch_spec
     from escha_deploy.profile import load_profile
 
     from . import docker as dk

@@ -98,12 +98,12 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
     capabilities then go to stderr with exit 3. Natively, a second ``serve`` on the same port
     is refused (3, ``native.server_lock``), and nothing of the server or its secrets file
     outlives this process (``native`` module)."""
-    from escha_deploy.launch_spec import build_launch_spec
+    from escha_deploy.launch_spec import FactSource, build_launch_spec
     from escha_deploy.profile import load_profile
     from escha_deploy.runtime.description import require_capabilities
 
     from .docker import SERVE_MODE_ENV
-    from .prepare import FactSource, gather, launch_facts, plan_gathered
+    from .prepare import gather, launch_facts, plan_gathered
 
     profile = load_profile(profile_ref, overrides)
     caps, where = _runtime_capabilities()

@@ -4,8 +4,10 @@ interpreter, and that ``main`` builds only the verb it runs (docs/performance.md
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import typer
@@ -24,15 +26,30 @@ try:
 except SystemExit as exc:
     code = exc.code
 sys.stdout.flush()
-print(json.dumps({"code": code, "modules": sorted(sys.modules)}), file=sys.stderr)
+built = []
+if "pydantic.main" in sys.modules:  # the models whose validator was built (not deferred)
+    todo = list(sys.modules["pydantic.main"].BaseModel.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if cls.__dict__.get("__pydantic_complete__"):
+            built.append(f"{cls.__module__}.{cls.__qualname__}")
+print(json.dumps({"code": code, "modules": sorted(sys.modules), "built": sorted(built)}), file=sys.stderr)
 """
 
 
-def modules_after(*args: str) -> tuple[int, set[str]]:
+def run_probe(*args: str, env: dict[str, str] | None = None) -> dict:
+    """Run the real entry point in a fresh interpreter (``env`` added to this one's); return its
+    exit code, the modules it imported and the pydantic models it built."""
+    r = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, **(env or {})})
+    return json.loads(r.stderr.strip().splitlines()[-1])
+
+
+def modules_after(*args: str, env: dict[str, str] | None = None) -> tuple[int, set[str]]:
     """Run the real entry point in a fresh interpreter; return its exit code and the top-level
     names of every module it imported."""
-    r = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120)
-    last = json.loads(r.stderr.strip().splitlines()[-1])
+    last = run_probe(*args, env=env)
     return last["code"], {m.split(".")[0] for m in last["modules"]} | set(last["modules"])
 
 
@@ -59,6 +76,47 @@ def test_help_and_json_plan_skip_rich_and_the_verbs_not_run():
     others = {f"escha_deploy.cli.{m}" for m in cli_app.VERB_MODULES if m != "plan"}
     assert not mods & others, sorted(mods & others)
     assert "escha_deploy.cli.plan" in mods
+
+
+#: Data a plan of a described host neither reads nor writes: the launch spec (up, serve,
+#: compose), facts files, doctor's findings, an image's runtime description, the redaction of
+#: a dry run, and NVML.
+NOT_FOR_A_DESCRIBED_PLAN = ("escha_deploy.launch_spec", "escha_deploy.factsfile", "escha_deploy.findings",
+                            "escha_deploy.runtime.description", "escha_deploy.launch.redact", "pynvml")
+STANDIN = str(Path(__file__).resolve().parents[1] / "launch" / "standin" / "profile.yaml")
+
+
+def test_described_plan_imports_no_spec_facts_findings_or_nvml(tmp_path):
+    code, mods = modules_after(*PLAN, env={"XDG_CACHE_HOME": str(tmp_path)})
+    assert code == 0
+    assert not mods & set(NOT_FOR_A_DESCRIBED_PLAN), sorted(mods & set(NOT_FOR_A_DESCRIBED_PLAN))
+    # what it does import it needs: the profile, the planner and the flag check
+    assert {"escha_deploy.profile", "escha_deploy.planner", "escha_deploy.flagcheck"} <= mods
+
+
+def test_live_plan_without_findings_builds_no_findings_model_and_a_gpuless_profile_skips_nvml(tmp_path):
+    # this host, no saved doctor findings (an empty cache folder): the findings module is read
+    # for the file's path, but its models are built only when there is a file to validate
+    last = run_probe("plan", "--profile", STANDIN, "--format", "json", env={"XDG_CACHE_HOME": str(tmp_path)})
+    assert last["code"] in (0, 3), last["code"]
+    mods = set(last["modules"])
+    assert "escha_deploy.findings" in mods  # it looked for findings
+    assert not {m for m in last["built"] if m.startswith("escha_deploy.findings.")}, last["built"]
+    assert not mods & {"escha_deploy.launch_spec", "escha_deploy.factsfile", "escha_deploy.runtime.description"}
+    # container.gpus: [] asks for no GPU, so NVML is not read and pynvml not imported
+    assert "pynvml" not in mods
+    assert "escha_deploy.planner.result.Plan" in last["built"]  # the probe sees built models
+
+
+def test_findings_models_build_when_findings_are_read(tmp_path):
+    from escha_deploy.findings import DoctorFindings, load_findings
+
+    p = tmp_path / "findings.json"
+    p.write_text(json.dumps({"created_at": "2026-11-30T00:00:00+00:00", "host_id": "h", "pinned_ceiling_bytes": 5}))
+    f = load_findings(p, host_id="h")
+    assert isinstance(f, DoctorFindings) and f.pinned_ceiling_bytes == 5
+    p.write_text(json.dumps({"created_at": "2026-11-30T00:00:00+00:00", "host_id": "h", "pinned_ceiling_bytes": "x"}))
+    assert load_findings(p, host_id="h") is None  # still validated: a bad file is no findings
 
 
 def _registered(module: str) -> list[str]:
