@@ -23,10 +23,13 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 DEFAULT_NUMEL = 1 << 20  # 4 MiB of float32, "a few MB" (microsoft/WSL#12467)
 DEFAULT_TIMEOUT_S = 60.0
+#: Seconds the other ranks get to report once one rank failed (they cannot finish without it).
+FAILED_RANK_GRACE_S = 2.0
 
 
 def _free_port() -> int:
@@ -70,6 +73,27 @@ def rank_main(rank: int, world_size: int, backend: str, numel: int, timeout_s: f
         dist.destroy_process_group()
 
 
+def _wait_ranks(procs: list[subprocess.Popen], deadline: float) -> int | None:
+    """Poll the rank processes until all exited, one failed, or ``deadline`` (monotonic s).
+    A failed rank (non-zero exit) means the all-reduce cannot complete: the others get
+    ``FAILED_RANK_GRACE_S`` to report, then the caller kills them. Returns the first failed
+    rank, or ``None`` (all exited 0, or the deadline passed with some still running)."""
+    failed_at = None
+    failed = None
+    while any(p.poll() is None for p in procs):
+        now = time.monotonic()
+        if failed is None:
+            failed = next((r for r, p in enumerate(procs) if p.returncode not in (None, 0)), None)
+            if failed is not None:
+                failed_at = now
+        if now >= deadline or (failed_at is not None and now - failed_at >= FAILED_RANK_GRACE_S):
+            break
+        time.sleep(0.05)
+    if failed is None:
+        failed = next((r for r, p in enumerate(procs) if p.returncode not in (None, 0)), None)
+    return failed
+
+
 def launch(world_size: int, backend: str = "nccl", timeout_s: float = DEFAULT_TIMEOUT_S,
            numel: int = DEFAULT_NUMEL, env: dict[str, str] | None = None,
            startup_grace_s: float = 30.0, rank_env: list[dict[str, str]] | None = None,
@@ -79,7 +103,8 @@ def launch(world_size: int, backend: str = "nccl", timeout_s: float = DEFAULT_TI
 
     ``rank_env[R]`` is added to rank R's environment after ``env`` (a node's own settings, e.g.
     ``NCCL_HOSTID`` and ``CUDA_VISIBLE_DEVICES``); ``master`` is the rendezvous ``(host, port)``
-    (default 127.0.0.1 and a free port). Returns ``{"ok", "backend", "world_size", "env",
+    (default 127.0.0.1 and a free port). A rank that fails ends the wait: the others get
+    ``FAILED_RANK_GRACE_S`` and are then stopped. Returns ``{"ok", "backend", "world_size", "env",
     "hung", "seconds", "ranks", "error"}``, plus ``nccl_info`` (per rank, NCCL's lines that name
     the nodes and the transport) when ``NCCL_DEBUG=INFO`` was set; ``hung`` is true when the
     ranks were killed at the deadline.
@@ -89,41 +114,53 @@ def launch(world_size: int, backend: str = "nccl", timeout_s: float = DEFAULT_TI
     base_env.update({"MASTER_ADDR": host, "MASTER_PORT": str(port),
                      "WORLD_SIZE": str(world_size), "PYTHONUNBUFFERED": "1"})
     base_env.update(env or {})
-    procs = []
     t0 = time.monotonic()
-    for rank in range(world_size):
-        cmd = [sys.executable, "-m", "escha_deploy.doctor.nccl_smoke", "--rank", str(rank),
-               "--world-size", str(world_size), "--backend", backend,
-               "--timeout", str(timeout_s), "--numel", str(numel)]
-        renv = {**base_env, **(rank_env[rank] if rank_env else {})}
-        procs.append(subprocess.Popen(cmd, env=renv, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, start_new_session=True))
     deadline = t0 + timeout_s + startup_grace_s
     ranks, errors, hung, info = [], [], False, []
-    for rank, p in enumerate(procs):
-        try:
-            out, err = p.communicate(timeout=max(deadline - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:
-            hung = True
-            for q in procs:
-                if q.poll() is None:
-                    os.killpg(q.pid, signal.SIGKILL)
-            out, err = p.communicate()
-        info.append([ln.strip() for ln in (out + "\n" + err).splitlines() if "NCCL INFO" in ln
-                     and any(k in ln for k in (" via ", "nNodes", "NET/Socket", "Using network"))][:40])
-        line = next((ln for ln in reversed(out.splitlines()) if ln.startswith("{")), None)
-        if line:
-            ranks.append(json.loads(line))
-        else:
-            tail = [ln for ln in err.strip().splitlines() if ln.strip()][-1:] or ["no output"]
-            errors.append(f"rank {rank} exited {p.returncode}: {tail[0]}")
+    # each rank writes to its own files (a pipe left unread while another rank is awaited could
+    # fill and stall it); the launcher polls every rank, so one that fails ends the wait
+    with tempfile.TemporaryDirectory(prefix="escha-nccl-smoke-") as tmp:
+        procs, outputs = [], []
+        for rank in range(world_size):
+            cmd = [sys.executable, "-m", "escha_deploy.doctor.nccl_smoke", "--rank", str(rank),
+                   "--world-size", str(world_size), "--backend", backend,
+                   "--timeout", str(timeout_s), "--numel", str(numel)]
+            renv = {**base_env, **(rank_env[rank] if rank_env else {})}
+            out = open(os.path.join(tmp, f"rank{rank}.out"), "w+", encoding="utf-8", errors="replace")
+            err = open(os.path.join(tmp, f"rank{rank}.err"), "w+", encoding="utf-8", errors="replace")
+            outputs.append((out, err))
+            procs.append(subprocess.Popen(cmd, env=renv, stdout=out, stderr=err, text=True,
+                                          start_new_session=True))
+        failed = _wait_ranks(procs, deadline)
+        hung = failed is None and any(p.returncode is None for p in procs)
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        for rank, (p, (out_f, err_f)) in enumerate(zip(procs, outputs)):
+            out_f.seek(0)
+            err_f.seek(0)
+            out, err = out_f.read(), err_f.read()
+            out_f.close()
+            err_f.close()
+            info.append([ln.strip() for ln in (out + "\n" + err).splitlines() if "NCCL INFO" in ln
+                         and any(k in ln for k in (" via ", "nNodes", "NET/Socket", "Using network"))][:40])
+            line = next((ln for ln in reversed(out.splitlines()) if ln.startswith("{")), None)
+            if line:
+                ranks.append(json.loads(line))
+            elif failed is not None and rank != failed and p.returncode == -signal.SIGKILL:
+                errors.append(f"rank {rank} stopped: rank {failed} failed, so the all-reduce "
+                              "could not finish")
+            else:
+                tail = [ln for ln in err.strip().splitlines() if ln.strip()][-1:] or ["no output"]
+                errors.append(f"rank {rank} exited {p.returncode}: {tail[0]}")
     if hung:
         errors.insert(0, f"all-reduce did not finish within {timeout_s:g} s (ranks killed)")
     ok = not hung and len(ranks) == world_size and all(r.get("ok") for r in ranks)
-    if not ok and not errors:
+    if not ok:  # what the failed ranks said first, then the ranks that said nothing
         errors = [f"rank {r['rank']}: sum {r.get('sum')} != {r.get('expected')}"
                   if "sum" in r else f"rank {r['rank']}: {r.get('error')}"
-                  for r in ranks if not r.get("ok")]
+                  for r in ranks if not r.get("ok")] + errors
     result = {"ok": ok, "backend": backend, "world_size": world_size, "env": dict(env or {}),
               "hung": hung, "seconds": round(time.monotonic() - t0, 2), "ranks": ranks,
               "error": "; ".join(errors) or None}
