@@ -62,3 +62,15 @@ def test_run_refuses_fewer_than_nine_rounds():
     r = subprocess.run([str(HARNESS.parent / "run"), "--rounds", "3", "--no-write"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "at least 9" in r.stderr
+
+
+def test_a_floor_has_no_goal_and_renders_a_dash(h):
+    p = h.Pair("floor-docker", "floor", ["a"], "ref", ["b"], goal_ratio=None)
+    p.a, p.b = [0.2, 0.2, 0.2], [0.1, 0.1, 0.1]
+    s = p.summary()
+    assert s["met"] is None and s["goal"] == "none (a floor)" and s["ratio"] == 2.0
+    m = {"date": "d", "commit": "c", "host": "h", "cpu": "x", "cores": 2, "mem": "1", "kernel": "k",
+         "load_start": (0, 0, 0), "load_end": (0, 0, 0), "python": "3", "versions": {},
+         "hyperfine": "hf", "docker": "dk", "sha256sum": "s"}
+    row = h.render(m, [s], [])
+    assert "| none (a floor) | - |" in row
