@@ -33,11 +33,14 @@ FACTS_SCHEMA_VERSION = 1
 CONTAINER_FACTS_PATH = "/etc/escha/facts.json"
 
 
+# HostSection and FactsFile are defer_build (pydantic ``ConfigDict.defer_build``): ``up`` and
+# ``serve`` import this module for ``GpuRecord`` (the launch spec's GPU records) and build the
+# facts-file validators only when a facts file is read or written.
 class HostSection(BaseModel):
     """What the server's Linux kernel reports (``/proc/meminfo``, the cgroup files). Under
     WSL2 ``mem_total_bytes`` is the VM's MemTotal, not the Windows host's RAM."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     platform: Literal["linux", "wsl2"]
     mem_total_bytes: int = Field(gt=0, description="MemTotal (bytes)")
     hugetlb_bytes: int = Field(default=0, ge=0, description="memory reserved as huge pages (bytes)")
@@ -74,7 +77,7 @@ class FactsFile(BaseModel):
     """The facts file (schema version ``FACTS_SCHEMA_VERSION``). ``escha_version`` and
     ``created_at`` say who wrote it and when; they are not facts and are not digested."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     schema_version: int = FACTS_SCHEMA_VERSION
     escha_version: str | None = Field(default=None, description="the escha-deploy that wrote it")
     created_at: str | None = Field(default=None, description="ISO 8601 UTC time it was written")

@@ -29,7 +29,6 @@ phase and key names.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import json
 import re
@@ -473,6 +472,8 @@ def check_argv(
                 errors.append(FlagProblem(flag=option, message="ambiguous abbreviation of "
                                           + ", ".join(sorted(prefixed)[:5])))
             else:
+                import difflib  # only an unknown flag needs a suggestion
+
                 near = difflib.get_close_matches(option, options, n=1, cutoff=0.75)
                 hint = f"; did you mean {near[0]}?" if near else ""
                 caps_txt = f" or to the capabilities {', '.join(sorted(caps))}" if caps else ""

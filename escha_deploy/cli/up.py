@@ -51,7 +51,6 @@ def register(app: typer.Typer) -> None:
         timeout, then SIGKILL) and keeps it, stopped, for `escha-deploy logs`; exit 130 (143).
         A second `up` of the same profile meanwhile exits 3; `down` meanwhile wins (exit 4).
         """
-        from escha_deploy.launch import manage
         from escha_deploy.launch.prepare import prepare, read_secret
         from escha_deploy.launch.up import up as start
 
@@ -115,6 +114,7 @@ def register(app: typer.Typer) -> None:
             info(f"up: running the restore canary against {res.endpoint}")
             canary_check(res.endpoint, step=lambda s: info(f"canary: {s}"), api_key=key)
         if not detach and not res.note:
+            from escha_deploy.launch import manage
             from escha_deploy.launch.guard import Signalled, signals_raise
 
             try:

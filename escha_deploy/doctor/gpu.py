@@ -8,7 +8,6 @@ and P2P status may error there: an NVML error is recorded as the P2P status text
 
 from __future__ import annotations
 
-import ctypes
 
 import shutil
 import subprocess
@@ -112,6 +111,8 @@ def _text(value: bytes | str) -> str:
 
 def _optional(nvml, fn: str, *args):
     """``nvml.<fn>(*args)``, or ``None`` when this NVML lacks the call or answers an error."""
+    import ctypes  # here, not at import: only NVML's answers need it (pynvml is ctypes-based)
+
     try:
         return getattr(nvml, fn)(*args)
     except (AttributeError, TypeError, ValueError, ctypes.ArgumentError) + _nvml_errors(nvml):
@@ -129,6 +130,8 @@ def query_nvml(pairs: list[tuple[int, int]] | None = None, nvml=None) -> GpuInve
     ``pairs``: GPU index pairs to ask the P2P status and topology of (default: every pair).
     ``nvml``: the NVML binding (default ``pynvml``; tests pass a replay of recorded answers).
     """
+    import ctypes
+
     if nvml is None:
         try:
             import pynvml as nvml

@@ -51,6 +51,11 @@ PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+#: The phases after which the server may answer (its HTTP server is listening): a ``pause``
+#: that follows the log ends its wait when one of them is logged.
+WAKE_PHASES = ("HTTP server up", "warmup done")
+
+
 def phase_of(line: str) -> str | None:
     """The startup phase a log line starts, or None."""
     for name, pat in PHASES:
@@ -136,12 +141,16 @@ def wait_ready(
     on_phase: Callable[[str], None] = lambda phase: None,
     on_line: Callable[[str], None] = lambda line: None,
     clock: Callable[[], float] = time.monotonic,
+    pause: Callable[[float], object] | None = None,
 ) -> ReadyResult:
     """Poll until ready, the server dies (``alive()`` false), or ``timeout_s`` passes. The first
     poll is immediate; the waits between polls grow from ``FIRST_POLL_S`` to ``POLL_S``.
 
     ``new_lines()`` returns log lines seen since the last call; each is passed to ``on_line``
-    and any phase it starts to ``on_phase``. Never raises for HTTP errors.
+    and any phase it starts to ``on_phase``. ``pause(seconds)`` is the wait between polls
+    (default ``time.sleep``); ``up`` passes one that ends early when the server logs one of
+    ``WAKE_PHASES``, so a server that comes up between two polls is seen at once. Never
+    raises for HTTP errors.
     """
     start = clock()
     health_ok: bool | None = None
@@ -172,5 +181,5 @@ def wait_ready(
         if clock() - start > timeout_s:
             return ReadyResult(False, health_ok, generate_ok, clock() - start, "timed out",
                                probe.last_status)
-        time.sleep(wait)
+        (pause or time.sleep)(wait)
         wait = min(wait * BACKOFF, POLL_S)

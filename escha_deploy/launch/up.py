@@ -52,22 +52,35 @@ class UpResult:
 
 
 class _LogPump:
-    """Follows a container's log in a thread; ``take()`` returns lines seen since last call."""
+    """Follows a container's log in a thread; ``take()`` returns lines seen since last call;
+    ``pause(s)`` waits up to ``s`` seconds, less when the server logs that it listens."""
 
     def __init__(self, container) -> None:
         from . import docker as dk
 
         self.q: queue.Queue[str] = queue.Queue()
         self.all: list[str] = []
+        self._wake = threading.Event()
         self._t = threading.Thread(target=self._run, args=(dk, container), daemon=True)
         self._t.start()
 
     def _run(self, dk, container) -> None:
+        from .ready import WAKE_PHASES, phase_of
+
         try:
             for line in dk.log_lines(container, follow=True):
                 self.q.put(line)
+                if phase_of(line) in WAKE_PHASES:
+                    self._wake.set()
         except Exception:  # noqa: BLE001 - the container went away; the waiter sees it
             pass
+        self._wake.set()  # the log ended: the waiter should look now (exited, or gone)
+
+    def pause(self, seconds: float) -> None:
+        """The ready wait's pause between polls (``ready.wait_ready``): ``seconds``, or until
+        the server logs one of ``ready.WAKE_PHASES`` (or its log ends), whichever comes first."""
+        if self._wake.wait(seconds):
+            self._wake.clear()
 
     def following(self) -> bool:
         """True while the log stream is open: the daemon closes a followed log when the
@@ -201,7 +214,6 @@ def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, time
     from docker.errors import NotFound
 
     from . import docker as dk
-    from .diagnose import Facts, diagnose
     from .drift import compare, parse_sizes
     from .ready import Probe, wait_ready
 
@@ -229,10 +241,13 @@ def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, time
                 report("info", f"up: [{time.monotonic() - t0:6.1f} s] {phase}")
 
     try:
-        res = wait_ready(probe, timeout_s=timeout, alive=alive, new_lines=pump.take, on_phase=show)
+        res = wait_ready(probe, timeout_s=timeout, alive=alive, new_lines=pump.take, on_phase=show,
+                         pause=pump.pause)
     finally:
         probe.close()
     if not res.ready:
+        from .diagnose import Facts, diagnose  # the failure path's log reader (rules and models)
+
         time.sleep(0.2)
         pump.take()
         end = guard.End()

@@ -103,3 +103,54 @@ def test_a_dead_server_stops_the_wait(sleeps):
         srv.close()
     assert not res.ready and res.reason == "server exited" and res.health_ok is False
     assert sleeps == [0.02, 0.03]
+
+
+def test_the_pause_between_polls_is_the_callers(sleeps):
+    srv = _Server(ready_after=2)
+    asked: list[float] = []
+    try:
+        res = wait_ready(Probe(srv.url), timeout_s=10, alive=lambda: True, pause=asked.append)
+    finally:
+        srv.close()
+    assert res.ready
+    assert asked == [0.02, 0.03] and sleeps == []  # up's pause (the log pump's) replaces sleep
+
+
+class _StandInLogContainer:
+    """Stand-in for a docker-py ``Container`` whose ``logs(stream=True, follow=True)`` yields
+    the stand-in server's start-up lines: ``lines`` as ``(delay_s, text)``, then the stream
+    stays open (a running server) until ``close()``."""
+
+    def __init__(self, lines):
+        self.lines, self.closed = lines, threading.Event()
+
+    def logs(self, **kwargs):
+        assert kwargs["stream"] and kwargs["follow"]
+        for delay, text in self.lines:
+            time.sleep(delay)
+            yield (text + "\n").encode()
+        self.closed.wait(30)
+
+    def close(self):
+        self.closed.set()
+
+
+def test_up_log_pump_pause_ends_when_the_server_logs_that_it_listens():
+    from escha_deploy.launch.up import _LogPump
+
+    c = _StandInLogContainer([(0.0, "[2026-11-30 12:00:00] Load weight begin"),
+                              (0.3, "INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)")])
+    pump = _LogPump(c)
+    try:
+        t0 = time.monotonic()
+        pump.pause(0.05)  # no listening line yet (only "Load weight begin"): the full pause
+        assert time.monotonic() - t0 >= 0.05
+        pump.pause(20)  # ends when "Uvicorn running on" arrives, ~0.3 s in, not after 20 s
+        assert time.monotonic() - t0 < 10
+        assert [ready.phase_of(x) for x in pump.take()] == ["loading weights", "HTTP server up"]
+        t1 = time.monotonic()
+        pump.pause(0.05)  # woken once: the next pause is a full one again
+        assert time.monotonic() - t1 >= 0.05
+        assert pump.following()
+    finally:
+        c.close()
