@@ -40,7 +40,8 @@ class SeriesEntry(BaseModel):
     also keeps its provenance: commit hash, subject, author, date, and the repository files it
     changed outside ``python/sglang/`` (left out of the image)."""
 
-    model_config = ConfigDict(extra="ignore")
+    # defer_build: `up` imports this module for capabilities_from_labels and builds no model
+    model_config = ConfigDict(extra="ignore", defer_build=True)
     name: str
     source: str
     sha256: str
@@ -56,7 +57,7 @@ class RuntimeDescription(BaseModel):
     """``/etc/escha/runtime.json``. Lenient on read (unknown keys ignored: stored data, not user
     input)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
     schema_version: int = SCHEMA_VERSION
     sglang_version: str | None = Field(description="Version: of the installed dist-info")
     base: str = Field(description="wheel:<tag> or image:<ref>, what the series was applied to")
