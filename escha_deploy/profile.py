@@ -441,18 +441,22 @@ def _apply_override(data: dict, pos: Positions, item: str) -> None:
     if not keys:
         raise BadInput(f"--set {item}: empty key")
     value, _ = parse_yaml_text(raw, f"--set {key}") if raw.strip() else (None, {})
+    where = (f"--set {'.'.join(keys)}", 0)
     node = data
-    for k in keys[:-1]:
+    for depth, k in enumerate(keys[:-1], start=1):
         child = node.get(k)
         if child is None:
             child = node[k] = {}
+            # a section this override created is the override's, not the file's: an unknown
+            # one (``--set server.tp_size=4``) is reported at the --set, not at the file's top
+            pos[keys[:depth]] = where
         if not isinstance(child, dict):
             raise BadInput(f"--set {item}: {'.'.join(keys[:-1])} is not a mapping")
         node = child
     node[keys[-1]] = value
     for p in [p for p in pos if p[: len(keys)] == keys]:
         del pos[p]
-    pos[keys] = (f"--set {key}", 0)
+    pos[keys] = where
 
 
 def _strip_union_tags(loc: tuple) -> tuple:
@@ -548,6 +552,9 @@ def _format_errors(exc: ValidationError, pos: Positions, origin: str,
         where_s = f"{file}:{line}" if line else file
         # an override's place already names its key: "--set a.b: message", not "--set a.b: a.b: ..."
         key_s = "" if file == f"--set {dotted}" else f"{dotted}: "
+        if file.startswith(f"--set {dotted}.") and text.startswith("unknown key"):
+            # a section the override created: "--set server.tp_size: unknown key server"
+            key_s, text = "", text.replace("unknown key", f"unknown key {dotted}", 1)
         for part in text.split("\n"):  # a validator's several problems: one line each
             lines.append((file, line, f"{where_s}: {key_s}{part}{got_s}"))
     lines.sort(key=lambda t: (t[0], t[1]))

@@ -131,6 +131,26 @@ def test_set_override_errors_name_the_option():
     assert lines == ["--set runtime.tp_size: Input should be greater than 0 (got -2)"]
 
 
+@pytest.mark.parametrize("item, line", [
+    # a section the override creates is the override's: never the shipped file's top line
+    ("server.tp_size=4", "--set server.tp_size: unknown key server"),
+    ("foo.bar=1", "--set foo.bar: unknown key foo"),
+    ("runtime.foo.bar=1", "--set runtime.foo.bar: unknown key runtime.foo"),
+    ("runtim.tp_size=2", "--set runtim.tp_size: unknown key runtim (did you mean runtime?)"),
+    ("runtime.kv_cache.int3.x=1", "--set runtime.kv_cache.int3.x: unknown key runtime.kv_cache.int3 (did you mean int2?)"),
+    # the last key unknown, in a section the file has: as before
+    ("hardware.tp_size=4", "--set hardware.tp_size: unknown key (got 4)"),
+    ("runtime.tp_sise=2", "--set runtime.tp_sise: unknown key (did you mean tp_size?)"),
+])
+def test_set_unknown_key_is_blamed_on_the_set(item, line):
+    assert errors_of("rtx5060ti-tp2", [item]) == [line]
+
+
+def test_set_unknown_key_under_a_file_profile(tmp_path):
+    child = write(tmp_path, "child.yaml", "extends: rtx5060ti-tp2\nname: child\n")
+    assert errors_of(child, ["server.tp_size=4"]) == ["--set server.tp_size: unknown key server"]
+
+
 def test_unknown_profile_lists_known_ones():
     (line,) = errors_of("rtx9999")
     assert line == "unknown profile 'rtx9999': known profiles are " + ", ".join(SHIPPED)
