@@ -321,11 +321,18 @@ class Container(EschaModel):
     ] = None
 
 
+#: A profile name: it names the container ``escha-NAME``, so Docker's container-name rule
+#: applies (``daemon/names``: ``[a-zA-Z0-9][a-zA-Z0-9_.-]``), kept to 63 characters.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+#: ``NAME_PATTERN`` in words, for the error line.
+NAME_RULE = "names are letters, digits, '_', '.', '-' (at most 63, starting with a letter or digit)"
+
+
 class Profile(EschaModel):
     """One deployable configuration: box, model, runtime, HiCache, safety policy, container."""
 
     name: Annotated[str, Field(
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$",
+        pattern=NAME_PATTERN,
         description="profile name (default: the file's stem); it names the container escha-NAME, so "
                     "Docker's rule applies: letters, digits, _ . -, at most 63")]
     description: Annotated[str, Field(description="one line for `profiles list`")] = ""
@@ -504,16 +511,21 @@ def _did_you_mean(loc: tuple, root: type[BaseModel] | None = None) -> str | None
 
 
 def _format_errors(exc: ValidationError, pos: Positions, origin: str,
-                   root: type[BaseModel] | None = None) -> list[tuple[int, str]]:
+                   root: type[BaseModel] | None = None, name_from_file: bool = False) -> list[tuple[int, str]]:
     """One line per offending key: ``file:line: dotted.key: message (got value)``, sorted.
 
     A value that fails every member of a union (``auto`` or a number > 0) yields one error per
-    member with the same key; they are joined into one line.
+    member with the same key; they are joined into one line. ``name_from_file``: the profile's
+    ``name`` is the file's stem (the file has no ``name:``), so a bad one says so in words.
     """
     by_loc: dict[tuple, dict] = {}
     for err in exc.errors(include_url=False):
         loc = _strip_union_tags(tuple(err["loc"]))
-        if err["type"] == "extra_forbidden":
+        if root is None and loc == ("name",) and err["type"] == "string_pattern_mismatch":
+            # the regex is no help to a reader: say the rule, and where the name came from
+            msg = (f"the profile name comes from the file name {err['input']!r}; {NAME_RULE}: add `name:`"
+                   if name_from_file else f"{err['input']!r} is not a profile name: {NAME_RULE}")
+        elif err["type"] == "extra_forbidden":
             msg = "unknown key"
         elif err["type"] == "missing":
             msg = "required key is missing"
@@ -546,7 +558,8 @@ def _format_errors(exc: ValidationError, pos: Positions, origin: str,
         else:
             text = " or ".join(msgs)
         got_s = ""
-        if (err["type"] != "missing" and got is not None and not isinstance(got, (dict, list))
+        named = loc == ("name",) and err["type"] == "string_pattern_mismatch"  # the message quotes it
+        if (err["type"] != "missing" and not named and got is not None and not isinstance(got, (dict, list))
                 and "(got" not in text and "did you mean" not in text):
             got_s = f" (got {_short_repr(got)})"
         where_s = f"{file}:{line}" if line else file
@@ -580,13 +593,19 @@ def load_profile(ref: str, overrides: Sequence[str] = ()) -> Profile:
     """
     path = resolve_profile_path(ref)
     data, pos = _load_raw(path, ())
-    data.setdefault("name", path.stem)
+    if "name" not in data:
+        # no `name:` in the file (nor in what it extends: a parent's name is never inherited):
+        # the file's stem, and a problem with it is this file's, not the parent's
+        data["name"] = path.stem
+        pos[("name",)] = (str(path.resolve()), 0)
+    stem_position = pos.get(("name",))
     for item in overrides:
         _apply_override(data, pos, item)
     try:
         profile = Profile.model_validate(data)
     except ValidationError as exc:
-        raise BadInput(*[t for _, t in _format_errors(exc, pos, str(path))]) from None
+        from_file = pos.get(("name",)) == stem_position and stem_position == (str(path.resolve()), 0)
+        raise BadInput(*[t for _, t in _format_errors(exc, pos, str(path), name_from_file=from_file)]) from None
     problems = []
     for loc, msg in cross_field_problems(profile):
         file, line = position_of(pos, loc) or (str(path), 0)

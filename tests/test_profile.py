@@ -151,6 +151,26 @@ def test_set_unknown_key_under_a_file_profile(tmp_path):
     assert errors_of(child, ["server.tp_size=4"]) == ["--set server.tp_size: unknown key server"]
 
 
+def test_a_bad_name_from_the_file_name_blames_that_file_in_words(tmp_path):
+    child = write(tmp_path, "my profile.yaml", "extends: rtx5060ti-tp2-fp8\n")
+    assert errors_of(child) == [
+        f"{child.resolve()}: name: the profile name comes from the file name 'my profile'; names are letters, "
+        "digits, '_', '.', '-' (at most 63, starting with a letter or digit): add `name:`"]
+    # the fix the line names works
+    child.write_text("extends: rtx5060ti-tp2-fp8\nname: my-profile\n")
+    assert load_profile(str(child)).name == "my-profile"
+
+
+def test_a_bad_written_name_is_named_at_its_line_in_words(tmp_path):
+    child = write(tmp_path, "c.yaml", "extends: rtx5060ti-tp2-fp8\nname: a b\n")
+    assert errors_of(child) == [f"{child.resolve()}:2: name: 'a b' is not a profile name: names are letters, "
+                                "digits, '_', '.', '-' (at most 63, starting with a letter or digit)"]
+    # --set name=... over a file without name: the --set is to blame, not the file name
+    bare = write(tmp_path, "ok.yaml", "extends: rtx5060ti-tp2-fp8\n")
+    (line,) = errors_of(bare, ["name=a b"])
+    assert line.startswith("--set name: 'a b' is not a profile name")
+
+
 def test_unknown_profile_lists_known_ones():
     (line,) = errors_of("rtx9999")
     assert line == "unknown profile 'rtx9999': known profiles are " + ", ".join(SHIPPED)
