@@ -67,3 +67,105 @@ def read_json(path: str | Path, what: str, hint: str | None = None) -> object:
         raise BadInput(f"{p}: cannot read {what}: {exc.strerror or exc}", hint=hint) from None
     except ValueError as exc:
         raise BadInput(f"{p}: {what} is not JSON ({exc})", hint=hint) from None
+
+
+def _cannot_write(option: str, path: str | Path, err: int | OSError) -> Exception:
+    """The ``BadInput`` (exit 2) for an output path: ``OPTION PATH: cannot write: REASON``."""
+    from .errors import BadInput
+
+    reason = os.strerror(err) if isinstance(err, int) else (err.strerror or str(err))
+    return BadInput(f"{option} {path}: cannot write: {reason}")
+
+
+def check_output(path: str | Path, option: str) -> None:
+    """Refuse, before any work, an output file the user named that cannot be written: a folder
+    (``EISDIR``), or one whose parent folder is missing (``ENOENT``) or is not a folder
+    (``ENOTDIR``). The parent is never created. Raises ``BadInput`` (exit 2), one line:
+    ``--output PATH: cannot write: No such file or directory``."""
+    import errno
+
+    p = Path(path)
+    if p.is_dir():
+        raise _cannot_write(option, path, errno.EISDIR)
+    parent = p.parent
+    if not parent.is_dir():
+        raise _cannot_write(option, path, errno.ENOTDIR if parent.exists() else errno.ENOENT)
+
+
+def write_output(path: str | Path, data: str | bytes, option: str) -> Path:
+    """Write ``data`` (text as UTF-8, or bytes) to the file a user named with ``option``
+    (``--output``, ``--write-facts``, ``--chart``...); every command writing such a file uses
+    this. Returns the path written.
+
+    Never half-written: the bytes go to a temporary file in the same folder that is then
+    ``os.replace``d over the target (the old file's mode kept, 0o666 less the umask for a new
+    one; a symbolic link's target is replaced, not the link). Where no file can be created in
+    that folder but the target exists (a writable file in a read-only folder) it is written in
+    place; a device or a pipe (``/dev/stdout``) is written directly. No folder is created.
+    Any ``OSError`` becomes ``BadInput`` (exit 2), one line naming ``option`` and the path,
+    with the system's reason, e.g. ``--write-facts /tmp: cannot write: Is a directory``.
+    """
+    import stat
+    import tempfile
+
+    raw = data.encode() if isinstance(data, str) else data
+    check_output(path, option)
+    target = Path(os.path.realpath(path))
+    try:
+        try:
+            st = target.stat()
+        except FileNotFoundError:
+            st = None
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            with open(target, "wb") as f:
+                f.write(raw)
+            return Path(path)
+        if st is not None:
+            mode = st.st_mode & 0o7777
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        try:
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        except OSError:
+            if st is None:
+                raise
+            with open(target, "wb") as f:
+                f.write(raw)
+            return Path(path)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(raw)
+            os.chmod(tmp, mode)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise _cannot_write(option, path, exc) from None
+    return Path(path)
+
+
+def output_folder(path: str | Path, option: str, *, make: bool = True) -> Path:
+    """The folder a user named with ``option`` for a command's output files (``fleet compose
+    --out DIR``): made when missing, as ``mkdir`` without ``-p`` (its parent must exist).
+    Raises ``BadInput`` (exit 2), one line naming ``option`` and the path, when it is a file
+    (``--out fleet.yaml: cannot write: Not a directory``) or cannot be made. ``make=False``
+    only checks, before a command's work, that it could be made. Returns the path."""
+    import errno
+
+    p = Path(path)
+    if p.is_dir():
+        return p
+    if p.exists():
+        raise _cannot_write(option, path, errno.ENOTDIR)
+    if not make:
+        if not p.parent.is_dir():
+            raise _cannot_write(option, path, errno.ENOTDIR if p.parent.exists() else errno.ENOENT)
+        return p
+    try:
+        p.mkdir()
+    except OSError as exc:
+        raise _cannot_write(option, path, exc) from None
+    return p

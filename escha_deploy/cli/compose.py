@@ -34,11 +34,8 @@ def register(app: typer.Typer) -> None:
 
         text = render_profile(profile, list(set_ or []), facts_file=facts)
         if output:
-            try:
-                output.write_text(text)
-            except OSError as exc:
-                from escha_deploy.errors import BadInput
+            from escha_deploy.paths import write_output
 
-                raise BadInput(f"--output {output}: cannot write: {exc.strerror or exc}") from None
+            write_output(output, text, "--output")
         else:
             typer.echo(text, nl=False)

@@ -169,16 +169,14 @@ def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_siz
 
 def _write_facts(g, path: str) -> None:
     """``--write-facts``: the gathered host and this host's saved doctor findings, as a facts file."""
-    from pathlib import Path
-
     from ..factsfile import facts_from_host
     from ..findings import load_findings
-    from ..paths import doctor_findings_path
+    from ..paths import doctor_findings_path, write_output
     from .output import info
 
     findings = load_findings(doctor_findings_path(), host_id=g.host.host_id) if g.host.source == "live" else None
     doc = facts_from_host(g.host, findings, g.gpus)
-    Path(path).write_text(doc.model_dump_json(indent=2) + "\n")
+    write_output(path, doc.model_dump_json(indent=2) + "\n", "--write-facts")
     info(f"plan: wrote the facts this plan used to {path}")
 
 

@@ -123,3 +123,39 @@ def test_profiles_show_round_trips(cli, tmp_path, name):
     f.write_text(shown.out)
     assert cli("profiles", "validate", str(f)).code == 0
     assert load_profile(str(f)) == load_profile(name)
+
+
+@pytest.mark.parametrize("fmt", ["table", "json"])
+@pytest.mark.parametrize("where, reason", [
+    ("{w}/no/such/f.json", "No such file or directory"),
+    ("{w}", "Is a directory"),
+    ("{w}/file/f.json", "Not a directory"),
+    ("/proc/version", None),  # EIO as root (the kernel refuses the write), EACCES otherwise
+])
+def test_write_facts_that_cannot_be_written_is_one_line_exit_2(cli, tmp_path, where, reason, fmt):
+    """`--write-facts` answers as `compose -o` does: one line naming the option and the path,
+    exit 2, no traceback, nothing on stdout (even with --format json), nothing created."""
+    w = tmp_path / "w"
+    w.mkdir()
+    (w / "file").write_text("keep\n")
+    proc = open("/proc/version").read()
+    path = where.format(w=w)
+    r = cli("plan", "-p", "rtx5060ti-tp2", "--host-ram", "16GiB", "--wsl2", "--write-facts", path, "-f", fmt)
+    assert r.code == 2, r.err
+    assert "Traceback" not in r.err and r.out == ""
+    [line] = r.err.splitlines()
+    assert line.startswith(f"error: --write-facts {path}: cannot write: "), line
+    if reason:
+        assert line == f"error: --write-facts {path}: cannot write: {reason}"
+    assert sorted(p.name for p in w.rglob("*")) == ["file"] and (w / "file").read_text() == "keep\n"
+    assert open("/proc/version").read() == proc
+
+
+def test_write_facts_replaces_a_file_and_says_where(cli, tmp_path):
+    out = tmp_path / "facts.json"
+    out.write_text("old")
+    r = cli("plan", "-p", "rtx5060ti-tp2", "--host-ram", "16GiB", "--wsl2", "--write-facts", str(out), "-f", "json")
+    assert r.code == 0, r.err
+    assert json.loads(out.read_text())["schema_version"] == 1
+    assert f"plan: wrote the facts this plan used to {out}" in r.err
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "xdg-cache") == ["facts.json"]
