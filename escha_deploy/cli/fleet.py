@@ -92,7 +92,7 @@ def _print_problems(result) -> None:
 
     for w in result.warnings:
         warn(w)
-    for p in result.problems:
+    for p in result.problems + result.docker_problems:
         print(f"refused: {p}", file=sys.stderr)
 
 

@@ -122,7 +122,9 @@ class InstancePlan(BaseModel):
 
 class FleetPlan(BaseModel):
     """The fleet's plan: per box, per instance, and totals. ``verdict`` is ``unsafe`` when any
-    box is unsafe or any fleet check refuses (exit 3)."""
+    box is unsafe, any fleet check refuses (``problems``) or the router cannot reach a worker as
+    compose and ``fleet up`` run it (``docker_problems``; ``fleet render k8s`` checks
+    ``problems`` only): exit 3."""
 
     fleet: str
     file: str
@@ -190,9 +192,12 @@ def multinode_member_problems(box: Box, facts: BoxFacts | None, instance: str) -
 
 
 def _reachability_problems(loaded: LoadedFleet, profiles: dict[str, Profile]) -> list[str]:
-    """A replica on another box than the router publishes its port on 127.0.0.1 unless its
-    profile sets ``container.expose`` (which needs ``container.api_key_file``): the router could
-    not reach it."""
+    """Workers the router cannot reach as ``fleet compose`` and ``fleet up`` run them, one line
+    per box. A single-node replica publishes its port on 127.0.0.1 unless its profile sets
+    ``container.expose`` (which needs ``container.api_key_file``; ``launch_spec``). The router
+    (host networking) reaches a replica on its own box at 127.0.0.1 (``router.worker_url``) and a
+    multi-node rank 0 at the address it binds; a replica on another box only when exposed.
+    Kubernetes is not concerned: a server in a pod binds 0.0.0.0 and SMG finds the pod's IP."""
     fleet = loaded.fleet
     r = fleet.router
     if r is None:
@@ -203,9 +208,10 @@ def _reachability_problems(loaded: LoadedFleet, profiles: dict[str, Profile]) ->
         if inst.multi_node or rank0 == r.box or fleet.box(rank0).address in ("127.0.0.1", "localhost"):
             continue
         if not profiles[rank0].container.expose:
-            out.append(f"box {rank0}: container.expose is false, so its server listens on 127.0.0.1 only and the "
-                       f"router on box {r.box} cannot reach it; set container.expose: true (with "
-                       "container.api_key_file, the same key as router.api_key_file) in its profile or `set`")
+            out.append(f"box {rank0}: container.expose is false, so compose and fleet up publish its server on "
+                       f"127.0.0.1 only and the router on box {r.box} cannot reach it; set container.expose: true "
+                       "(with container.api_key_file, the same key as router.api_key_file) in its profile or `set` "
+                       "(`fleet render k8s` does not need it)")
     return out
 
 
@@ -258,7 +264,6 @@ def plan_fleet(loaded: LoadedFleet) -> FleetPlan:
             gpus=sum(box_plans[n].gpus for n in inst.boxes),
             host_tier_tokens=min(box_plans[n].host_kv_tokens for n in inst.boxes), problems=inst_problems))
     reach = _reachability_problems(loaded, profiles)
-    warnings += [f"with compose or fleet up (not Kubernetes): {r}" for r in reach]
     unsafe = [p for p in box_plans.values() if p.verdict == "unsafe"]
     for p in unsafe:
         problems.append(f"box {p.box}: plan is unsafe: {'; '.join(p.reasons) or 'see escha-deploy plan'}")
@@ -270,6 +275,6 @@ def plan_fleet(loaded: LoadedFleet) -> FleetPlan:
         total_instances=len(instances), total_gpus=sum(i.gpus for i in instances),
         host_tier_bytes=sum(p.pinned_total_bytes for p in box_plans.values() if p.box in placement),
         host_tier_tokens=sum(i.host_tier_tokens for i in instances),
-        problems=problems, warnings=warnings, verdict="unsafe" if problems else "ok", docker_problems=reach)
+        problems=problems, warnings=warnings, verdict="unsafe" if problems or reach else "ok", docker_problems=reach)
     out._profiles = profiles
     return out

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .model import LoadedFleet
+from .model import Instance, LoadedFleet
 from .plan import FleetPlan
 
 #: SMG's own default for --worker-startup-timeout-secs (smg/router_args.py ``RouterArgs``).
@@ -33,15 +33,29 @@ SMG_DEFAULT_STARTUP_TIMEOUT_S = 1800
 CONTAINER_KEY_PATH = "/run/secrets/escha_api_key"
 
 
-def worker_urls(loaded: LoadedFleet, fp: FleetPlan) -> list[str]:
-    """``http://ADDRESS:PORT`` of every instance's rank 0, in instance order. PORT is the
-    box's profile's ``container.port``."""
+def worker_url(loaded: LoadedFleet, fp: FleetPlan, inst: Instance) -> str:
+    """``http://HOST:PORT`` at which the router reaches instance ``inst``'s rank 0, as compose
+    and ``fleet up`` run them. PORT is the rank-0 box's ``container.port``. HOST:
+
+    - a single-node replica on the router's own box: ``127.0.0.1``. Its port is published on
+      127.0.0.1 unless the profile sets ``container.expose`` (``launch_spec.build_launch_spec``),
+      and a port published on 127.0.0.1 takes no connection addressed to the box's LAN address;
+      the router runs with host networking, so 127.0.0.1 is the box's own loopback and reaches
+      the worker either way. The worker then needs no network exposure (nor an API key).
+    - otherwise the box's ``address``: a replica on another box publishes its port on 0.0.0.0
+      (``container.expose``, refused by ``fleet plan`` otherwise), and a multi-node rank 0 runs
+      with host networking and binds ``--host`` = its box's address.
+    """
     fleet = loaded.fleet
-    out = []
-    for inst in fleet.instances():
-        box = fleet.box(inst.boxes[0])
-        out.append(f"http://{box.address}:{fp.profile(box.name).container.port}")
-    return out
+    box = fleet.box(inst.boxes[0])
+    r = fleet.router
+    host = "127.0.0.1" if (r is not None and r.box == box.name and not inst.multi_node) else box.address
+    return f"http://{host}:{fp.profile(box.name).container.port}"
+
+
+def worker_urls(loaded: LoadedFleet, fp: FleetPlan) -> list[str]:
+    """``worker_url`` of every instance, in instance order."""
+    return [worker_url(loaded, fp, inst) for inst in loaded.fleet.instances()]
 
 
 def startup_timeout_s(loaded: LoadedFleet, fp: FleetPlan) -> int:

@@ -82,7 +82,10 @@ def fleet_file(tmp: Path, l3: bool = False) -> Path:
 def rendered(tmp: Path, l3: bool = False):
     loaded = load_fleet(fleet_file(tmp, l3))
     fp = plan_fleet(loaded)
-    assert fp.verdict == "ok", fp.problems
+    # the replicas off the router's box are not exposed: compose and fleet up could not reach
+    # them, Kubernetes can (render_k8s checks `problems` only)
+    assert fp.problems == [], fp.problems
+    assert [p.split(":")[0] for p in fp.docker_problems] == ["box r2"] + (["box l3a"] if l3 else [])
     return loaded, fp, render_k8s(loaded, fp)
 
 
@@ -181,3 +184,31 @@ def test_cli_writes_the_file(tmp_path, capsys):
     text = (tmp_path / "k8s" / "fleet.k8s.yaml").read_text()
     assert text.startswith("# Rendered by `escha-deploy fleet render k8s")
     assert len(list(yaml.safe_load_all(text))) == len(render_k8s(load_fleet(path), plan_fleet(load_fleet(path))))
+
+
+def test_every_serving_pod_listens_where_the_router_discovers_it(tmp_path):
+    """The compose problem of a worker published on 127.0.0.1 has no Kubernetes form: SMG
+    connects to each discovered pod's IP at --service-discovery-port, so each serving pod's
+    SGLang must bind 0.0.0.0 on that port. The single-node pod runs `serve` in container mode
+    (ESCHA_SERVE_MODE=container) with the ConfigMap's profile and the pod's --set items: its
+    argv comes from the same build_launch_spec; the LWS leader's argv is in the manifest."""
+    from escha_deploy.launch_spec import build_launch_spec
+    from escha_deploy.profile import load_profile
+
+    loaded, fp, objs = rendered(tmp_path)
+    router = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "lab-router")
+    rargs = router["spec"]["template"]["spec"]["containers"][0]["command"]
+    port = rargs[rargs.index("--service-discovery-port") + 1]
+    dep = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "lab-chat")
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "ESCHA_SERVE_MODE", "value": "container"} in c["env"]
+    cm = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "lab-chat-profile")
+    (tmp_path / "pod-profile.yaml").write_text(cm["data"]["profile.yaml"])
+    sets = [a for i, a in enumerate(c["args"]) if i and c["args"][i - 1] == "--set"]
+    prof = load_profile(str(tmp_path / "pod-profile.yaml"), sets)
+    argv = build_launch_spec(fp.box_plan("r1").plan, prof, native=False).argv
+    assert (argv[argv.index("--host") + 1], argv[argv.index("--port") + 1]) == ("0.0.0.0", port)
+    assert c["ports"][0]["containerPort"] == int(port)
+    lws = next(o for o in objs if o["kind"] == "LeaderWorkerSet")
+    leader = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["args"]
+    assert (leader[leader.index("--host") + 1], leader[leader.index("--port") + 1]) == ("0.0.0.0", port)

@@ -98,17 +98,45 @@ def test_speculative_decoding_with_tp_across_nodes_is_not_refused(tmp_path):
     assert not any("speculative" in p for p in fp.problems)
 
 
-def test_a_replica_the_router_cannot_reach_is_refused(tmp_path):
+def test_a_replica_the_router_cannot_reach_is_refused(tmp_path, capsys):
     path = write(tmp_path)
     doc = yaml.safe_load(path.read_text())
     doc["boxes"][0]["set"] = []
     path.write_text(yaml.safe_dump(doc))
     fp = plan_fleet(load_fleet(path))
-    assert fp.verdict == "ok"  # Kubernetes pods are reachable; compose and fleet up refuse
+    assert fp.verdict == "unsafe" and fp.problems == []  # Kubernetes pods are reachable: k8s renders
     assert [p[:35] for p in fp.docker_problems] == ["box r1: container.expose is false, "]
-    with pytest.raises(SystemExit) as info:
-        main(["fleet", "compose", str(path), "--out", str(tmp_path / "out")])
-    assert info.value.code == 3
+    for args in (["fleet", "compose", str(path), "--out", str(tmp_path / "out")], ["fleet", "plan", str(path)]):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as info:
+            main(args)
+        assert info.value.code == 3
+    err = [ln for ln in capsys.readouterr().err.splitlines() if "box r1" in ln]
+    assert len(err) == 1 and err[0].startswith("refused: box r1: container.expose is false"), err
+    main(["fleet", "render", "k8s", str(path), "--out", str(tmp_path / "k8s")])
+
+
+def test_the_router_reaches_its_own_boxs_worker_at_loopback(tmp_path):
+    """The router's box (r2) serves a replica that is not exposed: its port is published on
+    127.0.0.1, which takes no connection addressed to 10.0.0.2, so the router (host networking)
+    is given 127.0.0.1; the other box's replica is exposed and reached at its address."""
+    path = write(tmp_path)
+    doc = yaml.safe_load(path.read_text())
+    doc["boxes"][1]["set"] = []
+    path.write_text(yaml.safe_dump(doc))
+    loaded = load_fleet(path)
+    fp = plan_fleet(loaded)
+    assert fp.verdict == "ok" and fp.docker_problems == [], fp.docker_problems
+    docs = {b: yaml.safe_load(t) for b, t in render_all(loaded, fp).items()}
+    r2 = docs["r2"]["services"]
+    assert r2["sglang"]["ports"] == ["127.0.0.1:30000:30000"] and r2["smg"]["network_mode"] == "host"
+    cmd = r2["smg"]["command"]
+    urls = cmd[cmd.index("--worker-urls") + 1:cmd.index("--policy")]
+    # r1's replica, r2's own (loopback), the multi-node instance's rank 0 (binds its address)
+    assert urls == ["http://10.0.0.1:30000", "http://127.0.0.1:30000", "http://10.0.0.10:30000"]
+    assert docs["r1"]["services"]["sglang"]["ports"] == ["0.0.0.0:30000:30000"]
+    n0 = docs["n0"]["services"]["node0"]
+    assert n0["network_mode"] == "host" and flag(n0["command"], "--host") == "10.0.0.10"
 
 
 def test_compose_files_per_box(tmp_path, capsys):
@@ -127,7 +155,7 @@ def test_compose_files_per_box(tmp_path, capsys):
     smg = docs["compose.r2.yaml"]["services"]["smg"]
     assert smg["network_mode"] == "host" and "k-123" not in (out / "compose.r2.yaml").read_text()
     assert smg["command"][smg["command"].index("--worker-urls") + 1:][:3] == [
-        "http://10.0.0.1:30000", "http://10.0.0.2:30000", "http://10.0.0.10:30000"]
+        "http://10.0.0.1:30000", "http://127.0.0.1:30000", "http://10.0.0.10:30000"]  # r2: the router's box
     n0, n1 = docs["compose.n0.yaml"]["services"]["node0"], docs["compose.n1.yaml"]["services"]["node1"]
     assert n0["network_mode"] == n1["network_mode"] == "host"
     assert "ports" not in n0 and "ports" not in n1

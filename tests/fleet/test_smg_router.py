@@ -257,3 +257,47 @@ def test_router_start_fails_with_exit_4_when_workers_never_load(tmp_path):
         stop_router(loaded)
         for s in servers:
             s.stop()
+
+
+def local_lan_address() -> str | None:
+    """An IPv4 address of this machine other than loopback (what a box's ``address`` is), from
+    ``ip -4 -o addr show scope global``; None when there is none."""
+    import shutil
+    import subprocess
+
+    if shutil.which("ip") is None:
+        return None
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True).stdout
+    addrs = [f.split("/")[0] for line in out.splitlines() for i, f in enumerate(line.split())
+             if i and line.split()[i - 1] == "inet"]
+    return addrs[0] if addrs else None
+
+
+def test_router_reaches_the_worker_on_its_own_box_published_on_loopback(tmp_path):
+    """The router's box serves a replica whose profile does not expose it: compose and `up`
+    publish its port on 127.0.0.1 only. The box's address is this machine's LAN address, so the
+    situation is the real one: a connection to ADDRESS:PORT is refused (checked first), and
+    the real SMG, started by `fleet up --router`, must register the worker through 127.0.0.1."""
+    lan = local_lan_address()
+    if lan is None:
+        pytest.skip("this machine has no non-loopback IPv4 address")
+    port = free_port()
+    srv = StandinServer(StandinConfig(load_seconds=0.5)).start(port)  # 127.0.0.1 only, as published
+    path = fleet_file(tmp_path, [port], "cache_aware", free_port())
+    doc = yaml.safe_load(path.read_text())
+    doc["boxes"][0]["address"] = lan
+    doc["router"]["health"]["worker_startup_timeout_s"] = 15
+    path.write_text(yaml.safe_dump(doc))
+    loaded = load_fleet(path)
+    try:
+        with pytest.raises(httpx.ConnectError):  # the premise: not reachable at the box's address
+            httpx.get(f"http://{lan}:{port}/health", timeout=3)
+        assert router_args(loaded, plan_fleet(loaded))[:2] == ["--worker-urls", f"http://127.0.0.1:{port}"]
+        assert cli("fleet", "up", str(path), "--router") == 0
+        state = router_workers(loaded)
+        assert [(w.url, w.healthy) for w in state.workers] == [(f"http://127.0.0.1:{port}", True)]
+        assert cli("fleet", "status", str(path)) == 0
+        assert smg_errors(log_file(loaded)) == []
+    finally:
+        stop_router(loaded)
+        srv.stop()
