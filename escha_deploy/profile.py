@@ -23,6 +23,7 @@ the commented reference profile ``profiles/rtx5060ti-tp2.yaml`` (a test checks t
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, Sequence, Union
 
@@ -365,30 +366,46 @@ def list_profiles() -> list[str]:
     return sorted(p.stem for p in _profiles_dir().glob("*.yaml"))
 
 
-def resolve_profile_path(ref: str, relative_to: Path | None = None) -> Path:
-    """A profile name (``rtx5060ti-tp2``) or a path to a YAML file -> the file's path.
+#: Suffixes that make a profile reference a file path (JSON is read as the YAML it is).
+PROFILE_FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
-    Raises ``BadInput`` listing the known profiles when neither exists.
+
+def names_a_file(ref: str, relative_to: Path | None = None) -> bool:
+    """Whether ``ref`` is read as a file rather than a shipped profile name: it ends with
+    ``.yaml``, ``.yml`` or ``.json``, holds a path separator, or is an existing file whose
+    name is not a shipped profile's (a shipped name wins over a file of the same name in the
+    current folder: ``./NAME`` reads the file)."""
+    if ref.endswith(PROFILE_FILE_SUFFIXES) or "/" in ref or os.sep in ref:
+        return True
+    if (_profiles_dir() / f"{ref}.yaml").is_file():
+        return False
+    return ((relative_to / ref) if relative_to is not None else Path(ref)).is_file()
+
+
+def resolve_profile_path(ref: str, relative_to: Path | None = None) -> Path:
+    """A profile name (``rtx5060ti-tp2``) or a path to a YAML/JSON file -> the file's path.
+
+    ``names_a_file`` decides which; a relative path is taken from ``relative_to`` (the folder
+    of the file that ``extends:`` it) or the current folder. Raises ``BadInput`` listing the
+    known profiles when neither exists.
     """
-    candidates = []
-    if ref.endswith((".yaml", ".yml")) or "/" in ref:
-        p = Path(ref)
-        if relative_to is not None and not p.is_absolute():
-            p = relative_to / p
-        candidates.append(p)
+    is_file = names_a_file(ref, relative_to)
+    if is_file:
+        c = Path(ref)
+        if relative_to is not None and not c.is_absolute():
+            c = relative_to / c
     else:
-        candidates.append(_profiles_dir() / f"{ref}.yaml")
-    for c in candidates:
-        if c.is_file():
-            return c
-    for c in (*candidates, Path(ref)):
-        if c.is_dir():
-            found = sorted(p.name for p in c.glob("*.y*ml"))[:5]
-            raise BadInput(f"{c}: is a directory, not a profile file",
+        c = _profiles_dir() / f"{ref}.yaml"
+    if c.is_file():
+        return c
+    for d in (c, Path(ref)):
+        if d.is_dir():
+            found = sorted(p.name for p in d.glob("*.y*ml"))[:5]
+            raise BadInput(f"{d}: is a directory, not a profile file",
                            hint=f"pass one of its YAML files: {', '.join(found)}" if found else
                            "pass a profile name or a profile YAML file")
-    if ref.endswith((".yaml", ".yml")) or "/" in ref:
-        raise BadInput(f"{candidates[0]}: no such profile file")
+    if is_file:
+        raise BadInput(f"{c}: no such profile file")
     known = ", ".join(list_profiles()) or "(none)"
     raise BadInput(f"unknown profile {ref!r}: known profiles are {known}",
                    hint="or pass a path to a profile YAML file")

@@ -176,6 +176,33 @@ def test_unknown_profile_lists_known_ones():
     assert line == "unknown profile 'rtx9999': known profiles are " + ", ".join(SHIPPED)
 
 
+def test_a_file_in_the_current_folder_is_read_by_its_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rt.json").write_text('{"extends": "rtx5060ti-tp2", "name": "rt-json"}')
+    (tmp_path / "plain").write_text("extends: rtx5060ti-tp2\nname: plain\n")
+    assert load_profile("rt.json").name == "rt-json"  # a .json suffix: a file
+    assert load_profile("plain").name == "plain"  # no suffix, not a shipped name, exists: a file
+    assert errors_of("nope.json") == ["nope.json: no such profile file"]
+
+
+def test_a_shipped_name_wins_over_a_file_of_that_name(tmp_path, monkeypatch):
+    from escha_deploy.launch.prepare import profile_file
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rtx5060ti-tp2").write_text("extends: rtx5060ti-tp2\nname: local\n")
+    assert load_profile("rtx5060ti-tp2").name == "rtx5060ti-tp2"
+    assert profile_file("rtx5060ti-tp2") is None  # up mounts nothing: the image has the shipped one
+    assert load_profile("./rtx5060ti-tp2").name == "local"
+    (tmp_path / "rt.json").write_text('{"extends": "rtx5060ti-tp2", "name": "rt-json"}')
+    assert profile_file("rt.json") == str((tmp_path / "rt.json").resolve())  # up mounts what plan read
+
+
+def test_extends_reads_a_bare_file_name_next_to_the_child(tmp_path):
+    (tmp_path / "base").write_text("extends: rtx5060ti-tp2\nname: base\nruntime:\n  tp_size: 1\n")
+    child = write(tmp_path, "c.yaml", "extends: base\nname: c\n")
+    assert load_profile(str(child)).runtime.tp_size == 1
+
+
 def test_extends_cycle_is_refused(tmp_path):
     write(tmp_path, "a.yaml", "extends: ./b.yaml\nname: a\n")
     write(tmp_path, "b.yaml", "extends: ./a.yaml\nname: b\n")

@@ -9,6 +9,7 @@ shows the traceback for escha's errors too.
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 
@@ -42,11 +43,33 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"error: {message}", file=sys.stderr)
             ctx = getattr(exc, "ctx", None)
-            print(f"hint: see `{ctx.command_path if ctx else 'escha-deploy'} --help`", file=sys.stderr)
+            print(_profile_hint(ctx, message) or f"hint: see `{ctx.command_path if ctx else 'escha-deploy'} --help`",
+                  file=sys.stderr)
         sys.exit(exc.exit_code)
     if isinstance(rv, int) and rv:
         sys.exit(rv)
     return 0
+
+
+#: click's message for words left over after the parameters (``click.core.Command.parse_args``).
+_EXTRA_ARGS = re.compile(r"^Got unexpected extra argument(?:s|\(s\))? \((.*)\)$")
+
+
+def _profile_hint(ctx, message: str) -> str | None:
+    """``hint: did you mean `--profile NAME`?`` when a command that takes ``--profile`` got a
+    profile (a shipped name or a profile file) as a positional argument; else ``None``."""
+    m = _EXTRA_ARGS.match(message)
+    command = getattr(ctx, "command", None)
+    if m is None or command is None or not any(
+            "--profile" in getattr(p, "opts", ()) for p in command.params):
+        return None
+    from escha_deploy.profile import list_profiles, names_a_file
+
+    shipped = set(list_profiles())
+    for word in m.group(1).split(" "):
+        if word in shipped or (names_a_file(word) and os.path.isfile(word)):
+            return f"hint: did you mean `--profile {word}`?"
+    return None
 
 
 if __name__ == "__main__":  # pragma: no cover

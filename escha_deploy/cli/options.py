@@ -21,12 +21,14 @@ ProfileOpt = Annotated[
     str,
     typer.Option(
         "--profile", "-p",
-        help="Profile name (see `escha-deploy profiles list`) or a path to a profile YAML file.",
+        help="Profile name (see `escha-deploy profiles list`) or profile file (.yaml, .yml, .json); a "
+        "shipped name wins over a same-named file here (./NAME reads the file).",
     ),
 ]
 OptionalProfileOpt = Annotated[
     Optional[str],
-    typer.Option("--profile", "-p", help="Profile name or path to a profile YAML file."),
+    typer.Option("--profile", "-p", help="Profile name or profile file (.yaml, .yml, .json); a shipped name "
+                 "wins over a same-named file here (./NAME reads the file)."),
 ]
 SetOpt = Annotated[
     Optional[list[str]],

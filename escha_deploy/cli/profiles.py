@@ -45,7 +45,8 @@ def list_command(fmt: FormatOpt = OutputFormat.table) -> None:
 
 @profiles_app.command("show")
 def show_command(
-    profile: Annotated[str, typer.Argument(help="Profile name or path.")],
+    profile: Annotated[str, typer.Argument(help="Profile name or file (.yaml, .yml, .json); a shipped name wins "
+                                           "over a file of the same name here: pass ./NAME for the file.")],
     set_: SetOpt = None,
     fmt: FormatOpt = OutputFormat.table,
     keys: Annotated[bool, typer.Option(
@@ -86,7 +87,7 @@ def show_command(
 
 @profiles_app.command("validate")
 def validate_command(
-    profiles: Annotated[Optional[list[str]], typer.Argument(help="Names or paths (default: every shipped profile).")] = None,
+    profiles: Annotated[Optional[list[str]], typer.Argument(help="Names or files (default: every shipped profile); a shipped name wins over a file of the same name here: pass ./NAME for the file.")] = None,
 ) -> None:
     """Validate profiles: one line per error naming file:line and key; exit 2 on any error."""
     from ..errors import BadInput, EschaError

@@ -29,9 +29,12 @@ if TYPE_CHECKING:
 
 
 def profile_file(ref: str) -> str | None:
-    """The host path to mount when ``ref`` names a file rather than a shipped profile."""
+    """The host path to mount when ``ref`` names a file rather than a shipped profile
+    (``profile.names_a_file``: the rule ``--profile`` reads it by)."""
+    from escha_deploy.profile import names_a_file
+
     p = Path(ref)
-    if p.suffix in (".yaml", ".yml") or os.sep in ref:
+    if names_a_file(ref):
         return str(p.resolve()) if p.is_file() else None
     return None
 

@@ -64,3 +64,32 @@ def test_plan_up_and_compose_share_the_default_profile(cli):
     for verb in ("plan", "up", "compose"):
         out = " ".join(cli(verb, "--help").out.split())
         assert f"[default: {DEFAULT_PROFILE}]" in out, verb
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("argv", [["plan", "rtx5060ti-tp2"], ["compose", "rtx5060ti-tp2-fp8"],
+                                  ["down", "rtx5060ti-tp2"], ["doctor", "--no-probes", "linux-tp2-l3"]])
+def test_a_profile_given_as_an_argument_gets_a_did_you_mean(cli, argv):
+    r = cli(*argv)
+    assert r.code == 2
+    assert r.err.splitlines() == [f"error: Got unexpected extra argument(s) ({argv[-1]})",
+                                  f"hint: did you mean `--profile {argv[-1]}`?"]
+
+
+def test_a_profile_file_as_an_argument_gets_the_hint_and_other_words_do_not(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rt.json").write_text('{"extends": "rtx5060ti-tp2", "name": "rt"}')
+    assert cli("plan", "rt.json").err.splitlines()[-1] == "hint: did you mean `--profile rt.json`?"
+    other = cli("plan", "nonsense")  # neither a shipped name nor a file: the usual hint
+    assert other.code == 2 and other.err.splitlines()[-1] == "hint: see `escha-deploy plan --help`"
+    # a command without --profile: no profile hint
+    assert cli("profiles", "list", "rtx5060ti-tp2").err.splitlines()[-1] == "hint: see `escha-deploy profiles list --help`"
+
+
+def test_profiles_validate_reads_a_json_file_by_its_bare_name(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rt.json").write_text('{"extends": "rtx5060ti-tp2", "name": "rt"}')
+    r = cli("profiles", "validate", "rt.json")
+    assert (r.code, r.out, r.err) == (0, "ok: rt.json\n", "")
