@@ -14,8 +14,11 @@ class OutputFormat(str, enum.Enum):
     json = "json"
 
 
-#: The profile `plan`, `up` and `compose` use without --profile: the README's reference profile.
-DEFAULT_PROFILE = "rtx5060ti-tp2"
+#: The profile `plan`, `up` and `compose` use without --profile: the reference box served without
+#: a fork's commits (FP8 KV, the GPTQ-Int4 model), so a plain `up` or `compose` can run on the
+#: `Dockerfile.hicache` image. The reference profile itself, `rtx5060ti-tp2`, needs the fork's
+#: `int2-kv` and `w2-weights` capabilities (README.md, "Bring your fork") and is always named.
+DEFAULT_PROFILE = "rtx5060ti-tp2-fp8"
 
 ProfileOpt = Annotated[
     str,

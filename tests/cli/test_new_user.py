@@ -3,6 +3,8 @@ texts' examples and install hints."""
 
 from __future__ import annotations
 
+import re
+
 ILLEGAL = ["[2026-11-29 16:20:01 TP1] Scheduler hit an exception: Traceback (most recent call last):",
            "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"]
 # SGLang 0.5.19's startup line: sglang/srt/entrypoints/engine.py:265 logs server_args.resolved_dict().
@@ -59,10 +61,15 @@ def test_install_hints_name_the_checkout_extras_as_printed(cli):
 def test_plan_up_and_compose_share_the_default_profile(cli):
     from escha_deploy.cli.options import DEFAULT_PROFILE
 
-    assert DEFAULT_PROFILE == "rtx5060ti-tp2"  # the README's reference profile
+    # the reference box served without a fork's commits; the INT2 flagship is always named
+    assert DEFAULT_PROFILE == "rtx5060ti-tp2-fp8"
+    from escha_deploy.profile import load_profile
+
+    assert not {"int2-kv", "w2-weights"} & set(load_profile(DEFAULT_PROFILE).runtime.needs)
     assert cli("compose").out.startswith(f"# Rendered by `escha-deploy compose --profile {DEFAULT_PROFILE}`")
     for verb in ("plan", "up", "compose"):
-        out = " ".join(cli(verb, "--help").out.split())
+        # help wraps at 80 columns, here inside the hyphenated name: join such a break first
+        out = " ".join(re.sub(r"-\n\s+", "-", cli(verb, "--help").out).split())
         assert f"[default: {DEFAULT_PROFILE}]" in out, verb
 
 
