@@ -273,25 +273,28 @@ def down_command(
 
 def compose_command(
     file: FleetFileArg,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the files, one per box: compose.BOX.yaml.")] = Path("."),
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the files, one per box: compose.BOX.yaml (made when missing; its parent must exist).")] = Path("."),
 ) -> None:
     """Render one compose file per box: its server (or its node of a multi-node instance), and
     on the router's box the router. Exit 3 when the fleet plan is unsafe, 2 for a bad file."""
     from ..fleet.compose import render_all
+    from ..paths import check_output, output_folder, write_output
     from .output import info
 
     loaded, fp = _plan_or_refuse(file)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in render_all(loaded, fp).items():
-        path = out / f"compose.{name}.yaml"
-        path.write_text(text)
+    files = {out / f"compose.{name}.yaml": text for name, text in render_all(loaded, fp).items()}
+    output_folder(out, "--out")
+    for path in files:
+        check_output(path, "--out")  # a box's file that is a folder: refused before any is written
+    for path, text in files.items():
+        write_output(path, text, "--out")
         typer.echo(str(path))
     info(f"copy each file to its box and run `docker compose -f FILE up -d` there")
 
 
 def render_k8s_command(
     file: FleetFileArg,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write fleet.k8s.yaml here instead of stdout.")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write fleet.k8s.yaml into this folder (made when missing; its parent must exist) instead of stdout.")] = None,
 ) -> None:
     """Kubernetes manifests: a LeaderWorkerSet per multi-node group, a StatefulSet (file L3) or
     Deployment per replica group, SMG with service discovery and its Role. Exit 3 when the
@@ -303,9 +306,9 @@ def render_k8s_command(
     if out is None:
         typer.echo(text, nl=False)
     else:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "fleet.k8s.yaml").write_text(text)
-        typer.echo(str(out / "fleet.k8s.yaml"))
+        from ..paths import output_folder, write_output
+
+        typer.echo(str(write_output(output_folder(out, "--out") / "fleet.k8s.yaml", text, "--out")))
 
 
 def build_router_command(

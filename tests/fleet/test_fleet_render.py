@@ -167,3 +167,73 @@ def test_compose_files_per_box(tmp_path, capsys):
         r = subprocess.run(["docker-compose", "-f", str(out / f), "config", "-q"], capture_output=True, text=True,
                            timeout=60)
         assert r.returncode == 0, f"{f}: {r.stderr}"
+
+
+def docs_fleet(tmp: Path) -> Path:
+    """docs/scale-out.md's fleet file, in a temp folder with what it names: wsl-a's facts
+    (written by `plan --write-facts`, as the docs say) and the router's key file."""
+    import re
+
+    text = (Path(__file__).parents[2] / "docs" / "scale-out.md").read_text()
+    block = re.search(r"## The fleet file\n\n```yaml\n(.*?)```", text, re.S).group(1)
+    (tmp / "router.key").write_text("k-123\n")
+    cli(["plan", "-p", PROFILE, "--host-ram", "16GiB", "--wsl2", "--write-facts", str(tmp / "wsl-a.json")])
+    path = tmp / "fleet.yaml"
+    path.write_text(block)
+    return path
+
+
+def cli(argv: list[str]) -> int:
+    try:
+        main(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("argv, out, reason", [
+    (["fleet", "compose"], "/proc/nope", "No such file or directory"),
+    (["fleet", "render", "k8s"], "/proc/nope", "No such file or directory"),
+    (["fleet", "compose"], "fleet.yaml", "Not a directory"),  # the fleet file itself
+    (["fleet", "render", "k8s"], "fleet.yaml", "Not a directory"),
+    (["fleet", "compose"], "no/such/dir", "No such file or directory"),
+    (["fleet", "render", "k8s"], "no/such/dir", "No such file or directory"),
+])
+def test_an_out_folder_that_cannot_be_made_is_one_line_exit_2(tmp_path, capsys, monkeypatch, argv, out, reason):
+    """docs/scale-out.md's fleet: --out names a folder; one that is a file, or whose parent is
+    missing or cannot hold one, is refused as `compose -o` refuses: one line naming --out and
+    the path, exit 2, no traceback, nothing created or changed."""
+    path = docs_fleet(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    before = tree(tmp_path)
+    assert cli([*argv, str(path), "--out", out]) == 2
+    got = capsys.readouterr()
+    assert "Traceback" not in got.err and got.out == ""
+    assert got.err.splitlines() == [f"error: --out {out}: cannot write: {reason}"]
+    assert tree(tmp_path) == before and not (tmp_path / "no").exists()
+
+
+def test_a_box_file_that_is_a_folder_is_refused_before_any_is_written(tmp_path, capsys):
+    path = docs_fleet(tmp_path)
+    out = tmp_path / "deploy"
+    (out / "compose.lin-b.yaml").mkdir(parents=True)
+    capsys.readouterr()
+    assert cli(["fleet", "compose", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"error: --out {out / 'compose.lin-b.yaml'}: cannot write: Is a directory"]
+    assert [p.name for p in out.iterdir()] == ["compose.lin-b.yaml"]  # wsl-a's file not written either
+
+
+def test_docs_fleet_renders_into_a_new_folder(tmp_path, capsys):
+    path = docs_fleet(tmp_path)
+    capsys.readouterr()
+    assert cli(["fleet", "compose", str(path), "--out", str(tmp_path / "deploy")]) == 0
+    assert capsys.readouterr().out.split() == [str(tmp_path / "deploy" / f"compose.{b}.yaml") for b in ("wsl-a", "lin-b")]
+    assert set(yaml.safe_load((tmp_path / "deploy" / "compose.lin-b.yaml").read_text())["services"]) == {"sglang", "smg"}
+    assert cli(["fleet", "render", "k8s", str(path), "--out", str(tmp_path / "k8s")]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "k8s" / "fleet.k8s.yaml")
