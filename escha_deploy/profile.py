@@ -600,13 +600,15 @@ def _short_repr(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def load_profile(ref: str, overrides: Sequence[str] = ()) -> Profile:
+def load_profile(ref: str, overrides: Sequence[str] = (), warnings: list[str] | None = None) -> Profile:
     """Load a profile by name or path, resolve ``extends:``, apply ``--set`` overrides,
     validate once.
 
     Raises ``BadInput`` (exit 2) with one line per problem, each naming file:line and the
     dotted key, for malformed YAML, unknown keys, bad units, bare numbers for sizes, values out
-    of range, and unknown profiles (listing the known ones).
+    of range, and unknown profiles (listing the known ones). ``warnings``: when given, one
+    ``file:line: key: message`` line is appended per ``profile_only_warnings`` item (keys that
+    load but do nothing).
     """
     path = resolve_profile_path(ref)
     data, pos = _load_raw(path, ())
@@ -638,6 +640,12 @@ def load_profile(ref: str, overrides: Sequence[str] = ()) -> Profile:
         refusals.append((file, line, f"{where}: {key}{msg}"))
     if refusals:  # SGLang accepts the arguments and stops later: a refusal before start, exit 3
         raise Refused(*[t for _, _, t in sorted(refusals)])
+    if warnings is not None:
+        for loc, msg in profile_only_warnings(profile):
+            file, line = position_of(pos, loc) or (str(path), 0)
+            where = f"{file}:{line}" if line else file
+            key = "" if file == f"--set {'.'.join(loc)}" else f"{'.'.join(loc)}: "
+            warnings.append(f"{where}: {key}{msg}")
     return profile
 
 
@@ -734,6 +742,32 @@ def profile_only_problems(profile: Profile) -> list[tuple[tuple[str, ...], str]]
         out.append((("hicache", "storage_dir"),
                     "the file backend needs a host directory (it must outlive the container)"))
     return out
+
+
+def profile_only_warnings(profile: Profile) -> list[tuple[tuple[str, ...], str]]:
+    """Keys that load but do nothing, as ``(key path, message)``: warnings, not errors, printed
+    by ``profiles validate`` (with file:line) and with every plan (planner/validate.py).
+
+    ``hicache.storage_dir`` and ``hicache.storage_max_size`` configure the file L3 backend
+    only: they become ``SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR`` / ``_MAX_SIZE``, which
+    SGLang's ``HiCacheFile`` reads (``srt/mem_cache/hicache_storage.py``), and ``flags.server_env``
+    sets them only with ``hicache_storage_backend: file``. Without that backend they are
+    ignored, and a user who set them likely expected an L3 tier."""
+    hc = profile.hicache
+    if not hc.enabled or hc.hicache_storage_backend == "file":
+        return []
+    keys = [k for k in ("storage_dir", "storage_max_size") if getattr(hc, k) is not None]
+    if not keys:
+        return []
+    named = " and ".join(keys)
+    verb = "is" if len(keys) == 1 else "are"
+    if hc.hicache_storage_backend is None:
+        msg = (f"no hicache_storage_backend, so L3 is off and {named} {verb} ignored; "
+               "add `hicache_storage_backend: file` to use them as the L3 file store")
+    else:
+        msg = (f"{named} {verb} ignored: {'it configures' if len(keys) == 1 else 'they configure'} the file "
+               f"L3 backend only, and hicache_storage_backend is {hc.hicache_storage_backend}")
+    return [(("hicache", keys[0]), msg)]
 
 
 # --------------------------------------------------------------------------- SGLang's late refusals

@@ -59,3 +59,42 @@ def test_shipped_profiles_pass():
     r = subprocess.run([sys.executable, "-m", "escha_deploy.cli.main", "profiles", "validate"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+# Keys that load but do nothing: a warning (exit 0), never an error.
+L3_OFF = "hicache:\n  storage_dir: /nonexistent/l3\n  storage_max_size: 100GB\n"
+
+
+def test_l3_keys_without_a_backend_warn_in_validate_and_plan(tmp_path, cli):
+    import json
+
+    p = _write(tmp_path, L3_OFF)
+    warnings: list[str] = []
+    load_profile(str(p), warnings=warnings)
+    assert warnings == [f"{p}:4: hicache.storage_dir: no hicache_storage_backend, so L3 is off and storage_dir "
+                        "and storage_max_size are ignored; add `hicache_storage_backend: file` to use them as "
+                        "the L3 file store"]
+    r = cli("profiles", "validate", str(p))
+    assert (r.code, r.out) == (0, f"ok: {p}\n")
+    assert r.err == f"warning: {warnings[0]}\n"
+    plan = cli("plan", "-p", str(p), "--host-ram", "64GiB", "--linux", "-f", "json")
+    assert plan.code == 0, plan.err
+    assert any(w.startswith("hicache.storage_dir: no hicache_storage_backend, so L3 is off")
+               for w in json.loads(plan.out)["warnings"])
+    table = cli("plan", "-p", str(p), "--host-ram", "64GiB", "--linux")
+    assert "warning: hicache.storage_dir: no hicache_storage_backend" in " ".join(table.out.split())
+
+
+def test_l3_keys_with_another_backend_or_with_file_or_hicache_off(tmp_path):
+    warnings: list[str] = []
+    load_profile("rtx5060ti-tp2-fp8", ["hicache.storage_max_size=1GB", "hicache.hicache_storage_backend=mooncake"],
+                 warnings=warnings)
+    assert warnings == ["--set hicache.storage_max_size: storage_max_size is ignored: it configures the file L3 "
+                        "backend only, and hicache_storage_backend is mooncake"]
+    for quiet in (["hicache.hicache_storage_backend=file"], ["hicache.enabled=false"]):
+        warnings = []
+        load_profile(str(_write(tmp_path, L3_OFF)), quiet, warnings=warnings)
+        assert warnings == [], quiet
+    warnings = []
+    load_profile("linux-tp2-l3", warnings=warnings)  # the shipped L3 profile sets the backend
+    assert warnings == []

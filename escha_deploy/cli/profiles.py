@@ -89,16 +89,22 @@ def show_command(
 def validate_command(
     profiles: Annotated[Optional[list[str]], typer.Argument(help="Names or files (default: every shipped profile); a shipped name wins over a file of the same name here: pass ./NAME for the file.")] = None,
 ) -> None:
-    """Validate profiles: one line per error naming file:line and key; exit 2 on any error."""
+    """Validate profiles: one line per error naming file:line and key; exit 2 on any error.
+    Keys that load but do nothing are warnings on stderr (exit 0)."""
     from ..errors import BadInput, EschaError
     from ..profile import list_profiles, load_profile
 
+    from .output import warn
+
     problems: list[str] = []
     for ref in profiles or list_profiles():
+        warnings: list[str] = []
         try:
-            load_profile(ref)
+            load_profile(ref, warnings=warnings)
             typer.echo(f"ok: {ref}")
         except EschaError as exc:
             problems.extend(exc.problems)
+        for line in warnings:  # keys that do nothing: said, but not an error (exit stays 0)
+            warn(line)
     if problems:
         raise BadInput(*problems)

@@ -9,7 +9,7 @@ the profile alone are checked when it loads (``profile.profile_only_problems``).
 from __future__ import annotations
 
 from ..arch import ModelArch
-from ..profile import Profile
+from ..profile import Profile, profile_only_warnings
 from .kv import normalize_kv_dtype
 from .result import Finding
 
@@ -134,4 +134,7 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
                 warn("hicache.storage_max_size", "no cap on the L3 file store: it grows until the disk is full")
         if hc.hicache_size and hc.hicache_ratio != "auto":
             warn("hicache.hicache_ratio", "hicache_size > 0 overrides hicache_ratio (SGLang ignores the ratio)")
+    # keys that load but do nothing (``profiles validate`` prints the same, with file:line)
+    for loc, message in profile_only_warnings(profile):
+        warn(".".join(loc), message)
     return out
