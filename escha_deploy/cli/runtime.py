@@ -135,7 +135,7 @@ def register(app: typer.Typer) -> None:
         wheel: Annotated[Optional[Path], typer.Option(
             "--wheel", help="Inventory this sglang wheel instead of the installed package.")] = None,
         output: Annotated[Optional[Path], typer.Option(
-            "--output", "-o", help="Write the inventory JSON here.")] = None,
+            "--output", "-o", help="Write the inventory JSON here (its folder must exist).")] = None,
         deltas: Annotated[bool, typer.Option(
             "--deltas", help="Show the deltas the series (+ overlays) makes to this base "
             "(computed on a clean copy: needs --wheel, or an unpatched install).")] = False,
@@ -144,10 +144,13 @@ def register(app: typer.Typer) -> None:
         fmt: FormatOpt = OutputFormat.table,
     ) -> None:
         """The base inventory (every file, size, sha256; no __pycache__) and its digest."""
-        from escha_deploy.cli.output import print_json, stdout_console
+        from escha_deploy.cli.output import info, print_json, stdout_console
+        from escha_deploy.paths import check_output, write_output
         from escha_deploy.runtime import inventory as inv
         from escha_deploy.runtime import patching
 
+        if output is not None:
+            check_output(output, "--output")  # before reading the wheel, not after
         if wheel is not None:
             tag, files = inv.scan_wheel(wheel)
             base, version, source = f"wheel:{tag}", inv.wheel_version(wheel), str(wheel)
@@ -175,7 +178,10 @@ def register(app: typer.Typer) -> None:
             data["deltas"] = {rel: (None if e is None else {"size": e[0], "sha256": e[1]})
                               for rel, e in sorted(d.items())}
         if output is not None:
-            inv.write_inventory(output, base, version, files)
+            text, _ = inv.inventory_text(base, version, files)
+            write_output(output, text, "--output")
+            info(f"runtime inventory: wrote the inventory of {base} ({len(files)} files, digest "
+                 f"{data['digest'][:12]}) to {output}")
         if fmt == OutputFormat.json:
             print_json(data)
             return
@@ -204,7 +210,8 @@ def register(app: typer.Typer) -> None:
             help="`git format-patch v0.5.19..BRANCH` output of your SGLang fork, with its "
             "escha-fork.yaml declaration.", show_default=False)],
         output: Annotated[Optional[Path], typer.Option(
-            "--output", "-o", help="Where the build finds it: a folder of the build context. "
+            "--output", "-o", help="Where the build finds it: a folder of the build context "
+            "(made when missing; its parent must exist). "
             "Default: runtime_fork/ of the checkout `escha-deploy build` uses (this folder when "
             "it holds Dockerfile.hicache).")] = None,
         base_wheel: Annotated[Optional[Path], typer.Option(
@@ -215,10 +222,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Import a fork's commits (git format-patch against v0.5.19, SGLang repository
         layout): check them, order them with our series, and copy them for the build."""
-        import shutil
-
         from escha_deploy.cli.output import info, print_json
         from escha_deploy.errors import BadInput
+        from escha_deploy.paths import output_folder, write_output
         from escha_deploy.runtime import inventory as inv
         from escha_deploy.runtime import patching
         from escha_deploy.runtime.fork import DECLARATION, fork_patch_files
@@ -233,6 +239,7 @@ def register(app: typer.Typer) -> None:
                 raise BadInput("--output: no escha-deploy checkout here to copy the import into",
                                hint="run it in the checkout you build from, or pass --output DIR")
             output = ctx / "runtime_fork"
+        output_folder(output, "--output", make=False)  # before the checks, not after
         fi = patching.load_fork(directory)
         deltas = None
         if base_wheel is not None:
@@ -241,13 +248,15 @@ def register(app: typer.Typer) -> None:
             deltas, _ = patching.compute_deltas(
                 fi.order, lambda rel: inv.read_wheel_file(base_wheel, rel))
         if output.resolve() != directory.resolve():
-            output.mkdir(parents=True, exist_ok=True)
-            for old in [*output.glob("*.patch"), output / DECLARATION, output / "series"]:
-                old.unlink(missing_ok=True)
-            for f in fork_patch_files(directory):
-                shutil.copyfile(f, output / f.name)
-            if (directory / DECLARATION).is_file():
-                shutil.copyfile(directory / DECLARATION, output / DECLARATION)
+            output_folder(output, "--output")
+            try:
+                for old in [*output.glob("*.patch"), output / DECLARATION, output / "series"]:
+                    old.unlink(missing_ok=True)
+            except OSError as exc:
+                raise BadInput(f"--output {output}: cannot write: {exc.strerror or exc}") from None
+            for f in [*fork_patch_files(directory), directory / DECLARATION]:
+                if f.is_file():
+                    write_output(output / f.name, f.read_bytes(), "--output")
         by_file = {c.file: c for c in fi.commits}
         data = {
             "directory": str(directory), "output": str(output),

@@ -241,14 +241,22 @@ def digest(files: dict[str, Entry]) -> str:
     return h.hexdigest()
 
 
-def write_inventory(path: Path, base: str, version: str | None, files: dict[str, Entry]) -> str:
-    """Write an inventory JSON (sorted, one file per line for readable diffs); return its digest."""
+def inventory_text(base: str, version: str | None, files: dict[str, Entry]) -> tuple[str, str]:
+    """The inventory JSON (sorted, one file per line for readable diffs) and its digest."""
     d = digest(files)
     lines = ",\n".join(f"  {json.dumps(p)}: [{files[p][0]}, \"{files[p][1]}\"]" for p in sorted(files))
     head = json.dumps({"schema_version": SCHEMA_VERSION, "package": PACKAGE, "version": version,
                        "base": base, "digest": d, "file_count": len(files)})
+    return head[:-1] + ', "files": {\n' + lines + "\n}}\n", d
+
+
+def write_inventory(path: Path, base: str, version: str | None, files: dict[str, Entry]) -> str:
+    """Write an inventory JSON into a state folder (made when missing, as ``runtime apply``
+    records its base there); return its digest. A file the user named goes through
+    ``paths.write_output`` instead."""
+    text, d = inventory_text(base, version, files)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(head[:-1] + ', "files": {\n' + lines + "\n}}\n")
+    path.write_text(text)
     return d
 
 

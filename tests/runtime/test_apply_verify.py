@@ -214,6 +214,40 @@ def test_inventory_of_wheel_and_deltas(sglang_wheel, capsys, tmp_path):
     assert inv.read_inventory(out_file)[0]["digest"] == data["digest"]
 
 
+def test_inventory_output_says_what_it_wrote_where(sglang_wheel, capsys, tmp_path):
+    out_file = tmp_path / "inv.json"
+    assert run("runtime", "inventory", "--wheel", str(sglang_wheel), "-o", str(out_file)) == 0
+    err = capsys.readouterr().err
+    digest = inv.read_inventory(out_file)[0]["digest"]
+    assert err.splitlines() == [f"runtime inventory: wrote the inventory of wheel:cp311-cp311-"
+                                f"manylinux_2_34_x86_64 (4371 files, digest {digest[:12]}) to {out_file}"]
+
+
+@pytest.mark.parametrize("where, reason", [
+    ("{t}/no/such/i.json", "No such file or directory"),
+    ("{t}", "Is a directory"),
+    ("{t}/file/i.json", "Not a directory"),
+    ("/proc/version", None),
+])
+def test_inventory_output_that_cannot_be_written_is_one_line_exit_2(sglang_wheel, capsys, tmp_path,
+                                                                     where, reason):
+    """A missing parent folder is refused, not made (as root it used to create /nonexistent/...),
+    and so is a folder or an unwritable file: one line naming --output and the path, exit 2,
+    before the wheel is read, nothing created."""
+    (tmp_path / "file").write_text("keep\n")
+    path = where.format(t=tmp_path)
+    proc = open("/proc/version").read()
+    assert run("runtime", "inventory", "--wheel", str(sglang_wheel), "-o", path, "--format", "json") == 2
+    got = capsys.readouterr()
+    assert "Traceback" not in got.err and got.out == ""
+    [line] = got.err.splitlines()
+    assert line.startswith(f"error: --output {path}: cannot write: "), line
+    if reason:
+        assert line == f"error: --output {path}: cannot write: {reason}"
+    assert [p.name for p in tmp_path.iterdir()] == ["file"] and (tmp_path / "file").read_text() == "keep\n"
+    assert open("/proc/version").read() == proc
+
+
 def test_wheel_record_hashes_agree(sglang_wheel):
     assert inv.record_check(sglang_wheel) == 4371
 

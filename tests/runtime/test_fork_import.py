@@ -175,6 +175,26 @@ def test_declared_drop_is_accepted_in_one_order(fork, tmp_path, capsys, sglang_w
         [p.name for p in d.glob("*.patch")] + [DECLARATION])
 
 
+@pytest.mark.parametrize("where, reason", [
+    ("no/such/o", "No such file or directory"),
+    ("file", "Not a directory"),
+])
+def test_an_output_folder_that_cannot_be_made_is_one_line_exit_2(fork, tmp_path, capsys, where,
+                                                                 reason):
+    """-o names a folder: made one level deep; a missing parent (not made, as before) or a
+    file is refused first, one line naming --output and the path, exit 2, nothing copied."""
+    _, h = fork
+    d = _dir(fork, tmp_path, "good", _decl(h))
+    (tmp_path / "file").write_text("keep\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    out = tmp_path / where
+    rc, stdout, err = _import(capsys, d, "-o", str(out))
+    assert rc == 2 and stdout == "" and "Traceback" not in err
+    assert err.splitlines() == [f"error: --output {out}: cannot write: {reason}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert (tmp_path / "file").read_text() == "keep\n"
+
+
 def test_fork_first_puts_the_commit_before_our_patch(fork, tmp_path):
     _, h = fork
     d = _dir(fork, tmp_path, "good", _decl(h, "fork-first"))
