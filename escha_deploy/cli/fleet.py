@@ -277,19 +277,23 @@ def compose_command(
 ) -> None:
     """Render one compose file per box: its server (or its node of a multi-node instance), and
     on the router's box the router. Exit 3 when the fleet plan is unsafe, 2 for a bad file."""
-    from ..fleet.compose import render_all
+    from ..fleet.compose import render_box_files
     from ..paths import check_output, output_folder, write_output
     from .output import info
 
     loaded, fp = _plan_or_refuse(file)
-    files = {out / f"compose.{name}.yaml": text for name, text in render_all(loaded, fp).items()}
+    rendered = render_box_files(loaded, fp)
+    files = {out / f"compose.{name}.yaml": text for name, (text, _) in rendered.items()}
     output_folder(out, "--out")
     for path in files:
         check_output(path, "--out")  # a box's file that is a folder: refused before any is written
     for path, text in files.items():
         write_output(path, text, "--out")
         typer.echo(str(path))
-    info(f"copy each file to its box and run `docker compose -f FILE up -d` there")
+    for name, (_, needed) in rendered.items():
+        extra = "".join(f", {n} (from {src})" for n, src in needed.items())
+        info(f"{name}: copy compose.{name}.yaml{extra} into one folder on {name}, then run "
+             f"`docker compose -f compose.{name}.yaml up -d` in that folder")
 
 
 def render_k8s_command(

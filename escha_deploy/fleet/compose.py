@@ -9,6 +9,10 @@
   only (ranks above 0 answer ``/health`` with 200 whatever the model does).
 - The router's box also gets ``smg``: the router image with host networking, the API key as a
   compose secret read by ``smg_launch.py`` (never in the command).
+- Files the rendering machine holds and the box needs (key and token files, a profile given as
+  a path) are named relative to the compose file (``./router.key``): docker compose resolves a
+  relative secret ``file`` or bind ``source`` against the compose file's folder, so the files
+  copied next to it on the box are what runs. ``render_box_files`` says which to copy.
 
 The image is not built by these files: every box runs the image ``escha-deploy build`` made (one
 digest per instance; ``fleet plan`` compares the saved digests).
@@ -16,17 +20,22 @@ digest per instance; ``fleet plan`` compares the saved digests).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ..capabilities import LABEL_PREFIX
+from ..errors import BadInput
 from .model import LoadedFleet
 from .multinode import NodeLaunch, render_nodes
 from .plan import FleetPlan
 from .router import CONTAINER_KEY_PATH, launch_command, router_args, worker_urls
 
 ROUTER_LAUNCHER = "/usr/local/bin/smg_launch.py"
+
+#: The compose secret that holds the router's key (mounted at ``router.CONTAINER_KEY_PATH``).
+ROUTER_SECRET = "escha_router_api_key"
 
 
 def _node_service(node: NodeLaunch, image: str, shm_size: int | None, labels: dict[str, str]) -> dict[str, Any]:
@@ -113,9 +122,10 @@ def render_box(loaded: LoadedFleet, fp: FleetPlan, name: str) -> dict[str, Any]:
             "restart": "unless-stopped",
         }
         if r.api_key_file:
-            key_name = CONTAINER_KEY_PATH.rsplit("/", 1)[-1]
-            secrets[key_name] = {"file": str(loaded.resolve(r.api_key_file))}
-            svc["secrets"] = [{"source": key_name, "target": key_name}]
+            # its own secret name: the replica on this box may mount another key file as
+            # escha_api_key (same target path, another container)
+            secrets[ROUTER_SECRET] = {"file": str(loaded.resolve(r.api_key_file))}
+            svc["secrets"] = [{"source": ROUTER_SECRET, "target": CONTAINER_KEY_PATH.rsplit("/", 1)[-1]}]
         services["smg"] = svc
     doc: dict[str, Any] = {"services": services}
     if secrets:
@@ -123,16 +133,54 @@ def render_box(loaded: LoadedFleet, fp: FleetPlan, name: str) -> dict[str, Any]:
     return doc
 
 
-def header(loaded: LoadedFleet, name: str) -> str:
-    return (f"# Rendered by `escha-deploy fleet compose {loaded.path}` for box {name}; do not edit by hand.\n"
-            f"# Copy it to {name} and run `docker compose up -d` (or Debian's docker-compose 1.29) there.\n")
+def localize(doc: dict[str, Any], box: str) -> dict[str, str]:
+    """Rewrite, in place, every file of the rendering machine that ``doc`` names (secret
+    ``file``s, bind mounts of a profile file) as ``./NAME`` next to the compose file; returns
+    ``{NAME: path here}``, the files to copy next to it. A named file that does not exist on this
+    machine is taken as a path on the box and kept; model and L3 folders are the profile's paths
+    on the box and stay as they are. ``BadInput`` when two different files share a name."""
+    from ..launch.docker import PROFILE_TARGET
+
+    files: dict[str, str] = {}
+
+    def local(src: str) -> str:
+        if not Path(src).is_file():  # not on this machine: a path on the box, kept as written
+            return src
+        name = Path(src).name
+        if files.setdefault(name, src) != src:
+            raise BadInput(f"box {box}: {files[name]} and {src} would both be copied as {name} next to its "
+                           "compose file; rename one of them")
+        return f"./{name}"
+
+    for sec in doc.get("secrets", {}).values():
+        sec["file"] = local(sec["file"])
+    for svc in doc["services"].values():
+        for vol in svc.get("volumes", []):
+            if isinstance(vol, dict) and vol.get("target") == PROFILE_TARGET:
+                vol["source"] = local(vol["source"])
+    return files
 
 
-def render_all(loaded: LoadedFleet, fp: FleetPlan) -> dict[str, str]:
-    """``{box name: compose YAML text}`` for every box that runs something."""
+def header(loaded: LoadedFleet, name: str, files: dict[str, str]) -> str:
+    lines = [f"# Rendered by `escha-deploy fleet compose {loaded.path}` for box {name}; do not edit by hand.",
+             f"# Copy it to a folder on {name}{', with these files next to it:' if files else ''}"]
+    lines += [f"#   {n}  (here: {src})" for n, src in files.items()]
+    lines.append("# and run `docker compose -f THIS_FILE up -d` (or Debian's docker-compose 1.29) there.")
+    return "\n".join(lines) + "\n"
+
+
+def render_box_files(loaded: LoadedFleet, fp: FleetPlan) -> dict[str, tuple[str, dict[str, str]]]:
+    """``{box name: (compose YAML text, {file name: path here})}`` for every box that runs
+    something; the files are the ones to copy next to the compose file on the box."""
     out = {}
     for b in loaded.fleet.boxes:
         doc = render_box(loaded, fp, b.name)
         if doc["services"]:
-            out[b.name] = header(loaded, b.name) + yaml.safe_dump(doc, sort_keys=False, width=100)
+            files = localize(doc, b.name)
+            out[b.name] = (header(loaded, b.name, files) + yaml.safe_dump(doc, sort_keys=False, width=100), files)
     return out
+
+
+def render_all(loaded: LoadedFleet, fp: FleetPlan) -> dict[str, str]:
+    """``{box name: compose YAML text}`` for every box that runs something."""
+    return {b: text for b, (text, _) in render_box_files(loaded, fp).items()}

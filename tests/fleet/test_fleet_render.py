@@ -237,3 +237,86 @@ def test_docs_fleet_renders_into_a_new_folder(tmp_path, capsys):
     assert set(yaml.safe_load((tmp_path / "deploy" / "compose.lin-b.yaml").read_text())["services"]) == {"sglang", "smg"}
     assert cli(["fleet", "render", "k8s", str(path), "--out", str(tmp_path / "k8s")]) == 0
     assert capsys.readouterr().out.strip() == str(tmp_path / "k8s" / "fleet.k8s.yaml")
+
+
+def test_compose_files_work_after_copying_them_to_the_box(tmp_path, capsys):
+    """Each compose file names the files it needs relative to itself (`./router.key`), the CLI
+    says which to copy next to it, and after copying exactly those into another folder (the
+    box), docker compose resolves every secret and the profile file to the copies."""
+    path = write(tmp_path)
+    doc = yaml.safe_load(path.read_text())
+    shutil.copy(Path(__file__).parents[2] / "profiles" / f"{PROFILE}.yaml", tmp_path / "mine.yaml")
+    doc["boxes"][0]["profile"] = "mine.yaml"  # a profile given as a path is mounted from the box too
+    path.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "deploy"
+    main(["fleet", "compose", str(path), "--out", str(out)])
+    err = capsys.readouterr().err
+    lines = {ln.split(":")[0]: ln for ln in err.splitlines() if ": copy compose." in ln}
+    assert lines["r2"].startswith(f"r2: copy compose.r2.yaml, api.key (from {tmp_path / 'api.key'}), router.key "
+                                  f"(from {tmp_path / 'router.key'}) into one folder on r2, then run `docker compose "
+                                  "-f compose.r2.yaml up -d` in that folder")
+    assert "mine.yaml (from" in lines["r1"] and lines["n1"].startswith("n1: copy compose.n1.yaml into")
+    want = {"r1": {"api.key", "mine.yaml"}, "r2": {"router.key", "api.key"}, "n0": set(), "n1": set()}
+    for box, names in want.items():
+        text = (out / f"compose.{box}.yaml").read_text()
+        assert str(tmp_path) not in text.split("\nservices:", 1)[1].replace(f"api_key_file={tmp_path}", ""), box
+        rendered = yaml.safe_load(text)
+        assert {s["file"] for s in rendered.get("secrets", {}).values()} | {
+            v["source"] for s in rendered["services"].values() for v in s.get("volumes", [])
+            if v["source"].startswith("./")} == {f"./{n}" for n in names}, box
+        for n in names:
+            assert f"#   {n}  (here: {tmp_path / n})" in text
+        # the box: a folder elsewhere holding the compose file and the named files only
+        there = tmp_path / "on" / box
+        there.mkdir(parents=True)
+        shutil.copy(out / f"compose.{box}.yaml", there)
+        for n in names:
+            shutil.copy(tmp_path / n, there / n)
+        if shutil.which("docker-compose") is None:
+            continue
+        r = subprocess.run(["docker-compose", "-f", f"compose.{box}.yaml", "config"], cwd=there, capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        resolved = yaml.safe_load(r.stdout)
+        files = {s["file"] for s in resolved.get("secrets", {}).values()}
+        files |= {v["source"] for s in resolved["services"].values() for v in s.get("volumes", [])
+                  if v["source"].endswith("mine.yaml")}
+        assert files == {str(there / n) for n in names}, (box, files)
+    r2 = yaml.safe_load((out / "compose.r2.yaml").read_text())
+    # the router's key and the replica's key are two secrets, both mounted as escha_api_key
+    assert r2["services"]["smg"]["secrets"] == [{"source": "escha_router_api_key", "target": "escha_api_key"}]
+    assert r2["services"]["sglang"]["secrets"] == [{"source": "escha_api_key", "target": "escha_api_key"}]
+
+
+def test_two_files_of_one_name_for_one_box_are_refused(tmp_path):
+    path = write(tmp_path)
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "router.key").write_text("k-123\n")
+    doc = yaml.safe_load(path.read_text())
+    doc["boxes"][1]["set"] = ["container.expose=true", f"container.api_key_file={tmp_path / 'keys' / 'router.key'}"]
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(SystemExit) as info:
+        main(["fleet", "compose", str(path), "--out", str(tmp_path / "out")])
+    assert info.value.code == 2
+
+
+def test_docs_fleet_as_rendered_reaches_every_worker_and_names_box_files(tmp_path, capsys):
+    """docs/scale-out.md's fleet: lin-b's replica is not exposed (published on 127.0.0.1) and
+    the router on lin-b reaches it at 127.0.0.1; wsl-a's key path does not exist here, so it is
+    kept as a path on the box; the router's key exists here and is copied next to the file."""
+    path = docs_fleet(tmp_path)
+    capsys.readouterr()
+    assert cli(["fleet", "plan", str(path)]) == 0
+    assert cli(["fleet", "compose", str(path), "--out", str(tmp_path / "deploy")]) == 0
+    err = capsys.readouterr().err
+    assert f"lin-b: copy compose.lin-b.yaml, router.key (from {tmp_path / 'router.key'}) into one folder" in err
+    assert "wsl-a: copy compose.wsl-a.yaml into one folder on wsl-a" in err
+    lin = yaml.safe_load((tmp_path / "deploy" / "compose.lin-b.yaml").read_text())
+    wsl = yaml.safe_load((tmp_path / "deploy" / "compose.wsl-a.yaml").read_text())
+    cmd = lin["services"]["smg"]["command"]
+    assert cmd[cmd.index("--worker-urls") + 1:cmd.index("--policy")] == [
+        "http://192.168.1.20:30000", "http://127.0.0.1:30000"]
+    assert lin["services"]["sglang"]["ports"] == ["127.0.0.1:30000:30000"]
+    assert wsl["services"]["sglang"]["ports"] == ["0.0.0.0:30000:30000"]
+    assert lin["secrets"] == {"escha_router_api_key": {"file": "./router.key"}}
+    assert wsl["secrets"] == {"escha_api_key": {"file": "/etc/escha/api.key"}}
