@@ -161,10 +161,32 @@ def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_siz
         # check); a capability it lacks is refused by the caller, exit 3, as `serve --print` does
         desc = runtime_here()
         capabilities = frozenset(desc.capabilities) if desc is not None else None
-    g = gather(prof, facts_path=facts_path, platform=platform, host_ram=host_bytes)
+    # the L3 directory is checked here, not in gather: `up` and `serve` refuse before start
+    # with its problem alone, while a plan still shows the budget with that problem as a reason
+    g = gather(prof, facts_path=facts_path, platform=platform, host_ram=host_bytes, check_here=False)
+    l3_refusals = _check_l3_here(prof, g)
     if write_facts:
         _write_facts(g, write_facts)
-    return plan_gathered(prof, g, capabilities=capabilities, ratio=ratio, hicache_size_gb=hicache_size)
+    result = plan_gathered(prof, g, capabilities=capabilities, ratio=ratio, hicache_size_gb=hicache_size)
+    if l3_refusals:
+        # the server would be refused before start (exit 3), as an unsafe plan is
+        reasons = l3_refusals + (result.reasons if result.verdict == "unsafe" else [])
+        result = result.model_copy(update={"verdict": "unsafe", "reasons": reasons})
+    return result
+
+
+def _check_l3_here(prof, g) -> list[str]:
+    """The file L3 directory's refusals (``folders.check_l3_dir``: missing, not writable, short
+    of ``hicache.storage_max_size``) when the plan is of this machine (a live host: not
+    ``--host-ram``, not a facts file), where ``up`` would check it; marks the host as checked
+    so the plan does not say it describes another host. ``[]``: fine, or not this host's to check."""
+    hc = prof.hicache
+    if not hc.storage_backend_is_file or g.host.source != "live":
+        return []
+    from ..folders import check_l3_dir
+
+    g.host = g.host.model_copy(update={"l3_checked": True})
+    return check_l3_dir(hc.storage_dir, hc.storage_max_size)
 
 
 def _write_facts(g, path: str) -> None:
