@@ -7,9 +7,11 @@ matplotlib (the optional ``chart`` extra, imported only when a chart is asked fo
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from escha_deploy.errors import BadInput
+from escha_deploy.paths import write_output
 
 from .models import BenchReport, CachedFigure, CanaryResult, PassResult, ServerRun
 
@@ -113,8 +115,9 @@ def markdown(report: BenchReport) -> str:
 def chart(report: BenchReport, path: Path) -> Path:
     """Write a PNG with three panels (prefill tok/s, decode tok/s, pass wall times).
 
-    Raises ``BadInput`` (exit 2) with ``CHART_INSTALL_HINT`` when matplotlib is missing, and
-    when ``path`` does not end in ``.png``. Returns ``path``.
+    Raises ``BadInput`` (exit 2) with ``CHART_INSTALL_HINT`` when matplotlib is missing, when
+    ``path`` does not end in ``.png``, and when it cannot be written (``paths.write_output``:
+    never half-written). Returns ``path``.
     """
     if path.suffix.lower() != ".png":
         raise BadInput(f"--chart: expected a .png path, got {str(path)!r}")
@@ -157,9 +160,10 @@ def chart(report: BenchReport, path: Path) -> Path:
     ax.legend()
     fig.suptitle(f"escha-deploy bench: {caption(report)}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    return path
+    return write_output(path, buf.getvalue(), "--chart")
 
 
 def canary_lines(result: CanaryResult) -> list[str]:

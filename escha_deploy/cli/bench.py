@@ -203,6 +203,13 @@ def register(app: typer.Typer) -> None:
             problems.append("--profile is only used with --hicache-ab")
         if chart is not None and chart.suffix.lower() != ".png":
             problems.append(f"--chart: expected a .png path, got {str(chart)!r}")
+        elif chart is not None:
+            from escha_deploy.paths import check_output
+
+            try:  # a chart that cannot be written is refused before the run, not after it
+                check_output(chart, "--chart")
+            except BadInput as exc:
+                problems.extend(exc.problems)
         if problems:
             raise BadInput(*problems)
         if chart is not None:

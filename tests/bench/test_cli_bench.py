@@ -101,3 +101,22 @@ def test_failed_request_exits_4(cli, standin):
 def test_canary_bad_input_exits_2(cli):
     res = cli("canary", "-e", "http://127.0.0.1:1", "--prompt-tokens", "10")
     assert res.code == 2 and "--prompt-tokens" in res.err
+
+
+@pytest.mark.parametrize("rel, reason", [
+    ("no/such/b.png", "No such file or directory"),
+    ("file/b.png", "Not a directory"),
+    ("dir.png", "Is a directory"),
+])
+def test_a_chart_that_cannot_be_written_is_refused_before_the_run(cli, standin, tmp_path, rel, reason):
+    """Before this check the chart was written after the whole run, and a missing folder lost it
+    with a traceback; now: one line naming --chart and the path, exit 2, no request sent."""
+    (tmp_path / "file").write_text("keep\n")
+    (tmp_path / "dir.png").mkdir()
+    srv = standin(**POOLS)
+    chart = tmp_path / rel
+    res = cli("bench", "-e", srv.url, *SMALL, "--chart", str(chart))
+    assert res.code == 2 and "Traceback" not in res.err
+    assert res.err.splitlines() == [f"error: --chart {chart}: cannot write: {reason}"]
+    assert srv.state.paths == []  # refused before any request
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "xdg-cache") == ["dir.png", "file"]
