@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
     @app.command("build", rich_help_panel=PANEL_RUNTIME)
     def build_cmd(
         hicache: Annotated[bool, typer.Option(
-            "--hicache/--stock", help="Dockerfile.hicache (our series + overlays) or "
+            "--hicache/--stock", help="Dockerfile.hicache (escha-deploy's patch series + overlays) or "
             "docker/Dockerfile (stock runtime, no patches).")] = True,
         base_image: Annotated[str, typer.Option(
             "--base-image", help="The SGLang 0.5.19 image to build on; pin it by digest "
@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
             = "runtime_overlays",
         fork_dir: Annotated[str, typer.Option(
             "--fork-dir", help="Folder of a fork's commits imported by `escha-deploy runtime "
-            "import`, relative to the context; applied with our series in the order its "
+            "import`, relative to the context; applied with escha-deploy's series in the order its "
             "escha-fork.yaml gives.")] = "runtime_fork",
         fmt: FormatOpt = OutputFormat.table,
     ) -> None:

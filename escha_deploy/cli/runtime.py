@@ -34,7 +34,7 @@ StateDirOpt = Annotated[
 OverlayOpt = Annotated[
     Optional[Path],
     typer.Option("--overlay-dir", envvar="ESCHA_RUNTIME_OVERLAYS",
-                 help="Your own patches, applied after our series (a `series` file, or "
+                 help="Your own patches, applied after escha-deploy's series (a `series` file, or "
                  "*.patch by name). See docs/runtime.md."),
 ]
 
@@ -42,7 +42,7 @@ ForkOpt = Annotated[
     Optional[Path],
     typer.Option("--fork-dir", envvar="ESCHA_RUNTIME_FORK",
                  help="A fork's commits imported by `escha-deploy runtime import` (patches + "
-                 "escha-fork.yaml), applied in the order the declaration gives with our series."),
+                 "escha-fork.yaml), applied in the order the declaration gives with escha-deploy's series."),
 ]
 
 
@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
         fork_dir: ForkOpt = None,
         fmt: FormatOpt = OutputFormat.table,
     ) -> None:
-        """Apply our series (+ a fork's imported commits, + overlays) to the installed sglang,
+        """Apply escha-deploy's patch series (+ a fork's imported commits, + overlays) to the installed sglang,
         verify, write runtime.json."""
         from escha_deploy import __version__
         from escha_deploy.cli.output import info, print_json
@@ -221,7 +221,7 @@ def register(app: typer.Typer) -> None:
         fmt: FormatOpt = OutputFormat.table,
     ) -> None:
         """Import a fork's commits (git format-patch against v0.5.19, SGLang repository
-        layout): check them, order them with our series, and copy them for the build."""
+        layout): check them, order them with escha-deploy's series, and copy them for the build."""
         from escha_deploy.cli.output import info, print_json
         from escha_deploy.errors import BadInput
         from escha_deploy.paths import output_folder, write_output
@@ -285,7 +285,7 @@ def register(app: typer.Typer) -> None:
             t.add_column(col, overflow="fold")
         for n, row in enumerate(data["order"], 1):
             t.add_row(str(n), f"{row['name']}\n{row['subject'] or ''}",
-                      (row["commit"] or "our series")[:12], ", ".join(row["capabilities"]),
+                      (row["commit"] or "escha-deploy")[:12], ", ".join(row["capabilities"]),
                       ", ".join(row["left_out"]))
         stdout_console().print(t)
         for line in fi.dropped:

@@ -27,8 +27,8 @@ DOCKERFILE = "Dockerfile.hicache"
 
 def _header(profile: str) -> str:
     return (
-        f"# Rendered by `escha-deploy compose --profile {profile}`; do not edit by hand\n"
-        "# (tests check that this file equals a fresh render).\n"
+        f"# Rendered by `escha-deploy compose --profile {profile}`; do not edit by hand:\n"
+        "# change the profile (or --set) and render again.\n"
         "#\n"
         "# docker compose up -d   # (or Debian's docker-compose 1.29) builds Dockerfile.hicache and\n"
         "# runs `escha-deploy serve`, which plans against what the container sees and starts SGLang.\n"

@@ -143,7 +143,7 @@ def require_capabilities(have: list[str] | None, needed: list[str] | tuple[str, 
         from escha_deploy.capabilities import CAPABILITIES
 
         overlays = [c for c in missing if c in CAPABILITIES and CAPABILITIES[c].source == "overlay"]
-        hint = "build the image with our series: `escha-deploy build --hicache` (docs/runtime.md)"
+        hint = "build the image with escha-deploy's patch series: `escha-deploy build --hicache` (docs/runtime.md)"
         if overlays:
             hint += (f", with your fork's commits for {', '.join(overlays)} imported "
                      "(`escha-deploy runtime import`) and declared in escha-fork.yaml, or overlay "
