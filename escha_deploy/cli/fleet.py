@@ -166,26 +166,10 @@ def up_command(
     loaded, fp = _plan_or_refuse(file)
     if box is not None and dry_run:
         from ..fleet.box import box_profile
-        from ..launch.prepare import prepare
-        from .output import print_json
+        from .up import print_dry_run
 
         ref, sets = box_profile(loaded, fp, box)
-        from ..launch.up import spec_path
-        from ..launch_spec import container_name
-        from ..profile import load_profile
-
-        prof = load_profile(ref, sets)
-        data = prepare(ref, sets, client=None, need_image=False, profile=prof,
-                       spec_file=str(spec_path(container_name(prof.name)))).dry_run()
-        if fmt is OutputFormat.json:
-            print_json(data)
-        else:
-            import shlex
-
-            import yaml
-
-            typer.echo(yaml.safe_dump(data["container"], sort_keys=False).rstrip())
-            typer.echo(shlex.join(data["argv"]))
+        print_dry_run(ref, sets, None, fmt)
         return
     if box is not None:
         from ..fleet.box import up_box

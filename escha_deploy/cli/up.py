@@ -51,49 +51,14 @@ def register(app: typer.Typer) -> None:
         timeout, then SIGKILL) and keeps it, stopped, for `escha-deploy logs`; exit 130 (143).
         A second `up` of the same profile meanwhile exits 3; `down` meanwhile wins (exit 4).
         """
-        from escha_deploy.launch.prepare import prepare, read_secret
+        from escha_deploy.launch.prepare import read_secret
         from escha_deploy.launch.up import up as start
 
         from .output import info, print_json, report
 
         overrides = list(set_ or [])
         if dry_run:
-            # The image's capabilities when the daemon answers (else the plan assumes the image
-            # provides the profile's needs, as one built for it does); nothing is created.
-            from escha_deploy.errors import Refused
-            from escha_deploy.launch import docker as dk
-            from escha_deploy.launch_spec import container_name
-            from escha_deploy.launch.up import spec_path
-            from escha_deploy.profile import load_profile
-
-            try:
-                client = dk.connect(timeout_s=3)
-            except Refused:
-                client = None
-            prof = load_profile(profile, overrides)
-            prep = prepare(profile, overrides, client=client, need_image=False, profile=prof, facts_path=facts,
-                           spec_file=str(spec_path(container_name(prof.name))))
-            data = prep.dry_run()
-            if format is OutputFormat.json:
-                print_json(data)
-            else:
-                import shlex
-
-                import yaml
-
-                for w in data["warnings"]:
-                    info(f"warning: {w}")
-                typer.echo("# facts the plan used, and where each came from")
-                for f in data["facts"]:
-                    typer.echo(f"#   {f['fact']}: {f['value']}  [{f['source']}]")
-                typer.echo(f"# verdict {data['verdict']}, plan digest {data['plan_digest']}")
-                for r in data["reasons"]:
-                    typer.echo(f"#   - {r}")
-                typer.echo("# container (docker-py containers.create arguments)")
-                typer.echo(yaml.safe_dump(data["container"], sort_keys=False).rstrip())
-                typer.echo("# server argv (inside the container, run by `escha-deploy serve --spec`)")
-                typer.echo(shlex.join(data["argv"]))
-            prep.refuse()
+            print_dry_run(profile, overrides, facts, format)
             return
         res = start(profile, overrides, timeout_s=timeout, build=build, report=report, facts_path=facts)
         if format is OutputFormat.json:
@@ -125,3 +90,50 @@ def register(app: typer.Typer) -> None:
             finally:
                 stopped = manage.down(res.profile)
                 info("up: " + (", ".join(stopped) + " stopped and removed" if stopped else "nothing left running"))
+
+
+def print_dry_run(profile: str, overrides: list[str], facts: str | None, fmt: OutputFormat) -> None:
+    """``up --dry-run``'s output for ``profile`` with ``overrides`` (``--set`` items) and an
+    optional facts file: the facts the plan used and their sources, the verdict and reasons,
+    warnings, the docker-py create arguments and the server argv (or the same as JSON); then
+    ``Refused`` (exit 3) when ``up`` would refuse. Nothing is created. ``fleet up --box NAME
+    --dry-run`` calls this too, with the box's profile and ``set``."""
+    from escha_deploy.errors import Refused
+    from escha_deploy.launch import docker as dk
+    from escha_deploy.launch.prepare import prepare
+    from escha_deploy.launch.up import spec_path
+    from escha_deploy.launch_spec import container_name
+    from escha_deploy.profile import load_profile
+
+    from .output import info, print_json
+
+    # The image's capabilities when the daemon answers (else the plan assumes the image
+    # provides the profile's needs, as one built for it does); nothing is created.
+    try:
+        client = dk.connect(timeout_s=3)
+    except Refused:
+        client = None
+    prof = load_profile(profile, overrides)
+    prep = prepare(profile, overrides, client=client, need_image=False, profile=prof, facts_path=facts,
+                   spec_file=str(spec_path(container_name(prof.name))))
+    data = prep.dry_run()
+    if fmt is OutputFormat.json:
+        print_json(data)
+    else:
+        import shlex
+
+        import yaml
+
+        for w in data["warnings"]:
+            info(f"warning: {w}")
+        typer.echo("# facts the plan used, and where each came from")
+        for f in data["facts"]:
+            typer.echo(f"#   {f['fact']}: {f['value']}  [{f['source']}]")
+        typer.echo(f"# verdict {data['verdict']}, plan digest {data['plan_digest']}")
+        for r in data["reasons"]:
+            typer.echo(f"#   - {r}")
+        typer.echo("# container (docker-py containers.create arguments)")
+        typer.echo(yaml.safe_dump(data["container"], sort_keys=False).rstrip())
+        typer.echo("# server argv (inside the container, run by `escha-deploy serve --spec`)")
+        typer.echo(shlex.join(data["argv"]))
+    prep.refuse()

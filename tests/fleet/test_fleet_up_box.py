@@ -74,3 +74,32 @@ def test_up_needs_exactly_one_target(tmp_path, capsys):
     assert run(capsys, "fleet", "up", path)[0] == 2
     code, err = run(capsys, "fleet", "up", path, "--box", "zz")
     assert code == 2 and "unknown box 'zz'" in err
+
+
+@pytest.mark.parametrize("extra_set, code", [([], 0), (["hicache.hicache_ratio=100"], 3)])
+def test_dry_run_prints_what_ups_dry_run_prints(tmp_path, capsys, extra_set, code):
+    """The table form too: the facts header with each fact's source, the verdict and its
+    reasons, the warnings, the container and the argv, byte for byte as `up --dry-run` prints
+    them for the box's profile and `set`; and the same exit (3 when up would refuse)."""
+    path = fleet(tmp_path)
+    if extra_set:
+        doc = yaml.safe_load(open(path))
+        doc["boxes"][0]["set"] += extra_set
+        doc["boxes"][0]["host_ram"] = "4096GiB"  # the fleet plan of the described box stays ok
+        open(path, "w").write(yaml.safe_dump(doc))
+    sets = [x for s in [f"container.image={MISSING}", "container.port=31234", *extra_set] for x in ("--set", s)]
+    up_out: list = []
+    code_up, err_up = run(capsys, "up", "--profile", PROFILE, *sets, "--dry-run", out=up_out)
+    box_out: list = []
+    code_box, err_box = run(capsys, "fleet", "up", path, "--box", "r1", "--dry-run", out=box_out)
+    assert code_up == code_box == code
+    # MemAvailable is measured by each run (the refusal quotes it): numbers are compared as N
+    import re
+
+    n = lambda t: re.sub(r"\d[\d,.]*", "N", t)  # noqa: E731
+    assert n(box_out[0]) == n(up_out[0])
+    assert n(err_box) == n(err_up)
+    text = box_out[0]
+    assert text.startswith("# facts the plan used, and where each came from\n")
+    assert "# verdict " in text and "MemTotal" in text and "# server argv" in text
+    assert "warning: " in err_box
