@@ -152,17 +152,22 @@ def output_folder(path: str | Path, option: str, *, make: bool = True) -> Path:
     --out DIR``): made when missing, as ``mkdir`` without ``-p`` (its parent must exist).
     Raises ``BadInput`` (exit 2), one line naming ``option`` and the path, when it is a file
     (``--out fleet.yaml: cannot write: Not a directory``) or cannot be made. ``make=False``
-    only checks, before a command's work, that it could be made. Returns the path."""
+    only checks, before a command's work, that it could be made and written in (``EACCES``
+    when this user may not, by ``os.access``). Returns the path."""
     import errno
 
     p = Path(path)
     if p.is_dir():
+        if not make and not os.access(p, os.W_OK | os.X_OK):
+            raise _cannot_write(option, path, errno.EACCES)
         return p
     if p.exists():
         raise _cannot_write(option, path, errno.ENOTDIR)
     if not make:
         if not p.parent.is_dir():
             raise _cannot_write(option, path, errno.ENOTDIR if p.parent.exists() else errno.ENOENT)
+        if not os.access(p.parent, os.W_OK | os.X_OK):
+            raise _cannot_write(option, path, errno.EACCES)
         return p
     try:
         p.mkdir()

@@ -78,12 +78,16 @@ def register(app: typer.Typer) -> None:
         verify, write runtime.json."""
         from escha_deploy import __version__
         from escha_deploy.cli.output import info, print_json
+        from escha_deploy.paths import output_folder
         from escha_deploy.runtime import inventory as inv
         from escha_deploy.runtime import patching
         from escha_deploy.runtime.description import write_description
 
-        located = inv.locate(sglang_dir, python)
         sd = _state_dir(state_dir)
+        # the state is written before the package is patched: refuse a folder that cannot be
+        # made or written in here, not halfway (its parent must exist, as for other outputs)
+        output_folder(sd, "--state-dir", make=False)
+        located = inv.locate(sglang_dir, python)
         info(f"sglang {located.version} at {located.package_dir} (Python {located.python})")
         result = patching.apply(located, sd, overlay_dir, base_ref, expect_capabilities,
                                 expect_series, __version__, fork_dir=fork_dir)

@@ -124,6 +124,26 @@ def test_unpatched_tree_fails_verify(site, tmp_path, capsys):
     assert "no base inventory" not in capsys.readouterr().err  # the wheel's is committed
 
 
+@pytest.mark.parametrize("where, reason", [
+    ("no/such/state", "No such file or directory"),
+    ("file", "Not a directory"),
+])
+def test_a_state_dir_that_cannot_be_made_is_refused_before_anything_is_written(
+        site, tmp_path, capsys, where, reason):
+    """It used to end in a traceback (or, for a missing parent, make the whole path); now one
+    line naming --state-dir, exit 2, the package untouched (the site fixture checks that the
+    pristine tree is unchanged) and no state written."""
+    pkg = site / "sglang"
+    (tmp_path / "file").write_text("keep\n")
+    state = tmp_path / where
+    before = inv.scan(pkg)
+    assert run("runtime", "apply", "--sglang-dir", str(pkg), "--state-dir", str(state)) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"error: --state-dir {state}: cannot write: {reason}"]
+    assert inv.compare(inv.scan(pkg), before).ok
+    assert not (tmp_path / "no").exists() and (tmp_path / "file").read_text() == "keep\n"
+
+
 def test_reject_writes_nothing(site, tmp_path, capsys):
     pkg = site / "sglang"
     target = pkg / "srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py"
