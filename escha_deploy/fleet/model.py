@@ -27,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, PrivateAttr, ValidationError
 
 from ..errors import BadInput
 from ..profile import EschaModel, Size, _format_errors
@@ -209,6 +209,16 @@ class LoadedFleet(EschaModel):
 
     fleet: Fleet
     path: str
+    _profiles: dict = PrivateAttr(default_factory=dict)
+
+    def profile(self, box: Box):
+        """The box's validated profile with its ``set`` overrides (``profile.Profile``), as
+        ``load_fleet`` loaded it (loaded now when this fleet was built otherwise)."""
+        if box.name not in self._profiles:
+            from ..profile import load_profile
+
+            self._profiles[box.name] = load_profile(self.profile_ref(box), box.set)
+        return self._profiles[box.name]
 
     def resolve(self, ref: str) -> Path:
         """A path written in the fleet file, made absolute against the file's folder."""
@@ -217,9 +227,16 @@ class LoadedFleet(EschaModel):
 
     def profile_ref(self, box: Box) -> str:
         """The box's profile as ``load_profile`` takes it: a shipped name, or a resolved path."""
-        if box.profile.endswith((".yaml", ".yml")) or "/" in box.profile:
-            return str(self.resolve(box.profile))
-        return box.profile
+        return _profile_ref(box.profile, Path(self.path).parent)
+
+
+def _profile_ref(ref: str, base: Path) -> str:
+    """A box's ``profile`` as ``load_profile`` takes it: a shipped name, or a path resolved
+    against the fleet file's folder ``base``."""
+    if ref.endswith((".yaml", ".yml")) or "/" in ref:
+        p = Path(ref).expanduser()
+        return str(p if p.is_absolute() else base / p)
+    return ref
 
 
 def _line(pos: Positions, origin: str, loc: tuple, message: str) -> tuple[int, str]:
@@ -283,23 +300,62 @@ def _cross_check(fleet: Fleet, pos: Positions, origin: str, base: Path) -> list[
     return out
 
 
+def _profile_problems(data: dict, pos: Positions, origin: str, base: Path) -> tuple[list[tuple[int, str]], dict]:
+    """Load every box's profile with its ``set`` from the raw file data, whatever else is wrong
+    with the file, so a bad profile is reported with the other problems. Returns the problems
+    (``file:line: boxes.N.profile: ...``, or ``boxes.N.set.M`` for a bad override) and
+    ``{box name: Profile}`` of the boxes that loaded."""
+    from ..profile import load_profile
+
+    out: list[tuple[int, str]] = []
+    loaded: dict = {}
+    boxes = data.get("boxes")
+    for i, b in enumerate(boxes if isinstance(boxes, list) else []):
+        if not isinstance(b, dict) or not isinstance(b.get("profile"), str):
+            continue
+        sets = b.get("set") or []
+        sets = sets if isinstance(sets, list) and all(isinstance(x, str) for x in sets) else []
+        try:
+            prof = load_profile(_profile_ref(b["profile"], base), sets)
+        except BadInput as exc:
+            for problem in exc.problems:
+                loc: tuple = ("boxes", i, "profile")
+                if problem.startswith("--set "):
+                    key = problem[len("--set "):].split(":", 1)[0]
+                    j = next((j for j, x in enumerate(sets) if x.split("=", 1)[0].strip() == key), None)
+                    loc = ("boxes", i, "set", j) if j is not None else ("boxes", i, "set")
+                out.append(_line(pos, origin, loc, problem))
+            continue
+        if isinstance(b.get("name"), str):
+            loaded[b["name"]] = prof
+    return out, loaded
+
+
 def load_fleet(path: str | Path) -> LoadedFleet:
     """Read and validate a fleet file.
 
-    Raises ``BadInput`` (exit 2) with one line per problem, each naming file:line and the
-    dotted key: malformed YAML, unknown keys (with a did-you-mean), values out of range,
-    duplicate names, unknown box references, a facts file that does not exist.
+    Raises ``BadInput`` (exit 2) with one line per problem, all of them, each naming file:line
+    and the dotted key: malformed YAML, unknown keys (with a did-you-mean), values out of range,
+    a box's profile that does not load (unknown name, bad profile file, bad ``set`` item),
+    duplicate names, unknown box references, a facts file that does not exist. The references
+    between sections are checked once every field is valid.
     """
     p = Path(path)
     data, pos = load_yaml_with_positions(p)
     origin = str(p)
     if not isinstance(data, dict):
         raise BadInput(f"{origin}:1: a fleet file is a mapping of keys, not {type(data).__name__}")
+    base = p.resolve().parent
+    problems, profiles = _profile_problems(data, pos, origin, base)
     try:
         fleet = Fleet.model_validate(data)
     except ValidationError as exc:
-        raise BadInput(*[t for _, t in _format_errors(exc, pos, origin, root=Fleet)]) from None
-    problems = sorted(_cross_check(fleet, pos, origin, p.resolve().parent))
+        problems += _format_errors(exc, pos, origin, root=Fleet)
+        fleet = None
+    if fleet is not None:
+        problems += _cross_check(fleet, pos, origin, base)
     if problems:
-        raise BadInput(*[t for _, t in problems])
-    return LoadedFleet(fleet=fleet, path=str(p.resolve()))
+        raise BadInput(*[t for _, t in sorted(problems, key=lambda lt: lt[0])])
+    out = LoadedFleet(fleet=fleet, path=str(p.resolve()))
+    out._profiles.update(profiles)
+    return out

@@ -155,10 +155,9 @@ def plan_box(loaded: LoadedFleet, box: Box) -> tuple[Plan, BoxFacts | None, "Pro
     from ..cli.plan import check_rendered_argv
     from ..host import gather_plan_inputs
     from ..planner import plan
-    from ..profile import load_profile
 
     try:
-        prof = load_profile(loaded.profile_ref(box), box.set)
+        prof = loaded.profile(box)
         facts = read_box_facts(loaded.resolve(box.facts)) if box.facts else None
         if facts is not None:
             host, model_dir = gather_plan_inputs(prof, platform=facts.platform, host_ram=facts.mem_total_bytes)

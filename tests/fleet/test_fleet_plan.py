@@ -196,7 +196,45 @@ def test_bad_fleet_file_exits_2_one_line_per_problem(tmp_path, capsys):
                                                             , "host_ram": "8GiB"}]})
     code, out, err = run_cli(capsys, "fleet", "plan", str(path))
     assert code == 2 and out == ""
-    assert err.splitlines()[0].startswith("error: box a: unknown profile 'no-such'")
+    assert err.splitlines()[0].startswith(f"error: {path}:5: boxes.0.profile: unknown profile 'no-such'")
+
+
+def test_every_problem_of_a_fleet_file_is_reported_with_its_line(tmp_path, capsys):
+    """A typo'd key and an unknown profile in one box, a bad `set` item and a bad value in
+    another, a bad profile file in a third: each is one line naming file:line and the key, all
+    of them (the profile ones used to wait until the file was otherwise valid), exit 2."""
+    (tmp_path / "mine.yaml").write_text("extends: rtx5060ti-tp2-fp8\nhicache:\n  hicache_ratoi: 2\n")
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        "name: lab\n"
+        "boxes:\n"
+        "  - name: a\n"
+        "    address: 10.0.0.1\n"
+        "    profile: rtx5060ti-tp2-fp9\n"
+        "    host_rma: 64GiB\n"
+        "  - name: b\n"
+        "    address: 10.0.0.2\n"
+        f"    profile: {PROFILE}\n"
+        "    host_ram: 64GiB\n"
+        "    set:\n"
+        "      - container.expose=true\n"
+        "      - container.prot=31000\n"
+        "    platform: macos\n"
+        "  - name: c\n"
+        "    address: 10.0.0.3\n"
+        "    profile: mine.yaml\n"
+        "    host_ram: 64GiB\n")
+    code, out, err = run_cli(capsys, "fleet", "plan", str(path))
+    assert code == 2 and out == ""
+    lines = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+    assert len(lines) == 5, err
+    want = [(5, "boxes.0.profile: unknown profile 'rtx5060ti-tp2-fp9'"),
+            (6, "boxes.0.host_rma: unknown key (did you mean host_ram?)"),
+            (13, "boxes.1.set.1: --set container.prot: unknown key"),
+            (14, "boxes.1.platform: "),
+            (17, f"boxes.2.profile: {tmp_path / 'mine.yaml'}:3: hicache.hicache_ratoi: unknown key")]
+    for line, (n, text) in zip(lines, want):
+        assert line.startswith(f"error: {path}:{n}: {text}"), (line, n, text)
 
 
 def test_a_doctor_report_and_a_facts_file_plan_alike_in_plan_and_fleet(tmp_path, capsys):
