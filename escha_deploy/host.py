@@ -72,6 +72,10 @@ class HostFacts(BaseModel):
     gpus: GpuInventory | None = Field(
         default=None, description="the GPUs as NVML reports them (brand, PCI ids, P2P status, topology); "
         "None: not read (a described host, or no NVML here)")
+    origin: str | None = Field(
+        default=None, exclude=True,
+        description="where a described or saved host's numbers were written, when not the command line: "
+        "e.g. `fleet.yaml:12 boxes.lin-b.host_ram`; named in memory_base's source (not serialized)")
 
     @property
     def memory_base_bytes(self) -> int:
@@ -83,7 +87,7 @@ class HostFacts(BaseModel):
         limit when that is lower. ``source`` names the numbers and the files they came from;
         ``kind`` is ``ram`` or ``cgroup``."""
         ram = max(self.mem_total_bytes - self.hugetlb_bytes, 0)
-        where = {"live": "/proc/meminfo", "facts": "facts file"}.get(self.source, "--host-ram")
+        where = self.origin or {"live": "/proc/meminfo", "facts": "facts file"}.get(self.source, "--host-ram")
         ram_src = f"MemTotal {fmt_gib(self.mem_total_bytes)} ({where})"
         if self.hugetlb_bytes:
             ram_src = (f"MemTotal {fmt_gib(self.mem_total_bytes)} - {fmt_gib(self.hugetlb_bytes)} of huge pages "
@@ -91,8 +95,8 @@ class HostFacts(BaseModel):
         if self.cgroup_limit_bytes is not None and self.cgroup_limit_bytes < ram:
             # the figure always, and where it came from: the cgroup file read, or the facts file's
             # host.cgroup_limit_bytes (a described limit has no file)
-            origin = self.cgroup_limit_file or {"facts": "facts file host.cgroup_limit_bytes",
-                                                "live": "the server's cgroup"}.get(self.source, self.source)
+            origin = self.cgroup_limit_file or self.origin or {
+                "facts": "facts file host.cgroup_limit_bytes", "live": "the server's cgroup"}.get(self.source, self.source)
             src = f"cgroup memory limit {fmt_gib(self.cgroup_limit_bytes)} ({origin})"
             return self.cgroup_limit_bytes, src, "cgroup"
         return ram, ram_src, "ram"

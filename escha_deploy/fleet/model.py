@@ -210,6 +210,14 @@ class LoadedFleet(EschaModel):
     fleet: Fleet
     path: str
     _profiles: dict = PrivateAttr(default_factory=dict)
+    _positions: dict = PrivateAttr(default_factory=dict)
+
+    def where(self, box: Box, key: str) -> str:
+        """Where the fleet file sets ``key`` of box ``box``: ``FILE:LINE boxes.NAME.KEY`` (the
+        line when known), for messages that name a number's source."""
+        i = next((i for i, b in enumerate(self.fleet.boxes) if b.name == box.name), None)
+        at = position_of(self._positions, ("boxes", i, key)) if i is not None else None
+        return f"{at[0]}:{at[1]} boxes.{box.name}.{key}" if at else f"{self.path} boxes.{box.name}.{key}"
 
     def profile(self, box: Box):
         """The box's validated profile with its ``set`` overrides (``profile.Profile``), as
@@ -358,4 +366,5 @@ def load_fleet(path: str | Path) -> LoadedFleet:
         raise BadInput(*[t for _, t in sorted(problems, key=lambda lt: lt[0])])
     out = LoadedFleet(fleet=fleet, path=str(p.resolve()))
     out._profiles.update(profiles)
+    out._positions.update(pos)
     return out

@@ -161,9 +161,10 @@ def plan_box(loaded: LoadedFleet, box: Box) -> tuple[Plan, BoxFacts | None, "Pro
         facts = read_box_facts(loaded.resolve(box.facts)) if box.facts else None
         if facts is not None:
             host, model_dir = gather_plan_inputs(prof, platform=facts.platform, host_ram=facts.mem_total_bytes)
-            host = saved_host(facts, host)
+            host = saved_host(facts, host).model_copy(update={"origin": f"saved facts {facts.file}"})
         else:
             host, model_dir = gather_plan_inputs(prof, platform=box.platform or "linux", host_ram=box.host_ram)
+            host = host.model_copy(update={"origin": loaded.where(box, "host_ram")})
         result = plan(prof, host, model_dir=model_dir)
         result = result.model_copy(update={"argv_check": check_rendered_argv(result, prof)})
     except BadInput as exc:

@@ -308,3 +308,24 @@ def test_router_error_is_one_line_without_httpx_hint():
     text = http_error_text(exc.value)
     assert text.startswith("HTTPStatusError: Client error '401 Unauthorized' for url ")
     assert "\n" not in text and "developer.mozilla.org" not in text
+
+
+def test_a_boxs_memory_is_named_by_where_the_fleet_file_gives_it(tmp_path, capsys):
+    """A box's `host_ram` is the fleet file's, not a --host-ram flag nobody passed: the plan
+    names it as FILE:LINE boxes.NAME.host_ram (in the refusal, the reasons and the JSON); a
+    saved report is named by its file."""
+    fleet_file = write_fleet(tmp_path, {"name": "lab", "boxes": [
+        {"name": "ok-box", "address": "10.0.0.1", "profile": PROFILE, "host_ram": "64GiB"},
+        {"name": "tiny", "address": "10.0.0.2", "profile": PROFILE, "host_ram": "8GiB", "platform": "wsl2",
+         "set": ["hicache.hicache_ratio=4"]}]})
+    code, out, err = run_cli(capsys, "fleet", "plan", str(fleet_file), "--format", "json")
+    assert code == 3 and "--host-ram" not in out + err
+    line = next(i for i, t in enumerate(fleet_file.read_text().splitlines(), 1) if "8GiB" in t)
+    src = f"MemTotal 8.00 GiB ({fleet_file}:{line} boxes.tiny.host_ram)"
+    refusal = [ln for ln in err.splitlines() if ln.startswith("refused: box tiny: plan is unsafe")]
+    assert len(refusal) == 1 and src in refusal[0], err
+    fp = json.loads(out)
+    assert any(src in r for r in fp["boxes"][1]["reasons"])
+    saved = plan_fleet(load_fleet(three_boxes(tmp_path)))
+    reasons = " ".join(saved.box_plan("lin-b").reasons)
+    assert f"(saved facts {tmp_path / 'lin-b.json'})" in reasons and "--host-ram" not in reasons, reasons
