@@ -244,7 +244,9 @@ def step_device_budget(c: _Ctx) -> None:
     elif room < reserved:
         c.warnings.append(
             f"device: mem_fraction_static {mfs} leaves {fmt_gb(room)} per GPU for activations and CUDA "
-            f"graphs; SGLang's own estimate is {fmt_gb(reserved)} (its default fraction would be {default})")
+            f"graphs; SGLang's own estimate is {fmt_gb(reserved)} (its default fraction would be {default}). "
+            f"Above SGLang's {fmt_gb(floor)} floor, so not refused; if a long prefill runs out of memory, "
+            "lower runtime.mem_fraction_static (docs/planner.md, \"Device headroom\")")
 
 
 #: Upper end of the ``max_safe_ratio`` search: a bound, not a policy (no host pool is that big).
