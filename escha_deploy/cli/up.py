@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
 
         overrides = list(set_ or [])
         if dry_run:
-            print_dry_run(profile, overrides, facts, format)
+            print_dry_run(profile, overrides, facts, format, build=build)
             return
         res = start(profile, overrides, timeout_s=timeout, build=build, report=report, facts_path=facts)
         if format is OutputFormat.json:
@@ -92,31 +92,25 @@ def register(app: typer.Typer) -> None:
                 info("up: " + (", ".join(stopped) + " stopped and removed" if stopped else "nothing left running"))
 
 
-def print_dry_run(profile: str, overrides: list[str], facts: str | None, fmt: OutputFormat) -> None:
+def print_dry_run(profile: str, overrides: list[str], facts: str | None, fmt: OutputFormat, *,
+                  build: bool = False) -> None:
     """``up --dry-run``'s output for ``profile`` with ``overrides`` (``--set`` items) and an
     optional facts file: the facts the plan used and their sources, the verdict and reasons,
-    warnings, the docker-py create arguments and the server argv (or the same as JSON); then
-    ``Refused`` (exit 3) when ``up`` would refuse. Nothing is created. ``fleet up --box NAME
-    --dry-run`` calls this too, with the box's profile and ``set``."""
-    from escha_deploy.errors import Refused
-    from escha_deploy.launch import docker as dk
-    from escha_deploy.launch.prepare import prepare
-    from escha_deploy.launch.up import spec_path
-    from escha_deploy.launch_spec import container_name
-    from escha_deploy.profile import load_profile
+    warnings, the docker-py create arguments, the server argv and `up`'s preflight checks (or
+    the same as JSON); then the error `up` would raise (exit 3 refused, 2 bad input) with every
+    failed check. ``launch.up.dry_run`` runs the checks: nothing is created, no spec file
+    written, nothing built (``build``: an absent image is not refused, `up --build` builds it).
+    ``fleet up --box NAME --dry-run`` calls this too, with the box's profile and ``set``."""
+    from escha_deploy.launch.up import dry_run
 
     from .output import info, print_json
 
-    # The image's capabilities when the daemon answers (else the plan assumes the image
-    # provides the profile's needs, as one built for it does); nothing is created.
-    try:
-        client = dk.connect(timeout_s=3)
-    except Refused:
-        client = None
-    prof = load_profile(profile, overrides)
-    prep = prepare(profile, overrides, client=client, need_image=False, profile=prof, facts_path=facts,
-                   spec_file=str(spec_path(container_name(prof.name))))
-    data = prep.dry_run()
+    dry = dry_run(profile, overrides, build=build, facts_path=facts)
+    err = dry.error()
+    if dry.prep is None:  # bad input, or a refused folder: no plan to show
+        assert err is not None
+        raise err
+    data = dry.data()
     if fmt is OutputFormat.json:
         print_json(data)
     else:
@@ -136,4 +130,11 @@ def print_dry_run(profile: str, overrides: list[str], facts: str | None, fmt: Ou
         typer.echo(yaml.safe_dump(data["container"], sort_keys=False).rstrip())
         typer.echo("# server argv (inside the container, run by `escha-deploy serve --spec`)")
         typer.echo(shlex.join(data["argv"]))
-    prep.refuse()
+        typer.echo("# up's preflight checks (the verdict above is the plan's)")
+        for c in data["checks"]:
+            why = "; ".join(c["problems"]) or c["detail"]
+            typer.echo(f"#   {c['state']:<10} {c['name']}" + (f": {why}" if why else ""))
+    for w in dry.warnings():
+        info(f"warning: {w}")
+    if err is not None:
+        raise err

@@ -294,6 +294,11 @@ class Prepared:
     missing_capabilities: list[str] = field(default_factory=list)
     capabilities_source: str = ""
     profile_ref: str = ""
+    #: ``refusals`` by the check that made them: ``image``, ``capabilities``, ``plan``,
+    #: ``container settings``, ``model folder`` (what ``up --dry-run`` lists per check)
+    refused_by: dict[str, list[str]] = field(default_factory=dict)
+    #: whether the daemon had the image: None when no daemon was asked
+    image_present: bool | None = None
 
     def refuse(self) -> None:
         """Raise ``Refused`` (exit 3) with every refusal, when there is any."""
@@ -335,11 +340,16 @@ class Prepared:
 
 def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_image: bool = True,
             profile: Profile | None = None, facts_path: str | None = None,
-            spec_file: str | None = None) -> Prepared:
+            spec_file: str | None = None, image_files: bool = True,
+            mounts_here: bool | None = None) -> Prepared:
     """Load, gather, plan and build the launch spec (gather -> plan -> spec).
 
     With ``client``, reads the image's capabilities (``need_image``: a missing image is a
-    refusal); without, the plan assumes the image provides the profile's needs. Raises
+    refusal); without, the plan assumes the image provides the profile's needs.
+    ``image_files``: for an image without the capability label, read its runtime description
+    file (a created, never started, removed container); ``up --dry-run`` passes False and its
+    capabilities then stay unchecked. ``mounts_here``: the model folder to bind-mount must be a
+    folder on this host (default: with ``client``, a launch here). Raises
     ``BadInput`` (exit 2) for bad input, including a flag the runtime would refuse; never
     raises for an unsafe plan or missing capabilities: those are ``Prepared.refusals``, so
     ``up --dry-run`` can show them as ``plan`` does before exiting 3 (``Prepared.refuse``).
@@ -355,27 +365,35 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
     caps: list[str] | None = None
     caps_source = "assumed: the profile's runtime.needs (image not read)"
     refusals: list[str] = []
+    by: dict[str, list[str]] = {}
     missing: list[str] = []
+    present: bool | None = None
     if client is not None:
         from docker.errors import DockerException
+
+        from escha_deploy.runtime.description import capabilities_from_labels
 
         try:
             labels = dk.image_labels(client, profile.container.image)
         except DockerException as exc:  # e.g. an empty or malformed reference the daemon refuses
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise BadInput(f"container.image: {profile.container.image!r}: the daemon refuses it ({first})") from None
+        present = labels is not None
         if labels is None:
             if need_image:
-                refusals.append(f"container.image: {profile.container.image} is not present; build it "
-                                "(`escha-deploy up --build`, or `escha-deploy build`)")
-        else:
+                by["image"] = [f"container.image: {profile.container.image} is not present; build it "
+                               "(`escha-deploy up --build`, or `escha-deploy build`)"]
+        elif image_files or capabilities_from_labels(labels) is not None:
             caps = image_capabilities(client, profile.container.image, labels) or []
             caps_source = f"the image {profile.container.image}"
             missing = [c for c in profile.runtime.needs if c not in caps]
-            refusals += [f"{profile.container.image}: runtime lacks capability {c!r}" for c in missing]
+            by["capabilities"] = [f"{profile.container.image}: runtime lacks capability {c!r}" for c in missing]
+        else:
+            caps_source = (f"assumed: the profile's runtime.needs (the image {profile.container.image} has no "
+                           "capability label; its runtime description file was not read)")
     plan = plan_gathered(profile, g, capabilities=caps)
     if plan.verdict == "unsafe":
-        refusals += [f"plan: {r}" for r in plan.reasons] or ["plan: unsafe"]
+        by["plan"] = [f"plan: {r}" for r in plan.reasons] or ["plan: unsafe"]
     warnings = [f"plan: {w}" for w in plan.warnings]
     if plan.verdict == "hicache_off":
         warnings.insert(0, "plan: HiCache is off for this host (" + "; ".join(plan.reasons) + ")")
@@ -384,13 +402,14 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
     launch = build_launch_spec(plan, profile, overrides=list(overrides), profile_file=profile_file(profile_ref),
                                facts=launch_facts(plan, g), sources=sources, spec_file=spec_file)
     spec = launch.container
-    refusals += dk.check_spec(spec)
-    if client is not None and need_image:  # a real launch: the model folder must exist to be mounted
-        for m in spec.mounts:
-            if m.target == profile.model.path and not Path(m.source).is_dir():
-                refusals.append(f"model.host_dir / container.model_dir: {m.source} is not a folder on this host")
+    by["container settings"] = dk.check_spec(spec)
+    if client is not None if mounts_here is None else mounts_here:  # a launch here: the model folder is mounted
+        by["model folder"] = [f"model.host_dir / container.model_dir: {m.source} is not a folder on this host"
+                              for m in spec.mounts if m.target == profile.model.path and not Path(m.source).is_dir()]
+    by = {k: v for k, v in by.items() if v}
+    refusals = [line for lines in by.values() for line in lines]
     return Prepared(profile, plan, launch, spec, dk.create_args(spec), list(launch.argv), warnings, refusals,
-                    missing, caps_source, profile_ref=profile_ref)
+                    missing, caps_source, profile_ref=profile_ref, refused_by=by, image_present=present)
 
 
 def planned_sizes(plan: Plan) -> PlannedSizes:

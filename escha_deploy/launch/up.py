@@ -18,11 +18,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from escha_deploy.errors import Failed, Refused
+from escha_deploy.errors import EschaError, Failed, Refused
 
 from .prepare import Prepared, planned_sizes, prepare, read_secret
 from . import guard
@@ -117,6 +117,88 @@ def write_spec(launch: LaunchSpec, path: Path) -> None:
     tmp.replace(path)
 
 
+def gpu_runtime_refusal(client, profile) -> Refused | None:
+    """`up`'s GPU runtime check: the refusal (exit 3) when the profile wants GPUs
+    (``container.gpus`` not ``[]``) and the daemon reports no NVIDIA runtime or CDI spec
+    (``docker.gpu_runtime``, one ``docker info``); None when the check passes."""
+    from . import docker as dk
+
+    if profile.container.gpus != [] and dk.gpu_runtime(client) is None:
+        return Refused(
+            "docker: no NVIDIA GPU runtime (docker info lists no nvidia runtime or CDI spec); "
+            "the server needs GPUs",
+            hint="install the NVIDIA Container Toolkit and restart Docker; `escha-deploy doctor` checks it",
+        )
+    return None
+
+
+def existing_containers(client, prep: Prepared) -> tuple[object | None, list]:
+    """The profile's containers as `up` sees them: ``(running, stale)``. ``running``: one that
+    was confirmed ready (restart policy switched), which makes `up` a no-op; ``stale``: those
+    `up` stops and removes first (never confirmed ready, or exited). Raises ``Refused`` (exit 3)
+    when another live `up` is starting the profile (``guard.LABEL_UP_OWNER``). Reads only."""
+    from . import docker as dk
+
+    stale = []
+    for c in dk.find(client, prep.profile.name):
+        policy = (c.attrs.get("HostConfig", {}).get("RestartPolicy") or {}).get("Name") or "no"
+        if c.status in ("running", "restarting") and policy != "no":
+            return c, []
+        starter = c.labels.get(guard.LABEL_UP_OWNER)
+        if c.status in ("created", "running") and guard.owner_alive(starter) is not False:
+            raise Refused(f"up: another `up` (pid {guard.owner_pid(starter)}) is starting profile "
+                          f"{prep.profile.name} (container {c.name}, {c.status}); not starting a second",
+                          hint=f"wait for it, or stop it: escha-deploy down --profile {prep.profile.name}")
+        stale.append(c)
+    return None, stale
+
+
+def stale_line(c) -> str:
+    """How `up` names a stale container it replaces."""
+    return (f"stale container {c.name} ({c.status}, never confirmed ready)" if c.status == "running"
+            else f"stale container {c.name} ({c.status})")
+
+
+def port_refusal(client, prep: Prepared, *, replaced: Sequence[str] = ()) -> Refused | None:
+    """`up`'s port check, once stale containers are gone: the refusal (exit 3) when
+    ``container.port`` cannot be bound, naming its holder (``docker.port_owner``); None when
+    free. ``replaced``: names of stale containers `up` would stop first (a dry run, which stops
+    nothing, counts their ports as free)."""
+    from . import docker as dk
+
+    spec = prep.spec
+    owner = dk.port_owner(client, spec.port_host_ip, spec.port_host)
+    words = (owner or "").split()
+    if words[:1] == ["container"] and words[1:2] and words[1] in replaced:
+        return None
+    if owner and owner.split()[:2] == ["container", spec.name]:  # created since the check above
+        return Refused(f"up: another `up` is starting profile {prep.profile.name} (container "
+                       f"{spec.name} holds {spec.port_host_ip}:{spec.port_host}); not starting a second",
+                       hint=f"wait for it, or stop it: escha-deploy down --profile {prep.profile.name}")
+    if owner:
+        return Refused(f"container.port: {spec.port_host_ip}:{spec.port_host} is held by {owner}",
+                       hint="stop it, or set container.port to a free port")
+    return None
+
+
+def read_api_key(profile) -> str | None:
+    """The API key from ``container.api_key_file`` (``prepare.read_secret``: ``BadInput``,
+    exit 2, naming the file when it cannot be read), or None when the profile sets none."""
+    f = profile.container.api_key_file
+    return read_secret(f, "container.api_key_file") if f else None
+
+
+def fresh_findings_saved() -> bool:
+    """True when doctor's saved findings for this host are younger than a day
+    (``findings.MAX_AGE``): `up` then reuses them instead of probing in the image."""
+    from escha_deploy.findings import load_findings
+    from escha_deploy.host import host_id
+    from escha_deploy.paths import doctor_findings_path
+
+    saved = load_findings(doctor_findings_path(), host_id=host_id())
+    return saved is not None and saved.is_fresh()
+
+
 def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | None = None,
        build: bool = False, report: Report = quiet, facts_path: str | None = None,
        on_phase: Callable[[str], None] | None = None) -> UpResult:
@@ -138,13 +220,8 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
 
     client = dk.connect()
     profile = load_profile(profile_ref, overrides)
-    wants_gpus = profile.container.gpus != []
-    if wants_gpus and dk.gpu_runtime(client) is None:
-        raise Refused(
-            "docker: no NVIDIA GPU runtime (docker info lists no nvidia runtime or CDI spec); "
-            "the server needs GPUs",
-            hint="install the NVIDIA Container Toolkit and restart Docker; `escha-deploy doctor` checks it",
-        )
+    if (no_runtime := gpu_runtime_refusal(client, profile)) is not None:
+        raise no_runtime
     if build:
         build_image(client, profile.container.image, report=report)
     sfile = spec_path(container_name(profile.name))
@@ -160,34 +237,21 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
         report("warning", w)
     endpoint = f"http://{'127.0.0.1' if spec.port_host_ip in ('0.0.0.0', '127.0.0.1') else spec.port_host_ip}:{spec.port_host}"
     # One container per profile: running -> no-op; anything else is stale and replaced.
-    for c in dk.find(client, prep.profile.name):
-        policy = (c.attrs.get("HostConfig", {}).get("RestartPolicy") or {}).get("Name") or "no"
-        if c.status in ("running", "restarting") and policy != "no":
-            return UpResult(prep.profile.name, c.name, endpoint, "running", None, [],
-                            note=f"already running (container {c.name}); nothing to do")
-        starter = c.labels.get(guard.LABEL_UP_OWNER)
-        if c.status in ("created", "running") and guard.owner_alive(starter) is not False:
-            raise Refused(f"up: another `up` (pid {guard.owner_pid(starter)}) is starting profile "
-                          f"{prep.profile.name} (container {c.name}, {c.status}); not starting a second",
-                          hint=f"wait for it, or stop it: escha-deploy down --profile {prep.profile.name}")
+    running, stale = existing_containers(client, prep)
+    if running is not None:
+        return UpResult(prep.profile.name, running.name, endpoint, "running", None, [],
+                        note=f"already running (container {running.name}); nothing to do")
+    for c in stale:
         # Never confirmed ready (restart policy still "no": an `up` died while starting) or
         # exited: stale. Stop with the grace period (sglang#22779: never SIGKILL first), remove.
-        report("info", f"up: replacing stale container {c.name} ({c.status}, never confirmed ready)"
-               if c.status == "running" else f"up: replacing stale container {c.name} ({c.status})")
+        report("info", f"up: replacing {stale_line(c)}")
         pub = dk.published(c)
         dk.stop(c, spec.stop_timeout_s)
         if pub:
             dk.wait_port_free(*pub)
-    owner = dk.port_owner(client, spec.port_host_ip, spec.port_host)
-    if owner and owner.split()[:2] == ["container", spec.name]:  # created since the check above
-        raise Refused(f"up: another `up` is starting profile {prep.profile.name} (container "
-                      f"{spec.name} holds {spec.port_host_ip}:{spec.port_host}); not starting a second",
-                      hint=f"wait for it, or stop it: escha-deploy down --profile {prep.profile.name}")
-    if owner:
-        raise Refused(f"container.port: {spec.port_host_ip}:{spec.port_host} is held by {owner}",
-                      hint="stop it, or set container.port to a free port")
-    api_key = (read_secret(prep.profile.container.api_key_file, "container.api_key_file")
-               if prep.profile.container.api_key_file else None)
+    if (held_port := port_refusal(client, prep)) is not None:
+        raise held_port
+    api_key = read_api_key(prep.profile)
     args = prep.args
     if os.environ.get(CLAMP_MEMLOCK_ENV) == "1":
         import resource
@@ -205,6 +269,167 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
         held.container = c = dk.create_and_start(client, args)
         return _wait(client, c, prep, endpoint, api_key, timeout_s=timeout_s, report=report,
                      on_phase=on_phase)
+
+
+#: `up`'s checks before it creates anything, in its order (what ``up --dry-run`` reports).
+PREFLIGHT = ("docker daemon", "NVIDIA runtime", "image", "capabilities", "plan", "container settings",
+             "model folder", "doctor probes", "existing container", "port", "api key file")
+
+
+@dataclass
+class Check:
+    """One of `up`'s preflight checks as the dry run saw it. ``state``: ``ok``, ``failed``
+    (``problems``: the lines `up` refuses with), ``not run`` (the dry run could not run it;
+    ``detail`` says why) or ``not needed`` (`up` would not run it for this profile)."""
+
+    name: str
+    state: str
+    detail: str = ""
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DryRun:
+    """What ``up --dry-run`` found: ``prep`` (None when the plan could not be made: then only
+    ``errors`` count), one ``Check`` per ``PREFLIGHT`` name reached, and the errors `up` would
+    raise, in `up`'s order (the first one's class is `up`'s exit code)."""
+
+    prep: Prepared | None
+    checks: list[Check]
+    errors: list[EschaError]
+
+    def error(self) -> EschaError | None:
+        """Every failed check as one error of the first failure's class (exit 2 or 3, as `up`
+        would exit), its hints joined; None when every check that ran passed."""
+        if not self.errors:
+            return None
+        hints = list(dict.fromkeys(e.hint for e in self.errors if e.hint))
+        return type(self.errors[0])(*(p for e in self.errors for p in e.problems),
+                                    hint="; ".join(hints) or None)
+
+    def warnings(self) -> list[str]:
+        """One line per check the dry run did not run (never reported as passed)."""
+        return [f"up --dry-run: not checked: {c.name} ({c.detail})" for c in self.checks if c.state == "not run"]
+
+    def data(self) -> dict:
+        """``Prepared.dry_run`` plus ``checks`` and ``refusals`` (every failed check's lines)."""
+        assert self.prep is not None
+        return {**self.prep.dry_run(), "refusals": [p for e in self.errors for p in e.problems],
+                "checks": [asdict(c) for c in self.checks]}
+
+
+def dry_run(profile_ref: str, overrides: Sequence[str] = (), *, build: bool = False,
+            facts_path: str | None = None) -> DryRun:
+    """`up`'s preflight without its side effects: every check of ``up`` that needs no container,
+    through the same functions, reporting all failures instead of stopping at the first.
+
+    Runs: the daemon answers (``docker.connect``), the NVIDIA runtime (``gpu_runtime_refusal``),
+    ``prepare`` (image present, capability label, plan, container settings, the model folder
+    and the L3 folder here), whether doctor's saved findings are fresh, the profile's existing
+    containers (``existing_containers``), the port (``port_refusal``) and the API key file
+    (``read_api_key``). Not run, and named so: checks that need the daemon when it does not
+    answer; doctor's probes (they run in a container of the image); an image's runtime
+    description file when it has no capability label (read through a created container);
+    ``--build``'s build. Creates no container, writes no spec file, builds nothing.
+    """
+    from escha_deploy.launch_spec import container_name
+    from escha_deploy.profile import load_profile
+
+    from . import docker as dk
+
+    checks: list[Check] = []
+    errors: list[EschaError] = []
+
+    def check(name: str, state: str, detail: str = "", err: EschaError | None = None) -> None:
+        checks.append(Check(name, "failed" if err else state, detail, list(err.problems) if err else []))
+        if err:
+            errors.append(err)
+
+    no_daemon = "the Docker daemon does not answer"
+    try:
+        client = dk.connect(timeout_s=3)
+        check("docker daemon", "ok")
+    except Refused as exc:
+        client = None
+        check("docker daemon", "failed", err=exc)
+    try:
+        profile = load_profile(profile_ref, overrides)
+        if profile.container.gpus == []:
+            check("NVIDIA runtime", "not needed", "container.gpus is []")
+        elif client is None:
+            check("NVIDIA runtime", "not run", no_daemon)
+        else:
+            check("NVIDIA runtime", "ok", err=gpu_runtime_refusal(client, profile))
+        prep = prepare(profile_ref, overrides, client=client, need_image=not build, profile=profile,
+                       facts_path=facts_path, spec_file=str(spec_path(container_name(profile.name))),
+                       image_files=False, mounts_here=True)
+    except EschaError as exc:  # bad input or a refused folder: no plan to show
+        errors.append(exc)
+        return DryRun(None, checks, errors)
+    by = prep.refused_by
+    image = profile.container.image
+    if client is None:
+        check("image", "not run", no_daemon)
+        check("capabilities", "not run", no_daemon + "; the plan assumed the profile's runtime.needs")
+    elif prep.image_present is False and build:
+        check("image", "not run", f"--build would build {image} first (`escha-deploy build --hicache`)")
+        check("capabilities", "not run", f"{image} is not built yet; the plan assumed the profile's runtime.needs")
+    else:
+        check("image", "ok")
+        if "image" in by:
+            check("capabilities", "not run", f"{image} is not present")
+        elif prep.capabilities_source.startswith("assumed"):
+            check("capabilities", "not run", f"{image} has no capability label; `up` reads its runtime "
+                  "description file through a created container, which a dry run does not make")
+        else:
+            check("capabilities", "ok")
+    check("plan", "ok", f"verdict {prep.plan.verdict}")
+    check("container settings", "ok")
+    if any(m.target == profile.model.path for m in prep.spec.mounts):
+        check("model folder", "ok")
+    else:
+        check("model folder", "not needed", "no model folder is mounted (model.host_dir is not set)")
+    for c in checks:  # prepare's refusals, by the check that made them
+        if c.name in by:
+            c.state, c.problems = "failed", list(by[c.name])
+    if prep.refusals:
+        errors.append(Refused(*prep.refusals, hint=prep.hint))
+    if not prep.args.get("device_requests") or facts_path:
+        check("doctor probes", "not needed", "no GPUs requested" if facts_path is None else "--facts given")
+    elif fresh_findings_saved():
+        check("doctor probes", "ok", "doctor's saved findings are younger than a day; `up` reuses them")
+    else:
+        check("doctor probes", "not run", "`up` runs them in a container of the image; "
+              f"`escha-deploy doctor --profile {profile_ref}` runs them without the server")
+    running = None
+    stale: list = []
+    if client is None:
+        check("existing container", "not run", no_daemon)
+    else:
+        try:
+            running, stale = existing_containers(client, prep)
+            check("existing container", "ok",
+                  f"already running (container {running.name}); `up` would do nothing" if running is not None
+                  else "; ".join(f"`up` would replace {stale_line(c)}" for c in stale) or "none")
+        except Refused as exc:
+            check("existing container", "failed", err=exc)
+    if running is not None:
+        check("port", "not needed", "the profile's server is already running")
+        check("api key file", "not needed", "the profile's server is already running")
+        return DryRun(prep, checks, errors)
+    if client is None:
+        check("port", "not run", no_daemon)
+    else:
+        check("port", "ok", err=port_refusal(client, prep, replaced=[c.name for c in stale]))
+    if not profile.container.api_key_file:
+        check("api key file", "not needed", "container.api_key_file is not set")
+    else:
+        try:
+            read_api_key(profile)
+            check("api key file", "ok")
+        except EschaError as exc:
+            check("api key file", "failed", err=exc)
+    return DryRun(prep, checks, errors)
 
 
 def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, timeout_s: float | None,
@@ -309,15 +534,14 @@ def doctor_in_image(client, prep: Prepared, *, timeout_s: float = 600, report: R
     """
     from escha_deploy.doctor.facts import ProbeFacts
     from escha_deploy.doctor.run import probe_findings
-    from escha_deploy.findings import load_findings, save_findings
+    from escha_deploy.findings import save_findings
     from escha_deploy.host import host_id
     from escha_deploy.paths import doctor_findings_path
 
     from . import docker as dk
 
     hid = host_id()
-    saved = load_findings(doctor_findings_path(), host_id=hid)
-    if saved is not None and saved.is_fresh():
+    if fresh_findings_saved():
         report("info", "up: reusing doctor findings younger than a day")
         return False
     world = int(prep.profile.runtime.tp_size)

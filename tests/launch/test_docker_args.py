@@ -50,7 +50,8 @@ def _dry(*extra, tmp_path):
     k.write_text(KEY + "\n")
     h = tmp_path / "hf"
     h.write_text(HF + "\n")
-    env = dict(os.environ, DOCKER_HOST="unix:///nonexistent.sock")  # a dry run needs no daemon
+    # no daemon: the dry run still prints the plan and container, and refuses as `up` would
+    env = dict(os.environ, DOCKER_HOST="unix:///nonexistent.sock")
     return run_cli("up", "--profile", str(STANDIN_PROFILE), "--dry-run",
                    "--set", f"container.api_key_file={k}", "--set", f"container.hf_token_file={h}",
                    *extra, env=env)
@@ -59,7 +60,11 @@ def _dry(*extra, tmp_path):
 @pytest.mark.parametrize("fmt", ["table", "json"])
 def test_dry_run_has_no_secret(tmp_path, fmt):
     r = _dry("--format", fmt, tmp_path=tmp_path)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 3, r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith("error: docker: daemon not reachable"), r.stderr
+    for skipped in ("image", "capabilities", "existing container", "port"):  # named, never passed
+        assert f"warning: up --dry-run: not checked: {skipped} (the Docker daemon does not answer" in r.stderr
     assert KEY not in r.stdout + r.stderr and HF not in r.stdout + r.stderr
     assert "sglang.launch_server" in r.stdout
     if fmt == "json":
@@ -74,4 +79,9 @@ def test_expose_without_api_key_is_refused(tmp_path):
                 env=env)
     assert r.returncode == 3 and "api_key_file" in r.stderr
     r2 = _dry("--set", "container.expose=true", "--format", "json", tmp_path=tmp_path)
-    assert r2.returncode == 0 and json.loads(r2.stdout)["container"]["ports"]["30123/tcp"][0] == "0.0.0.0"
+    data = json.loads(r2.stdout)
+    assert data["container"]["ports"]["30123/tcp"][0] == "0.0.0.0"
+    assert r2.returncode == 3 and [ln for ln in r2.stderr.splitlines() if ln.startswith("error: ")] == [
+        f"error: {data['refusals'][0]}"] and "daemon not reachable" in data["refusals"][0]  # only the daemon
+    settings = next(c for c in data["checks"] if c["name"] == "container settings")
+    assert settings["state"] == "ok", settings
