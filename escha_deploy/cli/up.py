@@ -50,6 +50,10 @@ def register(app: typer.Typer) -> None:
         Ctrl-C (or SIGTERM) while waiting for ready stops the container (SIGTERM, the stop
         timeout, then SIGKILL) and keeps it, stopped, for `escha-deploy logs`; exit 130 (143).
         A second `up` of the same profile meanwhile exits 3; `down` meanwhile wins (exit 4).
+
+        --dry-run runs every preflight check that needs no container, prints each one (ok,
+        failed, not needed, not run) and exits as `up` would (3 refused, 2 bad input); it
+        creates nothing.
         """
         from escha_deploy.launch.prepare import read_secret
         from escha_deploy.launch.up import up as start

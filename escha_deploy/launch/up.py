@@ -7,6 +7,10 @@ refuse exits 2, every other refusal 3, and nothing is created), the spec written
 container mounts read-only (it runs ``serve --spec``, which re-plans nothing), the stale
 containers and the port, create/start through docker-py, wait for ready, switch the restart
 policy, and check the logged sizes against the plan. Progress goes to the caller's ``Report``.
+
+Each preflight check is one function here or in ``prepare``/``docker`` (``gpu_runtime_refusal``,
+``existing_containers``, ``port_refusal``, ``read_api_key``); ``dry_run`` (``up --dry-run``)
+calls the same ones without stopping at the first failure and without creating anything.
 """
 
 from __future__ import annotations

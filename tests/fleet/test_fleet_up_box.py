@@ -52,15 +52,14 @@ def test_dry_run_is_ups_dry_run_with_the_boxes_overrides(tmp_path, capsys):
 
     path = fleet(tmp_path)
     sets = ["--set", f"container.image={MISSING}", "--set", "container.port=31234"]
-    try:
-        main(["up", "--profile", PROFILE, *sets, "--dry-run", "--format", "json"])
-    except SystemExit as exc:
-        assert exc.code in (0, None)
-    up = json.loads(capsys.readouterr().out)
+    mine: list = []
+    code_up, err_up = run(capsys, "up", "--profile", PROFILE, *sets, "--dry-run", "--format", "json", out=mine)
+    up = json.loads(mine[0])
     got: list = []
-    assert run(capsys, "fleet", "up", path, "--box", "r1", "--dry-run", "--format", "json", out=got)[0] == 0
+    code_box, err_box = run(capsys, "fleet", "up", path, "--box", "r1", "--dry-run", "--format", "json", out=got)
     box = json.loads(got[0])
-    assert box == up
+    assert box == up and code_box == code_up and err_box == err_up  # the same preflight, the same refusals
+    assert code_up == (3 if up["refusals"] else 0)  # the image is absent wherever a daemon answers
     assert box["container"]["image"] == MISSING and "31234" in box["argv"]
 
 
@@ -76,11 +75,12 @@ def test_up_needs_exactly_one_target(tmp_path, capsys):
     assert code == 2 and "unknown box 'zz'" in err
 
 
-@pytest.mark.parametrize("extra_set, code", [([], 0), (["hicache.hicache_ratio=100"], 3)])
-def test_dry_run_prints_what_ups_dry_run_prints(tmp_path, capsys, extra_set, code):
+@pytest.mark.parametrize("extra_set, unsafe", [([], False), (["hicache.hicache_ratio=100"], True)])
+def test_dry_run_prints_what_ups_dry_run_prints(tmp_path, capsys, extra_set, unsafe):
     """The table form too: the facts header with each fact's source, the verdict and its
-    reasons, the warnings, the container and the argv, byte for byte as `up --dry-run` prints
-    them for the box's profile and `set`; and the same exit (3 when up would refuse)."""
+    reasons, the warnings, the container, the argv and up's preflight checks, byte for byte as
+    `up --dry-run` prints them for the box's profile and `set`; and the same exit (3 when up
+    would refuse: an unsafe plan, or, wherever a daemon answers, the absent image)."""
     path = fleet(tmp_path)
     if extra_set:
         doc = yaml.safe_load(open(path))
@@ -92,7 +92,9 @@ def test_dry_run_prints_what_ups_dry_run_prints(tmp_path, capsys, extra_set, cod
     code_up, err_up = run(capsys, "up", "--profile", PROFILE, *sets, "--dry-run", out=up_out)
     box_out: list = []
     code_box, err_box = run(capsys, "fleet", "up", path, "--box", "r1", "--dry-run", out=box_out)
-    assert code_up == code_box == code
+    assert code_up == code_box
+    errors = [ln for ln in err_up.splitlines() if ln.startswith("error: ")]
+    assert code_up == (3 if errors else 0) and (not unsafe or any(e.startswith("error: plan: ") for e in errors))
     # MemAvailable is measured by each run (the refusal quotes it): numbers are compared as N
     import re
 
