@@ -133,6 +133,12 @@ def fmt_gib(n: int | float, digits: int = 2) -> str:
     return f"{n / GiB:.{digits}f} GiB"
 
 
+def fmt_gib_gb(n: int | float, digits: int = 2) -> str:
+    """``7516192768`` -> ``"7.00 GiB (7.52 GB)"``: the result of a formula whose terms are in GiB,
+    with the GB (1e9) figure after it, the unit SGLang's host-pool messages and flags use."""
+    return f"{fmt_gib(n, digits)} ({fmt_gb(n, digits)})"
+
+
 def fmt_mib(n: int | float, digits: int = 1) -> str:
     return f"{n / MiB:.{digits}f} MiB"
 
@@ -142,4 +148,4 @@ def fmt_bytes(n: int) -> str:
     return f"{n:,} B"
 
 
-__all__ = ["GB", "GiB", "MB", "MiB", "parse_size", "size_field", "fmt_gb", "fmt_gib", "fmt_mib", "fmt_bytes"]
+__all__ = ["GB", "GiB", "MB", "MiB", "parse_size", "size_field", "fmt_gb", "fmt_gib", "fmt_gib_gb", "fmt_mib", "fmt_bytes"]

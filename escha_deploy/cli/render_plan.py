@@ -86,9 +86,11 @@ def render_plan(p: Plan) -> None:
         con.print(t)
 
     d = p.device
+    # the WSL2 term only on WSL2: a plain Linux host hides nothing
+    hidden = f"; {fmt_gib(d.hidden_bytes)} hidden by WSL2" if p.platform == "wsl2" else ""
     con.print(f"device: {fmt_gb(d.static_need_bytes)} static need vs {fmt_gb(d.static_budget_bytes)} budget "
-              f"(mem_fraction_static {d.mem_fraction_static}, SGLang default {d.sglang_default_mem_fraction_static}; "
-              f"{fmt_gib(d.hidden_bytes)} hidden by WSL2) -> {'fits' if d.fits else '[red]does not fit[/]'}")
+              f"(mem_fraction_static {d.mem_fraction_static}, SGLang default {d.sglang_default_mem_fraction_static}"
+              f"{hidden}) -> {'fits' if d.fits else '[red]does not fit[/]'}")
 
     t = Table(title="KV dtype per token per rank", title_justify="left")
     for col in ("dtype", "device B/token", "host B/token", "tokens per GB", "device pool"):

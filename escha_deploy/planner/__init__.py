@@ -34,7 +34,7 @@ from ..gpu_facts import peer_access, tp_gpu_indices
 from ..host import HostFacts
 from ..profile import Profile
 from ..runtime.hooks.host_alloc import PINNED_MAX_BYTES
-from ..units import GB, MiB, fmt_gb, fmt_gib, fmt_mib
+from ..units import GB, MiB, fmt_gb, fmt_gib, fmt_gib_gb, fmt_mib
 from . import kv as kvmod
 from .checks import STOCK_RESERVE_BYTES, patched_check, stock_check
 from .device import sglang_default_mem_fraction, sglang_min_reserved_mib, sglang_reserved_mib
@@ -224,9 +224,11 @@ def step_device_budget(c: _Ctx) -> None:
         sglang_default_mem_fraction_static=default, sglang_reserved_bytes=reserved,
         static_budget_bytes=static, static_need_bytes=need, activation_room_bytes=room, fits=budgeted <= static,
     )
+    # one unit (GiB) for every term and the result; the WSL2 term only where WSL2 hides memory
+    wsl2_term = f" - {fmt_gib(hidden)} hidden by WSL2" if c.host.platform == "wsl2" else ""
     c.decide("device_budget", "static budget", static,
-             f"({fmt_gib(vram)} VRAM - {fmt_gib(hidden)} hidden by WSL2 - {fmt_mib(ctx)} CUDA context) x "
-             f"mem_fraction_static {mfs} ({mfs_source})")
+             f"({fmt_gib(vram)} VRAM{wsl2_term} - {fmt_gib(ctx)} CUDA context) x "
+             f"mem_fraction_static {mfs} ({mfs_source}) = {fmt_gib_gb(static)}")
     c.decide("device_budget", "weights per rank", c.weights_bytes, c.weights_source)
     if not c.device.fits:
         c.unsafe.append(
@@ -273,8 +275,10 @@ def step_pinned_budget(c: _Ctx) -> None:
         detail = (f"the {fmt_gb(c.ceiling)} pinned ceiling per rank `escha-deploy doctor` measured, below the "
                   f"pinned budget's {fmt_gb(share)} per rank")
     else:
-        detail = (f"the pinned budget {fmt_gb(budget)} ({base_src} - {c.ranks} x {fmt_gib(sf.server_process_per_rank)} "
-                  f"server processes - {fmt_gib(sf.os_reserve)} OS - {fmt_gib(sf.page_cache_floor)} page-cache floor)")
+        # the formula's terms are GiB, so is its result; the GB figure follows for SGLang's flags
+        detail = (f"the pinned budget {base_src} - {c.ranks} x {fmt_gib(sf.server_process_per_rank)} "
+                  f"server processes - {fmt_gib(sf.os_reserve)} OS - {fmt_gib(sf.page_cache_floor)} page-cache floor "
+                  f"= {fmt_gib_gb(budget)}")
     c.budget = Budget(
         memory_base_bytes=base, memory_base_source=base_src, memory_base_kind=base_kind, hugetlb_bytes=h.hugetlb_bytes,
         server_processes_bytes=procs, os_reserve_bytes=sf.os_reserve, page_cache_floor_bytes=sf.page_cache_floor,
@@ -282,14 +286,15 @@ def step_pinned_budget(c: _Ctx) -> None:
         reserves_exceed_base=reserves > base, binding=binding, binding_detail=detail,
     )
     c.decide("pinned_budget", "pinned budget", budget,
-             f"{fmt_gb(base)} ({base_src}) - {c.ranks} x {fmt_gib(sf.server_process_per_rank)} server processes - "
-             f"{fmt_gib(sf.os_reserve)} OS - {fmt_gib(sf.page_cache_floor)} page-cache floor (safety policy)")
+             f"{base_src} - {c.ranks} x {fmt_gib(sf.server_process_per_rank)} server processes - "
+             f"{fmt_gib(sf.os_reserve)} OS - {fmt_gib(sf.page_cache_floor)} page-cache floor (safety policy) "
+             f"= {fmt_gib_gb(budget)}")
     c.decide("pinned_budget", "binding constraint", binding, detail)
     if reserves > base:
         c.unsafe.append(
             f"host: the safety policy's own reserves ({c.ranks} x {fmt_gib(sf.server_process_per_rank)} server "
             f"processes + {fmt_gib(sf.os_reserve)} OS + {fmt_gib(sf.page_cache_floor)} page-cache floor = "
-            f"{fmt_gb(reserves)}) exceed the memory the server can have, {fmt_gb(base)} ({base_src}): "
+            f"{fmt_gib_gb(reserves)}) exceed the memory the server can have, {base_src}: "
             "the server does not fit even without HiCache; "
             + (WSL2_MEMORY_ADVICE if h.platform == "wsl2" and base_kind == "ram" else
                "raise the container's memory limit" if base_kind == "cgroup" else "use a host with more memory"))
@@ -298,8 +303,8 @@ def step_pinned_budget(c: _Ctx) -> None:
     c.patched_reserve = max(c.a_runtime - budget, 0)
     c.runtime_applies = "patched" if "hicache-host-reserve-env" in c.capabilities else "stock"
     c.decide("pinned_budget", "reserve for the patched runtime", c.patched_reserve,
-             f"ESCHA_HICACHE_HOST_RESERVE_BYTES = modelled MemAvailable {fmt_gib(c.a_runtime)} - pinned budget, "
-             "so the runtime's own check agrees with this budget")
+             f"ESCHA_HICACHE_HOST_RESERVE_BYTES = modelled MemAvailable {fmt_gib(c.a_runtime)} - pinned budget "
+             f"{fmt_gib(budget)} = {fmt_gib_gb(c.patched_reserve)}, so the runtime's own check agrees with this budget")
     if c.ceiling is not None:
         c.decide("pinned_budget", "pinned ceiling per rank", c.ceiling, "measured by `escha-deploy doctor`")
     elif h.platform == "wsl2" and c.profile.hicache.enabled:
@@ -313,9 +318,9 @@ def _first_failure(c: _Ctx, pools: HostPools) -> str | None:
     b = c.budget
     if c.ranks * pools.pinned_bytes > b.pinned_budget_bytes:
         what = ("the cgroup" if b.memory_base_kind == "cgroup" else "the RAM") + " budget: "
-        return what + (f"pinned {fmt_gb(c.ranks * pools.pinned_bytes)} > the pinned budget "
-                       f"{fmt_gb(b.pinned_budget_bytes)} ({b.memory_base_source} - server processes - OS - "
-                       "page-cache floor)")
+        return what + (f"pinned {fmt_gib_gb(c.ranks * pools.pinned_bytes)} > the pinned budget "
+                       f"{fmt_gib_gb(b.pinned_budget_bytes)}, that is {b.memory_base_source} - server processes - "
+                       "OS - page-cache floor")
     if c.ceiling is not None and pools.pinned_bytes > c.ceiling:
         return (f"the pinned ceiling: {fmt_gb(pools.pinned_bytes)} per rank > the {fmt_gb(c.ceiling)} "
                 "per-rank ceiling `escha-deploy doctor` measured")

@@ -20,7 +20,7 @@ accept iff ``P + M <= (A0 - R') // N``.
 
 from __future__ import annotations
 
-from ..units import GiB, fmt_gb, fmt_gib
+from ..units import GiB, fmt_gb, fmt_gib, fmt_gib_gb
 
 STOCK_RESERVE_BYTES = 10 * GiB  # pool_host/base.py: HICACHE_HOST_MEMORY_RESERVE_BYTES
 
@@ -41,7 +41,7 @@ def stock_check(available: int, ranks: int, kv: int, mamba: int,
     failing, need, share = ("KV", kv, kv_share) if not ok_kv else ("mamba", mamba, mamba_share)
     return False, (
         f"{fmt_gib(available)} available - {fmt_gib(reserve)} reserve leaves a late rank "
-        f"{fmt_gb(max(share, 0))} for its {failing} pool of {fmt_gb(need)} after counting its "
+        f"{fmt_gib_gb(max(share, 0))} for its {failing} pool of {fmt_gib_gb(need)} after counting its "
         f"peers' pools twice (sglang#38156): \"Not enough host memory available. Requesting "
         f"{need / 1e9:.2f} GB but only have {max(share, 0) / 1e9:.2f} GB free\""
     )
@@ -54,5 +54,5 @@ def patched_check(available: int, ranks: int, kv: int, mamba: int, reserve: int)
     rel = "<=" if ok else ">"
     return ok, (
         f"one reading for the TP group: ({fmt_gib(available)} - {fmt_gib(reserve)} reserve) / "
-        f"{ranks} = {fmt_gb(max(share, 0))} per rank; pools {fmt_gb(kv + mamba)} {rel} that"
+        f"{ranks} = {fmt_gib_gb(max(share, 0))} per rank; pools {fmt_gib_gb(kv + mamba)} {rel} that"
     )

@@ -144,7 +144,7 @@ def test_facts_file_cgroup_limit_reason_names_the_figure_and_source(cli, tmp_pat
     d = json.loads(cli("plan", "-p", "rtx5060ti-tp2", "--facts", str(f), "-f", "json").out)
     src = "cgroup memory limit 32.00 GiB (facts file host.cgroup_limit_bytes)"
     assert d["budget"]["memory_base_source"] == src
-    assert f"({src} - 2 x 3.00 GiB server processes" in d["reasons"][0]
+    assert f"the pinned budget {src} - 2 x 3.00 GiB server processes" in d["reasons"][0]
 
 
 def test_live_host_short_of_memory_now_says_so_in_the_verdict_line():

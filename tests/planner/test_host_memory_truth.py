@@ -186,7 +186,9 @@ def test_v01_vm_smaller_than_the_reserves_is_unsafe(gib):
     p = plan(load_profile("rtx5060ti-tp2-fp8"), described_host(gib * GiB, "wsl2"))
     assert p.verdict == "unsafe"
     r = next(r for r in p.reasons if "reserves" in r)
-    assert f"{reserves(2) / 1e9:.2f} GB" in r and f"{gib * GiB / 1e9:.2f} GB" in r
+    # one unit in the sum (GiB, as the policy's terms), its GB figure after it; the base as read
+    assert f"= {reserves(2) / GiB:.2f} GiB ({reserves(2) / 1e9:.2f} GB))" in r
+    assert f"can have, MemTotal {gib:.2f} GiB (--host-ram)" in r
     assert ".wslconfig" in r and "memory=" in r
     assert not any("launchable" in x for x in p.reasons)
 

@@ -92,3 +92,75 @@ def test_largest_safe_and_recommended_ratio(ref, wsl2_box):
     assert (p.verdict, p.hicache.ratio) == ("ok", 1.45)
     assert any(d.rule == "recommended ratio" and d.value == 1.45 for d in p.decisions)
     assert p.pinned_total_bytes == pinned(1.45)
+
+
+# --- one unit per formula -----------------------------------------------------------------------
+
+_FIGURE = r"(\d+(?:\.\d+)?) (GiB|GB|MiB)"
+
+
+def _formula_units(text: str) -> list[tuple[str, set[str]]]:
+    """Every ``... = N UNIT`` in ``text``: the result's unit and the units of the formula's terms,
+    the last figure before the '=' and those chained to it by arithmetic (' - ', ' + ', ' x ',
+    ' / '). A GiB
+    figure followed by its GB figure in parentheses, ``7.00 GiB (7.52 GB)``, counts as GiB: the
+    GB figure is a companion, not a term."""
+    import re
+
+    text = re.sub(r"(\d+\.\d+ GiB) \(\d+\.\d+ GB\)", r"\1", text)
+    out = []
+    for m in re.finditer(rf"= {_FIGURE}", text):
+        figures = list(re.finditer(_FIGURE, text[:m.start()]))
+        terms, end = set(), m.start()
+        for f in reversed(figures):
+            if terms and not re.search(r" [-+x/] ", text[f.end():end]):
+                break
+            terms.add(f.group(2))
+            end = f.start()
+        out.append((m.group(2), terms))
+    return out
+
+
+def _plan_texts(p) -> list[str]:
+    texts = [d.reason for d in p.decisions] + list(p.reasons) + list(p.warnings) + [p.budget.binding_detail]
+    if p.runtime_check is not None:
+        texts += [p.runtime_check.stock_detail, p.runtime_check.patched_detail]
+    return texts
+
+
+@pytest.mark.parametrize("name, host, caps", [
+    ("rtx5060ti-tp2", described_host(16 * GiB, "wsl2"), None),          # ok, patched check
+    ("rtx5060ti-tp2", described_host(16 * GiB, "wsl2"), frozenset()),   # stock check refuses
+    ("rtx5060ti-tp2", described_host(8 * GiB, "wsl2"), None),           # reserves exceed the base
+    ("rtx5060ti-tp2-fp8", described_host(24 * GiB, "linux"), None),
+])
+def test_every_formula_keeps_one_unit(name, host, caps):
+    """A new user read "(16.54 GiB - 2.00 GiB reserve) / 2 = 7.81 GB per rank": GiB terms, a GB
+    result. Every formula's terms and result share a unit; the GB figure follows in parentheses."""
+    p = plan(load_profile(name), host, capabilities=caps)
+    found = [(t, unit, terms) for t in _plan_texts(p) for unit, terms in _formula_units(t)]
+    assert sum(bool(terms) for _, _, terms in found) >= 3  # the formulas are there to check
+    for text, unit, terms in found:
+        assert terms <= {unit}, (text, unit, terms)
+
+
+def test_patched_check_reads_in_gib_with_gb_after():
+    p = plan(load_profile("rtx5060ti-tp2"), described_host(16 * GiB, "wsl2"))
+    # A0 = 16 GiB - 2 x 3 GiB - 1 GiB = 9 GiB; R' = A0 - pinned budget (7 GiB) = 2 GiB; share 3.5 GiB
+    assert p.runtime_check.patched_detail.startswith(
+        "one reading for the TP group: (9.00 GiB - 2.00 GiB reserve) / 2 = 3.50 GiB (3.76 GB) per rank; pools ")
+    assert p.budget.binding_detail.endswith("page-cache floor = 7.00 GiB (7.52 GB)")
+    small = plan(load_profile("rtx5060ti-tp2"), described_host(8 * GiB, "wsl2"))
+    over = next(r for r in small.reasons if "exceed the memory" in r)
+    assert "page-cache floor = 9.00 GiB (9.66 GB)) exceed the memory the server can have, MemTotal 8.00 GiB" in over
+
+
+def test_static_budget_names_wsl2_only_on_wsl2():
+    """A plain Linux host hides no VRAM: the formula leaves the WSL2 term out instead of "- 0.00 GiB"."""
+    prof = load_profile("rtx5060ti-tp2-fp8")
+    linux = next(d.reason for d in plan(prof, described_host(24 * GiB, "linux")).decisions
+                 if d.rule == "static budget")
+    wsl2 = next(d.reason for d in plan(prof, described_host(24 * GiB, "wsl2")).decisions
+                if d.rule == "static budget")
+    assert linux.startswith("(12.00 GiB VRAM - 0.50 GiB CUDA context) x mem_fraction_static "), linux
+    assert "hidden by WSL2" in wsl2 and "0.00 GiB hidden" not in wsl2, wsl2
