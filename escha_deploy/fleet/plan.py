@@ -191,20 +191,49 @@ def multinode_member_problems(box: Box, facts: BoxFacts | None, instance: str) -
             "a NAT-mode VM's address, so NCCL/Gloo cannot connect; serve it as a replica behind the router instead"]
 
 
+def _key_or_none(path: Path) -> str | None:
+    """The key a key file holds (``launch.prepare.read_secret``'s reading), or None when it
+    cannot be read here (a path on another box). Never printed."""
+    from ..launch.prepare import read_secret
+
+    try:
+        return read_secret(str(path), "api key file")
+    except (BadInput, OSError):
+        return None
+
+
 def _reachability_problems(loaded: LoadedFleet, profiles: dict[str, Profile]) -> list[str]:
     """Workers the router cannot reach as ``fleet compose`` and ``fleet up`` run them, one line
     per box. A single-node replica publishes its port on 127.0.0.1 unless its profile sets
     ``container.expose`` (which needs ``container.api_key_file``; ``launch_spec``). The router
     (host networking) reaches a replica on its own box at 127.0.0.1 (``router.worker_url``) and a
-    multi-node rank 0 at the address it binds; a replica on another box only when exposed.
+    multi-node rank 0 at the address it binds; a replica on another box only when exposed. A
+    replica with an API key needs the router to send that key (``router.api_key_file``, the
+    same key where both files are readable here).
     Kubernetes is not concerned: a server in a pod binds 0.0.0.0 and SMG finds the pod's IP."""
     fleet = loaded.fleet
     r = fleet.router
     if r is None:
         return []
     out = []
+    router_key = _key_or_none(loaded.resolve(r.api_key_file)) if r.api_key_file else None
     for inst in fleet.instances():
         rank0 = inst.boxes[0]
+        worker_key_file = profiles[rank0].container.api_key_file
+        if not inst.multi_node and worker_key_file:
+            # SGLang with --api-key answers 401 on every route but /health and /metrics without
+            # that key (srt/utils/auth.py decide_request_auth); SMG sends the router's key to every
+            # worker (smg/router_args.py --api-key), or none
+            if not r.api_key_file:
+                out.append(f"box {rank0}: its server requires the key in container.api_key_file and the router "
+                           "sends none (router.api_key_file is unset): SGLang would answer 401 to every request "
+                           "SMG forwards; set router.api_key_file to a file with the same key")
+            else:
+                key = _key_or_none(Path(worker_key_file))
+                if key is not None and router_key is not None and key != router_key:
+                    out.append(f"box {rank0}: container.api_key_file ({worker_key_file}) holds another key than "
+                               f"router.api_key_file ({r.api_key_file}); SMG sends the router's key to every worker, "
+                               "so SGLang would answer 401 to every request it forwards: use the same key")
         if inst.multi_node or rank0 == r.box or fleet.box(rank0).address in ("127.0.0.1", "localhost"):
             continue
         if not profiles[rank0].container.expose:

@@ -320,3 +320,34 @@ def test_docs_fleet_as_rendered_reaches_every_worker_and_names_box_files(tmp_pat
     assert wsl["services"]["sglang"]["ports"] == ["0.0.0.0:30000:30000"]
     assert lin["secrets"] == {"escha_router_api_key": {"file": "./router.key"}}
     assert wsl["secrets"] == {"escha_api_key": {"file": "/etc/escha/api.key"}}
+
+
+@pytest.mark.parametrize("change, want", [
+    ("other-key", "box r1: container.api_key_file ("),
+    ("no-router-key", "box r1: its server requires the key in container.api_key_file and the router sends none"),
+])
+def test_a_replica_whose_key_the_router_does_not_send_is_refused(tmp_path, capsys, change, want):
+    """SGLang with --api-key answers 401 on all but /health and /metrics without that key, and
+    SMG sends the router's key (or none) to every worker: a replica whose key differs from the
+    router's, or a router without a key in front of a keyed replica, cannot serve as rendered.
+    `fleet plan` refuses it (exit 3, one line naming the box, never the key); k8s (one Secret
+    for all) still renders."""
+    path = write(tmp_path)
+    doc = yaml.safe_load(path.read_text())
+    doc["groups"] = [{"name": "chat", "boxes": ["r1", "r2"]}]
+    doc["boxes"] = doc["boxes"][:2]
+    if change == "other-key":
+        (tmp_path / "r1.key").write_text("k-456\n")
+        doc["boxes"][0]["set"] = ["container.expose=true", f"container.api_key_file={tmp_path / 'r1.key'}"]
+    else:
+        doc["router"].update({"expose": False, "api_key_file": None})
+    path.write_text(yaml.safe_dump(doc))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        main(["fleet", "plan", str(path)])
+    assert info.value.code == 3
+    err = capsys.readouterr().err
+    refused = [ln for ln in err.splitlines() if ln.startswith("refused: ")]
+    assert any(ln.startswith(f"refused: {want}") for ln in refused), err
+    assert "k-456" not in err and "k-123" not in err
+    main(["fleet", "render", "k8s", str(path), "--out", str(tmp_path / "k8s")])
