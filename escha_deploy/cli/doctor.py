@@ -67,9 +67,11 @@ def register(app: typer.Typer) -> None:
 
         from .output import info, print_json
 
-        if probes:
-            info("doctor: gathering host facts and running the GPU probes (each in its own process)...")
-        report = run_doctor(profile, set_ or (), probes=probes, reuse=not fresh)
+        def started() -> None:  # after the profile is known to be valid: a bad name exits 2 first
+            if probes:
+                info("doctor: gathering host facts and running the GPU probes (each in its own process)...")
+
+        report = run_doctor(profile, set_ or (), probes=probes, reuse=not fresh, started=started)
         if format == OutputFormat.json:
             print_json(report)
         else:

@@ -173,16 +173,21 @@ def run_doctor(profile: str | None = None, overrides: Sequence[str] = (), *, pro
                reuse: bool = True, save: bool = True, root: Path = Path("/"),
                environ: Mapping[str, str] | None = None, findings_path: Path | None = None,
                docker: Callable[[], DockerFacts] = read_docker,
-               gpus: Callable[[], GpuInventory] = gpu_inventory) -> DoctorReport:
+               gpus: Callable[[], GpuInventory] = gpu_inventory,
+               started: Callable[[], None] | None = None) -> DoctorReport:
     """``escha-deploy doctor``: gather, probe, report; save findings when probes ran now.
 
     ``findings_path`` defaults to ``paths.doctor_findings_path()``. Raises ``BadInput`` for a
-    bad profile; everything the box lacks is a check, not an exception.
+    bad profile before anything is gathered or probed; everything the box lacks is a check, not
+    an exception. ``started`` is called once the profile is valid, before gathering (the CLI's
+    progress line).
     """
     from escha_deploy.paths import doctor_findings_path
 
     findings_path = findings_path or doctor_findings_path()
     need = needs_from_profile(profile, overrides) if profile else None
+    if started is not None:
+        started()
     facts = gather_facts(root, environ, docker=docker, gpus=gpus, image=_image_reader(profile, overrides, docker))
     if probes:
         facts.probes = run_probes(facts, need, reuse=reuse, findings_path=findings_path)

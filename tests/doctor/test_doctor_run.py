@@ -71,7 +71,33 @@ def test_cli_without_profile_exits_0(tmp_path):
 def test_cli_unknown_profile_exits_2_in_one_line(tmp_path):
     out = _cli("--profile", "no-such-profile", tmp_path=tmp_path)
     assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert out.stderr.splitlines()[-2].startswith("error: unknown profile 'no-such-profile'")
+    # the name is refused before any host fact is gathered: no progress line, just the error
+    # (and its hint)
+    lines = out.stderr.splitlines()
+    assert lines[0].startswith("error: unknown profile 'no-such-profile'"), lines
+    assert len(lines) == 2 and lines[1].startswith("hint: "), lines
+    assert "gathering" not in out.stderr
+
+
+def test_run_doctor_refuses_a_bad_profile_before_gathering(tmp_path):
+    """``run_doctor`` validates the profile first: neither Docker nor the GPUs are asked, and
+    the CLI's progress callback never runs."""
+    from escha_deploy.errors import BadInput
+
+    asked = []
+
+    def docker():
+        asked.append("docker")
+        raise AssertionError("docker asked before the profile was validated")
+
+    def gpus():
+        asked.append("gpus")
+        raise AssertionError("GPUs asked before the profile was validated")
+
+    with pytest.raises(BadInput, match="unknown profile 'no-such-profile'"):
+        run_doctor("no-such-profile", findings_path=tmp_path / "doctor.json", docker=docker, gpus=gpus,
+                   started=lambda: asked.append("started"))
+    assert asked == []
 
 
 def test_run_doctor_reads_this_machine(tmp_path):
