@@ -168,6 +168,29 @@ def arch_from_config(config: dict) -> ModelArch:
     return ModelArch(**fields)
 
 
+def describe_arch(arch: ModelArch) -> str:
+    """One phrase naming a model's kind and shape, for messages:
+    ``"qwen3_5_text (hybrid GDN: 64 layers, full attention every 4, 4 KV heads of 256)"`` or
+    ``"llama (dense: 32 layers, 8 KV heads of 128)"``."""
+    kv = f"{arch.num_key_value_heads} KV heads of {arch.head_dim}"
+    if arch.is_hybrid:
+        return (f"{arch.model_type} (hybrid GDN: {arch.num_hidden_layers} layers, full attention every "
+                f"{arch.full_attention_interval}, {kv})")
+    return f"{arch.model_type} (dense: {arch.num_hidden_layers} layers, {kv})"
+
+
+def arch_mismatch(folder: ModelArch, declared: ModelArch) -> str | None:
+    """How a model folder's architecture (config.json) differs from a profile's declared
+    ``model.architecture``; ``None`` when they agree on every field the planner sizes with
+    (``hidden_size`` is informational and not compared). A different ``model_type`` or kind
+    (hybrid vs dense) names both models; otherwise the differing fields, folder value first."""
+    if folder.model_type != declared.model_type or folder.is_hybrid != declared.is_hybrid:
+        return f"{describe_arch(folder)}, not the profile's model.architecture {describe_arch(declared)}"
+    ours, theirs = folder.model_dump(exclude={"hidden_size"}), declared.model_dump(exclude={"hidden_size"})
+    diff = [f"{k} {ours[k]} (model.architecture: {theirs[k]})" for k in ours if ours[k] != theirs[k]]
+    return f"{folder.model_type} with {', '.join(diff)}" if diff else None
+
+
 class ModelDirFacts(BaseModel):
     """What a model directory says: its architecture and its weight bytes on disk."""
 

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from ..capabilities import SERIES_CAPABILITIES
-from ..arch import ModelArch, ModelDirFacts, RankShapes, rank_shapes
+from ..arch import ModelArch, ModelDirFacts, RankShapes, arch_mismatch, rank_shapes
 from ..gpu_facts import peer_access, tp_gpu_indices
 from ..host import HostFacts
 from ..profile import Profile
@@ -667,6 +668,16 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
         wsrc = "model.weights_per_rank (profile estimate)"
     c = _Ctx(profile=profile, host=host, arch=arch, weights_bytes=weights, weights_source=wsrc,
              capabilities=caps, ratio_override=ratio, size_override=hicache_size_gb)
+    if model_dir and model_dir.arch:
+        # the folder's config.json wins (it is what SGLang loads), but a profile written for
+        # another model then plans a model nobody declared: say so, naming both
+        mismatch = arch_mismatch(model_dir.arch, profile.model.architecture)
+        if mismatch:
+            c.warnings.append(
+                f"model: the architecture comes from the model folder's config.json "
+                f"({Path(model_dir.path) / 'config.json'}): {mismatch}; every size "
+                "in this plan is for the folder's model: point the profile at the model it was written "
+                "for, or use a profile written for this one")
     for _, step in STEPS:
         step(c)
     p = c.pools

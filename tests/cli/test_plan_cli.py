@@ -159,3 +159,19 @@ def test_write_facts_replaces_a_file_and_says_where(cli, tmp_path):
     assert json.loads(out.read_text())["schema_version"] == 1
     assert f"plan: wrote the facts this plan used to {out}" in r.err
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "xdg-cache") == ["facts.json"]
+
+
+def test_plan_names_a_model_folder_of_another_architecture(cli, tmp_path):
+    """A Llama folder behind a hybrid GDN profile: the table says the sizes are the folder's model."""
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "llama", "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "hidden_size": 4096, "head_dim": 128}))
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 1000)
+    r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--set", f"model.host_dir={tmp_path}", "--host-ram", "24GiB")
+    assert r.code == 0, r.err
+    w = [ln for ln in r.out.splitlines() if ln.startswith("  warning: model: ")]
+    assert len(w) == 1, r.out
+    assert "llama (dense: 32 layers" in w[0] and "model.architecture qwen3_5_text (hybrid GDN" in w[0]
+    d = json.loads(cli("plan", "-p", "rtx5060ti-tp2-fp8", "--set", f"model.host_dir={tmp_path}", "--host-ram",
+                       "24GiB", "-f", "json").out)
+    assert d["hybrid"] is False and any("config.json" in x for x in d["warnings"])

@@ -164,3 +164,43 @@ def test_static_budget_names_wsl2_only_on_wsl2():
                 if d.rule == "static budget")
     assert linux.startswith("(12.00 GiB VRAM - 0.50 GiB CUDA context) x mem_fraction_static "), linux
     assert "hidden by WSL2" in wsl2 and "0.00 GiB hidden" not in wsl2, wsl2
+
+
+# --- a model folder whose config.json is another model ------------------------------------------
+
+#: Llama-3.1-8B's config.json fields the planner reads (meta-llama/Llama-3.1-8B on the Hub).
+LLAMA_CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096, "head_dim": 128}
+
+
+def _folder(tmp_path, config):
+    import json
+
+    from escha_deploy.arch import read_model_dir
+
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return read_model_dir(tmp_path)
+
+
+def test_a_dense_config_json_in_a_hybrid_profile_is_named(tmp_path):
+    """A Llama folder silently replaced the profile's hybrid GDN model: the plan now says where
+    the architecture came from and names both models."""
+    folder = _folder(tmp_path, LLAMA_CONFIG)
+    p = plan(load_profile("rtx5060ti-tp2-fp8"), described_host(24 * GiB, "linux"), model_dir=folder)
+    assert not p.hybrid  # the folder's config.json still wins: it is what SGLang loads
+    w = [x for x in p.warnings if x.startswith("model: ")]
+    assert len(w) == 1, p.warnings
+    assert f"config.json ({tmp_path / 'config.json'})" in w[0]
+    assert "llama (dense: 32 layers, 8 KV heads of 128)" in w[0]
+    assert "not the profile's model.architecture qwen3_5_text (hybrid GDN: 64 layers, full attention every 4, 4 KV heads of 256)" in w[0]
+
+
+def test_a_matching_config_json_adds_no_warning_and_a_differing_field_is_named(tmp_path):
+    prof = load_profile("rtx5060ti-tp2-fp8")
+    same = prof.model.architecture.model_dump(exclude_none=True)
+    p = plan(prof, described_host(24 * GiB, "linux"), model_dir=_folder(tmp_path, same))
+    assert not [x for x in p.warnings if x.startswith("model: ")], p.warnings
+    other = dict(same, num_key_value_heads=8)
+    p = plan(prof, described_host(24 * GiB, "linux"), model_dir=_folder(tmp_path, other))
+    w = [x for x in p.warnings if x.startswith("model: ")]
+    assert len(w) == 1 and "qwen3_5_text with num_key_value_heads 8 (model.architecture: 4)" in w[0], w
