@@ -1,5 +1,10 @@
 """``escha-deploy compose``: render compose.yaml for a profile (the same container settings
-as ``up``), to stdout or a file."""
+as ``up``), to stdout or a file.
+
+Without ``--facts`` the file is machine-independent (``launch.compose.render_profile``), and
+the profile is also planned against this machine as ``plan`` plans it (``plan.make_plan``):
+a verdict other than ``ok`` is said on stderr, since ``docker compose up`` here would meet it
+in ``serve``. With ``--facts`` the plan is the box's and an unsafe one is refused (exit 3)."""
 
 from __future__ import annotations
 
@@ -29,13 +34,65 @@ def register(app: typer.Typer) -> None:
         facts: FactsOpt = None,
         output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
     ) -> None:
-        """Render a docker compose file for a profile."""
-        from escha_deploy.launch.compose import render_profile
+        """Render a docker compose file for a profile.
 
-        text = render_profile(profile, list(set_ or []), facts_file=facts)
+        The container plans against the box it runs on (`serve`). With --facts FILE (the
+        box's facts) the plan is the box's: unsafe exits 3 and nothing is rendered. Without it,
+        a plan of this machine that is not ok is printed as warnings on stderr (exit 0). The
+        build context is the escha-deploy checkout, relative to the file's folder.
+        """
+        from escha_deploy.cli.output import info
+        from escha_deploy.launch.compose import build_context, compose_profile, source_checkout
+        from escha_deploy.paths import check_output
+
+        overrides = list(set_ or [])
+        if output:
+            check_output(output, "--output")
+        checkout = source_checkout()
+        rendered = compose_profile(profile, overrides, facts_file=facts,
+                                   context=build_context(output, checkout))
+        lines = [f"compose: warning: {w}" for w in rendered.warnings]
+        if not facts:
+            lines += plan_here_lines(profile, overrides)
+        if checkout is None:
+            lines.append(
+                "compose: warning: no escha-deploy checkout here (no Dockerfile.hicache in the current "
+                "folder or beside the installed package), so the file has no `build:` section; build "
+                f"the image from a checkout first: `escha-deploy build --hicache --context CHECKOUT "
+                f"--tag {rendered.image}`")
+        for line in lines:
+            info(line)
         if output:
             from escha_deploy.paths import write_output
 
-            write_output(output, text, "--output")
+            write_output(output, rendered.text, "--output")
+            info(f"compose: wrote {output}")
         else:
-            typer.echo(text, nl=False)
+            typer.echo(rendered.text, nl=False)
+
+
+def plan_here_lines(profile: str, overrides: list[str]) -> list[str]:
+    """The stderr lines for the plan of ``profile`` on this machine (``plan.make_plan``, as
+    ``escha-deploy plan`` makes it, the L3 folder checked here): none for ``ok``; for
+    ``unsafe`` or ``hicache_off`` one ``compose: warning: on this machine the plan is VERDICT:
+    REASON`` line per reason and a last one saying why the file was rendered anyway and what
+    ``docker compose up`` would do here; one line per problem when this machine cannot be
+    planned (an unreadable model folder)."""
+    from escha_deploy.errors import EschaError
+
+    from .plan import make_plan
+
+    try:
+        here = make_plan(profile, overrides)
+    except EschaError as exc:
+        return [f"compose: warning: cannot plan on this machine: {p}" for p in exc.problems]
+    if here.verdict == "ok":
+        return []
+    lines = [f"compose: warning: on this machine the plan is {here.verdict}: {r}" for r in here.reasons]
+    sets = "".join(f" --set {o}" for o in overrides)
+    what = ("would be refused by `serve` (exit 3)" if here.verdict == "unsafe"
+            else "would start SGLang without HiCache")
+    lines.append(f"compose: warning: rendered anyway, as the container plans against the box it runs on; "
+                 f"`docker compose up` on this machine {what} (`escha-deploy plan --profile {profile}{sets}` "
+                 "shows the budget; `compose --facts FILE` renders for a box and refuses its unsafe plan)")
+    return lines

@@ -1,8 +1,11 @@
 """compose.yaml rendered from the same ``ContainerSpec`` as ``up``, as a dict dumped by PyYAML.
 
 The file must not depend on the machine that renders it (the committed ``compose.yaml`` is
-checked against a fresh render), so it carries no plan digest and plans nothing: ``serve``
-plans inside the container at start. Settings follow ``docker.create_args``; what compose
+checked against a fresh render), so it carries no plan digest and is planned against a
+described host (or the box's facts file): ``serve`` plans inside the container at start. The
+one thing tied to the rendering machine is where the build context is: the escha-deploy
+checkout holding ``Dockerfile.hicache``, written relative to the compose file's folder
+(``build_context``). Settings follow ``docker.create_args``; what compose
 cannot express is said in the header (the restart policy cannot change once ready, so it is
 ``"no"``: a crash loop of pinned allocations can bring down a WSL2 host).
 
@@ -12,8 +15,11 @@ compose specification's JSON schema (tests/launch/test_compose.py).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -21,27 +27,61 @@ from escha_deploy.launch_spec import ContainerSpec
 
 from .docker import LABEL_PLAN_DIGEST, PROFILE_TARGET, SERVE_MODE_ENV
 
+if TYPE_CHECKING:
+    from escha_deploy.planner.result import Plan
+
 #: Where the image is built from (the repository root, Dockerfile.hicache).
 DOCKERFILE = "Dockerfile.hicache"
 
 
-def _header(profile: str) -> str:
+def source_checkout(cwd: str | Path | None = None) -> Path | None:
+    """The escha-deploy source checkout ``docker compose`` builds from, as ``escha-deploy build``
+    picks its default ``--context``: the current folder when it holds ``Dockerfile.hicache``,
+    else the checkout this package runs from; ``None`` for an install from the wheel (no
+    ``Dockerfile.hicache`` beside the package). An absolute, resolved path."""
+    from escha_deploy.paths import PACKAGE_DIR
+
+    for folder in (Path(cwd) if cwd is not None else Path.cwd(), PACKAGE_DIR.parent):
+        if (folder / DOCKERFILE).is_file():
+            return folder.resolve()
+    return None
+
+
+def build_context(output: str | Path | None, checkout: Path | None) -> str | None:
+    """``build.context`` as written in the compose file: ``checkout`` relative to the folder of
+    ``output`` (compose resolves a relative context against the compose file's folder), or to
+    the current folder when the file goes to stdout. ``"."`` for a file in the checkout root
+    (the committed ``compose.yaml``); ``None`` when there is no checkout. Both folders are
+    resolved first (symbolic links followed)."""
+    if checkout is None:
+        return None
+    folder = Path(output).parent if output is not None else Path.cwd()
+    return os.path.relpath(Path(checkout).resolve(), folder.resolve())
+
+
+def _header(profile: str, build: bool = True) -> str:
+    how = ("# docker compose up -d   # (or Debian's docker-compose 1.29) builds Dockerfile.hicache and\n"
+           if build else
+           "# docker compose up -d   # (or Debian's docker-compose 1.29) starts the image, built first\n"
+           "# from an escha-deploy checkout (`escha-deploy build --hicache --context CHECKOUT`), and\n")
     return (
         f"# Rendered by `escha-deploy compose --profile {profile}`; do not edit by hand:\n"
         "# change the profile (or --set) and render again.\n"
         "#\n"
-        "# docker compose up -d   # (or Debian's docker-compose 1.29) builds Dockerfile.hicache and\n"
+        + how +
         "# runs `escha-deploy serve`, which plans against what the container sees and starts SGLang.\n"
         "# `escha-deploy up` does the same through docker-py, plus a preflight, a ready wait, the\n"
         "# restart policy switch once ready and a plan-vs-server drift check.\n"
     )
 
 
-def render(spec: ContainerSpec, *, build: bool = True) -> dict[str, Any]:
-    """The compose document for ``spec`` as a dict (service name ``sglang``)."""
+def render(spec: ContainerSpec, *, build: bool = True, context: str = ".") -> dict[str, Any]:
+    """The compose document for ``spec`` as a dict (service name ``sglang``). ``build``: add a
+    ``build:`` section (``context``: the escha-deploy checkout, relative to the compose file's
+    folder; ``dockerfile``: ``Dockerfile.hicache``, relative to the context)."""
     svc: dict[str, Any] = {}
     if build:
-        svc["build"] = {"context": ".", "dockerfile": DOCKERFILE}
+        svc["build"] = {"context": context, "dockerfile": DOCKERFILE}
     svc["image"] = spec.image
     svc["container_name"] = spec.name
     svc["entrypoint"] = list(spec.entrypoint)
@@ -106,11 +146,32 @@ def render(spec: ContainerSpec, *, build: bool = True) -> dict[str, Any]:
 
 def dump(doc: dict[str, Any], profile: str) -> str:
     """YAML text with the header comment (PyYAML, insertion order kept)."""
-    return _header(profile) + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=100)
+    build = "build" in doc["services"]["sglang"]
+    return _header(profile, build) + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=100)
 
 
-def render_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_file: str | None = None) -> str:
-    """Load a profile and render its compose.yaml text.
+@dataclass
+class Rendered:
+    """A rendered compose file: ``text`` (the YAML with its header), ``plan`` (the plan the
+    render used: the described 64 GiB Linux host's, or the facts file's), ``image`` (the
+    service's ``image:``) and ``warnings``
+    (one line each, for stderr: a facts file's plan without HiCache)."""
+
+    text: str
+    plan: Plan
+    image: str
+    warnings: list[str] = field(default_factory=list)
+
+
+def render_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_file: str | None = None,
+                   context: str | None = ".") -> str:
+    """``compose_profile(...).text``: the compose.yaml text of a profile."""
+    return compose_profile(profile_ref, overrides, facts_file=facts_file, context=context).text
+
+
+def compose_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_file: str | None = None,
+                    context: str | None = ".") -> Rendered:
+    """Load a profile and render its compose.yaml.
 
     The container half of a ``LaunchSpec`` does not depend on host memory, but
     ``build_launch_spec`` takes a plan; it gets one made against a described Linux host of
@@ -119,9 +180,16 @@ def render_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_fil
     runtime would refuse: ``BadInput``, exit 2, nothing rendered). ``facts_file``: mounted
     read-only and named by ``ESCHA_FACTS``, so the container's ``serve`` plans from it and
     reaches the plan ``up --facts`` makes. ``serve`` plans for real inside the container.
+
+    The facts file describes the box the file is for, so its plan is checked as ``up`` checks
+    one: ``unsafe`` raises ``Refused`` (exit 3) with one ``plan: REASON`` line per reason and
+    nothing rendered; ``hicache_off`` is a warning (the server starts without HiCache).
+    ``context``: the build context as written (``build_context``); ``None``: no ``build:``
+    section (no escha-deploy checkout to build from).
     """
     from pathlib import Path
 
+    from escha_deploy.errors import Refused
     from escha_deploy.host import described_host
     from escha_deploy.launch_spec import build_launch_spec
     from escha_deploy.planner import plan as make_plan
@@ -130,11 +198,19 @@ def render_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_fil
     from .prepare import check_rendered_argv, gather, plan_gathered, profile_file
 
     profile = load_profile(profile_ref, overrides)
+    warnings: list[str] = []
     if facts_file:
         plan = plan_gathered(profile, gather(profile, facts_path=facts_file))
+        if plan.verdict == "unsafe":
+            sets = "".join(f" --set {o}" for o in overrides)
+            raise Refused(*([f"plan: {r}" for r in plan.reasons] or ["plan: unsafe"]), hint=(
+                f"`escha-deploy plan --profile {profile_ref}{sets} --facts {facts_file}` shows the budget"))
+        if plan.verdict == "hicache_off":
+            warnings.append(f"plan: HiCache is off for the box in {facts_file} (" + "; ".join(plan.reasons) + ")")
     else:
         plan = make_plan(profile, described_host(64 * 2**30, "linux"))
         check_rendered_argv(plan, profile)
     spec = build_launch_spec(plan, profile, overrides=list(overrides), profile_file=profile_file(profile_ref),
                              facts_file=str(Path(facts_file).resolve()) if facts_file else None).container
-    return dump(render(spec), profile.name)
+    text = dump(render(spec, build=context is not None, context=context or "."), profile.name)
+    return Rendered(text, plan, spec.image, warnings)

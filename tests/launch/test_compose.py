@@ -5,8 +5,10 @@ schema that docker-compose ships (compose/config/compose_spec.json)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,3 +63,122 @@ def test_secrets_render_as_compose_secrets_and_expose(tmp_path):
     assert "sk-escha-test" not in text
     assert doc["secrets"] == {"escha_api_key": {"file": str(k)}}
     assert doc["services"]["sglang"]["ports"] == ["0.0.0.0:30000:30000"]
+
+
+# --- `escha-deploy compose` on the command line: the plan of this machine, --facts, -o ---
+
+def _docker_compose_config(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker-compose", "-f", str(path), "config", "-q"], capture_output=True, text=True,
+                          cwd=path.parent)
+
+
+def test_an_unsafe_plan_here_is_warned_and_the_file_still_rendered(cli, tmp_path, monkeypatch):
+    from escha_deploy.cli.plan import make_plan
+
+    sets = ["hicache.hicache_ratio=50"]
+    here = make_plan(DEFAULT_PROFILE, sets)  # what `escha-deploy plan --set ...` says on this machine
+    if here.verdict != "unsafe":
+        pytest.skip(f"ratio 50 is {here.verdict} on this host (pins 86.28 GB): it has the RAM for it")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "compose.yaml"
+    r = cli("compose", "-p", DEFAULT_PROFILE, "--set", sets[0], "-o", str(out))
+    assert r.code == 0, r.err
+    assert out.read_text() == render_profile(DEFAULT_PROFILE, sets, context=os.path.relpath(ROOT, tmp_path))
+    lines = r.err.splitlines()
+    assert lines[:len(here.reasons)] == [f"compose: warning: on this machine the plan is unsafe: {x}"
+                                         for x in here.reasons]
+    assert any("pinned 86.28 GB" in x for x in lines[:len(here.reasons)])
+    assert lines[len(here.reasons)].startswith("compose: warning: rendered anyway, as the container plans")
+    assert "would be refused by `serve` (exit 3)" in lines[len(here.reasons)]
+    assert lines[len(here.reasons) + 1:] == [f"compose: wrote {out}"]
+
+
+def test_a_missing_l3_folder_here_is_warned_and_stdout_still_rendered(cli, tmp_path):
+    missing = tmp_path / "no-such-l3"
+    r = cli("compose", "-p", "linux-tp2-l3", "--set", f"hicache.storage_dir={missing}")
+    assert r.code == 0, r.err
+    assert r.out.startswith("# Rendered by `escha-deploy compose --profile linux-tp2-l3`")
+    assert f"compose: warning: on this machine the plan is unsafe: hicache.storage_dir: {missing} does not exist here" in r.err
+    assert "`docker compose up` on this machine would be refused by `serve` (exit 3)" in r.err.splitlines()[-1]
+
+
+def test_the_box_facts_plan_refuses_an_unsafe_render_and_writes_nothing(cli, tmp_path):
+    facts = tmp_path / "box.json"
+    assert cli("plan", "--host-ram", "16GiB", "--wsl2", "--write-facts", str(facts)).code == 0
+    out = tmp_path / "compose.yaml"
+    for extra in (["-o", str(out)], []):
+        r = cli("compose", "-p", DEFAULT_PROFILE, "--set", "hicache.hicache_ratio=50", "--facts", str(facts), *extra)
+        assert r.code == 3, r.err
+        assert r.out == "" and not out.exists()
+        lines = r.err.splitlines()
+        assert lines[0].startswith("error: plan: pinned 86.28 GB") and "(facts file)" in lines[0]
+        assert all(x.startswith("error: plan: ") for x in lines[:-1]), lines
+        assert lines[-1] == (f"hint: `escha-deploy plan --profile {DEFAULT_PROFILE} --set hicache.hicache_ratio=50 "
+                             f"--facts {facts}` shows the budget")
+        assert "on this machine" not in r.err
+    # the profile's own ratio fits the box: rendered, and this machine is not planned
+    r = cli("compose", "-p", DEFAULT_PROFILE, "--facts", str(facts), "-o", str(out))
+    assert r.code == 0 and r.err.splitlines() == [f"compose: wrote {out}"], r.err
+    assert yaml.safe_load(out.read_text())["services"]["sglang"]["environment"]["ESCHA_FACTS"]
+
+
+def test_output_elsewhere_builds_from_the_checkout(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # not a checkout: the one this package runs from is found
+    outdir = tmp_path / "deploy" / "box1"
+    outdir.mkdir(parents=True)
+    out = outdir / "compose.yaml"
+    r = cli("compose", "-p", DEFAULT_PROFILE, "-o", str(out))
+    assert r.code == 0, r.err
+    assert r.err.splitlines()[-1] == f"compose: wrote {out}"
+    build = yaml.safe_load(out.read_text())["services"]["sglang"]["build"]
+    assert not os.path.isabs(build["context"])
+    assert os.path.normpath(os.path.join(outdir, build["context"])) == str(ROOT)
+    assert (outdir / build["context"] / build["dockerfile"]).is_file()
+    if shutil.which("docker-compose"):
+        c = _docker_compose_config(out)
+        assert c.returncode == 0, c.stderr
+        # and it resolves the context to the checkout, not to the file's folder
+        full = subprocess.run(["docker-compose", "-f", str(out), "config"], capture_output=True, text=True,
+                              cwd=tmp_path)
+        assert yaml.safe_load(full.stdout)["services"]["sglang"]["build"]["context"] == str(ROOT)
+
+
+def test_a_checkout_in_the_current_folder_is_the_context_as_for_build(tmp_path, monkeypatch):
+    from escha_deploy.launch.compose import build_context, source_checkout
+
+    fork = tmp_path / "fork"
+    fork.mkdir()
+    (fork / "Dockerfile.hicache").write_text("FROM scratch\n")
+    assert source_checkout(fork) == fork.resolve()
+    assert source_checkout(tmp_path) == ROOT  # none here: the package's checkout
+    monkeypatch.chdir(fork)
+    assert build_context(None, source_checkout()) == "."  # stdout: relative to the current folder
+    assert build_context(tmp_path / "x" / "c.yaml", fork) == "../fork"
+    assert build_context(ROOT / "compose.yaml", ROOT) == "."
+
+
+def test_from_an_installed_package_without_a_checkout_there_is_no_build_section(tmp_path):
+    # The wheel's layout (pyproject: packages = escha_deploy, profiles/ and runtime_patches/
+    # force-included under escha_deploy/_data), copied from this checkout so it is the code
+    # under test; no Dockerfile.hicache beside it, as after `pip install escha-deploy`.
+    site = tmp_path / "site"
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(ROOT / "escha_deploy", site / "escha_deploy", ignore=ignore)
+    for name in ("profiles", "runtime_patches"):
+        shutil.copytree(ROOT / name, site / "escha_deploy" / "_data" / name, ignore=ignore)
+    out = tmp_path / "compose.yaml"
+    env = {**os.environ, "PYTHONPATH": str(site), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    r = subprocess.run([sys.executable, "-c", "from escha_deploy.cli.main import main; main()", "compose",
+                        "-p", DEFAULT_PROFILE, "-o", str(out)], capture_output=True, text=True, cwd=tmp_path,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    svc = yaml.safe_load(out.read_text())["services"]["sglang"]
+    assert "build" not in svc and svc["image"] == "escha-sglang:0.5.19-hicache"
+    assert ("compose: warning: no escha-deploy checkout here (no Dockerfile.hicache in the current folder or "
+            "beside the installed package), so the file has no `build:` section; build the image from a "
+            "checkout first: `escha-deploy build --hicache --context CHECKOUT --tag escha-sglang:0.5.19-hicache`"
+            ) in r.stderr.splitlines()
+    assert "builds Dockerfile.hicache" not in out.read_text()
+    if shutil.which("docker-compose"):
+        c = _docker_compose_config(out)
+        assert c.returncode == 0, c.stderr
