@@ -546,6 +546,8 @@ def _format_errors(exc: ValidationError, pos: Positions, origin: str,
             msg = "unknown key"
         elif err["type"] == "missing":
             msg = "required key is missing"
+        elif err["type"] == "model_type":  # a section given a scalar: say it in profile words, not pydantic's class names
+            msg = f"expected a mapping of {'.'.join(str(p) for p in loc) or 'profile'} keys"
         else:
             msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":

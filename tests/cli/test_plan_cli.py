@@ -175,3 +175,14 @@ def test_plan_names_a_model_folder_of_another_architecture(cli, tmp_path):
     d = json.loads(cli("plan", "-p", "rtx5060ti-tp2-fp8", "--set", f"model.host_dir={tmp_path}", "--host-ram",
                        "24GiB", "-f", "json").out)
     assert d["hybrid"] is False and any("config.json" in x for x in d["warnings"])
+
+
+@pytest.mark.parametrize("override, line", [
+    ("hicache=1", "error: --set hicache: expected a mapping of hicache keys (got 1)"),
+    ("runtime=foo", "error: --set runtime: expected a mapping of runtime keys (got 'foo')"),
+])
+def test_a_section_set_to_a_scalar_is_named_in_profile_words(cli, override, line):
+    """pydantic's "valid dictionary or instance of HiCache" named a class users never see."""
+    r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--host-ram", "24GiB", "--set", override)
+    assert r.code == 2 and r.out == ""
+    assert r.err.splitlines() == [line]
