@@ -25,7 +25,7 @@ from ..capabilities import LABEL_PREFIX
 from ..errors import Failed, Refused
 from .model import LoadedFleet
 from .plan import FleetPlan
-from .router import CONTAINER_KEY_PATH, launch_command, router_args, worker_urls
+from .router import CONTAINER_KEY_PATH, launch_command, router_args
 
 
 class WorkerState(BaseModel):
