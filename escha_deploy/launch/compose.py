@@ -50,12 +50,14 @@ def source_checkout(cwd: str | Path | None = None) -> Path | None:
 def build_context(output: str | Path | None, checkout: Path | None) -> str | None:
     """``build.context`` as written in the compose file: ``checkout`` relative to the folder of
     ``output`` (compose resolves a relative context against the compose file's folder), or to
-    the current folder when the file goes to stdout. ``"."`` for a file in the checkout root
-    (the committed ``compose.yaml``); ``None`` when there is no checkout. Both folders are
-    resolved first (symbolic links followed)."""
+    the current folder when the file goes to stdout (also through a path under ``/dev`` or
+    ``/proc`` such as ``/dev/stdout``, whose folder says nothing of where the text lands).
+    ``"."`` for a file in the checkout root (the committed ``compose.yaml``); ``None`` when
+    there is no checkout. Both folders are resolved first (symbolic links followed)."""
     if checkout is None:
         return None
-    folder = Path(output).parent if output is not None else Path.cwd()
+    device = output is not None and os.path.abspath(output).startswith(("/dev/", "/proc/"))
+    folder = Path(output).parent if output is not None and not device else Path.cwd()
     return os.path.relpath(Path(checkout).resolve(), folder.resolve())
 
 

@@ -98,7 +98,8 @@ def test_a_missing_l3_folder_here_is_warned_and_stdout_still_rendered(cli, tmp_p
     r = cli("compose", "-p", "linux-tp2-l3", "--set", f"hicache.storage_dir={missing}")
     assert r.code == 0, r.err
     assert r.out.startswith("# Rendered by `escha-deploy compose --profile linux-tp2-l3`")
-    assert f"compose: warning: on this machine the plan is unsafe: hicache.storage_dir: {missing} does not exist here" in r.err
+    assert (f"compose: warning: on this machine the plan is unsafe: hicache.storage_dir: {missing} "
+            "does not exist here") in r.err
     assert "`docker compose up` on this machine would be refused by `serve` (exit 3)" in r.err.splitlines()[-1]
 
 
@@ -153,6 +154,7 @@ def test_a_checkout_in_the_current_folder_is_the_context_as_for_build(tmp_path, 
     assert source_checkout(tmp_path) == ROOT  # none here: the package's checkout
     monkeypatch.chdir(fork)
     assert build_context(None, source_checkout()) == "."  # stdout: relative to the current folder
+    assert build_context("/dev/stdout", fork) == "."  # a device: where the text lands is unknown
     assert build_context(tmp_path / "x" / "c.yaml", fork) == "../fork"
     assert build_context(ROOT / "compose.yaml", ROOT) == "."
 
