@@ -63,8 +63,11 @@ def register(app: typer.Typer) -> None:
         facts = Facts(exit_code=exit_code, oom_kill=oom_killed, hicache_enabled=hicache,
                       platform=None if wsl2 is None else "wsl2" if wsl2 else "linux")
         redact = Redactor()  # a log from anywhere may hold a key (SGLang's server_args= line)
-        diag = diagnose([redact(line) for line in text.splitlines()], facts)
-        emit(diag, fmt)
+        lines = text.splitlines()
+        diag = diagnose([redact(line) for line in lines], facts)
+        n = len(lines)
+        emit(diag, fmt, source=f"{n:,} line{'s' if n != 1 else ''} of "
+             + ("standard input" if file == "-" else file))
         raise typer.Exit(int(ExitCode.OK if diag.conclusive else ExitCode.INCONCLUSIVE))
 
 
@@ -91,15 +94,16 @@ def read_tail(fh, limit: int = MAX_LOG_BYTES) -> str:
     return b"".join(chunks)[-limit:].decode("utf-8", errors="replace")
 
 
-def emit(diag, fmt: OutputFormat) -> None:
-    """Print a diagnosis on stdout (it is the command's result): text, or JSON."""
+def emit(diag, fmt: OutputFormat, source: str | None = None) -> None:
+    """Print a diagnosis on stdout (it is the command's result): text, or JSON. ``source``:
+    what was read, in words, for the text's first line (``Diagnosis.lines``)."""
     if fmt is OutputFormat.json:
         from .output import print_json
 
         print_json({"conclusive": diag.conclusive, "exit_code": diag.exit_code,
                     "matches": [m.model_dump() for m in diag.matches]})
         return
-    for line in diag.lines(tail=False):
+    for line in diag.lines(tail=False, source=source):
         typer.echo(line)
     if not diag.conclusive and diag.matches:
         typer.echo("  no cause proven: the lines above are likely, not certain")

@@ -116,18 +116,25 @@ class Diagnosis(BaseModel):
         """True when at least one match proves its cause."""
         return any(m.conclusive for m in self.matches)
 
-    def lines(self, *, tail: bool = True) -> list[str]:
-        """Human lines for stderr: the tail (optional), then cause, evidence and fix per match."""
+    def lines(self, *, tail: bool = True, source: str | None = None) -> list[str]:
+        """Human lines for stderr: the tail (optional), then cause, evidence and fix per match.
+
+        ``source``: what was read, in words (``"12 lines of server.log"``); it becomes the first
+        line, ``diagnose: read 12 lines of server.log``, and stands in for the head line when
+        the server's end (exit code, timeout) is unknown."""
         out = [f"--- last {len(self.tail)} server log lines ---", *self.tail, "---"] if tail else []
+        if source is not None:
+            out.append(f"diagnose: read {source}")
         if self.timed_out:
             head = "server did not become ready in time"
         elif self.exit_code is None:
-            head = "log read"
+            head = None if source is not None else "a log on its own (no exit code)"
         else:
             sig = Facts(exit_code=self.exit_code).signal
             head = f"server exited with code {self.exit_code}" + (
                 f" (signal {sig}, {_SIGNAL_NAMES.get(sig, 'signal')})" if sig else "")
-        out.append(f"diagnosis: {head}")
+        if head is not None:
+            out.append(f"diagnosis: {head}")
         if not self.matches:
             out.append("  no known signature in the log" + ("; read the lines above" if tail else ""))
         for m in self.matches:

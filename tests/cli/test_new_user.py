@@ -30,6 +30,22 @@ def test_diagnose_reads_hicache_from_the_server_args_line(cli, tmp_path):
     assert cli("diagnose", str(log)).code == 5  # WSL2 or not decides the cause: unknown here
 
 
+def test_diagnose_first_line_says_what_was_read(cli, tmp_path, monkeypatch):
+    """It began "diagnosis: log read", which said nothing a user could check."""
+    import io
+    import sys
+
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(ILLEGAL) + "\n")
+    r = cli("diagnose", str(log))
+    assert r.out.splitlines()[0] == f"diagnose: read 2 lines of {log}", r.out
+    assert "log read" not in r.out
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(ILLEGAL[1].encode() + b"\n")))
+    r = cli("diagnose", "-", "--exit-code", "137")
+    assert r.out.splitlines()[:2] == ["diagnose: read 1 line of standard input",
+                                      "diagnosis: server exited with code 137 (signal 9, SIGKILL)"], r.out
+
+
 def test_diagnose_help_keeps_example_lines(cli):
     out = cli("diagnose", "--help").out
     assert "\n    escha-deploy diagnose server.log\n" in out
