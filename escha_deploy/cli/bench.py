@@ -42,14 +42,18 @@ TimeoutOpt = Annotated[float, typer.Option("--request-timeout", help="Seconds to
 MaxReqOpt = Annotated[int, typer.Option("--max-requests", help="Refuse to send more requests than this.", min=1)]
 ApiKeyOpt = Annotated[
     Optional[str],
-    typer.Option("--api-key", envvar="ESCHA_API_KEY", show_default=False,
-                 help="Bearer token if the server has an API key: set ESCHA_API_KEY, or use --api-key-file "
-                 "(a key typed here is refused: every user of the host sees it in ps); never printed."),
+    # Hidden: this option exists to read ESCHA_API_KEY and to refuse a key typed on the command
+    # line with a reason and the two ways that work (SGLang's and OpenAI clients' habit is
+    # --api-key KEY); --help offers only what works.
+    typer.Option("--api-key", envvar="ESCHA_API_KEY", show_default=False, hidden=True,
+                 help="Refused: a key typed here is seen by every user of the host (ps); use "
+                 "--api-key-file or ESCHA_API_KEY."),
 ]
 ApiKeyFileOpt = Annotated[
     Optional[Path],
     typer.Option("--api-key-file", show_default=False,
-                 help="File whose first line is the bearer token (e.g. the profile's container.api_key_file)."),
+                 help="File whose first line is the bearer token, if the server has an API key (e.g. the "
+                 "profile's container.api_key_file); or set ESCHA_API_KEY. Never printed."),
 ]
 
 
@@ -97,7 +101,7 @@ def check_endpoint(url: str, name: str = "--endpoint") -> str:
     """A base URL as ``http(s)://HOST[:PORT][/path]``; ``BadInput`` naming ``name`` otherwise.
 
     Refuses a password in the URL (it would be printed in every progress and error line; pass
-    the key with --api-key or ESCHA_API_KEY), a port outside 1-65535, no host, spaces."""
+    the key with --api-key-file or ESCHA_API_KEY), a port outside 1-65535, no host, spaces."""
     import httpx
 
     from escha_deploy.errors import BadInput
@@ -112,7 +116,7 @@ def check_endpoint(url: str, name: str = "--endpoint") -> str:
         raise BadInput(f"{name}: not a URL ({exc}): {shown!r}") from None
     if u.userinfo:
         raise BadInput(f"{name}: the URL carries a user or password, which would be printed; "
-                       "drop user:password@ and pass the key with --api-key or ESCHA_API_KEY")
+                       "drop user:password@ and pass the key with --api-key-file or ESCHA_API_KEY")
     if u.scheme not in ("http", "https") or not u.host:
         raise BadInput(f"{name}: expected http://HOST:PORT, got {shown!r}")
     if port is not None and not 0 < port < 65536:

@@ -116,3 +116,17 @@ def test_profiles_validate_reads_a_json_file_by_its_bare_name(cli, tmp_path, mon
     (tmp_path / "rt.json").write_text('{"extends": "rtx5060ti-tp2", "name": "rt"}')
     r = cli("profiles", "validate", "rt.json")
     assert (r.code, r.out, r.err) == (0, "ok: rt.json\n", "")
+
+
+def test_bench_help_offers_only_the_key_routes_that_work(cli):
+    """`--api-key KEY` is always refused (ps shows it to every user): --help no longer lists it,
+    names the two routes that work, and the option still answers with its reason when typed."""
+    for verb in ("bench", "canary"):
+        out = cli(verb, "--help").out
+        assert not re.search(r"--api-key\b(?!-file)", out), out
+        assert "--api-key-file" in out and "ESCHA_API_KEY" in out
+    r = cli("bench", "-e", "http://127.0.0.1:9", "--api-key", "not-a-real-key")
+    assert r.code == 2 and "not-a-real-key" not in r.out + r.err
+    assert r.err.splitlines()[0].startswith("error: --api-key: a key on the command line is visible"), r.err
+    r = cli("bench", "-e", "http://user:pw@127.0.0.1:9")
+    assert r.code == 2 and "--api-key-file or ESCHA_API_KEY" in r.err, r.err
