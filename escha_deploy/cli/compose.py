@@ -45,7 +45,12 @@ def register(app: typer.Typer) -> None:
         from escha_deploy.launch.compose import build_context, compose_profile, source_checkout
         from escha_deploy.paths import check_output
 
+        import os
+
+        from escha_deploy.paths import FACTS_ENV
+
         overrides = list(set_ or [])
+        facts = facts or os.environ.get(FACTS_ENV) or None  # as --facts documents, and as plan reads it
         if output:
             check_output(output, "--output")
         checkout = source_checkout()

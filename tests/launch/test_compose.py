@@ -117,6 +117,11 @@ def test_the_box_facts_plan_refuses_an_unsafe_render_and_writes_nothing(cli, tmp
         assert lines[-1] == (f"hint: `escha-deploy plan --profile {DEFAULT_PROFILE} --set hicache.hicache_ratio=50 "
                              f"--facts {facts}` shows the budget")
         assert "on this machine" not in r.err
+    # $ESCHA_FACTS is --facts' default: the box's plan, not this machine's
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ESCHA_FACTS", str(facts))
+        r = cli("compose", "-p", DEFAULT_PROFILE, "--set", "hicache.hicache_ratio=50")
+    assert r.code == 3 and r.out == "" and r.err.startswith("error: plan: pinned 86.28 GB"), r.err
     # the profile's own ratio fits the box: rendered, and this machine is not planned
     r = cli("compose", "-p", DEFAULT_PROFILE, "--facts", str(facts), "-o", str(out))
     assert r.code == 0 and r.err.splitlines() == [f"compose: wrote {out}"], r.err
@@ -184,3 +189,24 @@ def test_from_an_installed_package_without_a_checkout_there_is_no_build_section(
     if shutil.which("docker-compose"):
         c = _docker_compose_config(out)
         assert c.returncode == 0, c.stderr
+
+
+def test_a_box_without_room_for_hicache_renders_with_a_warning(cli, tmp_path):
+    facts = tmp_path / "small.json"
+    assert cli("plan", "-p", "rtx5060ti-tp2", "--host-ram", "12GiB", "--write-facts", str(facts)).code == 0
+    out = tmp_path / "compose.yaml"
+    r = cli("compose", "-p", "rtx5060ti-tp2", "--facts", str(facts), "-o", str(out))
+    assert r.code == 0, r.err
+    lines = r.err.splitlines()
+    assert lines[0].startswith(f"compose: warning: plan: HiCache is off for the box in {facts} (")
+    assert "MemTotal 12.00 GiB (facts file)" in lines[0] and "launchable without it" in lines[0]
+    assert lines[1:] == [f"compose: wrote {out}"] and out.is_file()
+
+
+def test_a_model_folder_this_machine_cannot_plan_is_warned_not_refused(cli, tmp_path):
+    empty = tmp_path / "model"
+    empty.mkdir()
+    r = cli("compose", "-p", "rtx5060ti-tp2", "--set", f"model.host_dir={empty}")
+    assert r.code == 0 and r.out.startswith("# Rendered by"), r.err
+    assert r.err.splitlines() == [f"compose: warning: cannot plan on this machine: model.host_dir: {empty} has no "
+                                  "config.json and no weights (*.safetensors, *.bin, *.pt)"]
