@@ -112,8 +112,14 @@ def test_b35_up_dry_run_on_this_machine(tmp_path):
                           B35_SETS[0], "--set", B35_SETS[1], "--set", f"hicache.storage_dir={tmp_path}",
                           "--set", "hicache.storage_max_size=1GB", "--dry-run"],
                          capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
+    # the plan and its argv are printed first; then up's preflight, which on this machine (no
+    # NVIDIA runtime, no image, no model folder) refuses with exit 3, as `up` would
     assert "--disable-custom-all-reduce" in out.stdout
+    assert "verdict ok" in out.stdout, out.stdout
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+    assert out.returncode == (3 if errors else 0), out.stderr
+    assert all(ln.startswith(("error: docker:", "error: container.image:", "error: model.host_dir"))
+               for ln in errors), errors
 
 
 # --------------------------------------------------------------------------- compatibility (B37)
