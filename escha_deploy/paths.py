@@ -174,3 +174,16 @@ def output_folder(path: str | Path, option: str, *, make: bool = True) -> Path:
     except OSError as exc:
         raise _cannot_write(option, path, exc) from None
     return p
+
+
+def source_checkout(cwd: str | Path | None = None, dockerfile: str = "Dockerfile.hicache") -> Path | None:
+    """The escha-deploy source checkout an image is built from (``escha-deploy build``'s default
+    ``--context``, ``docker compose``'s build context): the current folder (or ``cwd``) when it
+    holds ``dockerfile`` (a path relative to the checkout), else the checkout this package runs
+    from; ``None`` for an install from the wheel (no ``dockerfile`` beside the package). An
+    absolute, resolved path."""
+    for folder in (Path(cwd) if cwd is not None else Path.cwd(), PACKAGE_DIR.parent):
+        if (folder / dockerfile).is_file():
+            return folder.resolve()
+    return None
+

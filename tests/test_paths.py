@@ -79,3 +79,32 @@ def test_output_folder_makes_one_level_only(tmp_path):
     with pytest.raises(BadInput, match=r"^--out /proc/nope: cannot write: No such file or directory$"):
         output_folder("/proc/nope", "--out")
     assert listing(tmp_path) == ["f.yaml", "out"]
+
+
+def test_source_checkout_is_the_folder_with_the_dockerfile(tmp_path, monkeypatch):
+    """`escha-deploy build`'s default context and compose's build context: the current folder
+    when it holds the Dockerfile, else the checkout beside the package, else none (a wheel)."""
+    from escha_deploy import paths
+
+    here = tmp_path / "here"
+    (here / "docker").mkdir(parents=True)
+    (here / "docker" / "Dockerfile").write_text("FROM scratch\n")
+    pkg_parent = tmp_path / "site"
+    (pkg_parent / "escha_deploy").mkdir(parents=True)
+    monkeypatch.setattr(paths, "PACKAGE_DIR", pkg_parent / "escha_deploy")
+    assert paths.source_checkout(here, "docker/Dockerfile") == here.resolve()
+    assert paths.source_checkout(here) is None  # no Dockerfile.hicache here nor beside the package
+    (pkg_parent / "Dockerfile.hicache").write_text("FROM scratch\n")
+    assert paths.source_checkout(here) == pkg_parent.resolve()
+
+
+def test_build_without_a_checkout_is_one_line(tmp_path, monkeypatch, cli):
+    from escha_deploy import paths
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(paths, "PACKAGE_DIR", tmp_path / "site" / "escha_deploy")
+    r = cli("build", "--hicache")
+    assert r.code == 2
+    assert r.err.splitlines()[0] == (f"error: no Dockerfile.hicache in {tmp_path} or beside the installed "
+                                     "package: build from an escha-deploy source checkout (--context)")
+    assert "Traceback" not in r.err

@@ -71,12 +71,15 @@ def register(app: typer.Typer) -> None:
 
         from escha_deploy.cli.output import info, print_json, warn
         from escha_deploy.errors import BadInput, Failed, Refused
-        from escha_deploy.paths import PACKAGE_DIR
+        from escha_deploy.paths import source_checkout
         from escha_deploy.runtime import patching
 
         dockerfile = "Dockerfile.hicache" if hicache else "docker/Dockerfile"
         # default: the checkout you are in, else the source checkout this package runs from
-        ctx = (context or (Path.cwd() if (Path.cwd() / dockerfile).is_file() else PACKAGE_DIR.parent)).resolve()
+        ctx = context.resolve() if context else source_checkout(dockerfile=dockerfile)
+        if ctx is None:
+            raise BadInput(f"no {dockerfile} in {Path.cwd()} or beside the installed package: "
+                           "build from an escha-deploy source checkout (--context)")
         if not (ctx / dockerfile).is_file():
             raise BadInput(f"--context {ctx}: no {dockerfile} (build from a source checkout)")
         wheelhouse = f"build/wheelhouse-py{python_version}"

@@ -35,16 +35,11 @@ DOCKERFILE = "Dockerfile.hicache"
 
 
 def source_checkout(cwd: str | Path | None = None) -> Path | None:
-    """The escha-deploy source checkout ``docker compose`` builds from, as ``escha-deploy build``
-    picks its default ``--context``: the current folder when it holds ``Dockerfile.hicache``,
-    else the checkout this package runs from; ``None`` for an install from the wheel (no
-    ``Dockerfile.hicache`` beside the package). An absolute, resolved path."""
-    from escha_deploy.paths import PACKAGE_DIR
+    """The checkout ``docker compose`` builds ``Dockerfile.hicache`` from
+    (``paths.source_checkout``, the rule ``escha-deploy build`` uses for its default context)."""
+    from escha_deploy.paths import source_checkout as find
 
-    for folder in (Path(cwd) if cwd is not None else Path.cwd(), PACKAGE_DIR.parent):
-        if (folder / DOCKERFILE).is_file():
-            return folder.resolve()
-    return None
+    return find(cwd, DOCKERFILE)
 
 
 def build_context(output: str | Path | None, checkout: Path | None) -> str | None:
