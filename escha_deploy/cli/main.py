@@ -22,6 +22,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args = sys.argv[1:] if argv is None else argv
     app = build_app(args[0] if args and not args[0].startswith("-") else None)
+    stdout = sys.stdout
+    sys.stdout = _ReaderMayClose(stdout)
     try:
         # not standalone: usage errors come back here and print as one line, like ours
         rv = app(args=argv, prog_name="escha-deploy", standalone_mode=False)
@@ -46,9 +48,51 @@ def main(argv: list[str] | None = None) -> int:
             print(_profile_hint(ctx, message) or f"hint: see `{ctx.command_path if ctx else 'escha-deploy'} --help`",
                   file=sys.stderr)
         sys.exit(exc.exit_code)
+    finally:
+        sys.stdout.flush()  # through the wrapper: a closed pipe is noticed here, not at exit
+        sys.stdout = stdout
     if isinstance(rv, int) and rv:
         sys.exit(rv)
     return 0
+
+
+class _ReaderMayClose:
+    """``sys.stdout`` while a command runs. When the reader closes the pipe early
+    (``escha-deploy plan | head -1``), the rest of the output is dropped and the command ends
+    with its own exit code (0, or 3 for an unsafe plan), instead of Python's ``BrokenPipeError``
+    and exit 1. The descriptor is pointed at /dev/null so the interpreter's last flush does not
+    fail (docs.python.org/3/library/signal.html, "Note on SIGPIPE")."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._closed = False
+
+    def write(self, text: str) -> int:
+        if not self._closed:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._drop()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._closed:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._drop()
+
+    def _drop(self) -> None:
+        self._closed = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):  # no descriptor (a test's capture): nothing to point
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 #: click's message for words left over after the parameters (``click.core.Command.parse_args``).

@@ -186,3 +186,27 @@ def test_a_section_set_to_a_scalar_is_named_in_profile_words(cli, override, line
     r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--host-ram", "24GiB", "--set", override)
     assert r.code == 2 and r.out == ""
     assert r.err.splitlines() == [line]
+
+
+@pytest.mark.parametrize(("args", "code"), [
+    (("--ratio", "2"), 3),  # unsafe: the exit code survives the closed pipe
+    (("--ratio", "1"), 0),
+    (("--ratio", "1", "--format", "json"), 0),
+])
+def test_a_reader_that_closes_the_pipe_keeps_the_exit_code(args, code):
+    """`escha-deploy plan | head -1`: the reader is gone before the output is written; the
+    command ends with its own exit code and nothing on stderr (no BrokenPipeError, no exit 1)."""
+    import os
+    import subprocess
+    import sys
+
+    r, w = os.pipe()
+    os.close(r)  # a reader that has already gone: every write fails with EPIPE
+    try:
+        p = subprocess.run([sys.executable, "-m", "escha_deploy", "plan", "--profile", "rtx5060ti-tp2",
+                            "--host-ram", "16GiB", "--wsl2", *args],
+                           stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(w)
+    assert p.returncode == code, p.stderr
+    assert p.stderr == ""
