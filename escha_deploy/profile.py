@@ -602,7 +602,8 @@ def _short_repr(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def load_profile(ref: str, overrides: Sequence[str] = (), warnings: list[str] | None = None) -> Profile:
+def load_profile(ref: str, overrides: Sequence[str] = (), warnings: list[str] | None = None,
+                 positions: Positions | None = None) -> Profile:
     """Load a profile by name or path, resolve ``extends:``, apply ``--set`` overrides,
     validate once.
 
@@ -610,7 +611,8 @@ def load_profile(ref: str, overrides: Sequence[str] = (), warnings: list[str] | 
     dotted key, for malformed YAML, unknown keys, bad units, bare numbers for sizes, values out
     of range, and unknown profiles (listing the known ones). ``warnings``: when given, one
     ``file:line: key: message`` line is appended per ``profile_only_warnings`` item (keys that
-    load but do nothing).
+    load but do nothing). ``positions``: when given, filled with where each key was set: key
+    path -> ``(file, line)``, or ``("--set a.b", 0)`` for an override (``key_source`` words it).
     """
     path = resolve_profile_path(ref)
     data, pos = _load_raw(path, ())
@@ -642,6 +644,8 @@ def load_profile(ref: str, overrides: Sequence[str] = (), warnings: list[str] | 
         refusals.append((file, line, f"{where}: {key}{msg}"))
     if refusals:  # SGLang accepts the arguments and stops later: a refusal before start, exit 3
         raise Refused(*[t for _, _, t in sorted(refusals)])
+    if positions is not None:
+        positions.update(pos)
     if warnings is not None:
         for loc, msg in profile_only_warnings(profile):
             file, line = position_of(pos, loc) or (str(path), 0)
@@ -649,6 +653,17 @@ def load_profile(ref: str, overrides: Sequence[str] = (), warnings: list[str] | 
             key = "" if file == f"--set {'.'.join(loc)}" else f"{'.'.join(loc)}: "
             warnings.append(f"{where}: {key}{msg}")
     return profile
+
+
+def key_source(positions: Positions, loc: tuple[str, ...]) -> str | None:
+    """Where the key ``loc`` itself was set, in words: ``file:line`` (the file that set it: a
+    child profile's line, not its parent's, when the child overrides it) or ``--set a.b``;
+    ``None`` when no file nor override set it (the model's default)."""
+    where = positions.get(tuple(loc))
+    if where is None:
+        return None
+    file, line = where
+    return f"{file}:{line}" if line else file
 
 
 def cross_field_problems(profile: Profile) -> list[tuple[tuple[str, ...], str]]:

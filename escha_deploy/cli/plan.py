@@ -70,15 +70,20 @@ def plan_command(
     if problems:
         raise BadInput(*problems)
 
-    overrides = list(set_ or []) + (["hicache.hicache_ratio=auto", "hicache.hicache_size=0"] if auto else [])
+    overrides = list(set_ or [])
     from ..profile import load_profile
 
-    prof = load_profile(profile, overrides)
+    positions: dict = {}
+    prof = load_profile(profile, overrides, positions=positions)
+    prof, hicache_source, notes = apply_hicache_options(prof, positions, overrides, ratio=ratio,
+                                                        hicache_size=hicache_size, auto=auto)
     desc = runtime_here()
     result = make_plan(profile, overrides, ratio=ratio_value, hicache_size=size_value, host_bytes=host_bytes,
                        platform="wsl2" if wsl2 else "linux" if linux else None, facts_path=facts,
-                       write_facts=write_facts, prof=prof,
+                       write_facts=write_facts, prof=prof, hicache_source=hicache_source,
                        capabilities=frozenset(desc.capabilities) if desc is not None else None)
+    if notes:
+        result = result.model_copy(update={"warnings": notes + list(result.warnings)})
     if fmt is OutputFormat.json:
         from .output import print_json
 
@@ -95,6 +100,66 @@ def plan_command(
         require_capabilities(list(desc.capabilities), prof.runtime.needs, "this runtime (/etc/escha/runtime.json)")
     if result.verdict == "unsafe":
         raise typer.Exit(int(ExitCode.REFUSED))
+
+
+def _set_item(overrides: list[str], dotted: str) -> str:
+    """The last ``--set`` item that set the key ``dotted`` (as the user wrote it), or ``dotted``."""
+    for item in reversed(overrides):
+        key = ".".join(k for k in item.partition("=")[0].strip().split(".") if k)
+        if key == dotted:
+            return item.strip()
+    return dotted
+
+
+def apply_hicache_options(prof, positions: dict, overrides: list[str], *, ratio: str | None,
+                          hicache_size: str | None, auto: bool):
+    """Reconcile ``--ratio``/``--hicache-size`` with the loaded profile's HiCache keys; returns
+    ``(profile, source label, warnings)``.
+
+    One rule, as the two options have with each other (mutually exclusive, exit 2): an option
+    against a ``--set`` that says otherwise on the same command line is refused (``BadInput``,
+    exit 2), naming both; ``--ratio`` against a profile file's ``hicache_size`` > 0 (which SGLang
+    would let win: ``--hicache-size`` overrides ``--hicache-ratio``, server_args.py) replaces
+    that size, said in a warning naming the file:line. An option with HiCache off
+    (``hicache.enabled: false``) has no host pool to size: refused, naming where it was turned off.
+    The label is where the deciding key came from (``profile.key_source``): the option, a
+    ``--set``, or the profile file:line."""
+    from ..errors import BadInput
+    from ..profile import key_source
+
+    hc = prof.hicache
+    opt = f"--ratio {ratio}" if ratio is not None else f"--hicache-size {hicache_size}" if hicache_size is not None else None
+    notes: list[str] = []
+
+    def src(*loc: str) -> str | None:
+        return key_source(positions, loc)
+
+    if opt is None:
+        loc = ("enabled",) if not hc.enabled else ("hicache_size",) if hc.hicache_size else ("hicache_ratio",)
+        return prof, src("hicache", *loc), notes
+    if not hc.enabled:
+        where = src("hicache", "enabled") or "the profile"
+        if where.startswith("--set "):
+            raise BadInput(f"{opt} and --set {_set_item(overrides, 'hicache.enabled')} are mutually exclusive: "
+                           "with HiCache off there is no host pool to size")
+        raise BadInput(f"{opt}: HiCache is off ({where}: hicache.enabled: false), so there is no host pool to size",
+                       hint="add --set hicache.enabled=true to plan it with HiCache")
+    if ratio is not None:
+        if hc.hicache_size:
+            where = src("hicache", "hicache_size") or "the profile"
+            if where.startswith("--set "):
+                raise BadInput(f"{opt} and --set {_set_item(overrides, 'hicache.hicache_size')} are mutually "
+                               "exclusive (a hicache_size > 0 overrides the ratio, as --hicache-size does)")
+            notes.append(f"{opt} replaces the profile's hicache_size {hc.hicache_size} ({where}): "
+                         "this plan is of the ratio; the profile launches with the size")
+        update = {"hicache_size": 0} | ({"hicache_ratio": "auto"} if auto else {})
+        prof = prof.model_copy(update={"hicache": hc.model_copy(update=update)})
+        return prof, "--ratio", notes
+    where = src("hicache", "hicache_ratio")
+    if where and where.startswith("--set "):
+        raise BadInput(f"{opt} and --set {_set_item(overrides, 'hicache.hicache_ratio')} are mutually exclusive, "
+                       "as --hicache-size and --ratio are")
+    return prof, "--hicache-size", notes
 
 
 #: An explicit --ratio above this is a typo, not a plan (SGLang would try to pin that many
@@ -145,10 +210,12 @@ def runtime_here():
 
 
 def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_size=None, host_bytes=None,
-              platform=None, capabilities=None, facts_path=None, write_facts=None, prof=None):
+              platform=None, capabilities=None, facts_path=None, write_facts=None, prof=None,
+              hicache_source=None):
     """Gather (profile, host facts, model folder), then plan: the three lines of intent, through
     the same functions as ``up`` and ``serve`` (``launch.prepare``), flag check included.
-    ``prof``: ``profile_ref`` with ``overrides`` when the caller loaded it already."""
+    ``prof``: ``profile_ref`` with ``overrides`` when the caller loaded it already.
+    ``hicache_source``: where the HiCache setting came from, for the plan's label."""
     from ..launch.prepare import gather, plan_gathered
 
     if prof is None:
@@ -167,7 +234,8 @@ def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_siz
     l3_refusals = _check_l3_here(prof, g)
     if write_facts:
         _write_facts(g, write_facts)
-    result = plan_gathered(prof, g, capabilities=capabilities, ratio=ratio, hicache_size_gb=hicache_size)
+    result = plan_gathered(prof, g, capabilities=capabilities, ratio=ratio, hicache_size_gb=hicache_size,
+                           hicache_source=hicache_source)
     if l3_refusals:
         # the server would be refused before start (exit 3), as an unsafe plan is
         reasons = l3_refusals + (result.reasons if result.verdict == "unsafe" else [])

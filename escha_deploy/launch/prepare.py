@@ -243,14 +243,17 @@ def check_rendered_argv(result: Plan, prof: Profile) -> ArgvCheck:
 
 
 def plan_gathered(profile: Profile, g: Gathered, *, capabilities: Sequence[str] | None = None,
-                  ratio: float | None = None, hicache_size_gb: int | None = None) -> Plan:
+                  ratio: float | None = None, hicache_size_gb: int | None = None,
+                  hicache_source: str | None = None) -> Plan:
     """Plan ``profile`` on the gathered facts and check the rendered argv against the flag
     catalog (``BadInput``, exit 2, for a flag the runtime would refuse). ``capabilities``: the
-    runtime's (default: the profile's needs, as an image built for it provides)."""
+    runtime's (default: the profile's needs, as an image built for it provides). ``hicache_source``:
+    ``planner.plan``'s, where the profile's HiCache setting came from."""
     from escha_deploy.planner import plan as make_plan
 
     result = make_plan(profile, g.host, model_dir=g.model_dir, ratio=ratio, hicache_size_gb=hicache_size_gb,
-                       capabilities=None if capabilities is None else frozenset(capabilities))
+                       capabilities=None if capabilities is None else frozenset(capabilities),
+                       hicache_source=hicache_source)
     return result.model_copy(update={"argv_check": check_rendered_argv(result, profile)})
 
 

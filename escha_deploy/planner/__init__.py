@@ -64,6 +64,7 @@ class _Ctx:
     capabilities: frozenset[str]
     ratio_override: float | None
     size_override: int | None
+    hicache_source: str | None = None
     decisions: list[Decision] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
@@ -440,13 +441,21 @@ def step_safe_ratio(c: _Ctx) -> None:
 def step_choose_hicache(c: _Ctx) -> None:
     hc = c.profile.hicache
     if not hc.enabled:
-        c.hicache = HiCachePlan(enabled=False, ratio=None, size_gb=None, requested="disabled in the profile")
+        c.hicache = HiCachePlan(enabled=False, ratio=None, size_gb=None, requested="disabled in the profile"
+                                + (f" ({c.hicache_source})" if c.hicache_source else ""))
         return
     size = c.size_override if c.size_override is not None else (hc.hicache_size or None)
     ratio_req = c.ratio_override if c.ratio_override is not None else hc.hicache_ratio
-    requested = (f"hicache_size {size} GB per rank" if size else f"hicache_ratio {ratio_req}")
-    if c.size_override is not None or c.ratio_override is not None:
-        requested += " (command line)"
+    # the label names where the value came from: the option, else the profile's (file:line or
+    # --set, as the caller knows it); a profile size wins over --ratio, so it keeps the profile's
+    if c.size_override is not None:
+        requested = f"hicache_size {size} GB per rank (--hicache-size)"
+    elif size:
+        requested = f"hicache_size {size} GB per rank" + (f" ({c.hicache_source})" if c.hicache_source else "")
+    elif c.ratio_override is not None:
+        requested = f"hicache_ratio {ratio_req} (--ratio)"
+    else:
+        requested = f"hicache_ratio {ratio_req}" + (f" ({c.hicache_source})" if c.hicache_source else "")
     allocator = None
     if c.host.platform == "wsl2":
         if "hicache-host-allocator" in c.capabilities:
@@ -646,13 +655,15 @@ def _comparison(c: _Ctx) -> list[KvDtypeRow]:
 
 def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None = None,
          ratio: float | None = None, hicache_size_gb: int | None = None,
-         capabilities: frozenset[str] | set[str] | None = None) -> Plan:
+         capabilities: frozenset[str] | set[str] | None = None, hicache_source: str | None = None) -> Plan:
     """Plan ``profile`` on ``host``: every byte the runtime will allocate, its own checks, the
     safe HiCache ratio and a verdict with reasons.
 
     ``model_dir``: facts read from the model folder (``arch.read_model_dir``); they replace the
     profile's architecture and weights estimate. ``ratio``/``hicache_size_gb``: command-line
-    overrides (``--ratio``, ``--hicache-size``; GB = 1e9 per rank). ``capabilities``: what the
+    overrides (``--ratio``, ``--hicache-size``; GB = 1e9 per rank). ``hicache_source``: where the
+    profile's deciding HiCache key (``enabled: false``, else ``hicache_size`` > 0, else
+    ``hicache_ratio``) was set, ``file:line`` or ``--set key``, for the plan's label. ``capabilities``: what the
     target runtime provides; default: what the profile needs (the image built for it).
     Pure: no I/O. Raises nothing for unsafe plans; see ``Plan.verdict``.
     """
@@ -667,7 +678,8 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
         weights = profile.model.weights_per_rank
         wsrc = "model.weights_per_rank (profile estimate)"
     c = _Ctx(profile=profile, host=host, arch=arch, weights_bytes=weights, weights_source=wsrc,
-             capabilities=caps, ratio_override=ratio, size_override=hicache_size_gb)
+             capabilities=caps, ratio_override=ratio, size_override=hicache_size_gb,
+             hicache_source=hicache_source)
     if model_dir and model_dir.arch:
         # the folder's config.json wins (it is what SGLang loads), but a profile written for
         # another model then plans a model nobody declared: say so, naming both

@@ -210,3 +210,50 @@ def test_a_reader_that_closes_the_pipe_keeps_the_exit_code(args, code):
         os.close(w)
     assert p.returncode == code, p.stderr
     assert p.stderr == ""
+
+
+def test_ratio_replaces_a_profile_files_hicache_size_and_says_where_it_was(cli):
+    # linux-tp2-l3 sets hicache_size: 30: --ratio 1 plans the ratio, with a warning naming the line
+    r = cli("plan", "-p", "linux-tp2-l3", "--ratio", "1", "--host-ram", "128GiB", "-f", "json")
+    d = json.loads(r.out)
+    assert (d["hicache"]["ratio"], d["hicache"]["size_gb"], d["hicache"]["requested"]) == (1.0, None, "hicache_ratio 1.0 (--ratio)")
+    assert d["warnings"][0].startswith("--ratio 1 replaces the profile's hicache_size 30 (")
+    assert "profiles/linux-tp2-l3.yaml:44)" in d["warnings"][0]
+    # without --ratio the size is the profile file's, and the label names its line, not "command line"
+    plain = json.loads(cli("plan", "-p", "linux-tp2-l3", "--host-ram", "128GiB", "-f", "json").out)
+    assert plain["hicache"]["size_gb"] == 30
+    assert plain["hicache"]["requested"].startswith("hicache_size 30 GB per rank (")
+    assert plain["hicache"]["requested"].endswith("profiles/linux-tp2-l3.yaml:44)")
+    sized = json.loads(cli("plan", "-p", "linux-tp2-l3", "--hicache-size", "8", "--host-ram", "128GiB", "-f", "json").out)
+    assert sized["hicache"]["requested"] == "hicache_size 8 GB per rank (--hicache-size)"
+    via_set = json.loads(cli("plan", "-p", "rtx5060ti-tp2-fp8", "--set", "hicache.hicache_size=2", "--host-ram", "64GiB",
+                             "-f", "json").out)
+    assert via_set["hicache"]["requested"] == "hicache_size 2 GB per rank (--set hicache.hicache_size)"
+
+
+@pytest.mark.parametrize("args, line", [
+    (["-p", "linux-tp2-l3", "--ratio", "1", "--set", "hicache.hicache_size=20"],
+     "error: --ratio 1 and --set hicache.hicache_size=20 are mutually exclusive"),
+    (["-p", "linux-tp2-l3", "--ratio", "auto", "--set", "hicache.hicache_size=20"],
+     "error: --ratio auto and --set hicache.hicache_size=20 are mutually exclusive"),
+    (["-p", "linux-tp2-l3", "--ratio", "1", "--set", "hicache.enabled=false"],
+     "error: --ratio 1 and --set hicache.enabled=false are mutually exclusive"),
+    (["-p", "linux-tp2-l3", "--hicache-size", "4", "--set", "hicache.enabled=false"],
+     "error: --hicache-size 4 and --set hicache.enabled=false are mutually exclusive"),
+    (["-p", "rtx5060ti-tp2-fp8", "--hicache-size", "4", "--set", "hicache.hicache_ratio=2"],
+     "error: --hicache-size 4 and --set hicache.hicache_ratio=2 are mutually exclusive"),
+])
+def test_a_hicache_option_against_a_set_saying_otherwise_is_refused(cli, args, line):
+    r = cli("plan", *args, "--host-ram", "128GiB")
+    assert r.code == 2 and r.out == ""
+    assert r.err.startswith(line) and "Traceback" not in r.err
+
+
+def test_ratio_on_a_profile_file_with_hicache_off_is_refused_naming_the_line(cli, tmp_path):
+    f = tmp_path / "off.yaml"
+    f.write_text("extends: rtx5060ti-tp2-fp8\nname: hc-off\nhicache:\n  enabled: false\n")
+    r = cli("plan", "-p", str(f), "--ratio", "1", "--host-ram", "64GiB")
+    assert r.code == 2
+    assert f"--ratio 1: HiCache is off ({f}:4: hicache.enabled: false)" in r.err
+    plain = json.loads(cli("plan", "-p", str(f), "--host-ram", "64GiB", "-f", "json").out)
+    assert plain["hicache"]["requested"] == f"disabled in the profile ({f}:4)"
