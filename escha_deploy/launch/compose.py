@@ -209,5 +209,11 @@ def compose_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_fi
         check_rendered_argv(plan, profile)
     spec = build_launch_spec(plan, profile, overrides=list(overrides), profile_file=profile_file(profile_ref),
                              facts_file=str(Path(facts_file).resolve()) if facts_file else None).container
+    # the container settings `up` refuses (docker.check_spec: beyond loopback without an API
+    # key, ...) are refused here too, exit 3, with nothing rendered
+    from .docker import check_spec
+
+    if problems := check_spec(spec):
+        raise Refused(*problems)
     text = dump(render(spec, build=context is not None, context=context or "."), profile.name)
     return Rendered(text, plan, spec.image, warnings)

@@ -50,11 +50,14 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 SERVE_MODE_ENV = "ESCHA_SERVE_MODE"
 
 
-def check_spec(spec: ContainerSpec) -> list[str]:
-    """Problems that make ``spec`` unlaunchable (one line each; empty when fine).
+def check_spec(spec: ContainerSpec, *, native: bool = False) -> list[str]:
+    """Problems that make ``spec`` unlaunchable (one line each; empty when fine): the
+    ``container settings`` check of ``up``, also run by ``compose`` and ``serve --profile``.
 
     Refuses: binding beyond loopback without an API key file; neither ``ipc=host`` nor a
     /dev/shm of at least 16 GB; device ids under WSL2 (only ``all`` works there).
+    ``native``: the server runs on this host, not in a container (native ``serve``): only the
+    first applies, as the others are settings of a container.
     """
     problems: list[str] = []
     from escha_deploy.launch_spec import SECRET_API_KEY_PATH
@@ -64,6 +67,8 @@ def check_spec(spec: ContainerSpec) -> list[str]:
             f"container.expose: publishing on {spec.port_host_ip}:{spec.port_host} needs "
             "container.api_key_file (refusing to serve beyond loopback without an API key)"
         )
+    if native:
+        return problems
     if spec.ipc_mode != "host" and (spec.shm_size_bytes or 0) < MIN_SHM_BYTES:
         problems.append(
             "container: NCCL needs shared memory: ipc_mode host or shm_size >= 16 GB "

@@ -132,6 +132,15 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
     launch = build_launch_spec(plan, profile, native=not in_container, facts=launch_facts(plan, g),
                                sources=sources)
     report("info", f"serve: {profile.name}: plan digest {launch.plan_digest} ({plan.verdict}), planned here")
+    # the container settings `up` refuses (docker.check_spec), natively the one about binding
+    # beyond loopback without an API key: exit 3 before anything starts, --print included
+    from .docker import check_spec
+
+    if settings := check_spec(launch.container, native=not in_container):
+        if dry_run:
+            _print(launch, *_secrets(launch), extra={"verdict": plan.verdict, "missing_capabilities": missing},
+                   refusals=settings)
+        raise Refused(*settings)
     if dry_run and (missing or plan.verdict == "unsafe"):
         _print(launch, *_secrets(launch), extra={"verdict": plan.verdict, "missing_capabilities": missing})
         require_capabilities(caps, profile.runtime.needs, where)
