@@ -150,7 +150,7 @@ def up_command(
     router: Annotated[bool, typer.Option("--router", help="Start SGLang's router (SMG) on this box.")] = False,
     box: Annotated[Optional[str], typer.Option("--box", help="Start this box's server, as `up` does (run it on that box).")] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until the router reports every worker healthy.")] = True,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="With --box: print what `up --dry-run` prints for the box.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Start nothing. With --box: print what `up --dry-run` prints for the box; with --router: the router's command, container settings and worker URLs.")] = False,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Start the router, or one box's server. There is no remote control: run `fleet up --box
@@ -181,12 +181,15 @@ def up_command(
         typer.echo(f"{res.profile}\t{res.state}\t{res.endpoint}\t{res.container}")
         return
     from ..fleet.router import startup_timeout_s, worker_urls
-    from ..fleet.router_run import start_router, wait_workers
+    from ..fleet.router_run import describe_router, start_router, wait_workers
     from .output import info
 
     if loaded.fleet.router is None:
         raise BadInput(f"{loaded.path}: router: missing; add a router section to start SMG")
     urls = worker_urls(loaded, fp)
+    if dry_run:
+        _print_router_dry_run(describe_router(loaded, fp, urls=urls), fmt)
+        return
     what = start_router(loaded, fp, urls=urls)
     info(f"router: started ({what}), policy {loaded.fleet.router.policy}, workers {', '.join(urls)}")
     if wait:
@@ -194,6 +197,22 @@ def up_command(
         info(f"router: waiting up to {timeout} s for {len(urls)} workers to be healthy (a model load takes minutes)")
         state = wait_workers(loaded, urls, timeout)
         info(f"router: ready at {state.url}: {len(state.workers)} workers healthy")
+
+
+def _print_router_dry_run(desc: dict, fmt: OutputFormat) -> None:
+    """``fleet up --router --dry-run``: what would run, on stdout (JSON with --format json)."""
+    import shlex
+
+    if fmt is OutputFormat.json:
+        from .output import print_json
+
+        print_json(desc)
+        return
+    typer.echo(f"router: would run ({desc['run']}, nothing started)")
+    typer.echo(f"workers: {' '.join(desc['workers'])}")
+    typer.echo(f"command: {shlex.join(desc['command'])}")
+    for key, value in desc.get("container", {}).items():
+        typer.echo(f"container.{key}: {value}")
 
 
 def status_command(file: FleetFileArg, fmt: FormatOpt = OutputFormat.table) -> None:

@@ -152,9 +152,45 @@ def container_name(loaded: LoadedFleet) -> str:
     return f"escha-{loaded.fleet.name}-router"
 
 
+def _container_settings(loaded: LoadedFleet, args: list[str], key_file: str | None) -> dict:
+    """The docker-py ``containers.create`` keyword arguments of the router container (what
+    ``start_router`` runs and ``describe_router`` prints): host networking, the key file mounted
+    read-only, labels that name the fleet, never the key."""
+    r = loaded.fleet.router
+    return dict(
+        image=r.image,
+        command=launch_command(args, CONTAINER_KEY_PATH if key_file else None, launcher="/usr/local/bin/smg_launch.py"),
+        name=container_name(loaded), network_mode="host",
+        volumes={key_file: {"bind": CONTAINER_KEY_PATH, "mode": "ro"}} if key_file else {},
+        labels={f"{LABEL_PREFIX}fleet": loaded.fleet.name, f"{LABEL_PREFIX}role": "router",
+                f"{LABEL_PREFIX}managed-by": "escha-deploy"},
+        cap_drop=["ALL"], security_opt=["no-new-privileges"], read_only=True, tmpfs={"/tmp": ""},
+        stop_signal="SIGTERM")
+
+
+def describe_router(loaded: LoadedFleet, fp: FleetPlan, *, urls: list[str]) -> dict:
+    """What ``start_router`` would run, started nothing and asked no daemon (``fleet up --router
+    --dry-run``): ``{"run", "workers", "command"}`` and, for ``run: container``, ``"container"``
+    (the ``containers.create`` settings). The command names the key file, never the key."""
+    r = loaded.fleet.router
+    args = router_args(loaded, fp, urls=urls)
+    key_file = str(loaded.resolve(r.api_key_file)) if r.api_key_file else None
+    if r.run == "native":
+        return {"run": "native", "workers": urls,
+                "command": launch_command(args, key_file, python="python3")}
+    settings = _container_settings(loaded, args, key_file)
+    return {"run": "container", "workers": urls, "command": settings.pop("command"), "container": settings}
+
+
+def _docker_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]
+
+
 def start_router(loaded: LoadedFleet, fp: FleetPlan, *, urls: list[str] | None = None) -> str:
     """Start SMG for ``loaded`` on this box; return what runs (a pid or a container name).
-    ``Refused`` when it already runs or cannot start here."""
+    ``Refused`` (exit 3) when it already runs or cannot start here (no daemon, the router image
+    is not on this box: it is never pulled, no registry holds it), ``Failed`` (exit 4) when the
+    daemon made the container but could not start it."""
     r = loaded.fleet.router
     args = router_args(loaded, fp, urls=urls)
     key_file = str(loaded.resolve(r.api_key_file)) if r.api_key_file else None
@@ -169,26 +205,31 @@ def start_router(loaded: LoadedFleet, fp: FleetPlan, *, urls: list[str] | None =
         log.close()
         _pid_file(loaded).write_text(str(proc.pid))
         return f"pid {proc.pid}"
-    import docker
+    from docker.errors import DockerException, ImageNotFound, NotFound
 
-    client = docker.from_env()
+    from ..launch.docker import connect
+
+    client = connect()
     name = container_name(loaded)
+    settings = _container_settings(loaded, args, key_file)
+    build_hint = "build it with `escha-deploy fleet build-router --base-image IMAGE`"
     try:
-        client.containers.get(name)
-        raise Refused(f"container {name} exists; remove it first (docker rm -f {name})")
-    except docker.errors.NotFound:
-        pass
-    volumes = {key_file: {"bind": CONTAINER_KEY_PATH, "mode": "ro"}} if key_file else {}
-    cmd = launch_command(args, CONTAINER_KEY_PATH if key_file else None, launcher="/usr/local/bin/smg_launch.py")
+        try:
+            client.containers.get(name)
+            raise Refused(f"container {name} exists; remove it first (docker rm -f {name})")
+        except NotFound:
+            pass
+        client.images.get(r.image)  # docker-py's containers.run would pull a missing image
+        container = client.containers.create(**settings)
+    except ImageNotFound:
+        raise Refused(f"router image {r.image} is not on this box: {build_hint}") from None
+    except DockerException as exc:
+        raise Refused(f"docker: cannot create the router container {name}: {_docker_line(exc)}") from None
     try:
-        client.containers.run(
-            r.image, cmd, name=name, detach=True, network_mode="host", volumes=volumes,
-            labels={f"{LABEL_PREFIX}fleet": loaded.fleet.name, f"{LABEL_PREFIX}role": "router",
-                    f"{LABEL_PREFIX}managed-by": "escha-deploy"},
-            cap_drop=["ALL"], security_opt=["no-new-privileges"], read_only=True, tmpfs={"/tmp": ""},
-            stop_signal="SIGTERM")
-    except docker.errors.ImageNotFound:
-        raise Refused(f"router image {r.image} is not on this box: build it with `escha-deploy fleet build-router --base-image IMAGE`") from None
+        container.start()
+    except DockerException as exc:
+        raise Failed(f"docker: the router container {name} did not start: {_docker_line(exc)}",
+                     hint=f"docker rm -f {name}") from None
     return f"container {name}"
 
 
@@ -203,15 +244,21 @@ def router_alive(loaded: LoadedFleet) -> tuple[bool, str]:
         except OSError:
             tail = []
         return False, " | ".join(tail)
-    import docker
+    from docker.errors import DockerException, NotFound
+
+    from ..launch.docker import connect
 
     try:
-        c = docker.from_env().containers.get(container_name(loaded))
-    except docker.errors.NotFound:
+        c = connect().containers.get(container_name(loaded))
+        if c.status in ("created", "running"):
+            return True, ""
+        return False, " | ".join(c.logs(tail=3).decode(errors="replace").strip().splitlines())
+    except NotFound:
         return False, "container is gone"
-    if c.status in ("created", "running"):
-        return True, ""
-    return False, " | ".join(c.logs(tail=3).decode(errors="replace").strip().splitlines())
+    except DockerException as exc:
+        return False, f"docker: {_docker_line(exc)}"
+    except Refused as exc:  # the daemon stopped answering
+        return False, exc.message
 
 
 def wait_workers(loaded: LoadedFleet, expected: list[str], timeout_s: float, poll_s: float = 1.0) -> RouterState:
@@ -250,12 +297,16 @@ def stop_router(loaded: LoadedFleet, grace_s: float = 15.0) -> bool:
             os.killpg(pid, signal.SIGKILL)
         _pid_file(loaded).unlink(missing_ok=True)
         return True
-    import docker
+    from docker.errors import DockerException, NotFound
+
+    from ..launch.docker import connect
 
     try:
-        c = docker.from_env().containers.get(container_name(loaded))
-    except docker.errors.NotFound:
+        c = connect().containers.get(container_name(loaded))
+        c.stop(timeout=int(grace_s))
+        c.remove()
+    except NotFound:
         return False
-    c.stop(timeout=int(grace_s))
-    c.remove()
+    except DockerException as exc:
+        raise Failed(f"docker: cannot stop the router container {container_name(loaded)}: {_docker_line(exc)}") from None
     return True
