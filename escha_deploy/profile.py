@@ -427,8 +427,10 @@ def _deep_merge(base: dict, over: dict, base_pos: Positions, over_pos: Positions
         base_pos.setdefault(path, over_pos[path])
 
 
-def _load_raw(path: Path, seen: tuple[Path, ...]) -> tuple[dict, Positions]:
-    """Load one file and, recursively, what it extends; return the merged raw mapping."""
+def _load_raw(path: Path, seen: tuple[Path, ...], chain: list[str] | None = None) -> tuple[dict, Positions]:
+    """Load one file and, recursively, what it extends; return the merged raw mapping.
+    ``chain``: when given, the files read are appended to it, the root parent first and this
+    file last (the order in which each overrides the one before)."""
     path = path.resolve()
     if path in seen:
         chain = " -> ".join(str(p) for p in seen + (path,))
@@ -440,6 +442,8 @@ def _load_raw(path: Path, seen: tuple[Path, ...]) -> tuple[dict, Positions]:
         raise BadInput(f"{path}:1: a profile is a mapping of keys, not {type(data).__name__}")
     parent_ref = data.pop("extends", None)
     if parent_ref is None:
+        if chain is not None:
+            chain.append(str(path))
         return data, pos
     if not isinstance(parent_ref, str):
         line = pos.get(("extends",), (str(path), 1))[1]
@@ -449,7 +453,9 @@ def _load_raw(path: Path, seen: tuple[Path, ...]) -> tuple[dict, Positions]:
     except BadInput as exc:
         line = pos.get(("extends",), (str(path), 1))[1]
         raise BadInput(f"{path}:{line}: extends: {exc.message}", hint=exc.hint) from None
-    merged, merged_pos = _load_raw(parent_path, seen + (path,))
+    merged, merged_pos = _load_raw(parent_path, seen + (path,), chain)
+    if chain is not None:
+        chain.append(str(path))
     # The child's own name/description never come from the parent.
     merged.pop("name", None)
     merged.pop("description", None)
@@ -615,7 +621,8 @@ def load_profile(ref: str, overrides: Sequence[str] = (), warnings: list[str] | 
     path -> ``(file, line)``, or ``("--set a.b", 0)`` for an override (``key_source`` words it).
     """
     path = resolve_profile_path(ref)
-    data, pos = _load_raw(path, ())
+    chain: list[str] = []
+    data, pos = _load_raw(path, (), chain)
     if "name" not in data:
         # no `name:` in the file (nor in what it extends: a parent's name is never inherited):
         # the file's stem, and a problem with it is this file's, not the parent's
@@ -629,11 +636,7 @@ def load_profile(ref: str, overrides: Sequence[str] = (), warnings: list[str] | 
     except ValidationError as exc:
         from_file = pos.get(("name",)) == stem_position and stem_position == (str(path.resolve()), 0)
         raise BadInput(*[t for _, t in _format_errors(exc, pos, str(path), name_from_file=from_file)]) from None
-    problems = []
-    for loc, msg in cross_field_problems(profile):
-        file, line = position_of(pos, loc) or (str(path), 0)
-        where = f"{file}:{line}" if line else file
-        problems.append((file, line, f"{where}: {'.'.join(loc)}: {msg}"))
+    problems = [_blame(pos, chain, overrides, loc, msg, deps, str(path)) for loc, msg, deps in _cross_field_rules(profile)]
     if problems:
         raise BadInput(*[t for _, _, t in sorted(problems)])
     refusals = []
@@ -666,23 +669,59 @@ def key_source(positions: Positions, loc: tuple[str, ...]) -> str | None:
     return f"{file}:{line}" if line else file
 
 
+def _blame(pos: Positions, chain: list[str], overrides: Sequence[str], loc: tuple, msg: str,
+           deps: tuple[tuple, ...], origin: str) -> tuple[str, int, str]:
+    """One cross-field problem as ``(file, line, text)``, placed where the user set a key it
+    depends on (``loc`` itself or one of ``deps``): a ``--set`` first (``--set a.b=v: loc: msg``;
+    ``--set loc: msg`` for ``loc``'s own), else the line of the most-derived profile file that
+    set one (a child's line, not its parent's), ``loc`` first within a file; else ``loc``'s
+    nearest ancestor (``yamlpos.position_of``)."""
+    dotted = ".".join(loc)
+    keys = [tuple(k) for k in (loc, *deps) if tuple(k) in pos]
+    sets = [k for k in keys if pos[k][0].startswith("--set ")]
+    if sets:
+        k = sets[0]
+        if k == tuple(loc):
+            return (pos[k][0], 0, f"{pos[k][0]}: {msg}")
+        key = ".".join(k)
+        item = next((o.strip() for o in reversed(overrides)
+                     if ".".join(p for p in o.partition("=")[0].strip().split(".") if p) == key), key)
+        return (f"--set {key}", 0, f"--set {item}: {dotted}: {msg}")
+    if keys:
+        rank = {f: i for i, f in enumerate(chain)}
+        k = max(keys, key=lambda k: rank.get(pos[k][0], -1))  # max keeps the first of equals: loc
+        file, line = pos[k]
+    else:
+        file, line = position_of(pos, loc) or (origin, 0)
+    where = f"{file}:{line}" if line else file
+    return (file, line, f"{where}: {dotted}: {msg}")
+
+
 def cross_field_problems(profile: Profile) -> list[tuple[tuple[str, ...], str]]:
     """Constraints between fields, as ``(key path, message)``: the GPUs the container gets must
     hold ``runtime.tp_size`` ranks (SGLang places one TP rank per visible GPU:
     ``srt/entrypoints/engine.py`` ``_launch_scheduler_processes`` gives rank ``i`` GPU
     ``base_gpu_id + i * gpu_id_step``), without repeats, and the box must have those ids."""
-    out: list[tuple[tuple[str, ...], str]] = []
+    return [(loc, msg) for loc, msg, _ in _cross_field_rules(profile)]
+
+
+def _cross_field_rules(profile: Profile) -> list[tuple[tuple[str, ...], str, tuple[tuple[str, ...], ...]]]:
+    """``cross_field_problems`` with, per problem, the other keys it depends on (``_blame``
+    places the problem where the user set one of them)."""
+    out: list[tuple[tuple[str, ...], str, tuple]] = []
     tp = profile.runtime.tp_size
     gpus = profile.container.gpus
     if gpus != "all" and gpus:  # []: no GPU requested (a stand-in server that needs none)
         if len(set(gpus)) != len(gpus):
-            out.append((("container", "gpus"), f"device ids repeat: {gpus}"))
+            out.append((("container", "gpus"), f"device ids repeat: {gpus}", ()))
         elif len(gpus) < tp:
-            out.append((("container", "gpus"), f"{len(gpus)} GPU(s) {gpus} cannot hold runtime.tp_size {tp} ranks"))
+            out.append((("container", "gpus"), f"{len(gpus)} GPU(s) {gpus} cannot hold runtime.tp_size {tp} ranks",
+                        (("runtime", "tp_size"),)))
         if any(g >= profile.hardware.gpu_count for g in gpus):
             out.append((("container", "gpus"),
-                        f"device id {max(gpus)} but hardware.gpu_count is {profile.hardware.gpu_count}"))
-    return out + profile_only_problems(profile)
+                        f"device id {max(gpus)} but hardware.gpu_count is {profile.hardware.gpu_count}",
+                        (("hardware", "gpu_count"),)))
+    return out + _profile_only_rules(profile)
 
 
 #: KV dtypes whose scale tensors SGLang 0.5.19's HiCache host pools never copy.
@@ -731,15 +770,22 @@ def profile_only_problems(profile: Profile) -> list[tuple[tuple[str, ...], str]]
     message)``: ``load_profile`` refuses them as bad input (exit 2) and ``profiles validate``
     prints each as ``file:line: key: message``. Rules that need host facts, the model's
     architecture or the runtime's capabilities are the planner's (planner/validate.py)."""
+    return [(loc, msg) for loc, msg, _ in _profile_only_rules(profile)]
+
+
+def _profile_only_rules(profile: Profile) -> list[tuple[tuple[str, ...], str, tuple[tuple[str, ...], ...]]]:
+    """``profile_only_problems`` with, per problem, the other keys it depends on."""
     from .planner.kv import normalize_kv_dtype
 
-    out: list[tuple[tuple[str, ...], str]] = []
+    out: list[tuple[tuple[str, ...], str, tuple]] = []
     rt, hc, hw = profile.runtime, profile.hicache, profile.hardware
     if rt.tp_size > hw.gpu_count:
-        out.append((("runtime", "tp_size"), f"tp_size {rt.tp_size} is larger than hardware.gpu_count {hw.gpu_count}"))
-    out += extra_args_duplicating_keys(profile)
+        out.append((("runtime", "tp_size"), f"tp_size {rt.tp_size} is larger than hardware.gpu_count {hw.gpu_count}",
+                    (("hardware", "gpu_count"),)))
+    out += [(loc, msg, ()) for loc, msg in extra_args_duplicating_keys(profile)]
     if not hc.enabled:
         return out
+    on = (("hicache", "enabled"),)
     dtype = normalize_kv_dtype(rt.kv_cache.dtype)
     # HiCache with disable_radix_cache or enable_int8_mamba_checkpoint: SGLang refuses both while
     # resolving its arguments; the planner reports them (planner/validate.py), so the argument
@@ -747,17 +793,20 @@ def profile_only_problems(profile: Profile) -> list[tuple[tuple[str, ...], str]]
     if dtype in _SCALED_KV_DTYPES:
         out.append((("runtime", "kv_cache", "dtype"),
                     f"HiCache host pools never copy {dtype}'s scale tensors and size tokens at the wrong width: "
-                    "restored prefixes would be corrupt; use fp8_e4m3 or bf16"))
+                    "restored prefixes would be corrupt; use fp8_e4m3 or bf16", on))
     sb = hc.hicache_storage_backend
+    backend = ("hicache", "hicache_storage_backend")
     if hc.hicache_host_memory_mode == "buffer_only" and not sb:
-        out.append((("hicache", "hicache_host_memory_mode"), "buffer_only needs an L3 storage backend"))
+        out.append((("hicache", "hicache_host_memory_mode"), "buffer_only needs an L3 storage backend", (backend,) + on))
     if sb and dtype == "int2":
-        out.append((("hicache", "hicache_storage_backend"),
+        out.append((backend,
                     "L3 storage with INT2 KV: the flat data page carries the packed codes without their "
-                    "scales/zeros (the INT2 host pool keeps them in separate tensors); remove the storage backend"))
+                    "scales/zeros (the INT2 host pool keeps them in separate tensors); remove the storage backend",
+                    (("runtime", "kv_cache", "dtype"),) + on))
     if sb == "file" and not hc.storage_dir:
         out.append((("hicache", "storage_dir"),
-                    "the file backend needs a host directory (it must outlive the container)"))
+                    "the file backend needs a host directory (it must outlive the container): set hicache.storage_dir",
+                    (backend,) + on))
     return out
 
 

@@ -98,3 +98,36 @@ def test_l3_keys_with_another_backend_or_with_file_or_hicache_off(tmp_path):
     warnings = []
     load_profile("linux-tp2-l3", warnings=warnings)  # the shipped L3 profile sets the backend
     assert warnings == []
+
+
+def test_a_cross_field_problem_names_the_set_it_came_from():
+    # the file backend set on the command line, the directory left unset by the shipped profiles:
+    # the --set is named with its value, not the parent file's hicache: section line
+    with pytest.raises(BadInput) as err:
+        load_profile("rtx5060ti-tp2-fp8", ["hicache.hicache_storage_backend=file"])
+    assert err.value.problems == (
+        "--set hicache.hicache_storage_backend=file: hicache.storage_dir: the file backend needs a host "
+        "directory (it must outlive the container): set hicache.storage_dir",)
+    # a --set of the key itself is named alone
+    with pytest.raises(BadInput) as err:
+        load_profile("rtx5060ti-tp2-fp8", ["hicache.hicache_storage_backend=file", "hicache.storage_dir="])
+    assert err.value.problems[0].startswith("--set hicache.storage_dir: the file backend needs")
+    # the parent (gpu_count 2) against a --set runtime.tp_size=4
+    with pytest.raises(BadInput) as err:
+        load_profile("rtx5060ti-tp2-fp8", ["runtime.tp_size=4"])
+    assert err.value.problems == ("--set runtime.tp_size: tp_size 4 is larger than hardware.gpu_count 2",)
+
+
+def test_a_cross_field_problem_names_the_childs_line_not_the_parents(tmp_path):
+    # the child sets the backend (line 4); storage_dir is set nowhere: the child's line, not the
+    # shipped parent's hicache: line
+    p = _write(tmp_path, "hicache:\n  hicache_storage_backend: file\n")
+    with pytest.raises(BadInput) as err:
+        load_profile(str(p))
+    assert err.value.problems == (f"{p}:4: hicache.storage_dir: the file backend needs a host directory (it must "
+                                  "outlive the container): set hicache.storage_dir",)
+    # the child lowers hardware.gpu_count under the parent's tp_size 2: the child's line
+    p = _write(tmp_path, "hardware:\n  gpu_count: 1\ncontainer:\n  gpus: all\n")
+    with pytest.raises(BadInput) as err:
+        load_profile(str(p))
+    assert err.value.problems == (f"{p}:4: runtime.tp_size: tp_size 2 is larger than hardware.gpu_count 1",)
