@@ -2,7 +2,7 @@
 as ``up``), to stdout or a file.
 
 Without ``--facts`` the file is machine-independent (``launch.compose.render_profile``), and
-the profile is also planned against this machine as ``plan`` plans it (``plan.make_plan``):
+the profile is also planned against this machine as ``plan`` plans it (``plan.plan_here``):
 a verdict other than ``ok`` is said on stderr, since ``docker compose up`` here would meet it
 in ``serve``. With ``--facts`` the plan is the box's and an unsafe one is refused (exit 3)."""
 
@@ -77,18 +77,18 @@ def register(app: typer.Typer) -> None:
 
 
 def plan_here_lines(profile: str, overrides: list[str]) -> list[str]:
-    """The stderr lines for the plan of ``profile`` on this machine (``plan.make_plan``, as
-    ``escha-deploy plan`` makes it, the L3 folder checked here): none for ``ok``; for
+    """The stderr lines for the plan of ``profile`` on this machine (``plan.plan_here``, the
+    call ``escha-deploy plan`` makes: same capabilities, the L3 folder checked here): none for ``ok``; for
     ``unsafe`` or ``hicache_off`` one ``compose: warning: on this machine the plan is VERDICT:
     REASON`` line per reason and a last one saying why the file was rendered anyway and what
     ``docker compose up`` would do here; one line per problem when this machine cannot be
     planned (an unreadable model folder)."""
     from escha_deploy.errors import EschaError
 
-    from .plan import make_plan
+    from .plan import plan_here
 
     try:
-        here = make_plan(profile, overrides)
+        here, _ = plan_here(profile, overrides)
     except EschaError as exc:
         return [f"compose: warning: cannot plan on this machine: {p}" for p in exc.problems]
     if here.verdict == "ok":

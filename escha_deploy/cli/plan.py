@@ -77,11 +77,9 @@ def plan_command(
     prof = load_profile(profile, overrides, positions=positions)
     prof, hicache_source, notes = apply_hicache_options(prof, positions, overrides, ratio=ratio,
                                                         hicache_size=hicache_size, auto=auto)
-    desc = runtime_here()
-    result = make_plan(profile, overrides, ratio=ratio_value, hicache_size=size_value, host_bytes=host_bytes,
-                       platform="wsl2" if wsl2 else "linux" if linux else None, facts_path=facts,
-                       write_facts=write_facts, prof=prof, hicache_source=hicache_source,
-                       capabilities=frozenset(desc.capabilities) if desc is not None else None)
+    result, desc = plan_here(profile, overrides, ratio=ratio_value, hicache_size=size_value, host_bytes=host_bytes,
+                             platform="wsl2" if wsl2 else "linux" if linux else None, facts_path=facts,
+                             write_facts=write_facts, prof=prof, hicache_source=hicache_source)
     if notes:
         result = result.model_copy(update={"warnings": notes + list(result.warnings)})
     if fmt is OutputFormat.json:
@@ -207,6 +205,16 @@ def runtime_here():
     from ..runtime.description import read_description
 
     return read_description()
+
+
+def plan_here(profile_ref: str, overrides: list[str], **kw):
+    """``make_plan`` called as ``escha-deploy plan`` calls it (``compose`` plans this machine
+    through it too, so both reach one verdict): the capabilities are those of this machine's
+    runtime description (``runtime_here``), or, with none, the profile's needs (the image built
+    for it). ``kw``: ``make_plan``'s other keywords. Returns ``(plan, description or None)``."""
+    desc = runtime_here()
+    caps = frozenset(desc.capabilities) if desc is not None else None
+    return make_plan(profile_ref, overrides, capabilities=caps, **kw), desc
 
 
 def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_size=None, host_bytes=None,

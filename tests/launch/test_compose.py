@@ -210,3 +210,46 @@ def test_a_model_folder_this_machine_cannot_plan_is_warned_not_refused(cli, tmp_
     assert r.code == 0 and r.out.startswith("# Rendered by"), r.err
     assert r.err.splitlines() == [f"compose: warning: cannot plan on this machine: model.host_dir: {empty} has no "
                                   "config.json and no weights (*.safetensors, *.bin, *.pt)"]
+
+
+# --- compose's plan of this machine is `plan`'s: same call (cli/plan.py plan_here), same verdict ---
+
+PLAN_HERE = "compose: warning: on this machine the plan is "
+
+
+def _compose_vs_plan(cli, tmp_path, profile: str):
+    out = tmp_path / "c.yaml"
+    c = cli("compose", "-p", profile, "-o", str(out))
+    assert c.code == 0, c.err
+    p = cli("plan", "--profile", profile, "--format", "json")
+    plan = json.loads(p.out)
+    said = [ln.removeprefix(PLAN_HERE) for ln in c.err.splitlines() if ln.startswith(PLAN_HERE)]
+    return plan, said, p.code
+
+
+def test_compose_plans_this_machine_as_plan_does(cli, tmp_path):
+    """rtx5060ti-tp2 on this machine: compose's warnings are `plan --format json`'s reasons."""
+    plan, said, _ = _compose_vs_plan(cli, tmp_path, "rtx5060ti-tp2")
+    if plan["verdict"] == "ok":
+        assert said == []
+    else:
+        assert said == [f"{plan['verdict']}: {r}" for r in plan["reasons"]]
+
+
+def test_compose_and_plan_agree_on_a_runtime_lacking_a_capability(cli, tmp_path, monkeypatch):
+    """A machine with a runtime description (``runtime apply``) lacking int2-kv: `plan` says
+    unsafe (exit 3) and compose warns with the same reasons; without one both plan the
+    profile's needs (declared, not verified)."""
+    from escha_deploy import capabilities as caps
+
+    desc = {"sglang_version": "0.5.19", "base": "wheel:test", "base_inventory_digest": "0",
+            "base_inventory_committed": True, "python": "3.11.2", "sglang_dir": "/x",
+            "capabilities": ["hicache-host-reserve-env", "hicache-host-allocator", "transfer-geometry-check"],
+            "inventory_digest": "0"}
+    path = tmp_path / "runtime.json"
+    path.write_text(json.dumps(desc))
+    monkeypatch.setattr(caps, "RUNTIME_DESCRIPTION_PATH", str(path))
+    plan, said, code = _compose_vs_plan(cli, tmp_path, "rtx5060ti-tp2")
+    assert code == 3 and plan["verdict"] == "unsafe"
+    assert any("int2-kv" in r for r in plan["reasons"])
+    assert said == [f"unsafe: {r}" for r in plan["reasons"]]
