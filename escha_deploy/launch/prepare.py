@@ -148,15 +148,24 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: str | N
     from escha_deploy.host import HostFacts, gather_plan_inputs
     from escha_deploy.paths import FACTS_ENV, doctor_findings_path
 
+    from_env = not facts_path and bool(os.environ.get(FACTS_ENV))
     facts_path = facts_path or os.environ.get(FACTS_ENV) or None
+    # a file named by the environment says so: a user who never typed --facts sees where it came from
+    named = f"{FACTS_ENV}={facts_path}" if from_env else "--facts"
     if facts_path and host_ram is not None:
-        raise BadInput("--facts and --host-ram are mutually exclusive (the facts file describes the host)")
+        raise BadInput(f"{named} and --host-ram are mutually exclusive (the facts file describes the host)")
     sources: list[Fact] = []
     gpus: list[GpuRecord] = []
     if facts_path:
         from escha_deploy.factsfile import inventory_from_records, load_facts_file
 
-        ff = load_facts_file(facts_path)
+        try:
+            ff = load_facts_file(facts_path)
+        except BadInput as exc:
+            if not from_env:
+                raise
+            raise BadInput(*(named + p[len(facts_path):] if p.startswith(f"{facts_path}:") else f"{named}: {p}"
+                             for p in exc.problems), hint=exc.hint) from None
         host_only, model_dir = gather_plan_inputs(profile, host_ram=ff.host.mem_total_bytes,
                                                   platform=platform or ff.host.platform, model_path=model_path,
                                                   l3_path=l3_path, check_here=bool(check_here))

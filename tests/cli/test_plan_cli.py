@@ -257,3 +257,17 @@ def test_ratio_on_a_profile_file_with_hicache_off_is_refused_naming_the_line(cli
     assert f"--ratio 1: HiCache is off ({f}:4: hicache.enabled: false)" in r.err
     plain = json.loads(cli("plan", "-p", str(f), "--host-ram", "64GiB", "-f", "json").out)
     assert plain["hicache"]["requested"] == f"disabled in the profile ({f}:4)"
+
+
+def test_a_facts_file_from_the_environment_is_named_by_the_variable(cli, monkeypatch, tmp_path):
+    missing = tmp_path / "nonexistent.json"
+    monkeypatch.setenv("ESCHA_FACTS", str(missing))
+    r = cli("plan")
+    assert r.code == 2 and r.out == ""
+    assert r.err.startswith(f"error: ESCHA_FACTS={missing}: cannot read the facts file")
+    r = cli("plan", "--host-ram", "8GiB")
+    assert (r.code, r.err.splitlines()[0]) == (
+        2, f"error: ESCHA_FACTS={missing} and --host-ram are mutually exclusive (the facts file describes the host)")
+    # --facts given: the option's file, no variable named
+    r = cli("plan", "--facts", str(missing))
+    assert r.code == 2 and r.err.startswith(f"error: {missing}: cannot read the facts file")
