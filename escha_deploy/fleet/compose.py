@@ -133,22 +133,29 @@ def render_box(loaded: LoadedFleet, fp: FleetPlan, name: str) -> dict[str, Any]:
     return doc
 
 
-def localize(doc: dict[str, Any], box: str) -> dict[str, str]:
+def localize(doc: dict[str, Any], box: str, base: Path | None = None) -> dict[str, str]:
     """Rewrite, in place, every file of the rendering machine that ``doc`` names (secret
     ``file``s, bind mounts of a profile file) as ``./NAME`` next to the compose file; returns
-    ``{NAME: path here}``, the files to copy next to it. A named file that does not exist on this
-    machine is taken as a path on the box and kept; model and L3 folders are the profile's paths
-    on the box and stay as they are. ``BadInput`` when two different files share a name."""
+    ``{NAME: absolute path here}``, the files to copy next to it. A relative path is read against
+    ``base`` (the fleet file's folder, as every path in the fleet file is; default: the current
+    folder), and paths are compared once resolved, so one file named twice (``router.key`` and
+    its absolute path) is copied once. A named file that does not exist on this machine is taken
+    as a path on the box and kept; model and L3 folders are the profile's paths on the box and
+    stay as they are. ``BadInput`` when two different files share a name."""
     from ..launch.docker import PROFILE_TARGET
 
     files: dict[str, str] = {}
 
     def local(src: str) -> str:
-        if not Path(src).is_file():  # not on this machine: a path on the box, kept as written
+        p = Path(src).expanduser()
+        if not p.is_absolute() and base is not None:
+            p = base / p
+        if not p.is_file():  # not on this machine: a path on the box, kept as written
             return src
-        name = Path(src).name
-        if files.setdefault(name, src) != src:
-            raise BadInput(f"box {box}: {files[name]} and {src} would both be copied as {name} next to its "
+        here = str(p.resolve())
+        name = p.name
+        if files.setdefault(name, here) != here:
+            raise BadInput(f"box {box}: {files[name]} and {here} would both be copied as {name} next to its "
                            "compose file; rename one of them")
         return f"./{name}"
 
@@ -176,7 +183,7 @@ def render_box_files(loaded: LoadedFleet, fp: FleetPlan) -> dict[str, tuple[str,
     for b in loaded.fleet.boxes:
         doc = render_box(loaded, fp, b.name)
         if doc["services"]:
-            files = localize(doc, b.name)
+            files = localize(doc, b.name, Path(loaded.path).parent)
             out[b.name] = (header(loaded, b.name, files) + yaml.safe_dump(doc, sort_keys=False, width=100), files)
     return out
 

@@ -229,7 +229,7 @@ def _reachability_problems(loaded: LoadedFleet, profiles: dict[str, Profile]) ->
                            "sends none (router.api_key_file is unset): SGLang would answer 401 to every request "
                            "SMG forwards; set router.api_key_file to a file with the same key")
             else:
-                key = _key_or_none(Path(worker_key_file))
+                key = _key_or_none(loaded.resolve(worker_key_file))  # relative: the fleet file's folder
                 if key is not None and router_key is not None and key != router_key:
                     out.append(f"box {rank0}: container.api_key_file ({worker_key_file}) holds another key than "
                                f"router.api_key_file ({r.api_key_file}); SMG sends the router's key to every worker, "

@@ -1,0 +1,74 @@
+"""``fleet compose``: which files the printed instructions say to copy next to each box's
+compose file, and what each box needs before ``docker compose up``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from escha_deploy.cli.main import main
+
+PROFILE = "rtx5060ti-tp2-fp8"
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def same_key_fleet(folder: Path, replica_key: str) -> Path:
+    """One box runs the router and its replica; the replica holds the router's key (as
+    docs/scale-out.md asks), named ``replica_key`` in its ``set``."""
+    folder.mkdir()
+    (folder / "router.key").write_text("k-123\n")
+    path = folder / "same.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "lab",
+        "boxes": [{"name": "a", "address": "10.0.0.5", "profile": PROFILE, "host_ram": "64GiB", "platform": "linux",
+                   "set": ["container.expose=true", f"container.api_key_file={replica_key}"]}],
+        "router": {"box": "a", "api_key_file": "router.key"},
+    }, sort_keys=False))
+    return path
+
+
+def test_one_key_named_relative_and_absolute_is_copied_once(tmp_path, capsys, monkeypatch):
+    """The router's ``router.key`` (relative to the fleet file) and the replica's
+    ``container.api_key_file=router.key`` are the same file: plan and compose both exit 0, and
+    it is copied once. Run from another folder: the relative path is the fleet file's folder's."""
+    path = same_key_fleet(tmp_path / "fleet", "router.key")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert run(capsys, "fleet", "plan", str(path))[0] == 0
+    code, out, err = run(capsys, "fleet", "compose", str(path), "--out", str(tmp_path / "sameout"))
+    assert code == 0, err
+    key = (tmp_path / "fleet" / "router.key").resolve()
+    assert f"a: copy compose.a.yaml, router.key (from {key}) into one folder on a" in err
+    assert err.count("router.key (from") == 1
+    doc = yaml.safe_load((tmp_path / "sameout" / "compose.a.yaml").read_text())
+    assert doc["secrets"] == {"escha_api_key": {"file": "./router.key"}, "escha_router_api_key": {"file": "./router.key"}}
+    assert sorted(p.name for p in (tmp_path / "sameout").iterdir()) == ["compose.a.yaml"]
+
+
+def test_absolute_and_relative_names_of_one_key_are_one_file(tmp_path, capsys):
+    path = same_key_fleet(tmp_path / "fleet", str(tmp_path / "fleet" / "router.key"))
+    code, out, err = run(capsys, "fleet", "compose", str(path), "--out", str(tmp_path / "out"))
+    assert code == 0, err
+    assert err.count("router.key (from") == 1
+
+
+def test_two_different_files_of_one_name_are_still_refused(tmp_path, capsys):
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "router.key").write_text("k-123\n")
+    path = same_key_fleet(tmp_path / "fleet", str(tmp_path / "keys" / "router.key"))
+    code, out, err = run(capsys, "fleet", "compose", str(path), "--out", str(tmp_path / "out"))
+    assert code == 2
+    assert err.splitlines() == [f"error: box a: {(tmp_path / 'keys' / 'router.key').resolve()} and "
+                                f"{(tmp_path / 'fleet' / 'router.key').resolve()} would both be copied as "
+                                "router.key next to its compose file; rename one of them"]
