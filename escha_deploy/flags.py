@@ -65,16 +65,18 @@ def custom_all_reduce_disabled(plan: Plan, profile: Profile) -> bool:
     return not (plan.peer_access is not None and plan.peer_access.proven)
 
 
-def server_args(plan: Plan, profile: Profile, *, host: str = "0.0.0.0", port: int | None = None) -> list[str]:
+def server_args(plan: Plan, profile: Profile, *, host: str = "0.0.0.0", port: int | None = None,
+                model_path: str | None = None) -> list[str]:
     """The SGLang flags for ``plan`` (everything after ``python -m sglang.launch_server``).
 
     ``host``: the address the server binds inside its network namespace (0.0.0.0 in a
     container, whose published port is bound to 127.0.0.1 unless the profile exposes it;
     127.0.0.1 natively). Secrets are never rendered here (``serve`` adds ``--api-key`` from
-    the mounted file at run time). ``runtime.extra_args`` come last, as given.
+    the mounted file at run time). ``runtime.extra_args`` come last, as given. ``model_path``:
+    the folder the server loads when it is not ``model.path`` (natively: ``model.host_dir``).
     """
     rt, m, hc = profile.runtime, profile.model, plan.hicache
-    a: list[str] = ["--model-path", m.path]
+    a: list[str] = ["--model-path", model_path or m.path]
     if m.served_model_name:
         a += ["--served-model-name", m.served_model_name]
     a += ["--host", host, "--port", str(port or profile.container.port)]

@@ -226,7 +226,11 @@ def build_launch_spec(plan: Plan, profile: Profile, *, overrides: Sequence[str] 
     hc = profile.hicache
     bind = ("0.0.0.0" if c.expose else "127.0.0.1") if native else "0.0.0.0"
     l3_dir = (hc.storage_dir if native else flags.CONTAINER_L3_DIR) if hc.storage_dir else None
-    argv = ["python3", "-m", "sglang.launch_server", *flags.server_args(plan, profile, host=bind)]
+    # natively the server loads the host folder (model.host_dir, the folder the plan read; no
+    # container mounts it at model.path): the argv and the model-folder check name that folder
+    native_model = profile.model.host_dir if native else None
+    argv = ["python3", "-m", "sglang.launch_server",
+            *flags.server_args(plan, profile, host=bind, model_path=native_model)]
     env = flags.server_env(plan, profile, l3_dir=l3_dir)
 
     mounts: list[Mount] = []
@@ -282,7 +286,7 @@ def build_launch_spec(plan: Plan, profile: Profile, *, overrides: Sequence[str] 
     # a container asked for no GPUs (container.gpus: []) gets none to check; natively SGLang needs them
     needs = LaunchNeeds(gpus=0 if c.gpus == [] and not native else profile.runtime.tp_size,
                         pinned_bytes_per_rank=plan.per_rank.pinned_bytes if plan.hicache.enabled else 0,
-                        model_path=(model_dir if native else profile.model.path) if model_dir else None)
+                        model_path=native_model if native else profile.model.path if model_dir else None)
     return LaunchSpec(
         escha_version=__version__, profile=profile.name, profile_data=profile_data, plan_digest=digest,
         facts=facts, needs=needs, sources=list(sources), verdict=plan.verdict, warnings=list(plan.warnings),

@@ -64,10 +64,18 @@ def has_cap_ipc_lock(root: Path = Path("/")) -> bool:
     return False
 
 
-def check_model_folder(path: str) -> list[str]:
-    """Problems with the model folder at ``path`` (bad input): ``folders.check_model_folder``."""
+def check_model_folder(path: str, *, native: bool = False) -> list[str]:
+    """Problems with the model folder at ``path`` (bad input): ``folders.check_model_folder``,
+    naming the key that gave the folder: ``model.path`` in a container (where
+    ``model.host_dir`` is mounted), ``model.host_dir`` natively (``native``: the server
+    loads the host folder)."""
     from escha_deploy.folders import check_model_folder as check
 
+    if native:
+        if not Path(path).is_dir():
+            return [f"model.host_dir: {path} is not a folder here (natively serve loads model.host_dir; "
+                    "model.path is the folder as a container sees it)"]
+        return check(path, "model.host_dir")
     if not Path(path).is_dir():
         return [f"model.path: {path} is not a folder here (is model.host_dir mounted?)"]
     return check(path, "model.path")
@@ -128,6 +136,11 @@ def check_here(launch: LaunchSpec, capabilities: list[str] | None, *, where: str
             "run with --ulimit memlock=-1 (escha-deploy up and compose.yaml set it)")
 
     if needs.model_path:
-        out.bad_input += check_model_folder(needs.model_path)
+        from .docker import SERVE_MODE_ENV
+
+        # natively (not in the container `up` or compose made) the spec names model.host_dir itself
+        host_dir = (launch.profile_data.get("model") or {}).get("host_dir")
+        native = env.get(SERVE_MODE_ENV) != "container" and needs.model_path == host_dir
+        out.bad_input += check_model_folder(needs.model_path, native=native)
     out.refusals += check_l3(launch.env)
     return out
