@@ -339,6 +339,33 @@ def _profile_problems(data: dict, pos: Positions, origin: str, base: Path) -> tu
     return out, loaded
 
 
+def _address_clashes(fleet: Fleet, pos: Positions, origin: str, profiles: dict) -> list[tuple[int, str]]:
+    """Two boxes whose servers would listen on one ``address`` and ``container.port``: the
+    rank 0 of every instance serves HTTP there (the router's worker URL), so the second server
+    cannot bind the port and the router would list one worker twice. One line per clash, at
+    the second box's ``address``, naming both boxes. Nodes above rank 0 serve no HTTP and are
+    not compared; one machine may run several servers on different ports."""
+    out: list[tuple[int, str]] = []
+    index = {b.name: i for i, b in enumerate(fleet.boxes)}
+    seen: dict[tuple[str, int], str] = {}
+    for inst in fleet.instances():
+        name = inst.boxes[0]
+        prof = profiles.get(name)
+        if prof is None:
+            continue
+        address = fleet.box(name).address
+        key = (address.strip().lower(), prof.container.port)
+        other = seen.setdefault(key, name)
+        if other != name:
+            where = position_of(pos, ("boxes", index[other], "address"))
+            at = f" ({where[0]}:{where[1]})" if where else ""
+            out.append(_line(pos, origin, ("boxes", index[name], "address"),
+                             f"box {name} and box {other}{at} both serve on {address}:{prof.container.port}: "
+                             "the second server cannot bind the port and the router would get one worker "
+                             "twice; give each box its own address, or one of them another container.port"))
+    return out
+
+
 def load_fleet(path: str | Path) -> LoadedFleet:
     """Read and validate a fleet file.
 
@@ -362,6 +389,8 @@ def load_fleet(path: str | Path) -> LoadedFleet:
         fleet = None
     if fleet is not None:
         problems += _cross_check(fleet, pos, origin, base)
+    if fleet is not None and not problems:
+        problems += _address_clashes(fleet, pos, origin, profiles)
     if problems:
         raise BadInput(*[t for _, t in sorted(problems, key=lambda lt: lt[0])])
     out = LoadedFleet(fleet=fleet, path=str(p.resolve()))

@@ -329,3 +329,31 @@ def test_a_boxs_memory_is_named_by_where_the_fleet_file_gives_it(tmp_path, capsy
     saved = plan_fleet(load_fleet(three_boxes(tmp_path)))
     reasons = " ".join(saved.box_plan("lin-b").reasons)
     assert f"(saved facts {tmp_path / 'lin-b.json'})" in reasons and "--host-ram" not in reasons, reasons
+
+
+def test_two_servers_on_one_address_and_port_are_the_files_mistake(tmp_path, capsys):
+    """Two replicas on 10.0.0.5 with the same container.port: one would not bind, and the router
+    would list one worker twice. Exit 2, one line at the second box's address naming both."""
+    box = {"address": "10.0.0.5", "profile": PROFILE, "host_ram": "64GiB", "platform": "linux"}
+    path = write_fleet(tmp_path, {"name": "lab", "boxes": [{"name": "a", **box}, {"name": "b", **box}]})
+    code, out, err = run_cli(capsys, "fleet", "plan", str(path))
+    assert code == 2
+    assert err.splitlines() == [
+        f"error: {path}:9: boxes.1.address: box b and box a ({path}:4) both serve on 10.0.0.5:30000: the second "
+        "server cannot bind the port and the router would get one worker twice; give each box its own address, "
+        "or one of them another container.port"]
+    code, out, err = run_cli(capsys, "fleet", "compose", str(path), "--out", str(tmp_path / "out"))
+    assert code == 2 and "box b and box a" in err and not (tmp_path / "out").exists()
+
+
+def test_one_address_with_two_ports_or_a_second_node_is_planned(tmp_path, capsys):
+    """Two servers on one machine with their own ports, and the rank-1 node of a multi-node
+    instance (it serves no HTTP) at the same address as a replica, are fine."""
+    box = {"address": "10.0.0.5", "profile": PROFILE, "host_ram": "64GiB", "platform": "linux"}
+    path = write_fleet(tmp_path, {"name": "lab", "boxes": [
+        {"name": "a", **box}, {"name": "b", **box, "set": ["container.port=30001"]},
+        {"name": "n0", **box, "address": "10.0.0.6"}, {"name": "n1", **box}],
+        "groups": [{"name": "chat", "boxes": ["a", "b"]}, {"name": "big", "nodes": 2, "boxes": ["n0", "n1"]}]})
+    code, out, err = run_cli(capsys, "fleet", "plan", str(path), "--format", "json")
+    assert code == 0, err
+    assert [i["name"] for i in json.loads(out)["instances"]] == ["chat-0", "chat-1", "big-0"]
