@@ -293,7 +293,12 @@ def compose_command(
     for path, text in files.items():
         write_output(path, text, "--out")
         typer.echo(str(path))
+    from ..fleet.compose import box_images
+
     for name, (_, needed) in rendered.items():
+        for image, cmd in box_images(loaded, fp, name).items():
+            info(f"{name}: needs image {image} first (no registry holds it; the file builds nothing): "
+                 f"make it on {name} with `{cmd}`")
         extra = "".join(f", {n} (from {src})" for n, src in needed.items())
         info(f"{name}: copy compose.{name}.yaml{extra} into one folder on {name}, then run "
              f"`docker compose -f compose.{name}.yaml up -d` in that folder")

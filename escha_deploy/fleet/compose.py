@@ -14,8 +14,11 @@
   relative secret ``file`` or bind ``source`` against the compose file's folder, so the files
   copied next to it on the box are what runs. ``render_box_files`` says which to copy.
 
-The image is not built by these files: every box runs the image ``escha-deploy build`` made (one
-digest per instance; ``fleet plan`` compares the saved digests).
+The images are not built by these files and no registry holds them: every box runs the image
+``escha-deploy build`` made there (one digest per instance; ``fleet plan`` compares the saved
+digests), and the router's box the image ``escha-deploy fleet build-router`` made
+(``box_images`` names them and the commands, in each file's header and ``fleet compose``'s
+instructions).
 """
 
 from __future__ import annotations
@@ -168,9 +171,31 @@ def localize(doc: dict[str, Any], box: str, base: Path | None = None) -> dict[st
     return files
 
 
-def header(loaded: LoadedFleet, name: str, files: dict[str, str]) -> str:
-    lines = [f"# Rendered by `escha-deploy fleet compose {loaded.path}` for box {name}; do not edit by hand.",
-             f"# Copy it to a folder on {name}{', with these files next to it:' if files else ''}"]
+def box_images(loaded: LoadedFleet, fp: FleetPlan, name: str) -> dict[str, str]:
+    """``{image: the command that makes it}`` for every image box ``name``'s compose file runs.
+    No registry holds them and the files have no ``build:`` section, so each must be on the box
+    before ``docker compose up``: the server's image from ``escha-deploy build`` (``--hicache``
+    when the profile needs capabilities of our series, ``runtime.needs``; else ``--stock``), run
+    in an escha-deploy checkout; the router's from ``escha-deploy fleet build-router``."""
+    fleet = loaded.fleet
+    out: dict[str, str] = {}
+    if any(name in i.boxes for i in fleet.instances()):
+        prof = fp.profile(name)
+        flavor = "--hicache" if prof.runtime.needs else "--stock"
+        image = prof.container.image
+        out[image] = f"escha-deploy build {flavor} --context CHECKOUT --tag {image}"
+    r = fleet.router
+    if r is not None and r.box == name:
+        out.setdefault(r.image, f"escha-deploy fleet build-router --base-image IMAGE --tag {r.image}")
+    return out
+
+
+def header(loaded: LoadedFleet, name: str, files: dict[str, str], images: dict[str, str] | None = None) -> str:
+    lines = [f"# Rendered by `escha-deploy fleet compose {loaded.path}` for box {name}; do not edit by hand."]
+    if images:
+        lines.append(f"# {name} needs these images first (this file builds none and no registry holds them):")
+        lines += [f"#   {image}: `{cmd}`" for image, cmd in images.items()]
+    lines.append(f"# Copy it to a folder on {name}{', with these files next to it:' if files else ''}")
     lines += [f"#   {n}  (here: {src})" for n, src in files.items()]
     lines.append("# and run `docker compose -f THIS_FILE up -d` (or Debian's docker-compose 1.29) there.")
     return "\n".join(lines) + "\n"
@@ -184,7 +209,7 @@ def render_box_files(loaded: LoadedFleet, fp: FleetPlan) -> dict[str, tuple[str,
         doc = render_box(loaded, fp, b.name)
         if doc["services"]:
             files = localize(doc, b.name, Path(loaded.path).parent)
-            out[b.name] = (header(loaded, b.name, files) + yaml.safe_dump(doc, sort_keys=False, width=100), files)
+            out[b.name] = (header(loaded, b.name, files, box_images(loaded, fp, b.name)) + yaml.safe_dump(doc, sort_keys=False, width=100), files)
     return out
 
 

@@ -72,3 +72,34 @@ def test_two_different_files_of_one_name_are_still_refused(tmp_path, capsys):
     assert err.splitlines() == [f"error: box a: {(tmp_path / 'keys' / 'router.key').resolve()} and "
                                 f"{(tmp_path / 'fleet' / 'router.key').resolve()} would both be copied as "
                                 "router.key next to its compose file; rename one of them"]
+
+
+def test_instructions_name_the_images_each_box_needs_and_how_to_make_them(tmp_path, capsys):
+    """docs/scale-out.md's fleet: the files have no ``build:`` and no registry holds the images,
+    so stderr and each file's header say which images each box needs and the command making
+    each; the commands' options are the real CLI's (checked against their --help)."""
+    import shlex
+
+    from .test_fleet_render import docs_fleet
+
+    path = docs_fleet(tmp_path)
+    capsys.readouterr()
+    code, out, err = run(capsys, "fleet", "compose", str(path), "--out", str(tmp_path / "deploy"))
+    assert code == 0, err
+    server = "escha-deploy build --hicache --context CHECKOUT --tag escha-sglang:0.5.19-hicache"
+    router = "escha-deploy fleet build-router --base-image IMAGE --tag escha-smg:1.13.0"
+    need = "needs image {} first (no registry holds it; the file builds nothing): make it on {} with `{}`"
+    lines = err.splitlines()
+    assert f"wsl-a: {need.format('escha-sglang:0.5.19-hicache', 'wsl-a', server)}" in lines
+    assert f"lin-b: {need.format('escha-sglang:0.5.19-hicache', 'lin-b', server)}" in lines
+    assert f"lin-b: {need.format('escha-smg:1.13.0', 'lin-b', router)}" in lines
+    assert not any("escha-smg" in ln for ln in lines if ln.startswith("wsl-a:"))
+    head = (tmp_path / "deploy" / "compose.lin-b.yaml").read_text().split("services:")[0]
+    assert f"#   escha-smg:1.13.0: `{router}`" in head and f"#   escha-sglang:0.5.19-hicache: `{server}`" in head
+    for cmd in (server, router):
+        argv = shlex.split(cmd)[1:]
+        verb = argv[:argv.index(next(a for a in argv if a.startswith("--")))]
+        code, helptext, _ = run(capsys, *verb, "--help")
+        assert code == 0
+        for opt in (a for a in argv if a.startswith("--")):
+            assert opt in helptext, f"{' '.join(verb)} has no {opt}"
