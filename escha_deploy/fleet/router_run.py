@@ -206,9 +206,11 @@ def start_router(loaded: LoadedFleet, fp: FleetPlan, *, urls: list[str] | None =
         _pid_file(loaded).write_text(str(proc.pid))
         return f"pid {proc.pid}"
     from docker.errors import DockerException, ImageNotFound, NotFound
+    from requests.exceptions import RequestException
 
     from ..launch.docker import connect
 
+    daemon_errors = (DockerException, RequestException)  # RequestException: it stopped answering mid-way
     client = connect()
     name = container_name(loaded)
     settings = _container_settings(loaded, args, key_file)
@@ -223,11 +225,11 @@ def start_router(loaded: LoadedFleet, fp: FleetPlan, *, urls: list[str] | None =
         container = client.containers.create(**settings)
     except ImageNotFound:
         raise Refused(f"router image {r.image} is not on this box: {build_hint}") from None
-    except DockerException as exc:
+    except daemon_errors as exc:
         raise Refused(f"docker: cannot create the router container {name}: {_docker_line(exc)}") from None
     try:
         container.start()
-    except DockerException as exc:
+    except daemon_errors as exc:
         raise Failed(f"docker: the router container {name} did not start: {_docker_line(exc)}",
                      hint=f"docker rm -f {name}") from None
     return f"container {name}"
