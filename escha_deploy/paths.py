@@ -92,6 +92,39 @@ def check_output(path: str | Path, option: str) -> None:
         raise _cannot_write(option, path, errno.ENOTDIR if parent.exists() else errno.ENOENT)
 
 
+def replace_file(target: Path, data: bytes, *, in_place_fallback: bool = False) -> None:
+    """Write ``data`` to ``target`` through a temporary file in the same folder, then
+    ``os.replace`` it over ``target`` (an atomic rename on POSIX): a reader never sees a
+    half-written file, and a file hard-linked elsewhere keeps its old bytes there. The mode is
+    the old file's, or 0o666 less the umask for a new file (what ``Path.write_bytes`` gives).
+    ``in_place_fallback``: when no temporary file can be made in the folder (a writable file in
+    a read-only folder), write ``target`` in place instead. Raises ``OSError``."""
+    import tempfile
+
+    try:
+        mode = target.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError:
+        if not in_place_fallback:
+            raise
+        with open(target, "wb") as f:
+            f.write(data)
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_output(path: str | Path, data: str | bytes, option: str) -> Path:
     """Write ``data`` (text as UTF-8, or bytes) to the file a user named with ``option``
     (``--output``, ``--write-facts``, ``--chart``...); every command writing such a file uses
@@ -106,7 +139,6 @@ def write_output(path: str | Path, data: str | bytes, option: str) -> Path:
     with the system's reason, e.g. ``--write-facts /tmp: cannot write: Is a directory``.
     """
     import stat
-    import tempfile
 
     raw = data.encode() if isinstance(data, str) else data
     check_output(path, option)
@@ -120,28 +152,7 @@ def write_output(path: str | Path, data: str | bytes, option: str) -> Path:
             with open(target, "wb") as f:
                 f.write(raw)
             return Path(path)
-        if st is not None:
-            mode = st.st_mode & 0o7777
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        try:
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        except OSError:
-            if st is None:
-                raise
-            with open(target, "wb") as f:
-                f.write(raw)
-            return Path(path)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(raw)
-            os.chmod(tmp, mode)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        replace_file(target, raw, in_place_fallback=st is not None)
     except OSError as exc:
         raise _cannot_write(option, path, exc) from None
     return Path(path)

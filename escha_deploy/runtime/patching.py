@@ -20,10 +20,8 @@ commits and their declaration, ``runtime import``).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -161,21 +159,9 @@ def _write_by_rename(target: Path, data: bytes) -> None:
     that is hard-linked elsewhere keeps its old bytes there. The mode is the old file's, or
     0o666 less the umask for a new file (what ``Path.write_bytes`` would give).
     """
-    if target.exists():
-        mode = target.stat().st_mode & 0o7777
-    else:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from escha_deploy.paths import replace_file
+
+    replace_file(target, data)
 
 
 def _check_expected(value: str | None, actual: list[str], what: str) -> list[str]:

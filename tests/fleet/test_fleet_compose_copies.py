@@ -6,20 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
+from .test_fleet_plan import run_cli as run
 
-from escha_deploy.cli.main import main
 
 PROFILE = "rtx5060ti-tp2-fp8"
 
 
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def same_key_fleet(folder: Path, replica_key: str) -> Path:

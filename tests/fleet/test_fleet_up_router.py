@@ -11,21 +11,13 @@ import json
 
 import pytest
 
-from escha_deploy.cli.main import main
 from escha_deploy.fleet.model import load_fleet
 from escha_deploy.fleet.router_run import container_name
 
 from .test_fleet_render import docs_fleet
+from .test_fleet_plan import run_cli as run
 
 
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_router_dry_run_prints_what_would_run_and_asks_no_daemon(tmp_path, capsys, monkeypatch):
