@@ -47,6 +47,16 @@ def cache_dir() -> Path:
     return Path(base) / "escha-deploy"
 
 
+def facts_file(given: str | None) -> tuple[str | None, str]:
+    """The facts file a command plans from: ``given`` (``--facts``), else ``$ESCHA_FACTS`` when
+    set, else ``None``; with the name to give it in messages (``--facts`` or
+    ``ESCHA_FACTS=PATH``, so a user who never typed --facts sees where it came from)."""
+    if given:
+        return given, "--facts"
+    env = os.environ.get(FACTS_ENV) or None
+    return env, (f"{FACTS_ENV}={env}" if env else "--facts")
+
+
 def doctor_findings_path() -> Path:
     """``escha-deploy/doctor.json`` under the user cache directory."""
     return cache_dir() / "doctor.json"
@@ -84,10 +94,17 @@ def check_output(path: str | Path, option: str) -> None:
     ``--output PATH: cannot write: No such file or directory``."""
     import errno
 
-    p = Path(path)
-    if p.is_dir():
+    if Path(path).is_dir():
         raise _cannot_write(option, path, errno.EISDIR)
-    parent = p.parent
+    _parent_is_folder(path, option)
+
+
+def _parent_is_folder(path: str | Path, option: str) -> None:
+    """``BadInput`` (``ENOENT``/``ENOTDIR``) when the folder that would hold ``path`` is missing
+    or is not a folder; never creates it."""
+    import errno
+
+    parent = Path(path).parent
     if not parent.is_dir():
         raise _cannot_write(option, path, errno.ENOTDIR if parent.exists() else errno.ENOENT)
 
@@ -175,8 +192,7 @@ def output_folder(path: str | Path, option: str, *, make: bool = True) -> Path:
     if p.exists():
         raise _cannot_write(option, path, errno.ENOTDIR)
     if not make:
-        if not p.parent.is_dir():
-            raise _cannot_write(option, path, errno.ENOTDIR if p.parent.exists() else errno.ENOENT)
+        _parent_is_folder(p, option)
         if not os.access(p.parent, os.W_OK | os.X_OK):
             raise _cannot_write(option, path, errno.EACCES)
         return p

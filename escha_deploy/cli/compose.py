@@ -43,14 +43,10 @@ def register(app: typer.Typer) -> None:
         """
         from escha_deploy.cli.output import info
         from escha_deploy.launch.compose import build_context, compose_profile, source_checkout
-        from escha_deploy.paths import check_output
-
-        import os
-
-        from escha_deploy.paths import FACTS_ENV
+        from escha_deploy.paths import check_output, facts_file, write_output
 
         overrides = list(set_ or [])
-        facts = facts or os.environ.get(FACTS_ENV) or None  # as --facts documents, and as plan reads it
+        facts, _ = facts_file(facts)  # as --facts documents, and as plan reads it
         if output:
             check_output(output, "--output")
         checkout = source_checkout()
@@ -68,8 +64,6 @@ def register(app: typer.Typer) -> None:
         for line in lines:
             info(line)
         if output:
-            from escha_deploy.paths import write_output
-
             write_output(output, rendered.text, "--output")
             info(f"compose: wrote {output}")
         else:

@@ -9,7 +9,6 @@ an unsafe plan, missing capabilities or an unlaunchable container spec.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,12 +145,9 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: str | N
     """
     # the facts-file and findings models are imported only on the paths that read them
     from escha_deploy.host import HostFacts, gather_plan_inputs
-    from escha_deploy.paths import FACTS_ENV, doctor_findings_path
+    from escha_deploy.paths import doctor_findings_path, facts_file
 
-    from_env = not facts_path and bool(os.environ.get(FACTS_ENV))
-    facts_path = facts_path or os.environ.get(FACTS_ENV) or None
-    # a file named by the environment says so: a user who never typed --facts sees where it came from
-    named = f"{FACTS_ENV}={facts_path}" if from_env else "--facts"
+    facts_path, named = facts_file(facts_path)
     if facts_path and host_ram is not None:
         raise BadInput(f"{named} and --host-ram are mutually exclusive (the facts file describes the host)")
     sources: list[Fact] = []
@@ -162,7 +158,7 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: str | N
         try:
             ff = load_facts_file(facts_path)
         except BadInput as exc:
-            if not from_env:
+            if named == "--facts":
                 raise
             raise BadInput(*(named + p[len(facts_path):] if p.startswith(f"{facts_path}:") else f"{named}: {p}"
                              for p in exc.problems), hint=exc.hint) from None
