@@ -222,8 +222,9 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
 
     from . import docker as dk
 
-    client = dk.connect()
+    # the profile first: a bad one is the user's to fix (exit 2) whether or not Docker answers
     profile = load_profile(profile_ref, overrides)
+    client = dk.connect()
     if (no_runtime := gpu_runtime_refusal(client, profile)) is not None:
         raise no_runtime
     if build:
@@ -350,6 +351,10 @@ def dry_run(profile_ref: str, overrides: Sequence[str] = (), *, build: bool = Fa
             errors.append(err)
 
     no_daemon = "the Docker daemon does not answer"
+    try:  # the profile first, as `up` reads it: a bad one is exit 2 whether or not Docker answers
+        profile = load_profile(profile_ref, overrides)
+    except EschaError as exc:
+        return DryRun(None, checks, [exc])
     try:
         client = dk.connect(timeout_s=3)
         check("docker daemon", "ok")
@@ -357,7 +362,6 @@ def dry_run(profile_ref: str, overrides: Sequence[str] = (), *, build: bool = Fa
         client = None
         check("docker daemon", "failed", err=exc)
     try:
-        profile = load_profile(profile_ref, overrides)
         if profile.container.gpus == []:
             check("NVIDIA runtime", "not needed", "container.gpus is []")
         elif client is None:
