@@ -15,7 +15,6 @@ directory (config.json, safetensors sizes). Sources, all in the 0.5.19 wheel und
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Literal
 
@@ -202,16 +201,17 @@ class ModelDirFacts(BaseModel):
 
 def read_model_dir(path: str | Path) -> ModelDirFacts | None:
     """Read ``config.json`` and the safetensors sizes of a model directory; ``None`` when the
-    directory does not exist here. Raises ``ValueError`` for an unreadable config.json."""
+    directory does not exist here. Raises ``BadInput`` naming the file for a config.json that
+    cannot be read or is not JSON (``jsonio``), ``ValueError`` for one that lacks a field."""
+    from .jsonio import loads_json, read_regular
+
     p = Path(path)
     if not p.is_dir():
         return None
     arch = None
     cfg = p / "config.json"
-    if cfg.is_file():
-        try:
-            arch = arch_from_config(json.loads(cfg.read_text()))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{cfg}:{exc.lineno}: not valid JSON ({exc.msg})") from exc
+    raw = read_regular(cfg, "the model's config.json", missing_ok=True)
+    if raw is not None:
+        arch = arch_from_config(loads_json(raw, cfg, "the model's config.json"))
     sizes = [f.stat().st_size for f in p.glob("*.safetensors")]
     return ModelDirFacts(path=str(p), arch=arch, safetensors_bytes=sum(sizes) if sizes else None)

@@ -102,7 +102,7 @@ class FactsFile(BaseModel):
 def load_facts_file(path: str | Path) -> FactsFile:
     """Read and check a facts file. Raises ``BadInput`` (exit 2) naming the file and the field,
     or both schema versions when the file is of another one."""
-    from .paths import read_json
+    from .jsonio import read_json
 
     p = Path(path)
     return facts_file_from_data(read_json(p, "the facts file"), p)

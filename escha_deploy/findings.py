@@ -13,7 +13,6 @@ the findings (they describe another box).
 from __future__ import annotations
 
 import datetime as _dt
-import json
 from pathlib import Path
 from typing import Literal
 
@@ -81,10 +80,13 @@ class DoctorFindings(BaseModel):
 
 def load_findings(path: Path, host_id: str | None = None) -> DoctorFindings | None:
     """Read findings from ``path``; ``None`` when absent, unreadable, or from another host."""
+    from .errors import BadInput
+    from .jsonio import read_json
+
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path, "doctor's saved findings")
         findings = DoctorFindings.model_validate(data)
-    except (OSError, ValueError):
+    except (BadInput, ValueError):
         return None
     if host_id is not None and findings.host_id != host_id:
         return None

@@ -333,6 +333,8 @@ def gather_plan_inputs(profile, *, platform: Platform | None = None, host_ram: i
         host = host.model_copy(update={"l3_checked": True})
     try:
         model_dir = read_model_dir(path) if path else None
+    except BadInput as exc:  # config.json unreadable or not JSON (jsonio): the file, under its field
+        raise BadInput(*(f"{field}: {p}" for p in exc.problems), hint=exc.hint) from None
     except ValueError as exc:
         raise BadInput(f"{field}: {exc}") from None
     return host, model_dir

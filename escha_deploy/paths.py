@@ -11,6 +11,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+#: The bounded JSON reader (``jsonio``), re-exported for the callers that import it from here.
+from .jsonio import read_json  # noqa: F401
+
 #: The environment variable naming a facts file (``factsfile``); compose sets it to the file's
 #: path inside the container. Here rather than in ``factsfile`` so reading it builds no model.
 FACTS_ENV = "ESCHA_FACTS"
@@ -60,23 +63,6 @@ def facts_file(given: str | None) -> tuple[str | None, str]:
 def doctor_findings_path() -> Path:
     """``escha-deploy/doctor.json`` under the user cache directory."""
     return cache_dir() / "doctor.json"
-
-
-def read_json(path: str | Path, what: str, hint: str | None = None) -> object:
-    """The JSON value in the file a user named (a facts file, a launch spec, a box's saved
-    doctor report). Raises ``BadInput`` (exit 2) with one line naming the file and ``what`` it
-    should be when it cannot be read or is not JSON; ``hint`` says how to make a good one."""
-    import json
-
-    from .errors import BadInput
-
-    p = Path(path)
-    try:
-        return json.loads(p.read_text())
-    except OSError as exc:
-        raise BadInput(f"{p}: cannot read {what}: {exc.strerror or exc}", hint=hint) from None
-    except ValueError as exc:
-        raise BadInput(f"{p}: {what} is not JSON ({exc})", hint=hint) from None
 
 
 def _cannot_write(option: str, path: str | Path, err: int | OSError) -> Exception:

@@ -4,6 +4,8 @@ import json
 
 import pytest
 
+from escha_deploy.errors import BadInput
+
 from escha_deploy.arch import ModelArch, arch_from_config, kv_heads_per_rank, rank_shapes, read_model_dir
 
 SEED = dict(model_type="qwen3_5_text", num_hidden_layers=64, num_key_value_heads=4, head_dim=256,
@@ -67,5 +69,5 @@ def test_missing_model_dir_is_none(tmp_path):
 
 def test_bad_config_json_names_the_line(tmp_path):
     (tmp_path / "config.json").write_text('{\n "a": 1,\n}')
-    with pytest.raises(ValueError, match=r"config.json:3"):
+    with pytest.raises(BadInput, match=r"config.json:3: the model's config.json is not JSON"):
         read_model_dir(tmp_path)

@@ -52,7 +52,7 @@ def read_box_facts(path: Path) -> BoxFacts:
     (``factsfile.facts_from_doctor_report`` / ``load_facts_file``), so a box plans the same here
     and with ``plan --facts``. Raises ``BadInput`` naming the file and the missing key."""
     from ..factsfile import facts_file_from_data, facts_from_doctor_report, is_doctor_report
-    from ..paths import read_json
+    from ..jsonio import read_json
 
     report = read_json(path, "the box's saved facts",
                        hint="save them with `escha-deploy doctor --format json > FILE`")

@@ -79,8 +79,11 @@ def image_capabilities(client, image: str, labels: dict[str, str] | None = None)
     raw = dk.read_file_from_image(client, image, RUNTIME_DESCRIPTION_PATH)
     if raw is None:
         return None
+    from escha_deploy.jsonio import loads_json
+
+    data = loads_json(raw, f"{image}:{RUNTIME_DESCRIPTION_PATH}", "the runtime description")
     try:
-        return list(RuntimeDescription.model_validate(json.loads(raw)).capabilities)
+        return list(RuntimeDescription.model_validate(data).capabilities)
     except ValueError:
         raise BadInput(f"{image}:{RUNTIME_DESCRIPTION_PATH}: not a runtime description") from None
 

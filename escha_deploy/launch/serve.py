@@ -45,7 +45,7 @@ def read_spec(path: str | Path) -> LaunchSpec:
     from escha_deploy import __version__
     from escha_deploy.launch_spec import LAUNCH_SPEC_SCHEMA_VERSION, LaunchSpec, launch_digest
 
-    from escha_deploy.paths import read_json
+    from escha_deploy.jsonio import read_json
 
     p = Path(path)
     data = read_json(p, "the launch spec (--spec)")

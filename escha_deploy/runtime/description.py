@@ -104,11 +104,15 @@ def read_description(path: str | Path | None = None) -> RuntimeDescription | Non
     when it exists but does not parse."""
     from escha_deploy import capabilities
 
+    from escha_deploy.jsonio import loads_json, read_regular
+
     p = Path(path if path is not None else capabilities.RUNTIME_DESCRIPTION_PATH)
-    if not p.is_file():
+    raw = read_regular(p, "the runtime description", missing_ok=True)
+    if raw is None:
         return None
+    data = loads_json(raw, p, "the runtime description")
     try:
-        return RuntimeDescription.model_validate(json.loads(p.read_text()))
+        return RuntimeDescription.model_validate(data)
     except ValueError as exc:
         first = str(exc).splitlines()[0]
         raise BadInput(f"{p}: not a runtime description ({first})") from None

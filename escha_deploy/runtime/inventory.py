@@ -263,10 +263,12 @@ def write_inventory(path: Path, base: str, version: str | None, files: dict[str,
 def read_inventory(path: Path) -> tuple[dict, dict[str, Entry]]:
     """``(header, files)`` of an inventory JSON; checks its recorded digest. ``BadInput`` when
     unreadable or inconsistent."""
+    from escha_deploy.jsonio import read_json
+
+    data = read_json(path, "an inventory")
     try:
-        data = json.loads(Path(path).read_text())
         files = {k: (int(v[0]), str(v[1])) for k, v in data["files"].items()}
-    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         raise BadInput(f"{path}: not an inventory ({exc})") from None
     if data.get("digest") != digest(files):
         raise BadInput(f"{path}: recorded digest does not match its files (edited by hand?)")

@@ -19,7 +19,6 @@ commits and their declaration, ``runtime import``).
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 from dataclasses import dataclass
@@ -297,13 +296,13 @@ def recorded_series(path: Path) -> list[tuple[str, str]] | None:
     naming the file (and the entry) when the file is not JSON or an entry lacks a string name or
     sha256.
     """
+    from escha_deploy.jsonio import loads_json, read_regular
+
     path = Path(path)
-    if not path.is_file():
+    raw = read_regular(path, "the runtime description", missing_ok=True)
+    if raw is None:
         return None
-    try:
-        doc = json.loads(path.read_bytes())
-    except (OSError, ValueError) as exc:
-        raise BadInput(f"{path}: not a runtime description ({exc})") from None
+    doc = loads_json(raw, path, "the runtime description")
     series = doc.get("series", []) if isinstance(doc, dict) else None
     if not isinstance(series, list):
         raise BadInput(f"{path}: not a runtime description (series: expected a list)")

@@ -350,10 +350,10 @@ def test_recorded_series_reads_what_the_description_model_reads(applied_shared):
 
 
 @pytest.mark.parametrize(("text", "fragment"), [
-    ("garbage", "not a runtime description (Expecting value"),
-    ('{"series": {"name": "x"}}', "not a runtime description (series: expected a list)"),
+    ("garbage", ":1: the runtime description is not JSON (Expecting value"),
+    ('{"series": {"name": "x"}}', ": not a runtime description (series: expected a list)"),
     ('{"series": [{"name": "0001-hicache-host-reserve.patch"}]}',
-     "not a runtime description (series.0: expected an object with string name and sha256)"),
+     ": not a runtime description (series.0: expected an object with string name and sha256)"),
 ])
 def test_verify_names_a_broken_runtime_json(applied_shared, tmp_path, capsys, text, fragment):
     pkg, state = applied_shared
@@ -363,7 +363,7 @@ def test_verify_names_a_broken_runtime_json(applied_shared, tmp_path, capsys, te
     capsys.readouterr()
     assert _verify(pkg, mine) == 2
     err = capsys.readouterr().err
-    assert f"{mine / 'runtime.json'}: {fragment}" in err, err
+    assert f"{mine / 'runtime.json'}{fragment}" in err, err
 
 
 def test_verify_imports_no_pydantic(applied_shared):
