@@ -30,6 +30,7 @@ from typing import Annotated, Literal
 from pydantic import Field, PrivateAttr, ValidationError
 
 from ..errors import BadInput
+from ..netaddr import HostAddress, host_port
 from ..profile import EschaModel, Size, _format_errors
 from ..yamlpos import Positions, load_yaml_with_positions, position_of
 
@@ -52,7 +53,11 @@ class Box(EschaModel):
     """One machine: where it is, what it serves, and what is known about it."""
 
     name: Annotated[str, Field(pattern=DNS_LABEL, description="box name (a DNS label: a-z, 0-9, -; at most 40)")]
-    address: Annotated[str, Field(min_length=1, description="host name or IP the router and peer nodes reach it at")]
+    address: Annotated[
+        HostAddress,
+        Field(description="host name, IPv4 or IPv6 address (bare, no port) the router and peer nodes reach it at; "
+              "bracketed wherever it is joined with a port (netaddr.host_port)"),
+    ]
     profile: Annotated[str, Field(description="profile name or path (relative to the fleet file)")]
     set: Annotated[list[str], Field(description="profile overrides, as `--set KEY=VALUE`")] = []
     facts: Annotated[
@@ -354,13 +359,13 @@ def _address_clashes(fleet: Fleet, pos: Positions, origin: str, profiles: dict) 
         if prof is None:
             continue
         address = fleet.box(name).address
-        key = (address.strip().lower(), prof.container.port)
+        key = (address, prof.container.port)  # canonical: netaddr.parse_host
         other = seen.setdefault(key, name)
         if other != name:
             where = position_of(pos, ("boxes", index[other], "address"))
             at = f" ({where[0]}:{where[1]})" if where else ""
             out.append(_line(pos, origin, ("boxes", index[name], "address"),
-                             f"box {name} and box {other}{at} both serve on {address}:{prof.container.port}: "
+                             f"box {name} and box {other}{at} both serve on {host_port(address, prof.container.port)}: "
                              "the second server cannot bind the port and the router would get one worker "
                              "twice; give each box its own address, or one of them another container.port"))
     return out

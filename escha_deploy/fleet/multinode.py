@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from ..netaddr import host_port
 from ..planner.result import Plan
 from ..profile import Profile
 from .model import Instance
@@ -100,7 +101,7 @@ def render_nodes(inst: Instance, plans: list[Plan], profiles: list[Profile], add
     n = len(inst.boxes)
     local = base_prof.runtime.tp_size
     tp, pp = (local, n) if inst.group.parallel == "pp" else (local * n, 1)
-    addr = f"{addresses[0]}:{inst.group.dist_init_port}"
+    addr = host_port(addresses[0], inst.group.dist_init_port)  # [v6]:port (SGLang's NetworkAddress.parse)
     out = []
     for rank, box in enumerate(inst.boxes):
         argv = flags.multinode_args(flags.server_args(base_plan, base_prof, host="0.0.0.0"), nnodes=n, node_rank=rank,

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, PrivateAttr
 
 from ..errors import BadInput
 from ..host import HostFacts
+from ..netaddr import parse_host
 from ..planner.result import Plan
 from ..profile import Profile
 from .model import Box, LoadedFleet
@@ -234,7 +235,7 @@ def _reachability_problems(loaded: LoadedFleet, profiles: dict[str, Profile]) ->
                     out.append(f"box {rank0}: container.api_key_file ({worker_key_file}) holds another key than "
                                f"router.api_key_file ({r.api_key_file}); SMG sends the router's key to every worker, "
                                "so SGLang would answer 401 to every request it forwards: use the same key")
-        if inst.multi_node or rank0 == r.box or fleet.box(rank0).address in ("127.0.0.1", "localhost"):
+        if inst.multi_node or rank0 == r.box or parse_host(fleet.box(rank0).address).is_loopback:
             continue
         if not profiles[rank0].container.expose:
             out.append(f"box {rank0}: container.expose is false, so compose and fleet up publish its server on "

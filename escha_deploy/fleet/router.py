@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..netaddr import url as http_url
 from .model import Instance, LoadedFleet
 from .plan import FleetPlan
 
@@ -34,7 +35,7 @@ CONTAINER_KEY_PATH = "/run/secrets/escha_api_key"
 
 
 def worker_url(loaded: LoadedFleet, fp: FleetPlan, inst: Instance) -> str:
-    """``http://HOST:PORT`` at which the router reaches instance ``inst``'s rank 0, as compose
+    """``http://HOST:PORT`` (``http://[V6]:PORT``, RFC 3986) at which the router reaches instance ``inst``'s rank 0, as compose
     and ``fleet up`` run them. PORT is the rank-0 box's ``container.port``. HOST:
 
     - a single-node replica on the router's own box: ``127.0.0.1``. Its port is published on
@@ -50,7 +51,7 @@ def worker_url(loaded: LoadedFleet, fp: FleetPlan, inst: Instance) -> str:
     box = fleet.box(inst.boxes[0])
     r = fleet.router
     host = "127.0.0.1" if (r is not None and r.box == box.name and not inst.multi_node) else box.address
-    return f"http://{host}:{fp.profile(box.name).container.port}"
+    return http_url(host, fp.profile(box.name).container.port)
 
 
 def worker_urls(loaded: LoadedFleet, fp: FleetPlan) -> list[str]:

@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 
 from ..capabilities import LABEL_PREFIX
 from ..errors import Failed, Refused
+from ..netaddr import url as http_url
 from .model import LoadedFleet
 from .plan import FleetPlan
 from .router import CONTAINER_KEY_PATH, launch_command, router_args
@@ -66,7 +67,7 @@ def router_url(loaded: LoadedFleet) -> str:
     r = loaded.fleet.router
     assert r is not None
     host = loaded.fleet.box(r.box).address if r.expose else "127.0.0.1"
-    return f"http://{host}:{r.port}"
+    return http_url(host, r.port)
 
 
 def read_key(loaded: LoadedFleet) -> str | None:

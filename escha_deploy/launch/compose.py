@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from escha_deploy.launch_spec import ContainerSpec
+from escha_deploy.netaddr import host_port
 
 from .docker import LABEL_PLAN_DIGEST, PROFILE_TARGET, SERVE_MODE_ENV
 
@@ -89,7 +90,7 @@ def render(spec: ContainerSpec, *, build: bool = True, context: str = ".") -> di
     if spec.shm_size_bytes:
         svc["shm_size"] = spec.shm_size_bytes
     svc["ulimits"] = {k: {"soft": s, "hard": h} for k, (s, h) in sorted(spec.ulimits.items())}
-    svc["ports"] = [f"{spec.port_host_ip}:{spec.port_host}:{spec.port_container}"]
+    svc["ports"] = [f"{host_port(spec.port_host_ip, spec.port_host)}:{spec.port_container}"]  # [v6]:host:container
     svc["environment"] = dict(sorted({**spec.environment, SERVE_MODE_ENV: "container"}.items()))
     vols = [
         {"type": m.kind, "source": m.source, "target": m.target, "read_only": m.read_only}

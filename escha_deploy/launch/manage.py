@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from escha_deploy.errors import Failed, Refused
+from escha_deploy.netaddr import url as http_url
 
 from .redact import Redactor
 
@@ -51,7 +52,7 @@ def status(profile: str | None) -> list[dict[str, Any]]:
             "profile": c.labels.get(dk.LABEL_PROFILE, ""),
             "container": c.name,
             "state": c.status,
-            "endpoint": f"http://{host_ip}:{port}" if port else "-",
+            "endpoint": http_url(host_ip, port) if port else "-",
             "plan_digest": c.labels.get(dk.LABEL_PLAN_DIGEST, "")[:12],
             "image": (c.attrs.get("Config", {}) or {}).get("Image", ""),
             "uptime_s": uptime,
