@@ -41,6 +41,17 @@ def render_plan(p: Plan) -> None:
         t.add_row("[bold]pinned per rank[/]", "", _b(r.pinned_bytes))
         t.add_row("[bold]pinned total[/]", f"{p.tp_size} ranks", _b(p.pinned_total_bytes))
     con.print(t)
+    if r.host_buffers:
+        first = r.host_buffers[0]
+        t = Table(title="Host buffers per rank: requested and pinned", title_justify="left")
+        t.add_column("buffer")
+        t.add_column("requested", justify="right", no_wrap=True)
+        t.add_column("pinned", justify="right", no_wrap=True)
+        for buf in r.host_buffers:
+            t.add_row(buf.name, f"{buf.requested_bytes:,} B", f"{buf.pinned_bytes:,} B")
+        con.print(t)
+        con.print(f"allocator {first.allocator} ({first.allocator_source}); pinned bytes: {first.source}",
+                  soft_wrap=True)
 
     b = p.budget
     t = Table(title="Pinned budget (the profile's safety policy)", title_justify="left")

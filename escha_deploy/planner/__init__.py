@@ -39,8 +39,9 @@ from ..units import GB, MiB, fmt_gb, fmt_gib, fmt_gib_gb, fmt_mib
 from . import kv as kvmod
 from .checks import STOCK_RESERVE_BYTES, patched_check, stock_check
 from .device import sglang_default_mem_fraction, sglang_min_reserved_mib, sglang_reserved_mib
-from .pools import DevicePools, HostPools, host_buffers, host_pools_at_ratio, host_pools_at_size
-from .result import (Budget, Decision, DevicePlan, Finding, HiCachePlan, KvDtypeRow, PerRank, Plan,
+from .pools import (DevicePools, HostPools, host_buffers, host_pools_at_ratio, host_pools_at_size,
+                    pinned_buffers)
+from .result import (Budget, Decision, DevicePlan, Finding, HiCachePlan, HostBuffer, KvDtypeRow, PerRank, Plan,
                      RuntimeCheck, SafetyPolicy)
 from .validate import validate
 
@@ -345,6 +346,21 @@ def _planned_allocator(c: _Ctx) -> str | None:
     if "hicache-host-allocator" not in c.capabilities:
         return None
     return c.host.host_allocator or ("pinned" if c.host.platform == "wsl2" else "auto")
+
+
+def _counting_allocator(c: _Ctx) -> tuple[str, str]:
+    """The allocator that will pin the host pools, ``pinned`` or ``register``, and why: the
+    launch's ``ESCHA_HICACHE_HOST_ALLOCATOR`` (``_planned_allocator``), ``auto`` resolved as the
+    hook resolves it (pinned where registered memory is not device-mappable: WSL2), or stock
+    SGLang 0.5.19's mmap + cudaHostRegister without hicache-host-allocator."""
+    planned = _planned_allocator(c)
+    if planned is None:
+        return "register", "stock SGLang 0.5.19 (pool_host/common.py: alloc_with_host_register)"
+    if planned == "auto":
+        return ("pinned", "auto on WSL2") if c.host.platform == "wsl2" else (
+            "register", "auto: registered memory is device-mappable off WSL2")
+    why = "doctor's store probe" if c.host.host_allocator else "WSL2 (sglang#40232)"
+    return planned, f"ESCHA_HICACHE_HOST_ALLOCATOR={planned}: {why}"
 
 
 def _pinned_buffer_over_limit(c: _Ctx, pools: HostPools) -> tuple[str, int] | None:
@@ -653,6 +669,16 @@ def _comparison(c: _Ctx) -> list[KvDtypeRow]:
     return rows
 
 
+def _host_buffer_rows(c: _Ctx) -> list[HostBuffer]:
+    """Each host allocation of the chosen pools with the bytes its allocator pins."""
+    if not c.hicache.enabled:
+        return []
+    allocator, why = _counting_allocator(c)
+    return [HostBuffer(name=b.name, requested_bytes=b.requested_bytes, pinned_bytes=b.pinned_bytes,
+                       allocator=b.allocator, allocator_source=why, source=b.source)
+            for b in pinned_buffers(c.pools, allocator)]
+
+
 def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None = None,
          ratio: float | None = None, hicache_size_gb: int | None = None,
          capabilities: frozenset[str] | set[str] | None = None, hicache_source: str | None = None) -> Plan:
@@ -708,7 +734,8 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
             device_int2_hp_bytes=c.int2_hp_bytes, device_req_to_token_bytes=c.req_to_token_bytes,
             weights_bytes=c.weights_bytes, host_kv_tokens=p.kv_tokens, host_kv_bytes=p.kv_bytes,
             host_kv_bytes_per_token=c.dev.host_kv_bytes_per_token if c.hicache.enabled else None,
-            host_mamba_slots=p.mamba_slots, host_mamba_bytes=p.mamba_bytes, pinned_bytes=p.pinned_bytes),
+            host_mamba_slots=p.mamba_slots, host_mamba_bytes=p.mamba_bytes, pinned_bytes=p.pinned_bytes,
+            host_buffers=_host_buffer_rows(c)),
         pinned_total_bytes=c.ranks * p.pinned_bytes,
         budget=c.budget,
         max_safe_ratio=c.max_safe_ratio if profile.hicache.enabled else None,

@@ -18,7 +18,10 @@ Check against the reference box (2 x RTX 5060 Ti, Qwen3.x-27B hybrid GDN, TP 2),
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from ..runtime.hooks.host_alloc import PINNED_BYTES_SOURCE
+from ..runtime.hooks.host_alloc import pinned_bytes as allocator_pinned_bytes
 
 
 @dataclass(frozen=True)
@@ -43,14 +46,55 @@ class DevicePools:
 
 @dataclass(frozen=True)
 class HostPools:
+    """Per-rank host pools: tokens, slots and requested bytes; ``buffers``: each single
+    allocation ``(name, requested bytes)`` (``host_buffers``), filled by ``host_pools_at_*``."""
+
     kv_tokens: int
     kv_bytes: int
     mamba_slots: int
     mamba_bytes: int
+    buffers: tuple[tuple[str, int], ...] = ()
 
     @property
     def pinned_bytes(self) -> int:
-        return self.kv_bytes + self.mamba_bytes
+        """Bytes these pools pin per rank: each buffer as its allocator pins it
+        (``host_alloc.pinned_bytes``: the request rounded up to the 4 KiB page; both allocators
+        pin alike), summed; ``kv_bytes + mamba_bytes`` for pools built without their buffers."""
+        if not self.buffers:
+            return self.kv_bytes + self.mamba_bytes
+        return sum(allocator_pinned_bytes(b, "pinned") for _, b in self.buffers)
+
+
+@dataclass(frozen=True)
+class PinnedBuffer:
+    """One host allocation per rank: what the pool requests and what its allocator pins.
+
+    ``requested_bytes``: ``prod(dims) x itemsize`` as SGLang asks (``host_buffers``);
+    ``pinned_bytes``: ``host_alloc.pinned_bytes(requested, allocator)``; ``allocator``:
+    ``pinned`` (one exact cudaHostAlloc) or ``register`` (mmap + cudaHostRegister);
+    ``source``: the rule, for ``plan``'s lines."""
+
+    name: str
+    requested_bytes: int
+    pinned_bytes: int
+    allocator: str
+    source: str
+
+
+def pinned_buffers(pools: HostPools, allocator: str) -> list[PinnedBuffer]:
+    """Each of ``pools.buffers`` with the bytes ``allocator`` (``pinned`` or ``register``) pins. Pure."""
+    src = PINNED_BYTES_SOURCE[allocator]
+    return [PinnedBuffer(name=n, requested_bytes=b, pinned_bytes=allocator_pinned_bytes(b, allocator),
+                         allocator=allocator, source=src) for n, b in pools.buffers]
+
+
+def _with_buffers(dev: DevicePools, pools: HostPools) -> HostPools:
+    """``pools`` with its buffers, when ``dev`` names them all (their requested bytes add up to
+    the pools'); a ``DevicePools`` without the per-layer mamba shapes keeps the pool totals."""
+    buffers = tuple(host_buffers(dev, pools))
+    if sum(b for _, b in buffers) != pools.kv_bytes + pools.mamba_bytes:
+        return pools
+    return replace(pools, buffers=buffers)
 
 
 def _round_pages(size: int, page_size: int) -> int:
@@ -61,10 +105,10 @@ def host_pools_at_ratio(dev: DevicePools, ratio: float) -> HostPools:
     """Per-rank host pools at ``--hicache-ratio ratio``."""
     kv_tokens = _round_pages(int(dev.kv_tokens * ratio), dev.kv_page_size)
     slots = _round_pages(int(dev.mamba_slots * ratio), 1) if dev.mamba_slots else 0
-    return HostPools(
+    return _with_buffers(dev, HostPools(
         kv_tokens=kv_tokens, kv_bytes=kv_tokens * dev.host_kv_bytes_per_token,
         mamba_slots=slots, mamba_bytes=slots * dev.mamba_bytes_per_slot,
-    )
+    ))
 
 
 def host_pools_at_size(dev: DevicePools, size_gb: int) -> HostPools:
@@ -77,10 +121,10 @@ def host_pools_at_size(dev: DevicePools, size_gb: int) -> HostPools:
         kv_gb, mamba_gb = float(size_gb), 0.0
     kv_tokens = _round_pages(int(kv_gb * 1e9 // dev.host_kv_bytes_per_token), dev.kv_page_size)
     slots = _round_pages(int(mamba_gb * 1e9 // dev.mamba_bytes_per_slot), 1) if dev.mamba_slots else 0
-    return HostPools(
+    return _with_buffers(dev, HostPools(
         kv_tokens=kv_tokens, kv_bytes=kv_tokens * dev.host_kv_bytes_per_token,
         mamba_slots=slots, mamba_bytes=slots * dev.mamba_bytes_per_slot,
-    )
+    ))
 
 
 def host_buffers(dev: DevicePools, pools: HostPools) -> list[tuple[str, int]]:
@@ -97,7 +141,7 @@ def host_buffers(dev: DevicePools, pools: HostPools) -> list[tuple[str, int]]:
       ``(num_mamba_layers, size, *temporal_shape)`` (or ``(size, num_mamba_layers, 1, ...)``
       page-first: the same bytes) and one conv tensor per conv state shape (GDN has one).
 
-    The sum equals ``pools.pinned_bytes``.
+    The sum equals ``pools.kv_bytes + pools.mamba_bytes`` (requested bytes).
     """
     parts = dev.host_kv_buffers_per_token or (("host KV buffer (K and V)", dev.host_kv_bytes_per_token),)
     out = [(name, pools.kv_tokens * per_token) for name, per_token in parts if pools.kv_tokens]

@@ -37,6 +37,21 @@ class KvDtypeRow(BaseModel):
     tokens_per_gb: int = Field(description="device tokens per GB (1e9 B)")
 
 
+class HostBuffer(BaseModel):
+    """One host allocation per rank (``planner/pools.py: pinned_buffers``): the bytes SGLang
+    requests and the bytes the chosen allocator pins, with the rule's source."""
+
+    name: str
+    requested_bytes: int = Field(description="prod(dims) x itemsize, as the host pool asks")
+    pinned_bytes: int = Field(description="what the allocator pins: the request rounded up to the 4 KiB page "
+                              "(runtime/hooks/host_alloc.py: pinned_bytes)")
+    allocator: Literal["pinned", "register"] = Field(description="pinned: one cudaHostAlloc of the exact size; "
+                                                     "register: mmap + cudaHostRegister")
+    allocator_source: str = Field(description="why this allocator: the launch's ESCHA_HICACHE_HOST_ALLOCATOR, "
+                                  "doctor's store probe, or stock SGLang")
+    source: str = Field(description="the rule the pinned bytes follow")
+
+
 class PerRank(BaseModel):
     """Per TP rank (one GPU, one scheduler process)."""
 
@@ -54,7 +69,9 @@ class PerRank(BaseModel):
     host_kv_bytes_per_token: int | None = None
     host_mamba_slots: int = 0
     host_mamba_bytes: int = 0
-    pinned_bytes: int = Field(0, description="host_kv_bytes + host_mamba_bytes")
+    pinned_bytes: int = Field(0, description="the sum of host_buffers' pinned_bytes")
+    host_buffers: list[HostBuffer] = Field(default_factory=list, description="each host allocation, requested "
+                                           "and pinned bytes; empty with HiCache off")
 
 
 class HiCachePlan(BaseModel):

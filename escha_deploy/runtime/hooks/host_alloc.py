@@ -3,16 +3,22 @@
 escha-deploy runtime hook (capability ``hicache-host-allocator``). Patch
 ``runtime_patches/0002-hicache-host-allocator.patch`` copies this file byte for byte into
 ``sglang/srt/mem_cache/pool_host/escha_host_alloc.py``; SGLang's ``pool_host/common.py`` calls
-``choose`` and ``alloc_pinned`` from its CUDA allocation function. Standard library only at
+``choose`` and ``alloc_pinned`` from its CUDA allocation function and ``free_pinned`` from
+``_cuda_host_unregister`` (the pools' ``destroy()``). Standard library only at
 import time: torch is imported inside ``alloc_pinned``, and the device attribute is read
-through the CUDA driver with ctypes.
+through the CUDA driver and host memory allocated through the CUDA runtime, both with ctypes.
 
 ``ESCHA_HICACHE_HOST_ALLOCATOR``:
 
 - ``register``: the stock SGLang 0.5.19 path (``common.py: alloc_with_host_register``): an
   anonymous mmap, pre-faulted, then ``cudaHostRegister(ptr, size, 0)``.
-- ``pinned``: ``torch.empty(..., pin_memory=True)``, i.e. ``cudaHostAlloc``, whose device alias
-  is the host address (sglang#35233: the fix for WSL2's illegal memory access).
+- ``pinned``: ``cudaHostAlloc`` of exactly the requested bytes (``alloc_pinned``: libcudart
+  through ctypes, wrapped as a tensor with ``torch.frombuffer``), whose device alias is the host
+  address (sglang#35233: the fix for WSL2's illegal memory access). Not
+  ``torch.empty(..., pin_memory=True)``: torch's CachingHostAllocator rounds every block up to a
+  power of two (``aten/src/ATen/core/CachingHostAllocator.h``), so a 2.15 GB pool would pin
+  4.29 GB. Freed with ``cudaFreeHost`` when the pool is destroyed (``free_pinned``, called from
+  ``pool_host/common.py: _cuda_host_unregister``) or when its last tensor goes.
 - ``auto`` (default): ``pinned`` when the CUDA device attribute
   CanUseHostPointerForRegisteredMem is 0 (WSL2: a kernel cannot use the host address of
   registered memory, and SGLang's transfer kernels pass exactly that address), else
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import weakref
 from typing import Any, Optional
 
 ENV_HOST_ALLOCATOR = "ESCHA_HICACHE_HOST_ALLOCATOR"
@@ -39,8 +46,25 @@ PINNED_MAX_BYTES = 4 * (1024**3)
 CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM = 91
 
 #: The attribute the stock unregister path reads (``common.py``); an empty list tells it that
-#: this buffer holds no cudaHostRegister ranges, so ``destroy()`` leaves it to torch.
+#: this buffer holds no cudaHostRegister ranges, so ``destroy()`` does not unregister it.
 _REGISTERED_RANGES_ATTR = "_sglang_cuda_host_registered_ranges"
+#: The attribute ``alloc_pinned`` sets on its tensor: the idempotent ``cudaFreeHost`` of its block.
+_PINNED_FREE_ATTR = "_escha_cuda_host_free"
+#: cudaHostAllocDefault (cuda_runtime_api.h), the flags torch's own pinned allocator passes; with
+#: unified addressing the block is mapped and its device alias is its host address.
+CUDA_HOST_ALLOC_DEFAULT = 0
+
+#: The unit the kernel pins memory in (the x86_64 base page, 4 KiB): both allocators pin whole
+#: pages, so a request of ``n`` bytes pins ``n`` rounded up to it (``pinned_bytes``).
+PAGE_BYTES = 4096
+
+#: Where each allocator's pinned bytes come from, for ``plan``'s per-buffer lines.
+PINNED_BYTES_SOURCE = {
+    "pinned": "cudaHostAlloc of the exact size (escha_host_alloc.alloc_pinned, not torch's caching "
+              "host allocator), whole 4 KiB pages",
+    "register": "mmap of the exact size + cudaHostRegister (pool_host/common.py: "
+                "alloc_with_host_register), whole 4 KiB pages",
+}
 
 
 class HostAllocatorError(ValueError):
@@ -129,15 +153,114 @@ def choose(nbytes: int, what: str = "host pool", device_index: int = 0,
     return resolve(choice, mappable, nbytes, what)
 
 
-def alloc_pinned(dims: tuple, dtype: Any) -> Any:
-    """A page-locked host tensor from ``cudaHostAlloc`` (torch ``pin_memory=True``), as SGLang's
-    own ``common.py: alloc_with_pin_memory`` makes for npu/musa (``torch.empty``).
+def pinned_bytes(nbytes: int, allocator: str) -> int:
+    """Bytes ``allocator`` (``pinned`` or ``register``; ``auto`` resolves to one of them, both
+    pin alike) pins for one request of ``nbytes`` bytes: ``nbytes`` rounded up to
+    ``PAGE_BYTES``. Pure; the rule the planner counts with (``planner/pools.py``).
 
-    Marked with an empty registered-range list, so SGLang's ``destroy()`` does not call
-    cudaHostUnregister on memory it did not register.
+    ``pinned``: one cudaHostAlloc of exactly ``nbytes`` (``alloc_pinned``); ``register``: an
+    anonymous mmap of ``nbytes``, registered whole (``common.py: _cuda_host_register``).
+    """
+    if allocator not in CHOICES:
+        raise HostAllocatorError(f"allocator {allocator!r} is not one of {', '.join(CHOICES)}")
+    if nbytes <= 0:
+        return 0
+    return -(-int(nbytes) // PAGE_BYTES) * PAGE_BYTES
+
+
+_CUDART: Any = None
+
+
+def _loaded_cudart_path() -> Optional[str]:
+    """The libcudart this process has mapped (torch's), from ``/proc/self/maps``; ``None`` if none."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and "/libcudart.so" in parts[5]:
+                    return parts[5].strip()
+    except OSError:
+        return None
+    return None
+
+
+def cudart() -> Any:
+    """The CUDA runtime library (ctypes) with ``cudaHostAlloc``, ``cudaFreeHost`` and
+    ``cudaGetErrorString`` typed: the copy torch loaded (CUDA initialised first), so the
+    allocation lives in torch's CUDA context; else the first of ``libcudart.so.13``,
+    ``.so.12``, ``.so`` that loads. Raises ``OSError`` when none does."""
+    global _CUDART
+    if _CUDART is not None:
+        return _CUDART
+    import torch
+
+    torch.cuda.init()
+    candidates = [p for p in (_loaded_cudart_path(),) if p] + ["libcudart.so.13", "libcudart.so.12", "libcudart.so"]
+    errors = []
+    for name in candidates:
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError as exc:
+            errors.append(str(exc))
+            continue
+        lib.cudaHostAlloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_uint]
+        lib.cudaHostAlloc.restype = ctypes.c_int
+        lib.cudaFreeHost.argtypes = [ctypes.c_void_p]
+        lib.cudaFreeHost.restype = ctypes.c_int
+        lib.cudaGetErrorString.argtypes = [ctypes.c_int]
+        lib.cudaGetErrorString.restype = ctypes.c_char_p
+        _CUDART = lib
+        return lib
+    raise OSError("no CUDA runtime library (libcudart) could be loaded: " + "; ".join(errors))
+
+
+def _free_host(lib: Any, ptr: int) -> None:
+    lib.cudaFreeHost(ctypes.c_void_p(ptr))
+
+
+def alloc_pinned(dims: tuple, dtype: Any) -> Any:
+    """A page-locked host tensor of shape ``dims`` and ``dtype`` from ONE ``cudaHostAlloc`` of
+    exactly ``prod(dims) x itemsize`` bytes (``CUDA_HOST_ALLOC_DEFAULT`` flags, as torch's own
+    pinned allocator passes), wrapped with ``torch.frombuffer`` over a ctypes array at the
+    returned address: no caching allocator, so no power-of-two rounding.
+
+    The block is freed by ``cudaFreeHost`` exactly once: by ``free_pinned`` (the pool's
+    ``destroy()``), or when the last tensor viewing it is gone. Marked with an empty
+    registered-range list, so SGLang's ``destroy()`` does not call cudaHostUnregister on memory
+    it did not register. Raises ``RuntimeError`` naming the CUDA error when the allocation fails.
     """
     import torch
 
-    buffer = torch.empty(dims, dtype=dtype, device="cpu", pin_memory=True)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    nbytes = itemsize
+    for d in dims:
+        nbytes *= int(d)
+    if nbytes == 0:
+        buffer = torch.empty(dims, dtype=dtype, device="cpu")
+        setattr(buffer, _REGISTERED_RANGES_ATTR, [])
+        return buffer
+    lib = cudart()
+    ptr = ctypes.c_void_p()
+    rc = int(lib.cudaHostAlloc(ctypes.byref(ptr), ctypes.c_size_t(nbytes), CUDA_HOST_ALLOC_DEFAULT))
+    if rc != 0 or not ptr.value:
+        why = lib.cudaGetErrorString(rc)
+        raise RuntimeError(f"cudaHostAlloc of {nbytes} B failed (rc={rc}, "
+                           f"{why.decode(errors='replace') if why else 'unknown'})")
+    block_type = type("EschaPinnedHostBlock", (ctypes.c_uint8 * nbytes,), {})
+    block = block_type.from_address(ptr.value)
+    free = weakref.finalize(block, _free_host, lib, ptr.value)
+    free.atexit = False  # at exit the process's pinned memory goes with it
+    buffer = torch.frombuffer(block, dtype=torch.uint8).view(dtype).view(dims)
     setattr(buffer, _REGISTERED_RANGES_ATTR, [])
+    setattr(buffer, _PINNED_FREE_ATTR, free)
     return buffer
+
+
+def free_pinned(buffer: Any) -> bool:
+    """``cudaFreeHost`` the block under ``buffer`` if ``alloc_pinned`` made it (at most once);
+    ``True`` when it did or had, ``False`` for any other tensor (left to its own path)."""
+    free = getattr(buffer, _PINNED_FREE_ATTR, None)
+    if free is None:
+        return False
+    free()
+    return True
