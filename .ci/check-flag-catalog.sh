@@ -1,41 +1,54 @@
 #!/usr/bin/env bash
-# Rebuild the SGLang 0.5.19 flag catalog from the real parser and fail on any difference from
-# the committed escha_deploy/catalog/sglang-0.5.19-flags.json.
+# Rebuild one SGLang release's flag catalog from its real parser and fail on any difference from
+# the committed escha_deploy/catalog/releases/VERSION/flags.json.
 #
-# Steps: download the sglang wheel from the package index (pip download --no-deps); build a
-# throwaway venv (.cache/flagcat-venv, or $ESCHA_FLAGCAT_VENV); install torch pinned by a
-# constraints file to the CPU build (torch==2.13.0: nothing may pull a CUDA torch), the wheel
-# with --no-deps, and the import chain's packages (scripts/gen_flag_catalog.py
-# --print-requirements); run the generator with --check. The venv is kept afterwards so the
-# pytest tests marked `wheel` (tests/test_flag_catalog.py) can use it in the same CI run.
+# Usage: .ci/check-flag-catalog.sh [VERSION]   (default: the default release of
+# escha_deploy/catalog/releases/index.yaml)
 #
-# Measured on the 2-core CI machine (2026-11-29, shared with other jobs): 114 s in all, of
-# which 88 s installing the requirements (--no-compile; byte-compiling took 134 s), 3 s sglang,
-# 14 s the first import. docs/flag-catalog.md has more.
+# Steps: find the release's wheel (below) or download it (pip download --no-deps); build a
+# throwaway venv (.cache/flagcat-venv for the default release, .cache/flagcat-venv-VERSION for
+# another, or $ESCHA_FLAGCAT_VENV); install torch pinned by a constraints file to the CPU build
+# (torch==2.13.0: nothing may pull a CUDA torch), the wheel with --no-deps, and the import
+# chain's packages (the release's parser-requirements.txt); run the generator with --check. The
+# venv is kept afterwards so the pytest tests marked `wheel` (tests/test_flag_catalog.py) can
+# use it in the same CI run.
+#
+# Measured on the 2-core CI machine (2026-11-29, shared with other jobs), 0.5.19: 114 s in all,
+# of which 88 s installing the requirements (--no-compile; byte-compiling took 134 s), 3 s
+# sglang, 14 s the first import. docs/flag-catalog.md has more.
 #
 # Environment: PYTHON (default python3; must match a published sglang wheel: cp311 here),
-# ESCHA_FLAGCAT_VENV (venv path), ESCHA_FLAGCAT_WHEEL or else ESCHA_SGLANG_WHEEL (the wheel
-# .ci/test downloads; use this file instead of downloading one).
+# ESCHA_FLAGCAT_VENV (venv path), ESCHA_FLAGCAT_WHEEL (use this wheel file), else for the
+# default release ESCHA_SGLANG_WHEEL (the wheel .ci/test downloads), else
+# .cache/wheels/sglang-VERSION-*.whl when there is one.
 # Exit status: 0 same, 1 different (the diff is printed), other: setup failed.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 python="${PYTHON:-python3}"
-venv="${ESCHA_FLAGCAT_VENV:-$repo/.cache/flagcat-venv}"
+default="$(sed -n 's/^default: *"\(.*\)".*/\1/p' escha_deploy/catalog/releases/index.yaml)"
+version="${1:-$default}"
+if [[ "$version" == "$default" ]]; then
+  venv="${ESCHA_FLAGCAT_VENV:-$repo/.cache/flagcat-venv}"
+else
+  venv="${ESCHA_FLAGCAT_VENV:-$repo/.cache/flagcat-venv-$version}"
+fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 start=$SECONDS
 
-wheel="${ESCHA_FLAGCAT_WHEEL:-${ESCHA_SGLANG_WHEEL:-}}"
+wheel="${ESCHA_FLAGCAT_WHEEL:-}"
+if [[ -z "$wheel" && "$version" == "$default" ]]; then wheel="${ESCHA_SGLANG_WHEEL:-}"; fi
+if [[ -z "$wheel" ]]; then wheel="$(ls "$repo"/.cache/wheels/sglang-"$version"-*.whl 2>/dev/null | head -1)"; fi
 if [[ -z "$wheel" ]]; then
-  "$python" -m pip download --quiet --no-deps --dest "$work/wheel" "sglang==0.5.19"
-  wheel="$(ls "$work"/wheel/sglang-0.5.19-*.whl)"
+  "$python" -m pip download --quiet --no-deps --dest "$work/wheel" "sglang==$version"
+  wheel="$(ls "$work"/wheel/sglang-"$version"-*.whl)"
 fi
 echo "flag catalog: wheel $(basename "$wheel")" >&2
 
 # pip's resolver notes about sglang's other requirements are expected (--no-deps) and hidden.
-quiet() { "$@" 2> >(grep -v -e "^sglang 0.5.19 requires " -e "is ignored: it is neither" >&2); }
+quiet() { "$@" 2> >(grep -v -e "^sglang $version requires " -e "is ignored: it is neither" >&2); }
 step() { echo "flag catalog: $1 ($((SECONDS - start)) s)" >&2; }
 
 rm -rf "$venv"
@@ -43,7 +56,7 @@ rm -rf "$venv"
 vpip=("$venv/bin/python" -m pip --quiet --disable-pip-version-check)
 vinstall=("${vpip[@]}" install --no-compile)  # byte-compiling torch et al. costs more than it saves here
 printf 'torch==2.13.0\n' >"$work/constraints.txt"
-"$python" scripts/gen_flag_catalog.py --print-requirements >"$work/requirements.txt"
+"$python" scripts/gen_flag_catalog.py --print-requirements --release "$version" >"$work/requirements.txt"
 quiet "${vinstall[@]}" -c "$work/constraints.txt" -r "$work/requirements.txt"
 step "parser requirements installed"
 quiet "${vinstall[@]}" --no-deps "$wheel"
@@ -55,5 +68,5 @@ cuda = [d.metadata["Name"] for d in md.distributions() if d.metadata["Name"].low
 print(f"flag catalog: torch {torch.__version__} (CUDA {torch.version.cuda}), nvidia wheels: {cuda or 'none'}")
 EOF
 
-"$venv/bin/python" scripts/gen_flag_catalog.py --check
-echo "flag catalog: same as committed ($((SECONDS - start)) s in all)" >&2
+"$venv/bin/python" scripts/gen_flag_catalog.py --check --release "$version"
+echo "flag catalog: sglang $version same as committed ($((SECONDS - start)) s in all)" >&2

@@ -7,5 +7,4 @@ Keep this module import-free: the CLI's cold start depends on it.
 
 __version__ = "0.1.0"
 
-#: The SGLang release every profile, patch and inventory here targets.
-SGLANG_VERSION = "0.5.19"
+# The SGLang releases it plans for, and the default one, are data: escha_deploy/releases.py.

@@ -1,8 +1,10 @@
-"""Check an SGLang server argv against the 0.5.19 flag catalog and the capabilities' flags.
+"""Check an SGLang server argv against a release's flag catalog and the capabilities' flags.
 
-Pure: reads only the committed catalog (``paths.catalog_dir()/sglang-0.5.19-flags.json``,
+Pure: reads only the committed catalog of the release (``releases/VERSION/flags.json`` under
+``paths.catalog_dir()``, ``escha_deploy.releases``; the default release when none is named),
 written by ``scripts/gen_flag_catalog.py`` from the real parser and re-checked by
-``.ci/check-flag-catalog.sh``), once per process (``load_catalog`` is cached; about 2 ms).
+``.ci/check-flag-catalog.sh``, once per process and release (``load_catalog`` is cached; about
+2 ms).
 No torch, no sglang import.
 
 ``check_argv(argv, capabilities)`` mirrors what ``argparse`` does in SGLang's
@@ -40,18 +42,17 @@ from typing import Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from escha_deploy import capabilities as _caps
-from escha_deploy import paths
+from escha_deploy import releases
 
-SGLANG_VERSION = "0.5.19"
 CATALOG_SCHEMA = 1
 LAUNCH_MODULE = "sglang.launch_server"
 
 Status = Literal["verified", "declared"]
 
 
-def catalog_path(version: str = SGLANG_VERSION) -> Path:
-    """The committed catalog file for an SGLang version."""
-    return paths.catalog_dir() / f"sglang-{version}-flags.json"
+def catalog_path(version: str | None = None) -> Path:
+    """The committed catalog file of an SGLang release (default: the default release)."""
+    return releases.release_file(version, "flags.json")
 
 
 # --------------------------------------------------------------------------------------------
@@ -96,13 +97,18 @@ class Catalog:
         return list(self.by_option)
 
 
-@functools.lru_cache(maxsize=4)
-def load_catalog(version: str = SGLANG_VERSION) -> Catalog:
-    """Read the committed catalog (once per process and version).
+def load_catalog(version: str | None = None) -> Catalog:
+    """Read the committed catalog of ``version`` (default: the default release), once per
+    process and release.
 
     Raises ``FileNotFoundError`` when no catalog exists for ``version`` and ``ValueError`` when
     its schema is not ``CATALOG_SCHEMA``: both are packaging bugs, not user errors.
     """
+    return _load_catalog(version or releases.default_release())
+
+
+@functools.lru_cache(maxsize=8)
+def _load_catalog(version: str) -> Catalog:
     raw = json.loads(catalog_path(version).read_text(encoding="utf-8"))
     if raw.get("schema") != CATALOG_SCHEMA or raw.get("version") != version:
         raise ValueError(
@@ -133,7 +139,7 @@ def _declared_type_name(t: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=64)
-def _parser_for(capabilities: frozenset[str], version: str) -> Catalog:
+def _parser_for(capabilities: frozenset[str], version: str | None = None) -> Catalog:
     """The catalog with the flags the given capabilities declare merged in.
 
     A declared flag that the catalog already has adds its ``choices`` (as declared choices);
@@ -317,7 +323,7 @@ class FlagCheckResult(BaseModel):
 
     model_config = ConfigDict(frozen=True)
     runtime: str = "sglang"
-    version: str = SGLANG_VERSION
+    version: str = Field(default_factory=releases.default_release, description="the SGLang release checked against")
     capabilities: tuple[str, ...] = Field(default=(), description="the capabilities checked with")
     flags: tuple[FlagUse, ...] = ()
     errors: tuple[FlagProblem, ...] = ()
@@ -424,7 +430,7 @@ def check_argv(
     argv: list[str],
     capabilities: set[str] | frozenset[str] | tuple[str, ...] = frozenset(),
     *,
-    version: str = SGLANG_VERSION,
+    version: str | None = None,
     require_model: bool = True,
 ) -> FlagCheckResult:
     """Check a server argv as SGLang's parser would, plus the capabilities' declared flags.
@@ -439,6 +445,7 @@ def check_argv(
     Raises ``ValueError`` only for a bug in ``capabilities.py`` (see ``_parser_for``).
     """
     caps = frozenset(capabilities)
+    version = version or releases.default_release()
     parser = _parser_for(caps, version)
     flags_part, head_problem = server_flags(list(argv))
     errors: list[FlagProblem] = [head_problem] if head_problem else []

@@ -740,11 +740,11 @@ def extra_args_duplicating_keys(profile: Profile) -> list[tuple[tuple[str, ...],
     if not profile.runtime.extra_args:  # nothing to match: skip building the catalog and key map
         return []
     from . import capabilities as caps
-    from .flagcheck import SGLANG_VERSION, _parser_for
+    from .flagcheck import _parser_for
     from .profile_keys import _FLAG_IN_TEXT, key_rows
 
     # the catalog with every capability's declared flags (int2-kv's --kv-cache-quant-group-size)
-    catalog = _parser_for(frozenset(caps.CAPABILITIES), SGLANG_VERSION)
+    catalog = _parser_for(frozenset(caps.CAPABILITIES))
     key_of: dict[str, str] = {}
     for row in key_rows(profile):
         key = row["key"]

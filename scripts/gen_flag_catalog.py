@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Regenerate the SGLang 0.5.19 flag catalog from the real server argument parser.
+"""Regenerate an SGLang release's flag catalog from its real server argument parser.
 
-What it writes: ``escha_deploy/catalog/sglang-0.5.19-flags.json``, one record per argparse
+What it writes: ``escha_deploy/catalog/releases/VERSION/flags.json`` for the sglang installed
+beside it (VERSION is that wheel's version; its folder must exist: ``releases/README.md``), one
+record per argparse
 action that ``sglang.srt.server_args.ServerArgs.add_cli_args`` adds to a fresh
 ``argparse.ArgumentParser`` (504 actions for 0.5.19, ``-h/--help`` included): option strings,
 dest, action class (``_StoreAction``, ``_StoreTrueAction``, ...), default, and where they say
@@ -11,9 +13,10 @@ something: type name (``str``, ``int``, ``float`` or ``module.function`` such as
 A missing key means null (or false). ``escha_deploy.flagcheck`` checks rendered argv against it; ``.ci/check-flag-catalog.sh``
 rebuilds it from a freshly downloaded wheel and fails on any difference.
 
-How: run with the Python of a throwaway virtual environment that holds the real sglang 0.5.19
-wheel (installed ``--no-deps``) plus what its import chain needs (``--print-requirements``
-prints the list, with torch pinned to the CPU build ``torch==2.13.0``). Only the standard
+How: run with the Python of a throwaway virtual environment that holds the real sglang
+wheel (installed ``--no-deps``) plus what its import chain needs (``--print-requirements
+--release VERSION`` prints the release's ``parser-requirements.txt``, with torch pinned to the
+CPU build ``torch==2.13.0``). Only the standard
 library and sglang are imported here; escha_deploy is not.
 
 Why importing the real parser and not reading the source (AST): the issue allows both. The
@@ -48,13 +51,13 @@ plugins (``sglang.srt.plugins.load_plugins``) are not loaded: the catalog is the
 
 Usage::
 
-    VENV/bin/python scripts/gen_flag_catalog.py --print-requirements > req.txt
+    python3 scripts/gen_flag_catalog.py --print-requirements --release 0.5.19 > req.txt
     VENV/bin/python scripts/gen_flag_catalog.py                 # rewrite the committed file
     VENV/bin/python scripts/gen_flag_catalog.py --out x.json    # write elsewhere
     VENV/bin/python scripts/gen_flag_catalog.py --check         # exit 1 and print a diff if stale
 
-Exit codes: 0 written or identical; 1 ``--check`` found a difference; 2 bad usage or the
-installed sglang is not the expected version.
+Exit codes: 0 written or identical; 1 ``--check`` found a difference; 2 bad usage, or the
+installed sglang is not ``--release`` or has no release folder.
 """
 
 from __future__ import annotations
@@ -71,46 +74,26 @@ import types
 from pathlib import Path
 from typing import Any
 
-SGLANG_VERSION = "0.5.19"
 CATALOG_SCHEMA = 1
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = REPO_ROOT / "escha_deploy" / "catalog" / f"sglang-{SGLANG_VERSION}-flags.json"
+RELEASES = REPO_ROOT / "escha_deploy" / "catalog" / "releases"
 
-#: What the import chain of ``sglang.srt.server_args`` needs besides the sglang wheel itself,
-#: installed with ``-c`` pinning torch. Versions pinned by sglang 0.5.19's METADATA are pinned
-#: the same here; the rest are the versions this catalog was generated with (2026-11-29), so
-#: the CI venv is reproducible. Import sites: /work/shared/research/sglang-0519-memory.md 8.2.
-REQUIREMENTS: tuple[str, ...] = (
-    "torch==2.13.0",
-    "numpy==2.4.6",
-    "orjson==3.13.0",
-    "psutil==7.2.2",
-    "pybase64==1.5.1",
-    "requests==2.34.2",
-    "packaging==26.4",
-    "pillow==13.0.0",
-    "starlette==1.10.0",
-    "tqdm==4.70.1",
-    "ipython==9.18.1",
-    "pydantic==2.14.4",
-    "aiohttp==3.14.5",
-    "msgspec==0.23.0",
-    "openai==2.6.1",
-    "partial-json-parser==0.2.1.1.post7",
-    "xgrammar==0.2.1",
-    "apache-tvm-ffi==0.1.11",
-    "transformers==5.12.1",
-    "tokenizers==0.22.2",
-    "pyzmq==27.3.0",
-    "triton==3.9.0",
-    # Not the parser's: the oracle (scripts/sglang_oracle.py) imports SGLang's host-pool and
-    # KV-cache modules, whose chain adds these (docs/planner.md: about 3 s to install).
-    "dill==0.4.1",  # srt/sampling/custom_logit_processor.py
-    "compressed-tensors==0.18.0",  # srt/layers/quantization/__init__.py (sglang's own pin)
-    "loguru==0.7.3",  # compressed-tensors' one dependency not already here
-    "gguf==0.19.0",  # srt/layers/quantization/__init__.py
-    "sentencepiece==0.2.3",  # srt/configs/internvl.py (imported by srt/configs/__init__.py)
-)
+
+def release_folder(version: str) -> Path:
+    """``escha_deploy/catalog/releases/VERSION``; ``SystemExit(2)`` when it does not exist (the
+    release is not supported: its folder with ``facts.yaml`` comes first)."""
+    folder = RELEASES / version
+    if not (folder / "facts.yaml").is_file():
+        print(f"error: sglang {version} has no release folder ({folder}/facts.yaml); "
+              "see escha_deploy/catalog/releases/README.md", file=sys.stderr)
+        raise SystemExit(2)
+    return folder
+
+
+def requirements(version: str) -> list[str]:
+    """The release's ``parser-requirements.txt``: pinned requirements, comments dropped."""
+    text = (release_folder(version) / "parser-requirements.txt").read_text(encoding="utf-8")
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
 
 def _install_torchvision_stand_in() -> bool:
@@ -205,20 +188,28 @@ def _action_record(action: argparse.Action) -> dict[str, Any]:
     return record
 
 
-def build_catalog() -> tuple[dict[str, Any], dict[str, float | bool]]:
+def installed_release(expected: str | None = None) -> str:
+    """The installed sglang's version; ``SystemExit(2)`` when it is not ``expected`` (if given)
+    or has no release folder."""
+    import importlib.metadata
+
+    installed = importlib.metadata.version("sglang")
+    if expected and installed != expected:
+        print(f"error: installed sglang is {installed}, expected {expected}", file=sys.stderr)
+        raise SystemExit(2)
+    release_folder(installed)
+    return installed
+
+
+def build_catalog(expected: str | None = None) -> tuple[dict[str, Any], dict[str, float | bool]]:
     """Import the real parser and describe it.
 
     Returns ``(catalog, stats)``: the catalog mapping (schema, runtime, version, parser source,
     actions in registration order) and timings in seconds (``import_s``, ``build_s``) plus
     whether the torchvision stand-in was used. Raises ``SystemExit(2)`` when the installed
-    sglang is not ``SGLANG_VERSION``.
+    sglang is not ``expected`` or has no release folder.
     """
-    import importlib.metadata
-
-    installed = importlib.metadata.version("sglang")
-    if installed != SGLANG_VERSION:
-        print(f"error: installed sglang is {installed}, expected {SGLANG_VERSION}", file=sys.stderr)
-        raise SystemExit(2)
+    installed = installed_release(expected)
     stand_in = _install_torchvision_stand_in()
     t0 = time.perf_counter()
     from sglang.srt.server_args import ServerArgs  # the real parser's only entry point
@@ -234,7 +225,7 @@ def build_catalog() -> tuple[dict[str, Any], dict[str, float | bool]]:
     catalog = {
         "schema": CATALOG_SCHEMA,
         "runtime": "sglang",
-        "version": SGLANG_VERSION,
+        "version": installed,
         "source": "sglang.srt.server_args.ServerArgs.add_cli_args(argparse.ArgumentParser())",
         "generator": "scripts/gen_flag_catalog.py",
         "allow_abbrev": parser.allow_abbrev,
@@ -310,14 +301,18 @@ def render(catalog: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write (default: the committed catalog)")
+    ap.add_argument("--release", metavar="VERSION",
+                    help="the sglang release expected installed (required with --print-requirements)")
+    ap.add_argument("--out", type=Path, help="where to write (default: the release folder's flags.json)")
     ap.add_argument("--check", action="store_true", help="compare with --out instead of writing; exit 1 on a difference")
     ap.add_argument("--print-requirements", action="store_true", help="print the venv's requirements and exit")
     ap.add_argument("--parse-json", type=Path, metavar="FILE",
                     help="parse each argv of a JSON list of lists with the real parser; print JSON results")
     args = ap.parse_args(argv)
     if args.print_requirements:
-        print("\n".join(REQUIREMENTS))
+        if not args.release:
+            ap.error("--print-requirements needs --release VERSION")
+        print("\n".join(requirements(args.release)))
         return 0
     if args.parse_json is not None:
         argvs = json.loads(args.parse_json.read_text(encoding="utf-8"))
@@ -327,10 +322,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="escha-flagcat-") as tmp:
         _clean_environment(tmp)
-        catalog, stats = build_catalog()
+        catalog, stats = build_catalog(args.release)
+    if args.out is None:
+        args.out = release_folder(catalog["version"]) / "flags.json"
     text = render(catalog)
     print(
-        f"sglang {SGLANG_VERSION}: {len(catalog['actions'])} actions; import {stats['import_s']} s,"
+        f"sglang {catalog['version']}: {len(catalog['actions'])} actions; import {stats['import_s']} s,"
         f" add_cli_args {stats['build_s']} s; torchvision stand-in: {stats['torchvision_stand_in']}",
         file=sys.stderr,
     )

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from escha_deploy import flagcheck, paths
+from escha_deploy import flagcheck, paths, releases
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "gen_flag_catalog.py"
 CI_SCRIPT = REPO / ".ci" / "check-flag-catalog.sh"
-CATALOG = paths.catalog_dir() / "sglang-0.5.19-flags.json"
+CATALOG = paths.catalog_dir() / "releases" / "0.5.19" / "flags.json"
 
 #: Action classes the 0.5.19 parser uses, with the nargs each may have (argparse and
 #: sglang/srt/arg_groups/argparse_actions.py). flagcheck reads values by nargs only, so an
@@ -107,13 +107,21 @@ def test_ci_script_is_wired() -> None:
     assert "check-flag-catalog.sh" in (REPO / ".ci" / "test").read_text(encoding="utf-8")
 
 
-def test_requirements_pin_cpu_torch_and_every_package() -> None:
+@pytest.mark.parametrize("release", releases.supported_releases())
+def test_requirements_pin_cpu_torch_and_every_package(release: str) -> None:
     out = subprocess.run(
-        [sys.executable, str(SCRIPT), "--print-requirements"], check=True, capture_output=True,
-        text=True,
+        [sys.executable, str(SCRIPT), "--print-requirements", "--release", release], check=True,
+        capture_output=True, text=True,
     ).stdout.split()
     assert "torch==2.13.0" in out
     assert all("==" in line for line in out), out
+
+
+def test_generator_refuses_a_release_without_a_folder() -> None:
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--print-requirements", "--release", "0.0.1"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "sglang 0.0.1 has no release folder" in proc.stderr
 
 
 # --------------------------------------------------------------------------------------------

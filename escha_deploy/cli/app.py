@@ -104,13 +104,14 @@ def version_lines() -> list[str]:
     series it ships (each patch with its capabilities, and one sha256 over the patches' own)."""
     import hashlib
 
-    from escha_deploy import SGLANG_VERSION, __version__
+    from escha_deploy import __version__
     from escha_deploy.paths import runtime_patches_dir
+    from escha_deploy.releases import default_release, supported_releases
     from escha_deploy.runtime.series import read_series
 
     patches = read_series(runtime_patches_dir())
     digest = hashlib.sha256("".join(p.sha256 for p in patches).encode()).hexdigest()[:12]
-    out = [f"escha-deploy {__version__}", f"SGLang target: {SGLANG_VERSION}",
+    out = [f"escha-deploy {__version__}", f"SGLang target: {default_release()} (supported: {', '.join(supported_releases())})",
            f"patch series: {len(patches)} patches, sha256 {digest}"]
     out += [f"  {p.name}: {', '.join(p.capabilities) or 'no capabilities'}" for p in patches]
     return out

@@ -31,17 +31,14 @@ def prefill_graph_sizes(max_bs: int) -> list[int]:
     return [s for s in sizes if s <= max_bs]
 
 
-def tier_defaults(gpu_mem_mib: int, tp: int) -> tuple[int, int]:
-    """``(chunked_prefill_size, decode_cuda_graph_max_bs)`` SGLang picks for a card size."""
-    if gpu_mem_mib < 20 * 1024:
-        return 2048, 8
-    if gpu_mem_mib < 35 * 1024:
-        return 2048, 24 if tp < 4 else 80
-    if gpu_mem_mib < 60 * 1024:
-        return 4096, 32 if tp < 4 else 160
-    if gpu_mem_mib < 160 * 1024:
-        return 8192, 256 if tp < 4 else 512
-    return 16384, 512
+def tier_defaults(gpu_mem_mib: int, tp: int, release: str | None = None) -> tuple[int, int]:
+    """``(chunked_prefill_size, decode_cuda_graph_max_bs)`` SGLang picks for a card of
+    ``gpu_mem_mib`` MiB: the release's memory tiers (``releases/VERSION/facts.yaml``, read from
+    its ``handle_gpu_memory_settings``; default: the default release)."""
+    from ..releases import load_release
+
+    tier = load_release(release).memory_defaults.tier(gpu_mem_mib)
+    return tier.chunked_prefill, tier.decode_max_bs if tp < 4 else tier.decode_max_bs_tp4
 
 
 def sglang_reserved_mib(gpu_mem_mib: int, tp: int, *, chunked_prefill: int | None,

@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from escha_deploy import SGLANG_VERSION, __version__
+from escha_deploy import __version__
 from escha_deploy.flagcheck import load_catalog
 from escha_deploy.paths import runtime_patches_dir
 from escha_deploy.profile import list_profiles, load_profile, profile_to_data
+from escha_deploy.releases import default_release, supported_releases
 
 
 def _series_entries() -> list[str]:
@@ -23,7 +24,8 @@ def test_version_names_package_sglang_target_and_patch_series(cli):
     assert r.code == 0
     lines = r.out.splitlines()
     assert lines[0] == f"escha-deploy {__version__}"
-    assert lines[1] == f"SGLang target: {SGLANG_VERSION}"
+    assert lines[1] == f"SGLang target: {default_release()} (supported: {', '.join(supported_releases())})"
+    assert default_release() == "0.5.19"  # index.yaml's default
     entries = _series_entries()
     assert lines[2].startswith(f"patch series: {len(entries)} patches, sha256 ")
     for name in entries:

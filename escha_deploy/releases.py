@@ -1,0 +1,170 @@
+"""The SGLang releases escha-deploy plans for, read from their data folders.
+
+One folder per release under ``paths.catalog_dir()/releases/`` (its ``README.md`` lists the
+files); ``index.yaml`` there names the supported releases and the default. This module is the
+one loader: no other module spells a release string.
+
+- ``default_release()``: the release a plan targets when nothing names one.
+- ``supported_releases()``: every release with a folder, in ``index.yaml``'s order.
+- ``load_release(version)`` -> ``Release``: the hand-written facts (``facts.yaml``): pins,
+  official image, host guard kind and constants, default memory tiers.
+- ``release_file(version, name)``: the path of one of the folder's files (``flags.json``, ...).
+
+Pure apart from reading the committed files (each once per process). A version that is not
+supported is ``BadInput`` (exit 2) naming the supported ones; a malformed data file is a
+packaging bug (``ValueError``), not the user's.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import paths
+from .errors import BadInput
+
+INDEX = "index.yaml"
+FACTS = "facts.yaml"
+_VERSION = r"^\d+\.\d+\.\d+$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Pin(_Model):
+    """One requirement of the release's wheel (``value``) and the METADATA line it is read from."""
+
+    value: str
+    source: str
+
+
+class Pins(_Model):
+    python: Pin
+    torch: Pin
+    transformers: Pin
+
+
+class HostGuard(_Model):
+    """SGLang's own host-memory check for the HiCache host pools.
+
+    ``kind``: ``per-pool-available`` (0.5.19, 0.5.20: psutil's available memory less
+    ``reserve_bytes``, divided by the ranks on the host, read again for every pool and rank) or
+    ``cgroup-bounded`` (0.5.21+: min(MemAvailable, cgroup headroom) with the page cache
+    credited, else the same). ``reserve_bytes``: bytes (int). ``source``: the wheel's file and
+    names it is read from.
+    """
+
+    kind: Literal["per-pool-available", "cgroup-bounded"]
+    reserve_bytes: Annotated[int, Field(ge=0)]
+    source: str
+
+
+class MemoryTier(_Model):
+    """One card-size tier of SGLang's default memory settings: cards below ``below_mib`` MiB
+    (None: every larger card) get ``chunked_prefill`` tokens and a decode CUDA-graph max batch
+    size of ``decode_max_bs`` (TP < 4) or ``decode_max_bs_tp4`` (TP >= 4)."""
+
+    below_mib: int | None
+    chunked_prefill: int
+    decode_max_bs: int
+    decode_max_bs_tp4: int
+
+
+class MemoryDefaults(_Model):
+    source: str
+    tiers: tuple[MemoryTier, ...]
+    unknown_gpu_mem_fraction_static: float
+
+    def tier(self, gpu_mem_mib: int) -> MemoryTier:
+        """The tier a card of ``gpu_mem_mib`` MiB falls in."""
+        return next(t for t in self.tiers if t.below_mib is None or gpu_mem_mib < t.below_mib)
+
+
+class Release(_Model):
+    """The hand-written facts of one SGLang release (``releases/X.Y.Z/facts.yaml``)."""
+
+    version: Annotated[str, Field(pattern=_VERSION)]
+    source: str
+    image: str
+    pins: Pins
+    host_guard: HostGuard
+    memory_defaults: MemoryDefaults
+
+
+class _Index(_Model):
+    default: Annotated[str, Field(pattern=_VERSION)]
+    supported: tuple[Annotated[str, Field(pattern=_VERSION)], ...]
+
+
+def releases_dir() -> Path:
+    """The folder holding one folder per release (inside the package)."""
+    return paths.catalog_dir() / "releases"
+
+
+@functools.lru_cache(maxsize=1)
+def _index() -> _Index:
+    import yaml
+
+    path = releases_dir() / INDEX
+    index = _Index.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    if index.default not in index.supported:
+        raise ValueError(f"{path}: default {index.default} is not in supported {list(index.supported)}")
+    return index
+
+
+def default_release() -> str:
+    """The release a plan targets when no image, flag or profile names one (``index.yaml``)."""
+    return _index().default
+
+
+def supported_releases() -> tuple[str, ...]:
+    """Every supported release, in ``index.yaml``'s order."""
+    return _index().supported
+
+
+def check_supported(version: str, where: str) -> str:
+    """``version`` if it is a supported release; else ``BadInput`` naming ``where`` it came from
+    and the supported releases."""
+    if version not in supported_releases():
+        raise BadInput(f"{where}: SGLang {version} is not a supported release "
+                       f"(supported: {', '.join(supported_releases())})")
+    return version
+
+
+def release_dir(version: str | None = None) -> Path:
+    """The data folder of ``version`` (default: ``default_release()``)."""
+    return releases_dir() / check_supported(version or default_release(), "release")
+
+
+def release_file(version: str | None, name: str) -> Path:
+    """The path of ``name`` (``flags.json``, ``late-checks.yaml``, ...) in ``version``'s folder;
+    it may not exist (a generator has not written it for that release)."""
+    return release_dir(version) / name
+
+
+@functools.lru_cache(maxsize=8)
+def load_release(version: str | None = None) -> Release:
+    """The facts of ``version`` (default: ``default_release()``), read once per process."""
+    import yaml
+
+    path = release_file(version, FACTS)
+    release = Release.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    if release.version != path.parent.name:
+        raise ValueError(f"{path}: version {release.version} in the folder of {path.parent.name}")
+    return release
+
+
+def main() -> int:
+    """``python -m escha_deploy.releases``: print the supported releases, one a line, the
+    default first (``.ci/test`` loops over them)."""
+    rest = [v for v in supported_releases() if v != default_release()]
+    print("\n".join([default_release(), *rest]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
