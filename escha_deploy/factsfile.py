@@ -157,7 +157,8 @@ def facts_from_doctor_report(report: dict, source: str | Path = "report") -> Fac
     probes = facts.get("probes") or {}
     pinned = probes.get("pinned") or {}
     nccl = probes.get("nccl") or []
-    ran = probes.get("source") not in (None, "not run") and not probes.get("skipped")
+    # probes that could not run there (no torch: `unavailable`) are unknown, never findings
+    ran = probes.get("source") not in (None, "not run") and not probes.get("skipped") and not probes.get("unavailable")
     created = str(report.get("created_at") or "")
     findings = None
     if ran:

@@ -33,6 +33,8 @@ class StoreProbeResult(BaseModel):
     error: str | None = None
     method: str | None = Field(default=None, description="cupy (raw kernel) or torch (an elementwise kernel through "
                                "__cuda_array_interface__)")
+    ran: bool = Field(default=True, description="False: the case could not run in that Python (torch or numpy "
+                      "missing, no CUDA device visible to torch); its answer is unknown, never a failure")
 
 
 class DoctorFindings(BaseModel):

@@ -1,5 +1,6 @@
 """``escha-deploy doctor``: will this profile work on this box? Host, Docker and GPU checks
-with real probes; exit 0 once the checks ran, or with ``--profile`` 0/3 for runs/does not."""
+with real probes; exit 0 once the checks ran, or with ``--profile`` 0/3 for runs/does not; 5
+(inconclusive) when a verdict would rest on probes that could not run here (no torch)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ Examples:
   escha-deploy doctor --profile rtx5060ti-tp2 --format json --fresh
 """
 
-_STYLE = {"ok": "green", "warn": "yellow", "fail": "red"}
+_STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "unknown": "magenta"}
 
 
 def render_table(report) -> None:
@@ -39,12 +40,18 @@ def render_table(report) -> None:
         table.add_row(c.id, f"[{_STYLE[c.status]}]{c.status}[/]", escape(c.detail), escape(c.fix or ""))
     console = stdout_console()
     console.print(table)
+    unknown = report.unknown_checks()
     if report.profile is not None:
         failed = report.failed_profile_checks()
         if failed:
             console.print(f"[red]{report.profile} cannot run here[/]: " + "; ".join(c.id for c in failed))
+        elif unknown:
+            console.print(f"[magenta]{report.profile}: inconclusive[/] (the probes could not run here): "
+                          + "; ".join(c.id for c in unknown))
         else:
             console.print(f"[green]{report.profile} can run here[/]")
+    elif unknown:
+        console.print("[magenta]inconclusive[/] (the probes could not run here): " + "; ".join(c.id for c in unknown))
 
 
 def register(app: typer.Typer) -> None:
@@ -76,4 +83,9 @@ def register(app: typer.Typer) -> None:
             print_json(report)
         else:
             render_table(report)
+        if why := report.facts.get("probes", {}).get("unavailable"):
+            from .output import warn
+
+            warn(f"doctor: the GPU probes could not run in this Python ({why}): their answers are unknown, "
+                 "and nothing was saved as a finding")
         raise typer.Exit(report.exit_code)

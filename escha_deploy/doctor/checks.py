@@ -22,7 +22,7 @@ from escha_deploy.units import GiB, MiB, fmt_gb, fmt_gib, fmt_mib
 from escha_deploy.gpu_facts import gpu_compat, peer_access, tp_gpu_indices
 
 from .facts import DoctorFacts
-from .report import Check, fail, ok, warn
+from .report import Check, fail, ok, unknown, warn
 
 #: The page-cache floor of the default safety policy (``profile.Safety.page_cache_floor``);
 #: with ``--profile`` doctor uses that profile's ``safety.page_cache_floor`` instead.
@@ -207,8 +207,36 @@ def check_gpus(f: DoctorFacts) -> list[Check]:
     return rows
 
 
+#: The two ways out when the probes could not run in this Python: the extra that brings the torch
+#: SGLang 0.5.19 pins (its wheel's ``Requires-Dist: torch==2.13.0``), or the image, which has it.
+PROBES_UNAVAILABLE_FIX = ("install the probes' torch into this Python (`pip install '.[probes]'` from the "
+                          "escha-deploy checkout: torch 2.13.0, as SGLang 0.5.19 pins) and rerun doctor, or let up "
+                          "run the probes inside the server image (it does before a start without fresh findings)")
+
+
+def probes_unavailable_fix(need: ProfileNeeds | None = None) -> str:
+    """``PROBES_UNAVAILABLE_FIX``, naming the profile's ``up`` command when there is one."""
+    if need is None:
+        return PROBES_UNAVAILABLE_FIX
+    return PROBES_UNAVAILABLE_FIX.replace("let up run", f"let `escha-deploy up --profile {need.profile_arg}` run")
+
+
+def _unavailable_rows(f: DoctorFacts) -> list[Check]:
+    """One unknown row per probe that did not get an answer because the probes could not run."""
+    p = f.probes
+    why = f"not run: {p.unavailable}; unknown, not failed"
+    rows = [] if p.store else [unknown("probe.store", why, PROBES_UNAVAILABLE_FIX)]
+    if p.pinned is None:
+        rows.append(unknown("probe.pinned", why, PROBES_UNAVAILABLE_FIX))
+    if f.gpus.count >= 2 and not p.nccl:
+        rows.append(unknown("probe.nccl", why, PROBES_UNAVAILABLE_FIX))
+    return rows
+
+
 def check_probes(f: DoctorFacts) -> list[Check]:
     p = f.probes
+    if p.unavailable and not p.store and p.pinned is None:
+        return _unavailable_rows(f)
     if not p.store and p.pinned is None:
         if f.gpus.count == 0:
             return [warn("probe.store", "not run: no GPU (see gpu.inventory)", NO_GPU_FIX)]
@@ -242,11 +270,15 @@ def check_probes(f: DoctorFacts) -> list[Check]:
         else:
             rows.append(ok("probe.pinned", f"pinned {fmt_gb(c.largest_bytes)} ({c.allocator}) per process "
                            f"without a failure ({p.source})"))
+    if p.unavailable:
+        rows += [r for r in _unavailable_rows(f) if r.id != "probe.nccl"]
     return rows
 
 
 def check_nccl(f: DoctorFacts) -> list[Check]:
     if not f.probes.nccl:
+        if f.probes.unavailable and (f.probes.store or f.probes.pinned is not None):
+            return [r for r in _unavailable_rows(f) if r.id == "probe.nccl"]
         return []
     last = f.probes.nccl[-1]
     env = " ".join(f"{k}={v}" for k, v in last.get("env", {}).items()) or "default NCCL environment"
@@ -285,9 +317,12 @@ def profile_checks(f: DoctorFacts, need: ProfileNeeds) -> list[Check]:
                              "use a profile whose hardware.gpu_vram matches these cards", profile=True))
         else:
             rows.append(ok("profile.vram", f"each GPU has at least {_gib(need.gpu_vram_bytes)}", profile=True))
+    p = f.probes
+    not_run = f"not run: {p.unavailable}; unknown, not failed"
     if need.hicache_enabled:
-        p = f.probes
-        if p.store:
+        if p.unavailable and p.host_allocator is None:
+            rows.append(unknown("profile.host_allocator", not_run, probes_unavailable_fix(need), profile=True))
+        elif p.store:
             if p.host_allocator is None:
                 rows.append(fail("profile.host_allocator", "no host memory takes kernel stores",
                                  "set hicache.enabled: false in the profile", profile=True))
@@ -298,7 +333,10 @@ def profile_checks(f: DoctorFacts, need: ProfileNeeds) -> list[Check]:
                              f"run `escha-deploy doctor --profile {need.profile_arg}` without --no-probes", profile=True))
         c = p.pinned
         planned = need.pinned_per_rank_bytes
-        if c is not None and planned is not None and c.reached and c.largest_bytes < planned:
+        if c is None and p.unavailable and planned is not None:
+            rows.append(unknown("profile.pinned", f"planned {fmt_gb(planned)} pinned per rank; the ladder was "
+                                f"{not_run}", probes_unavailable_fix(need), profile=True))
+        elif c is not None and planned is not None and c.reached and c.largest_bytes < planned:
             rows.append(warn("profile.pinned", f"planned {fmt_gb(planned)} pinned per rank; pinning fails past "
                              f"{fmt_gb(c.largest_bytes)}", "the plan caps the host pools at the ceiling "
                              "(smaller HiCache); `escha-deploy plan` shows the ratio it picks", profile=True))
@@ -310,7 +348,10 @@ def profile_checks(f: DoctorFacts, need: ProfileNeeds) -> list[Check]:
             rows.append(ok("profile.pinned", f"{fmt_gb(planned)} pinned per rank fits (pinned "
                            f"{fmt_gb(c.largest_bytes)} in one process)", profile=True))
     if want >= 2 and g.count >= want:
-        if f.probes.nccl_ok is None:
+        if f.probes.nccl_ok is None and p.unavailable:
+            rows.append(unknown("profile.nccl", f"all-reduce smoke test {not_run}", probes_unavailable_fix(need),
+                                profile=True))
+        elif f.probes.nccl_ok is None:
             rows.append(warn("profile.nccl", "all-reduce smoke test not run",
                              f"run `escha-deploy doctor --profile {need.profile_arg}` without --no-probes", profile=True))
         elif f.probes.nccl_ok:

@@ -24,7 +24,8 @@ from .probes import PinnedCeiling
 
 class ProbeFacts(BaseModel):
     """The GPU probes' answers (``None``/empty: not run). ``source`` says whether they ran now
-    or were reused from saved findings (with their time)."""
+    or were reused from saved findings (with their time); ``unavailable`` why they were started
+    and could not run (the answers they did give are kept; the rest are unknown)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -35,6 +36,10 @@ class ProbeFacts(BaseModel):
     pinned: PinnedCeiling | None = None
     nccl: list[dict] = Field(default_factory=list, description="smoke-test attempts, in order")
     skipped: str | None = Field(default=None, description="why the probes did not run")
+    unavailable: str | None = Field(
+        default=None, description="why the probes were started but could not run in this Python (torch "
+        "missing, no CUDA device visible to torch): every probe answer is then unknown, never a failure, "
+        "and nothing is saved as a finding")
 
     @property
     def nccl_ok(self) -> bool | None:

@@ -46,6 +46,8 @@ def rank_main(rank: int, world_size: int, backend: str, numel: int, timeout_s: f
     import torch.distributed as dist
 
     t0 = time.monotonic()
+    if backend == "nccl" and not torch.cuda.is_available():
+        return {"rank": rank, "ok": False, "ran": False, "error": "no CUDA device visible to torch"}
     if backend == "nccl":
         # rank R uses cuda:R; a rank that sees fewer GPUs (its own CUDA_VISIBLE_DEVICES, as a
         # node of a two-"node" run does) uses cuda:(R mod count)
@@ -161,7 +163,10 @@ def launch(world_size: int, backend: str = "nccl", timeout_s: float = DEFAULT_TI
         errors = [f"rank {r['rank']}: sum {r.get('sum')} != {r.get('expected')}"
                   if "sum" in r else f"rank {r['rank']}: {r.get('error')}"
                   for r in ranks if not r.get("ok")] + errors
-    result = {"ok": ok, "backend": backend, "world_size": world_size, "env": dict(env or {}),
+    # a rank that could not run (no torch, no CUDA device visible to it) makes the attempt
+    # unknown, not failed: nothing was tried over the GPUs
+    ran = not any(r.get("ran") is False for r in ranks)
+    result = {"ok": ok, "ran": ran, "backend": backend, "world_size": world_size, "env": dict(env or {}),
               "hung": hung, "seconds": round(time.monotonic() - t0, 2), "ranks": ranks,
               "error": "; ".join(errors) or None}
     if any(info):
@@ -183,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.rank is not None:
         try:
             result = rank_main(args.rank, args.world_size, args.backend, args.numel, args.timeout)
+        except ImportError as exc:  # no torch here: the smoke test did not run (unknown, not failed)
+            result = {"rank": args.rank, "ok": False, "ran": False, "error": f"{type(exc).__name__}: {exc}"}
         except Exception as exc:
             result = {"rank": args.rank, "ok": False,
                       "error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:500]}"}

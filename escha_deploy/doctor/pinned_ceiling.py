@@ -6,7 +6,8 @@ allocation, kept), so the pinned total grows by ``step`` until it reaches ``targ
 allocation fails. After each success it prints ``{"pinned": TOTAL}`` and flushes, so a parent
 that sees the process killed (OOM, timeout) still knows the largest total that worked. The
 last line is ``{"done": true, "largest": BYTES, "reached": BOOL, "error": ...}``; ``reached``
-is true only when an allocation really failed (a ceiling), false when the target was met.
+is true only when an allocation really failed (a ceiling), false when the target was met;
+``"ran": false`` says the ladder could not run here (no torch, or no CUDA device visible to it).
 
 Why cumulative in one process: a rank's host pools (KV, then mamba) are separate allocations
 kept by one process; the WSL2 ceiling reports are about the process total (FreeToken PR #233
@@ -63,7 +64,7 @@ def probe(target: int, step: int, allocator: str) -> dict:
     import torch
 
     if not torch.cuda.is_available():
-        return {"done": True, "largest": 0, "reached": False, "error": "no CUDA device visible to torch"}
+        return {"done": True, "largest": 0, "reached": False, "ran": False, "error": "no CUDA device visible to torch"}
     torch.cuda.init()
     pin = _pin_torch if allocator == "pinned" else _pin_register
     keep: list = []
@@ -94,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--target and --step must be positive byte counts")
     try:
         result = probe(args.target, args.step, args.allocator)
+    except ImportError as exc:  # no torch here: the ladder did not run (unknown, not a ceiling)
+        result = {"done": True, "largest": 0, "reached": False, "ran": False, "error": f"{type(exc).__name__}: {exc}"}
     except Exception as exc:
         result = {"done": True, "largest": 0, "reached": False,
                   "error": f"{type(exc).__name__}: {' '.join(str(exc).split())}"}

@@ -48,6 +48,12 @@ def _tail(text: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
+def _import_failed(tail: str) -> bool:
+    """True when a probe process died importing its own modules (escha_deploy, torch): the
+    probe never ran, so its answer is unknown rather than failed."""
+    return tail.startswith(("ModuleNotFoundError", "ImportError"))
+
+
 def _text(data: bytes | str | None) -> str:
     if data is None:
         return ""
@@ -65,16 +71,19 @@ def run_store_case(case: str, method: str = "auto", timeout_s: float = STORE_CAS
                                 f"({_tail(_text(exc.stderr))})"), {}
     data = _last_json(out.stdout)
     if data is None:
-        return StoreProbeResult(case=case, ok=False,
-                                error=f"probe process exited {out.returncode}: {_tail(out.stderr)}"), {}
+        tail = _tail(out.stderr)
+        return StoreProbeResult(case=case, ok=False, ran=not _import_failed(tail),
+                                error=f"probe process exited {out.returncode}: {tail}"), {}
     return (StoreProbeResult(case=case, ok=bool(data.get("ok")), error=data.get("error"),
-                             method=data.get("method")),
+                             method=data.get("method"), ran=data.get("ran", True) is not False),
             data.get("attributes") or {})
 
 
 def run_store_probe(cases: Sequence[str] | None = None, method: str = "auto",
                     timeout_s: float = STORE_CASE_TIMEOUT_S) -> tuple[list[StoreProbeResult], dict]:
-    """Every case (default ``store_probe.CASES``), one process each, in order."""
+    """Every case (default ``store_probe.CASES``), one process each, in order. Stops at a case
+    that could not run (``ran`` false: no torch, no CUDA device visible to it): the later cases
+    need the same torch."""
     from .store_probe import CASES
 
     results, attributes = [], {}
@@ -82,6 +91,8 @@ def run_store_probe(cases: Sequence[str] | None = None, method: str = "auto",
         result, attrs = run_store_case(case, method, timeout_s)
         results.append(result)
         attributes.update(attrs)
+        if not result.ran:
+            break
     return results, attributes
 
 
@@ -110,6 +121,8 @@ class PinnedCeiling(BaseModel):
     largest_bytes: int
     reached: bool
     timed_out: bool = False
+    ran: bool = Field(default=True, description="False: the ladder could not run in that Python (no torch, or "
+                      "no CUDA device visible to it); largest_bytes is then no measurement")
     error: str | None = None
     seconds: float | None = None
     extra: dict = Field(default_factory=dict)
@@ -139,13 +152,16 @@ def run_pinned_ceiling(target_bytes: int, allocator: str = "pinned", step_bytes:
     common = dict(allocator=allocator, target_bytes=target_bytes, step_bytes=step_bytes)
     if summary is not None:
         extra = {k: v for k, v in summary.items()
-                 if k not in ("done", "largest", "reached", "error", "seconds", "allocator")}
+                 if k not in ("done", "largest", "reached", "error", "seconds", "allocator", "ran")}
         return PinnedCeiling(**common, largest_bytes=int(summary["largest"]),
                              reached=bool(summary["reached"]), error=summary.get("error"),
+                             ran=summary.get("ran", True) is not False,
                              seconds=summary.get("seconds"), extra=extra)
     why = f"timed out after {timeout_s:g} s" if timed_out else f"probe process exited {rc}: {_tail(stderr)}"
     # Killed mid-ladder (the OOM killer, say): what it printed is what worked; a kill by the
     # kernel is a real ceiling, a timeout is not.
+    if not timed_out and _import_failed(_tail(stderr)):
+        return PinnedCeiling(**common, largest_bytes=0, reached=False, ran=False, error=why)
     return PinnedCeiling(**common, largest_bytes=largest, reached=not timed_out and rc not in (0, None),
                          timed_out=timed_out, error=why)
 
@@ -171,14 +187,16 @@ def nccl_attempts(inv, platform: str, world_size: int = 2) -> list[dict[str, str
 
 def run_nccl_smoke(world_size: int, attempts: Sequence[dict[str, str]], backend: str = "nccl",
                    timeout_s: float = 60.0) -> list[dict]:
-    """Run the all-reduce smoke test with each environment in turn until one passes; returns
-    every attempt's summary (the last one passed, or all failed)."""
+    """Run the all-reduce smoke test with each environment in turn until one passes or one
+    could not run (``ran`` false: no torch or no CUDA device in a rank; another environment
+    would not help); returns every attempt's summary (the last one passed, did not run, or all
+    failed)."""
     from .nccl_smoke import launch
 
     tried = []
     for env in attempts:
         result = launch(world_size, backend=backend, timeout_s=timeout_s, env=dict(env))
         tried.append(result)
-        if result["ok"]:
+        if result["ok"] or result.get("ran") is False:
             break
     return tried

@@ -1,8 +1,10 @@
-"""The doctor report: checks that end ok, warn or fail, each with a one-line fix.
+"""The doctor report: checks that end ok, warn, fail or unknown, each with a one-line fix.
 
 A ``Check`` is one row of the report. ``profile`` marks a check that decides whether a profile
 can run here: with ``--profile``, ``doctor`` exits 3 when any such check fails (docs/
-doctor.md), and 0 otherwise; without a profile it exits 0 once the checks ran.
+doctor.md), and 0 otherwise; without a profile it exits 0 once the checks ran. ``unknown`` is a
+check whose probe could not run (no torch in this Python, say): never a failure; doctor exits 5
+(inconclusive) when a verdict would rest on it and no check failed on its own.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Status = Literal["ok", "warn", "fail"]
+Status = Literal["ok", "warn", "fail", "unknown"]
 
 
 class Check(BaseModel):
@@ -19,7 +21,7 @@ class Check(BaseModel):
 
     ``id`` is a stable dotted name (``host.memlock``, ``gpu.count``, ``probe.store``) that tests
     and ``up``'s preflight refer to. ``detail`` is one line of what was seen, with units.
-    ``fix`` is one line, required when ``status`` is warn or fail.
+    ``fix`` is one line, required when ``status`` is warn, fail or unknown.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -58,6 +60,12 @@ def fail(id: str, detail: str, fix: str, *, profile: bool = False) -> Check:
     return Check(id=id, status="fail", detail=detail, fix=fix, profile=profile)
 
 
+def unknown(id: str, detail: str, fix: str, *, profile: bool = False) -> Check:
+    """Not known: the probe this check needs could not run here (never a failure; exit 5 when
+    a verdict rests on it)."""
+    return Check(id=id, status="unknown", detail=detail, fix=fix, profile=profile)
+
+
 class DoctorReport(BaseModel):
     """Everything ``doctor`` saw: the checks, plus the raw facts they were made from.
 
@@ -72,6 +80,8 @@ class DoctorReport(BaseModel):
     profile: str | None = None
     checks: list[Check] = Field(default_factory=list)
     facts: dict[str, Any] = Field(default_factory=dict)
+    findings_saved: bool = Field(default=False, description="True when this run's probe answers were saved as "
+                                 "findings for plan and up (never when a probe could not run)")
 
     @property
     def profile_satisfied(self) -> bool:
@@ -81,12 +91,17 @@ class DoctorReport(BaseModel):
     def failed_profile_checks(self) -> list[Check]:
         return [c for c in self.checks if c.profile and c.status == "fail"]
 
+    def unknown_checks(self) -> list[Check]:
+        """The checks whose probe could not run: with a profile the profile's, else every one."""
+        return [c for c in self.checks if c.status == "unknown" and (c.profile or self.profile is None)]
+
     @property
     def exit_code(self) -> int:
-        """0 without a profile (the checks ran); with one, 0 when satisfied, else 3."""
-        if self.profile is None:
-            return 0
-        return 0 if self.profile_satisfied else 3
+        """With a profile: 3 when a profile check failed, else 5 (inconclusive) when one is
+        unknown, else 0. Without one: 5 when a probe could not run, else 0 (the checks ran)."""
+        if self.profile is not None and not self.profile_satisfied:
+            return 3
+        return 5 if self.unknown_checks() else 0
 
     def check(self, id: str) -> Check | None:
         """The check named ``id``, or ``None``."""

@@ -108,11 +108,22 @@ def run_probes(facts: DoctorFacts, need: ProfileNeeds | None, *, reuse: bool = T
         if _reusable(saved, target, world, now or _now()):
             return _from_findings(saved)
     store, attributes = run_store_probe()
+    # A probe that could not run in this Python (no torch, no CUDA device visible to it) is
+    # unknown, never failed: the others need the same torch, so they are not started either.
+    if why := next((r.error for r in store if not r.ran), None):
+        return ProbeFacts(source="ran now", store=[r for r in store if r.ran], device_attributes=attributes,
+                          unavailable=why)
     allocator = pick_allocator(store)
     pinned = run_pinned_ceiling(target, allocator=allocator or "pinned")
+    if not pinned.ran:
+        return ProbeFacts(source="ran now", store=store, device_attributes=attributes,
+                          host_allocator=allocator, unavailable=pinned.error)
     nccl: list[dict] = []
     if world >= 2 and facts.gpus.count >= world:
         nccl = run_nccl_smoke(world, nccl_attempts(facts.gpus, facts.platform, world))
+        if nccl and nccl[-1].get("ran") is False:
+            return ProbeFacts(source="ran now", store=store, device_attributes=attributes, host_allocator=allocator,
+                              pinned=pinned, nccl=nccl[:-1], unavailable=nccl[-1].get("error"))
     return ProbeFacts(source="ran now", store=store, device_attributes=attributes,
                       host_allocator=allocator, pinned=pinned, nccl=nccl)
 
@@ -175,7 +186,8 @@ def run_doctor(profile: str | None = None, overrides: Sequence[str] = (), *, pro
                docker: Callable[[], DockerFacts] = read_docker,
                gpus: Callable[[], GpuInventory] = gpu_inventory,
                started: Callable[[], None] | None = None) -> DoctorReport:
-    """``escha-deploy doctor``: gather, probe, report; save findings when probes ran now.
+    """``escha-deploy doctor``: gather, probe, report; save findings when probes ran now (never
+    when they could not run in this Python: ``ProbeFacts.unavailable``).
 
     ``findings_path`` defaults to ``paths.doctor_findings_path()``. Raises ``BadInput`` for a
     bad profile before anything is gathered or probed; everything the box lacks is a check, not
@@ -194,6 +206,8 @@ def run_doctor(profile: str | None = None, overrides: Sequence[str] = (), *, pro
     else:
         facts.probes = ProbeFacts(skipped="--no-probes")
     report = build_report(facts, need, _now())
-    if save and facts.probes.source == "ran now":
+    # never save an unknown: a probe that could not run here is no finding for plan or up
+    if save and facts.probes.source == "ran now" and facts.probes.unavailable is None:
         save_findings(findings_from(report, facts), findings_path)
+        report.findings_saved = True
     return report

@@ -1,8 +1,9 @@
 """Host-mapped store probe, one case per process: can a GPU kernel store into this memory?
 
 Run as ``python -m escha_deploy.doctor.store_probe --case CASE [--method cupy|torch]``; it
-prints one JSON line ``{"case", "ok", "error", "method", "attributes"}`` on stdout and exits 0
-even when the store failed (a crash or a hang is the parent's to report). Each case runs in its
+prints one JSON line ``{"case", "ok", "error", "method", "attributes"}`` on stdout (plus
+``"ran": false`` when the case could not run here: torch or numpy missing, or no CUDA device
+visible to torch) and exits 0 even when the store failed (a crash or a hang is the parent's to report). Each case runs in its
 own process because an illegal memory access leaves the CUDA context unusable.
 
 Cases (``CASES``):
@@ -132,7 +133,7 @@ def run_case(case: str, method: str) -> dict:
     import torch
 
     if not torch.cuda.is_available():
-        return {"case": case, "ok": False, "error": "no CUDA device visible to torch", "method": method}
+        return {"case": case, "ok": False, "ran": False, "error": "no CUDA device visible to torch", "method": method}
     import numpy as np
     torch.cuda.init()
     store = _store_cupy if method == "cupy" else _store_torch
@@ -186,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
             method = "torch"
     try:
         result = run_case(args.case, method)
+    except ImportError as exc:  # torch or numpy absent: the probe did not run (unknown, not failed)
+        result = {"case": args.case, "ok": False, "ran": False, "method": method,
+                  "error": f"{type(exc).__name__}: {exc}"}
     except Exception as exc:  # the probe's answer, not a bug: report it
         msg = " ".join(str(exc).split()) or type(exc).__name__
         result = {"case": args.case, "ok": False, "method": method, "error": f"{type(exc).__name__}: {msg}"}

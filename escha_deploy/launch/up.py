@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from escha_deploy.errors import EschaError, Failed, Refused
+from escha_deploy.errors import EschaError, Failed, Inconclusive, Refused
 
 from .prepare import Prepared, planned_sizes, prepare, read_secret
 from . import guard
@@ -573,6 +573,10 @@ def doctor_in_image(client, prep: Prepared, *, timeout_s: float = 600, report: R
                       hint=f"`escha-deploy doctor --profile {prep.profile_ref}` shows the checks")
     data = json.loads(out[-1])
     probes = ProbeFacts.model_validate(data["probes"])
+    if probes.unavailable:  # unknown, never saved as a finding (doctor's rule)
+        raise Inconclusive(f"doctor: the probes could not run in {prep.spec.image}: {probes.unavailable}",
+                           hint="the server image needs torch with CUDA; "
+                           f"`escha-deploy doctor --profile {prep.profile_ref}` shows the checks")
     import datetime as dt
 
     findings = probe_findings(probes, host_id=hid, platform=data.get("platform", prep.plan.platform),
