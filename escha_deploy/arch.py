@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 DTYPE_BYTES: dict[str, int] = {
     "float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
@@ -134,17 +134,110 @@ def rank_shapes(arch: ModelArch, tp: int) -> RankShapes:
     )
 
 
-def arch_from_config(config: dict) -> ModelArch:
-    """Build a ``ModelArch`` from an HF config.json mapping (Qwen3.5-style nested
+#: config.json fields read as integers (counts and dims): a JSON integer, never a string,
+#: a float or a boolean (SGLang does arithmetic and ``range()`` over them:
+#: ``srt/configs/model_config.py: ModelConfig._derive_model_shapes``).
+_INT_KEYS = (
+    "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "num_kv_heads", "n_head_kv",
+    "head_dim", "hidden_size", "full_attention_interval", "linear_num_key_heads",
+    "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
+)
+
+#: The keys SGLang 0.5.19 reads the model's context length from, first present wins
+#: (``srt/utils/hf_transformers/common.py: CONTEXT_LENGTH_KEYS``).
+CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
+                       "max_position_embeddings")
+
+
+def _json_kind(value: object) -> str:
+    """How a JSON value reads in a message: ``the string '64'``, ``a list``, ``true``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        return f"the string {shown!r}"
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
+    return {dict: "an object", list: "a list"}.get(type(value), type(value).__name__)
+
+
+def _text_config(config: object) -> dict:
+    """The mapping SGLang reads the text model from (``hf_config.get_text_config()``): the
+    nested ``text_config`` object when present, else the top level. Raises ``ValueError``
+    naming the key for a top level or ``text_config`` that is not a JSON object."""
+    if not isinstance(config, dict):
+        raise ValueError(f"expected a JSON object at the top level (got {_json_kind(config)})")
+    text = config.get("text_config")
+    if text is None:
+        return config
+    if not isinstance(text, dict):
+        raise ValueError(f"text_config: expected an object (got {_json_kind(text)})")
+    return text or config
+
+
+def _check_types(text: dict, config: dict) -> None:
+    """Shape and type rules for the fields the planner reads; raises ``ValueError`` naming the
+    first wrong field (``text_config.`` prefixed when nested)."""
+    where = "text_config." if text is not config else ""
+    for key in _INT_KEYS:
+        value = text.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"{where}{key}: expected an integer (got {_json_kind(value)})")
+    for key in CONTEXT_LENGTH_KEYS:
+        value = text.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"{where}{key}: expected an integer (got {_json_kind(value)})")
+    for key in ("model_type", "mamba_ssm_dtype"):
+        for scope, mapping in ((where, text), ("", config)):
+            value = mapping.get(key)
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"{scope}{key}: expected a string (got {_json_kind(value)})")
+    rope = text.get("rope_scaling")
+    if rope is not None:
+        if not isinstance(rope, dict):
+            raise ValueError(f"{where}rope_scaling: expected an object or null (got {_json_kind(rope)})")
+        factor = rope.get("factor")
+        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))):
+            raise ValueError(f"{where}rope_scaling.factor: expected a number (got {_json_kind(factor)})")
+
+
+def derived_context_length(config: object) -> tuple[int, str] | None:
+    """The context length SGLang 0.5.19 derives from a model's config.json, and the key it came
+    from: the first of ``CONTEXT_LENGTH_KEYS`` present in the text config, times the
+    ``rope_scaling`` factor unless the scaling names ``original_max_position_embeddings`` or is
+    ``llama3`` (``srt/utils/hf_transformers/common.py: get_context_length``). ``None`` when no
+    key is in the file: transformers then fills the config class's own default, which only
+    SGLang's pre-flight sees. Raises ``ValueError`` as ``arch_from_config``."""
+    text = _text_config(config)
+    _check_types(text, config)  # type: ignore[arg-type]
+    rope = text.get("rope_scaling") or {}
+    factor = rope.get("factor", 1)
+    if "original_max_position_embeddings" in rope or rope.get("rope_type") == "llama3":
+        factor = 1
+    for key in CONTEXT_LENGTH_KEYS:
+        value = text.get(key)
+        if value is not None:
+            return int(factor * value), key if factor == 1 else f"{key} x rope_scaling.factor {factor:g}"
+    return None
+
+
+def arch_from_config(config: object) -> ModelArch:
+    """Build a ``ModelArch`` from an HF config.json value (Qwen3.5-style nested
     ``text_config`` included: SGLang reads ``hf_config.get_text_config()``).
 
-    Raises ``ValueError`` naming the missing key.
+    Raises ``ValueError`` with one line naming the key: a top level or ``text_config`` that is
+    not an object, a count that is not a JSON integer (``"64"``, ``64.0`` and ``true`` are
+    refused), a missing key, or a value out of range.
     """
-    text = config.get("text_config") or config
+    text = _text_config(config)
+    assert isinstance(config, dict)
+    _check_types(text, config)
     model_type = text.get("model_type") or config.get("model_type") or "unknown"
     heads = text.get("num_attention_heads")
-    kv = next((text[k] for k in ("num_key_value_heads", "num_kv_heads", "n_head_kv") if k in text), heads)
-    head_dim = text.get("head_dim") or (text["hidden_size"] // heads if heads and "hidden_size" in text else None)
+    kv = next((text[k] for k in ("num_key_value_heads", "num_kv_heads", "n_head_kv") if text.get(k) is not None), heads)
+    head_dim = text.get("head_dim") or (text["hidden_size"] // heads if heads and text.get("hidden_size") else None)
     missing = [k for k, v in (("num_hidden_layers", text.get("num_hidden_layers")),
                               ("num_key_value_heads", kv), ("head_dim", head_dim)) if v is None]
     if missing:
@@ -159,12 +252,17 @@ def arch_from_config(config: dict) -> ModelArch:
             raise ValueError("config.json of a hybrid GDN model lacks full_attention_interval")
         for k in ("full_attention_interval", "linear_num_key_heads", "linear_num_value_heads",
                   "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim"):
-            if k not in text:
+            if text.get(k) is None:
                 raise ValueError(f"config.json of a hybrid GDN model lacks {k}")
             fields[k] = text[k]
         if text.get("mamba_ssm_dtype"):
             fields["mamba_ssm_dtype"] = text["mamba_ssm_dtype"]
-    return ModelArch(**fields)
+    try:
+        return ModelArch(**fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        raise ValueError(f"{key}: {err['msg'].lower()} (got {_json_kind(err.get('input'))})") from None
 
 
 def describe_arch(arch: ModelArch) -> str:
@@ -197,6 +295,10 @@ class ModelDirFacts(BaseModel):
     path: str
     arch: ModelArch | None = None
     safetensors_bytes: int | None = Field(default=None, description="sum of *.safetensors sizes")
+    context_length: int | None = Field(
+        default=None, description="tokens: the context length SGLang derives from config.json "
+        "(derived_context_length); None when config.json names none")
+    context_length_key: str | None = Field(default=None, description="the config.json key it came from")
 
 
 def read_model_dir(path: str | Path) -> ModelDirFacts | None:
@@ -209,9 +311,17 @@ def read_model_dir(path: str | Path) -> ModelDirFacts | None:
     if not p.is_dir():
         return None
     arch = None
+    context: dict = {}
     cfg = p / "config.json"
     raw = read_regular(cfg, "the model's config.json", missing_ok=True)
     if raw is not None:
-        arch = arch_from_config(loads_json(raw, cfg, "the model's config.json"))
+        config = loads_json(raw, cfg, "the model's config.json")
+        try:
+            arch = arch_from_config(config)
+            ctx = derived_context_length(config)
+        except ValueError as exc:
+            raise ValueError(f"{cfg}: {exc}") from None
+        if ctx:
+            context = {"context_length": ctx[0], "context_length_key": ctx[1]}
     sizes = [f.stat().st_size for f in p.glob("*.safetensors")]
-    return ModelDirFacts(path=str(p), arch=arch, safetensors_bytes=sum(sizes) if sizes else None)
+    return ModelDirFacts(path=str(p), arch=arch, safetensors_bytes=sum(sizes) if sizes else None, **context)

@@ -1,0 +1,79 @@
+"""config.json shapes and types: every content is one line naming the file and the field, exit 2,
+never a traceback; and the context length SGLang derives from it
+(``srt/utils/hf_transformers/common.py: get_context_length``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from escha_deploy.arch import arch_from_config, derived_context_length
+
+DENSE = {"model_type": "llama", "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+         "hidden_size": 4096, "head_dim": 128}
+
+
+@pytest.mark.parametrize("content, message", [
+    ([1, 2], "expected a JSON object at the top level (got a list)"),
+    ("qwen", "expected a JSON object at the top level (got the string 'qwen')"),
+    (5, "expected a JSON object at the top level (got the number 5)"),
+    (None, "expected a JSON object at the top level (got null)"),
+    ({**DENSE, "text_config": [1]}, "text_config: expected an object (got a list)"),
+    ({**DENSE, "num_hidden_layers": "64"}, "num_hidden_layers: expected an integer (got the string '64')"),
+    ({**DENSE, "num_hidden_layers": 64.0}, "num_hidden_layers: expected an integer (got the number 64.0)"),
+    ({**DENSE, "num_key_value_heads": True}, "num_key_value_heads: expected an integer (got true)"),
+    ({"text_config": {**DENSE, "head_dim": "128"}}, "text_config.head_dim: expected an integer (got the string '128')"),
+    ({**DENSE, "max_position_embeddings": "32k"},
+     "max_position_embeddings: expected an integer (got the string '32k')"),
+    ({**DENSE, "model_type": 7}, "model_type: expected a string (got the number 7)"),
+    ({**DENSE, "rope_scaling": "yarn"}, "rope_scaling: expected an object or null (got the string 'yarn')"),
+    ({**DENSE, "rope_scaling": {"factor": "4"}}, "rope_scaling.factor: expected a number (got the string '4')"),
+    ({**DENSE, "num_hidden_layers": 0}, "num_hidden_layers: input should be greater than 0 (got the number 0)"),
+])
+def test_wrong_shapes_and_types_are_one_line_naming_the_field(content, message):
+    with pytest.raises(ValueError) as exc:
+        arch_from_config(content)
+    assert str(exc.value) == message
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ({"max_position_embeddings": 32768}, (32768, "max_position_embeddings")),
+    # the first of CONTEXT_LENGTH_KEYS present wins, before max_position_embeddings
+    ({"seq_length": 8192, "max_position_embeddings": 32768}, (8192, "seq_length")),
+    ({"max_position_embeddings": 32768, "rope_scaling": {"type": "yarn", "factor": 4.0}},
+     (131072, "max_position_embeddings x rope_scaling.factor 4")),
+    # rope scaling that names the original length, or llama3's, keeps the factor at 1
+    ({"max_position_embeddings": 131072, "rope_scaling": {"factor": 4.0, "original_max_position_embeddings": 32768}},
+     (131072, "max_position_embeddings")),
+    ({"max_position_embeddings": 131072, "rope_scaling": {"factor": 8.0, "rope_type": "llama3"}},
+     (131072, "max_position_embeddings")),
+    ({}, None),  # transformers fills the config class's default: only SGLang itself knows it
+])
+def test_derived_context_length_follows_sglang(extra, expected):
+    assert derived_context_length({**DENSE, **extra}) == expected
+
+
+def _folder(tmp_path, content, raw: str | None = None):
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text(raw if raw is not None else json.dumps(content))
+    (d / "model.safetensors").write_bytes(b"\0" * 1000)
+    return d
+
+
+@pytest.mark.parametrize("content", [[1, 2], "qwen", 3.5, {**DENSE, "num_hidden_layers": "64"}, {"text_config": 1}])
+@pytest.mark.parametrize("verb", [("plan",), ("serve", "--print"), ("up", "--dry-run")])
+def test_every_verb_refuses_a_bad_config_json_in_one_line(cli, tmp_path, monkeypatch, content, verb):
+    """A config.json that is a list, a string or a number ended plan, serve --print and
+    up --dry-run in a traceback (exit 1); a string count was accepted."""
+    d = _folder(tmp_path, content)
+    monkeypatch.setenv("ESCHA_SERVE_MODE", "native")
+    r = cli(*verb, "-p", "rtx5060ti-tp2-fp8", "--set", f"model.host_dir={d}",
+            *(["--host-ram", "24GiB"] if verb == ("plan",) else []))
+    errors = [ln for ln in r.err.splitlines() if f"{d / 'config.json'}: " in ln]
+    assert len(errors) == 1 and errors[0].startswith("error: "), r.err
+    # up --dry-run runs up's preflight too: on a daemon without an NVIDIA runtime that refusal
+    # (exit 3) is reported beside the bad file
+    assert r.code == 2 or (verb[0] == "up" and r.code == 3), (r.code, r.out, r.err)
+    assert "Traceback" not in r.err + r.out
