@@ -72,6 +72,20 @@ def instance_problems(inst: Instance, plans: list[Plan], profiles: list[Profile]
     return out
 
 
+def instance_warnings(inst: Instance, nics: list[str | None], where: list[str]) -> list[str]:
+    """What may hang a multi-node instance without being wrong, one line each: a node without
+    ``nic``. Without ``NCCL_SOCKET_IFNAME`` NCCL picks an interface itself (any but ``lo`` and
+    ``docker*``: a VPN, a bridge or one of WSL2's mirrored adapters may be first) and Gloo takes
+    the one its host name resolves to, so peers may try an address they cannot reach and the
+    start stalls at "Init nccl begin" (sglang#958). ``where[i]``: ``FILE:LINE`` of node i's box
+    in the fleet file."""
+    return [f"{where[rank]}: boxes.{box}.nic: unset on node {rank} of {inst.name}: NCCL and Gloo pick an "
+            "interface themselves (a VPN, a bridge or another adapter the other nodes cannot reach) and the start "
+            "can hang at 'Init nccl begin' (sglang#958); set nic to the interface the nodes reach each other on "
+            "(rendered as NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME)"
+            for rank, (box, nic) in enumerate(zip(inst.boxes, nics)) if not nic]
+
+
 class NodeLaunch(BaseModel):
     """One node's server: its argv (after ``python3 -m sglang.launch_server``), environment,
     and whether it serves the API (rank 0 only)."""

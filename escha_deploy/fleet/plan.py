@@ -274,10 +274,12 @@ def plan_fleet(loaded: LoadedFleet) -> FleetPlan:
         if inst.multi_node:
             for name in inst.boxes:
                 inst_problems += multinode_member_problems(fleet.box(name), box_plans[name].facts, inst.name)
-            from .multinode import instance_problems
+            from .multinode import instance_problems, instance_warnings
 
             inst_problems += instance_problems(inst, [box_plans[n].plan for n in inst.boxes],
                                                [profiles[n] for n in inst.boxes])
+            warnings += instance_warnings(inst, [fleet.box(n).nic for n in inst.boxes],
+                                          [loaded.where(fleet.box(n), "name").rsplit(" ", 1)[0] for n in inst.boxes])
         digests = {n: box_plans[n].facts.image_id for n in inst.boxes
                    if box_plans[n].facts is not None and box_plans[n].facts.image_id}
         if len(set(digests.values())) > 1:

@@ -105,3 +105,21 @@ def test_one_address_written_two_ways_is_one_clash(tmp_path):
     with pytest.raises(BadInput) as info:
         load_fleet(path)
     assert any("both serve on [::1]:30000" in p for p in info.value.problems), info.value.problems
+
+
+def test_a_multi_node_member_without_nic_is_warned_and_with_nic_both_variables_render(tmp_path, capsys):
+    path = write(tmp_path)
+    doc = yaml.safe_load(path.read_text())
+    del doc["boxes"][3]["nic"]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    fp = plan_fleet(load_fleet(path))
+    nic = [w for w in fp.warnings if ".nic:" in w]
+    assert len(nic) == 1 and nic[0].startswith(f"{path}:") and "boxes.n1.nic: unset on node 1 of big-0" in nic[0]
+    assert "Init nccl begin" in nic[0] and "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME" in nic[0]
+    main(["fleet", "plan", str(path)])  # a warning: still exit 0
+    assert "boxes.n1.nic: unset" in capsys.readouterr().err
+    fp = plan_fleet(load_fleet(write(tmp_path)))
+    assert not [w for w in fp.warnings if ".nic:" in w]
+    docs = {b: yaml.safe_load(t) for b, t in render_all(load_fleet(write(tmp_path)), fp).items()}
+    env = docs["n1"]["services"]["node1"]["environment"]
+    assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "lo"
