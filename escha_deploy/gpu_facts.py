@@ -95,13 +95,19 @@ class ArchFloor:
     driver: str
     nccl: str | None
     source: str
+    nccl_source: str = "NCCL 2.25.1 release notes (Blackwell support)"
 
 
 _CUDA_NOTES = "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/ (Table 3, minimum driver)"
 #: Per compute capability (CUDA release notes: the release adding the target; Table 3 the
-#: driver). NCCL 2.25.1 is the oldest NCCL seen running on Blackwell (``NCCL version
-#: 2.25.1+cuda12.8`` on RTX 5090, tinygrad/open-gpu-kernel-modules#29; NCCL 2.25.1 release
-#: notes, https://docs.nvidia.com/deeplearning/nccl/archives/nccl_2251/release-notes/).
+#: driver). NCCL: 2.25.1 added Blackwell (sm_100; NCCL 2.25.1 release notes,
+#: https://docs.nvidia.com/deeplearning/nccl/archives/nccl_2251/release-notes/). On consumer
+#: Blackwell (sm_120/121: RTX 50, RTX PRO) 2.25.1 starts but multi-GPU collectives fail
+#: (``all_reduce_perf`` errors with two RTX 5090s); NCCL 2.26.2 fixed it (NVIDIA/nccl-tests#287,
+#: confirmed by the reporter), so it is the floor there. A later report of 2.26.2 failing
+#: collectives of 512 KiB and more on two RTX PRO 6000s, not seen with 2.31.2, is
+#: NVIDIA/nccl#2418.
+_CONSUMER_BLACKWELL_NCCL = "2.25.1's collectives failed on RTX 5090s, 2.26.2 fixed them: NVIDIA/nccl-tests#287"
 ARCH_FLOORS: dict[str, ArchFloor] = {
     "8.0": ArchFloor("11.0", "450.36.06", None, f"CUDA 11.0 added sm_80; {_CUDA_NOTES}"),
     "8.6": ArchFloor("11.1", "455.23", None, f"CUDA 11.1 added sm_86; {_CUDA_NOTES}"),
@@ -109,8 +115,10 @@ ARCH_FLOORS: dict[str, ArchFloor] = {
     "9.0": ArchFloor("11.8", "520.61.05", None, f"CUDA 11.8 added sm_90; {_CUDA_NOTES}"),
     "10.0": ArchFloor("12.8", "570.26", "2.25.1", f"CUDA 12.8 added sm_100 (Blackwell compatibility guide); {_CUDA_NOTES}"),
     "10.3": ArchFloor("12.9", "575.51.03", "2.25.1", f"CUDA 12.9 added sm_103; {_CUDA_NOTES}"),
-    "12.0": ArchFloor("12.8", "570.26", "2.25.1", f"CUDA 12.8 added sm_120 (Blackwell compatibility guide); {_CUDA_NOTES}"),
-    "12.1": ArchFloor("12.9", "575.51.03", "2.25.1", f"CUDA 12.9 added sm_121; {_CUDA_NOTES}"),
+    "12.0": ArchFloor("12.8", "570.26", "2.26.2", f"CUDA 12.8 added sm_120 (Blackwell compatibility guide); {_CUDA_NOTES}",
+                       _CONSUMER_BLACKWELL_NCCL),
+    "12.1": ArchFloor("12.9", "575.51.03", "2.26.2", f"CUDA 12.9 added sm_121; {_CUDA_NOTES}",
+                       _CONSUMER_BLACKWELL_NCCL),
 }
 #: Minimum Linux driver of each CUDA major.minor an image's torch may be built with (CUDA
 #: release notes, Table 3): the driver must be at least this for the image to start at all.
@@ -168,7 +176,8 @@ def gpu_compat(inv: GpuInventory, indices: Sequence[int], *, profile_cc: str | N
             problems.append(f"driver {driver} is older than {want}, the minimum for {why}")
             fixes.append(f"install NVIDIA driver {want} or newer")
         if floor and floor.nccl and nccl_version and _ver(nccl_version) < _ver(floor.nccl):
-            problems.append(f"NCCL {nccl_version} is older than {floor.nccl}, the oldest seen running on cc {cc}")
+            problems.append(f"NCCL {nccl_version} is older than {floor.nccl}, the oldest known to work on cc {cc} "
+                            f"({floor.nccl_source})")
             fixes.append(f"use NCCL {floor.nccl} or newer (torch's nvidia-nccl wheel)")
         if problems:
             rows.append(CompatRow("fail", f"gpu.compat.{g.index}", f"{tag}: " + "; ".join(problems), "; ".join(fixes)))

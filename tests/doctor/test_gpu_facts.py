@@ -175,7 +175,21 @@ def test_blackwell_nccl_floor():
     rec = json.loads((FIXTURES / "nvml-h200.json").read_text())
     rec["devices"][0]["nvmlDeviceGetCudaComputeCapability"] = [12, 0]
     rows = gpu_compat(recorded_inventory(rec), [0], profile_cc="12.0", image=ARCHS, nccl_version="2.21.5")
-    assert rows[0].status == "fail" and "NCCL 2.21.5 is older than 2.25.1" in rows[0].detail
+    assert rows[0].status == "fail" and "NCCL 2.21.5 is older than 2.26.2" in rows[0].detail
+
+
+@pytest.mark.parametrize("cc,nccl,status", [((12, 0), "2.25.1", "fail"), ((12, 0), "2.26.2", "ok"),
+                                            ((12, 1), "2.25.1", "fail"), ((10, 0), "2.25.1", "ok")])
+def test_consumer_blackwell_needs_nccl_2_26_2(cc, nccl, status):
+    """NCCL 2.25.1 runs on sm_100 but its collectives fail on RTX 5090s (sm_120); 2.26.2 fixed
+    them (NVIDIA/nccl-tests#287)."""
+    rec = json.loads((FIXTURES / "nvml-h200.json").read_text())
+    rec["devices"][0]["nvmlDeviceGetCudaComputeCapability"] = list(cc)
+    profile_cc = f"{cc[0]}.{cc[1]}"
+    rows = gpu_compat(recorded_inventory(rec), [0], profile_cc=profile_cc, image=ARCHS, nccl_version=nccl)
+    assert rows[0].status == status, rows[0].detail
+    if status == "fail":
+        assert "older than 2.26.2" in rows[0].detail and "nccl-tests#287" in rows[0].detail
 
 
 # --------------------------------------------------------------------------- facts file
