@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .options import FormatOpt, OptionalProfileOpt, OutputFormat
+from .options import FormatLongOpt, OptionalProfileOpt, OutputFormat
 
 EXAMPLES = """
 Examples:
@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
         diagnose: Annotated[bool, typer.Option(
             "--diagnose", help="Instead of the log, its diagnosis (as `escha-deploy diagnose`): exit 0 for a "
             "proven cause, 5 when none.")] = False,
-        fmt: FormatOpt = OutputFormat.table,
+        fmt: FormatLongOpt = OutputFormat.table,
     ) -> None:
         """Print the server's log."""
         from escha_deploy.errors import BadInput

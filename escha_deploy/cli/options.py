@@ -44,6 +44,12 @@ FormatOpt = Annotated[
     OutputFormat,
     typer.Option("--format", "-f", help="table for people, json for scripts (stdout only)."),
 ]
+#: ``--format`` without ``-f``, for a verb where ``-f`` means something else (``logs -f`` is
+#: ``--follow``, as in ``docker logs -f``): within a command a short option has one meaning.
+FormatLongOpt = Annotated[
+    OutputFormat,
+    typer.Option("--format", help="table for people, json for scripts (stdout only)."),
+]
 DryRunOpt = Annotated[
     bool, typer.Option("--dry-run", help="Print what would run (secrets redacted) and exit.")
 ]
