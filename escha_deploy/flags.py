@@ -105,8 +105,8 @@ def server_args(plan: Plan, profile: Profile, *, host: str = "0.0.0.0", port: in
         a += ["--kv-cache-quant-group-size", str(rt.kv_cache.int2.group_size)]
     if rt.mamba_ssm_dtype:
         a += ["--mamba-ssm-dtype", rt.mamba_ssm_dtype]
-    if plan.hybrid and rt.mamba_radix_cache_strategy != "auto":
-        a += ["--mamba-radix-cache-strategy", rt.mamba_radix_cache_strategy]
+    if plan.mamba_radix_cache_strategy:
+        a += ["--mamba-radix-cache-strategy", plan.mamba_radix_cache_strategy]
     if rt.enable_mixed_chunk:
         a += ["--enable-mixed-chunk"]
     if rt.disable_radix_cache:

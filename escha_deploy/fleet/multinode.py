@@ -23,21 +23,14 @@ from pydantic import BaseModel, Field
 
 from ..netaddr import host_port
 from ..planner.result import Plan
+from ..planner.validate import extra_arg
 from ..profile import Profile
 from .model import Instance
 
 
 def _extra(profile: Profile, flag: str) -> str | None:
-    """The value of ``flag`` in ``runtime.extra_args`` (``--flag V`` or ``--flag=V``), or
-    ``"true"`` for a bare switch; ``None`` when absent."""
-    args = profile.runtime.extra_args
-    for i, a in enumerate(args):
-        if a == flag:
-            nxt = args[i + 1] if i + 1 < len(args) else None
-            return nxt if nxt is not None and not nxt.startswith("--") else "true"
-        if a.startswith(flag + "="):
-            return a.split("=", 1)[1]
-    return None
+    """``planner.validate.extra_arg`` over the profile's ``runtime.extra_args``."""
+    return extra_arg(profile.runtime.extra_args, flag)
 
 
 def instance_problems(inst: Instance, plans: list[Plan], profiles: list[Profile]) -> list[str]:

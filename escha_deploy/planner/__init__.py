@@ -43,7 +43,7 @@ from .pools import (DevicePools, HostPools, host_buffers, host_pools_at_ratio, h
                     pinned_buffers)
 from .result import (Budget, Decision, DevicePlan, Finding, HiCachePlan, HostBuffer, KvDtypeRow, PerRank, Plan,
                      RuntimeCheck, SafetyPolicy)
-from .validate import validate
+from .validate import resolved_mamba_strategy, validate
 
 __all__ = ["plan", "Plan", "STEPS"]
 
@@ -66,6 +66,7 @@ class _Ctx:
     ratio_override: float | None
     size_override: int | None
     hicache_source: str | None = None
+    model_dir: ModelDirFacts | None = None
     decisions: list[Decision] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
@@ -603,7 +604,8 @@ def step_host_pools(c: _Ctx) -> None:
 
 
 def step_validate(c: _Ctx) -> None:
-    c.findings = validate(c.profile, c.arch, c.capabilities, page_size=c.page_size, mamba_slots=c.dev.mamba_slots)
+    c.findings = validate(c.profile, c.arch, c.capabilities, page_size=c.page_size, mamba_slots=c.dev.mamba_slots,
+                          model_dir=c.model_dir)
 
 
 def step_verdict(c: _Ctx) -> None:
@@ -705,7 +707,7 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
         wsrc = "model.weights_per_rank (profile estimate)"
     c = _Ctx(profile=profile, host=host, arch=arch, weights_bytes=weights, weights_source=wsrc,
              capabilities=caps, ratio_override=ratio, size_override=hicache_size_gb,
-             hicache_source=hicache_source)
+             hicache_source=hicache_source, model_dir=model_dir)
     if model_dir and model_dir.arch:
         # the folder's config.json wins (it is what SGLang loads), but a profile written for
         # another model then plans a model nobody declared: say so, naming both
@@ -718,6 +720,9 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
                 "for, or use a profile written for this one")
     for _, step in STEPS:
         step(c)
+    strategy, why = resolved_mamba_strategy(profile, arch)
+    if why:
+        c.decide("launch", "mamba radix cache strategy", f"--mamba-radix-cache-strategy {strategy}", why)
     p = c.pools
     sf = profile.safety
     peers = peer_access(host.gpus, tp_gpu_indices(profile.runtime.tp_size, profile.container.gpus), host.platform)
@@ -752,5 +757,5 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
             ratio_step=sf.ratio_step, max_ratio=profile.hicache.max_ratio, min_ratio=profile.hicache.min_ratio,
         ),
         findings=c.findings, verdict=c.verdict, reasons=c.reasons, warnings=c.warnings, decisions=c.decisions,
-        peer_access=peers,
+        peer_access=peers, mamba_radix_cache_strategy=strategy,
     )

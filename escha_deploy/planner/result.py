@@ -197,6 +197,9 @@ class Plan(BaseModel):
         "(pinned pools + server processes + OS reserve); the verdict stays, the line says it; null: enough, "
         "or not measured (a described host)")
     decisions: list[Decision]
+    mamba_radix_cache_strategy: str | None = Field(
+        None, description="--mamba-radix-cache-strategy to render on a hybrid model (null: leave SGLang's auto); "
+        "validate.resolved_mamba_strategy decides it")
     peer_access: PeerAccess | None = Field(
         None, description="peer access between the TP GPUs, from NVML facts; decides --disable-custom-all-reduce "
         "and NCCL_P2P_DISABLE")

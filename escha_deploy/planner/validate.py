@@ -8,12 +8,38 @@ the profile alone are checked when it loads (``profile.profile_only_problems``).
 
 from __future__ import annotations
 
-from ..arch import ModelArch
+from collections.abc import Sequence
+
+from ..arch import ModelArch, ModelDirFacts
 from ..profile import Profile, profile_only_warnings
 from .kv import normalize_kv_dtype
 from .result import Finding
 
 L3_NOT_FOR_HYBRID = {"eic", "simm", "aibrix"}
+#: Speculative algorithms that draft with an EAGLE-style worker (``--speculative-algorithm``;
+#: SGLang maps NEXTN to EAGLE: ``srt/speculative/spec_info.py: SpeculativeAlgorithm.from_string``).
+#: On a hybrid model with the mamba ``extra_buffer`` strategy, sglang#36537 reports token-0 output
+#: once KV usage passes about 0.6; ``extra_buffer_lazy`` supports them (sglang#30437).
+EAGLE_STYLE = {"EAGLE", "EAGLE3", "NEXTN"}
+
+
+def extra_arg(args: Sequence[str], flag: str) -> str | None:
+    """The value of ``flag`` in ``runtime.extra_args`` (``--flag V`` or ``--flag=V``; the last
+    one wins, as argparse's), ``"true"`` for a bare switch, ``None`` when absent."""
+    found = None
+    for i, a in enumerate(args):
+        if a == flag:
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            found = nxt if nxt is not None and not nxt.startswith("--") else "true"
+        elif a.startswith(flag + "="):
+            found = a.split("=", 1)[1]
+    return found
+
+
+def speculative_algorithm(args: Sequence[str]) -> str | None:
+    """``--speculative-algorithm`` from ``runtime.extra_args``, upper-cased as SGLang reads it."""
+    alg = extra_arg(args, "--speculative-algorithm")
+    return alg.upper() if alg and alg != "true" else None
 HYBRID_LAYOUTS = {"page_first", "page_first_direct"}
 
 
@@ -29,9 +55,33 @@ def mamba_slots_per_request(strategy: str, disable_radix_cache: bool = False) ->
     return {"no_buffer": 3, "extra_buffer_lazy": 4}.get(strategy, 5)
 
 
+def resolved_mamba_strategy(profile: Profile, arch: ModelArch) -> tuple[str | None, str | None]:
+    """The ``--mamba-radix-cache-strategy`` to render and, when the plan chose it, why.
+
+    ``None`` for a dense model or ``auto`` left to SGLang (``arg_groups/overrides.py:
+    _mamba_radix_cache_resolution`` picks extra_buffer with the overlap scheduler or pages > 1).
+    With an EAGLE-style ``--speculative-algorithm`` on a hybrid model, ``auto`` becomes
+    ``extra_buffer_lazy``: SGLang's own pick, extra_buffer, returns token-0 output there
+    (sglang#36537). Returns ``(value, reason)``; ``reason`` is ``None`` when the profile set it."""
+    strategy = profile.runtime.mamba_radix_cache_strategy
+    if not arch.is_hybrid:
+        return None, None
+    if strategy != "auto":
+        return strategy, None
+    spec = speculative_algorithm(profile.runtime.extra_args)
+    if spec in EAGLE_STYLE and not profile.runtime.disable_radix_cache:
+        return "extra_buffer_lazy", (
+            f"auto with --speculative-algorithm {spec} on a hybrid model: SGLang's auto picks extra_buffer, "
+            "which returns token-0 output once KV usage passes about 0.6 (sglang#36537); extra_buffer_lazy "
+            "supports speculative decoding (sglang#30437)")
+    return None, None
+
+
 def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
-             page_size: int, mamba_slots: int) -> list[Finding]:
-    """All configuration findings for ``profile`` on model ``arch``, errors first."""
+             page_size: int, mamba_slots: int, model_dir: ModelDirFacts | None = None) -> list[Finding]:
+    """All configuration findings for ``profile`` on model ``arch``, errors first.
+
+    ``model_dir``: what the model folder's config.json says (its derived context length)."""
     out: list[Finding] = []
 
     def error(field: str, message: str) -> None:
@@ -91,7 +141,8 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
                   "(kv_cache_configurator.py: _handle_max_mamba_cache); set runtime.max_mamba_cache_size "
                   "and runtime.max_total_tokens, or raise runtime.mem_fraction_static")
         if mamba_slots:
-            per_req = mamba_slots_per_request(rt.mamba_radix_cache_strategy, rt.disable_radix_cache)
+            strategy = resolved_mamba_strategy(profile, arch)[0] or rt.mamba_radix_cache_strategy
+            per_req = mamba_slots_per_request(strategy, rt.disable_radix_cache)
             cap = mamba_slots // per_req
             if cap == 0:
                 # kv_cache_configurator.py: resolve_max_num_reqs raises RuntimeError("Hybrid
@@ -99,13 +150,36 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
                 # after the weights have loaded.
                 error("runtime.max_mamba_cache_size",
                       f"{mamba_slots} mamba slots are fewer than one request needs ({per_req} with "
-                      f"mamba_radix_cache_strategy {rt.mamba_radix_cache_strategy}): SGLang stops at startup "
+                      f"mamba_radix_cache_strategy {strategy}): SGLang stops at startup "
                       "(kv_cache_configurator.py: resolve_max_num_reqs); use at least "
                       f"{per_req * max(rt.max_running_requests or 1, 1)}")
             elif rt.max_running_requests and rt.max_running_requests > cap:
                 warn("runtime.max_running_requests",
                      f"{rt.max_running_requests} requests but {mamba_slots} mamba slots at {per_req} "
                      f"per request: SGLang caps it to {cap} (kv_cache_configurator.py: resolve_max_num_reqs)")
+
+    # Speculative decoding and torch.compile on hybrid models (runtime.extra_args).
+    spec = speculative_algorithm(rt.extra_args)
+    if spec:
+        if arch.is_hybrid and spec in EAGLE_STYLE and rt.mamba_radix_cache_strategy == "extra_buffer":
+            error("runtime.mamba_radix_cache_strategy",
+                  f"extra_buffer with --speculative-algorithm {spec} on a hybrid model returns token-0 output once "
+                  "KV usage passes about 0.6 (sglang#36537): set mamba_radix_cache_strategy: extra_buffer_lazy "
+                  "(sglang#30437), or auto, which this plan resolves to it")
+        if not extra_arg(rt.extra_args, "--speculative-draft-model-path"):
+            warn("runtime.extra_args",
+                 f"--speculative-algorithm {spec}: the draft model's weights and KV cache are not in this plan "
+                 "(its layers share the device's static budget; for NEXTN they come from the model's own MTP "
+                 "layers): leave device headroom, or name the draft with --speculative-draft-model-path")
+        else:
+            warn("runtime.extra_args",
+                 f"--speculative-algorithm {spec}: the draft model in --speculative-draft-model-path is not "
+                 "counted in this plan's device budget")
+    if arch.is_hybrid and extra_arg(rt.extra_args, "--enable-torch-compile") == "true" \
+            and not extra_arg(rt.extra_args, "--disable-cuda-graph"):
+        warn("runtime.extra_args",
+             "--enable-torch-compile with decode CUDA graphs on a hybrid GDN model was measured about 6x "
+             "slower (sglang#35777): drop --enable-torch-compile unless a benchmark on this box says otherwise")
 
     # HiCache.
     if hc.enabled:

@@ -1,0 +1,59 @@
+"""Speculative decoding and torch.compile on a hybrid GDN model: the refusals and warnings the plan
+makes for what SGLang 0.5.19 starts but serves wrongly or slowly (sglang#36537, sglang#35777)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+PROFILE = ("-p", "rtx5060ti-tp2-fp8", "--host-ram", "24GiB")
+
+
+def _plan(cli, *sets: str):
+    args = [a for s in sets for a in ("--set", s)]
+    r = cli("plan", *PROFILE, *args, "-f", "json")
+    return r, json.loads(r.out) if r.out.strip() else None
+
+
+@pytest.mark.parametrize("alg", ["NEXTN", "EAGLE", "eagle3"])
+def test_explicit_extra_buffer_with_eagle_style_speculation_is_refused(cli, alg):
+    r, d = _plan(cli, f'runtime.extra_args=["--speculative-algorithm", "{alg}"]',
+                 "runtime.mamba_radix_cache_strategy=extra_buffer")
+    assert r.code == 3, r.err
+    line = next(x for x in d["reasons"] if x.startswith("runtime.mamba_radix_cache_strategy:"))
+    assert "sglang#36537" in line and "mamba_radix_cache_strategy: extra_buffer_lazy" in line
+
+
+def test_auto_with_speculation_renders_extra_buffer_lazy_with_a_decision(cli):
+    spec = 'runtime.extra_args=["--speculative-algorithm=NEXTN"]'
+    r, d = _plan(cli, spec, "runtime.mamba_radix_cache_strategy=auto")
+    assert r.code == 0, r.err
+    dec = [x for x in d["decisions"] if x["rule"] == "mamba radix cache strategy"]
+    assert dec and dec[0]["value"] == "--mamba-radix-cache-strategy extra_buffer_lazy" and "sglang#36537" in dec[0]["reason"]
+    out = cli("serve", "--print", *PROFILE[:2], "--set", spec, "--set", "runtime.mamba_radix_cache_strategy=auto").out
+    argv = json.loads(out)["argv"] if out.lstrip().startswith("{") else out.split()
+    i = argv.index("--mamba-radix-cache-strategy")
+    assert argv[i + 1] == "extra_buffer_lazy"
+
+
+def test_auto_without_speculation_is_left_to_sglang(cli):
+    r, d = _plan(cli, "runtime.mamba_radix_cache_strategy=auto")
+    assert r.code == 0 and not [x for x in d["decisions"] if x["rule"] == "mamba radix cache strategy"]
+    out = cli("serve", "--print", *PROFILE[:2], "--set", "runtime.mamba_radix_cache_strategy=auto").out
+    assert "--mamba-radix-cache-strategy" not in out
+
+
+def test_the_draft_model_is_said_to_be_outside_the_plan(cli):
+    r, d = _plan(cli, 'runtime.extra_args=["--speculative-algorithm", "NEXTN"]',
+                 "runtime.mamba_radix_cache_strategy=extra_buffer_lazy")
+    assert r.code == 0, r.err
+    assert any("draft model's weights and KV cache are not in this plan" in w for w in d["warnings"]), d["warnings"]
+
+
+def test_torch_compile_with_decode_graphs_on_a_hybrid_model_is_warned(cli):
+    r, d = _plan(cli, 'runtime.extra_args=["--enable-torch-compile"]')
+    assert r.code == 0, r.err
+    assert any("sglang#35777" in w for w in d["warnings"]), d["warnings"]
+    r, d = _plan(cli, 'runtime.extra_args=["--enable-torch-compile", "--disable-cuda-graph"]')
+    assert not any("sglang#35777" in w for w in d["warnings"])
