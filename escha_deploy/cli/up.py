@@ -55,45 +55,87 @@ def register(app: typer.Typer) -> None:
         failed, not needed, not run) and exits as `up` would (3 refused, 2 bad input); it
         creates nothing.
         """
-        from escha_deploy.launch.prepare import read_secret
         from escha_deploy.launch.up import up as start
 
-        from .output import info, print_json, report
+        from .output import info, report
 
         overrides = list(set_ or [])
         if dry_run:
             print_dry_run(profile, overrides, facts, format, build=build)
             return
-        res = start(profile, overrides, timeout_s=timeout, build=build, report=report, facts_path=facts)
-        if format is OutputFormat.json:
-            print_json(res.__dict__)
-        else:
-            if res.note:
-                info(f"up: {res.note}")
-            else:
-                info(f"up: ready in {res.ready_seconds:.1f} s")
-            typer.echo(f"{res.profile}\t{res.state}\t{res.endpoint}\t{res.container}")
-        if canary:
-            from escha_deploy.bench.canary import canary_check
-            from escha_deploy.profile import load_profile
+        from escha_deploy.launch import guard
 
-            prof = load_profile(profile, overrides)
-            key = (read_secret(prof.container.api_key_file, "container.api_key_file")
-                   if prof.container.api_key_file else None)
-            info(f"up: running the restore canary against {res.endpoint}")
-            canary_check(res.endpoint, step=lambda s: info(f"canary: {s}"), api_key=key)
-        if not detach and not res.note:
-            from escha_deploy.launch import manage
-            from escha_deploy.launch.guard import Signalled, signals_raise
+        # One signal scope from the first daemon call to the end of the follow: a SIGINT or
+        # SIGTERM at any moment stops what this `up` started (never the default action,
+        # which would leave a ready container running with its restart policy on-failure).
+        mine = guard.Ready()
+        follow = False
+        try:
+            with guard.signals_raise(report):
+                try:
+                    res = start(profile, overrides, timeout_s=timeout, build=build, report=report,
+                                facts_path=facts, ready=mine)
+                    follow = not detach and mine.container is not None
+                    _print_result(res, format)
+                    if canary:
+                        _canary(res.endpoint, profile, overrides)
+                    if follow:
+                        from escha_deploy.launch import manage
 
-            try:
-                with signals_raise():  # SIGTERM as well as Ctrl-C ends the follow and stops it
-                    manage.logs(res.profile, follow=True, tail=0)
-            except (KeyboardInterrupt, Signalled):
-                pass
-            finally:
-                stopped = manage.down(res.profile)
-                info("up: " + (", ".join(stopped) + " stopped and removed" if stopped else "nothing left running"))
+                        manage.logs(res.profile, follow=True, tail=0)
+                except guard.Signalled as exc:
+                    sig = guard.signal_name(exc.signum)
+                    if mine.container is None:  # before the create (after it, `up` itself stops it)
+                        raise guard.Interrupted(exc.signum, f"up: interrupted by {sig} before the container "
+                                                "was created; nothing was started") from None
+                    if detach:
+                        raise guard.Interrupted(exc.signum, f"up: interrupted by {sig} after {mine.container} "
+                                                "was ready; --detach leaves it running",
+                                                hint="`escha-deploy down --profile ...` stops it") from None
+                    follow = True  # between ready and the follow, as during it: stop and remove
+                    info(f"up: {sig}: stopping and removing {mine.container}")
+                finally:
+                    if follow:
+                        from escha_deploy.launch import manage
+
+                        with guard.signals_deferred(report, f"up: still stopping {mine.container}",
+                                                    then_obey=False):
+                            stopped = manage.down(_profile_name(profile, overrides))
+                        info("up: " + (", ".join(stopped) + " stopped and removed" if stopped
+                                       else "nothing left running"))
+        except guard.Signalled as exc:  # between the scope's first lines: nothing to stop yet
+            raise guard.Interrupted(exc.signum, f"up: interrupted by {guard.signal_name(exc.signum)}") from None
+
+
+def _profile_name(profile: str, overrides: list[str]) -> str:
+    from escha_deploy.profile import load_profile
+
+    return load_profile(profile, overrides).name
+
+
+def _print_result(res, fmt: OutputFormat) -> None:
+    from .output import info, print_json
+
+    if fmt is OutputFormat.json:
+        print_json(res.__dict__)
+    else:
+        info(f"up: {res.note}" if res.note else f"up: ready in {res.ready_seconds:.1f} s")
+        typer.echo(f"{res.profile}\t{res.state}\t{res.endpoint}\t{res.container}")
+
+
+def _canary(endpoint: str, profile: str, overrides: list[str]) -> None:
+    """``--canary``: the hybrid-restore canary against the ready server (it keeps running)."""
+    from escha_deploy.bench.canary import canary_check
+    from escha_deploy.launch.prepare import read_secret
+    from escha_deploy.profile import load_profile
+
+    from .output import info
+
+    prof = load_profile(profile, overrides)
+    key = (read_secret(prof.container.api_key_file, "container.api_key_file")
+           if prof.container.api_key_file else None)
+    info(f"up: running the restore canary against {endpoint}")
+    canary_check(endpoint, step=lambda s: info(f"canary: {s}"), api_key=key)
 
 
 def print_dry_run(profile: str, overrides: list[str], facts: str | None, fmt: OutputFormat, *,

@@ -122,44 +122,79 @@ class Signalled(BaseException):
         self.signum = signum
 
 
+class _Scope:
+    """The one SIGINT/SIGTERM handler's state while a ``signals_raise`` block runs: whether a
+    signal was obeyed yet (``armed``: none was), and the innermost ``signals_deferred`` block's
+    message and list of noted signals (``deferred``: None outside one)."""
+
+    def __init__(self, report: Report) -> None:
+        self.armed = True
+        self.report = report
+        self.what = "up: still cleaning up"
+        self.deferred: list[int] | None = None
+
+    def handler(self, signum: int, _frame: object) -> None:
+        if self.armed and self.deferred is None:
+            self.armed = False  # the first signal is obeyed once; every later one only noted
+            raise Signalled(signum)
+        if self.deferred is not None:
+            self.deferred.append(signum)
+        self.report("info", f"{self.what} ({signal_name(signum)} noted; SIGKILL would leave it running)")
+
+
+_scope: _Scope | None = None
+
+
 @contextlib.contextmanager
-def signals_raise() -> Iterator[None]:
-    """Within the block, SIGINT and SIGTERM raise ``Signalled`` in the main thread (elsewhere:
-    no change; Python delivers signals to the main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
+def signals_raise(report: Report = quiet) -> Iterator[None]:
+    """Within the block, the first SIGINT or SIGTERM raises ``Signalled`` in the main thread;
+    every later one is noted and reported through ``report``, never obeyed, so the cleanup the
+    first one started (stopping a container) runs to its end. A block inside another shares
+    the outer one's handler: one obeyed signal per outermost block, which is how `up` covers
+    everything from its first daemon call to the end of its log follow with no moment where
+    the default action (SIGTERM: death; SIGINT: ``KeyboardInterrupt``) applies. Outside the
+    main thread: no change (Python runs handlers in the main thread only)."""
+    global _scope
+    if threading.current_thread() is not threading.main_thread() or _scope is not None:
         yield
         return
-
-    def handler(signum: int, _frame: object) -> None:
-        raise Signalled(signum)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    scope = _Scope(report)
+    previous = {s: signal.signal(s, scope.handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    _scope = scope
     try:
         yield
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+        _scope = None
 
 
 @contextlib.contextmanager
-def signals_deferred(report: Report, what: str) -> Iterator[list[int]]:
-    """Within the block, SIGINT and SIGTERM are noted (the list yielded) and reported, not
-    obeyed: cleanup that must finish (stopping a container) runs to its end."""
-    got: list[int] = []
+def signals_deferred(report: Report, what: str, *, then_obey: bool = True) -> Iterator[list[int]]:
+    """Within the block, SIGINT and SIGTERM are noted (the list yielded) and reported as
+    ``"{what} (SIGTERM noted; ...)"``, not obeyed: cleanup that must finish (stopping a
+    container) runs to its end. With ``then_obey``, when no signal had been obeyed before the
+    block (the one that came during it is the first), it is raised as ``Signalled`` once the
+    block completes; without, the scope obeys no signal from here on (the last cleanup).
+    Opens a ``signals_raise`` scope when none is open."""
     if threading.current_thread() is not threading.main_thread():
-        yield got
+        yield []
         return
-
-    def handler(signum: int, _frame: object) -> None:
-        got.append(signum)
-        report("info", f"{what} ({signal_name(signum)} noted; SIGKILL would leave it running)")
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield got
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
+    with signals_raise(report):
+        scope = _scope
+        assert scope is not None
+        saved = (scope.report, scope.what, scope.deferred)
+        if not then_obey:
+            scope.armed = False
+        got: list[int] = []
+        scope.report, scope.what, scope.deferred = report, what, got
+        try:
+            yield got
+        finally:
+            scope.report, scope.what, scope.deferred = saved
+        if got and scope.armed:
+            scope.armed = False
+            raise Signalled(got[0])
 
 
 @dataclass
@@ -201,24 +236,37 @@ def interruptible(client, *, name: str, owner: str, stop_timeout_s: int, profile
                   report: Report = quiet) -> Iterator[Held]:
     """Run `up`'s create-and-wait with SIGINT/SIGTERM raising; on one, stop the container
     (kept, for `logs`) and raise ``Interrupted`` (exit 128 + N). Set ``held.container`` as soon
-    as the container exists."""
+    as the container exists. The stop runs inside the same ``signals_raise`` scope, so a
+    second signal is noted while it runs, never obeyed."""
     held = Held(client, name, owner, stop_timeout_s)
-    try:
-        with signals_raise():
+    with signals_raise(report):
+        try:
             yield held
-    except (Signalled, KeyboardInterrupt) as exc:
-        signum = exc.signum if isinstance(exc, Signalled) else signal.SIGINT
-        sig = signal_name(signum)
-        report("info", f"up: {sig}: stopping {name} (SIGTERM, up to {stop_timeout_s} s, then SIGKILL)")
-        with signals_deferred(report, f"up: still stopping {name}"):
-            stopped = stop_keep(held)
-        if stopped is None:
-            raise Interrupted(signum, f"up: interrupted by {sig} before the container was created; "
-                              "nothing was started") from None
-        raise Interrupted(signum, f"up: interrupted by {sig} while waiting for ready; container "
-                          f"{stopped} is stopped (not running) and kept for its log",
-                          hint=f"escha-deploy logs --profile {profile}; `escha-deploy down --profile "
-                          f"{profile}` removes it") from None
+        except (Signalled, KeyboardInterrupt) as exc:
+            signum = exc.signum if isinstance(exc, Signalled) else signal.SIGINT
+            sig = signal_name(signum)
+            if _scope is not None:
+                _scope.armed = False  # this one is obeyed: later ones are only noted
+            with signals_deferred(report, f"up: still stopping {name}"):
+                report("info", f"up: {sig}: stopping {name} (SIGTERM, up to {stop_timeout_s} s, then SIGKILL)")
+                stopped = stop_keep(held)
+            if stopped is None:
+                raise Interrupted(signum, f"up: interrupted by {sig} before the container was created; "
+                                  "nothing was started") from None
+            raise Interrupted(signum, f"up: interrupted by {sig} while waiting for ready; container "
+                              f"{stopped} is stopped (not running) and kept for its log",
+                              hint=f"escha-deploy logs --profile {profile}; `escha-deploy down --profile "
+                              f"{profile}` removes it") from None
+
+
+@dataclass
+class Ready:
+    """What `up` tells its caller as it goes, so that a signal which arrives after `up` has
+    returned (its caller printing "ready", or following the log) still finds its container:
+    ``container`` is the name once this `up` confirmed its own container ready (None before,
+    and when the profile's server was already running)."""
+
+    container: str | None = None
 
 
 # --------------------------------------------------------------------------- how it ended

@@ -205,7 +205,7 @@ def fresh_findings_saved() -> bool:
 
 def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | None = None,
        build: bool = False, report: Report = quiet, facts_path: str | None = None,
-       on_phase: Callable[[str], None] | None = None) -> UpResult:
+       on_phase: Callable[[str], None] | None = None, ready: guard.Ready | None = None) -> UpResult:
     """Start the profile's server and return once it is ready (see module docstring).
 
     ``facts_path``: plan from a facts file instead of this machine. ``report`` receives
@@ -215,7 +215,9 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
     profile (``guard``); ``Failed`` (4) when the server exits, is killed, is stopped by `down`,
     refuses the API key or is not ready in time (the diagnosis lines are its problems);
     ``guard.Interrupted`` (128 + N) when SIGINT or SIGTERM arrives while waiting: the container
-    is then stopped and kept.
+    is then stopped and kept. ``ready``: set to this `up`'s container once it is confirmed
+    ready, for a caller whose own ``guard.signals_raise`` scope (opened before this call)
+    covers the time after the return (the CLI's log follow).
     """
     from escha_deploy.launch_spec import container_name
     from escha_deploy.profile import load_profile
@@ -250,10 +252,11 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
         # Never confirmed ready (restart policy still "no": an `up` died while starting) or
         # exited: stale. Stop with the grace period (sglang#22779: never SIGKILL first), remove.
         report("info", f"up: replacing {stale_line(c)}")
-        pub = dk.published(c)
-        dk.stop(c, spec.stop_timeout_s)
-        if pub:
-            dk.wait_port_free(*pub)
+        with guard.signals_deferred(report, f"up: still replacing {c.name}"):  # then obeyed
+            pub = dk.published(c)
+            dk.stop(c, spec.stop_timeout_s)
+            if pub:
+                dk.wait_port_free(*pub)
     if (held_port := port_refusal(client, prep)) is not None:
         raise held_port
     api_key = read_api_key(prep.profile)
@@ -272,8 +275,11 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
     with guard.interruptible(client, name=spec.name, owner=me, stop_timeout_s=spec.stop_timeout_s,
                              profile=prep.profile.name, report=report) as held:
         held.container = c = dk.create_and_start(client, args)
-        return _wait(client, c, prep, endpoint, api_key, timeout_s=timeout_s, report=report,
-                     on_phase=on_phase)
+        res = _wait(client, c, prep, endpoint, api_key, timeout_s=timeout_s, report=report,
+                    on_phase=on_phase)
+        if ready is not None:
+            ready.container = c.name
+        return res
 
 
 #: `up`'s checks before it creates anything, in its order (what ``up --dry-run`` reports).
