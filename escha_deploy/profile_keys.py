@@ -1,24 +1,19 @@
 """Every profile key with its value, default, unit, SGLang flag and meaning: what
 ``escha-deploy profiles show NAME --keys`` prints.
 
-The facts come from the profile models themselves (field types, defaults, descriptions) and
-from the SGLang 0.5.19 flag catalog (``escha_deploy/catalog/``, generated from its real
-parser): a key's flag is one its description names or the flag whose destination has the key's
-name, and only when the catalog has that flag. Pure: no I/O beyond reading the catalog.
+The facts come from the profile models themselves (field types, defaults, descriptions, and
+each key's ``SGLangFlag`` metadata) and from the SGLang 0.5.19 flag catalog
+(``escha_deploy/catalog/``, generated from its real parser): a key's flag is shown only when the
+catalog has that flag. Pure: no I/O beyond reading the catalog.
 """
 
 from __future__ import annotations
 
-import re
 import typing
 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-#: Sections whose keys become SGLang flags (the others configure this tool, the container or
-#: the safety policy).
-FLAG_SECTIONS = ("model", "runtime", "hicache", "container")
-_FLAG_IN_TEXT = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9-]+)")
 
 
 def _unit(field, is_size: bool, key: str) -> str:
@@ -84,10 +79,9 @@ def key_rows(profile: BaseModel) -> list[dict[str, str]]:
     """One row per leaf key of ``profile`` (dotted key): ``key``, ``value``, ``default``,
     ``unit``, ``sglang_flag`` ('' when none) and ``description``."""
     from .flagcheck import load_catalog
-    from .profile import _is_size_field, profile_to_data
+    from .profile import is_size_field, profile_to_data, sglang_flag
 
     catalog = load_catalog()
-    by_dest = {a.dest: a.flags[0] for a in catalog.actions if a.flags and a.flags[0].startswith("--")}
     rows: list[dict[str, str]] = []
 
     def walk(model: BaseModel, data: dict, prefix: str) -> None:
@@ -97,12 +91,10 @@ def key_rows(profile: BaseModel) -> list[dict[str, str]]:
             if isinstance(value, BaseModel):
                 walk(value, data.get(name, {}), key + ".")
                 continue
-            size = _is_size_field(field)
+            size = is_size_field(field)
             desc = field.description or ""
-            flags = [f for f in _FLAG_IN_TEXT.findall(desc) if f in catalog.by_option]
-            section = key.split(".", 1)[0]
-            if not flags and section in FLAG_SECTIONS and name in by_dest:
-                flags = [by_dest[name]]
+            meta = sglang_flag(field)
+            flags = [meta.flag] if meta is not None and meta.flag in catalog.by_option else []
             shown = data.get(name, value)
             rows.append({"key": key, "value": _text(shown),
                          "default": _default(field, size), "unit": _unit(field, size, key),

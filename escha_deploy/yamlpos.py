@@ -20,10 +20,13 @@ Before anything is constructed the graph is checked, because a profile is user i
 
 from __future__ import annotations
 
+import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel, ValidationError
 
 from .errors import BadInput
 
@@ -217,3 +220,127 @@ def position_of(positions: Positions, loc: tuple) -> tuple[str, int] | None:
         if not loc:
             return None
         loc = loc[:-1]
+
+
+# --------------------------------------------------------------------------- validation errors
+
+
+def _strip_union_tags(loc: tuple) -> tuple:
+    """pydantic puts the union member's tag into ``loc`` (e.g. ``'literal['auto']'``,
+    ``'float'``); drop those so the path matches the YAML keys."""
+    out = []
+    for part in loc:
+        if isinstance(part, str) and (part.startswith(("literal[", "function-")) or part in {
+            "float", "int", "str", "list[int]", "constrained-float", "list[literal[", "bool",
+        } or part.startswith("list[")):
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation (``Annotated``, ``Optional``, unions), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _did_you_mean(loc: tuple, root: type[BaseModel]) -> str | None:
+    """The closest known key to an unknown one at ``loc`` (difflib), for the error line.
+    ``root``: the model at the top of ``loc``; list indexes are skipped."""
+    import difflib
+
+    model: type[BaseModel] | None = root
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        if model is None or not isinstance(part, str) or part not in model.model_fields:
+            return None
+        model = model_in(model.model_fields[part].annotation)
+    if model is None or not isinstance(loc[-1], str):
+        return None
+    close = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def format_validation_errors(exc: ValidationError, pos: Positions, origin: str, root: type[BaseModel], *,
+                             reword: Callable[[tuple, dict], str | None] | None = None) -> list[tuple[int, str]]:
+    """A pydantic ``ValidationError`` of a document read with positions, as ``(line, text)``
+    pairs, one per offending key: ``file:line: dotted.key: message (got value)``, sorted by
+    file and line. ``pos``: the document's positions (``load_yaml_with_positions``); ``origin``:
+    the file named when a key has no position; ``root``: the model validated (its field names
+    give the did-you-mean of an unknown key).
+
+    A value that fails every member of a union (``auto`` or a number > 0) yields one error per
+    member with the same key; they are joined into one line. ``reword(loc, error)``: a message
+    in the document's own words for one error (``None``: the default wording).
+    """
+    by_loc: dict[tuple, dict] = {}
+    for err in exc.errors(include_url=False):
+        loc = _strip_union_tags(tuple(err["loc"]))
+        own = reword(loc, dict(err)) if reword is not None else None
+        if own is not None:
+            msg = own
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        elif err["type"] == "model_type":  # a section given a scalar: say it in profile words, not pydantic's class names
+            msg = f"expected a mapping of {'.'.join(str(p) for p in loc) or 'profile'} keys"
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            guess = _did_you_mean(loc, root)
+            if guess:
+                msg += f" (did you mean {guess}?)"
+        entry = by_loc.setdefault(loc, {"msgs": [], "err": err, "types": []})
+        entry["own"] = entry.get("own", False) or own is not None
+        entry["types"].append(err["type"])
+        if msg not in entry["msgs"]:
+            entry["msgs"].append(msg)
+    # A union like ``'all' | list[int]`` fails on both members; when the list member names a
+    # deeper item, the literal member's "Input should be 'all'" only hides it: drop that one.
+    for loc in [k for k, e in by_loc.items() if all(er == "literal_error" for er in e["types"])]:
+        if any(len(other) > len(loc) and other[: len(loc)] == loc for other in by_loc):
+            del by_loc[loc]
+    lines: list[tuple[str, int, str]] = []
+    for loc, entry in by_loc.items():
+        err = entry["err"]
+        dotted = ".".join(str(p) for p in loc) or "(profile)"
+        where = position_of(pos, loc)
+        file, line = where if where else (origin, 0)
+        got = err.get("input")
+        msgs = entry["msgs"]
+        prefix = "Input should be "
+        if len(msgs) > 1 and all(m.startswith(prefix) for m in msgs):  # union members
+            text = prefix + " or ".join(m.removeprefix(prefix) for m in msgs)
+        else:
+            text = " or ".join(msgs)
+        got_s = ""
+        named = entry.get("own", False)  # a reworded message quotes the value itself
+        if (err["type"] != "missing" and not named and got is not None and not isinstance(got, (dict, list))
+                and "(got" not in text and "did you mean" not in text):
+            got_s = f" (got {_short_repr(got)})"
+        where_s = f"{file}:{line}" if line else file
+        # an override's place already names its key: "--set a.b: message", not "--set a.b: a.b: ..."
+        key_s = "" if file == f"--set {dotted}" else f"{dotted}: "
+        if file.startswith(f"--set {dotted}.") and text.startswith("unknown key"):
+            # a section the override created: "--set server.tp_size: unknown key server"
+            key_s, text = "", text.replace("unknown key", f"unknown key {dotted}", 1)
+        for part in text.split("\n"):  # a validator's several problems: one line each
+            lines.append((file, line, f"{where_s}: {key_s}{part}{got_s}"))
+    lines.sort(key=lambda t: (t[0], t[1]))
+    return [(ln, t) for _, ln, t in lines]
+
+
+def _short_repr(value: Any, limit: int = 60) -> str:
+    """``repr`` for an error line: at most ``limit`` characters; an int too long to print in
+    decimal (Python refuses past 4300 digits) is named by its size."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"an integer of {len(str(value)) if value.bit_length() < 14000 else 'thousands of'} digits"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

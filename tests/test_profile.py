@@ -246,7 +246,7 @@ def test_reference_profile_documents_every_section_key():
         model = Profile.model_fields[section].annotation
         for field in model.model_fields:
             if field in ("storage_dir", "storage_max_size", "max_ratio", "min_ratio"):
-                continue  # documented in linux-tp2-l3.yaml and profile.py
+                continue  # documented in linux-tp2-l3.yaml and profile/models.py
             assert f"  {field}:" in text, f"{section}.{field} missing from the reference profile"
 
 

@@ -31,8 +31,8 @@ from pydantic import Field, PrivateAttr, ValidationError
 
 from ..errors import BadInput
 from ..netaddr import HostAddress, host_port
-from ..profile import EschaModel, Size, _format_errors
-from ..yamlpos import Positions, load_yaml_with_positions, position_of
+from ..profile import EschaModel, Size
+from ..yamlpos import Positions, format_validation_errors, load_yaml_with_positions, position_of
 
 #: A name that is also a DNS-1123 label: Kubernetes object names, compose service names and
 #: container names are built from it (kubernetes.io/docs/concepts/overview/working-with-objects/names).
@@ -390,7 +390,7 @@ def load_fleet(path: str | Path) -> LoadedFleet:
     try:
         fleet = Fleet.model_validate(data)
     except ValidationError as exc:
-        problems += _format_errors(exc, pos, origin, root=Fleet)
+        problems += format_validation_errors(exc, pos, origin, Fleet)
         fleet = None
     if fleet is not None:
         problems += _cross_check(fleet, pos, origin, base)

@@ -18,11 +18,7 @@ The FP4/MXFP8 pools keep scales the host pool never copies: ``None`` (HiCache un
 from __future__ import annotations
 
 from ..arch import DTYPE_BYTES, RankShapes
-
-
-def normalize_kv_dtype(dtype: str) -> str:
-    """``auto``/``bfloat16`` -> ``bf16``; ``fp8_e5m2`` -> ``fp8_e4m3`` width class stays its name."""
-    return {"auto": "bf16", "bfloat16": "bf16"}.get(dtype, dtype)
+from ..profile.models import normalize_kv_dtype
 
 
 def int2_parts(shapes: RankShapes, group_size: int, scale_dtype: str) -> tuple[int, int]:

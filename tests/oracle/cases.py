@@ -27,7 +27,7 @@ from escha_deploy.planner import device as devmod
 from escha_deploy.planner import kv as kvmod
 from escha_deploy.planner import plan
 from escha_deploy.errors import BadInput, Refused
-from escha_deploy.profile import Profile, _apply_override, _load_raw, list_profiles, load_profile, resolve_profile_path
+from escha_deploy.profile import Profile, apply_override, list_profiles, load_raw, load_profile, resolve_profile_path
 from escha_deploy.units import GiB, MiB
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,10 +122,10 @@ def _load_unchecked(ref: str, overrides: tuple[str, ...]) -> Profile:
     """The profile as ``load_profile`` builds it, without the rules it refuses at load (so the
     argv SGLang is asked about can still be rendered for a configuration we refuse there)."""
     path = resolve_profile_path(ref)
-    data, pos = _load_raw(path, ())
+    data, pos = load_raw(path, ())
     data.setdefault("name", path.stem)
     for item in overrides:
-        _apply_override(data, pos, item)
+        apply_override(data, pos, item)
     return Profile.model_validate(data)
 
 

@@ -1,0 +1,271 @@
+"""Loading a profile: YAML with positions, ``extends:``, ``--set``, one validation.
+
+Loading is a staged pipeline:
+
+1. read the YAML with source positions (``yamlpos``);
+2. resolve ``extends:`` by deep-merging raw mappings, parent first, child over parent, each key
+   keeping the file:line it came from;
+3. apply ``--set KEY=VALUE`` overrides (dotted path; the value is read as YAML);
+4. validate the merged mapping once; every error becomes one line
+   ``file:line: dotted.key: message``, all of them, sorted by line;
+5. run the profile's rules (``profile.rules.RULES``), each problem placed where the user set a
+   key it depends on.
+
+``load_profile()`` is the only way in and the only place that catches pydantic's
+``ValidationError`` for profiles. Callers never see pydantic's error type.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Sequence
+
+from pydantic import ValidationError
+
+from ..errors import BadInput, Refused
+from ..yamlpos import Positions, format_validation_errors, load_yaml_with_positions, parse_yaml_text, position_of
+from .models import NAME_RULE, Profile
+from .rules import RULES, warnings_of
+
+
+def _profiles_dir() -> Path:
+    from ..paths import profiles_dir
+
+    return profiles_dir()
+
+
+def list_profiles() -> list[str]:
+    """Names of the shipped profiles (``profiles/*.yaml`` stems), sorted."""
+    return sorted(p.stem for p in _profiles_dir().glob("*.yaml"))
+
+
+#: Suffixes that make a profile reference a file path (JSON is read as the YAML it is).
+PROFILE_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def names_a_file(ref: str, relative_to: Path | None = None) -> bool:
+    """Whether ``ref`` is read as a file rather than a shipped profile name: it ends with
+    ``.yaml``, ``.yml`` or ``.json``, holds a path separator, or is an existing file whose
+    name is not a shipped profile's (a shipped name wins over a file of the same name in the
+    current folder: ``./NAME`` reads the file)."""
+    if ref.endswith(PROFILE_FILE_SUFFIXES) or "/" in ref or os.sep in ref:
+        return True
+    if (_profiles_dir() / f"{ref}.yaml").is_file():
+        return False
+    return ((relative_to / ref) if relative_to is not None else Path(ref)).is_file()
+
+
+def resolve_profile_path(ref: str, relative_to: Path | None = None) -> Path:
+    """A profile name (``rtx5060ti-tp2``) or a path to a YAML/JSON file -> the file's path.
+
+    ``names_a_file`` decides which; a relative path is taken from ``relative_to`` (the folder
+    of the file that ``extends:`` it) or the current folder. Raises ``BadInput`` listing the
+    known profiles when neither exists.
+    """
+    is_file = names_a_file(ref, relative_to)
+    if is_file:
+        c = Path(ref)
+        if relative_to is not None and not c.is_absolute():
+            c = relative_to / c
+    else:
+        c = _profiles_dir() / f"{ref}.yaml"
+    if c.is_file():
+        return c
+    for d in (c, Path(ref)):
+        if d.is_dir():
+            found = sorted(p.name for p in d.glob("*.y*ml"))[:5]
+            raise BadInput(f"{d}: is a directory, not a profile file",
+                           hint=f"pass one of its YAML files: {', '.join(found)}" if found else
+                           "pass a profile name or a profile YAML file")
+    if is_file:
+        raise BadInput(f"{c}: no such profile file")
+    known = ", ".join(list_profiles()) or "(none)"
+    raise BadInput(f"unknown profile {ref!r}: known profiles are {known}",
+                   hint="or pass a path to a profile YAML file")
+
+
+def deep_merge(base: dict, over: dict, base_pos: Positions, over_pos: Positions, path: tuple) -> None:
+    """Merge the raw mapping ``over`` into ``base`` (in place, child over parent), moving the
+    positions of each replaced key from ``over_pos`` into ``base_pos``."""
+    for key, value in over.items():
+        kp = path + (key,)
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            deep_merge(base[key], value, base_pos, over_pos, kp)
+        else:
+            base[key] = copy.deepcopy(value)
+            for p in [p for p in base_pos if p[: len(kp)] == kp]:
+                del base_pos[p]
+            for p, v in over_pos.items():
+                if p[: len(kp)] == kp:
+                    base_pos[p] = v
+    if path in over_pos:
+        base_pos.setdefault(path, over_pos[path])
+
+
+def load_raw(path: Path, seen: tuple[Path, ...] = (), chain: list[str] | None = None) -> tuple[dict, Positions]:
+    """Load one file and, recursively, what it extends; return the merged raw mapping.
+    ``chain``: when given, the files read are appended to it, the root parent first and this
+    file last (the order in which each overrides the one before)."""
+    path = path.resolve()
+    if path in seen:
+        chain = " -> ".join(str(p) for p in seen + (path,))
+        raise BadInput(f"{path}: extends itself: {chain}")
+    data, pos = load_yaml_with_positions(path)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise BadInput(f"{path}:1: a profile is a mapping of keys, not {type(data).__name__}")
+    parent_ref = data.pop("extends", None)
+    if parent_ref is None:
+        if chain is not None:
+            chain.append(str(path))
+        return data, pos
+    if not isinstance(parent_ref, str):
+        line = pos.get(("extends",), (str(path), 1))[1]
+        raise BadInput(f"{path}:{line}: extends: must be a profile name or path")
+    try:
+        parent_path = resolve_profile_path(parent_ref, relative_to=path.parent)
+    except BadInput as exc:
+        line = pos.get(("extends",), (str(path), 1))[1]
+        raise BadInput(f"{path}:{line}: extends: {exc.message}", hint=exc.hint) from None
+    merged, merged_pos = load_raw(parent_path, seen + (path,), chain)
+    if chain is not None:
+        chain.append(str(path))
+    # The child's own name/description never come from the parent.
+    merged.pop("name", None)
+    merged.pop("description", None)
+    deep_merge(merged, data, merged_pos, pos, ())
+    return merged, merged_pos
+
+
+def apply_override(data: dict, pos: Positions, item: str) -> None:
+    """Apply one ``--set KEY=VALUE`` to the raw mapping ``data`` (the value read as YAML), and
+    record in ``pos`` that ``KEY`` was set by ``--set KEY`` (line 0)."""
+    if "=" not in item:
+        raise BadInput(f"--set {item}: expected KEY=VALUE (e.g. hicache.hicache_ratio=1.5)")
+    key, _, raw = item.partition("=")
+    keys = tuple(k for k in key.strip().split(".") if k)
+    if not keys:
+        raise BadInput(f"--set {item}: empty key")
+    value, _ = parse_yaml_text(raw, f"--set {key}") if raw.strip() else (None, {})
+    where = (f"--set {'.'.join(keys)}", 0)
+    node = data
+    for depth, k in enumerate(keys[:-1], start=1):
+        child = node.get(k)
+        if child is None:
+            child = node[k] = {}
+            # a section this override created is the override's, not the file's: an unknown
+            # one (``--set server.tp_size=4``) is reported at the --set, not at the file's top
+            pos[keys[:depth]] = where
+        if not isinstance(child, dict):
+            raise BadInput(f"--set {item}: {'.'.join(keys[:-1])} is not a mapping")
+        node = child
+    node[keys[-1]] = value
+    for p in [p for p in pos if p[: len(keys)] == keys]:
+        del pos[p]
+    pos[keys] = where
+
+
+def load_profile(ref: str, overrides: Sequence[str] = (), warnings: list[str] | None = None,
+                 positions: Positions | None = None) -> Profile:
+    """Load a profile by name or path, resolve ``extends:``, apply ``--set`` overrides,
+    validate once.
+
+    Raises ``BadInput`` (exit 2) with one line per problem, each naming file:line and the
+    dotted key, for malformed YAML, unknown keys, bad units, bare numbers for sizes, values out
+    of range, unknown profiles (listing the known ones) and the problems of ``profile.rules``;
+    raises ``Refused`` (exit 3) for what SGLang refuses after it starts (the rules of kind
+    ``refusal``). ``warnings``: when given, one ``file:line: key: message`` line is appended
+    per warning rule's item (keys that
+    load but do nothing). ``positions``: when given, filled with where each key was set: key
+    path -> ``(file, line)``, or ``("--set a.b", 0)`` for an override (``key_source`` words it).
+    """
+    path = resolve_profile_path(ref)
+    chain: list[str] = []
+    data, pos = load_raw(path, (), chain)
+    if "name" not in data:
+        # no `name:` in the file (nor in what it extends: a parent's name is never inherited):
+        # the file's stem, and a problem with it is this file's, not the parent's
+        data["name"] = path.stem
+        pos[("name",)] = (str(path.resolve()), 0)
+    stem_position = pos.get(("name",))
+    for item in overrides:
+        apply_override(data, pos, item)
+    try:
+        profile = Profile.model_validate(data)
+    except ValidationError as exc:
+        from_file = pos.get(("name",)) == stem_position and stem_position == (str(path.resolve()), 0)
+        raise BadInput(*[t for _, t in format_validation_errors(
+            exc, pos, str(path), Profile, reword=lambda loc, err: _name_message(loc, err, from_file))]) from None
+    errors = [r for r in RULES if r.kind == "error"]
+    problems = [_blame(pos, chain, overrides, p.loc, p.message, p.deps, str(path)) for r in errors for p in r.check(profile)]
+    if problems:
+        raise BadInput(*[t for _, _, t in sorted(problems)])
+    refusals = [_placed(pos, p.loc, p.message, str(path))
+                for r in RULES if r.kind == "refusal" for p in r.check(profile)]
+    if refusals:  # SGLang accepts the arguments and stops later: a refusal before start, exit 3
+        raise Refused(*[t for _, _, t in sorted(refusals)])
+    if positions is not None:
+        positions.update(pos)
+    if warnings is not None:
+        warnings += [_placed(pos, loc, msg, str(path))[2] for loc, msg in warnings_of(profile)]
+    return profile
+
+
+def _name_message(loc: tuple, err: dict, from_file: bool) -> str | None:
+    """A bad profile name in words (the regex is no help to a reader): the rule, and where the
+    name came from (``from_file``: the file's stem, the file has no ``name:``)."""
+    if loc != ("name",) or err["type"] != "string_pattern_mismatch":
+        return None
+    return (f"the profile name comes from the file name {err['input']!r}; {NAME_RULE}: add `name:`"
+            if from_file else f"{err['input']!r} is not a profile name: {NAME_RULE}")
+
+
+def _placed(pos: Positions, loc: tuple[str, ...], msg: str, origin: str) -> tuple[str, int, str]:
+    """``(file, line, text)`` of a problem at ``loc``'s own position (or its nearest ancestor's):
+    ``file:line: key: msg``, or ``--set a.b: msg`` for an override."""
+    file, line = position_of(pos, loc) or (origin, 0)
+    where = f"{file}:{line}" if line else file
+    key = "" if file == f"--set {'.'.join(loc)}" else f"{'.'.join(loc)}: "  # "--set a.b: msg"
+    return (file, line, f"{where}: {key}{msg}")
+
+
+def key_source(positions: Positions, loc: tuple[str, ...]) -> str | None:
+    """Where the key ``loc`` itself was set, in words: ``file:line`` (the file that set it: a
+    child profile's line, not its parent's, when the child overrides it) or ``--set a.b``;
+    ``None`` when no file nor override set it (the model's default)."""
+    where = positions.get(tuple(loc))
+    if where is None:
+        return None
+    file, line = where
+    return f"{file}:{line}" if line else file
+
+
+def _blame(pos: Positions, chain: list[str], overrides: Sequence[str], loc: tuple, msg: str,
+           deps: tuple[tuple, ...], origin: str) -> tuple[str, int, str]:
+    """One cross-field problem as ``(file, line, text)``, placed where the user set a key it
+    depends on (``loc`` itself or one of ``deps``): a ``--set`` first (``--set a.b=v: loc: msg``;
+    ``--set loc: msg`` for ``loc``'s own), else the line of the most-derived profile file that
+    set one (a child's line, not its parent's), ``loc`` first within a file; else ``loc``'s
+    nearest ancestor (``yamlpos.position_of``)."""
+    dotted = ".".join(loc)
+    keys = [tuple(k) for k in (loc, *deps) if tuple(k) in pos]
+    sets = [k for k in keys if pos[k][0].startswith("--set ")]
+    if sets:
+        k = sets[0]
+        if k == tuple(loc):
+            return (pos[k][0], 0, f"{pos[k][0]}: {msg}")
+        key = ".".join(k)
+        item = next((o.strip() for o in reversed(overrides)
+                     if ".".join(p for p in o.partition("=")[0].strip().split(".") if p) == key), key)
+        return (f"--set {key}", 0, f"--set {item}: {dotted}: {msg}")
+    if keys:
+        rank = {f: i for i, f in enumerate(chain)}
+        k = max(keys, key=lambda k: rank.get(pos[k][0], -1))  # max keeps the first of equals: loc
+        file, line = pos[k]
+    else:
+        file, line = position_of(pos, loc) or (origin, 0)
+    where = f"{file}:{line}" if line else file
+    return (file, line, f"{where}: {dotted}: {msg}")

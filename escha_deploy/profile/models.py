@@ -1,0 +1,393 @@
+"""The profile models: typed, frozen descriptions of a box, a model and how to serve it.
+
+A profile is YAML (``profiles/*.yaml``) validated into ``Profile`` by ``profile.loading``.
+
+How to add a field: add it to the section model below as
+``name: Annotated[type, Field(description=..., ge=...), SGLangFlag("--flag")] = DEFAULT``, with
+the unit and the default in the description and the SGLang flag (or environment variable) it
+feeds as ``SGLangFlag`` metadata (use the flag's ``dest`` as the name when it maps 1:1 to a
+flag); if it reaches the server, render it in ``flags.py`` only; add it to the commented
+reference profile ``profiles/rtx5060ti-tp2.yaml`` (a test checks the docs). A rule that needs
+the profile alone goes in ``profile.rules``.
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic.fields import FieldInfo
+
+from ..arch import ModelArch
+from ..capabilities import IMAGE_HICACHE, CapabilityName
+from ..units import MAX_HICACHE_GB, hicache_gb_field, parse_size, size_field
+
+
+@dataclass(frozen=True)
+class SGLangFlag:
+    """What a profile key feeds SGLang, as field metadata
+    (``Annotated[int, Field(...), SGLangFlag("--tp-size")]``): the one place that says which flag
+    (``flag``, as SGLang 0.5.19's ``srt/server_args.py`` spells it) or environment variable
+    (``env``) a key sets. ``secret``: the value is a credential (never in an argv, a log or an
+    error line); ``url``: the value is an address or URL (its userinfo is masked and its host
+    checked). ``profiles show --keys`` and the ``runtime.extra_args`` rule read it."""
+
+    flag: str | None = None
+    env: str | None = None
+    secret: bool = False
+    url: bool = False
+
+
+def sglang_flag(field: FieldInfo) -> SGLangFlag | None:
+    """The ``SGLangFlag`` metadata of a model field, if it has one."""
+    return next((m for m in field.metadata if isinstance(m, SGLangFlag)), None)
+
+
+Size = Annotated[int, size_field()]
+
+# Defaults of the safety policy (docs/planner.md): a starting point, to be calibrated from
+# real runs. Printed with every plan.
+DEFAULT_SERVER_PROCESS_PER_RANK = "3GiB"
+DEFAULT_OS_RESERVE = "1GiB"
+DEFAULT_PAGE_CACHE_FLOOR = "2GiB"
+DEFAULT_RECOMMEND_HEADROOM = "64MiB"
+DEFAULT_RATIO_STEP = 0.05
+DEFAULT_MAX_RATIO = 4.0
+# About 1.31 GiB per GPU is held by WDDM/GPU-PV under WSL2
+# (club-3090 docs/HARDWARE.md, cross-checked on two WSL2 machines).
+DEFAULT_WSL2_HIDDEN_VRAM = "1.31GiB"
+# CUDA context + NCCL before weights load; SGLang measures free memory after init
+# (srt/distributed/bootstrap.py: init_torch_distributed). An estimate to calibrate.
+DEFAULT_CUDA_CONTEXT = "512MiB"
+
+# Upper bounds: far above any box this tool serves, low enough that a typo (an extra zero run,
+# 1e9 for 1.5) is refused at the field instead of ending in an overflow or a search that runs
+# for minutes in the planner.
+#: GPUs in one box (an HGX host has 8; 64 leaves room for anything with one kernel).
+MAX_GPUS = 64
+#: Tokens: context, KV pool, prefix/recent windows (2**31: SGLang's token indices are int32).
+MAX_TOKENS = 2**31 - 1
+#: Host pool / device pool; the same cap as ``plan --ratio``.
+MAX_RATIO = 100.0
+#: Finest grid of the recommended-ratio search (the planner bisects it: at most
+#: log2(MAX_RATIO / MIN_RATIO_STEP) + 1 = 18 pool evaluations).
+MIN_RATIO_STEP = 0.001
+#: Seconds: a week.
+MAX_SECONDS = 7 * 24 * 3600
+#: An image reference in the grammar of Docker's distribution/reference (``reference/regexp.go``):
+#: ``[domain/]path[:tag][@digest]``, the path lowercase, a domain only when it has a dot, a port
+#: or is localhost (else the first part is a path, as ``ParseNormalizedNamed`` reads it).
+#: Refused here in one line rather than as a docker-py exception (an empty name raised
+#: ``NullResource``, ``UPPER/x`` a 400 "invalid reference format").
+_DC = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DC}(?:\.{_DC})+(?::[0-9]+)?|{_DC}:[0-9]+|localhost)"
+_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_REF = (rf"^(?:{_DOMAIN}/)?{_PATH}(?:/{_PATH})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+             r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
+
+
+class EschaModel(BaseModel):
+    """Base of every user-facing model: frozen, and unknown keys are errors, because a typo
+    in a profile must fail instead of being silently ignored (dstack's CoreModel)."""
+
+    # inf and nan are refused for every float field (YAML reads .inf and .nan as floats).
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+class Hardware(EschaModel):
+    gpu_name: Annotated[str, Field(description="GPU model, e.g. 'GeForce RTX 5060 Ti'")]
+    gpu_count: Annotated[int, Field(gt=0, le=MAX_GPUS, description="GPUs in the box")]
+    gpu_vram: Annotated[Size, Field(gt=0, description="VRAM per GPU (e.g. 12GiB), as nvidia-smi memory.total")]
+    compute_capability: Annotated[str | None, Field(description="e.g. '12.0' (sm_120)")] = None
+    platform: Annotated[
+        Literal["linux", "wsl2", "any"],
+        Field(description="the platform this profile is written for; plans use the host's"),
+    ] = "any"
+
+
+class ModelSection(EschaModel):
+    path: Annotated[str, Field(description="model path as the server sees it (--model-path)"), SGLangFlag("--model-path")]
+    host_dir: Annotated[
+        str | None,
+        Field(description="host folder of the model; when present, config.json and the "
+              "safetensors sizes replace `architecture` and `weights_per_rank`"),
+    ] = None
+    served_model_name: Annotated[str | None, Field(description="--served-model-name"), SGLangFlag("--served-model-name")] = None
+    architecture: Annotated[ModelArch, Field(description="HF config.json fields the planner needs")]
+    weights_per_rank: Annotated[
+        Size, Field(description="device bytes of weights per TP rank (estimate when no host_dir)")
+    ]
+    quantization: Annotated[
+        str | None, Field(description="--quantization (e.g. awq_marlin; escha_w2 needs w2-weights)"), SGLangFlag("--quantization")
+    ] = None
+    trust_remote_code: Annotated[bool, Field(description="--trust-remote-code"), SGLangFlag("--trust-remote-code")] = False
+
+
+class Int2Options(EschaModel):
+    """OSCAR INT2 KV layout (research/upstream.md section 2): 2-bit codes packed 4 per byte
+    along head_dim, and (scale, zero) pairs per group in a second tensor."""
+
+    group_size: Annotated[int, Field(gt=0, le=4096, description="--kv-cache-quant-group-size (elements)"), SGLangFlag("--kv-cache-quant-group-size")] = 64
+    scale_dtype: Annotated[
+        Literal["float32", "bfloat16", "float16"],
+        Field(description="SGLANG_MIXED_KV_SCALE_DTYPE: dtype of each scale and zero"), SGLangFlag(env="SGLANG_MIXED_KV_SCALE_DTYPE")
+    ] = "float32"
+    hp_dtype: Annotated[
+        Literal["bfloat16", "float16"],
+        Field(description="SGLANG_MIXED_KV_HP_DTYPE: the high-precision sink/recent arena"), SGLangFlag(env="SGLANG_MIXED_KV_HP_DTYPE")
+    ] = "bfloat16"
+    prefix_tokens: Annotated[
+        int, Field(ge=0, le=MAX_TOKENS, description="SGLANG_MIXED_KV_PREFIX_TOKENS: bf16 sink prefix (multiple of the page)"), SGLangFlag(env="SGLANG_MIXED_KV_PREFIX_TOKENS")
+    ] = 64
+    recent_tokens: Annotated[
+        int, Field(ge=0, le=MAX_TOKENS, description="SGLANG_MIXED_KV_RECENT_TOKENS: bf16 recent window (multiple of the page)"), SGLangFlag(env="SGLANG_MIXED_KV_RECENT_TOKENS")
+    ] = 256
+
+
+KvDtype = Literal["auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "int2",
+                  "mxfp8", "nvfp4", "fp4_mx_block16"]
+
+
+class KvCache(EschaModel):
+    dtype: Annotated[KvDtype, Field(description="--kv-cache-dtype (int2 needs the int2-kv capability)"), SGLangFlag("--kv-cache-dtype")] = "auto"
+    int2: Annotated[Int2Options, Field(description="INT2 layout, used when dtype is int2")] = Int2Options()
+
+
+class Runtime(EschaModel):
+    sglang_version: Annotated[Literal["0.5.19"], Field(description="SGLang release the profile targets")] = "0.5.19"
+    base_image: Annotated[str, Field(pattern=IMAGE_REF, max_length=512, description="base image Dockerfile.hicache builds on")] = "lmsysorg/sglang:v0.5.19"
+    needs: Annotated[
+        list[CapabilityName],
+        Field(description="runtime capabilities this profile needs; serve/up refuse a runtime lacking any"),
+    ] = []
+    tp_size: Annotated[int, Field(gt=0, le=MAX_GPUS, description="--tp-size"), SGLangFlag("--tp-size")] = 1
+    context_length: Annotated[int | None, Field(gt=0, le=MAX_TOKENS, description="--context-length (tokens)"), SGLangFlag("--context-length")] = None
+    max_total_tokens: Annotated[
+        int | None, Field(gt=0, le=MAX_TOKENS, description="--max-total-tokens: device KV pool size (tokens)"), SGLangFlag("--max-total-tokens")
+    ] = None
+    max_mamba_cache_size: Annotated[
+        int | None, Field(gt=0, le=MAX_TOKENS, description="--max-mamba-cache-size: device mamba state slots"), SGLangFlag("--max-mamba-cache-size")
+    ] = None
+    max_running_requests: Annotated[int | None, Field(gt=0, le=MAX_TOKENS, description="--max-running-requests"), SGLangFlag("--max-running-requests")] = None
+    page_size: Annotated[int | None, Field(gt=0, le=2**20, description="--page-size (tokens; 1 on CUDA by default)"), SGLangFlag("--page-size")] = None
+    mem_fraction_static: Annotated[
+        float | None, Field(gt=0, lt=1, description="--mem-fraction-static; unset: SGLang's default"), SGLangFlag("--mem-fraction-static")
+    ] = None
+    chunked_prefill_size: Annotated[
+        int | None, Field(ge=-1, le=MAX_TOKENS, description="--chunked-prefill-size (tokens; -1 disables chunking)"), SGLangFlag("--chunked-prefill-size")
+    ] = None
+    cuda_graph_max_bs: Annotated[int | None, Field(gt=0, le=2**16, description="--cuda-graph-max-bs-decode"), SGLangFlag("--cuda-graph-max-bs-decode")] = None
+    disable_prefill_cuda_graph: Annotated[bool, Field(description="--disable-prefill-cuda-graph"), SGLangFlag("--disable-prefill-cuda-graph")] = False
+    kv_cache: Annotated[KvCache, Field(description="KV cache dtype and layout")] = KvCache()
+    mamba_ssm_dtype: Annotated[
+        Literal["float32", "bfloat16", "float16"] | None,
+        Field(description="--mamba-ssm-dtype; overrides the model's SSM state dtype"), SGLangFlag("--mamba-ssm-dtype")
+    ] = None
+    mamba_radix_cache_strategy: Annotated[
+        Literal["auto", "no_buffer", "extra_buffer", "extra_buffer_lazy"],
+        Field(description="--mamba-radix-cache-strategy"), SGLangFlag("--mamba-radix-cache-strategy")
+    ] = "auto"
+    enable_mixed_chunk: Annotated[bool, Field(description="--enable-mixed-chunk"), SGLangFlag("--enable-mixed-chunk")] = False
+    disable_radix_cache: Annotated[bool, Field(description="--disable-radix-cache"), SGLangFlag("--disable-radix-cache")] = False
+    enable_int8_mamba_checkpoint: Annotated[bool, Field(description="--enable-int8-mamba-checkpoint"), SGLangFlag("--enable-int8-mamba-checkpoint")] = False
+    attention_backend: Annotated[str | None, Field(description="--attention-backend"), SGLangFlag("--attention-backend")] = None
+    disable_custom_all_reduce: Annotated[
+        bool | None,
+        Field(description="--disable-custom-all-reduce; unset: on for TP >= 2 unless NVML facts prove "
+                    "peer access between the TP GPUs (sgl-project/sglang#4814)"), SGLangFlag("--disable-custom-all-reduce")
+    ] = None
+    enable_cache_report: Annotated[bool, Field(description="--enable-cache-report (bench needs it)"), SGLangFlag("--enable-cache-report")] = True
+    enable_metrics: Annotated[bool, Field(description="--enable-metrics (bench and the canary read it)"), SGLangFlag("--enable-metrics")] = True
+    extra_args: Annotated[
+        list[str], Field(description="raw SGLang flags appended last; checked against the flag catalog; "
+                         "no secrets (--api-key: use container.api_key_file)")
+    ] = []
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_secrets_in_extra_args(cls, value: list[str]) -> list[str]:
+        from ..secretargs import extra_args_problems
+
+        problems = extra_args_problems(value)
+        if problems:
+            raise ValueError("\n".join(problems))  # one line each (the error formatter splits them)
+        return value
+
+
+class HiCache(EschaModel):
+    enabled: Annotated[bool, Field(description="--enable-hierarchical-cache"), SGLangFlag("--enable-hierarchical-cache")] = True
+    hicache_ratio: Annotated[
+        Union[Literal["auto"], Annotated[float, Field(gt=0, le=MAX_RATIO)]],
+        Field(description="--hicache-ratio: host pool size / device pool size; auto: the "
+              "recommended safe ratio"), SGLangFlag("--hicache-ratio")
+    ] = "auto"
+    hicache_size: Annotated[
+        int, hicache_gb_field(),
+        WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0, "maximum": MAX_HICACHE_GB},
+                                  {"type": "string", "pattern": r"^\s*[0-9]{1,12}\s*([Gg][Bb])?\s*$"}]}),
+        Field(ge=0, le=MAX_HICACHE_GB, description="--hicache-size in GB (1e9) per rank, written 30 or 30GB; "
+              "0: use the ratio"), SGLangFlag("--hicache-size")
+    ] = 0
+    hicache_mem_layout: Annotated[
+        Literal["layer_first", "page_first", "page_first_direct", "page_first_kv_split", "page_head"],
+        Field(description="--hicache-mem-layout (hybrid models need page_first or page_first_direct)"), SGLangFlag("--hicache-mem-layout")
+    ] = "page_first"
+    hicache_io_backend: Annotated[
+        Literal["direct", "kernel", "kernel_ascend"], Field(description="--hicache-io-backend"), SGLangFlag("--hicache-io-backend")
+    ] = "kernel"
+    hicache_host_memory_mode: Annotated[
+        Literal["cache", "buffer_only"], Field(description="--hicache-host-memory-mode"), SGLangFlag("--hicache-host-memory-mode")
+    ] = "cache"
+    hicache_write_policy: Annotated[
+        Literal["write_back", "write_through", "write_through_selective"],
+        Field(description="--hicache-write-policy"), SGLangFlag("--hicache-write-policy")
+    ] = "write_through"
+    hicache_storage_backend: Annotated[
+        Literal["file", "sim", "mooncake", "hf3fs", "nixl", "aibrix", "dynamic", "eic", "simm", "mori", "shm"] | None,
+        Field(description="--hicache-storage-backend (L3); none: host RAM only"), SGLangFlag("--hicache-storage-backend")
+    ] = None
+    storage_dir: Annotated[
+        str | None,
+        Field(description="L3 file backend directory on the host (SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR)"), SGLangFlag(env="SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR")
+    ] = None
+    storage_max_size: Annotated[
+        Size | None, Field(description="L3 file backend cap (SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE), e.g. 512GB"), SGLangFlag(env="SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE")
+    ] = None
+    max_ratio: Annotated[
+        float, Field(gt=0, le=MAX_RATIO, description=f"cap on the recommended ratio (default {DEFAULT_MAX_RATIO})")
+    ] = DEFAULT_MAX_RATIO
+    min_ratio: Annotated[
+        float,
+        Field(gt=0, le=MAX_RATIO, description="auto: below this ratio HiCache is turned off (a host pool no "
+              "larger than the device pool reduces L2 effectiveness, SGLang's own warning)"),
+    ] = 1.0
+
+    @property
+    def storage_backend_is_file(self) -> bool:
+        """HiCache on with the file L3 backend (whose directory the plan checks)."""
+        return self.enabled and self.hicache_storage_backend == "file"
+
+
+class Safety(EschaModel):
+    """The safety policy (docs/planner.md): what must stay free of pinned host pools."""
+
+    server_process_per_rank: Annotated[
+        Size, Field(description="host memory one server rank uses outside the pinned pools "
+                    f"(torch, CUDA context, tokenizer, scheduler); default {DEFAULT_SERVER_PROCESS_PER_RANK}")
+    ] = parse_size(DEFAULT_SERVER_PROCESS_PER_RANK)
+    os_reserve: Annotated[
+        Size, Field(description=f"OS, Docker and escha-deploy; default {DEFAULT_OS_RESERVE}")
+    ] = parse_size(DEFAULT_OS_RESERVE)
+    page_cache_floor: Annotated[
+        Size, Field(description="page cache kept (the seed's box swapped at 589 MB); "
+                    f"default {DEFAULT_PAGE_CACHE_FLOOR}")
+    ] = parse_size(DEFAULT_PAGE_CACHE_FLOOR)
+    recommend_headroom: Annotated[
+        Size, Field(description=f"headroom the recommended ratio leaves; default {DEFAULT_RECOMMEND_HEADROOM}")
+    ] = parse_size(DEFAULT_RECOMMEND_HEADROOM)
+    ratio_step: Annotated[
+        float, Field(ge=MIN_RATIO_STEP, le=1.0, description=f"grid of the recommended ratio; default {DEFAULT_RATIO_STEP}")
+    ] = DEFAULT_RATIO_STEP
+    wsl2_hidden_vram_per_gpu: Annotated[
+        Size, Field(description=f"VRAM WSL2 keeps hidden per GPU; default {DEFAULT_WSL2_HIDDEN_VRAM}")
+    ] = parse_size(DEFAULT_WSL2_HIDDEN_VRAM)
+    cuda_context_per_gpu: Annotated[
+        Size, Field(description=f"CUDA context and NCCL before weights load; default {DEFAULT_CUDA_CONTEXT}")
+    ] = parse_size(DEFAULT_CUDA_CONTEXT)
+
+
+class Container(EschaModel):
+    image: Annotated[str, Field(pattern=IMAGE_REF, max_length=512, description="image to run; `escha-deploy build` tags escha-sglang:0.5.19-hicache by default")] = IMAGE_HICACHE
+    port: Annotated[int, Field(gt=0, lt=65536, description="host port of the OpenAI-compatible API"), SGLangFlag("--port")] = 30000
+    expose: Annotated[
+        bool, Field(description="publish beyond 127.0.0.1 (needs api_key_file)")
+    ] = False
+    api_key_file: Annotated[
+        str | None, Field(description="host file holding the API key (mounted read-only; never in argv)"), SGLangFlag("--api-key", secret=True)
+    ] = None
+    hf_token_file: Annotated[str | None, Field(description="host file holding the HF token"), SGLangFlag(env="HF_TOKEN", secret=True)] = None
+    model_dir: Annotated[
+        str | None, Field(description="host folder mounted read-only at model.path "
+                          "(default: model.host_dir)")
+    ] = None
+    hf_cache_dir: Annotated[str | None, Field(description="host HF cache folder to mount")] = None
+    gpus: Annotated[
+        Union[Literal["all"], Annotated[list[Annotated[int, Field(ge=0, lt=MAX_GPUS)]],
+                                        Field(max_length=MAX_GPUS)]],
+        Field(description="'all' or device ids, at least runtime.tp_size of them (WSL2 supports only all; "
+              "ids become CUDA_VISIBLE_DEVICES); [] requests no GPU"),
+    ] = "all"
+    keep_capabilities: Annotated[
+        bool, Field(description="do not drop Linux capabilities (cannot be verified without a GPU here)")
+    ] = False
+    stop_timeout_s: Annotated[int, Field(gt=0, le=MAX_SECONDS, description="SIGTERM grace before kill (seconds)")] = 60
+    ready_timeout_s: Annotated[int, Field(gt=0, le=MAX_SECONDS, description="how long `up` waits for ready (seconds)")] = 1800
+    nccl_p2p_disable: Annotated[
+        bool | None,
+        Field(description="NCCL_P2P_DISABLE=1; unset: on under WSL2 and where NVML shows the TP GPUs "
+                    "without peer access (a GeForce/Titan brand or a P2P status other than ok; NVIDIA/nccl#1637, "
+                    "microsoft/WSL#12467)"), SGLangFlag(env="NCCL_P2P_DISABLE")
+    ] = None
+
+
+#: A profile name: it names the container ``escha-NAME``, so Docker's container-name rule
+#: applies (``daemon/names``: ``[a-zA-Z0-9][a-zA-Z0-9_.-]``), kept to 63 characters.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+#: ``NAME_PATTERN`` in words, for the error line.
+NAME_RULE = "names are letters, digits, '_', '.', '-' (at most 63, starting with a letter or digit)"
+
+
+class Profile(EschaModel):
+    """One deployable configuration: box, model, runtime, HiCache, safety policy, container."""
+
+    name: Annotated[str, Field(
+        pattern=NAME_PATTERN,
+        description="profile name (default: the file's stem); it names the container escha-NAME, so "
+                    "Docker's rule applies: letters, digits, _ . -, at most 63")]
+    description: Annotated[str, Field(description="one line for `profiles list`")] = ""
+    hardware: Hardware
+    model: ModelSection
+    runtime: Runtime = Runtime()
+    hicache: HiCache = HiCache()
+    safety: Safety = Safety()
+    container: Container = Container()
+
+
+def normalize_kv_dtype(dtype: str) -> str:
+    """``auto``/``bfloat16`` -> ``bf16``; ``fp8_e5m2`` -> ``fp8_e4m3`` width class stays its name."""
+    return {"auto": "bf16", "bfloat16": "bf16"}.get(dtype, dtype)
+
+
+def is_size_field(field: FieldInfo) -> bool:
+    """A field typed ``Size`` (or ``Size | None``): its validator is ``parse_size``."""
+    def has(annotation, metadata=()) -> bool:
+        if any(getattr(m, "func", None) is parse_size for m in metadata):
+            return True
+        return any(has(a, getattr(a, "__metadata__", ())) for a in typing.get_args(annotation))
+
+    return has(field.annotation, field.metadata)
+
+
+def profile_to_data(profile: BaseModel) -> dict:
+    """A profile as plain data that ``load_profile`` reads back to the same profile: like
+    ``model_dump(mode="json")``, but sizes written with a unit (``12GiB``), since a bare number
+    is refused on the way in."""
+    from ..units import fmt_size_exact
+
+    out: dict = {}
+    for name, field in type(profile).model_fields.items():
+        value = getattr(profile, name)
+        if isinstance(value, BaseModel):
+            out[name] = profile_to_data(value)
+        elif is_size_field(field) and isinstance(value, int):
+            out[name] = fmt_size_exact(value)
+        else:
+            out[name] = profile.__pydantic_serializer__.to_python(profile, mode="json", include={name})[name]
+    return out
+
+
+def profile_json_schema() -> dict:
+    """The JSON schema of a profile, generated from the models (editors, docs, CI)."""
+    return Profile.model_json_schema()
