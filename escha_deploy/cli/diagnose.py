@@ -47,6 +47,7 @@ def register(app: typer.Typer) -> None:
 
         from escha_deploy.launch.redact import Redactor
 
+        cut = False
         try:
             if file == "-":
                 text = read_tail(sys.stdin.buffer)
@@ -54,10 +55,13 @@ def register(app: typer.Typer) -> None:
                 import os
                 import stat
 
-                if stat.S_ISCHR(os.stat(file).st_mode) or stat.S_ISBLK(os.stat(file).st_mode):
+                st = os.stat(file)
+                if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
                     raise BadInput(f"{file}: a device, not a log file")
-                with open(file, "rb") as fh:
-                    text = read_tail(fh)
+                with open(file, "rb") as fh:  # a FIFO blocks for its writer here, as `cat FIFO` would
+                    regular = stat.S_ISREG(os.fstat(fh.fileno()).st_mode)
+                    text = read_end(fh) if regular else read_tail(fh)
+                    cut = regular and os.fstat(fh.fileno()).st_size > MAX_LOG_BYTES
         except OSError as exc:
             raise BadInput(f"{file}: {exc.strerror or exc}") from None
         facts = Facts(exit_code=exit_code, oom_kill=oom_killed, hicache_enabled=hicache,
@@ -67,7 +71,8 @@ def register(app: typer.Typer) -> None:
         diag = diagnose([redact(line) for line in lines], facts)
         n = len(lines)
         emit(diag, fmt, source=f"{n:,} line{'s' if n != 1 else ''} of "
-             + ("standard input" if file == "-" else file))
+             + ("standard input" if file == "-" else file)
+             + (f" (its last {MAX_LOG_BYTES // 2**20} MiB)" if cut else ""))
         raise typer.Exit(int(ExitCode.OK if diag.conclusive else ExitCode.INCONCLUSIVE))
 
 
@@ -92,6 +97,27 @@ def read_tail(fh, limit: int = MAX_LOG_BYTES) -> str:
         while kept - len(chunks[0]) >= limit:
             kept -= len(chunks.popleft())
     return b"".join(chunks)[-limit:].decode("utf-8", errors="replace")
+
+
+def read_end(fh, limit: int = MAX_LOG_BYTES) -> str:
+    """The last ``limit`` bytes of a regular file as it was when opened (its size then, by
+    ``fstat``), decoded as UTF-8 with replacement: a log that a running server keeps writing
+    is read to the end it had, not followed, and the part before the last ``limit`` bytes is
+    skipped, not read. The first line may start mid-line when the file was longer. A file that
+    reports size 0 (``/proc``) is read up to ``limit`` bytes from its start."""
+    import os
+
+    size = os.fstat(fh.fileno()).st_size
+    start = max(0, size - limit)
+    fh.seek(start)
+    chunks, left = [], (size - start) or limit
+    while left > 0:
+        chunk = fh.read(min(left, 2**20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks).decode("utf-8", errors="replace")
 
 
 def emit(diag, fmt: OutputFormat, source: str | None = None) -> None:

@@ -13,6 +13,15 @@ string in the pinned wheel that prints the message (SGLang 0.5.19, transformers 
 line was quoted from. ``sglang_advice`` says where the advice SGLang prints next to the message
 is wrong for the cause. Rows with the same ``id`` are variants: the first whose ``when`` holds
 is used. ``{1}``, ``{2}`` in cause and fix are the pattern's groups.
+
+The matcher is linear in the log's size whatever the lines hold (a 64 MB line without a blank,
+random bytes, a pattern's bait repeated): a pattern sees at most ``SCAN_HEAD`` characters from
+the start of each line and ``SCAN_TAIL`` from its end (``scan_windows``); each row is first
+looked for by a literal every match of its pattern contains (``needles``, derived from the
+pattern by Python's own regex parser, so a row needs no extra field), searched with ``str.find``
+over all the windows at once, and the pattern runs only on the windows that hold one; no
+pattern backtracks over more than one window. Lines kept for printing (evidence, the tail) are
+cut at ``SHOW_CHARS``.
 """
 
 from __future__ import annotations
@@ -29,6 +38,16 @@ from pydantic import BaseModel, ConfigDict, Field
 TAIL_LINES = 40
 #: Evidence lines printed per match (the matched line and the lines after it).
 EVIDENCE_LINES = 3
+#: Characters of a line the patterns see: its first ``SCAN_HEAD`` and its last ``SCAN_TAIL``
+#: (``scan_windows``). SGLang's and its libraries' messages start a line after a short prefix
+#: (``[2026-11-29 16:20:00 TP0] ``); the longest row line in the wheels is under 400 characters.
+SCAN_HEAD = 4096
+SCAN_TAIL = 1024
+#: How far into a ``server_args=`` line ``log_facts`` looks for enable_hierarchical_cache: the
+#: whole ``resolved_dict()`` repr of SGLang 0.5.19's ServerArgs is about 12,000 characters.
+SERVER_ARGS_SCAN = 65536
+#: Longest line kept for printing (evidence and tail); the rest is counted, not shown.
+SHOW_CHARS = 2000
 
 Kind = Literal["killed", "host-memory", "gpu-memory", "arch", "collective", "cuda-graph", "model-folder",
                "launch", "event"]
@@ -151,7 +170,10 @@ class Diagnosis(BaseModel):
 
 @dataclass(frozen=True)
 class Signature:
-    """One row of the table. ``pattern``: a regex searched in each line (None: facts only).
+    """One row of the table. ``pattern``: a regex searched in each line's windows
+    (``scan_windows``; None: facts only); write it so that it cannot backtrack over a window
+    (start an unanchored ``(\\S+) `` with ``(?<!\\S)``), and with a literal every match
+    contains, which ``needles`` finds.
     ``when``: facts that must hold, ``{name: value}`` or ``{name: (v1, v2)}`` for one of;
     names are ``Facts`` fields or ``signal``. ``unless``: ids of rows above whose match already
     explains this one."""
@@ -391,7 +413,7 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         "nccl-shared-memory", "collective",
         r"Error while creating shared memory segment|failed to extend /dev/shm/nccl"
-        r"|/dev/shm/nccl-\S+.*(No space left|Bus error)|^Bus error",
+        r"|/dev/shm/nccl-\S.*(No space left|Bus error)|^Bus error",
         "NCCL could not create its shared-memory segment in /dev/shm (Docker's default is 64 MB; TP 2 "
         "needs more)",
         "run with ipc=host or shm_size of at least 16 GB (escha-deploy up sets ipc=host; a hand-written "
@@ -426,7 +448,7 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         "sglang-watchdog-timeout", "collective",
-        r"(\S+) watchdog timeout \(self\.watchdog_timeout=",
+        r"(?<!\S)(\S+) watchdog timeout \(self\.watchdog_timeout=",
         "SGLang's {1} watchdog fired: one forward batch took longer than --watchdog-timeout (default 300 s), "
         "usually a hang in a collective or a kernel",
         "read the lines before it for the stuck rank; on consumer cards set NCCL_P2P_DISABLE=1 and "
@@ -448,7 +470,7 @@ SIGNATURES: tuple[Signature, ...] = (
     # --- model folder --------------------------------------------------------------------------
     Signature(
         "model-file-missing", "model-folder",
-        r"(\S+) does not appear to have a file named (\S+?)\.? Checkout",
+        r"(?<!\S)(\S+) does not appear to have a file named (\S+?)\.? Checkout",
         "the model folder {1} has no {2}: the mount is empty, or it points one level above or below the "
         "folder that holds config.json and the weights",
         "`ls` the folder; point model.host_dir at the folder that holds config.json (often a "
@@ -457,7 +479,7 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         "model-path-not-found", "model-folder",
-        r"(\S+) is not a local folder and is not a valid model identifier",
+        r"(?<!\S)(\S+) is not a local folder and is not a valid model identifier",
         "the model path {1} does not exist inside the server (the mount is missing or names another path)",
         "check model.host_dir on the host and model.path in the container (`escha-deploy up --dry-run` "
         "shows the mount)",
@@ -583,11 +605,11 @@ def _repeating_traceback(lines: Sequence[str]) -> Match | None:
     ends: list[str] = []
     in_tb = False
     for line in lines:
-        if _TRACEBACK_START in line:
+        if _TRACEBACK_START in line[:SCAN_HEAD]:
             in_tb = True
             continue
         if in_tb and line and not line.startswith((" ", "\t")):
-            ends.append(_strip_prefix(line))
+            ends.append(_shown_evidence(line))
             in_tb = False
     if not ends:
         return None
@@ -648,7 +670,8 @@ def log_facts(lines: Sequence[str]) -> dict[str, object]:
     """Facts the log itself shows: ``{"hicache_enabled": bool}`` from SGLang's ``server_args=``
     startup line (the last one, if the log holds several starts); empty when it has none."""
     for ln in reversed(lines):
-        m = _SERVER_ARGS_HICACHE.search(ln)
+        k = ln.find("server_args=", 0, SCAN_HEAD)
+        m = _SERVER_ARGS_HICACHE.match(ln, k, k + SERVER_ARGS_SCAN) if k >= 0 else None
         if m:
             return {"hicache_enabled": m.group(1) == "True"}
     return {}
@@ -681,19 +704,143 @@ def _unsettled(sig: Signature, f: Facts, found: re.Match[str] | None, line: str 
         source=sig.source, conclusive=False)
 
 
+def show(line: str, more: int = 0) -> str:
+    """``line`` cut at ``SHOW_CHARS`` characters for printing, with how many were left out
+    (``more``: characters already cut off its end)."""
+    if len(line) + more <= SHOW_CHARS:
+        return line
+    return f"{line[:SHOW_CHARS]} ... ({len(line) + more - SHOW_CHARS:,} more characters)"
+
+
+def _shown_evidence(line: str) -> str:
+    """An evidence line: SGLang's prefix dropped, cut for printing, without copying a long line."""
+    head = line[:SHOW_CHARS + 256]
+    return show(_strip_prefix(head), len(line) - len(head))
+
+
+def scan_windows(line: str) -> tuple[str, ...]:
+    """The parts of ``line`` the patterns see: the whole line when it is at most ``SCAN_HEAD``
+    + ``SCAN_TAIL`` characters, else its first ``SCAN_HEAD`` and its last ``SCAN_TAIL``
+    characters, searched apart (a match cannot span the cut)."""
+    if len(line) <= SCAN_HEAD + SCAN_TAIL:
+        return (line,)
+    return (line[:SCAN_HEAD], line[-SCAN_TAIL:])
+
+
+def _literal_runs(items, ignore_case: bool) -> list[str]:
+    """The runs of literal characters that every match of the parsed sequence ``items``
+    contains: consecutive literals at this level, and those of groups at this level (a group
+    matches exactly once); repeats, alternations and lookarounds contribute none."""
+    from re import _constants as c  # the parser's own opcodes (CPython Lib/re/_constants.py)
+
+    runs: list[str] = []
+    cur: list[str] = []
+    for op, av in items:
+        if op is c.LITERAL and not ignore_case:
+            cur.append(chr(av))
+            continue
+        if cur:
+            runs.append("".join(cur))
+            cur = []
+        if op is c.SUBPATTERN:
+            _, add_flags, _, sub = av
+            runs.extend(_literal_runs(sub, ignore_case or bool(add_flags & c.SRE_FLAG_IGNORECASE)))
+    if cur:
+        runs.append("".join(cur))
+    return runs
+
+
+def needles(pattern: str) -> tuple[str, ...] | None:
+    """Literals one of which every match of ``pattern`` contains (the longest required run of
+    each top-level alternative), or ``None`` when some alternative has none (then every window
+    is searched). From CPython's regex parser (``re._parser.parse``, the one ``re.compile``
+    uses), so the literal is the pattern's own: ``(?<!\\S)(\\S+) watchdog timeout \\(self`` gives
+    ``' watchdog timeout (self.watchdog_timeout='``."""
+    from re import _constants as c, _parser
+
+    parsed = _parser.parse(pattern)
+    ignore_case = bool(parsed.state.flags & c.SRE_FLAG_IGNORECASE)
+    items = list(parsed)
+    branches = items[0][1][1] if len(items) == 1 and items[0][0] is c.BRANCH else [items]
+    out = []
+    for branch in branches:
+        runs = _literal_runs(branch, ignore_case)
+        if not runs:
+            return None
+        out.append(max(runs, key=len))
+    return tuple(out)
+
+
+_COMPILED: dict[str, tuple[re.Pattern[str], tuple[str, ...] | None]] = {}
+
+
+def _compiled(pattern: str) -> tuple[re.Pattern[str], tuple[str, ...] | None]:
+    got = _COMPILED.get(pattern)
+    if got is None:
+        got = _COMPILED[pattern] = (re.compile(pattern), needles(pattern))
+    return got
+
+
+class _Windows:
+    """Every line's ``scan_windows``, joined by newlines into one text that ``str.find``
+    searches for a row's needles in one pass, with the window each offset falls in."""
+
+    def __init__(self, lines: Sequence[str]) -> None:
+        import bisect
+
+        self._bisect = bisect.bisect_right
+        self.parts: list[str] = []
+        self.owner: list[int] = []
+        for i, ln in enumerate(lines):
+            for w in scan_windows(ln):
+                self.parts.append(w)
+                self.owner.append(i)
+        self.starts: list[int] = []
+        at = 0
+        for w in self.parts:
+            self.starts.append(at)
+            at += len(w) + 1
+        self.text = "\n".join(self.parts)
+
+    def first(self, pattern: str) -> tuple[int, re.Match[str]] | None:
+        """The first window a pattern matches in: ``(line index, match)``, or ``None``."""
+        rx, lits = _compiled(pattern)
+        if lits is None:
+            for j, w in enumerate(self.parts):
+                m = rx.search(w)
+                if m:
+                    return self.owner[j], m
+            return None
+        nxt = {lit: self.text.find(lit) for lit in lits}  # each needle's next offset, -1: none left
+        while True:
+            live = [k for k in nxt.values() if k >= 0]
+            if not live:
+                return None
+            j = self._bisect(self.starts, min(live)) - 1
+            m = rx.search(self.parts[j])
+            if m:
+                return self.owner[j], m
+            after = self.starts[j] + len(self.parts[j]) + 1  # the next window's start
+            for lit, k in nxt.items():
+                if 0 <= k < after:
+                    nxt[lit] = self.text.find(lit, after)
+
+
 def diagnose(lines: Sequence[str], facts: Facts | None = None) -> Diagnosis:
     """Match log lines and facts against ``SIGNATURES``.
 
     ``lines``: the server's output, oldest first (any length; all are searched, since a
     traceback's cause is often far above its end; the last ``TAIL_LINES`` are kept for
-    printing). Returns one match per row id whose pattern (and ``when``) hold, in table order,
-    plus a repeating-traceback match when one fault repeats. Never raises for odd input.
+    printing, each cut at ``SHOW_CHARS``). Returns one match per row id whose pattern (and
+    ``when``) hold, in table order, plus a repeating-traceback match when one fault repeats.
+    Linear in the total length of ``lines`` (module docstring). Never raises for odd input.
     """
     facts = facts or Facts()
     text = [ln.rstrip("\n") for ln in lines]
     matches: list[Match] = []
     seen: set[str] = set()
     facts = _with_log_facts(facts, text)
+    windows: _Windows | None = None
     for sig in SIGNATURES:
         if sig.id in seen or seen.intersection(sig.unless):
             continue
@@ -704,15 +851,13 @@ def diagnose(lines: Sequence[str], facts: Facts | None = None) -> Diagnosis:
         line: str | None = None
         evidence: list[str] = []
         if sig.pattern is not None:
-            rx = re.compile(sig.pattern)
-            for i, ln in enumerate(text):
-                found = rx.search(ln)
-                if found:
-                    line = ln
-                    evidence = [_strip_prefix(x) for x in text[i:i + EVIDENCE_LINES] if x.strip()]
-                    break
-            if found is None:
+            windows = windows or _Windows(text)
+            hit = windows.first(sig.pattern)
+            if hit is None:
                 continue
+            i, found = hit
+            line = show(text[i])
+            evidence = [_shown_evidence(x) for x in text[i:i + EVIDENCE_LINES] if x.strip()]
         seen.add(sig.id)
         if held is None:
             matches.append(_unsettled(sig, facts, found, line, evidence))
@@ -724,4 +869,5 @@ def diagnose(lines: Sequence[str], facts: Facts | None = None) -> Diagnosis:
     rep = _repeating_traceback(text)
     if rep is not None:
         matches.append(rep)
-    return Diagnosis(exit_code=facts.exit_code, timed_out=facts.timed_out, matches=matches, tail=text[-TAIL_LINES:])
+    return Diagnosis(exit_code=facts.exit_code, timed_out=facts.timed_out, matches=matches,
+                     tail=[show(x) for x in text[-TAIL_LINES:]])
