@@ -143,7 +143,8 @@ def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L
     - INT2 layout (``SGLANG_MIXED_KV_*``), read by the OSCAR overlay;
     - ``NCCL_P2P_DISABLE=1`` under WSL2 and where NVML shows no peer access (``p2p_disabled``;
       microsoft/WSL#12467, NVIDIA/nccl#1637); ``NO_PROXY`` for loopback (sglang#9814);
-    - the L3 file backend's directory and cap (``SGLANG_HICACHE_FILE_BACKEND_*``).
+    - the L3 file backend's directory and cap (``SGLANG_HICACHE_FILE_BACKEND_*``);
+    - ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1`` when ``runtime.allow_longer_context_length``.
     """
     env: dict[str, str] = {"NO_PROXY": NO_PROXY, "no_proxy": NO_PROXY}
     hc = plan.hicache
@@ -162,6 +163,8 @@ def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L
         })
     if p2p_disabled(plan, profile):
         env["NCCL_P2P_DISABLE"] = "1"
+    if rt.allow_longer_context_length:
+        env["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] = "1"
     if hc.enabled and hc.storage_backend == "file":
         env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] = l3_dir or (profile.hicache.storage_dir or "")
         if profile.hicache.storage_max_size:

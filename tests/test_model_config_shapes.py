@@ -77,3 +77,31 @@ def test_every_verb_refuses_a_bad_config_json_in_one_line(cli, tmp_path, monkeyp
     # (exit 3) is reported beside the bad file
     assert r.code == 2 or (verb[0] == "up" and r.code == 3), (r.code, r.out, r.err)
     assert "Traceback" not in r.err + r.out
+
+
+def test_plan_refuses_a_context_length_past_the_models(cli, tmp_path):
+    d = _folder(tmp_path, {**DENSE, "max_position_embeddings": 4096})
+    r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--set", f"model.host_dir={d}", "--set", "runtime.context_length=8192",
+            "--host-ram", "24GiB", "-f", "json")
+    assert r.code == 3, r.err
+    reasons = json.loads(r.out)["reasons"]
+    assert any("runtime.context_length: 8192 tokens is more than the 4096" in x and "max_position_embeddings" in x
+               for x in reasons), reasons
+
+
+def test_the_profile_can_pass_sglangs_override(cli, tmp_path):
+    d = _folder(tmp_path, {**DENSE, "max_position_embeddings": 4096})
+    args = ("-p", "rtx5060ti-tp2-fp8", "--set", f"model.host_dir={d}", "--set", "runtime.context_length=8192",
+            "--set", "runtime.allow_longer_context_length=true")
+    r = cli("plan", *args, "--host-ram", "24GiB", "-f", "json")
+    assert r.code == 0, r.err
+    assert any("allowed by runtime.allow_longer_context_length" in w for w in json.loads(r.out)["warnings"])
+    r = cli("serve", "--print", *args)
+    assert json.loads(r.out)["env"]["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] == "1", r.out
+
+
+def test_within_the_models_length_plans_ok(cli, tmp_path):
+    d = _folder(tmp_path, {**DENSE, "max_position_embeddings": 8192})
+    r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--set", f"model.host_dir={d}", "--set", "runtime.context_length=8192",
+            "--host-ram", "24GiB")
+    assert r.code == 0, r.err

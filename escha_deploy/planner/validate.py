@@ -101,6 +101,23 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
               f"{kvh} KV heads are neither divisible by tp_size {tp} nor fewer than it "
               "(srt/configs/model_config.py: get_num_kv_heads)")
 
+    # Context length against the model (srt/configs/model_config.py: ModelConfig._derive_context_length
+    # raises ValueError for a --context-length above what config.json allows, unless
+    # SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN is set).
+    if rt.context_length and model_dir and model_dir.context_length and rt.context_length > model_dir.context_length:
+        if not rt.allow_longer_context_length:
+            error("runtime.context_length",
+                  f"{rt.context_length} tokens is more than the {model_dir.context_length} the model folder's "
+                  f"config.json allows ({model_dir.context_length_key}): SGLang stops at startup "
+                  "(srt/configs/model_config.py: ModelConfig._derive_context_length); lower it, or set "
+                  "runtime.allow_longer_context_length: true (SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1; "
+                  "SGLang warns of incorrect outputs or CUDA errors past the trained length)")
+        else:
+            warn("runtime.context_length",
+                 f"{rt.context_length} tokens is more than the {model_dir.context_length} the model folder's "
+                 f"config.json allows ({model_dir.context_length_key}); allowed by "
+                 "runtime.allow_longer_context_length (SGLang warns of incorrect outputs or CUDA errors)")
+
     # KV dtype and its capability.
     if dtype == "int2":
         if "int2-kv" not in capabilities:

@@ -164,6 +164,12 @@ class Runtime(EschaModel):
     ] = []
     tp_size: Annotated[int, Field(gt=0, le=MAX_GPUS, description="--tp-size"), SGLangFlag("--tp-size")] = 1
     context_length: Annotated[int | None, Field(gt=0, le=MAX_TOKENS, description="--context-length (tokens)"), SGLangFlag("--context-length")] = None
+    allow_longer_context_length: Annotated[
+        bool, Field(description="SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1: let context_length exceed what the "
+                    "model's config.json allows (SGLang then warns of incorrect outputs or CUDA errors; without it "
+                    "srt/configs/model_config.py: _derive_context_length refuses at start)"),
+        SGLangFlag(env="SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"),
+    ] = False
     max_total_tokens: Annotated[
         int | None, Field(gt=0, le=MAX_TOKENS, description="--max-total-tokens: device KV pool size (tokens)"), SGLangFlag("--max-total-tokens")
     ] = None
