@@ -1,7 +1,16 @@
-"""``escha-deploy status``: state, endpoint, plan digest and uptime of the server container(s).
-Exit 3 when nothing is there (as ``systemctl is-active``)."""
+"""``escha-deploy status``: the running server(s) of a profile, container or native: state,
+endpoint, plan digest and uptime, and beside the plan what the server and the host do now
+(the host tier, the host's memory, the device pools) with the alerts, their evidence and fix.
+
+Exit 3 when nothing is there (as ``systemctl is-active``). ``--check``: 0 healthy, 3 an alert
+(named) or nothing running, 5 when the server answers but its metrics do not.
+"""
 
 from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
@@ -11,6 +20,8 @@ EXAMPLES = """
 Examples:
 
   escha-deploy status --profile rtx5060ti-tp2-fp8 --format json
+  escha-deploy status --watch --record day2.jsonl
+  escha-deploy status --check --interval 5      # for cron: 0 healthy, 3 alert, 5 no metrics
 """
 
 
@@ -18,24 +29,125 @@ def register(app: typer.Typer) -> None:
     from .app import PANEL_LIFECYCLE
 
     @app.command("status", rich_help_panel=PANEL_LIFECYCLE, epilog=EXAMPLES)
-    def status(profile: OptionalProfileOpt = None, format: FormatOpt = OutputFormat.table) -> None:
-        """Show the server container(s) of a profile."""
-        from escha_deploy.launch import manage
+    def status(
+        profile: OptionalProfileOpt = None,
+        format: FormatOpt = OutputFormat.table,
+        watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh every --interval seconds "
+                                            "(rich live display) until Ctrl-C or --count looks.")] = False,
+        check: Annotated[bool, typer.Option("--check", help="Two looks --interval apart; exit 0 healthy, "
+                                            "3 an alert or nothing running, 5 the server answers but its "
+                                            "metrics do not.")] = False,
+        interval: Annotated[float, typer.Option("--interval", min=0.05, help="Seconds between looks.")] = 5.0,
+        window: Annotated[float, typer.Option("--window", min=1.0, help="Seconds of looks --watch compares "
+                                              "(counters over this window).")] = 300.0,
+        count: Annotated[int, typer.Option("--count", min=0, help="Stop --watch after this many looks "
+                                           "(0: until Ctrl-C).")] = 0,
+        record: Annotated[Optional[Path], typer.Option("--record", help="Append each look to FILE, one JSON "
+                                                       "object per line.")] = None,
+        prefill_tps: Annotated[Optional[float], typer.Option(
+            "--prefill-tps", min=1.0, help="Prefill rate (tokens/s) the load-back-vs-recompute alert compares "
+            "with, when the plan has no measured one.")] = None,
+    ) -> None:
+        """Show the server(s) of a profile and what they do now: host tier, host memory, alerts."""
+        from escha_deploy.errors import Inconclusive, Refused
+        from escha_deploy.paths import check_output
+        from escha_deploy.watch import record as rec
+        from escha_deploy.watch.session import Watcher, find_targets
 
         from .down import _profile_name
-        from .output import print_json, stdout_console
+        from .output import info, print_json, stdout_console, warn
 
-        rows = manage.status(_profile_name(profile))
+        if watch and check:
+            from escha_deploy.errors import BadInput
+
+            raise BadInput("status: --watch and --check do not go together (--check looks twice and exits)")
+        if record is not None:
+            check_output(record, "--record")
+        targets = find_targets(_profile_name(profile), note=info)
+        if not targets:
+            raise Refused(f"status: nothing running{' for profile ' + _profile_name(profile) if profile else ''}")
+        watchers = [Watcher(t, window_s=window, prefill_tokens_per_s=prefill_tps, since_start=not watch)
+                    for t in targets]
+
+        def look_all() -> list[dict]:
+            rows = [w.look()[0] for w in watchers]
+            for w in watchers:
+                if w.docker_error:
+                    warn(w.docker_error)
+                    w.docker_error = None
+            if record is not None:
+                rec.append(record, {"t": time.time(), "targets": rows})
+            return rows
+
+        if watch:
+            _watch(look_all, interval=interval, count=count, fmt=format)
+            return
+        rows = look_all()
+        if check:
+            time.sleep(interval)
+            rows = look_all()
         if format is OutputFormat.json:
             print_json(rows)
-            return
-        from rich.table import Table
+        else:
+            _table(rows, stdout_console())
+        if check:
+            alerts = [f"{r['profile']}: {a['id']}: {a['evidence']}" for r in rows for a in r["alerts"]]
+            if alerts:
+                raise Refused(*(f"status --check: alert {a}" for a in alerts),
+                              hint="each alert's fix is in `escha-deploy status` and docs/launch.md")
+            quiet = [f"{r['profile']}: {r['metrics_error']}" for r in rows if r["metrics_error"]]
+            if quiet:
+                raise Inconclusive(*(f"status --check: {q}" for q in quiet),
+                                   hint="the server must run with --enable-metrics (runtime.enable_metrics)")
 
-        cols = ("profile", "state", "endpoint", "plan_digest", "uptime_s", "restart_policy")
-        table = Table(title_justify="left", box=None, pad_edge=False)
-        for col in cols:
-            table.add_column({"plan_digest": "plan", "uptime_s": "uptime s", "restart_policy": "restart"}
-                             .get(col, col), overflow="fold")
-        for r in rows:
-            table.add_row(*(str(r[k]) if r[k] is not None else "-" for k in cols))
-        stdout_console().print(table)
+
+def _table(rows: list[dict], console) -> None:
+    from rich.table import Table
+
+    from escha_deploy.watch.render import render_row
+
+    cols = ("profile", "state", "endpoint", "plan_digest", "uptime_s", "restart_policy")
+    table = Table(title_justify="left", box=None, pad_edge=False)
+    for col in cols:
+        table.add_column({"plan_digest": "plan", "uptime_s": "uptime s", "restart_policy": "restart"}
+                         .get(col, col), overflow="fold")
+    for r in rows:
+        table.add_row(*(str(r[k]) if r[k] is not None else "-" for k in cols))
+    console.print(table)
+    for r in rows:
+        console.print(render_row(r))
+
+
+def _watch(look_all, *, interval: float, count: int, fmt: OutputFormat) -> None:
+    """Redraw every ``interval`` s with rich's Live display (stdout a terminal), or print one JSON
+    array per look (``--format json``: a stream for scripts)."""
+    from rich.console import Group
+    from rich.live import Live
+
+    from escha_deploy.watch.render import render_row
+    from escha_deploy.watch.session import iso
+
+    from .output import print_json, stdout_console
+
+    n = 0
+    try:
+        if fmt is OutputFormat.json:
+            while True:
+                print_json(look_all())
+                n += 1
+                if count and n >= count:
+                    return
+                time.sleep(interval)
+        console = stdout_console()
+        with Live(console=console, auto_refresh=False, transient=False) as live:
+            while True:
+                rows = look_all()
+                n += 1
+                live.update(Group(*(render_row(r) for r in rows),
+                                  f"look {n} at {iso(time.time())}, every {interval:g} s; Ctrl-C stops"),
+                            refresh=True)
+                if count and n >= count:
+                    return
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        pass

@@ -112,6 +112,23 @@ def sweep_secret_dirs(root: Path | None) -> list[Path]:
     return removed
 
 
+def runtime_dir(*, make: bool = True) -> Path:
+    """This user's private runtime folder, ``<tmpfs_root()>/escha-deploy-<uid>`` (else under
+    the system temp dir): the port locks and the state files of native ``serve``. Raises
+    ``Refused`` (3) when it is a link or another user's."""
+    from escha_deploy.errors import Refused
+
+    d = (tmpfs_root() or Path(tempfile.gettempdir())) / f"escha-deploy-{os.getuid()}"
+    if make:
+        d.mkdir(mode=0o700, exist_ok=True)
+    elif not d.exists():
+        return d
+    st = d.lstat()
+    if d.is_symlink() or st.st_uid != os.getuid():
+        raise Refused(f"serve: {d} is not this user's private directory; refusing to use it")
+    return d
+
+
 @contextlib.contextmanager
 def server_lock(port: int) -> Iterator[int]:
     """One native ``serve`` per server port on this host: an exclusive ``fcntl.flock`` on
@@ -123,11 +140,7 @@ def server_lock(port: int) -> Iterator[int]:
 
     from escha_deploy.errors import Refused
 
-    d = (tmpfs_root() or Path(tempfile.gettempdir())) / f"escha-deploy-{os.getuid()}"
-    d.mkdir(mode=0o700, exist_ok=True)
-    st = d.lstat()
-    if d.is_symlink() or st.st_uid != os.getuid():
-        raise Refused(f"serve: {d} is not this user's private directory; refusing to lock there")
+    d = runtime_dir()
     path = d / f"serve-{port}.lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:

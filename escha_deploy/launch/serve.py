@@ -145,8 +145,11 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
         _print(launch, *_secrets(launch), extra={"verdict": plan.verdict, "missing_capabilities": missing})
         require_capabilities(caps, profile.runtime.needs, where)
         return 3
+    from escha_deploy.watch.planview import plan_view
+
     return _check_and_run(launch, caps, where, dry_run=dry_run, report=report,
-                          extra={"verdict": plan.verdict, "missing_capabilities": missing})
+                          extra={"verdict": plan.verdict, "missing_capabilities": missing},
+                          view=plan_view(plan, launch.plan_digest))
 
 
 def _secrets(launch: LaunchSpec) -> tuple[str | None, str | None]:
@@ -167,7 +170,7 @@ def _print(launch: LaunchSpec, api_key: str | None, hf_token: str | None, *, ext
 
 
 def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dry_run: bool,
-                   report: Report, extra: dict | None = None) -> int:
+                   report: Report, extra: dict | None = None, view=None) -> int:
     from escha_deploy import flags
 
     from .check import check_here
@@ -211,6 +214,7 @@ def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dr
         root = None if in_container else tmpfs_root()
         for d in sweep_secret_dirs(root):
             report("info", f"serve: removed {d}, left by a `serve` that was killed before its server was ready")
+        state = None if in_container else _write_state(launch, view)
         try:
             outcome = supervise(argv, env=env, secrets=[s for s in (api_key, hf_token) if s],
                                 config_flag=flags.CONFIG_FLAG, config_secrets=flags.secret_config(api_key),
@@ -219,4 +223,26 @@ def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dr
                                 grace_s=float(launch.container.stop_timeout_s))
         except OSError as exc:
             raise Failed(f"serve: cannot start {argv[0] if argv else 'the server'}: {exc}") from None
+        finally:
+            if state is not None:
+                from escha_deploy.watch.state import remove_state
+
+                remove_state(state.port, state.pid)
     return outcome.exit_code
+
+
+def _write_state(launch: LaunchSpec, view):
+    """Native: the state file ``status`` finds this server by (``watch.state``)."""
+    import time
+
+    from escha_deploy.watch.planview import PlanView
+    from escha_deploy.watch.state import ServeState, write_state
+
+    if view is None:  # serve --spec: the spec's own figures
+        view = PlanView(profile=launch.profile, plan_digest=launch.plan_digest, tp_size=max(launch.needs.gpus, 1),
+                        hicache_enabled=launch.hicache_enabled)
+    state = ServeState(pid=os.getpid(), host=launch.container.port_host_ip, port=launch.container.port_host,
+                       profile=launch.profile, plan_digest=launch.plan_digest, api_key_file=launch.api_key_file,
+                       started_at=time.time(), plan=view)
+    write_state(state)
+    return state

@@ -36,7 +36,18 @@ configured rates (prefill under one lock, like one GPU), and deterministic outpu
 prompt's ids. Switches model known upstream bugs: ``prune_on_evict`` (sglang#33713: a hybrid
 model's unified cache drops evicted prefixes instead of keeping them in host memory, so no host
 hit ever happens), ``corrupt_host_restore`` (sglang#39830: a host-tier hit gives a different,
-fluent answer), ``corrupt_device_hit`` (a device-path bug such as sglang#39342).
+fluent answer), ``corrupt_device_hit`` (a device-path bug such as sglang#39342),
+``never_load_back`` (the host tier is written and never read: backups and host use rise,
+``load_back_tokens_total`` stays 0, as measured on stock 0.5.19 with a hybrid model, sglang#33713),
+``drop_without_backup`` (evicted device KV is freed without a host copy and counted in
+``hicache_dropped_tokens_total{reason="host_pressure"}``, as ``hiradix_cache.py`` does when a
+write-back backup fails).
+
+For ``status`` it also exports, as 0.5.19 names them: ``num_running_reqs``, ``num_queue_reqs``,
+``load_back_bytes_total`` and ``load_back_duration_seconds`` (the modelled copy: tokens x
+``kv_bytes_per_token`` at ``load_back_tps``), ``hicache_backup_bytes_total`` and
+``hicache_dropped_tokens_total{reason,pool}`` (pre-seeded at 0 per pool, as
+``unified_radix_cache.py`` does).
 """
 
 from __future__ import annotations
@@ -101,6 +112,9 @@ class StandinConfig:
     prune_on_evict: bool = False
     corrupt_host_restore: bool = False
     corrupt_device_hit: bool = False
+    never_load_back: bool = False
+    drop_without_backup: bool = False
+    kv_bytes_per_token: int = 4096  # host bytes one KV token costs per rank (the bytes counters)
     cached_details: bool = True  # False: ignore return_cached_tokens_details (older server)
     load_seconds: float = 0.0  # /health answers 503 for this long after start (a model load)
 
@@ -138,7 +152,7 @@ def _lcp(a: tuple, b: tuple) -> int:
 
 class _Metrics:
     def __init__(self, cfg: StandinConfig) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry()
         tok = ["model_name", "engine_type"]
@@ -167,6 +181,27 @@ class _Metrics:
         self.mamba = Gauge("sglang:mamba_usage", "The token usage for Mamba layers.", sched,
                            registry=r)
         self.token_usage = Gauge("sglang:token_usage", "The token usage.", sched, registry=r)
+        self.running = Gauge("sglang:num_running_reqs", "The number of running requests.", sched,
+                             registry=r)
+        self.queued = Gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.",
+                            sched, registry=r)
+        self.load_back_bytes = Counter("sglang:load_back_bytes_total",
+                                       "Bytes loaded back from local host DRAM (L2) to GPU.",
+                                       sched, registry=r)
+        self.load_back_s = Histogram("sglang:load_back_duration_seconds",
+                                     "Time taken to load KV cache from CPU back to GPU in seconds.",
+                                     sched, registry=r,
+                                     buckets=[0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0])
+        self.backup_bytes = Counter("sglang:hicache_backup_bytes_total",
+                                    "Bytes backed up from GPU to local host DRAM (L2).", sched,
+                                    registry=r)
+        self.dropped = Counter("sglang:hicache_dropped_tokens_total",
+                               "The number of device KV tokens destroyed without a host backup.",
+                               sched + ["reason", "pool"], registry=r)
+        if cfg.hicache:
+            for lab in self.ranks:
+                for pool in (("kv", "mamba") if cfg.hybrid else ("kv",)):
+                    self.dropped.labels(**lab, reason="host_pressure", pool=pool).inc(0)
         self.host_total = self.host_used = None
         if cfg.hicache:
             self.host_total = Gauge("sglang:hicache_host_total_tokens",
@@ -181,11 +216,17 @@ class _Metrics:
         for lab in self.ranks:
             self.mamba.labels(**lab).set(0)
             self.token_usage.labels(**lab).set(0)
+            self.running.labels(**lab).set(0)
+            self.queued.labels(**lab).set(0)
 
     def per_rank(self, counter, amount: float, **extra: str) -> None:
         if amount > 0:
             for lab in self.ranks:
                 counter.labels(**lab, **extra).inc(amount)
+
+    def set_all(self, gauge, value: float) -> None:
+        for lab in self.ranks:
+            gauge.labels(**lab).set(value)
 
     def text(self) -> bytes:
         from prometheus_client import generate_latest
@@ -252,7 +293,7 @@ class StandinServer:
         best_dev = max((_lcp(ids, k) for k in self.state.device), default=0)
         best_dev = min(cap, best_dev) // page * page
         hit = _Hit(device=best_dev)
-        if cfg.hicache:
+        if cfg.hicache and not cfg.never_load_back:
             best_host = max((_lcp(ids, k) for k in self.state.host), default=0)
             best_host = min(cap, best_host) // page * page
             hit.host = max(0, best_host - best_dev)
@@ -270,6 +311,7 @@ class StandinServer:
         st.host[key] = True
         if self.metrics:
             self.metrics.per_rank(self.metrics.backup, len(key), pool="kv")
+            self.metrics.per_rank(self.metrics.backup_bytes, len(key) * cfg.kv_bytes_per_token)
             if cfg.hybrid:
                 self.metrics.per_rank(self.metrics.backup, 1, pool="mamba")
         return True
@@ -280,13 +322,19 @@ class StandinServer:
             del st.device[k]
         st.device[key] = True
         st.device.move_to_end(key)
-        if cfg.hicache and cfg.write_policy.startswith("write_through") and not cfg.prune_on_evict:
+        if (cfg.hicache and cfg.write_policy.startswith("write_through") and not cfg.prune_on_evict
+                and not cfg.drop_without_backup):
             self._host_put(key)
         while self._used(st.device) > cfg.device_tokens and len(st.device) > 1:
             victim, _ = st.device.popitem(last=False)
             if self.metrics:
                 self.metrics.per_rank(self.metrics.evicted, len(victim))
-            if cfg.hicache and cfg.prune_on_evict:
+            if cfg.hicache and cfg.drop_without_backup:
+                st.host.pop(victim, None)
+                if self.metrics:
+                    self.metrics.per_rank(self.metrics.dropped, len(victim), reason="host_pressure",
+                                          pool="kv")
+            elif cfg.hicache and cfg.prune_on_evict:
                 st.host.pop(victim, None)  # sglang#33713: pruned, not demoted
             elif cfg.hicache and cfg.write_policy == "write_back":
                 self._host_put(victim)
@@ -302,16 +350,25 @@ class StandinServer:
             self.state.in_flight += 1
             self.state.max_in_flight = max(self.state.max_in_flight, self.state.in_flight)
             hit = self._match(key)
-            if hit.host and self.metrics:
-                self.metrics.per_rank(self.metrics.load_back, hit.host, pool="kv")
+            m = self.metrics
+            if hit.host and m:
+                m.per_rank(m.load_back, hit.host, pool="kv")
                 if cfg.hybrid:
-                    self.metrics.per_rank(self.metrics.load_back, 1, pool="mamba")
+                    m.per_rank(m.load_back, 1, pool="mamba")
+                m.per_rank(m.load_back_bytes, hit.host * cfg.kv_bytes_per_token)
+                for lab in m.ranks:
+                    m.load_back_s.labels(**lab).observe(hit.host / cfg.load_back_tps)
             self._insert(key)
+            if m:
+                m.set_all(m.running, self.state.in_flight)
+                m.set_all(m.token_usage, min(1.0, self._used(self.state.device) / cfg.device_tokens))
         uncached = len(ids) - hit.device - hit.host
         with self.state.gpu:
             time.sleep(uncached / cfg.prefill_tps + hit.host / cfg.load_back_tps)
         with self.state.lock:
             self.state.in_flight -= 1
+            if self.metrics:
+                self.metrics.set_all(self.metrics.running, self.state.in_flight)
         salt = b""
         if cfg.corrupt_host_restore and hit.host > 0:
             salt = b"host-restore-damage"

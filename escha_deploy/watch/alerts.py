@@ -1,0 +1,242 @@
+"""The alerts of a running box: each rule, its evidence (the numbers it read and where from)
+and the fix. Pure: readings and windows in, ``Alert`` list out.
+
+Thresholds are ``Thresholds`` fields with the defaults below; each default says its source.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .planview import PlanView
+from .reading import HostReading, HostWindow, ServerWindow
+
+GB = 1e9
+
+#: Finished requests the window must hold before a flat host tier counts as inert: with fewer,
+#: no reuse may have reached an evicted prefix yet. Our choice, sized so that a canary run
+#: (`escha-deploy canary`, a few dozen requests with known reuse) decides it.
+INERT_MIN_REQUESTS = 20
+#: Swap pages per second (in + out, /proc/vmstat pswpin + pswpout) above which the box is
+#: swapping: 64 pages (256 KiB at 4 KiB pages) per second ignores the odd page the kernel
+#: moves while idle, and catches the continuous swapping of an over-committed box.
+SWAP_PAGES_PER_S = 64.0
+#: Memory PSI ``some avg10`` (percent of wall time some task stalled on memory) to alert at:
+#: a sixth of systemd-oomd's default kill limit (``DefaultMemoryPressureLimit=60%``,
+#: oomd.conf(5)), so the alert comes well before anything is killed.
+PSI_SOME_AVG10 = 10.0
+#: cgroup v2 ``memory.events`` keys that mean the limit was hit (cgroup-v2.rst): ``high``
+#: (throttled above memory.high), ``max`` (reclaim at memory.max), ``oom``, ``oom_kill``.
+MEMORY_EVENTS = ("high", "max", "oom", "oom_kill")
+
+
+class Thresholds(BaseModel):
+    """The alerts' thresholds (module constants are the defaults)."""
+
+    model_config = ConfigDict(frozen=True)
+    inert_min_requests: int = Field(INERT_MIN_REQUESTS, ge=1)
+    swap_pages_per_s: float = Field(SWAP_PAGES_PER_S, ge=0)
+    psi_some_avg10: float = Field(PSI_SOME_AVG10, ge=0, le=100)
+
+
+class Alert(BaseModel):
+    """One alert: ``id`` is stable (scripts match on it), ``evidence`` the numbers and their
+    source, ``fix`` the next thing to do."""
+
+    model_config = ConfigDict(frozen=True)
+    id: str
+    title: str
+    evidence: str
+    fix: str
+
+
+class Evaluation(BaseModel):
+    alerts: list[Alert] = Field(default_factory=list)
+    not_evaluated: dict[str, str] = Field(default_factory=dict, description="alert id -> why")
+
+
+def _n(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def _gb(b: float) -> str:
+    return f"{b / GB:.2f} GB"
+
+
+def _pools(d: dict[str, float]) -> str:
+    return " / ".join(f"+{_n(v)} {k}" for k, v in sorted(d.items())) or "+0"
+
+
+def inert_host_tier(w: ServerWindow, th: Thresholds) -> Alert | str:
+    """The host tier is filled and never read: over >= ``inert_min_requests`` finished
+    requests that reused cached tokens, ``hicache_backup_tokens_total`` and
+    ``evicted_tokens_total`` rose and ``hicache_host_used_tokens`` > 0, while
+    ``load_back_tokens_total`` and ``cached_tokens_total{cache_source="host"}`` stayed flat.
+    Returns why it was not evaluated, as a string, when the window cannot say."""
+    if not w.hicache:
+        return "HiCache is off (no sglang:hicache_host_total_tokens)"
+    if w.requests < th.inert_min_requests or w.cached_total <= 0:
+        return (f"{_n(w.requests)} requests, {_n(w.cached_total)} cached tokens in the window; "
+                f"needs {th.inert_min_requests} requests that reuse a prefix")
+    backup = {k: sum(r.backup_tokens.get(k, 0.0) for r in w.ranks.values())
+              for r0 in w.ranks.values() for k in r0.backup_tokens}
+    evicted = sum(r.evicted_tokens for r in w.ranks.values())
+    used = sum(r.now.host_used_tokens or 0 for r in w.ranks.values())
+    total = sum(r.now.host_total_tokens or 0 for r in w.ranks.values())
+    load = {k: sum(r.load_back_tokens.get(k, 0.0) for r in w.ranks.values())
+            for r0 in w.ranks.values() for k in r0.load_back_tokens}
+    host_hits = w.cached_tokens.get("host", 0.0)
+    if not (sum(backup.values()) > 0 and evicted > 0 and used > 0
+            and sum(load.values()) == 0 and host_hits == 0):
+        return ""
+    ranks = ",".join(w.ranks)
+    return Alert(
+        id="inert_host_tier", title="host tier allocated and never hit",
+        evidence=(f"over {_n(w.requests)} requests with {_n(w.cached_total)} cached tokens "
+                  f"(ranks {ranks} summed): hicache_backup_tokens_total {_pools(backup)}, "
+                  f"evicted_tokens_total +{_n(evicted)}, hicache_host_used_tokens {_n(used)} of "
+                  f"{_n(total)}, but load_back_tokens_total {_pools(load)} and "
+                  f'cached_tokens_total{{cache_source="host"}} +0'),
+        fix=("evicted prefixes reach host memory and are never loaded back: on stock 0.5.19 a "
+             "hybrid model's cache prunes instead of demoting (sglang#33713), and host KV with "
+             "too few host mamba slots has nothing to restore from (sglang#39436). Run the "
+             "patched image (`escha-deploy build --hicache`), prove it with `escha-deploy "
+             "canary`, or give the host RAM back (`--set hicache.enabled=false`)."))
+
+
+def page_cache_low(host: HostReading, plan: PlanView | None) -> Alert | str:
+    """Page cache (``Active(file) + Inactive(file)``) under the plan's page-cache floor."""
+    if plan is None or plan.page_cache_floor_bytes <= 0:
+        return "no plan figures (started by this escha-deploy?)"
+    if host.page_cache_bytes is None:
+        return "/proc/meminfo has no Active(file)/Inactive(file)"
+    if host.page_cache_bytes >= plan.page_cache_floor_bytes:
+        return ""
+    avail = f", MemAvailable {_gb(host.mem_available_bytes)}" if host.mem_available_bytes is not None else ""
+    return Alert(
+        id="page_cache_low", title="page cache under the plan's floor",
+        evidence=(f"page cache {_gb(host.page_cache_bytes)} (/proc/meminfo Active(file) + "
+                  f"Inactive(file)) under the floor {_gb(plan.page_cache_floor_bytes)}{avail}"),
+        fix=("the pinned host pools and the processes leave too little for file pages: lower "
+             "hicache.ratio (`escha-deploy plan` recommends one) or stop what else uses memory; "
+             "the floor is safety.page_cache_floor"))
+
+
+def swapping(hw: HostWindow | None, th: Thresholds) -> Alert | str:
+    """Swap pages in + out per second over the window above ``swap_pages_per_s``."""
+    if hw is None or hw.swap_in_pages_per_s is None or hw.swap_out_pages_per_s is None:
+        return "needs two readings of /proc/vmstat pswpin/pswpout"
+    rate = hw.swap_in_pages_per_s + hw.swap_out_pages_per_s
+    if rate <= th.swap_pages_per_s:
+        return ""
+    return Alert(
+        id="swapping", title="the host is swapping",
+        evidence=(f"swap in {hw.swap_in_pages_per_s:,.1f} + out {hw.swap_out_pages_per_s:,.1f} "
+                  f"pages/s over {hw.seconds:.0f} s (/proc/vmstat pswpin, pswpout) > "
+                  f"{th.swap_pages_per_s:g}"),
+        fix=("pinned pools cannot be swapped, so everything else is: lower hicache.ratio until "
+             "MemAvailable stays above the plan's reserves (`escha-deploy plan`)"))
+
+
+def memory_pressure(host: HostReading, th: Thresholds) -> Alert | str:
+    """Memory PSI ``some avg10`` (host, or the server's cgroup, the higher) over the threshold."""
+    cands = [(host.psi, "/proc/pressure/memory")]
+    if host.cgroup and host.cgroup.psi:
+        cands.append((host.cgroup.psi, f"cgroup {host.cgroup.path} memory.pressure"))
+    cands = [(p, where) for p, where in cands if p is not None]
+    if not cands:
+        return "memory PSI not available (no /proc/pressure/memory)"
+    psi, where = max(cands, key=lambda c: c[0].some_avg10)
+    if psi.some_avg10 <= th.psi_some_avg10:
+        return ""
+    return Alert(
+        id="memory_pressure", title="tasks stall on memory",
+        evidence=f"memory PSI some avg10 {psi.some_avg10:.1f} % ({where}) > {th.psi_some_avg10:g} %",
+        fix=("the box reclaims memory continuously: lower hicache.ratio or stop what else uses "
+             "memory; systemd-oomd kills at 60 % by default"))
+
+
+def memory_event(hw: HostWindow | None, host: HostReading | None, container_events: list[str],
+                 oom_killed: bool) -> Alert | str:
+    """A memory-high, memory-max or OOM event of the server's cgroup in the window
+    (``memory.events``), an ``oom`` event from Docker, or ``State.OOMKilled``."""
+    seen = [f"memory.events {k} +{v}" for k, v in (hw.cgroup_events if hw else {}).items()
+            if k in MEMORY_EVENTS]
+    seen += [f"docker event {e}" for e in container_events if e == "oom"]
+    if oom_killed:
+        seen.append("docker State.OOMKilled")
+    if not seen:
+        return ""
+    where = f" (cgroup {host.cgroup.path})" if host and host.cgroup else ""
+    return Alert(
+        id="memory_event", title="the server's memory limit was hit",
+        evidence=", ".join(seen) + where,
+        fix=("the cgroup's memory.high/memory.max is below what the server uses: raise the "
+             "container's memory limit or plan under it (`escha-deploy plan` reads the cgroup "
+             "limit as the memory base)"))
+
+
+def kv_dropped(w: ServerWindow) -> Alert | str:
+    """Device KV freed without a host backup (``hicache_dropped_tokens_total`` rose)."""
+    rows = [f'rank {r}: {{reason/pool="{k}"}} +{_n(v)}' for r, rw in w.ranks.items()
+            for k, v in sorted(rw.dropped_tokens.items()) if v > 0]
+    if not rows:
+        return ""
+    return Alert(
+        id="kv_dropped", title="device KV dropped without a host backup",
+        evidence="hicache_dropped_tokens_total " + "; ".join(rows),
+        fix=("write-back backups failed under host memory pressure (SGLang 0.5.19 "
+             "hiradix_cache.py, reason host_pressure): use hicache.write_policy write_through "
+             "or lower hicache.ratio"))
+
+
+def load_back_slower_than_recompute(w: ServerWindow, plan: PlanView | None,
+                                    prefill_tokens_per_s: float | None = None) -> Alert | str:
+    """Loading a KV token back takes longer than recomputing it: the window's copy seconds per
+    loaded-back KV token (``load_back_duration_seconds_sum`` / ``load_back_tokens_total``)
+    against one over the prefill rate (tokens/s: the argument, else the plan's measured one)."""
+    rate = prefill_tokens_per_s or (plan.prefill_tokens_per_s if plan else None)
+    if not rate:
+        return "no prefill rate measured (restore-cost model)"
+    recompute = 1.0 / rate
+    slow = []
+    for r, rw in w.ranks.items():
+        spt = rw.load_back_seconds_per_token
+        if spt is not None and spt > recompute:
+            gbps = rw.load_back_gb_per_s
+            ref = f" against {plan.h2d_bytes_per_s / GB:.1f} GB/s measured" if plan and plan.h2d_bytes_per_s else ""
+            slow.append(f"rank {r}: {_n(rw.load_back_tokens.get('kv', 0))} KV tokens loaded back in "
+                        f"{rw.load_back_seconds:.3f} s ({spt * 1e6:.1f} us/token"
+                        + (f", {gbps:.2f} GB/s{ref}" if gbps else "") + ")")
+    if not slow:
+        return ""
+    return Alert(
+        id="load_back_slower_than_recompute", title="loading back costs more than recomputing",
+        evidence="; ".join(slow) + f"; prefill recomputes at {rate:,.0f} tokens/s ({recompute * 1e6:.1f} us/token)",
+        fix=("the host -> device path is slow (unpinned host memory, a narrow PCIe link): "
+             "`escha-deploy doctor` measures it; try hicache.io_backend kernel, or turn the "
+             "host tier off"))
+
+
+def evaluate(*, server: ServerWindow | None, host: HostReading | None, host_win: HostWindow | None,
+             plan: PlanView | None, th: Thresholds = Thresholds(),
+             container_events: list[str] = (), oom_killed: bool = False,
+             prefill_tokens_per_s: float | None = None) -> Evaluation:
+    """Every rule over one look; rules whose inputs are missing go to ``not_evaluated``."""
+    ev = Evaluation()
+    results: list[tuple[str, Alert | str]] = []
+    if server is not None:
+        results += [("inert_host_tier", inert_host_tier(server, th)), ("kv_dropped", kv_dropped(server)),
+                    ("load_back_slower_than_recompute",
+                     load_back_slower_than_recompute(server, plan, prefill_tokens_per_s))]
+    if host is not None:
+        results += [("page_cache_low", page_cache_low(host, plan)),
+                    ("memory_pressure", memory_pressure(host, th))]
+    results += [("swapping", swapping(host_win, th)),
+                ("memory_event", memory_event(host_win, host, list(container_events), oom_killed))]
+    for rid, res in results:
+        if isinstance(res, Alert):
+            ev.alerts.append(res)
+        elif res:
+            ev.not_evaluated[rid] = res
+    return ev

@@ -1,0 +1,46 @@
+"""The plan's figures ``status`` puts beside what the server does (pure).
+
+Written by native ``serve`` into its state file and by ``up`` next to the launch spec
+(``<cache>/launch/CONTAINER.plan.json``), so ``status`` compares without planning again.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from escha_deploy.planner.result import Plan
+
+
+class PlanView(BaseModel):
+    """Per rank unless named a total; bytes are bytes (GB = 1e9 when printed)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    profile: str
+    plan_digest: str = ""
+    tp_size: int
+    hicache_enabled: bool
+    hybrid: bool = False
+    host_kv_tokens: int = Field(0, description="planned host KV pool, tokens per rank")
+    host_kv_bytes: int = Field(0, description="planned host KV pool, bytes per rank")
+    host_mamba_slots: int = 0
+    host_mamba_bytes: int = 0
+    server_processes_bytes: int = Field(0, description="all ranks")
+    os_reserve_bytes: int = 0
+    page_cache_floor_bytes: int = Field(0, description="page cache the plan keeps free of pinned pools")
+    memory_base_bytes: int = 0
+    h2d_bytes_per_s: float | None = Field(None, description="measured host -> device bandwidth per rank (B/s)")
+    prefill_tokens_per_s: float | None = Field(None, description="measured prefill rate (tokens/s)")
+
+
+def plan_view(plan: Plan, plan_digest: str = "") -> PlanView:
+    """The figures of a ``Plan``. Bandwidth and prefill rate stay None until a restore-cost
+    measurement provides them."""
+    pr = plan.per_rank
+    return PlanView(profile=plan.profile, plan_digest=plan_digest, tp_size=plan.tp_size,
+                    hicache_enabled=plan.hicache.enabled, hybrid=plan.hybrid,
+                    host_kv_tokens=pr.host_kv_tokens, host_kv_bytes=pr.host_kv_bytes,
+                    host_mamba_slots=pr.host_mamba_slots, host_mamba_bytes=pr.host_mamba_bytes,
+                    server_processes_bytes=plan.budget.server_processes_bytes,
+                    os_reserve_bytes=plan.budget.os_reserve_bytes,
+                    page_cache_floor_bytes=plan.budget.page_cache_floor_bytes,
+                    memory_base_bytes=plan.budget.memory_base_bytes)

@@ -1,0 +1,301 @@
+"""What one look at a running box finds, and the arithmetic between two looks (pure).
+
+A ``Sample`` is one scrape of the server's ``/metrics`` (``ServerReading``, per ``tp_rank``)
+plus the host's memory files (``HostReading``) and, for a container, Docker's figures
+(``ContainerReading``). ``window(new, old)`` turns two samples into deltas and rates: where
+cached prompt tokens came from, load-back GB/s (bytes over seconds, as SGLang's
+``load_back_bytes_total`` help text defines it), backups, drops, swap pages per second.
+
+Counters are SGLang's (names in ``watch.names``); a server restart resets them, and a delta
+that goes negative is taken as "since the restart" (the new value itself), as Prometheus's
+``increase()`` does.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from escha_deploy.bench.metrics import Snapshot
+
+from . import names as n
+from .procfs import Psi
+
+GB = 1e9
+
+
+class RankReading(BaseModel):
+    """One scheduler's (``tp_rank``'s) series, summed over their other labels. Tokens are
+    token counts, bytes bytes, seconds seconds; usage gauges are fractions 0..1; None: the
+    series is not exported (HiCache off, not a hybrid model)."""
+
+    model_config = ConfigDict(frozen=True)
+    host_used_tokens: float | None = None
+    host_total_tokens: float | None = None
+    token_usage: float | None = None
+    mamba_usage: float | None = None
+    num_running: float | None = None
+    num_queued: float | None = None
+    evicted_tokens: float = 0.0
+    load_back_tokens: dict[str, float] = Field(default_factory=dict, description="by pool")
+    load_back_bytes: float = 0.0
+    load_back_seconds: float = 0.0
+    load_back_ops: float = 0.0
+    backup_tokens: dict[str, float] = Field(default_factory=dict, description="by pool")
+    backup_bytes: float = 0.0
+    dropped_tokens: dict[str, float] = Field(default_factory=dict, description="'reason/pool'")
+
+
+class ServerReading(BaseModel):
+    """One ``/metrics`` scrape. ``cached_tokens`` by ``cache_source``; ``ranks`` by tp_rank
+    (string, as the label)."""
+
+    model_config = ConfigDict(frozen=True)
+    hicache: bool = Field(description="the host-pool gauges are exported (HiCache on)")
+    cached_tokens: dict[str, float] = Field(default_factory=dict)
+    prompt_tokens: float = 0.0
+    requests: float = 0.0
+    ranks: dict[str, RankReading] = Field(default_factory=dict)
+
+
+class CgroupReading(BaseModel):
+    """The server's cgroup v2 memory files (bytes; events are counts since the cgroup began)."""
+
+    model_config = ConfigDict(frozen=True)
+    path: str
+    current_bytes: int | None = None
+    max_bytes: int | None = None
+    high_bytes: int | None = None
+    anon_bytes: int | None = None
+    file_bytes: int | None = None
+    events: dict[str, int] = Field(default_factory=dict)
+    psi: Psi | None = None
+
+
+class HostReading(BaseModel):
+    """The host's memory (bytes) from ``/proc`` (``watch.procfs`` says which line); swap pages
+    are cumulative since boot; ``psi`` None: the kernel has no PSI (not available, not 0)."""
+
+    model_config = ConfigDict(frozen=True)
+    mem_total_bytes: int | None = None
+    mem_available_bytes: int | None = None
+    page_cache_bytes: int | None = None
+    swap_total_bytes: int | None = None
+    swap_free_bytes: int | None = None
+    swap_in_pages: int | None = None
+    swap_out_pages: int | None = None
+    page_size_bytes: int = 4096
+    psi: Psi | None = None
+    server_pids: list[int] = Field(default_factory=list)
+    server_rss_bytes: int | None = Field(None, description="sum of VmRSS of the server's processes")
+    cgroup: CgroupReading | None = None
+
+
+class ContainerReading(BaseModel):
+    """A container's memory from the Docker API's stats (``memory_stats``) and its events
+    since ``status`` began watching (``oom``, ``die``, ...), plus ``State.OOMKilled``."""
+
+    model_config = ConfigDict(frozen=True)
+    name: str
+    usage_bytes: int | None = None
+    limit_bytes: int | None = None
+    file_bytes: int | None = None
+    anon_bytes: int | None = None
+    events: list[str] = Field(default_factory=list)
+    oom_killed: bool = False
+
+
+class Sample(BaseModel):
+    """One look: ``t`` is Unix time in seconds. ``server`` None with ``server_error``: the
+    server did not answer, or answered without metrics."""
+
+    model_config = ConfigDict(frozen=True)
+    t: float
+    server: ServerReading | None = None
+    server_error: str | None = None
+    host: HostReading | None = None
+    container: ContainerReading | None = None
+
+
+def _by_rank(snap: Snapshot, name: str, label: str | None = None) -> dict[str, dict[str, float]]:
+    """rank -> (label value or '') -> sum of the series of ``name``."""
+    out: dict[str, dict[str, float]] = {}
+    for (nm, labels), v in snap.samples.items():
+        if nm != name:
+            continue
+        d = dict(labels)
+        key = d.get(label, "") if label else ""
+        if label == "reason":
+            key = f"{d.get('reason', '')}/{d.get('pool', '')}"
+        r = out.setdefault(d.get("tp_rank", "0"), {})
+        r[key] = r.get(key, 0.0) + v
+    return out
+
+
+def server_reading(snap: Snapshot) -> ServerReading:
+    """A parsed scrape -> ``ServerReading``. Sums series that differ only in labels other than
+    ``tp_rank`` and the one each metric is read by (``names.LABELS``)."""
+    cached: dict[str, float] = {}
+    for (nm, labels), v in snap.samples.items():
+        if nm == n.CACHED_TOKENS:
+            src = dict(labels).get("cache_source", "total")
+            cached[src] = cached.get(src, 0.0) + v
+    tables = {
+        "host_used_tokens": _by_rank(snap, n.HOST_USED_TOKENS),
+        "host_total_tokens": _by_rank(snap, n.HOST_TOTAL_TOKENS),
+        "token_usage": _by_rank(snap, n.TOKEN_USAGE),
+        "mamba_usage": _by_rank(snap, n.MAMBA_USAGE),
+        "num_running": _by_rank(snap, n.NUM_RUNNING),
+        "num_queued": _by_rank(snap, n.NUM_QUEUED),
+        "evicted_tokens": _by_rank(snap, n.EVICTED_TOKENS),
+        "load_back_bytes": _by_rank(snap, n.LOAD_BACK_BYTES),
+        "load_back_seconds": _by_rank(snap, n.LOAD_BACK_SECONDS + "_sum"),
+        "load_back_ops": _by_rank(snap, n.LOAD_BACK_SECONDS + "_count"),
+        "backup_bytes": _by_rank(snap, n.BACKUP_BYTES),
+    }
+    labelled = {
+        "load_back_tokens": _by_rank(snap, n.LOAD_BACK_TOKENS, "pool"),
+        "backup_tokens": _by_rank(snap, n.BACKUP_TOKENS, "pool"),
+        "dropped_tokens": _by_rank(snap, n.DROPPED_TOKENS, "reason"),
+    }
+    ranks = sorted({r for t in (*tables.values(), *labelled.values()) for r in t}, key=_rank_key)
+    out: dict[str, RankReading] = {}
+    for r in ranks:
+        fields: dict = {}
+        for k, t in tables.items():
+            if r in t:
+                fields[k] = t[r].get("", 0.0)
+        for k, t in labelled.items():
+            if r in t:
+                fields[k] = dict(t[r])
+        out[r] = RankReading(**fields)
+    return ServerReading(hicache=snap.has(n.HOST_TOTAL_TOKENS), cached_tokens=cached,
+                         prompt_tokens=snap.total(n.PROMPT_TOKENS),
+                         requests=snap.total(n.NUM_REQUESTS), ranks=out)
+
+
+def _rank_key(r: str) -> tuple[int, str]:
+    return (int(r), r) if r.isdigit() else (1 << 30, r)
+
+
+# ---- two looks -> a window --------------------------------------------------------------------
+
+
+def _inc(new: float, old: float | None) -> float:
+    """Counter increase; a counter that went down restarted, so the increase is ``new``."""
+    if old is None:
+        return new
+    return new - old if new >= old else new
+
+
+def _inc_map(new: dict[str, float], old: dict[str, float] | None) -> dict[str, float]:
+    old = old or {}
+    return {k: _inc(v, old.get(k)) for k, v in new.items()}
+
+
+class RankWindow(BaseModel):
+    """One rank's counters over the window (tokens, bytes, seconds) and the gauges now."""
+
+    model_config = ConfigDict(frozen=True)
+    now: RankReading
+    evicted_tokens: float
+    load_back_tokens: dict[str, float]
+    load_back_bytes: float
+    load_back_seconds: float
+    backup_tokens: dict[str, float]
+    backup_bytes: float
+    dropped_tokens: dict[str, float]
+
+    @property
+    def load_back_gb_per_s(self) -> float | None:
+        """Achieved host -> device bandwidth while transferring, GB/s (1e9 B/s): bytes over
+        the summed copy time (SGLang's ``load_back_bytes_total`` help text); None: no copy."""
+        if self.load_back_seconds <= 0 or self.load_back_bytes <= 0:
+            return None
+        return self.load_back_bytes / self.load_back_seconds / GB
+
+    @property
+    def load_back_seconds_per_token(self) -> float | None:
+        """Copy seconds per KV token loaded back; None: nothing loaded back."""
+        kv = self.load_back_tokens.get("kv", 0.0)
+        if kv <= 0 or self.load_back_seconds <= 0:
+            return None
+        return self.load_back_seconds / kv
+
+
+class ServerWindow(BaseModel):
+    """The server's counters over ``seconds`` (``since_start``: from the counters' zero, i.e.
+    the server's start or last restart)."""
+
+    model_config = ConfigDict(frozen=True)
+    seconds: float | None
+    since_start: bool
+    hicache: bool
+    requests: float
+    prompt_tokens: float
+    cached_tokens: dict[str, float]
+    ranks: dict[str, RankWindow]
+
+    def share(self, source: str) -> float | None:
+        """Share (0..1) of the window's cached prompt tokens that came from ``source``
+        (``device``, ``host``, ``storage`` = every ``storage_<backend>``); None: none cached."""
+        per = {k: v for k, v in self.cached_tokens.items() if k != "total"}
+        total = sum(per.values())
+        if total <= 0:
+            return None
+        if source == "storage":
+            return sum(v for k, v in per.items() if k.startswith("storage_")) / total
+        return per.get(source, 0.0) / total
+
+    @property
+    def cached_total(self) -> float:
+        """Cached prompt tokens of the window, all sources (``total`` when per-tier is absent)."""
+        return sum(self.cached_tokens.values())
+
+
+def server_window(new: ServerReading, old: ServerReading | None, seconds: float | None) -> ServerWindow:
+    """Deltas between two scrapes (``old`` None: since the counters' zero)."""
+    ranks = {}
+    for r, now in new.ranks.items():
+        o = old.ranks.get(r) if old else None
+        ranks[r] = RankWindow(
+            now=now,
+            evicted_tokens=_inc(now.evicted_tokens, o.evicted_tokens if o else None),
+            load_back_tokens=_inc_map(now.load_back_tokens, o.load_back_tokens if o else None),
+            load_back_bytes=_inc(now.load_back_bytes, o.load_back_bytes if o else None),
+            load_back_seconds=_inc(now.load_back_seconds, o.load_back_seconds if o else None),
+            backup_tokens=_inc_map(now.backup_tokens, o.backup_tokens if o else None),
+            backup_bytes=_inc(now.backup_bytes, o.backup_bytes if o else None),
+            dropped_tokens=_inc_map(now.dropped_tokens, o.dropped_tokens if o else None))
+    return ServerWindow(
+        seconds=seconds, since_start=old is None, hicache=new.hicache,
+        requests=_inc(new.requests, old.requests if old else None),
+        prompt_tokens=_inc(new.prompt_tokens, old.prompt_tokens if old else None),
+        cached_tokens=_inc_map(new.cached_tokens, old.cached_tokens if old else None),
+        ranks=ranks)
+
+
+class HostWindow(BaseModel):
+    """Host rates over ``seconds``: swap pages per second (``/proc/vmstat``), and cgroup
+    memory events that happened in the window (``memory.events`` deltas)."""
+
+    model_config = ConfigDict(frozen=True)
+    seconds: float
+    swap_in_pages_per_s: float | None = None
+    swap_out_pages_per_s: float | None = None
+    cgroup_events: dict[str, int] = Field(default_factory=dict)
+
+
+def host_window(new: HostReading, old: HostReading, seconds: float) -> HostWindow:
+    """Rates between two host readings ``seconds`` apart (> 0)."""
+    def rate(a: int | None, b: int | None) -> float | None:
+        if a is None or b is None or seconds <= 0:
+            return None
+        return max(a - b, 0) / seconds
+
+    events: dict[str, int] = {}
+    if new.cgroup and old.cgroup and new.cgroup.path == old.cgroup.path:
+        events = {k: v - old.cgroup.events.get(k, 0) for k, v in new.cgroup.events.items()
+                  if v - old.cgroup.events.get(k, 0) > 0}
+    return HostWindow(seconds=seconds, swap_in_pages_per_s=rate(new.swap_in_pages, old.swap_in_pages),
+                      swap_out_pages_per_s=rate(new.swap_out_pages, old.swap_out_pages),
+                      cgroup_events=events)

@@ -1,0 +1,177 @@
+"""``status``'s loop: find the running servers (native state files, this tool's containers),
+look at each, keep a window of looks, evaluate the alerts, and build the report rows.
+I/O (HTTP, /proc, Docker) goes through ``watch.collect``; the arithmetic is pure.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import collect
+from .alerts import Thresholds, evaluate
+from .planview import PlanView
+from .reading import Sample, host_window, server_window
+from .report import build
+
+#: Seconds of looks the window keeps by default (``status --window``): long enough for the
+#: inert-tier rule's requests on a lightly used box.
+WINDOW_S = 300.0
+
+
+@dataclass
+class Target:
+    """A server to look at. ``row``: the keys ``status`` always printed (container or native)."""
+
+    kind: str  # "native" | "container"
+    profile: str
+    url: str | None
+    row: dict[str, Any]
+    plan: PlanView | None = None
+    api_key: str | None = None
+    pids: list[int] = field(default_factory=list)
+    container: Any = None
+    client: Any = None
+
+
+def _read_key(path: str | None) -> str | None:
+    if not path:
+        return None
+    try:
+        return Path(path).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def native_targets(profile: str | None) -> tuple[list[Target], list[str]]:
+    """Targets from native ``serve`` state files (stale ones removed, noted)."""
+    from .state import find_states
+
+    states, notes = find_states(profile)
+    out = []
+    for st in states:
+        uptime = round(collect.now() - st.started_at, 1)
+        row = {"profile": st.profile, "container": None, "state": "running", "endpoint": st.url,
+               "plan_digest": st.plan_digest[:12], "image": None, "uptime_s": uptime,
+               "restart_policy": None, "kind": "native", "pid": st.pid}
+        out.append(Target(kind="native", profile=st.profile, url=st.url, row=row, plan=st.plan,
+                          api_key=_read_key(st.api_key_file), pids=[st.pid]))
+    return out, notes
+
+
+def container_targets(profile: str | None) -> list[Target]:
+    """Targets from this tool's containers (``manage.status`` rows, their errors unchanged:
+    nothing running is ``Refused``, a daemon not answering is the daemon's error)."""
+    import json
+
+    from escha_deploy.launch import docker as dk
+    from escha_deploy.launch.manage import status as rows_of
+    from escha_deploy.launch.up import plan_view_path, spec_path
+
+    rows = rows_of(profile)
+    client = dk.connect()
+    by_name = {c.name: c for c in dk.find(client, profile)}
+    out = []
+    for row in rows:
+        plan, key = None, None
+        sfile = spec_path(row["container"])
+        try:
+            plan = PlanView.model_validate_json(plan_view_path(sfile).read_text())
+        except (OSError, ValueError):
+            pass
+        try:  # the host's key file (the spec's api_key_file is the path inside the container)
+            key = _read_key(((json.loads(sfile.read_text()).get("profile_data") or {}).get("container") or {})
+                            .get("api_key_file"))
+        except (OSError, ValueError, AttributeError):
+            pass
+        c = by_name.get(row["container"])
+        running = row["state"] == "running"
+        pid = int((c.attrs.get("State", {}) or {}).get("Pid") or 0) if c is not None and running else 0
+        out.append(Target(kind="container", profile=row["profile"], row={**row, "kind": "container"},
+                          url=row["endpoint"] if running and row["endpoint"] != "-" else None,
+                          plan=plan, api_key=key, container=c, client=client, pids=[pid] if pid else []))
+    return out
+
+
+def find_targets(profile: str | None, note=lambda line: None) -> list[Target]:
+    """Native servers (state files), then this tool's containers; ``note`` gets one line per
+    stale state file removed. With native servers found, Docker's errors (nothing running, no
+    daemon) do not matter; without, they are raised as ``status`` always raised them (exit 3)."""
+    from escha_deploy.errors import EschaError
+
+    nat, notes = native_targets(profile)
+    for n in notes:
+        note(n)
+    try:
+        con = container_targets(profile)
+    except EschaError:
+        if not nat:
+            raise
+        con = []
+    return nat + con
+
+
+class Watcher:
+    """Looks at one target again and again; keeps the looks of the last ``window_s`` seconds."""
+
+    def __init__(self, target: Target, *, window_s: float = WINDOW_S, thresholds: Thresholds = Thresholds(),
+                 prefill_tokens_per_s: float | None = None, root: Path = Path("/"),
+                 since_start: bool = False) -> None:
+        """``since_start``: the server's counters are taken from their zero (the server's
+        start) rather than over the window; host rates still need two looks."""
+        self.target = target
+        self.since_start = since_start
+        self.docker_error: str | None = None
+        self.window_s = window_s
+        self.th = thresholds
+        self.prefill = prefill_tokens_per_s
+        self.root = root
+        self.history: collections.deque[Sample] = collections.deque()
+        self.events_since = collect.now()
+
+    def sample(self) -> Sample:
+        """One look at the server, the host and (a container) Docker's figures."""
+        t = self.target
+        server, err = None, None
+        if t.url is None:
+            err = f"{t.row.get('container') or t.profile}: {t.row.get('state')}, no endpoint"
+        else:
+            try:
+                server = collect.scrape(t.url, api_key=t.api_key)
+            except (collect.ServerDown, collect.MetricsUnavailable) as exc:
+                err = ("server not answering: " if isinstance(exc, collect.ServerDown) else "") + str(exc)
+        host = collect.read_host(t.pids, self.root, cgroup=t.kind == "native")
+        cont = None
+        now = collect.now()
+        if t.container is not None:
+            try:
+                events = collect.container_events(t.client, t.container.id, self.events_since, now)
+                cont = collect.container_reading(t.container, events)
+            except Exception as exc:  # noqa: BLE001 - docker-py raises several families here
+                self.docker_error = f"docker stats: {type(exc).__name__}: {exc}"
+        return Sample(t=now, server=server, server_error=err, host=host, container=cont)
+
+    def look(self, sample: Sample | None = None) -> tuple[dict[str, Any], Sample]:
+        """Take (or use) a sample; the report row over the window, and the sample."""
+        s = sample or self.sample()
+        self.history.append(s)
+        while len(self.history) > 2 and s.t - self.history[1].t >= self.window_s:
+            self.history.popleft()
+        old = self.history[0] if len(self.history) > 1 else None
+        sw = None
+        if s.server is not None:
+            base = old.server if old is not None and old.server is not None and not self.since_start else None
+            sw = server_window(s.server, base, (s.t - old.t) if base is not None else None)
+        hw = host_window(s.host, old.host, s.t - old.t) if old and old.host and s.host and s.t > old.t else None
+        ev = evaluate(server=sw, host=s.host, host_win=hw, plan=self.target.plan, th=self.th,
+                      container_events=[e for x in self.history if x.container for e in x.container.events],
+                      oom_killed=bool(s.container and s.container.oom_killed),
+                      prefill_tokens_per_s=self.prefill)
+        return build(self.target.row, self.target.plan, s, sw, hw, ev), s
+
+
+def iso(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,97 @@
+"""Native ``serve``'s state file, so ``status`` finds a server no container names.
+
+``<runtime_dir>/serve-<port>.json`` (``launch.native.runtime_dir``: this user's private tmpfs
+folder, beside the port lock), written when ``serve`` starts SGLang and removed when it ends;
+one left by a killed ``serve`` (its pid no longer runs) is removed by the next ``status``.
+It holds names and paths, never a secret: the API key travels as its file's path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .planview import PlanView
+
+STATE_SCHEMA_VERSION = 1
+
+
+class ServeState(BaseModel):
+    """One native server: ``pid`` is the ``serve`` process (SGLang runs below it)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    schema_version: int = STATE_SCHEMA_VERSION
+    pid: int
+    host: str = "127.0.0.1"
+    port: int
+    profile: str
+    plan_digest: str = ""
+    api_key_file: str | None = Field(None, description="the key's file; the key itself never")
+    started_at: float = Field(description="Unix time, seconds")
+    plan: PlanView | None = None
+
+    @property
+    def url(self) -> str:
+        h = "127.0.0.1" if self.host in ("0.0.0.0", "") else ("[::1]" if self.host == "::" else self.host)
+        return f"http://{h}:{self.port}"
+
+
+def state_path(port: int, folder: Path | None = None) -> Path:
+    from escha_deploy.launch.native import runtime_dir
+
+    return (folder or runtime_dir()) / f"serve-{port}.json"
+
+
+def write_state(state: ServeState, folder: Path | None = None) -> Path:
+    """Write (replace by rename) the state file of ``state.port``, mode 0600."""
+    from escha_deploy.paths import replace_file
+
+    path = state_path(state.port, folder)
+    replace_file(path, (state.model_dump_json(indent=2) + "\n").encode())
+    os.chmod(path, 0o600)
+    return path
+
+
+def remove_state(port: int, pid: int, folder: Path | None = None) -> None:
+    """Remove the state file of ``port`` if ``pid`` wrote it."""
+    path = state_path(port, folder)
+    try:
+        if json.loads(path.read_text()).get("pid") == pid:
+            path.unlink()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _alive(pid: int) -> bool:
+    from escha_deploy.launch.native import _pid_alive
+
+    return pid > 0 and _pid_alive(pid)
+
+
+def find_states(profile: str | None = None, folder: Path | None = None) -> tuple[list[ServeState], list[str]]:
+    """The live native servers (of ``profile``), and one line per state file removed as stale
+    (its pid gone) or skipped as unreadable (named with its path)."""
+    from escha_deploy.launch.native import runtime_dir
+
+    d = folder or runtime_dir(make=False)
+    found, notes = [], []
+    if not d.is_dir():
+        return found, notes
+    for path in sorted(d.glob("serve-*.json")):
+        try:
+            if path.is_symlink() or path.stat().st_size > 1 << 20:
+                raise ValueError("not a small regular file")
+            state = ServeState.model_validate_json(path.read_text())
+        except (OSError, ValueError, ValidationError) as exc:
+            notes.append(f"{path}: unreadable state file ({str(exc).splitlines()[0]}); skipped")
+            continue
+        if not _alive(state.pid):
+            path.unlink(missing_ok=True)
+            notes.append(f"{path}: removed (serve pid {state.pid} no longer runs)")
+            continue
+        if profile is None or state.profile == profile:
+            found.append(state)
+    return found, notes

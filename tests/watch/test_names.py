@@ -1,0 +1,95 @@
+"""The metric names ``status`` reads and the stand-in server exports, against SGLang 0.5.19.
+
+The release's catalog (``catalog/releases/0.5.19/metrics.json``) is regenerated from the real
+wheel's ``srt/observability/metrics_collector.py`` here and must equal the committed file; every
+name ``watch.names`` reads and every series the stand-in (tests/bench/standin_sglang.py) exports
+must be in it, with the labels the wheel gives it. Marked ``wheel``: needs the wheel file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from escha_deploy.releases import release_file, supported_releases
+from escha_deploy.watch import names
+
+from bench.standin_sglang import StandinConfig, StandinServer, tokenize
+from bench.test_standin_shapes import _wheel
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def gen():
+    spec = importlib.util.spec_from_file_location("gen_metric_names", REPO / "scripts" / "gen_metric_names.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gen_metric_names"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.wheel
+def test_committed_catalog_is_the_wheels(gen):
+    wheel = _wheel()
+    if wheel is None:
+        pytest.skip("no sglang wheel ($ESCHA_SGLANG_WHEEL)")
+    fresh = gen.catalog(wheel)
+    committed = json.loads(release_file(fresh["release"], "metrics.json").read_text())
+    assert committed == fresh, "stale: run scripts/gen_metric_names.py --wheel WHEEL"
+
+
+@pytest.mark.parametrize("version", supported_releases())
+def test_every_name_status_reads_is_in_the_release(version):
+    assert names.missing_in_release(version) == []
+    cat = names.release_metrics(version)
+    for metric, label in names.LABELS.items():
+        assert label in cat[metric]["extra_labels"], (metric, label)
+
+
+def test_a_name_the_release_lacks_is_reported(monkeypatch):
+    monkeypatch.setattr(names, "ALL", (*names.ALL, "sglang:no_such_metric_total"))
+    assert names.missing_in_release() == ["sglang:no_such_metric_total"]
+
+
+def _standin_families(cfg: StandinConfig) -> dict[str, set[str]]:
+    """The stand-in's families after prompts that fill, evict and reuse: name -> label names
+    (empty for a labelled family with no series yet)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    srv = StandinServer(cfg)
+    for prompt in ("a b c d e f g h", "z y x w v u t s", "a b c d e f g h i"):
+        hit, out = srv.serve(tokenize(prompt), 2)
+        srv.observe(len(tokenize(prompt)), len(out), hit, False)
+    out: dict[str, set[str]] = {}
+    for fam in text_string_to_metric_families(srv.metrics.text().decode()):
+        if fam.name.endswith("_created"):
+            continue  # prometheus_client's creation-time series, not a name of SGLang's
+        labels = {k for s in fam.samples for k in s.labels} - {"le"}
+        # prometheus_client drops a counter's _total from the family name; the wheel names carry it
+        name = fam.name + "_total" if fam.type == "counter" else fam.name
+        out[name] = labels
+    return out
+
+
+SMALL = dict(device_tokens=10, host_tokens=100, prefill_tps=1e9, load_back_tps=1e9)
+
+
+@pytest.mark.parametrize("cfg", [StandinConfig(**SMALL), StandinConfig(**SMALL, hybrid=False, tp_ranks_exported=2),
+                                 StandinConfig(**SMALL, drop_without_backup=True), StandinConfig(**SMALL, hicache=False)],
+                         ids=["hybrid", "tp2", "drops", "no-hicache"])
+def test_standin_exports_only_release_names_with_their_labels(cfg):
+    cat = names.release_metrics()
+    fams = _standin_families(cfg)
+    assert fams, "the stand-in exported nothing"
+    for name, labels in fams.items():
+        assert name in cat, f"the stand-in exports {name}, which SGLang 0.5.19 does not define"
+        if not labels:
+            continue  # no series yet
+        common = {"model_name", "engine_type"} | (
+            set() if cat[name]["collector"] == "TokenizerMetricsCollector" else {"tp_rank", "pp_rank", "moe_ep_rank"})
+        assert labels == common | set(cat[name]["extra_labels"]), name

@@ -1,0 +1,168 @@
+"""``escha-deploy status`` against STAND-IN servers (tests/bench/standin_sglang.py) on
+loopback: the ``--check`` exit codes, the ``--format json`` schema, every server-side alert
+raised by the stand-in's modelled behaviour and quiet without it, a bounded load test whose
+host-hit share the view must report, ``--record`` read back, ``--watch``."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import httpx
+import pytest
+
+from escha_deploy.watch.record import read_record
+from escha_deploy.watch.state import ServeState, find_states, write_state
+from inproc import run_main
+
+#: The keys ``status --format json`` printed before the live view; they stay.
+OLD_KEYS = {"profile", "container", "state", "endpoint", "plan_digest", "image", "uptime_s", "restart_policy"}
+NEW_KEYS = {"kind", "sampled_at", "plan", "metrics_error", "server", "host", "container_memory", "alerts",
+            "not_evaluated"}
+#: No Docker daemon: native servers are found without one (its error becomes nothing).
+NO_DOCKER = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+
+
+def load(url: str, *, docs: int = 6, rounds: int = 5, words: int = 150) -> dict[str, int]:
+    """A bounded workload on loopback: ``docs`` long prefixes asked ``rounds`` times each, in
+    turn, so the device pool evicts them and the host tier serves them again. Returns the
+    cached tokens by tier the server's responses reported (``sglext.cached_tokens_details``)."""
+    got = {"device": 0, "host": 0, "requests": 0}
+    with httpx.Client(base_url=url, timeout=10, trust_env=False) as c:
+        for r in range(rounds):
+            for d in range(docs):
+                prompt = f"document {d} " + " ".join(f"w{d}x{i}" for i in range(words)) + f" question {r}"
+                body = c.post("/v1/completions", json={"prompt": prompt, "max_tokens": 2,
+                                                       "return_cached_tokens_details": True}).json()
+                det = (body.get("sglext") or {}).get("cached_tokens_details") or {}
+                got["device"] += det.get("device", 0)
+                got["host"] += det.get("host", 0)
+                got["requests"] += 1
+    return got
+
+
+def status(name: str, *args: str):
+    r = run_main("status", "--profile", name, *args, env=NO_DOCKER)
+    rows = json.loads(r.out) if "--format" in args and r.out.strip() else None
+    return r, rows
+
+
+CHECK = ("--check", "--interval", "0.05", "--format", "json")
+
+
+def test_healthy_box_exits_0_and_shows_the_host_share_the_standin_produced(box):
+    srv, name = box(device_tokens=500, host_tokens=20_000)
+    produced = load(srv.url)
+    assert produced["host"] > 0 and produced["requests"] == 30
+    r, rows = status(name, *CHECK)
+    assert r.code == 0, r.err
+    (row,) = rows
+    assert OLD_KEYS | NEW_KEYS <= set(row)
+    assert row["kind"] == "native" and row["state"] == "running" and row["endpoint"] == srv.url
+    w = row["server"]["window"]
+    assert w["since_start"] and w["requests"] == 30
+    assert w["cached_tokens"]["host"] == produced["host"] and w["cached_tokens"]["device"] == produced["device"]
+    assert w["share"]["host"] == pytest.approx(produced["host"] / (produced["host"] + produced["device"]))
+    rank = row["server"]["ranks"]["0"]
+    assert rank["load_back_tokens"]["kv"] == produced["host"]
+    assert rank["load_back_gb_per_s"] == pytest.approx(4096 * 1e9 / 1e9, rel=1e-6)  # bytes/token x tokens/s
+    assert rank["host_total_tokens"] == 20_000 and rank["planned_host_tokens"] == 20_000
+    assert row["host"]["mem_available_bytes"] > 0 and os.getpid() in row["host"]["server_pids"]
+    assert row["alerts"] == [] and "inert_host_tier" not in row["not_evaluated"]
+
+
+def test_inert_host_tier_raises_its_alert_exit_3(box):
+    srv, name = box(device_tokens=500, host_tokens=20_000, never_load_back=True)
+    produced = load(srv.url)
+    assert produced["host"] == 0
+    r, rows = status(name, *CHECK)
+    assert r.code == 3, r.err
+    assert [a["id"] for a in rows[0]["alerts"]] == ["inert_host_tier"]
+    assert "status --check: alert" in r.err and "inert_host_tier" in r.err
+    assert rows[0]["server"]["window"]["share"]["host"] == 0.0
+    assert rows[0]["server"]["ranks"]["0"]["host_used_tokens"] > 0
+
+
+def test_device_kv_dropped_raises_its_alert(box):
+    srv, name = box(device_tokens=500, host_tokens=20_000, drop_without_backup=True)
+    load(srv.url, rounds=1)
+    r, rows = status(name, *CHECK)
+    assert r.code == 3 and "kv_dropped" in [a["id"] for a in rows[0]["alerts"]]
+
+
+@pytest.mark.parametrize("prefill_tps,fires", [("1000000000", True), ("10", False)])
+def test_load_back_slower_than_recompute(box, prefill_tps, fires):
+    srv, name = box(device_tokens=500, host_tokens=20_000, load_back_tps=1e6)  # 1 us per token loaded
+    load(srv.url, rounds=2)
+    r, rows = status(name, *CHECK, "--prefill-tps", prefill_tps)
+    got = [a["id"] for a in rows[0]["alerts"]]
+    assert ("load_back_slower_than_recompute" in got) is fires, r.err
+    assert r.code == (3 if fires else 0)
+
+
+def test_page_cache_under_the_plans_floor_on_this_machine(box):
+    """This machine's real page cache against a floor it cannot meet, then one it meets."""
+    srv, name = box(plan={"page_cache_floor_bytes": 1 << 60})
+    r, rows = status(name, *CHECK)
+    assert r.code == 3 and [a["id"] for a in rows[0]["alerts"]] == ["page_cache_low"]
+
+
+def test_metrics_off_is_exit_5(box):
+    srv, name = box(metrics=False)
+    r, rows = status(name, *CHECK)
+    assert r.code == 5, r.err
+    assert "HTTP 404" in rows[0]["metrics_error"] and "--enable-metrics" in r.err
+
+
+def test_server_not_answering_is_exit_5(box):
+    srv, name = box()
+    srv.stop()
+    r, rows = status(name, *CHECK)
+    assert r.code == 5 and rows[0]["metrics_error"].startswith("server not answering")
+
+
+def test_nothing_running_is_exit_3(runtime):
+    r = run_main("status", "--profile", "watch-nothing-here", "--check", env=NO_DOCKER)
+    assert r.code == 3
+
+
+def test_a_stale_state_file_is_removed(runtime):
+    dead = ServeState(pid=2**22 + 12345, port=1, profile="watch-stale", started_at=time.time())
+    path = write_state(dead)
+    r = run_main("status", "--profile", "watch-stale", env=NO_DOCKER)
+    assert r.code == 3 and not path.exists()
+    assert "no longer runs" in r.err
+    assert find_states()[0] == []
+
+
+def test_record_is_read_back_through_the_bounded_reader(box, tmp_path):
+    srv, name = box(device_tokens=500, host_tokens=20_000)
+    load(srv.url, rounds=1)
+    rec = tmp_path / "day2.jsonl"
+    r = run_main("status", "--profile", name, "--watch", "--count", "3", "--interval", "0.05",
+                 "--format", "json", "--record", str(rec), env=NO_DOCKER)
+    assert r.code == 0, r.err
+    looks = read_record(rec)
+    assert len(looks) == 3 and all(lk["targets"][0]["profile"] == name for lk in looks)
+    assert looks[-1]["targets"][0]["server"]["window"]["since_start"] is False  # --watch: over the window
+    with rec.open("a") as f:
+        f.write('{"schema_version": 1, "t": 1, "t": 2}\n')
+    from escha_deploy.errors import BadInput
+
+    with pytest.raises(BadInput, match=r"day2.jsonl:4"):
+        read_record(rec)
+
+
+def test_watch_draws_the_live_view(box):
+    srv, name = box(device_tokens=500, host_tokens=20_000, tp_ranks_exported=2)
+    load(srv.url, rounds=2)
+    r = run_main("status", "--profile", name, "--watch", "--count", "2", "--interval", "0.05", env=NO_DOCKER)
+    assert r.code == 0, r.err
+    for text in ("host tier and device pools, per tp_rank", "rank 0", "rank 1", "total 0,1", "MemAvailable",
+                 "look 2"):
+        assert text in r.out, text
+
+
+def test_watch_and_check_do_not_go_together(runtime):
+    assert run_main("status", "--watch", "--check", env=NO_DOCKER).code == 2
