@@ -1,10 +1,12 @@
-"""The bad-input corpus (cases.yaml, see README.md): every case ends with its exit code (2 or
-3), one ``error:`` line per problem with the expected fragment on one of them, no traceback,
-within 10 s and 1 GiB of address space."""
+"""The bad-input corpus (cases/*.yaml, one file per area, see README.md): every case ends with
+its exit code (2 or 3, or 0 with the warning it names), one ``error:`` line per problem with the
+expected fragment on one of them, no traceback, no secret it names in any output, within 10 s
+and 1 GiB of address space."""
 
 from __future__ import annotations
 
 import ast
+import os
 import re
 import resource
 import subprocess
@@ -18,7 +20,16 @@ import yaml
 from inproc import CLEAN_LINE, OverBudget, run_bounded
 
 HERE = Path(__file__).resolve().parent
-CASES = yaml.safe_load((HERE / "cases.yaml").read_text())["cases"]
+#: Every case of every area file, each with the file it came from (``_file``).
+CASES = [{**c, "_file": f.name} for f in sorted((HERE / "cases").glob("*.yaml"))
+         for c in yaml.safe_load(f.read_text())["cases"]]
+FIELDS = {"id", "argv", "commands", "profile", "profile_bytes", "profile_pad", "files", "files_bytes", "fifos",
+          "symlinks", "modes", "env", "stdin", "unprivileged", "exit", "fragment", "warning", "secret", "problems",
+          "isolate", "_file"}
+#: root may read and write anything; ``unprivileged`` cases run without the capabilities that
+#: let it (util-linux setpriv), as an ordinary user would.
+DROP_CAPS = ("setpriv", "--inh-caps=-dac_override,-dac_read_search",
+             "--bounding-set=-dac_override,-dac_read_search")
 
 #: Every command that reads a profile, fed the same file.
 PROFILE_COMMANDS: dict[str, list[str]] = {
@@ -53,12 +64,13 @@ def runs() -> list:
 
 def test_corpus_is_large_and_well_formed():
     ids = [c["id"] for c in CASES]
-    assert len(ids) == len(set(ids)) and len(ids) >= 120
+    assert len(ids) == len(set(ids)) and len(ids) >= 217
     for c in CASES:
-        assert c["exit"] in (2, 3), c["id"]
+        # exit 0 only for an input that is accepted with the warning it names
+        assert c["exit"] in (2, 3) or (c["exit"] == 0 and "warning" in c), c["id"]
         assert ("argv" in c) != (c.get("commands") == "profile"), c["id"]
-        assert set(c) <= {"id", "argv", "commands", "profile", "profile_bytes", "profile_pad", "files", "exit",
-                          "fragment", "problems", "isolate"}, c["id"]
+        assert set(c) <= FIELDS, (c["id"], set(c) - FIELDS)
+        assert "fragment" in c or "warning" in c, c["id"]
     commands = {c["argv"][0] for c in CASES if "argv" in c} | {a[0] for a in PROFILE_COMMANDS.values()}
     # every command that takes input (all but `profiles list` and `runtime apply`, which
     # change the installed runtime)
@@ -76,6 +88,15 @@ def run_case(case: dict, argv: list[str], tmp_path: Path) -> tuple[int, str, str
     for name, text in (case.get("files") or {}).items():
         (d / name).parent.mkdir(parents=True, exist_ok=True)
         (d / name).write_text(expand(text, d, p))
+    for name, literal in (case.get("files_bytes") or {}).items():
+        (d / name).parent.mkdir(parents=True, exist_ok=True)
+        (d / name).write_bytes(ast.literal_eval(literal))
+    for name in case.get("fifos") or ():
+        (d / name).parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(d / name)
+    for name, target in (case.get("symlinks") or {}).items():
+        (d / name).parent.mkdir(parents=True, exist_ok=True)
+        (d / name).symlink_to(expand(target, d, p))
     if "profile_bytes" in case:
         p.write_bytes(ast.literal_eval(case["profile_bytes"]))
     elif "profile" in case:
@@ -83,17 +104,19 @@ def run_case(case: dict, argv: list[str], tmp_path: Path) -> tuple[int, str, str
         if case.get("profile_pad"):
             text += "# " + "x" * case["profile_pad"] + "\n"
         p.write_text(text)
+    for name, mode in (case.get("modes") or {}).items():
+        os.chmod(d / name, mode)
     args = [expand(a, d, p) for a in argv]
     env = {"XDG_CACHE_HOME": str(d / "xdg"), "COLUMNS": "200", "ESCHA_SERVE_MODE": "",
            "ESCHA_API_KEY": "", "NO_COLOR": "1"}
+    env.update({k: expand(str(v), d, p) for k, v in (case.get("env") or {}).items()})
     t0 = time.monotonic()
-    if case.get("isolate"):
-        import os
-
+    if case.get("isolate") or case.get("unprivileged") or "stdin" in case:
+        prefix = DROP_CAPS if case.get("unprivileged") and os.geteuid() == 0 else ()
         try:
-            r = subprocess.run([sys.executable, "-m", "escha_deploy.cli.main", *args], capture_output=True,
+            r = subprocess.run([*prefix, sys.executable, "-m", "escha_deploy.cli.main", *args], capture_output=True,
                                text=True, timeout=TIME_LIMIT_S, preexec_fn=_limit_subprocess,
-                               env={**os.environ, **env}, cwd=d)
+                               env={**os.environ, **env}, cwd=d, input=case.get("stdin"))
         except subprocess.TimeoutExpired:
             pytest.fail(f"killed after {TIME_LIMIT_S} s")
         return r.returncode, r.stdout, r.stderr, time.monotonic() - t0
@@ -107,7 +130,11 @@ def run_case(case: dict, argv: list[str], tmp_path: Path) -> tuple[int, str, str
 
 @pytest.mark.parametrize("case, argv", runs())
 def test_bad_input_ends_cleanly(case, argv, tmp_path):
-    code, out, err, took = run_case(case, argv, tmp_path)
+    try:
+        code, out, err, took = run_case(case, argv, tmp_path)
+    finally:
+        for name in case.get("modes") or {}:
+            os.chmod(tmp_path / name, 0o755)  # so that tmp_path can be removed
     shown = f"exit {code}\nstdout: {out[-500:]}\nstderr: {err[-1500:]}"
     assert "Traceback" not in out + err, shown
     assert code == case["exit"], shown
@@ -116,6 +143,14 @@ def test_bad_input_ends_cleanly(case, argv, tmp_path):
     bad = [ln for ln in lines if not CLEAN_LINE.match(ln)]
     assert not bad, shown
     errors = [ln for ln in lines if ln.startswith("error: ")]
+    if "secret" in case:
+        assert case["secret"] not in out + err, shown
+    if "warning" in case:
+        warnings = [ln for ln in (out + err).splitlines() if "warning" in ln]
+        assert any(case["warning"] in ln for ln in warnings), shown
+    if "fragment" not in case:
+        assert not errors, shown
+        return
     assert len(errors) == case.get("problems", 1), shown
     where = errors if errors else (out + err).splitlines()
     assert any(case["fragment"] in ln for ln in where), shown
