@@ -37,6 +37,21 @@ class StoreProbeResult(BaseModel):
                       "missing, no CUDA device visible to torch); its answer is unknown, never a failure")
 
 
+class RestoreBandwidth(BaseModel):
+    """doctor's restore-bandwidth probe (``doctor/restore_probe.py``): GB/s (1e9 B/s) of a
+    host -> device load-back and a device -> host backup, at ``bytes`` and at one page."""
+
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+    method: str = Field(description="what was timed, e.g. a pinned copy_ or SGLang's kernel io backend")
+    bytes: int
+    load_gbps: float = Field(gt=0, description="host -> device at `bytes`")
+    backup_gbps: float = Field(gt=0, description="device -> host at `bytes`")
+    page_bytes: int | None = None
+    page_load_gbps: float | None = None
+    page_backup_gbps: float | None = None
+    device: str | None = None
+
+
 class DoctorFindings(BaseModel):
     model_config = ConfigDict(extra="ignore", defer_build=True)
 
@@ -71,6 +86,8 @@ class DoctorFindings(BaseModel):
         default=None, description="the all-reduce smoke test passed with nccl_env (None: not run)"
     )
     checks: list[dict] = Field(default_factory=list, description="the doctor report's checks")
+    restore_bandwidth: RestoreBandwidth | None = Field(
+        default=None, description="host <-> device GB/s the restore probe measured (plan's host_hit_cost)")
 
     def age(self, now: _dt.datetime | None = None) -> _dt.timedelta:
         now = now or _dt.datetime.now(_dt.timezone.utc)

@@ -54,6 +54,11 @@ class ProfileNeeds:
     page_cache_floor_bytes: int = PAGE_CACHE_FLOOR_BYTES
     compute_capability: str | None = None
     gpu_ids: tuple[int, ...] | None = None
+    #: Each per-rank host buffer the plan requests (``plan.per_rank.host_buffers``), bytes: the
+    #: pinned ladder also pins each alone and reports what the kernel pinned for it.
+    pinned_buffer_bytes: tuple[int, ...] = ()
+    #: One KV page per rank (page_size x device bytes per token): the restore probe's small copy.
+    kv_page_bytes: int | None = None
 
     @property
     def profile_arg(self) -> str:
@@ -270,9 +275,57 @@ def check_probes(f: DoctorFacts) -> list[Check]:
         else:
             rows.append(ok("probe.pinned", f"pinned {fmt_gb(c.largest_bytes)} ({c.allocator}) per process "
                            f"without a failure ({p.source})"))
+        rows += check_pinned_buffers(c, p.source)
+    rows += check_restore(p)
     if p.unavailable:
         rows += [r for r in _unavailable_rows(f) if r.id != "probe.nccl"]
     return rows
+
+
+#: A buffer's pinned reading (the MemAvailable drop) may exceed its request by this share or
+#: ``PINNED_READING_SLACK_BYTES``, whichever is larger: the reading's noise (about 2% of a GiB on
+#: an H200 machine) and the kernel's page rounding, well below the 1.25-2x a power-of-two
+#: allocator would pin.
+PINNED_READING_TOLERANCE = 0.03
+PINNED_READING_SLACK_BYTES = 32 * MiB
+
+
+def check_pinned_buffers(c, source: str) -> list[Check]:
+    """``probe.pinned_buffers``: what the kernel pinned (MemAvailable drop) for each of the
+    plan's buffer sizes, pinned alone after the ladder (``pinned_ceiling --buffers``)."""
+    readings = c.extra.get("buffers") or []
+    if not readings:
+        return []
+    parts, over = [], []
+    for r in readings:
+        req, got = int(r["request"]), r.get("pinned")
+        if got is None:
+            parts.append(f"a request of {fmt_gb(req)} failed: {r.get('error')}")
+            over.append(r)
+            continue
+        parts.append(f"pinned {fmt_gb(int(got))} for a request of {fmt_gb(req)}")
+        if got > req + max(PINNED_READING_TOLERANCE * req, PINNED_READING_SLACK_BYTES):
+            over.append(r)
+    detail = f"{'; '.join(parts)} ({c.allocator}, MemAvailable drop; {source})"
+    if over:
+        return [warn("probe.pinned_buffers", detail,
+                     "the allocator pins more than the plan counts: the plan's pinned totals are too low here; "
+                     "lower hicache_ratio until the pinned figures fit the budget")]
+    return [ok("probe.pinned_buffers", detail)]
+
+
+def check_restore(p) -> list[Check]:
+    """``probe.restore``: the host <-> device bandwidth of a host-tier hit (``restore_probe``)."""
+    r = p.restore
+    if r is None:
+        if p.restore_error:
+            return [warn("probe.restore", f"restore bandwidth not measured: {p.restore_error}",
+                         "plan shows host_hit_cost as not measured; rerun `escha-deploy doctor` on an idle GPU")]
+        return []
+    page = (f"; one page ({fmt_mib(r.page_bytes)}): load {r.page_load_gbps} GB/s, backup {r.page_backup_gbps} GB/s"
+            if r.page_bytes and r.page_load_gbps else "")
+    return [ok("probe.restore", f"load (host -> device) {r.load_gbps} GB/s, backup {r.backup_gbps} GB/s at "
+               f"{fmt_gib(r.bytes)}{page}; {r.method} ({p.source})")]
 
 
 def check_nccl(f: DoctorFacts) -> list[Check]:

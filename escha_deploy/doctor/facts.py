@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from escha_deploy.findings import StoreProbeResult
+from escha_deploy.findings import RestoreBandwidth, StoreProbeResult
 from escha_deploy.host import Platform, detect_container, detect_platform, host_id
 
 from .gpu import GpuInventory, gpu_inventory
@@ -35,6 +35,8 @@ class ProbeFacts(BaseModel):
     host_allocator: str | None = None
     pinned: PinnedCeiling | None = None
     nccl: list[dict] = Field(default_factory=list, description="smoke-test attempts, in order")
+    restore: RestoreBandwidth | None = Field(default=None, description="the restore-bandwidth probe's answer")
+    restore_error: str | None = Field(default=None, description="why the restore-bandwidth probe gave none")
     skipped: str | None = Field(default=None, description="why the probes did not run")
     unavailable: str | None = Field(
         default=None, description="why the probes were started but could not run in this Python (torch "

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from escha_deploy.findings import StoreProbeResult
+from escha_deploy.findings import RestoreBandwidth, StoreProbeResult
 
 #: Seconds one store-probe case may take (torch import + CUDA init + one kernel: ~5-10 s seen).
 STORE_CASE_TIMEOUT_S = 120.0
@@ -129,10 +129,12 @@ class PinnedCeiling(BaseModel):
 
 
 def run_pinned_ceiling(target_bytes: int, allocator: str = "pinned", step_bytes: int = DEFAULT_PINNED_STEP,
-                       timeout_s: float = PINNED_TIMEOUT_S) -> PinnedCeiling:
-    """Run the pinned ladder in its own process up to ``target_bytes``."""
+                       timeout_s: float = PINNED_TIMEOUT_S, buffers: Sequence[int] = ()) -> PinnedCeiling:
+    """Run the pinned ladder in its own process up to ``target_bytes``; then each of ``buffers``
+    (the plan's per-rank host buffer sizes) alone: ``extra["buffers"]`` has what each pinned."""
     argv = probe_argv("pinned_ceiling", "--target", str(target_bytes), "--step", str(step_bytes),
-                      "--allocator", allocator)
+                      "--allocator", allocator, *(["--buffers", ",".join(str(int(b)) for b in buffers)]
+                                                  if buffers else []))
     timed_out = False
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
@@ -200,3 +202,23 @@ def run_nccl_smoke(world_size: int, attempts: Sequence[dict[str, str]], backend:
         if result["ok"] or result.get("ran") is False:
             break
     return tried
+
+
+#: Seconds the restore-bandwidth probe may take (torch import + CUDA init + 12 copies of 1 GiB).
+RESTORE_TIMEOUT_S = 120.0
+
+
+def run_restore_probe(page_bytes: int | None = None, nbytes: int | None = None,
+                      timeout_s: float = RESTORE_TIMEOUT_S) -> tuple[RestoreBandwidth | None, str | None]:
+    """Run ``restore_probe`` in its own process; ``(bandwidth, None)`` or ``(None, why not)``."""
+    args = [*(["--page-bytes", str(page_bytes)] if page_bytes else []), *(["--bytes", str(nbytes)] if nbytes else [])]
+    try:
+        out = subprocess.run(probe_argv("restore_probe", *args), capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout_s:g} s"
+    data = _last_json(out.stdout)
+    if data is None:
+        return None, f"probe process exited {out.returncode}: {_tail(out.stderr)}"
+    if not data.get("ok"):
+        return None, str(data.get("error") or "failed")
+    return RestoreBandwidth(**{k: v for k, v in data.items() if k != "ok"}), None

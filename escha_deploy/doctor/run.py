@@ -18,7 +18,8 @@ from .checks import PAGE_CACHE_FLOOR_BYTES, ProfileNeeds, host_checks, profile_c
 from .facts import DoctorFacts, ProbeFacts, gather_facts
 from .gpu import GpuInventory, gpu_inventory
 from .hostinfo import DockerFacts, read_docker
-from .probes import nccl_attempts, pick_allocator, run_nccl_smoke, run_pinned_ceiling, run_store_probe
+from .probes import (nccl_attempts, pick_allocator, run_nccl_smoke, run_pinned_ceiling, run_restore_probe,
+                     run_store_probe)
 from .report import DoctorReport
 
 #: Pinned-ladder target without a profile: 4 GiB, a little over the largest WSL2 ceilings
@@ -43,7 +44,9 @@ def needs_from_profile(ref: str, overrides: Sequence[str] = ()) -> ProfileNeeds:
     result = plan(profile, gather_host_facts(use_findings=False))
     problems = tuple(result.reasons) if result.verdict == "unsafe" else ()
     pinned = result.per_rank.pinned_bytes if result.hicache.enabled else None
-    return ProfileNeeds(name=profile.name, gpu_count=hw.gpu_count, gpu_vram_bytes=hw.gpu_vram,
+    buffers = tuple(b.requested_bytes for b in result.per_rank.host_buffers)
+    return ProfileNeeds(pinned_buffer_bytes=buffers,
+                        kv_page_bytes=result.page_size * result.per_rank.device_kv_bytes_per_token,name=profile.name, gpu_count=hw.gpu_count, gpu_vram_bytes=hw.gpu_vram,
                         gpu_name=hw.gpu_name, tp_size=profile.runtime.tp_size,
                         hicache_enabled=profile.hicache.enabled, pinned_per_rank_bytes=pinned or None,
                         plan_problems=problems, ref=ref, page_cache_floor_bytes=profile.safety.page_cache_floor,
@@ -83,7 +86,7 @@ def _from_findings(saved: DoctorFindings) -> ProbeFacts:
                  "error": None if saved.nccl_smoke_ok else "failed (saved result)"}]
     return ProbeFacts(source=f"saved {saved.created_at}", store=saved.store_probe,
                       device_attributes=saved.device_attributes, host_allocator=saved.host_allocator,
-                      pinned=pinned, nccl=nccl)
+                      pinned=pinned, nccl=nccl, restore=saved.restore_bandwidth)
 
 
 def _reusable(saved: DoctorFindings | None, target: int, world: int, now: _dt.datetime) -> bool:
@@ -114,7 +117,9 @@ def run_probes(facts: DoctorFacts, need: ProfileNeeds | None, *, reuse: bool = T
         return ProbeFacts(source="ran now", store=[r for r in store if r.ran], device_attributes=attributes,
                           unavailable=why)
     allocator = pick_allocator(store)
-    pinned = run_pinned_ceiling(target, allocator=allocator or "pinned")
+    pinned = run_pinned_ceiling(target, allocator=allocator or "pinned",
+                                buffers=need.pinned_buffer_bytes if need else ())
+    restore, restore_error = run_restore_probe(page_bytes=need.kv_page_bytes if need else None)
     if not pinned.ran:
         return ProbeFacts(source="ran now", store=store, device_attributes=attributes,
                           host_allocator=allocator, unavailable=pinned.error)
@@ -125,7 +130,8 @@ def run_probes(facts: DoctorFacts, need: ProfileNeeds | None, *, reuse: bool = T
             return ProbeFacts(source="ran now", store=store, device_attributes=attributes, host_allocator=allocator,
                               pinned=pinned, nccl=nccl[:-1], unavailable=nccl[-1].get("error"))
     return ProbeFacts(source="ran now", store=store, device_attributes=attributes,
-                      host_allocator=allocator, pinned=pinned, nccl=nccl)
+                      host_allocator=allocator, pinned=pinned, nccl=nccl, restore=restore,
+                      restore_error=restore_error)
 
 
 def build_report(facts: DoctorFacts, need: ProfileNeeds | None, now: _dt.datetime) -> DoctorReport:
@@ -156,6 +162,7 @@ def probe_findings(probes: ProbeFacts, *, host_id: str, platform: str, created_a
         nccl_env=dict(passed["env"]) if passed else {},
         nccl_smoke_ok=p.nccl_ok,
         checks=list(checks),
+        restore_bandwidth=p.restore,
     )
 
 

@@ -16,6 +16,7 @@ only read an applied tree share one (``applied_shared``), itself checked the sam
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -28,10 +29,21 @@ REPO = Path(__file__).resolve().parents[2]
 CP311 = "sglang-0.5.19-cp311-cp311-manylinux_2_34_x86_64.whl"
 
 
+def _any_python(p: Path) -> bool:
+    """An sglang 0.5.19 manylinux_2_34 wheel for any CPython (the series' bases: cp311, cp312)."""
+    return re.fullmatch(r"sglang-0\.5\.19-cp3\d+-cp3\d+-manylinux_2_34_x86_64\.whl", p.name) is not None
+
+
 def find_wheel(name: str = CP311) -> Path | None:
+    """``$ESCHA_SGLANG_WHEEL`` (any Python's 0.5.19 wheel, e.g. the GPU machine's cp312 from
+    ``$ESCHA_GPU_WHEELHOUSE``), else ``name`` in ``.cache/wheels`` or ``/tmp/wheels``."""
     env = os.environ.get("ESCHA_SGLANG_WHEEL")
-    candidates = ([Path(env)] if env else []) + [REPO / ".cache" / "wheels" / name,
-                                                 Path("/tmp/wheels") / name]
+    house = os.environ.get("ESCHA_GPU_WHEELHOUSE")
+    given = ([Path(env)] if env else []) + (sorted(Path(house).glob("sglang-0.5.19-*.whl")) if house else [])
+    found = next((p for p in given if p.is_file() and (p.name == name or _any_python(p))), None)
+    if found is not None:
+        return found
+    candidates = [REPO / ".cache" / "wheels" / name, Path("/tmp/wheels") / name]
     return next((p for p in candidates if p.is_file() and p.name == name), None)
 
 
