@@ -30,6 +30,9 @@ def plan_command(
     write_facts: Annotated[Optional[str], typer.Option(
         "--write-facts", help="Also write the facts this plan used (this host, doctor's findings) to "
         "FILE, for `--facts FILE` elsewhere (compose: ESCHA_FACTS).")] = None,
+    chart: Annotated[Optional[str], typer.Option(
+        "--chart", help="Also draw the memory plan (per rank: server processes, OS, page-cache floor, KV and "
+        "mamba host pools, what is left) against the memory base as a PNG at FILE (the 'chart' extra).")] = None,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Show the memory budget: device pools, host pools, pinned total per rank and overall,
@@ -69,6 +72,12 @@ def plan_command(
             problems.append(f"--host-ram: {exc}")
     if problems:
         raise BadInput(*problems)
+    if chart is not None:
+        from ..paths import check_output
+        from ..plan_chart import require_matplotlib
+
+        check_output(chart, "--chart")
+        require_matplotlib()
 
     overrides = list(set_ or [])
     from ..profile import load_profile
@@ -82,6 +91,12 @@ def plan_command(
                              write_facts=write_facts, prof=prof, hicache_source=hicache_source)
     if notes:
         result = result.model_copy(update={"warnings": notes + list(result.warnings)})
+    if chart is not None:
+        from ..paths import write_output
+        from ..plan_chart import draw
+        from .output import info
+
+        info(f"plan: chart written to {write_output(chart, draw(result, chart), '--chart')}")
     if fmt is OutputFormat.json:
         from .output import print_json
 
