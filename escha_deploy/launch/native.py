@@ -1,10 +1,14 @@
 """The ``serve`` supervisor: run SGLang as a child, forward signals, redact, diagnose.
 
 ``supervise(argv, ...)`` starts ``python -m sglang.launch_server ...`` (the argv a
-``LaunchSpec`` carries) as a child process in its own session, and then
+``LaunchSpec`` carries) in its own session, as the child of a watchdog process
+(``watchdog.py``), and then
 
 - forwards SIGTERM and SIGINT to it (SGLang's own handler then tears down its scheduler and
-  detokenizer processes); after a forwarded signal the supervisor exits with the child's code;
+  detokenizer processes); after a forwarded signal the supervisor exits with the child's code.
+  A child that has not exited ``grace_s`` (the profile's ``container.stop_timeout_s``) after
+  the signal, or when a second signal comes, gets SIGKILL, with every process under it
+  (sglang#22779: never SIGKILL first, but never wait for ever either);
 - copies the child's output (stdout and stderr merged, line by line) to its own stderr with
   secrets masked (``redact.Redactor``; SGLang 0.5.19 logs the API key in its ``server_args=``
   startup line);
@@ -21,9 +25,12 @@ the file is unlinked as soon as the server logs that it is ready; until then a `
 with SIGKILL leaves at most that file, which its watchdog removes, or else the next ``serve``
 (``sweep_secret_dirs``: directories named after a pid that no longer runs).
 
-Nothing of the server outlives ``serve``: the child gets a parent-death signal (SIGTERM,
-``PR_SET_PDEATHSIG``), and a watchdog process (``watchdog.py``) ends the child's whole process
-group, SGLang's scheduler processes included, once ``serve`` ends for any reason.
+Nothing of the server outlives ``serve``: the watchdog is the server's parent and a child
+subreaper (prctl(2) ``PR_SET_CHILD_SUBREAPER``), so every descendant, one that called
+``setsid`` included, stays under it; once ``serve`` ends for any reason (SIGKILL included: the
+kernel closes its end of the watchdog's pipe) it ends them all (SIGTERM, the grace, SIGKILL)
+and exits only when none is left. The server gets a parent-death signal (SIGTERM,
+``PR_SET_PDEATHSIG``) should the watchdog itself be killed.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -182,37 +190,86 @@ def _signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def _die_with(parent: int):
-    """A ``preexec_fn``: the child gets SIGTERM when ``parent`` dies (prctl(2)
-    ``PR_SET_PDEATHSIG``); if ``parent`` is already gone, the child exits at once."""
-    def setup() -> None:
-        import ctypes
+class _Watchdog:
+    """``watchdog.py`` running the server: ``pid`` (the server's), ``code`` once it ended
+    (``os.waitstatus_to_exitcode``), ``out`` (the read end of the server's merged output),
+    ``send`` a command line (``sN``: forward signal N; ``k``: SIGKILL to every descendant),
+    ``close`` the command pipe (the watchdog then ends what is left and exits)."""
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG = 1 (linux/prctl.h)
-        if os.getppid() != parent:
-            os._exit(1)
-    return setup
+    def __init__(self, argv: Sequence[str], *, env: Mapping[str, str] | None, grace_s: float,
+                 secret_dir: Path | None, lock_fd: int | None) -> None:
+        import json
 
+        ctl_r, self.ctl = os.pipe()  # all ends non-inheritable: the server holds none of them
+        st_r, st_w = os.pipe()
+        out_r, out_w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", str(Path(__file__).with_name("watchdog.py")), str(grace_s),
+                 str(st_w), str(secret_dir or "")],
+                stdin=ctl_r, stdout=out_w, env=dict(env) if env is not None else None,
+                start_new_session=True,  # a terminal's Ctrl-C reaches the server only through us
+                pass_fds=(st_w, *((lock_fd,) if lock_fd is not None else ())),
+            )
+        except BaseException:
+            for fd in (self.ctl, st_r, out_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (ctl_r, st_w, out_w):
+                os.close(fd)
+        self.status = st_r
+        self.out = os.fdopen(out_r, "r", errors="replace")
+        self.pid: int | None = None
+        self.code: int | None = None
+        self.error: OSError | None = None
+        self.lost = False  # the watchdog ended before it reported the server's end
+        self._buf = b""
+        self.send(json.dumps({"argv": list(argv)}))
 
-def _start_watchdog(pgid: int, grace_s: float, secret_dir: Path | None,
-                    lock_fd: int | None) -> tuple[subprocess.Popen, int]:
-    """Start ``watchdog.py`` for process group ``pgid``; returns it and the write end of its
-    pipe (close it to let the watchdog act; a dead supervisor closes it too)."""
-    r, w = os.pipe()  # both ends non-inheritable: the server never holds the write end
-    try:
-        dog = subprocess.Popen(
-            [sys.executable, "-I", str(Path(__file__).with_name("watchdog.py")), str(pgid),
-             str(grace_s), str(secret_dir or "")],
-            stdin=r, stdout=subprocess.DEVNULL, start_new_session=True,
-            pass_fds=(lock_fd,) if lock_fd is not None else (),
-        )
-    except BaseException:
-        os.close(w)
-        raise
-    finally:
-        os.close(r)
-    return dog, w
+    def send(self, line: str) -> None:
+        try:
+            os.write(self.ctl, (line + "\n").encode())
+        except OSError:
+            pass  # the watchdog is gone; what it reported says the rest
+
+    def poll(self, timeout: float) -> None:
+        """Read what the watchdog reported within ``timeout`` seconds."""
+        import select
+
+        try:
+            ready, _, _ = select.select([self.status], [], [], timeout)
+        except InterruptedError:
+            return
+        if not ready:
+            return
+        data = os.read(self.status, 4096)
+        if not data:
+            self.lost = self.code is None and self.error is None
+            return
+        self._buf += data
+        while b"\n" in self._buf:
+            line, _, self._buf = self._buf.partition(b"\n")
+            word, _, rest = line.decode("ascii", "replace").partition(" ")
+            if word == "pid":
+                self.pid = int(rest)
+            elif word == "exit":
+                self.code = int(rest)
+            elif word == "error":
+                errno_s, _, msg = rest.partition(" ")
+                self.error = OSError(int(errno_s or 0), msg)
+
+    def close(self, wait_s: float) -> None:
+        try:
+            os.close(self.ctl)
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self.status)
 
 
 def exit_code_for(child_code: int) -> int:
@@ -256,48 +313,27 @@ def supervise(
     kept: deque[str] = deque(maxlen=KEEP_LINES)
     forwarded: list[int] = []
     try:
-        child = subprocess.Popen(
-            cmd,
-            env=dict(env) if env is not None else None,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # a terminal's Ctrl-C reaches the child only through us
-            preexec_fn=_die_with(os.getpid()),
-            text=True,
-            errors="replace",
-            bufsize=1,
-        )
+        dog = _Watchdog(cmd, env=env, grace_s=grace_s, secret_dir=tmpdir, lock_fd=lock_fd)
     except BaseException:
-        if tmpdir is not None:
-            shutil.rmtree(tmpdir, ignore_errors=True)
-        raise
-    try:
-        dog, dog_pipe = _start_watchdog(child.pid, grace_s, tmpdir, lock_fd)
-    except BaseException:
-        child.kill()
-        child.wait()
         if tmpdir is not None:
             shutil.rmtree(tmpdir, ignore_errors=True)
         raise
 
     def forward(signum: int, _frame: object) -> None:
+        # the command pipe only: the messages and the escalation are the wait loop's
         forwarded.append(signum)
-        try:
-            child.send_signal(signum)
-        except ProcessLookupError:
-            pass
+        dog.send(f"s{signum}" if len(forwarded) == 1 else "k")
 
     previous = {}
     on_main = threading.current_thread() is threading.main_thread()
     if on_main:
         for s in (signal.SIGTERM, signal.SIGINT):
             previous[s] = signal.signal(s, forward)
+
     def pump() -> None:
-        # SGLang's scheduler processes inherit this pipe: it ends when the whole group has gone,
-        # not when the child exits, so it is read here and the child is waited for below.
-        assert child.stdout is not None
-        for raw in child.stdout:
+        # SGLang's scheduler processes inherit this pipe: it ends when the whole tree has gone,
+        # not when the server exits, so it is read here and the watchdog's report waited for.
+        for raw in dog.out:
             line = redact(raw.rstrip("\n"))
             kept.append(line)
             out.write(line + "\n")
@@ -307,20 +343,46 @@ def supervise(
 
     reader = threading.Thread(target=pump, name="serve-output", daemon=True)
     reader.start()
+    said = 0
+    deadline: float | None = None
+    killed = False
     try:
-        code = child.wait()
+        while dog.code is None and dog.error is None and not dog.lost:
+            if len(forwarded) > said:
+                for signum in forwarded[said:]:
+                    if said == 0:
+                        deadline = time.monotonic() + grace_s
+                        out.write(f"serve: {_signal_name(signum)} forwarded to SGLang; SIGKILL to all of "
+                                  f"its processes if it has not exited in {grace_s:g} s\n")
+                    elif not killed:
+                        killed = True
+                        out.write(f"serve: {_signal_name(signum)} again: SIGKILL to all of SGLang's processes\n")
+                    said += 1
+                out.flush()
+            if deadline is not None and not killed and time.monotonic() >= deadline:
+                killed = True
+                dog.send("k")
+                out.write(f"serve: SGLang did not exit within {grace_s:g} s of {_signal_name(forwarded[0])}; "
+                          "SIGKILL to all of its processes\n")
+                out.flush()
+            dog.poll(0.1)
     finally:
         if on_main:
             for s, h in previous.items():
                 signal.signal(s, h)
-        os.close(dog_pipe)  # the watchdog ends what is left of the group, then exits
-        try:
-            dog.wait(timeout=grace_s + 10)
-        except subprocess.TimeoutExpired:
-            dog.kill()
+        dog.close(grace_s + 10)  # the watchdog ends what is left of the tree, then exits
         reader.join(timeout=5)
+        dog.out.close()
         if tmpdir is not None:
             shutil.rmtree(tmpdir, ignore_errors=True)
+    if dog.error is not None:
+        raise dog.error
+    if dog.code is None:  # the watchdog died first (killed): the server had a parent-death signal
+        out.write("serve: the server's watchdog ended before the server did; its state is unknown; "
+                  f"exiting {int(ExitCode.FAILED)}\n")
+        out.flush()
+        return Outcome(-1, forwarded[0] if forwarded else None, list(kept), exit_code=int(ExitCode.FAILED))
+    code = dog.code
     lines = list(kept)
     if forwarded:
         return Outcome(code, forwarded[0], lines, exit_code=exit_code_for(code))

@@ -5,7 +5,8 @@ The child is a STAND-IN for `python -m sglang.launch_server` (SGLang cannot star
 torch, no GPU): it reads its ``--config`` file as SGLang's ConfigArgumentMerger does, then
 spawns two grandchildren as SGLang's scheduler processes are spawned, one of them ignoring
 SIGTERM (a scheduler stuck in a CUDA call), and sets no parent-death signal itself, so only
-`serve`'s own care can end them. It logs SGLang's ready line once ``STANDIN_READY_AFTER``
+`serve`'s own care can end them. With ``STANDIN_STUBBORN=1`` the server itself ignores SIGTERM
+and a third grandchild, also ignoring it, leaves the process group with ``setsid``. It logs SGLang's ready line once ``STANDIN_READY_AFTER``
 seconds have passed.
 """
 
@@ -36,6 +37,12 @@ STANDIN = textwrap.dedent('''\
     kids = [subprocess.Popen([sys.executable, "-c", code, "scheduler-standin", MARK]) for code in (
         "import time; time.sleep(3600)",
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)")]
+    if os.environ.get("STANDIN_STUBBORN") == "1":  # ignores SIGTERM; one grandchild left the group
+        import signal
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        kids.append(subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal("
+                                      "signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)", "setsid-standin", MARK],
+                                     start_new_session=True))
     print("grandchildren=" + ",".join(str(k.pid) for k in kids), flush=True)
     time.sleep(float(os.environ.get("STANDIN_READY_AFTER", "0")))
     print("[2026-11-30 10:00:00] The server is fired up and ready to roll!", flush=True)
@@ -79,10 +86,10 @@ def secret_dirs(pid: int) -> list[Path]:
     return sorted(root.glob(f"{SECRET_DIR_PREFIX}{pid}-*")) if root else []
 
 
-def start_serve(standin, port: int = 30177, ready_after: float = 0) -> subprocess.Popen:
+def start_serve(standin, port: int = 30177, ready_after: float = 0, stubborn: bool = False) -> subprocess.Popen:
     script, key = standin
     env = dict(os.environ, ESCHA_SGLANG_PYTHON=str(script), ESCHA_SKIP_GPU_PREFLIGHT="1",
-               STANDIN_READY_AFTER=str(ready_after))
+               STANDIN_READY_AFTER=str(ready_after), STANDIN_STUBBORN="1" if stubborn else "0")
     env.pop("ESCHA_SERVE_MODE", None)
     cmd = [sys.executable, "-m", "escha_deploy.cli.main", "serve", "--profile", str(STANDIN_PROFILE),
            "--set", "runtime.needs=[]", "--set", "hicache.enabled=false", "--set", f"container.port={port}",
@@ -217,6 +224,56 @@ def test_server_killed_by_a_signal_is_named(standin, tmp_path):
         assert p.returncode == 4, out
         assert "serve: SGLang was killed by signal 9 (SIGKILL); exiting 4" in out
         assert gone_within(str(tmp_path), 2 + 10) == []  # its grandchildren ended too
+    finally:
+        p.kill()
+        for ln in ours(str(tmp_path)):
+            os.kill(int(ln.split(":")[0]), signal.SIGKILL)
+
+
+def sessions(lines: list[str]) -> set[int]:
+    return {os.getsid(int(ln.split(":")[0])) for ln in lines}
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SIGKILL"])
+def test_stubborn_server_and_a_setsid_grandchild_leave_nothing(standin, tmp_path, how):
+    """The server ignores SIGTERM, and one grandchild (ignoring it too) left the process group
+    with setsid: a forwarded SIGTERM or SIGINT escalates to SIGKILL after the stop timeout
+    (2 s here), and SIGKILL of `serve` leaves the whole tree to the watchdog (a subreaper)."""
+    p = start_serve(standin, port=30179, stubborn=True)
+    try:
+        read_until(p, "ready to roll")
+        before = ours(str(tmp_path))
+        assert len(before) == 4 and len(sessions(before)) == 2, before  # one left the session
+        if how == "SIGKILL":
+            p.kill()
+            p.wait()
+            out = ""
+        else:
+            p.send_signal(getattr(signal, how))
+            out = p.communicate(timeout=30)[0]
+            assert p.returncode == 128 + 9, out  # the server's own end: SIGKILL
+            assert "serve: SGLang did not exit within 2 s of " + how in out, out
+        left = gone_within(str(tmp_path), 2 + 10)
+        assert left == [], left
+        assert secret_dirs(p.pid) == []
+    finally:
+        p.kill()
+        for ln in ours(str(tmp_path)):
+            os.kill(int(ln.split(":")[0]), signal.SIGKILL)
+
+
+def test_second_signal_escalates_at_once(standin, tmp_path):
+    p = start_serve(standin, port=30180, stubborn=True)
+    try:
+        read_until(p, "ready to roll")
+        p.send_signal(signal.SIGINT)
+        read_until(p, "SIGINT forwarded to SGLang")
+        p.send_signal(signal.SIGINT)
+        out = p.communicate(timeout=30)[0]
+        assert p.returncode == 128 + 9, out
+        assert "serve: SIGINT again: SIGKILL to all of SGLang's processes" in out
+        assert "did not exit within" not in out  # not the stop timeout's escalation
+        assert gone_within(str(tmp_path), 2 + 10) == []
     finally:
         p.kill()
         for ln in ours(str(tmp_path)):
