@@ -240,30 +240,32 @@ def _json_list_type(value: str) -> Any:
     return json.loads(value, parse_constant=_reject_constant, parse_float=_finite_float)
 
 
-#: ``model_executor/cuda_graph_config.py`` (0.5.19): ``Phase.ALL`` and ``ALLOWED_KEYS_PER_PHASE``.
-_CUDA_GRAPH_KEYS = {
-    "decode": ("backend", "max_bs", "bs", "tc_compiler"),
-    "prefill": (
-        "backend", "max_bs", "bs", "tc_compiler", "full_prefill_max_req",
-        "full_prefill_prefix_chunk_tokens",
-    ),
-}
-
-
-def _cuda_graph_config(value: str) -> Any:
-    """``cuda_graph_config.py:parse_cuda_graph_config_arg``: a JSON object of phase objects."""
+def _cuda_graph_config(value: str, version: str | None = None) -> Any:
+    """``cuda_graph_config.py:parse_cuda_graph_config_arg``: a JSON object of phase objects,
+    each key one of the release's ``ALLOWED_KEYS_PER_PHASE`` (``facts.yaml:
+    cuda_graph_config_keys``)."""
+    allowed = releases.load_release(version).cuda_graph_config_keys
+    phases = {"decode": allowed.decode, "prefill": allowed.prefill}
     parsed = json.loads(value)
     if not isinstance(parsed, dict):
         raise ValueError(f"must be a JSON object, got {type(parsed).__name__}")
     for phase, settings in parsed.items():
-        if phase not in _CUDA_GRAPH_KEYS:
-            raise ValueError(f"unknown phase {phase!r}, expected one of {tuple(_CUDA_GRAPH_KEYS)}")
+        if phase not in phases:
+            raise ValueError(f"unknown phase {phase!r}, expected one of {tuple(phases)}")
         if not isinstance(settings, dict):
             raise ValueError(f"[{phase!r}] must be a JSON object")
         for key in settings:
-            if key not in _CUDA_GRAPH_KEYS[phase]:
+            if key not in phases[phase]:
                 raise ValueError(f"[{phase!r}]: unknown key {key!r}")
     return parsed
+
+
+def _cuda_graph_backend(value: str) -> str:
+    """``cuda_graph_config.py:parse_cuda_graph_backend_arg`` (0.5.23): refuses the retired
+    ``tc_piecewise`` before the choices are checked."""
+    if value == "tc_piecewise":
+        raise ValueError("tc_piecewise was removed; select breakable, full, or disabled")
+    return value
 
 
 def _nullable_str(value: str) -> str | None:
@@ -282,7 +284,13 @@ TYPES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "sglang.srt.model_executor.cuda_graph_config.parse_cuda_graph_config_arg": (
         "cuda graph config JSON", _cuda_graph_config,
     ),
+    "sglang.srt.model_executor.cuda_graph_config.parse_cuda_graph_backend_arg": (
+        "cuda graph backend", _cuda_graph_backend,
+    ),
 }
+
+#: Conversions whose rules differ per release: called with the release as well.
+_PER_RELEASE = frozenset({_cuda_graph_config})
 
 
 # --------------------------------------------------------------------------------------------
@@ -536,7 +544,7 @@ def check_argv(
         type_name, convert = TYPES[spec.type or "str"]
         for value in values:
             try:
-                converted = convert(value)
+                converted = convert(value, version) if convert in _PER_RELEASE else convert(value)
             except (ValueError, TypeError) as e:
                 detail = f" ({e})" if type_name not in ("int", "float") else ""
                 errors.append(FlagProblem(flag=option, message=f"invalid {type_name} value "

@@ -7,7 +7,8 @@ one loader: no other module spells a release string.
 - ``default_release()``: the release a plan targets when nothing names one.
 - ``supported_releases()``: every release with a folder, in ``index.yaml``'s order.
 - ``load_release(version)`` -> ``Release``: the hand-written facts (``facts.yaml``): pins,
-  official image, host guard kind and constants, default memory tiers.
+  official image, host guard kind and constants, default memory tiers, the
+  ``--cuda-graph-config`` keys.
 - ``release_file(version, name)``: the path of one of the folder's files (``flags.json``, ...).
 
 Pure apart from reading the committed files (each once per process). A version that is not
@@ -48,6 +49,19 @@ class Pins(_Model):
     transformers: Pin
 
 
+class AutoSize(_Model):
+    """0.5.21+'s HiCache auto-size (``--hicache-host-memory-fraction``), used only when neither
+    ``--hicache-ratio`` nor ``--hicache-size`` is set. ``fraction_default``: the flag's default;
+    ``allocation_slack``: the share of the budget kept for page rounding and staging;
+    ``default_ratio``/``default_ratio_buffer_only``: the ratio it starts from and caps at."""
+
+    fraction_default: Annotated[float, Field(gt=0, le=1)]
+    allocation_slack: Annotated[float, Field(ge=0, lt=1)]
+    default_ratio: float
+    default_ratio_buffer_only: float
+    source: str
+
+
 class HostGuard(_Model):
     """SGLang's own host-memory check for the HiCache host pools.
 
@@ -55,12 +69,13 @@ class HostGuard(_Model):
     ``reserve_bytes``, divided by the ranks on the host, read again for every pool and rank) or
     ``cgroup-bounded`` (0.5.21+: min(MemAvailable, cgroup headroom) with the page cache
     credited, else the same). ``reserve_bytes``: bytes (int). ``source``: the wheel's file and
-    names it is read from.
+    names it is read from. ``auto_size``: the release's HiCache auto-size, if it has one.
     """
 
     kind: Literal["per-pool-available", "cgroup-bounded"]
     reserve_bytes: Annotated[int, Field(ge=0)]
     source: str
+    auto_size: AutoSize | None = None
 
 
 class MemoryTier(_Model):
@@ -78,10 +93,20 @@ class MemoryDefaults(_Model):
     source: str
     tiers: tuple[MemoryTier, ...]
     unknown_gpu_mem_fraction_static: float
+    decode_max_bs_capped_by_max_running_requests: bool
 
     def tier(self, gpu_mem_mib: int) -> MemoryTier:
         """The tier a card of ``gpu_mem_mib`` MiB falls in."""
         return next(t for t in self.tiers if t.below_mib is None or gpu_mem_mib < t.below_mib)
+
+
+class CudaGraphConfigKeys(_Model):
+    """The keys ``--cuda-graph-config`` accepts per phase (``cuda_graph_config.py:
+    ALLOWED_KEYS_PER_PHASE``)."""
+
+    decode: tuple[str, ...]
+    prefill: tuple[str, ...]
+    source: str
 
 
 class Release(_Model):
@@ -93,6 +118,7 @@ class Release(_Model):
     pins: Pins
     host_guard: HostGuard
     memory_defaults: MemoryDefaults
+    cuda_graph_config_keys: CudaGraphConfigKeys
 
 
 class _Index(_Model):

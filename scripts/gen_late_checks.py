@@ -30,6 +30,11 @@ Classification (the release's ``late-checks.yaml``): each key maps to one of
 - ``not_reachable``: no profile can reach it; ``why`` says why;
 - ``open``: a profile can reach it and no rule mirrors it yet; ``why`` says what it needs.
 
+A release being added may say ``review: incomplete`` in its annotations file: its rows without
+an annotation are then ``unreviewed`` in the table (counted, not errors) until someone classifies
+them; annotations carry over between releases by key (``--carry-from VERSION`` writes the
+previous release's annotations whose rows still exist).
+
 Rows whose condition reads no configuration are marked ``no configuration input`` by this
 rule, without an annotation: the condition names no server argument (a ``dest`` of the
 release's committed flag catalog, ``flags.json``), no model-config or runtime-context accessor (``server_args``,
@@ -223,12 +228,28 @@ def load_annotations(path: Path) -> dict[str, dict]:
     return dict((data or {}).get("checks") or {})
 
 
-def problems(checks: list[Check], notes: dict[str, dict]) -> list[str]:
-    """Rows that read configuration without an annotation, bad annotations, stale ones."""
+def review_incomplete(path: Path) -> bool:
+    """Whether the annotations file says its review is not done (``review: incomplete``): its
+    configuration-reading rows without an annotation are then ``unreviewed`` (shown, counted,
+    printed) instead of errors. A release being added starts so; every other check stays."""
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else None
+    return (data or {}).get("review") == "incomplete"
+
+
+def _class(c: Check, notes: dict[str, dict]) -> str:
+    note = notes.get(c.key)
+    if note:
+        return note.get("class", "no configuration input")
+    return "unreviewed" if c.reads_config else "no configuration input"
+
+
+def problems(checks: list[Check], notes: dict[str, dict], incomplete: bool = False) -> list[str]:
+    """Rows that read configuration without an annotation (unless ``incomplete``), bad
+    annotations, stale ones."""
     out = []
     keys = {c.key for c in checks}
     for c in checks:
-        if c.reads_config and c.key not in notes:
+        if c.reads_config and c.key not in notes and not incomplete:
             out.append(f"{c.file}:{c.line}: no annotation for {c.key!r}")
     for key, note in notes.items():
         if key not in keys:
@@ -260,9 +281,8 @@ def _cell(text: str) -> str:
 
 
 def render(checks: list[Check], notes: dict[str, dict], wheel_name: str, release: str) -> str:
-    counts: Counter[str] = Counter()
-    for c in checks:
-        counts[(notes.get(c.key) or {}).get("class", "no configuration input")] += 1
+    counts: Counter[str] = Counter(_class(c, notes) for c in checks)
+    shown = (*CLASSES, *(("unreviewed",) if counts["unreviewed"] else ()), "no configuration input")
     lines = [
         f"# SGLang {release}'s late refusals",
         "",
@@ -276,7 +296,9 @@ def render(checks: list[Check], notes: dict[str, dict], wheel_name: str, release
         "needs), or `no configuration input` (its condition reads no server argument, model",
         "config or environment switch: an internal invariant; the rule is in the script's docstring).",
         "",
-        f"{len(checks)} checks: " + ", ".join(f"{counts[k]} {k}" for k in (*CLASSES, "no configuration input")) + ".",
+        f"{len(checks)} checks: " + ", ".join(f"{counts[k]} {k}" for k in shown) + ".",
+        *(["", f"The review of this release is not done: {counts['unreviewed']} rows read configuration "
+               "and have no annotation yet (`unreviewed`)."] if counts["unreviewed"] else []),
         "",
     ]
     by_file: dict[str, list[Check]] = {}
@@ -286,7 +308,7 @@ def render(checks: list[Check], notes: dict[str, dict], wheel_name: str, release
         lines += [f"## `{file}`", "", "| line | function | condition | class | note |", "|---|---|---|---|---|"]
         for c in rows:
             note = notes.get(c.key) or {}
-            cls = note.get("class", "no configuration input")
+            cls = _class(c, notes)
             detail = note.get("test") or note.get("warning") or note.get("why") or ""
             if c.message:
                 detail = (detail + " " if detail else "") + f"(\"{c.message}\")"
@@ -304,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="default: the release folder's late-checks.md")
     ap.add_argument("--check", action="store_true", help="exit 1 if the table or annotations are stale")
     ap.add_argument("--stub-missing", action="store_true", help="print YAML stubs for rows without annotation")
+    ap.add_argument("--carry-from", metavar="VERSION",
+                    help="write --annotations from VERSION's, keeping the rows that still exist, "
+                         "with review: incomplete; then render")
     args = ap.parse_args(argv)
     if not args.wheel or not Path(args.wheel).is_file():
         print("error: --wheel: no sglang wheel (set ESCHA_SGLANG_WHEEL)", file=sys.stderr)
@@ -320,14 +345,27 @@ def main(argv: list[str] | None = None) -> int:
     args.out = args.out or folder / "late-checks.md"
     checks = scan(Path(args.wheel))
     notes = load_annotations(args.annotations)
+    if args.carry_from:
+        old = load_annotations(RELEASES / args.carry_from / "late-checks.yaml")
+        keys = {c.key for c in checks}
+        kept = {k: v for k, v in old.items() if k in keys}
+        header = (f"# Classifications of SGLang {release}'s late refusals (scripts/gen_late_checks.py; the generated\n"
+                  "# table is late-checks.md beside this file). Keyed by file:function:condition.\n"
+                  f"# Carried over by key from {args.carry_from}'s late-checks.yaml ({len(kept)} of {len(old)} rows still\n"
+                  "# exist; `--carry-from` wrote them). review: incomplete -- rows without an entry are shown\n"
+                  "# as unreviewed until classified (the classes are in the script's docstring).\n")
+        body = yaml.safe_dump({"review": "incomplete", "checks": kept}, width=10_000, sort_keys=False)
+        args.annotations.write_text(header + body, encoding="utf-8")
+        print(f"late checks: carried {len(kept)} of {len(old)} annotations from {args.carry_from}", file=sys.stderr)
+        notes = load_annotations(args.annotations)
     if args.stub_missing:
         for c in checks:
             if c.reads_config and c.key not in notes:
                 print(yaml.safe_dump({c.key: {"class": "not_reachable", "why": "TODO"}}, width=10_000, sort_keys=False), end="")
         return 0
-    errs = problems(checks, notes)
+    errs = problems(checks, notes, review_incomplete(args.annotations))
     text = render(checks, notes, Path(args.wheel).name, release)
-    counts = Counter((notes.get(c.key) or {}).get("class", "no configuration input") for c in checks)
+    counts = Counter(_class(c, notes) for c in checks)
     print(f"late checks: sglang {release}: {len(checks)} found; " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())), file=sys.stderr)
     for e in errs:
         print(f"error: {e}", file=sys.stderr)

@@ -22,6 +22,9 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "gen_flag_catalog.py"
 CI_SCRIPT = REPO / ".ci" / "check-flag-catalog.sh"
 CATALOG = paths.catalog_dir() / "releases" / "0.5.19" / "flags.json"
+#: Actions of each release's real parser (counted when each catalog was generated).
+ACTION_COUNTS = {"0.5.19": 504, "0.5.23": 532}
+RELEASES = releases.supported_releases()
 
 #: Action classes the 0.5.19 parser uses, with the nargs each may have (argparse and
 #: sglang/srt/arg_groups/argparse_actions.py). flagcheck reads values by nargs only, so an
@@ -34,7 +37,7 @@ KNOWN_ACTIONS = {
     "LoRAPathAction": {"*"},
     "DeprecatedAction": {0},
     "DeprecatedStoreTrueAction": {0},
-    "DeprecatedStoreConstAction": {0},
+    "DeprecatedStoreConstAction": {0, None},  # None: 0.5.23 retires a valued flag (--monokernel-backend amd)
     "DeprecatedAliasStoreAction": {None, "+"},
 }
 
@@ -48,28 +51,31 @@ def _generator():
     return module
 
 
-def _raw() -> dict:
-    return json.loads(CATALOG.read_text(encoding="utf-8"))
+def _raw(release: str = "0.5.19") -> dict:
+    return json.loads(flagcheck.catalog_path(release).read_text(encoding="utf-8"))
 
 
-def test_catalog_header() -> None:
-    raw = _raw()
+@pytest.mark.parametrize("release", RELEASES)
+def test_catalog_header(release: str) -> None:
+    raw = _raw(release)
     assert raw["schema"] == flagcheck.CATALOG_SCHEMA == 1
-    assert (raw["runtime"], raw["version"]) == ("sglang", "0.5.19")
+    assert (raw["runtime"], raw["version"]) == ("sglang", release)
     assert raw["positional"] == [] and raw["mutually_exclusive"] == []
     assert raw["allow_abbrev"] is True
     assert flagcheck.catalog_path() == CATALOG
 
 
-def test_catalog_is_in_canonical_form() -> None:
+@pytest.mark.parametrize("release", RELEASES)
+def test_catalog_is_in_canonical_form(release: str) -> None:
     """The file is exactly what the generator writes (no hand edits, one action per line)."""
-    text = CATALOG.read_text(encoding="utf-8")
+    text = flagcheck.catalog_path(release).read_text(encoding="utf-8")
     assert _generator().render(json.loads(text)) == text
 
 
-def test_catalog_actions_are_well_formed() -> None:
-    actions = _raw()["actions"]
-    assert len(actions) == 504  # the real parser's count (research/sglang-0519-memory.md 8.3)
+@pytest.mark.parametrize("release", RELEASES)
+def test_catalog_actions_are_well_formed(release: str) -> None:
+    actions = _raw(release)["actions"]
+    assert len(actions) == ACTION_COUNTS[release]
     options = [o for a in actions for o in a["flags"]]
     assert len(options) == len(set(options)), "an option string appears twice"
     for a in actions:
@@ -129,11 +135,16 @@ def test_generator_refuses_a_release_without_a_folder() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _venv_python() -> Path:
-    venv = Path(os.environ.get("ESCHA_FLAGCAT_VENV") or REPO / ".cache" / "flagcat-venv")
+def _venv_python(release: str) -> Path:
+    """The flag-catalog venv of ``release`` (``.ci/check-flag-catalog.sh VERSION`` builds it):
+    ``.cache/flagcat-venv`` for the default release, ``.cache/flagcat-venv-VERSION`` else."""
+    if release == releases.default_release():
+        venv = Path(os.environ.get("ESCHA_FLAGCAT_VENV") or REPO / ".cache" / "flagcat-venv")
+    else:
+        venv = REPO / ".cache" / f"flagcat-venv-{release}"
     python = venv / "bin" / "python"
     if not python.exists():
-        pytest.skip(f"no flag-catalog venv at {venv}; .ci/check-flag-catalog.sh builds it")
+        pytest.skip(f"no flag-catalog venv at {venv}; .ci/check-flag-catalog.sh {release} builds it")
     return python
 
 
@@ -150,23 +161,24 @@ sys.exit(g["main"](["--parse-json", sys.argv[3]]))
 """
 
 
-@pytest.fixture(scope="module")
-def real_parser(tmp_path_factory):
-    """``(catalog path, parser verdicts)`` from one run of the generator in the flag-catalog
-    venv, over ``DIFFERENTIAL + STRICTER``."""
+@pytest.fixture(scope="module", params=RELEASES)
+def real_parser(request, tmp_path_factory):
+    """``(release, catalog path, parser verdicts)`` from one run of the generator in the
+    release's flag-catalog venv, over ``DIFFERENTIAL + STRICTER``."""
+    release = request.param
     tmp = tmp_path_factory.mktemp("flagcat")
     out, argvs = tmp / "catalog.json", tmp / "argv.json"
     argvs.write_text(json.dumps(DIFFERENTIAL + STRICTER), encoding="utf-8")
-    proc = subprocess.run([str(_venv_python()), "-c", _BOTH, str(SCRIPT), str(out), str(argvs)],
+    proc = subprocess.run([str(_venv_python(release)), "-c", _BOTH, str(SCRIPT), str(out), str(argvs)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return out, json.loads(proc.stdout)
+    return release, out, json.loads(proc.stdout)
 
 
 @pytest.mark.wheel
 def test_regenerated_catalog_matches_the_committed_one(real_parser) -> None:
-    out, _ = real_parser
-    assert out.read_text(encoding="utf-8") == CATALOG.read_text(encoding="utf-8")
+    release, out, _ = real_parser
+    assert out.read_text(encoding="utf-8") == flagcheck.catalog_path(release).read_text(encoding="utf-8")
 
 
 M = ["--model-path", "x"]
@@ -236,8 +248,13 @@ for _flag, _v in [
     ("--cuda-graph-config", '{"decode": {"max_bs": 16}}'),
     ("--cuda-graph-config", '{"verify": {}}'), ("--cuda-graph-config", '{"decode": {"x": 1}}'),
     ("--cuda-graph-config", "[]"), ("--cuda-graph-config", '{"decode": 3}'),
+    ("--cuda-graph-config", '{"decode": {"tc_compiler": "x"}}'),
+    ("--cuda-graph-config", '{"prefill": {"max_seq_len": 4096}}'),
+    ("--cuda-graph-backend-decode", "full"), ("--cuda-graph-backend-decode", "tc_piecewise"),
+    ("--cuda-graph-max-bs", "8"), ("--dp-size", "2"),
 ]:
     DIFFERENTIAL.append(M + [_flag, _v])
+DIFFERENTIAL.append(M + ["--enable-dp-attention", "--dp-size", "2"])
 
 #: Argv the real parser accepts and flagcheck rejects on purpose (see its module docstring).
 STRICTER: list[list[str]] = [
@@ -249,10 +266,10 @@ STRICTER: list[list[str]] = [
 @pytest.mark.wheel
 def test_flagcheck_agrees_with_the_real_parser(real_parser) -> None:
     cases = DIFFERENTIAL + STRICTER
-    _, real = real_parser
+    release, _, real = real_parser
     disagree = []
     for argv, verdict in zip(cases, real, strict=True):
-        ours = flagcheck.check_argv(argv, set())
+        ours = flagcheck.check_argv(argv, set(), version=release)
         expected_ours = verdict["ok"] and argv not in STRICTER
         if ours.ok != expected_ours:
             disagree.append((argv, verdict["error"], ours.error_lines()))

@@ -23,11 +23,15 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "escha_deploy"
 
 
-def _wheel(version: str) -> Path | None:
+def _wheel(version: str) -> Path:
+    """The release's wheel file, or skip (CI downloads every supported release's)."""
     if version == releases.default_release() and os.environ.get("ESCHA_SGLANG_WHEEL"):
-        return Path(os.environ["ESCHA_SGLANG_WHEEL"])
-    found = sorted((REPO / ".cache" / "wheels").glob(f"sglang-{version}-*.whl"))
-    return found[0] if found else None
+        found = [Path(os.environ["ESCHA_SGLANG_WHEEL"])]
+    else:
+        found = sorted((REPO / ".cache" / "wheels").glob(f"sglang-{version}-*.whl"))
+    if not found or not found[0].is_file():
+        pytest.skip(f"no sglang {version} wheel under .cache/wheels")
+    return found[0]
 
 
 def test_index_names_the_default_among_the_supported():
@@ -43,7 +47,10 @@ def test_each_release_folder_holds_its_data(version):
     release = releases.load_release(version)
     assert release.version == version
     assert release.image.endswith(f":v{version}")
-    for name in ("facts.yaml", "flags.json", "parser-requirements.txt", "late-checks.yaml", "late-checks.md"):
+    names = ["facts.yaml", "flags.json", "parser-requirements.txt", "late-checks.yaml", "late-checks.md"]
+    if version != releases.supported_releases()[0]:
+        names.append("flags-diff.json")
+    for name in names:
         assert (folder / name).is_file(), name
     assert load_catalog(version).version == version
     assert json.loads((folder / "flags.json").read_text())["version"] == version
@@ -88,8 +95,6 @@ def test_no_module_spells_a_release_string():
 def test_facts_agree_with_the_wheel(version):
     """Pins from the wheel's METADATA, the host reserve from its ``pool_host/base.py``."""
     wheel = _wheel(version)
-    if wheel is None or not wheel.is_file():
-        pytest.skip(f"no sglang {version} wheel under .cache/wheels")
     release = releases.load_release(version)
     with zipfile.ZipFile(wheel) as zf:
         meta = zf.read(f"sglang-{version}.dist-info/METADATA").decode()
@@ -104,3 +109,67 @@ def test_facts_agree_with_the_wheel(version):
     assert m, guard_file
     assert eval(compile(ast.parse(m.group(1), mode="eval"), guard_file, "eval"), {"__builtins__": {}}) == release.host_guard.reserve_bytes
     assert guard_file.removeprefix("sglang/") in release.host_guard.source
+
+
+def _script(name: str):
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_flags_diff_is_current_and_names_what_0_5_23_refuses(capsys):
+    gen = _script("gen_flags_diff")
+    assert gen.supported() == list(releases.supported_releases())
+    assert gen.main(["--check"]) == 0
+    assert "flags 0.5.19 -> 0.5.23: 26 removed" in capsys.readouterr().err
+    d = json.loads(releases.release_file("0.5.23", "flags-diff.json").read_text())
+    removed = {r["flag"]: r for r in d["removed"]}
+    # 0.5.23's parser: a prefix of the per-phase flags, refused as ambiguous (abbreviations on)
+    assert removed["--cuda-graph-max-bs"]["ambiguous_with"] == ["--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-prefill"]
+    assert {"--stream-output", "--mamba-scheduler-strategy", "--enable-breakable-cuda-graph"} <= set(removed)
+    assert {"flag": "--enable-dp-attention", "new_flag": "--attn-dp-size <dp-size>", "old_still_accepted": True} in d["renamed"]
+    assert "--hicache-host-memory-fraction" in d["added"]
+    assert set(d["added"]).isdisjoint(removed)
+
+
+def test_flags_diff_fails_on_a_stale_file(tmp_path, monkeypatch, capsys):
+    gen = _script("gen_flags_diff")
+    fake = tmp_path / "releases"
+    for v in releases.supported_releases():
+        (fake / v).mkdir(parents=True)
+        (fake / v / "flags.json").write_text(releases.release_file(v, "flags.json").read_text())
+    (fake / "index.yaml").write_text((releases.releases_dir() / "index.yaml").read_text())
+    (fake / releases.supported_releases()[1] / "flags-diff.json").write_text("{}\n")
+    monkeypatch.setattr(gen, "RELEASES", fake)
+    assert gen.main(["--check"]) == 1
+    assert "flags-diff.json is stale" in capsys.readouterr().err
+
+
+@pytest.mark.wheel
+@pytest.mark.parametrize("version", releases.supported_releases())
+def test_cuda_graph_config_keys_agree_with_the_wheel(version):
+    wheel = _wheel(version)
+    with zipfile.ZipFile(wheel) as zf:
+        src = zf.read("sglang/srt/model_executor/cuda_graph_config.py").decode()
+    tree = ast.parse(src)
+    node = next(n for n in tree.body if isinstance(n, ast.Assign)
+                and getattr(n.targets[0], "id", None) == "ALLOWED_KEYS_PER_PHASE")
+    got = {k.attr.lower(): tuple(ast.literal_eval(v)) for k, v in zip(node.value.keys, node.value.values)}
+    keys = releases.load_release(version).cuda_graph_config_keys
+    assert got == {"decode": keys.decode, "prefill": keys.prefill}
+
+
+@pytest.mark.wheel
+def test_0_5_23_late_checks_are_current_with_the_carried_annotations(capsys):
+    wheel = _wheel("0.5.23")
+    gen = _script("gen_late_checks")
+    assert gen.main(["--wheel", str(wheel), "--check", "--release", "0.5.23"]) == 0
+    err = capsys.readouterr().err
+    assert "late checks: sglang 0.5.23: 2406 found" in err and "214 unreviewed" in err
+    assert gen.main(["--wheel", str(wheel), "--check", "--release", "0.5.19"]) == 2
+    assert "is sglang 0.5.23, not 0.5.19" in capsys.readouterr().err
