@@ -75,11 +75,7 @@ def test_memory_tier_lookup():
 
 def test_no_module_spells_a_release_string():
     """A string constant equal to a supported release lives in the data, not in the code."""
-    allowed = {
-        # runtime.sglang_version's Literal: it becomes a check against the supported releases
-        # once the profile is a package.
-        PACKAGE / "profile.py",
-    }
+    allowed: set[Path] = set()
     found = []
     for path in PACKAGE.rglob("*.py"):
         if path in allowed:
@@ -173,3 +169,13 @@ def test_0_5_23_late_checks_are_current_with_the_carried_annotations(capsys):
     assert "late checks: sglang 0.5.23: 2406 found" in err and "214 unreviewed" in err
     assert gen.main(["--wheel", str(wheel), "--check", "--release", "0.5.19"]) == 2
     assert "is sglang 0.5.23, not 0.5.19" in capsys.readouterr().err
+
+
+def test_a_profile_names_a_supported_release_or_is_refused_naming_the_field():
+    from escha_deploy.profile import load_profile
+
+    assert load_profile("rtx5060ti-tp2-fp8").runtime.sglang_version is None  # unset: chosen at plan time
+    assert load_profile("rtx5060ti-tp2-fp8", ["runtime.sglang_version=0.5.23"]).runtime.sglang_version == "0.5.23"
+    with pytest.raises(BadInput) as e:
+        load_profile("rtx5060ti-tp2-fp8", ["runtime.sglang_version=0.5.21"])
+    assert "runtime.sglang_version" in str(e.value) and "SGLang 0.5.21 is not a supported release" in str(e.value)

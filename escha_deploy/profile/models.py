@@ -156,7 +156,11 @@ class KvCache(EschaModel):
 
 
 class Runtime(EschaModel):
-    sglang_version: Annotated[Literal["0.5.19"], Field(description="SGLang release the profile targets")] = "0.5.19"
+    sglang_version: Annotated[
+        str | None, Field(pattern=r"^\d+\.\d+\.\d+$", max_length=32,
+                          description="SGLang release the profile targets (one of escha_deploy/catalog/releases/index.yaml's); "
+                          "unset: the image's release, else --sglang-version, else the default release")
+    ] = None
     base_image: Annotated[str, Field(pattern=IMAGE_REF, max_length=512, description="base image Dockerfile.hicache builds on")] = "lmsysorg/sglang:v0.5.19"
     needs: Annotated[
         list[CapabilityName],
@@ -210,6 +214,15 @@ class Runtime(EschaModel):
         list[str], Field(description="raw SGLang flags appended last; checked against the flag catalog; "
                          "no secrets (--api-key: use container.api_key_file)")
     ] = []
+
+    @field_validator("sglang_version")
+    @classmethod
+    def _supported_release(cls, value: str | None) -> str | None:
+        from ..releases import supported_releases
+
+        if value is not None and value not in supported_releases():
+            raise ValueError(f"SGLang {value} is not a supported release (supported: {', '.join(supported_releases())})")
+        return value
 
     @field_validator("extra_args")
     @classmethod
