@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import datetime as _dt
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, StringConstraints, ValidationError,
+                      field_validator)
 
 from .findings import DoctorFindings
 from .paths import FACTS_ENV  # noqa: F401  (re-exported: defined in paths, which builds no model)
@@ -31,6 +32,11 @@ if TYPE_CHECKING:
 FACTS_SCHEMA_VERSION = 1
 #: Where ``compose --facts FILE`` mounts the file in the container.
 CONTAINER_FACTS_PATH = "/etc/escha/facts.json"
+#: The largest byte count a fact may hold: the profile's cap on any size (``units.MAX_SIZE``,
+#: 1 PiB), so a described host of 1e30 bytes is refused as a profile size of 1e30 is.
+MAX_FACT_BYTES = 2**50
+#: A GPU index as a key of ``p2p``/``topology`` (``"1"``).
+GpuIndexKey = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,4}$")]
 
 
 # HostSection and FactsFile are defer_build (pydantic ``ConfigDict.defer_build``): ``up`` and
@@ -42,10 +48,11 @@ class HostSection(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     platform: Literal["linux", "wsl2"]
-    mem_total_bytes: int = Field(gt=0, description="MemTotal (bytes)")
-    hugetlb_bytes: int = Field(default=0, ge=0, description="memory reserved as huge pages (bytes)")
-    cgroup_limit_bytes: int | None = Field(
-        default=None, gt=0, description="the server's cgroup memory limit (bytes); null: none")
+    mem_total_bytes: StrictInt = Field(gt=0, le=MAX_FACT_BYTES, description="MemTotal (bytes)")
+    hugetlb_bytes: StrictInt = Field(default=0, ge=0, le=MAX_FACT_BYTES,
+                                     description="memory reserved as huge pages (bytes)")
+    cgroup_limit_bytes: StrictInt | None = Field(
+        default=None, gt=0, le=MAX_FACT_BYTES, description="the server's cgroup memory limit (bytes); null: none")
     host_id: str = Field(default="", description="host.host_id() of the described machine (not planned on)")
 
 
@@ -56,21 +63,22 @@ class GpuRecord(BaseModel):
     follow them); all of it is part of the digest."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    index: int = Field(ge=0, description="CUDA/NVML device index")
+    index: StrictInt = Field(ge=0, le=4095, description="CUDA/NVML device index")
     name: str | None = Field(default=None, description="nvmlDeviceGetName, e.g. NVIDIA GeForce RTX 5060 Ti")
     uuid: str | None = Field(default=None, description="nvmlDeviceGetUUID (GPU-...)")
     pci_bus_id: str | None = Field(default=None, description="nvmlDeviceGetPciInfo busId")
-    memory_total_bytes: int | None = Field(default=None, gt=0, description="nvmlDeviceGetMemoryInfo total (bytes)")
+    memory_total_bytes: StrictInt | None = Field(default=None, gt=0, le=MAX_FACT_BYTES,
+                                           description="nvmlDeviceGetMemoryInfo total (bytes)")
     compute_capability: str | None = Field(default=None, description='major.minor, e.g. "12.0"')
     driver_version: str | None = Field(default=None, description="nvmlSystemGetDriverVersion")
     brand: str | None = Field(default=None, description="nvmlDeviceGetBrand as a word (GeForce, NVIDIA RTX, ...)")
     architecture: str | None = Field(default=None, description="nvmlDeviceGetArchitecture as a word")
     pci_device_id: int | None = Field(default=None, description="nvmlPciInfo_t.pciDeviceId (device << 16 | vendor)")
     pci_subsystem_id: int | None = Field(default=None, description="nvmlPciInfo_t.pciSubSystemId")
-    p2p: dict[str, str] = Field(default_factory=dict, description="other GPU index -> nvmlDeviceGetP2PStatus "
-                                "(read) as a word: ok, not supported, ...")
-    topology: dict[str, str] = Field(default_factory=dict, description="other GPU index -> "
-                                     "nvmlDeviceGetTopologyCommonAncestor as a word")
+    p2p: dict[GpuIndexKey, str] = Field(default_factory=dict, description="other GPU index -> "
+                                        "nvmlDeviceGetP2PStatus (read) as a word: ok, not supported, ...")
+    topology: dict[GpuIndexKey, str] = Field(default_factory=dict, description="other GPU index -> "
+                                             "nvmlDeviceGetTopologyCommonAncestor as a word")
 
 
 class FactsFile(BaseModel):
@@ -84,6 +92,16 @@ class FactsFile(BaseModel):
     host: HostSection
     findings: DoctorFindings | None = Field(default=None, description="doctor's findings for this host")
     gpus: list[GpuRecord] = Field(default_factory=list, description="one record per GPU (NVML)")
+
+    @field_validator("gpus")
+    @classmethod
+    def _one_record_per_index(cls, gpus: list[GpuRecord]) -> list[GpuRecord]:
+        seen: set[int] = set()
+        for g in gpus:
+            if g.index in seen:
+                raise ValueError(f"GPU index {g.index} is listed twice; one record per GPU")
+            seen.add(g.index)
+        return gpus
 
     def digest_values(self) -> dict:
         """The fact values a plan digest covers: the host section (less its id) and the
@@ -118,7 +136,7 @@ def facts_file_from_data(data: object, p: Path) -> FactsFile:
     if is_doctor_report(data):
         return facts_from_doctor_report(data, p)
     version = data.get("schema_version")
-    if version != FACTS_SCHEMA_VERSION:
+    if type(version) is not int or version != FACTS_SCHEMA_VERSION:  # true == 1 and 1.0 == 1 in Python
         from . import __version__
 
         raise BadInput(f"{p}: schema_version: facts file schema version {version!r}; this escha-deploy "
@@ -128,6 +146,56 @@ def facts_file_from_data(data: object, p: Path) -> FactsFile:
         return FactsFile.model_validate(data)
     except ValidationError as exc:
         raise BadInput(*(f"{p}: {'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())) from None
+
+
+_FactBytes = Annotated[StrictInt, Field(ge=0, le=MAX_FACT_BYTES)]
+
+
+class _View(BaseModel):
+    """Base of the parts of a doctor report ``facts_from_doctor_report`` reads: strict types
+    (JSON's own: an int is no string, no bool, no float), other keys ignored."""
+
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+
+class _ReportMemory(_View):
+    mem_total_bytes: Annotated[StrictInt, Field(gt=0, le=MAX_FACT_BYTES)] | None = None
+    hugetlb_bytes: _FactBytes | None = None
+    cgroup_limit_bytes: Annotated[StrictInt, Field(gt=0, le=MAX_FACT_BYTES)] | None = None
+
+
+class _ReportPinned(_View):
+    largest_bytes: _FactBytes | None = None
+    reached: StrictBool | None = None
+
+
+class _ReportNccl(_View):
+    ok: StrictBool | None = None
+
+
+class _ReportProbes(_View):
+    source: StrictStr | None = None
+    skipped: object = None
+    unavailable: object = None
+    host_allocator: Literal["register", "pinned"] | None = None
+    pinned: _ReportPinned | None = None
+    nccl: list[_ReportNccl] = Field(default_factory=list)
+
+
+class _ReportFacts(_View):
+    platform: Literal["linux", "wsl2"] | None = None
+    host_id: StrictStr | None = None
+    memory: _ReportMemory | None = None
+    memory_error: StrictStr | None = None
+    probes: _ReportProbes | None = None
+    gpus: dict | None = None
+
+
+class _Report(_View):
+    """``doctor --format json``'s report as far as a facts file needs it."""
+
+    created_at: StrictStr | None = None
+    facts: _ReportFacts
 
 
 def is_doctor_report(data: object) -> bool:
@@ -147,38 +215,44 @@ def facts_from_doctor_report(report: dict, source: str | Path = "report") -> Fac
     from .doctor.gpu import GpuInventory
     from .errors import BadInput
 
-    facts = report.get("facts")
-    if not isinstance(facts, dict):
+    if not isinstance(report, dict) or not isinstance(report.get("facts"), dict):
         raise BadInput(f"{source}: facts: missing; this is not a doctor report (`escha-deploy doctor --format json`)")
-    memory = facts.get("memory") or {}
-    if not memory.get("mem_total_bytes"):
+    try:
+        view = _Report.model_validate(report)
+    except ValidationError as exc:  # a key of the wrong type: its path, e.g. facts.memory.mem_total_bytes
+        raise BadInput(*(f"{source}: {'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()[:5])) from None
+    facts = view.facts
+    memory = facts.memory or _ReportMemory()
+    if not memory.mem_total_bytes:
         raise BadInput(f"{source}: facts.memory.mem_total_bytes: missing "
-                       f"({facts.get('memory_error') or 'no memory facts'})")
-    probes = facts.get("probes") or {}
-    pinned = probes.get("pinned") or {}
-    nccl = probes.get("nccl") or []
+                       f"({facts.memory_error or 'no memory facts'})")
+    probes = facts.probes or _ReportProbes()
+    pinned = probes.pinned or _ReportPinned()
     # probes that could not run there (no torch: `unavailable`) are unknown, never findings
-    ran = probes.get("source") not in (None, "not run") and not probes.get("skipped") and not probes.get("unavailable")
-    created = str(report.get("created_at") or "")
+    ran = probes.source not in (None, "not run") and not probes.skipped and not probes.unavailable
+    created = view.created_at or ""
     findings = None
     if ran:
         findings = DoctorFindings(
-            created_at=created, host_id=str(facts.get("host_id") or ""), platform=facts.get("platform"),
-            host_allocator=probes.get("host_allocator"), pinned_ceiling_bytes=pinned.get("largest_bytes"),
-            pinned_ceiling_reached=bool(pinned.get("reached")),
-            nccl_smoke_ok=bool(nccl[-1].get("ok")) if nccl and isinstance(nccl[-1], dict) else None)
+            created_at=created, host_id=facts.host_id or "", platform=facts.platform,
+            host_allocator=probes.host_allocator, pinned_ceiling_bytes=pinned.largest_bytes,
+            pinned_ceiling_reached=bool(pinned.reached),
+            nccl_smoke_ok=probes.nccl[-1].ok if probes.nccl else None)
     try:
-        inv = GpuInventory.model_validate(facts["gpus"]) if facts.get("gpus") else None
+        inv = GpuInventory.model_validate(facts.gpus) if facts.gpus else None
+    except ValidationError as exc:
+        raise BadInput(*(f"{source}: facts.gpus.{'.'.join(str(x) for x in e['loc'])}: {e['msg']}"
+                         for e in exc.errors()[:5])) from None
+    try:
         return FactsFile(
             escha_version=None, created_at=created or None,
-            host=HostSection(platform=facts.get("platform") or "linux", mem_total_bytes=int(memory["mem_total_bytes"]),
-                             hugetlb_bytes=int(memory.get("hugetlb_bytes") or 0),
-                             cgroup_limit_bytes=memory.get("cgroup_limit_bytes"),
-                             host_id=str(facts.get("host_id") or "")),
+            host=HostSection(platform=facts.platform or "linux", mem_total_bytes=memory.mem_total_bytes,
+                             hugetlb_bytes=memory.hugetlb_bytes or 0, cgroup_limit_bytes=memory.cgroup_limit_bytes,
+                             host_id=facts.host_id or ""),
             findings=findings, gpus=records_from_inventory(inv))
     except ValidationError as exc:
         raise BadInput(*(f"{source}: facts.{'.'.join(str(x) for x in e['loc'])}: {e['msg']}"
-                         for e in exc.errors())) from None
+                         for e in exc.errors()[:5])) from None
 
 
 def facts_from_host(host: HostFacts, findings: DoctorFindings | None, gpus: list[GpuRecord] = ()) -> FactsFile:

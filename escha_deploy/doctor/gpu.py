@@ -12,8 +12,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+
+#: A pair of GPU indexes as ``p2p``/``topology`` keys: ``"0-1"``.
+GpuPairKey = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,4}-[0-9]{1,4}$")]
 
 
 class GpuInfo(BaseModel):
@@ -56,8 +61,8 @@ class GpuInventory(BaseModel):
     cuda_driver_version: str | None = None
     nccl_version: str | None = None
     gpus: list[GpuInfo] = Field(default_factory=list)
-    p2p: dict[str, str] = Field(default_factory=dict)
-    topology: dict[str, str] = Field(default_factory=dict)
+    p2p: dict[GpuPairKey, str] = Field(default_factory=dict)
+    topology: dict[GpuPairKey, str] = Field(default_factory=dict)
     reasons: list[str] = Field(default_factory=list)
 
     @property
