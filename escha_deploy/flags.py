@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from .capabilities import ENV_HOST_ALLOCATOR, ENV_HOST_RESERVE
 from .planner.result import Plan
-from .profile import Profile
+from .profile import L3Mooncake, Profile
 
 #: Where the L3 file store lives inside the container; the host folder is bind-mounted here.
 CONTAINER_L3_DIR = "/var/lib/escha/hicache"
@@ -144,7 +144,9 @@ def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L
     - ``NCCL_P2P_DISABLE=1`` under WSL2 and where NVML shows no peer access (``p2p_disabled``;
       microsoft/WSL#12467, NVIDIA/nccl#1637); ``NO_PROXY`` for loopback (sglang#9814);
     - the L3 file backend's directory and cap (``SGLANG_HICACHE_FILE_BACKEND_*``);
-    - ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1`` when ``runtime.allow_longer_context_length``.
+    - ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1`` when ``runtime.allow_longer_context_length``;
+    - Mooncake's master and global segment (``MOONCAKE_MASTER``, ``MOONCAKE_GLOBAL_SEGMENT_SIZE``,
+      read by ``srt/mem_cache/storage/mooncake_store/mooncake_store.py``).
     """
     env: dict[str, str] = {"NO_PROXY": NO_PROXY, "no_proxy": NO_PROXY}
     hc = plan.hicache
@@ -169,6 +171,12 @@ def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L
         env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] = l3_dir or (profile.hicache.storage_dir or "")
         if profile.hicache.storage_max_size:
             env["SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"] = str(profile.hicache.storage_max_size)
+    l3 = profile.hicache.l3
+    if hc.enabled and hc.storage_backend == "mooncake" and isinstance(l3, L3Mooncake):
+        if l3.master:
+            env["MOONCAKE_MASTER"] = l3.master
+        if l3.global_segment_size:  # bytes; SGLang's EnvStr takes a plain number
+            env["MOONCAKE_GLOBAL_SEGMENT_SIZE"] = str(l3.global_segment_size)
     return env
 
 

@@ -8,9 +8,9 @@ with the directory's problem as a reason (``cli/plan.make_plan``).
   its ``DefaultModelLoader`` globs (``sglang/srt/model_loader/loader.py``
   ``_prepare_weights``: ``*.safetensors``, then ``*.bin``, ``*.pt``). A folder without them is
   bad input (exit 2); when a sub-folder has them the fix names it (a download one level off).
-- File L3 directory (``hicache.storage_dir``, SGLang's ``HiCacheFile`` backend,
+- File L3 directory (``hicache.l3.dir``, SGLang's ``HiCacheFile`` backend,
   ``sglang/srt/mem_cache/hicache_storage.py``): it must exist, take a new file, and have the
-  cap (``hicache.storage_max_size``) free on the filesystem it is mounted on (``statvfs``
+  cap (``hicache.l3.max_size``) free on the filesystem it is mounted on (``statvfs``
   ``f_bavail * f_frsize``: what an unprivileged writer can use); otherwise the store fails
   late, after a 10-minute load. Refused before start (exit 3).
 """
@@ -81,10 +81,10 @@ def _writable(p: Path) -> str | None:
         return exc.strerror or str(exc)
 
 
-def check_l3_dir(path: str, cap_bytes: int | None, field: str = "hicache.storage_dir") -> list[str]:
+def check_l3_dir(path: str, cap_bytes: int | None, field: str = "hicache.l3.dir") -> list[str]:
     """Refusals for the file L3 directory at ``path``: missing, not a folder, not writable (a
     file is really created and removed: permissions, a read-only mount and ACLs all show), or
-    less free space than ``cap_bytes`` (bytes, ``hicache.storage_max_size``) on its filesystem."""
+    less free space than ``cap_bytes`` (bytes, ``hicache.l3.max_size``) on its filesystem."""
     p = Path(path)
     if not p.exists():
         return [f"{field}: {path} does not exist here; create it (mkdir -p {path}) on a disk with the cap free"]
@@ -99,5 +99,5 @@ def check_l3_dir(path: str, cap_bytes: int | None, field: str = "hicache.storage
         free = st.f_bavail * st.f_frsize
         if free < cap_bytes:
             return [f"{field}: {path} has {fmt_gb(free)} free on {mount_point(p)} (statvfs), less than the "
-                    f"{fmt_gb(cap_bytes)} cap (hicache.storage_max_size); free space there or lower the cap"]
+                    f"{fmt_gb(cap_bytes)} cap (hicache.l3.max_size); free space there or lower the cap"]
     return []

@@ -80,14 +80,14 @@ def _free(p: Path) -> int:
 
 def test_b33_free_space_below_the_cap_is_refused_at_plan_up_and_serve(tmp_path):
     cap = _free(tmp_path) + 10**12  # a terabyte more than this filesystem has free
-    sets = ["--set", f"hicache.storage_dir={tmp_path}", "--set", f"hicache.storage_max_size={cap}B"]
+    sets = ["--set", f"hicache.l3.dir={tmp_path}", "--set", f"hicache.l3.max_size={cap}B"]
     for argv in (["plan", "-p", L3, "--hicache-size", "3", *sets], ["up", "-p", L3, *sets, "--dry-run"],
                  ["serve", "-p", L3, "--set", "runtime.needs=[]", *sets, "--print"]):
         r = cli(*argv)
         assert r.returncode == 3, (argv, r.stderr)
         # up and serve refuse with the line alone; plan shows the plan with it as a reason
         said = " ".join((r.stdout if argv[0] == "plan" else r.stderr).split())
-        assert f"hicache.storage_dir: {tmp_path} has" in said and f"on {mount_point(tmp_path)} (statvfs)" in said
+        assert f"hicache.l3.dir: {tmp_path} has" in said and f"on {mount_point(tmp_path)} (statvfs)" in said
         assert "less than the" in said and "Traceback" not in r.stderr
 
 
@@ -98,17 +98,17 @@ def test_b33_unwritable_directory_is_refused(tmp_path):
     # running as an ordinary user would be
     prefix = (("setpriv", "--inh-caps=-dac_override,-dac_read_search",
                "--bounding-set=-dac_override,-dac_read_search") if os.geteuid() == 0 else ())
-    r = cli("plan", "-p", L3, "--hicache-size", "3", "--set", f"hicache.storage_dir={ro}",
-            "--set", "hicache.storage_max_size=1GB", prefix=prefix)
+    r = cli("plan", "-p", L3, "--hicache-size", "3", "--set", f"hicache.l3.dir={ro}",
+            "--set", "hicache.l3.max_size=1GB", prefix=prefix)
     said = " ".join(r.stdout.split())  # plan: a reason of the plan it shows
-    assert r.returncode == 3 and f"hicache.storage_dir: {ro} is not writable (Permission denied)" in said
+    assert r.returncode == 3 and f"hicache.l3.dir: {ro} is not writable (Permission denied)" in said
     assert "0.00 GB free" not in said
 
 
 def test_missing_directory_is_refused_and_a_good_one_passes(tmp_path):
     assert "does not exist here" in check_l3_dir(str(tmp_path / "nope"), 10**9)[0]
-    r = cli("plan", "-p", L3, "--hicache-size", "3", "--set", f"hicache.storage_dir={tmp_path}",
-            "--set", "hicache.storage_max_size=1GB")
+    r = cli("plan", "-p", L3, "--hicache-size", "3", "--set", f"hicache.l3.dir={tmp_path}",
+            "--set", "hicache.l3.max_size=1GB")
     assert r.returncode == 0, r.stderr
     assert "not checked" not in r.stdout + r.stderr
     assert not list(tmp_path.iterdir())  # the write check leaves nothing behind
@@ -118,26 +118,26 @@ def test_plan_of_this_host_shows_the_plan_with_a_missing_directory_as_its_reason
     import json
 
     missing = tmp_path / "l3"
-    sets = ["--set", f"hicache.storage_dir={missing}", "--set", "hicache.storage_max_size=1GB"]
+    sets = ["--set", f"hicache.l3.dir={missing}", "--set", "hicache.l3.max_size=1GB"]
     r = cli("plan", "-p", L3, "--hicache-size", "3", *sets, "--format", "json")
     assert r.returncode == 3, r.stderr
     d = json.loads(r.stdout)  # one JSON object, as for any plan
     assert d["verdict"] == "unsafe" and d["per_rank"]["pinned_bytes"] > 0
-    assert d["reasons"][0] == (f"hicache.storage_dir: {missing} does not exist here; create it (mkdir -p {missing}) "
+    assert d["reasons"][0] == (f"hicache.l3.dir: {missing} does not exist here; create it (mkdir -p {missing}) "
                                "on a disk with the cap free")
     assert not any("not checked" in w for w in d["warnings"])
     table = cli("plan", "-p", L3, "--hicache-size", "3", *sets)
     assert table.returncode == 3 and "error:" not in table.stderr
     shown = " ".join(table.stdout.split())
-    assert "verdict: unsafe" in shown and f"- hicache.storage_dir: {missing} does not exist here" in shown
+    assert "verdict: unsafe" in shown and f"- hicache.l3.dir: {missing} does not exist here" in shown
     missing.mkdir()  # the fix the reason names: the same plan is no longer refused for it
     fixed = json.loads(cli("plan", "-p", L3, "--hicache-size", "3", *sets, "--format", "json").stdout)
-    assert not any("hicache.storage_dir" in x for x in fixed["reasons"] + fixed["warnings"])
+    assert not any("hicache.l3.dir" in x for x in fixed["reasons"] + fixed["warnings"])
 
 
 def test_described_host_warns_that_the_directory_was_not_checked(tmp_path):
     r = cli("plan", "-p", L3, "--hicache-size", "3", "--host-ram", "64GiB", "--set",
-            "hicache.storage_dir=/nowhere/on/this/machine")
+            "hicache.l3.dir=/nowhere/on/this/machine")
     assert r.returncode == 0, r.stderr
-    assert "hicache.storage_dir: /nowhere/on/this/machine was not checked (this plan describes another host)" in (
+    assert "hicache.l3.dir: /nowhere/on/this/machine was not checked (this plan describes another host)" in (
         r.stdout + r.stderr)

@@ -592,8 +592,8 @@ def step_host_pools(c: _Ctx) -> None:
                                 + (p_why if c.runtime_applies == "patched" else s_why))
     if h.storage_backend == "file" and not c.host.l3_checked:
         cap = c.profile.hicache.storage_max_size
-        need = f"and have {fmt_gb(cap)} free (storage_max_size) " if cap else ""
-        c.warnings.append(f"hicache.storage_dir: {c.profile.hicache.storage_dir} was not checked (this plan describes "
+        need = f"and have {fmt_gb(cap)} free (l3.max_size) " if cap else ""
+        c.warnings.append(f"hicache.l3.dir: {c.profile.hicache.storage_dir} was not checked (this plan describes "
                           f"another host): there it must exist, be writable {need}where it is mounted")
     if c.host.available_now_bytes is not None:
         need = total + c.budget.server_processes_bytes + c.budget.os_reserve_bytes

@@ -215,14 +215,14 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
         sb = hc.hicache_storage_backend
         if sb:
             if arch.is_hybrid and sb in L3_NOT_FOR_HYBRID:
-                error("hicache.hicache_storage_backend",
+                error("hicache.l3.kind",
                       f"{sb} does not implement batch_*_v2 and raises NotImplementedError on hybrid models")
             elif arch.is_hybrid and sb == "file":
-                warn("hicache.hicache_storage_backend",
+                warn("hicache.l3.kind",
                      "file L3 with a hybrid GDN model has illegal-memory-access reports on stock 0.5.19 "
                      "(sglang#16771, #30055): retry without L3 to isolate a crash")
             if sb == "file" and hc.storage_max_size is None:
-                warn("hicache.storage_max_size", "no cap on the L3 file store: it grows until the disk is full")
+                warn("hicache.l3.max_size", "no cap on the L3 file store: it grows until the disk is full")
         if hc.hicache_size and hc.hicache_ratio != "auto":
             warn("hicache.hicache_ratio", "hicache_size > 0 overrides hicache_ratio (SGLang ignores the ratio)")
     # keys that load but do nothing (``profiles validate`` prints the same, with file:line)

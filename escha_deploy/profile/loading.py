@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from ..errors import BadInput, Refused
 from ..yamlpos import Positions, format_validation_errors, load_yaml_with_positions, parse_yaml_text, position_of
-from .models import NAME_RULE, Profile
+from .models import FLAT_L3_KEYS, NAME_RULE, Profile
 from .rules import RULES, warnings_of
 
 
@@ -193,6 +193,7 @@ def load_profile(ref: str, overrides: Sequence[str] = (), warnings: list[str] | 
     stem_position = pos.get(("name",))
     for item in overrides:
         apply_override(data, pos, item)
+    _flat_l3_positions(data, pos)
     try:
         profile = Profile.model_validate(data)
     except ValidationError as exc:
@@ -212,6 +213,21 @@ def load_profile(ref: str, overrides: Sequence[str] = (), warnings: list[str] | 
     if warnings is not None:
         warnings += [_placed(pos, loc, msg, str(path))[2] for loc, msg in warnings_of(profile)]
     return profile
+
+
+def _flat_l3_positions(data: dict, pos: Positions) -> None:
+    """Where each flat L3 key was set is where its ``hicache.l3`` key was set
+    (``models.l3_from_flat`` reads the values the same way), so a problem with ``l3.dir`` is
+    placed at the ``storage_dir`` line or ``--set`` that gave it."""
+    hc = data.get("hicache")
+    if not isinstance(hc, dict):
+        return
+    for flat, key in FLAT_L3_KEYS.items():
+        where = pos.get(("hicache", flat))
+        if flat in hc and where is not None:
+            pos[("hicache", "l3", key)] = where
+            if key == "kind":
+                pos[("hicache", "l3")] = where
 
 
 def _name_message(loc: tuple, err: dict, from_file: bool) -> str | None:
@@ -257,7 +273,7 @@ def _blame(pos: Positions, chain: list[str], overrides: Sequence[str], loc: tupl
         k = sets[0]
         if k == tuple(loc):
             return (pos[k][0], 0, f"{pos[k][0]}: {msg}")
-        key = ".".join(k)
+        key = pos[k][0].removeprefix("--set ")  # the key the --set named (a flat L3 key for its l3 key)
         item = next((o.strip() for o in reversed(overrides)
                      if ".".join(p for p in o.partition("=")[0].strip().split(".") if p) == key), key)
         return (f"--set {key}", 0, f"--set {item}: {dotted}: {msg}")

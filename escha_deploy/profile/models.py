@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, WithJsonSchema, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
 from ..arch import ModelArch
@@ -235,6 +235,53 @@ class Runtime(EschaModel):
         return value
 
 
+L3Kind = Literal["file", "sim", "mooncake", "hf3fs", "nixl", "aibrix", "dynamic", "eic", "simm", "mori", "shm"]
+
+
+class L3File(EschaModel):
+    """SGLang's file L3 backend (``HiCacheFile``, ``srt/mem_cache/hicache_storage.py``): pages
+    as files in one host directory, which must outlive the container."""
+
+    kind: Annotated[Literal["file"], Field(description="--hicache-storage-backend file"),
+                    SGLangFlag("--hicache-storage-backend")]
+    dir: Annotated[
+        str | None,
+        Field(description="host directory of the L3 files (SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR)"),
+        SGLangFlag(env="SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"),
+    ] = None
+    max_size: Annotated[
+        Size | None, Field(description="cap of the L3 files (SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE), e.g. 512GB"),
+        SGLangFlag(env="SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"),
+    ] = None
+
+
+class L3Mooncake(EschaModel):
+    """Mooncake's distributed store (``srt/mem_cache/storage/mooncake_store/mooncake_store.py``,
+    which reads ``MOONCAKE_MASTER`` and ``MOONCAKE_GLOBAL_SEGMENT_SIZE`` from the environment)."""
+
+    kind: Annotated[Literal["mooncake"], Field(description="--hicache-storage-backend mooncake"),
+                    SGLangFlag("--hicache-storage-backend")]
+    master: Annotated[
+        str | None, Field(description="the Mooncake master's HOST:PORT (MOONCAKE_MASTER)"),
+        SGLangFlag(env="MOONCAKE_MASTER", url=True),
+    ] = None
+    global_segment_size: Annotated[
+        Size | None, Field(description="host memory each instance gives the store (MOONCAKE_GLOBAL_SEGMENT_SIZE); "
+                           "unset: SGLang's 4gb, 4 GiB"),
+        SGLangFlag(env="MOONCAKE_GLOBAL_SEGMENT_SIZE"),
+    ] = None
+
+
+class L3Other(EschaModel):
+    """Another SGLang L3 backend, by name (no settings of its own here)."""
+
+    kind: Annotated[Literal["sim", "hf3fs", "nixl", "aibrix", "dynamic", "eic", "simm", "mori", "shm"],
+                    Field(description="--hicache-storage-backend"), SGLangFlag("--hicache-storage-backend")]
+
+
+L3 = Annotated[Union[L3File, L3Mooncake, L3Other], Field(discriminator="kind")]
+
+
 class HiCache(EschaModel):
     enabled: Annotated[bool, Field(description="--enable-hierarchical-cache"), SGLangFlag("--enable-hierarchical-cache")] = True
     hicache_ratio: Annotated[
@@ -263,16 +310,12 @@ class HiCache(EschaModel):
         Literal["write_back", "write_through", "write_through_selective"],
         Field(description="--hicache-write-policy"), SGLangFlag("--hicache-write-policy")
     ] = "write_through"
-    hicache_storage_backend: Annotated[
-        Literal["file", "sim", "mooncake", "hf3fs", "nixl", "aibrix", "dynamic", "eic", "simm", "mori", "shm"] | None,
-        Field(description="--hicache-storage-backend (L3); none: host RAM only"), SGLangFlag("--hicache-storage-backend")
-    ] = None
-    storage_dir: Annotated[
-        str | None,
-        Field(description="L3 file backend directory on the host (SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR)"), SGLangFlag(env="SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR")
-    ] = None
-    storage_max_size: Annotated[
-        Size | None, Field(description="L3 file backend cap (SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE), e.g. 512GB"), SGLangFlag(env="SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE")
+    l3: Annotated[
+        L3 | None,
+        Field(description="the L3 (storage) tier behind host RAM, by kind: {kind: file, dir, max_size}, "
+              "{kind: mooncake, master, global_segment_size}, or another SGLang backend by name; none: host RAM "
+              "only. The flat keys hicache_storage_backend, storage_dir and storage_max_size are read into it "
+              "(with a warning)"),
     ] = None
     max_ratio: Annotated[
         float, Field(gt=0, le=MAX_RATIO, description=f"cap on the recommended ratio (default {DEFAULT_MAX_RATIO})")
@@ -283,10 +326,74 @@ class HiCache(EschaModel):
               "larger than the device pool reduces L2 effectiveness, SGLang's own warning)"),
     ] = 1.0
 
+    #: Flat keys the input used (``hicache_storage_backend`` ...), read into ``l3``; and those
+    #: that had nowhere to go (a directory without the file backend). Set by ``_flat_l3_keys``;
+    #: the warnings of ``profile.rules`` name them.
+    _flat_keys: tuple[str, ...] = PrivateAttr(default=())
+    _ignored_keys: tuple[str, ...] = PrivateAttr(default=())
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _flat_l3_keys(cls, data: Any, handler: Any) -> "HiCache":
+        """Read the flat L3 keys into ``l3`` (``l3_from_flat``)."""
+        flat: tuple[str, ...] = ()
+        ignored: tuple[str, ...] = ()
+        if isinstance(data, dict):
+            data, flat, ignored = l3_from_flat(data)
+        out = handler(data)
+        out._flat_keys, out._ignored_keys = flat, ignored
+        return out
+
+    @property
+    def hicache_storage_backend(self) -> str | None:
+        """The L3 backend's SGLang name (``--hicache-storage-backend``), ``None`` without L3."""
+        return self.l3.kind if self.l3 is not None else None
+
+    @property
+    def storage_dir(self) -> str | None:
+        """The file L3 backend's host directory (``l3.dir``); ``None`` for other backends."""
+        return self.l3.dir if isinstance(self.l3, L3File) else None
+
+    @property
+    def storage_max_size(self) -> int | None:
+        """The file L3 backend's cap in bytes (``l3.max_size``); ``None`` for other backends."""
+        return self.l3.max_size if isinstance(self.l3, L3File) else None
+
     @property
     def storage_backend_is_file(self) -> bool:
         """HiCache on with the file L3 backend (whose directory the plan checks)."""
         return self.enabled and self.hicache_storage_backend == "file"
+
+
+#: The flat L3 keys and the ``l3`` key each is read into (``None``: the backend's kind).
+FLAT_L3_KEYS: dict[str, str] = {"hicache_storage_backend": "kind", "storage_dir": "dir", "storage_max_size": "max_size"}
+
+
+def l3_from_flat(hicache: dict) -> tuple[dict, tuple[str, ...], tuple[str, ...]]:
+    """A raw ``hicache`` mapping with the flat L3 keys read into ``l3``: ``(mapping, flat keys
+    used, flat keys ignored)``. ``hicache_storage_backend: X`` makes ``l3`` of kind ``X`` (``null``:
+    no L3), keeping ``l3``'s own keys when the kind stays; with the file backend ``storage_dir``
+    and ``storage_max_size`` become its ``dir`` and ``max_size`` (over ``l3``'s: a flat key comes
+    from a ``--set`` or a child profile); with another backend, or none, they configure nothing
+    and are dropped (a warning names them)."""
+    flat = tuple(k for k in FLAT_L3_KEYS if k in hicache)
+    if not flat:
+        return hicache, (), ()
+    out = {k: v for k, v in hicache.items() if k not in FLAT_L3_KEYS}
+    l3 = out.get("l3")
+    l3 = dict(l3) if isinstance(l3, dict) else None
+    if "hicache_storage_backend" in hicache:
+        kind = hicache["hicache_storage_backend"]
+        l3 = None if kind is None else ({**l3, "kind": kind} if l3 is not None and l3.get("kind") in (None, kind)
+                                        else {"kind": kind})
+    files = tuple(k for k in ("storage_dir", "storage_max_size") if k in hicache)
+    ignored: tuple[str, ...] = ()
+    if l3 is not None and l3.get("kind") == "file":
+        l3.update({FLAT_L3_KEYS[k]: hicache[k] for k in files})
+    else:
+        ignored = tuple(k for k in files if hicache[k] is not None)
+    out["l3"] = l3
+    return out, flat, ignored
 
 
 class Safety(EschaModel):

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from .models import Profile, normalize_kv_dtype, sglang_flag
+from .models import FLAT_L3_KEYS, Profile, normalize_kv_dtype, sglang_flag
 
 Key = tuple[str, ...]
 
@@ -146,7 +146,7 @@ def _hicache_combinations(profile: Profile) -> list[Problem]:
                            f"HiCache host pools never copy {dtype}'s scale tensors and size tokens at the wrong width: "
                            "restored prefixes would be corrupt; use fp8_e4m3 or bf16", on))
     sb = hc.hicache_storage_backend
-    backend = ("hicache", "hicache_storage_backend")
+    backend = ("hicache", "l3", "kind")
     if hc.hicache_host_memory_mode == "buffer_only" and not sb:
         out.append(Problem(("hicache", "hicache_host_memory_mode"), "buffer_only needs an L3 storage backend",
                            (backend,) + on))
@@ -156,36 +156,43 @@ def _hicache_combinations(profile: Profile) -> list[Problem]:
                            "scales/zeros (the INT2 host pool keeps them in separate tensors); remove the storage backend",
                            (("runtime", "kv_cache", "dtype"),) + on))
     if sb == "file" and not hc.storage_dir:
-        out.append(Problem(("hicache", "storage_dir"),
-                           "the file backend needs a host directory (it must outlive the container): set hicache.storage_dir",
+        out.append(Problem(("hicache", "l3", "dir"),
+                           "the file backend needs a host directory (it must outlive the container): set hicache.l3.dir",
                            (backend,) + on))
     return out
 
 
 def profile_only_warnings(profile: Profile) -> list[tuple[tuple[str, ...], str]]:
-    """Keys that load but do nothing, as ``(key path, message)``: warnings, not errors, printed
-    by ``profiles validate`` (with file:line) and with every plan (planner/validate.py).
+    """Keys that load but do nothing, and flat L3 keys, as ``(key path, message)``: warnings,
+    not errors, printed by ``profiles validate`` (with file:line) and with every plan
+    (planner/validate.py).
 
-    ``hicache.storage_dir`` and ``hicache.storage_max_size`` configure the file L3 backend
-    only: they become ``SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR`` / ``_MAX_SIZE``, which
-    SGLang's ``HiCacheFile`` reads (``srt/mem_cache/hicache_storage.py``), and ``flags.server_env``
-    sets them only with ``hicache_storage_backend: file``. Without that backend they are
-    ignored, and a user who set them likely expected an L3 tier."""
+    ``storage_dir`` and ``storage_max_size`` configure the file L3 backend only: they become
+    ``SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR`` / ``_MAX_SIZE``, which SGLang's ``HiCacheFile``
+    reads (``srt/mem_cache/hicache_storage.py``). Given without that backend they are dropped
+    (``models.l3_from_flat``), and a user who set them likely expected an L3 tier. The flat keys
+    themselves (``hicache_storage_backend``, ``storage_dir``, ``storage_max_size``) are read
+    into ``hicache.l3``; one warning names the key to write instead."""
     hc = profile.hicache
-    if not hc.enabled or hc.hicache_storage_backend == "file":
-        return []
-    keys = [k for k in ("storage_dir", "storage_max_size") if getattr(hc, k) is not None]
-    if not keys:
-        return []
+    out: list[tuple[tuple[str, ...], str]] = []
+    read = [k for k in hc._flat_keys if k not in hc._ignored_keys]
+    if read:
+        shape = ("{kind: file, dir: DIR, max_size: SIZE}" if hc.hicache_storage_backend == "file"
+                 else f"{{kind: {hc.hicache_storage_backend}}}" if hc.hicache_storage_backend else "null")
+        named = " and ".join(f"{k} as l3.{FLAT_L3_KEYS[k]}" for k in read)
+        out.append((("hicache", read[0]), f"read {named}: write `l3: {shape}` instead"))
+    keys = list(hc._ignored_keys)
+    if not hc.enabled or not keys:
+        return out
     named = " and ".join(keys)
     verb = "is" if len(keys) == 1 else "are"
     if hc.hicache_storage_backend is None:
         msg = (f"no hicache_storage_backend, so L3 is off and {named} {verb} ignored; "
-               "add `hicache_storage_backend: file` to use them as the L3 file store")
+               "write `l3: {kind: file, dir: DIR}` to use them as the L3 file store")
     else:
         msg = (f"{named} {verb} ignored: {'it configures' if len(keys) == 1 else 'they configure'} the file "
                f"L3 backend only, and hicache_storage_backend is {hc.hicache_storage_backend}")
-    return [(("hicache", keys[0]), msg)]
+    return out + [(("hicache", keys[0]), msg)]
 
 
 # --------------------------------------------------------------------------- SGLang's late refusals

@@ -109,8 +109,8 @@ def test_b35_up_dry_run_on_this_machine(tmp_path):
     """B35's input as a user types it, on this GPU-less machine (no NVML facts), through
     ``up --dry-run`` (``serve --print`` here refuses first: no patched runtime outside the image)."""
     out = subprocess.run([sys.executable, "-m", "escha_deploy", "up", "-p", "linux-tp2-l3", "--set",
-                          B35_SETS[0], "--set", B35_SETS[1], "--set", f"hicache.storage_dir={tmp_path}",
-                          "--set", "hicache.storage_max_size=1GB", "--dry-run"],
+                          B35_SETS[0], "--set", B35_SETS[1], "--set", f"hicache.l3.dir={tmp_path}",
+                          "--set", "hicache.l3.max_size=1GB", "--dry-run"],
                          capture_output=True, text=True, timeout=120)
     # the plan and its argv are printed first; then up's preflight, which on this machine (no
     # NVIDIA runtime, no image, no model folder) refuses with exit 3, as `up` would

@@ -95,10 +95,10 @@ def test_an_unsafe_plan_here_is_warned_and_the_file_still_rendered(cli, tmp_path
 
 def test_a_missing_l3_folder_here_is_warned_and_stdout_still_rendered(cli, tmp_path):
     missing = tmp_path / "no-such-l3"
-    r = cli("compose", "-p", "linux-tp2-l3", "--set", f"hicache.storage_dir={missing}")
+    r = cli("compose", "-p", "linux-tp2-l3", "--set", f"hicache.l3.dir={missing}")
     assert r.code == 0, r.err
     assert r.out.startswith("# Rendered by `escha-deploy compose --profile linux-tp2-l3`")
-    assert (f"compose: warning: on this machine the plan is unsafe: hicache.storage_dir: {missing} "
+    assert (f"compose: warning: on this machine the plan is unsafe: hicache.l3.dir: {missing} "
             "does not exist here") in r.err
     assert "`docker compose up` on this machine would be refused by `serve` (exit 3)" in r.err.splitlines()[-1]
 

@@ -80,7 +80,7 @@ def test_signal_while_waiting_stops_and_keeps_the_container(docker_client, stand
     image = standin_image("escha-standin:slow60", startup_s=60)
     l3 = l3_dir(tmp_path)
     before = l3_state(l3)
-    proc = start_up(image, "--set", f"hicache.storage_dir={l3}", *(["--detach"] if mode == "detach" else []))
+    proc = start_up(image, "--set", f"hicache.l3.dir={l3}", *(["--detach"] if mode == "detach" else []))
     try:
         wait_container(docker_client)
         time.sleep(0.5)  # in the ready wait
@@ -104,7 +104,7 @@ def test_two_up_at_once_one_starts_one_refuses(docker_client, standin_image, tmp
     image = standin_image("escha-standin:slow", startup_s=4)
     l3 = l3_dir(tmp_path)
     before = l3_state(l3)
-    extra = ("--set", f"hicache.storage_dir={l3}", "--detach")
+    extra = ("--set", f"hicache.l3.dir={l3}", "--detach")
     procs = [start_up(image, *extra), start_up(image, *extra)]
     try:
         results = [(p.wait(timeout=90), p.communicate()[1]) for p in procs]
@@ -144,7 +144,7 @@ def test_down_during_up_wins(docker_client, standin_image, tmp_path, no_leaks):
     image = standin_image("escha-standin:slow60", startup_s=60)
     l3 = l3_dir(tmp_path)
     before = l3_state(l3)
-    proc = start_up(image, "--set", f"hicache.storage_dir={l3}", "--detach")
+    proc = start_up(image, "--set", f"hicache.l3.dir={l3}", "--detach")
     try:
         wait_container(docker_client)
         time.sleep(0.5)
@@ -274,7 +274,7 @@ def test_sigterm_while_following_the_log_stops_and_removes(docker_client, standi
     image = standin_image("escha-standin:ok")
     l3 = l3_dir(tmp_path)
     before = l3_state(l3)
-    proc = start_up(image, "--set", f"hicache.storage_dir={l3}")  # no --detach: follows the log
+    proc = start_up(image, "--set", f"hicache.l3.dir={l3}")  # no --detach: follows the log
     try:
         assert proc.stderr is not None
         for line in proc.stderr:

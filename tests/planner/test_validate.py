@@ -21,9 +21,9 @@ def findings(profile, sets=(), **kw):
     (["hicache.hicache_mem_layout=page_head"], "hicache.hicache_mem_layout", "MambaPoolHost"),
     (["hicache.hicache_host_memory_mode=buffer_only", "hicache.hicache_storage_backend=mooncake"],
      "hicache.hicache_host_memory_mode", "FULL/SWA"),
-    (["hicache.hicache_storage_backend=eic"], "hicache.hicache_storage_backend", "NotImplementedError"),
-    (["hicache.hicache_storage_backend=simm"], "hicache.hicache_storage_backend", "NotImplementedError"),
-    (["hicache.hicache_storage_backend=aibrix"], "hicache.hicache_storage_backend", "NotImplementedError"),
+    (["hicache.hicache_storage_backend=eic"], "hicache.l3.kind", "NotImplementedError"),
+    (["hicache.hicache_storage_backend=simm"], "hicache.l3.kind", "NotImplementedError"),
+    (["hicache.hicache_storage_backend=aibrix"], "hicache.l3.kind", "NotImplementedError"),
     (["runtime.enable_mixed_chunk=true"], "runtime.enable_mixed_chunk", "sglang#39526"),
     (["runtime.disable_radix_cache=true"], "runtime.disable_radix_cache", "radix cache"),
     (["runtime.enable_int8_mamba_checkpoint=true"], "runtime.enable_int8_mamba_checkpoint", "HiCache"),
@@ -40,7 +40,7 @@ def test_errors_name_their_field(sets, field, needle):
 
 def test_file_backend_with_hybrid_on_stock_warns_b22_b23():
     p, fs, text = findings("linux-tp2-l3")
-    assert ("warning", "hicache.hicache_storage_backend") in fs
+    assert ("warning", "hicache.l3.kind") in fs
     assert "sglang#16771" in text
 
 
