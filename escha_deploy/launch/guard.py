@@ -297,8 +297,8 @@ class End:
         Examples: "was killed by signal 9 (SIGKILL) from the kernel's OOM killer",
         "exited with code 1"."""
         if self.daemon_gone:
-            return ("is in an unknown state: the Docker daemon went away while `up` waited "
-                    "(the container may still run, or may have died with the daemon)")
+            return ("is in an unknown state: the Docker daemon went away while `up` waited and did "
+                    "not answer again (the container may still run, or may have died with the daemon)")
         if self.gone:
             return ("was stopped and its container removed by another command while `up` waited "
                     "(`escha-deploy down` wins over `up`)")
@@ -312,29 +312,53 @@ class End:
         return f"exited with code {self.exit_code}"
 
 
+#: Seconds `up` keeps asking a Docker daemon that stopped answering during the ready wait (a
+#: dockerd restart, a socket that drops for a moment) before it says the daemon went away;
+#: never past the ready timeout. A restart with live-restore (dockerd(8)) keeps the containers.
+RECONNECT_S = 30.0
+
+
 class Watch:
     """``alive()`` for ``ready.wait_ready`` that never raises: a container removed under it, or
-    a daemon gone, reads as "not alive"; ``end()`` then says which (``End``)."""
+    a daemon gone, reads as "not alive"; ``end()`` then says which (``End``). A daemon that
+    stops answering is asked again every half second for up to ``reconnect_s`` (and not past
+    ``until``, a ``time.monotonic`` deadline) before it counts as gone; ``report`` says so."""
 
-    def __init__(self, client, container) -> None:
+    def __init__(self, client, container, *, reconnect_s: float = RECONNECT_S, until: float | None = None,
+                 report: Report = quiet) -> None:
         self.client, self.container = client, container
         self.since = time.time() - 1
         self.gone = False
         self.daemon_gone = False
+        self.reconnect_s, self.until, self.report = reconnect_s, until, report
 
     def alive(self) -> bool:
         from docker.errors import DockerException, NotFound
         from requests.exceptions import RequestException
 
-        try:
-            self.container.reload()
-        except NotFound:
-            self.gone = True
-            return False
-        except (DockerException, RequestException):
-            self.daemon_gone = True
-            return False
-        return self.container.status in ("created", "running")
+        deadline = None
+        while True:
+            try:
+                self.container.reload()
+            except NotFound:
+                self.gone = True
+                return False
+            except (DockerException, RequestException) as exc:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.reconnect_s
+                    if self.until is not None:
+                        deadline = min(deadline, self.until)
+                    self.report("info", f"up: the Docker daemon stopped answering ({' '.join(str(exc).split())[:200]}); "
+                                f"asking again for up to {max(deadline - now, 0):.0f} s")
+                if now >= deadline:
+                    self.daemon_gone = True
+                    return False
+                time.sleep(0.5)
+                continue
+            if deadline is not None:
+                self.report("info", "up: the Docker daemon answers again")
+            return self.container.status in ("created", "running")
 
     def end(self) -> End:
         """Classify the end once ``alive()`` was False (one inspect and one events query)."""

@@ -60,25 +60,40 @@ class _LogPump:
     ``pause(s)`` waits up to ``s`` seconds, less when the server logs that it listens."""
 
     def __init__(self, container) -> None:
-        from . import docker as dk
-
         self.q: queue.Queue[str] = queue.Queue()
         self.all: list[str] = []
         self._wake = threading.Event()
-        self._t = threading.Thread(target=self._run, args=(dk, container), daemon=True)
-        self._t.start()
+        self._container = container
+        self._got = 0  # lines the followed streams delivered (a new stream repeats them first)
+        self._t = self._start()
 
-    def _run(self, dk, container) -> None:
+    def _start(self) -> threading.Thread:
+        from . import docker as dk
+
+        t = threading.Thread(target=self._run, args=(dk, self._container, self._got), daemon=True)
+        t.start()
+        return t
+
+    def _run(self, dk, container, skip: int) -> None:
         from .ready import WAKE_PHASES, phase_of
 
         try:
-            for line in dk.log_lines(container, follow=True):
+            for n, line in enumerate(dk.log_lines(container, follow=True)):
+                if n < skip:
+                    continue
+                self._got += 1
                 self.q.put(line)
                 if phase_of(line) in WAKE_PHASES:
                     self._wake.set()
         except Exception:  # noqa: BLE001 - the container went away; the waiter sees it
             pass
         self._wake.set()  # the log ended: the waiter should look now (exited, or gone)
+
+    def refollow(self) -> None:
+        """Follow again once the stream ended while the container still runs (the daemon's
+        socket dropped and came back): the new stream's first lines, already seen, are skipped."""
+        if not self._t.is_alive():
+            self._t = self._start()
 
     def pause(self, seconds: float) -> None:
         """The ready wait's pause between polls (``ready.wait_ready``): ``seconds``, or until
@@ -474,16 +489,21 @@ def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, time
     report("info", f"up: started {c.name} ({c.short_id}) from {spec.image}; waiting for {endpoint}")
     pump = _LogPump(c)
     probe = Probe(endpoint, api_key)
-    watch = guard.Watch(client, c)
-
-    def alive() -> bool:
-        # No inspect per poll: only once the followed log has ended is the daemon asked
-        # (``guard.Watch``: a container removed by `down`, or a daemon gone, reads as ended).
-        return pump.following() or watch.alive()
-
     timeout = float(timeout_s if timeout_s is not None else prep.profile.container.ready_timeout_s)
     seen: set[str] = set()
     t0 = time.monotonic()
+    watch = guard.Watch(client, c, until=t0 + timeout, report=report)
+
+    def alive() -> bool:
+        # No inspect per poll: only once the followed log has ended is the daemon asked
+        # (``guard.Watch``: a container removed by `down`, or a daemon gone for longer than
+        # ``guard.RECONNECT_S``, reads as ended); a container still running is followed again.
+        if pump.following():
+            return True
+        if watch.alive():
+            pump.refollow()
+            return True
+        return False
 
     def show(phase: str) -> None:
         if phase not in seen:  # every rank logs each phase; show it once

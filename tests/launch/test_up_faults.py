@@ -236,7 +236,9 @@ def test_daemon_gone_during_wait_is_not_an_exit_code(docker_client, standin_imag
         pytest.skip("the test daemon is not on /var/run/docker.sock")
     image = standin_image("escha-standin:slow60", startup_s=60)
     proxy = SocketProxy(tmp_path / "docker.sock")
-    proc = start_up(image, "--detach", env=dict(os.environ, DOCKER_HOST=f"unix://{tmp_path / 'docker.sock'}"))
+    # --timeout 6: the reconnect window ends with the ready wait (else guard.RECONNECT_S, 30 s)
+    proc = start_up(image, "--detach", "--timeout", "6",
+                    env=dict(os.environ, DOCKER_HOST=f"unix://{tmp_path / 'docker.sock'}"))
     try:
         wait_container(docker_client)
         time.sleep(0.5)
@@ -244,12 +246,40 @@ def test_daemon_gone_during_wait_is_not_an_exit_code(docker_client, standin_imag
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 4, err
         assert "Traceback" not in err
-        assert "the Docker daemon went away while `up` waited" in err, err
+        assert "up: the Docker daemon stopped answering" in err, err
+        assert "the Docker daemon went away while `up` waited and did not answer again" in err, err
         assert "exited with code 0" not in err and "exited" not in err.split("error:")[-1]
     finally:
         proc.kill()
         proxy.close()
         cleanup(docker_client)  # the daemon is back for us: nothing of this `up` stays running
+
+
+def test_daemon_back_after_2_s_during_wait_is_reconnected(docker_client, standin_image, tmp_path, no_leaks):
+    """The daemon's socket drops for 2 s during the ready wait and comes back (a new proxy on
+    the same path): `up` asks again, follows the log again, and is ready (exit 0, restart policy switched)."""
+    if not Path("/var/run/docker.sock").exists():
+        pytest.skip("the test daemon is not on /var/run/docker.sock")
+    image = standin_image("escha-standin:slow", startup_s=4)
+    sock = tmp_path / "docker.sock"
+    proxy = SocketProxy(sock)
+    proc = start_up(image, "--detach", env=dict(os.environ, DOCKER_HOST=f"unix://{sock}"))
+    try:
+        wait_container(docker_client)
+        time.sleep(0.5)
+        proxy.close()
+        time.sleep(2)
+        proxy = SocketProxy(sock)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert "up: the Docker daemon stopped answering" in err and "up: the Docker daemon answers again" in err
+        assert "up: ready in" in err and "Traceback" not in err
+        c = docker_client.containers.get(NAME)
+        assert c.status == "running" and c.attrs["HostConfig"]["RestartPolicy"]["Name"] == "on-failure"
+    finally:
+        proc.kill()
+        proxy.close()
+        cleanup(docker_client)
 
 
 def test_refused_api_key_says_so_without_waiting_for_the_timeout(docker_client, standin_image, tmp_path,
