@@ -174,11 +174,14 @@ CONTAINER_HF_CACHE = "/root/.cache/huggingface"
 
 def launch_digest(profile_data: dict, facts: LaunchFacts, argv: Sequence[str], env: dict[str, str]) -> str:
     """sha256 of the canonical JSON (sorted keys) of the profile after ``--set``, the fact
-    values, the argv and the environment: the ``io.escha.plan-digest`` label."""
+    values, the argv and the environment: the ``io.escha.plan-digest`` label. The profile's
+    ``watch`` section (``status``'s alert thresholds) is left out: it changes nothing the server
+    runs, so changing a threshold does not make a running server stale."""
     import hashlib
     import json
 
-    data = json.dumps({"profile": profile_data, "facts": facts.model_dump(mode="json"), "argv": list(argv),
+    served = {k: v for k, v in profile_data.items() if k != "watch"}
+    data = json.dumps({"profile": served, "facts": facts.model_dump(mode="json"), "argv": list(argv),
                        "env": dict(env)}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(data.encode()).hexdigest()
 

@@ -149,7 +149,7 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
 
     return _check_and_run(launch, caps, where, dry_run=dry_run, report=report,
                           extra={"verdict": plan.verdict, "missing_capabilities": missing},
-                          view=plan_view(plan, launch.plan_digest))
+                          view=plan_view(plan, launch.plan_digest, profile.watch))
 
 
 def _secrets(launch: LaunchSpec) -> tuple[str | None, str | None]:

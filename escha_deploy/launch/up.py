@@ -130,12 +130,12 @@ def plan_view_path(spec_file: Path) -> Path:
     return spec_file.with_suffix(".plan.json")
 
 
-def write_plan_view(plan, plan_digest: str, spec_file: Path) -> None:
+def write_plan_view(plan, plan_digest: str, spec_file: Path, watch=None) -> None:
     """The plan figures ``status`` compares the running server with (``CONTAINER.plan.json``)."""
     from escha_deploy.paths import replace_file
     from escha_deploy.watch.planview import plan_view
 
-    replace_file(plan_view_path(spec_file), plan_view(plan, plan_digest).model_dump_json(indent=2).encode())
+    replace_file(plan_view_path(spec_file), plan_view(plan, plan_digest, watch).model_dump_json(indent=2).encode())
 
 
 def write_spec(launch: LaunchSpec, path: Path) -> None:
@@ -297,7 +297,7 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
                                     for u in args["ulimits"]]}
         report("warning", f"up: {CLAMP_MEMLOCK_ENV}=1: memlock clamped to {hard} B (test switch)")
     write_spec(prep.launch, sfile)
-    write_plan_view(prep.plan, prep.launch.plan_digest, sfile)
+    write_plan_view(prep.plan, prep.launch.plan_digest, sfile, prep.profile.watch)
     report("info", f"up: plan {prep.launch.plan_digest[:12]}, spec {sfile}")
     me = guard.owner_label()
     args = {**args, "labels": {**args["labels"], guard.LABEL_UP_OWNER: me}}

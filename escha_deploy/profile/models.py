@@ -23,6 +23,7 @@ from pydantic.fields import FieldInfo
 from ..arch import ModelArch
 from ..capabilities import IMAGE_HICACHE, CapabilityName
 from ..units import MAX_HICACHE_GB, hicache_gb_field, parse_size, size_field
+from ..watch import thresholds as _th
 
 
 @dataclass(frozen=True)
@@ -424,6 +425,21 @@ class Safety(EschaModel):
     ] = parse_size(DEFAULT_CUDA_CONTEXT)
 
 
+class Watch(EschaModel):
+    """``status``'s alert thresholds (docs/launch.md "Watching a running box"); the defaults'
+    sources are in ``escha_deploy/watch/thresholds.py``."""
+
+    inert_min_requests: Annotated[int, Field(
+        ge=1, le=1_000_000, description="finished requests with reuse a window needs before a host tier that is "
+        f"written and never read counts as inert; default {_th.INERT_MIN_REQUESTS}")] = _th.INERT_MIN_REQUESTS
+    swap_pages_per_s: Annotated[float, Field(
+        ge=0, le=1e9, description="swap pages in + out per second (/proc/vmstat) above which the host is "
+        f"swapping; default {_th.SWAP_PAGES_PER_S:g}")] = _th.SWAP_PAGES_PER_S
+    psi_some_avg10: Annotated[float, Field(
+        ge=0, le=100, description="memory PSI some avg10 (percent) to alert at; default "
+        f"{_th.PSI_SOME_AVG10:g} (systemd-oomd kills at 60)")] = _th.PSI_SOME_AVG10
+
+
 class Container(EschaModel):
     image: Annotated[str, Field(pattern=IMAGE_REF, max_length=512, description="image to run; `escha-deploy build` tags escha-sglang:0.5.19-hicache by default")] = IMAGE_HICACHE
     port: Annotated[int, Field(gt=0, lt=65536, description="host port of the OpenAI-compatible API"), SGLangFlag("--port")] = 30000
@@ -478,6 +494,7 @@ class Profile(EschaModel):
     runtime: Runtime = Runtime()
     hicache: HiCache = HiCache()
     safety: Safety = Safety()
+    watch: Watch = Watch()
     container: Container = Container()
 
 

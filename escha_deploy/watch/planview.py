@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from escha_deploy.planner.result import Plan
 
+from .thresholds import Thresholds
+
 
 class PlanView(BaseModel):
     """Per rank unless named a total; bytes are bytes (GB = 1e9 when printed)."""
@@ -30,11 +32,12 @@ class PlanView(BaseModel):
     memory_base_bytes: int = 0
     h2d_bytes_per_s: float | None = Field(None, description="measured host -> device bandwidth per rank (B/s)")
     prefill_tokens_per_s: float | None = Field(None, description="measured prefill rate (tokens/s)")
+    thresholds: Thresholds = Field(default_factory=Thresholds, description="the profile's watch section")
 
 
-def plan_view(plan: Plan, plan_digest: str = "") -> PlanView:
-    """The figures of a ``Plan``. Bandwidth and prefill rate stay None until a restore-cost
-    measurement provides them."""
+def plan_view(plan: Plan, plan_digest: str = "", watch=None) -> PlanView:
+    """The figures of a ``Plan`` and the profile's ``watch`` thresholds (``Profile.watch``).
+    Bandwidth and prefill rate stay None until a restore-cost measurement provides them."""
     pr = plan.per_rank
     return PlanView(profile=plan.profile, plan_digest=plan_digest, tp_size=plan.tp_size,
                     hicache_enabled=plan.hicache.enabled, hybrid=plan.hybrid,
@@ -43,4 +46,5 @@ def plan_view(plan: Plan, plan_digest: str = "") -> PlanView:
                     server_processes_bytes=plan.budget.server_processes_bytes,
                     os_reserve_bytes=plan.budget.os_reserve_bytes,
                     page_cache_floor_bytes=plan.budget.page_cache_floor_bytes,
-                    memory_base_bytes=plan.budget.memory_base_bytes)
+                    memory_base_bytes=plan.budget.memory_base_bytes,
+                    thresholds=Thresholds(**watch.model_dump()) if watch is not None else Thresholds())

@@ -117,7 +117,7 @@ def find_targets(profile: str | None, note=lambda line: None) -> list[Target]:
 class Watcher:
     """Looks at one target again and again; keeps the looks of the last ``window_s`` seconds."""
 
-    def __init__(self, target: Target, *, window_s: float = WINDOW_S, thresholds: Thresholds = Thresholds(),
+    def __init__(self, target: Target, *, window_s: float = WINDOW_S, thresholds: Thresholds | None = None,
                  prefill_tokens_per_s: float | None = None, root: Path = Path("/"),
                  since_start: bool = False) -> None:
         """``since_start``: the server's counters are taken from their zero (the server's
@@ -126,7 +126,7 @@ class Watcher:
         self.since_start = since_start
         self.docker_error: str | None = None
         self.window_s = window_s
-        self.th = thresholds
+        self.th = thresholds if thresholds is not None else (target.plan.thresholds if target.plan else Thresholds())
         self.prefill = prefill_tokens_per_s
         self.root = root
         self.history: collections.deque[Sample] = collections.deque()

@@ -159,3 +159,23 @@ def test_a_restart_counts_from_zero():
 
 def test_no_cached_tokens_has_no_share():
     assert window(HEALTHY, cached={}).share("host") is None
+
+
+def test_watch_thresholds_are_profile_fields_outside_the_plan_digest():
+    """``watch.*`` reaches the alerts through the plan view, and changing it changes no
+    digest: a threshold is no reason to replace a running server."""
+    from escha_deploy.host import described_host
+    from escha_deploy.launch_spec import build_launch_spec
+    from escha_deploy.planner import plan
+    from escha_deploy.profile import load_profile
+    from escha_deploy.units import GiB
+    from escha_deploy.watch.planview import plan_view
+
+    digests = []
+    for sets in ([], ["watch.inert_min_requests=5", "watch.psi_some_avg10=50"]):
+        prof = load_profile("rtx5060ti-tp2", sets)
+        p = plan(prof, described_host(16 * GiB, "wsl2"))
+        digests.append(build_launch_spec(p, prof).plan_digest)
+        view = plan_view(p, digests[-1], prof.watch)
+    assert digests[0] == digests[1]
+    assert (view.thresholds.inert_min_requests, view.thresholds.psi_some_avg10) == (5, 50.0)

@@ -166,3 +166,12 @@ def test_watch_draws_the_live_view(box):
 
 def test_watch_and_check_do_not_go_together(runtime):
     assert run_main("status", "--watch", "--check", env=NO_DOCKER).code == 2
+
+
+def test_the_profiles_watch_thresholds_are_used(box):
+    srv, name = box(plan={"thresholds": {"inert_min_requests": 1000}}, device_tokens=500, host_tokens=20_000,
+                    never_load_back=True)
+    load(srv.url)
+    r, rows = status(name, *CHECK)
+    assert r.code == 0, r.err
+    assert "needs 1000 requests" in rows[0]["not_evaluated"]["inert_host_tier"]
