@@ -72,6 +72,12 @@ def test_up_ready_drift_logs_status_restart_down(docker_client, standin_image, t
         assert s.returncode == 0, s.stderr
         row = json.loads(s.stdout)[0]
         assert row["state"] == "running" and row["endpoint"] == f"http://127.0.0.1:{PORT}"
+        # the live view's container half: Docker's stats, the plan up left beside the spec, and a
+        # stand-in without /metrics named as such
+        assert row["kind"] == "container" and row["container_memory"]["usage_bytes"] > 0
+        assert row["container_memory"]["name"] == "escha-standin-tp2" and not row["container_memory"]["oom_killed"]
+        assert row["plan"]["profile"] == "standin-tp2" and row["plan"]["host_kv_tokens"] > 0
+        assert "HTTP 404" in row["metrics_error"] and row["host"]["server_rss_bytes"] > 0
         lg = run_cli("logs", "--profile", P)
         assert "The server is fired up and ready to roll!" in lg.stdout
         # restart after ready: kill the server inside; on-failure brings it back
