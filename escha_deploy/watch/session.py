@@ -114,6 +114,22 @@ def find_targets(profile: str | None, note=lambda line: None) -> list[Target]:
     return nat + con
 
 
+def measured_h2d(plan: PlanView | None) -> PlanView | None:
+    """The plan view with the measured host -> device bandwidth filled in from doctor's saved
+    findings of this host (``restore_bandwidth.load_gbps``, the restore probe,
+    ``doctor/restore_probe.py``) when the plan carries none; unchanged without findings."""
+    if plan is None or plan.h2d_bytes_per_s is not None:
+        return plan
+    from escha_deploy.findings import load_findings
+    from escha_deploy.host import host_id
+    from escha_deploy.paths import doctor_findings_path
+
+    f = load_findings(doctor_findings_path(), host_id=host_id())
+    if f is None or f.restore_bandwidth is None:
+        return plan
+    return plan.model_copy(update={"h2d_bytes_per_s": f.restore_bandwidth.load_gbps * 1e9})
+
+
 class Watcher:
     """Looks at one target again and again; keeps the looks of the last ``window_s`` seconds."""
 
@@ -122,6 +138,7 @@ class Watcher:
                  since_start: bool = False) -> None:
         """``since_start``: the server's counters are taken from their zero (the server's
         start) rather than over the window; host rates still need two looks."""
+        target.plan = measured_h2d(target.plan)
         self.target = target
         self.since_start = since_start
         self.docker_error: str | None = None

@@ -175,3 +175,22 @@ def test_the_profiles_watch_thresholds_are_used(box):
     r, rows = status(name, *CHECK)
     assert r.code == 0, r.err
     assert "needs 1000 requests" in rows[0]["not_evaluated"]["inert_host_tier"]
+
+
+def test_measured_bandwidth_from_doctors_findings_beside_the_achieved(box, tmp_path, monkeypatch):
+    """doctor's restore probe (saved findings of this host) is the reference the view shows."""
+    from escha_deploy.findings import DoctorFindings, RestoreBandwidth, save_findings
+    from escha_deploy.host import host_id
+    from escha_deploy.paths import doctor_findings_path
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    save_findings(DoctorFindings(created_at="2026-12-01T00:00:00+00:00", host_id=host_id(),
+                                 restore_bandwidth=RestoreBandwidth(method="pinned copy_", bytes=1 << 30,
+                                                                    load_gbps=24.5, backup_gbps=20.0)),
+                  doctor_findings_path())
+    srv, name = box(device_tokens=500, host_tokens=20_000)
+    load(srv.url, rounds=2)
+    r, rows = status(name, *CHECK)
+    rank = rows[0]["server"]["ranks"]["0"]
+    assert rank["measured_h2d_gb_per_s"] == 24.5 and rank["load_back_gb_per_s"] > 0
+    assert rows[0]["plan"]["h2d_bytes_per_s"] == 24.5e9
