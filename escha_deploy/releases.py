@@ -19,6 +19,8 @@ packaging bug (``ValueError``), not the user's.
 from __future__ import annotations
 
 import functools
+import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -124,6 +126,7 @@ class Release(_Model):
 class _Index(_Model):
     default: Annotated[str, Field(pattern=_VERSION)]
     supported: tuple[Annotated[str, Field(pattern=_VERSION)], ...]
+    series_made_for: Annotated[str, Field(pattern=_VERSION)]
 
 
 def releases_dir() -> Path:
@@ -150,6 +153,42 @@ def default_release() -> str:
 def supported_releases() -> tuple[str, ...]:
     """Every supported release, in ``index.yaml``'s order."""
     return _index().supported
+
+
+def series_release() -> str:
+    """The release our patch series (``runtime_patches/``) is made against (``index.yaml``)."""
+    return _index().series_made_for
+
+
+_TAG = re.compile(r":v?(\d+\.\d+\.\d+)(?![\d.])")
+
+
+def image_tag_release(ref: str) -> str | None:
+    """The ``X.Y.Z`` an image reference's tag starts with (``lmsysorg/sglang:v0.5.19``,
+    ``escha-sglang:0.5.19-hicache``), or None; a digest (``@sha256:``) is not a tag."""
+    m = _TAG.search(ref.split("@", 1)[0].rsplit("/", 1)[-1])
+    return m.group(1) if m else None
+
+
+def release_findings(needs: Sequence[str], series_caps: Sequence[str], images: Sequence[tuple[str, str]],
+                     release: str, source: str) -> list[tuple[str, str, str]]:
+    """``(severity, field, message)`` for a profile planned for ``release`` (from ``source``):
+    an error for each needed capability of our patch series when the series is made for another
+    release; a warning for each image reference (``(field, ref)``) whose tag names another
+    release."""
+    out: list[tuple[str, str, str]] = []
+    series = [c for c in needs if c in series_caps]
+    if series and release != series_release():
+        out.append(("error", "runtime.needs",
+                    f"{', '.join(series)} come from our patch series, made for SGLang {series_release()}; the plan is "
+                    f"for SGLang {release} ({source}), which has none of them: clear runtime.needs for a stock "
+                    f"{release} image, or see what applies with `escha-deploy runtime rebase --check {release}`"))
+    for field, ref in images:
+        tagged = image_tag_release(ref)
+        if tagged and tagged != release:
+            out.append(("warning", field, f"{ref} is tagged for SGLang {tagged}, but the plan is for SGLang {release} "
+                        f"({source}); `up` refuses an image whose runtime says another release"))
+    return out
 
 
 def check_supported(version: str, where: str) -> str:
@@ -182,6 +221,45 @@ def load_release(version: str | None = None) -> Release:
     if release.version != path.parent.name:
         raise ValueError(f"{path}: version {release.version} in the folder of {path.parent.name}")
     return release
+
+
+class ReleaseChoice(_Model):
+    """The release a plan targets and where that came from (``source``: ``the image X``,
+    ``--sglang-version``, ``runtime.sglang_version``, or ``the default release``)."""
+
+    version: str
+    source: str
+
+
+def choose_release(*, image: tuple[str | None, str] | None = None, flag: str | None = None,
+                   profile: str | None = None, profile_where: str = "runtime.sglang_version") -> ReleaseChoice:
+    """The release that will run: the image's (``(version, where)``: its runtime description
+    or labels; ``version`` None when the image does not say), else ``flag``
+    (``--sglang-version``), else ``profile`` (``runtime.sglang_version``), else the default.
+
+    Raises ``BadInput`` (exit 2) for a flag or profile release that is not supported,
+    ``Refused`` (exit 3) for an image whose release is not supported, and ``Refused`` naming
+    both when two sources name different releases.
+    """
+    from .errors import Refused
+
+    named: list[tuple[str, str]] = []
+    if image is not None and image[0]:
+        if image[0] not in supported_releases():
+            raise Refused(f"{image[1]} runs SGLang {image[0]}, not a supported release "
+                          f"(supported: {', '.join(supported_releases())})")
+        named.append((image[0], image[1]))
+    if flag:
+        named.append((check_supported(flag, "--sglang-version"), "--sglang-version"))
+    if profile:
+        named.append((check_supported(profile, profile_where), profile_where))
+    for version, where in named[1:]:
+        if version != named[0][0]:
+            raise Refused(f"SGLang release: {named[0][1]} says {named[0][0]}, {where} says {version}",
+                          hint="name one release, or plan for the image that runs it")
+    if named:
+        return ReleaseChoice(version=named[0][0], source=named[0][1])
+    return ReleaseChoice(version=default_release(), source="the default release (escha_deploy/catalog/releases/index.yaml)")
 
 
 def main() -> int:

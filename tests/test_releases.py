@@ -179,3 +179,10 @@ def test_a_profile_names_a_supported_release_or_is_refused_naming_the_field():
     with pytest.raises(BadInput) as e:
         load_profile("rtx5060ti-tp2-fp8", ["runtime.sglang_version=0.5.21"])
     assert "runtime.sglang_version" in str(e.value) and "SGLang 0.5.21 is not a supported release" in str(e.value)
+
+
+def test_the_series_is_made_for_the_release_its_base_inventories_are_of():
+    from escha_deploy.paths import runtime_patches_dir
+
+    versions = {json.loads(p.read_text())["version"] for p in (runtime_patches_dir() / "base").glob("*.json")}
+    assert versions == {releases.series_release()}

@@ -33,6 +33,10 @@ def plan_command(
     chart: Annotated[Optional[str], typer.Option(
         "--chart", help="Also draw the memory plan (per rank: server processes, OS, page-cache floor, KV and "
         "mamba host pools, what is left) against the memory base as a PNG at FILE (the 'chart' extra).")] = None,
+    sglang_version: Annotated[Optional[str], typer.Option(
+        "--sglang-version", metavar="X.Y.Z", help="Plan for this SGLang release (its host guard, memory defaults "
+        "and parser). Default: the image's release when run in one, else runtime.sglang_version, else the "
+        "default release; two that disagree are refused (exit 3).")] = None,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Show the memory budget: device pools, host pools, pinned total per rank and overall,
@@ -88,7 +92,8 @@ def plan_command(
                                                         hicache_size=hicache_size, auto=auto)
     result, desc = plan_here(profile, overrides, ratio=ratio_value, hicache_size=size_value, host_bytes=host_bytes,
                              platform="wsl2" if wsl2 else "linux" if linux else None, facts_path=facts,
-                             write_facts=write_facts, prof=prof, hicache_source=hicache_source)
+                             write_facts=write_facts, prof=prof, hicache_source=hicache_source,
+                             sglang_version=sglang_version)
     if notes:
         result = result.model_copy(update={"warnings": notes + list(result.warnings)})
     if chart is not None:
@@ -229,17 +234,20 @@ def plan_here(profile_ref: str, overrides: list[str], **kw):
     for it). ``kw``: ``make_plan``'s other keywords. Returns ``(plan, description or None)``."""
     desc = runtime_here()
     caps = frozenset(desc.capabilities) if desc is not None else None
-    return make_plan(profile_ref, overrides, capabilities=caps, **kw), desc
+    return make_plan(profile_ref, overrides, capabilities=caps, desc=desc, **kw), desc
 
 
 def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_size=None, host_bytes=None,
               platform=None, capabilities=None, facts_path=None, write_facts=None, prof=None,
-              hicache_source=None):
+              hicache_source=None, sglang_version=None, desc=None):
     """Gather (profile, host facts, model folder), then plan: the three lines of intent, through
     the same functions as ``up`` and ``serve`` (``launch.prepare``), flag check included.
     ``prof``: ``profile_ref`` with ``overrides`` when the caller loaded it already.
-    ``hicache_source``: where the HiCache setting came from, for the plan's label."""
+    ``hicache_source``: where the HiCache setting came from, for the plan's label.
+    ``sglang_version``: ``--sglang-version``; the release is chosen by ``releases.choose_release``
+    from this machine's runtime description (``desc``), the flag and the profile."""
     from ..launch.prepare import gather, plan_gathered
+    from ..releases import choose_release
 
     if prof is None:
         from ..profile import load_profile
@@ -251,6 +259,9 @@ def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_siz
         # check); a capability it lacks is refused by the caller, exit 3, as `serve --print` does
         desc = runtime_here()
         capabilities = frozenset(desc.capabilities) if desc is not None else None
+    release = choose_release(
+        image=(desc.sglang_version, "this runtime (/etc/escha/runtime.json)") if desc is not None else None,
+        flag=sglang_version, profile=prof.runtime.sglang_version)
     # the L3 directory is checked here, not in gather: `up` and `serve` refuse before start
     # with its problem alone, while a plan still shows the budget with that problem as a reason
     g = gather(prof, facts_path=facts_path, platform=platform, host_ram=host_bytes, check_here=False)
@@ -258,7 +269,7 @@ def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_siz
     if write_facts:
         _write_facts(g, write_facts)
     result = plan_gathered(prof, g, capabilities=capabilities, ratio=ratio, hicache_size_gb=hicache_size,
-                           hicache_source=hicache_source)
+                           hicache_source=hicache_source, release=release)
     if l3_refusals:
         # the server would be refused before start (exit 3), as an unsafe plan is
         reasons = l3_refusals + (result.reasons if result.verdict == "unsafe" else [])

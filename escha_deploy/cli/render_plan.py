@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..planner.result import Plan
-from ..units import fmt_gb, fmt_gib, fmt_mib
+from ..units import fmt_gib_gb, fmt_gb, fmt_gib, fmt_mib
 
 
 def _b(n: int | None) -> str:
@@ -22,6 +22,7 @@ def render_plan(p: Plan) -> None:
               else f"--hicache-ratio {hc.ratio:g}")
     con.print(f"[bold]{p.profile}[/]  TP {p.tp_size}, {p.platform} host ({p.host_source}), KV {p.kv_cache_dtype}, "
               f"page {p.page_size}, HiCache {chosen}  ({hc.requested})")
+    con.print(f"SGLang {p.sglang_release} ({p.sglang_release_source or 'the default release'})")
 
     t = Table(title="Per rank (GB = 1e9 B)", title_justify="left")
     t.add_column("pool")
@@ -91,10 +92,23 @@ def render_plan(p: Plan) -> None:
         t.add_column("runtime")
         t.add_column("result")
         t.add_column("why")
-        t.add_row("stock 0.5.19" + (" (applies)" if rc.applies == "stock" else ""), rc.stock or "-", rc.stock_detail)
+        stock_why = rc.stock_detail + (f"; available: {rc.stock_available_detail}" if rc.stock_available_detail else "")
+        t.add_row(f"stock {rc.release or p.sglang_release}" + (" (applies)" if rc.applies == "stock" else ""),
+                  rc.stock or "-", stock_why)
         t.add_row(f"patched, reserve {fmt_gib(rc.patched_reserve_bytes)}" + (" (applies)" if rc.applies == "patched" else ""),
                   rc.patched or "-", rc.patched_detail)
         con.print(t)
+    g = p.host_guard
+    if g is not None:
+        from rich.markup import escape as _esc
+
+        con.print(f"SGLang {g.release}'s host guard ({g.kind}): available {fmt_gib_gb(g.available_bytes)} "
+                  f"= {_esc(g.available_detail)}, reserve {fmt_gib(g.reserve_bytes)}, one reading's share per rank "
+                  f"{fmt_gib_gb(max(g.share_per_rank_bytes, 0))}", soft_wrap=True)
+        if g.auto_size is not None:
+            au = g.auto_size
+            con.print(f"  its auto-size (not used: escha renders the ratio) would pick ratio {au.ratio:g}"
+                      + (" and refuse" if au.refused else "") + f": {_esc(au.detail)}", soft_wrap=True)
 
     d = p.device
     # the WSL2 term only on WSL2: a plain Linux host hides nothing
@@ -115,7 +129,7 @@ def render_plan(p: Plan) -> None:
 
     if p.argv_check is not None:
         a = p.argv_check
-        con.print(f"argv: {a.verified} flags verified against SGLang 0.5.19's parser catalog"
+        con.print(f"argv: {a.verified} flags verified against SGLang {p.sglang_release}'s parser catalog"
                   + (f"; declared by capabilities, not verified: {', '.join(a.declared)}" if a.declared else ""))
     short = (f" [bold yellow]but {fmt_gb(p.short_now_bytes)} short of memory available now (warning below)[/]"
              if p.short_now_bytes and p.verdict != "unsafe" else "")

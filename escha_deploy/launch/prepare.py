@@ -243,7 +243,8 @@ def check_rendered_argv(result: Plan, prof: Profile) -> ArgvCheck:
 
     # flags a needed capability declares are valid here: a runtime that lacks the capability is
     # the missing-capability refusal's to name (exit 3), not a bad argv
-    check = check_argv(server_args(result, prof), set(result.capabilities) | set(prof.runtime.needs))
+    check = check_argv(server_args(result, prof), set(result.capabilities) | set(prof.runtime.needs),
+                       version=result.sglang_release)
     if check.errors:
         raise BadInput(*(f"runtime.extra_args or rendered argv: {line}" for line in check.error_lines()))
     declared = [f"{u.flag} {' '.join(u.values)} ({u.capability})".replace("  ", " ") for u in check.declared()]
@@ -252,16 +253,20 @@ def check_rendered_argv(result: Plan, prof: Profile) -> ArgvCheck:
 
 def plan_gathered(profile: Profile, g: Gathered, *, capabilities: Sequence[str] | None = None,
                   ratio: float | None = None, hicache_size_gb: int | None = None,
-                  hicache_source: str | None = None) -> Plan:
+                  hicache_source: str | None = None, release=None) -> Plan:
     """Plan ``profile`` on the gathered facts and check the rendered argv against the flag
     catalog (``BadInput``, exit 2, for a flag the runtime would refuse). ``capabilities``: the
     runtime's (default: the profile's needs, as an image built for it provides). ``hicache_source``:
-    ``planner.plan``'s, where the profile's HiCache setting came from."""
+    ``planner.plan``'s, where the profile's HiCache setting came from. ``release``: the
+    ``releases.ReleaseChoice`` to plan (default: the profile's ``runtime.sglang_version``, else
+    the default release); its parser checks the argv."""
     from escha_deploy.planner import plan as make_plan
+    from escha_deploy.releases import choose_release
 
+    release = release or choose_release(profile=profile.runtime.sglang_version)
     result = make_plan(profile, g.host, model_dir=g.model_dir, ratio=ratio, hicache_size_gb=hicache_size_gb,
                        capabilities=None if capabilities is None else frozenset(capabilities),
-                       hicache_source=hicache_source)
+                       hicache_source=hicache_source, release=release.version, release_source=release.source)
     return result.model_copy(update={"argv_check": check_rendered_argv(result, profile)})
 
 

@@ -34,15 +34,16 @@ from ..arch import ModelArch, ModelDirFacts, RankShapes, arch_mismatch, rank_sha
 from ..gpu_facts import peer_access, tp_gpu_indices
 from ..host import HostFacts
 from ..profile import Profile
+from ..releases import default_release, load_release, release_findings
 from ..runtime.hooks.host_alloc import PINNED_MAX_BYTES
 from ..units import GB, MiB, fmt_gb, fmt_gib, fmt_gib_gb, fmt_mib
 from . import kv as kvmod
-from .checks import STOCK_RESERVE_BYTES, patched_check, stock_check
+from .checks import auto_size_pick, guard_available, patched_check, stock_check
 from .device import sglang_default_mem_fraction, sglang_min_reserved_mib, sglang_reserved_mib
 from .pools import (DevicePools, HostPools, host_buffers, host_pools_at_ratio, host_pools_at_size,
                     pinned_buffers)
-from .result import (Budget, Decision, DevicePlan, Finding, HiCachePlan, HostBuffer, KvDtypeRow, PerRank, Plan,
-                     RuntimeCheck, SafetyPolicy)
+from .result import (AutoSizeCheck, HostGuardView, Budget, Decision, DevicePlan, Finding, HiCachePlan, HostBuffer, KvDtypeRow,
+                     PerRank, Plan, RuntimeCheck, SafetyPolicy)
 from .validate import resolved_mamba_strategy, validate
 
 __all__ = ["plan", "Plan", "STEPS"]
@@ -67,6 +68,8 @@ class _Ctx:
     size_override: int | None
     hicache_source: str | None = None
     model_dir: ModelDirFacts | None = None
+    release: str = ""  # the SGLang release planned (releases/VERSION)
+    release_source: str = ""
     decisions: list[Decision] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
@@ -81,6 +84,9 @@ class _Ctx:
     budget: Budget | None = None
     ceiling: int | None = None
     a_runtime: int = 0
+    a_guard: int = 0  # what the release's stock host guard reads as available (checks.guard_available)
+    a_guard_detail: str = ""
+    stock_reserve: int = 0
     patched_reserve: int = 0
     runtime_applies: str = "stock"
     max_safe_ratio: float | None = None
@@ -194,7 +200,8 @@ def _mem_fraction(c: _Ctx) -> tuple[float, str, float]:
     rt = c.profile.runtime
     default = sglang_default_mem_fraction(
         c.profile.hardware.gpu_vram, c.ranks, chunked_prefill=rt.chunked_prefill_size,
-        decode_max_bs=rt.cuda_graph_max_bs, prefill_graphs=not rt.disable_prefill_cuda_graph)
+        decode_max_bs=rt.cuda_graph_max_bs, prefill_graphs=not rt.disable_prefill_cuda_graph,
+        release=c.release, max_running_requests=rt.max_running_requests)
     if rt.mem_fraction_static is not None:
         return rt.mem_fraction_static, "runtime.mem_fraction_static", default
     return default, "SGLang's default for this card (memory_hook.py: handle_gpu_memory_settings)", default
@@ -217,7 +224,8 @@ def step_device_budget(c: _Ctx) -> None:
     need = c.weights_bytes + c.dev.kv_bytes + c.dev.mamba_bytes + c.int2_hp_bytes
     reserved = int(sglang_reserved_mib(vram // MiB, c.ranks, chunked_prefill=rt.chunked_prefill_size,
                                        decode_max_bs=rt.cuda_graph_max_bs,
-                                       prefill_graphs=not rt.disable_prefill_cuda_graph) * MiB)
+                                       prefill_graphs=not rt.disable_prefill_cuda_graph, release=c.release,
+                                       max_running_requests=rt.max_running_requests) * MiB)
     room = free - static - c.req_to_token_bytes
     # SGLang fits tokens x bytes-per-token into the budget and allocates one padding page on top
     # (memory_pool.py: buffers of tokens + page_size rows), so the page is not budgeted
@@ -304,6 +312,10 @@ def step_pinned_budget(c: _Ctx) -> None:
                "raise the container's memory limit" if base_kind == "cgroup" else "use a host with more memory"))
     # MemAvailable when the pools are built: the base less the OS and the server processes.
     c.a_runtime = max(base - sf.os_reserve - procs, 0)
+    c.a_guard, c.a_guard_detail = guard_available(
+        c.release, c.a_runtime, mem_total=h.mem_total_bytes, hugetlb=h.hugetlb_bytes,
+        cgroup_limit=h.cgroup_limit_bytes, os_reserve=sf.os_reserve, server_processes=procs)
+    c.stock_reserve = load_release(c.release).host_guard.reserve_bytes
     c.patched_reserve = max(c.a_runtime - budget, 0)
     c.runtime_applies = "patched" if "hicache-host-reserve-env" in c.capabilities else "stock"
     c.decide("pinned_budget", "reserve for the patched runtime", c.patched_reserve,
@@ -334,7 +346,7 @@ def _first_failure(c: _Ctx, pools: HostPools) -> str | None:
         return (f"the pinned allocation limit: the {name} is {nbytes:,} B, above {PINNED_MAX_BYTES:,} B (4 GiB) "
                 "for one cudaHostAlloc buffer (sglang#7666)")
     if c.runtime_applies == "stock":
-        ok, why = stock_check(c.a_runtime, c.ranks, pools.kv_bytes, pools.mamba_bytes)
+        ok, why = stock_check(c.a_guard, c.ranks, pools.kv_bytes, pools.mamba_bytes, c.stock_reserve)
     else:
         ok, why = patched_check(c.a_runtime, c.ranks, pools.kv_bytes, pools.mamba_bytes, c.patched_reserve)
     return None if ok else f"the {c.runtime_applies} runtime's own check: {why}"
@@ -404,7 +416,7 @@ def step_runtime_checks(c: _Ctx) -> None:
     """Only records the rule; the checks run on the chosen pools in ``host_pools``."""
     c.decide("runtime_checks", "runtime check that applies", c.runtime_applies,
              "the runtime has hicache-host-reserve-env" if c.runtime_applies == "patched"
-             else "stock 0.5.19 (no hicache-host-reserve-env capability)")
+             else f"stock {c.release} (no hicache-host-reserve-env capability): {c.a_guard_detail}")
 
 
 def step_safe_ratio(c: _Ctx) -> None:
@@ -580,12 +592,14 @@ def step_host_pools(c: _Ctx) -> None:
         c.warnings.append(f"hicache: the host KV pool ({p.kv_tokens:,} tokens) is not larger than the device pool "
                           f"({c.dev.kv_tokens:,}); L2 cache effectiveness is reduced (SGLang's own warning)")
     # The runtime's own checks on these pools.
-    s_ok, s_why = stock_check(c.a_runtime, c.ranks, p.kv_bytes, p.mamba_bytes)
+    s_ok, s_why = stock_check(c.a_guard, c.ranks, p.kv_bytes, p.mamba_bytes, c.stock_reserve)
     p_ok, p_why = patched_check(c.a_runtime, c.ranks, p.kv_bytes, p.mamba_bytes, c.patched_reserve)
     c.runtime_check = RuntimeCheck(
         stock="accept" if s_ok else "refuse", patched="accept" if p_ok else "refuse",
-        applies=c.runtime_applies, available_bytes=c.a_runtime, stock_reserve_bytes=STOCK_RESERVE_BYTES,
-        patched_reserve_bytes=c.patched_reserve, stock_detail=s_why, patched_detail=p_why)
+        applies=c.runtime_applies, available_bytes=c.a_runtime, stock_reserve_bytes=c.stock_reserve,
+        patched_reserve_bytes=c.patched_reserve, stock_detail=s_why, patched_detail=p_why,
+        release=c.release, guard_kind=load_release(c.release).host_guard.kind,
+        stock_available_detail=c.a_guard_detail)
     applied_ok = p_ok if c.runtime_applies == "patched" else s_ok
     if not applied_ok:
         c.unsafe.append(f"the {c.runtime_applies} runtime's host-memory check would refuse at startup: "
@@ -603,9 +617,37 @@ def step_host_pools(c: _Ctx) -> None:
                               f"{fmt_gb(need)} this plan needs: other processes already hold the room")
 
 
+def _auto_size(c: _Ctx) -> AutoSizeCheck | None:
+    """What the release's auto-size would pick on this box (None: the release has none)."""
+    device = c.dev.kv_bytes + c.dev.mamba_bytes
+    picked = auto_size_pick(c.release, c.a_guard, c.ranks, device,
+                            buffer_only=c.profile.hicache.hicache_host_memory_mode == "buffer_only")
+    if picked is None:
+        return None
+    ratio, budget = picked
+    auto = load_release(c.release).host_guard.auto_size
+    if ratio <= 0:
+        return AutoSizeCheck(fraction=auto.fraction_default, budget_per_rank_bytes=budget, device_bytes=device,
+                             ratio=round(ratio, 3), refused=True,
+                             detail="\"No host memory is left for HiCache after the 10 GiB reserve\" (hicache_auto_size.py)")
+    pools = host_pools_at_ratio(c.dev, ratio)
+    fits = pools.kv_bytes <= budget and pools.mamba_bytes <= budget - pools.kv_bytes
+    return AutoSizeCheck(
+        fraction=auto.fraction_default, budget_per_rank_bytes=budget, device_bytes=device, ratio=round(ratio, 3),
+        host_kv_bytes=pools.kv_bytes, host_mamba_bytes=pools.mamba_bytes, refused=not fits,
+        detail=(f"(({fmt_gib(c.a_guard)} - {fmt_gib(c.stock_reserve)} reserve) "
+                f"// {c.ranks}) x {auto.fraction_default} = {fmt_gib_gb(budget)} per rank; ratio min({auto.default_ratio}, "
+                f"{fmt_gib(budget)} x {1 - auto.allocation_slack:g} / {fmt_gib(device)} device) = {ratio:.3f}; "
+                f"pools {fmt_gib_gb(pools.kv_bytes + pools.mamba_bytes)} booked against the one snapshot "
+                f"({'fit' if fits else 'do not fit'})"))
+
+
 def step_validate(c: _Ctx) -> None:
     c.findings = validate(c.profile, c.arch, c.capabilities, page_size=c.page_size, mamba_slots=c.dev.mamba_slots,
                           model_dir=c.model_dir)
+    images = [("container.image", c.profile.container.image), ("runtime.base_image", c.profile.runtime.base_image)]
+    c.findings += [Finding(severity=sev, field=f, message=m) for sev, f, m in
+                   release_findings(c.profile.runtime.needs, SERIES_CAPABILITIES, images, c.release, c.release_source)]
 
 
 def step_verdict(c: _Ctx) -> None:
@@ -683,7 +725,8 @@ def _host_buffer_rows(c: _Ctx) -> list[HostBuffer]:
 
 def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None = None,
          ratio: float | None = None, hicache_size_gb: int | None = None,
-         capabilities: frozenset[str] | set[str] | None = None, hicache_source: str | None = None) -> Plan:
+         capabilities: frozenset[str] | set[str] | None = None, hicache_source: str | None = None,
+         release: str | None = None, release_source: str = "") -> Plan:
     """Plan ``profile`` on ``host``: every byte the runtime will allocate, its own checks, the
     safe HiCache ratio and a verdict with reasons.
 
@@ -693,7 +736,9 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
     profile's deciding HiCache key (``enabled: false``, else ``hicache_size`` > 0, else
     ``hicache_ratio``) was set, ``file:line`` or ``--set key``, for the plan's label. ``capabilities``: what the
     target runtime provides; default: what the profile needs (the image built for it).
-    Pure: no I/O. Raises nothing for unsafe plans; see ``Plan.verdict``.
+    ``release``: the SGLang release planned (``releases.choose_release``; default: the default
+    release): its host guard, memory defaults and parser; ``release_source`` where it came from.
+    Pure: no I/O (the release's committed data is read once per process). Raises nothing for unsafe plans; see ``Plan.verdict``.
     """
     caps = frozenset(profile.runtime.needs if capabilities is None else capabilities)
     arch = model_dir.arch if model_dir and model_dir.arch else profile.model.architecture
@@ -707,7 +752,8 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
         wsrc = "model.weights_per_rank (profile estimate)"
     c = _Ctx(profile=profile, host=host, arch=arch, weights_bytes=weights, weights_source=wsrc,
              capabilities=caps, ratio_override=ratio, size_override=hicache_size_gb,
-             hicache_source=hicache_source, model_dir=model_dir)
+             hicache_source=hicache_source, model_dir=model_dir, release=release or default_release(),
+             release_source=release_source or "the default release")
     if model_dir and model_dir.arch:
         # the folder's config.json wins (it is what SGLang loads), but a profile written for
         # another model then plans a model nobody declared: say so, naming both
@@ -729,7 +775,7 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
     if profile.runtime.tp_size > 1 and not peers.proven:
         c.decide("launch", "custom all-reduce needs proven peer access", "--disable-custom-all-reduce", peers.detail)
     return Plan(
-        profile=profile.name, tp_size=c.ranks, platform=host.platform, host_source=host.source,
+        profile=profile.name, sglang_release=c.release, sglang_release_source=release_source, tp_size=c.ranks, platform=host.platform, host_source=host.source,
         hybrid=arch.is_hybrid, kv_cache_dtype=profile.runtime.kv_cache.dtype, page_size=c.page_size,
         hicache=c.hicache,
         per_rank=PerRank(
@@ -748,6 +794,11 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
         recommended_ratio=c.recommended_ratio if c.hicache.enabled else None,  # none when the plan turned it off
         ratio_cap=profile.hicache.max_ratio if profile.hicache.enabled else None,
         runtime_check=c.runtime_check,
+        host_guard=HostGuardView(
+            release=c.release, kind=load_release(c.release).host_guard.kind, reserve_bytes=c.stock_reserve,
+            available_bytes=c.a_guard, available_detail=c.a_guard_detail,
+            share_per_rank_bytes=(c.a_guard - c.stock_reserve) // max(c.ranks, 1),
+            auto_size=_auto_size(c) if profile.hicache.enabled else None),
         device=c.device,
         kv_dtype_comparison=_comparison(c),
         capabilities=sorted(caps),

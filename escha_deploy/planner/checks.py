@@ -22,12 +22,10 @@ from __future__ import annotations
 
 from ..units import GiB, fmt_gb, fmt_gib, fmt_gib_gb
 
-STOCK_RESERVE_BYTES = 10 * GiB  # pool_host/base.py: HICACHE_HOST_MEMORY_RESERVE_BYTES
-
-
-def stock_check(available: int, ranks: int, kv: int, mamba: int,
-                reserve: int = STOCK_RESERVE_BYTES) -> tuple[bool, str]:
-    """Whether stock 0.5.19 accepts the pools in the worst rank ordering; and why."""
+def stock_check(available: int, ranks: int, kv: int, mamba: int, reserve: int) -> tuple[bool, str]:
+    """Whether the stock release's guard accepts the pools in the worst rank ordering; and why.
+    ``available``: what the guard reads (``guard_available``); ``reserve``: the release's
+    ``HICACHE_HOST_MEMORY_RESERVE_BYTES`` (``releases/VERSION/facts.yaml``), bytes."""
     peers = (ranks - 1) * (kv + mamba)
     kv_share = (available - peers - reserve) // ranks
     ok_kv = kv <= kv_share
@@ -56,3 +54,57 @@ def patched_check(available: int, ranks: int, kv: int, mamba: int, reserve: int)
         f"one reading for the TP group: ({fmt_gib(available)} - {fmt_gib(reserve)} reserve) / "
         f"{ranks} = {fmt_gib_gb(max(share, 0))} per rank; pools {fmt_gib_gb(kv + mamba)} {rel} that"
     )
+
+
+# --------------------------------------------------------------------------- per release
+
+
+def guard_available(release: str | None, a_runtime: int, *, mem_total: int, hugetlb: int,
+                    cgroup_limit: int | None, os_reserve: int, server_processes: int) -> tuple[int, str]:
+    """``(bytes, how)``: the available memory ``release``'s host guard reads when the pools are
+    built, from the plan's model of the host (bytes).
+
+    ``per-pool-available`` (0.5.19, 0.5.20: ``pool_host/base.py: host_memory_budget_bytes``
+    reads psutil): ``a_runtime``, the planner's modelled MemAvailable. ``cgroup-bounded``
+    (0.5.21+: ``mem_cache/host_memory.py: available_host_memory_bytes``):
+    min(MemAvailable, cgroup headroom), MemAvailable = MemTotal - huge pages - OS - server
+    processes, headroom = the cgroup limit - the cgroup's usage less its page cache (the server
+    processes: the page cache is credited).
+    """
+    from ..releases import load_release
+
+    guard = load_release(release).host_guard
+    if guard.kind == "per-pool-available":
+        return a_runtime, f"MemAvailable modelled {fmt_gib(a_runtime)} (psutil; pool_host/base.py: host_memory_budget_bytes)"
+    host_avail = max(mem_total - hugetlb - os_reserve - server_processes, 0)
+    if cgroup_limit is None:
+        return host_avail, (f"min(MemAvailable {fmt_gib(host_avail)}, no cgroup limit) "
+                            "(mem_cache/host_memory.py: available_host_memory_bytes)")
+    headroom = max(cgroup_limit - server_processes, 0)
+    return min(host_avail, headroom), (
+        f"min(MemAvailable {fmt_gib(host_avail)}, cgroup headroom {fmt_gib(cgroup_limit)} limit - "
+        f"{fmt_gib(server_processes)} server processes, page cache credited = {fmt_gib(headroom)}) "
+        "(mem_cache/host_memory.py: available_host_memory_bytes)")
+
+
+def auto_size_pick(release: str | None, available: int, ranks: int, device_bytes: int,
+                   buffer_only: bool = False) -> tuple[float, int] | None:
+    """What ``release``'s HiCache auto-size would pick (only when neither ``--hicache-ratio`` nor
+    ``--hicache-size`` is given; escha renders one of them, so this is shown beside the plan):
+    ``(ratio, budget per rank in bytes)``, or None for a release without auto-size.
+
+    ``mem_cache/hicache_auto_size.py: auto_size_hicache``: budget = int(((available - reserve)
+    // ranks) x fraction), ratio = min(default ratio, budget x (1 - slack) / device bytes of
+    the pools with a host mirror); the MIN all-reduce makes it one ratio for the ranks (all
+    read the same modelled host here). ``device_bytes``: per rank. A ratio <= 0 is SGLang's
+    "No host memory is left for HiCache after the 10 GiB reserve".
+    """
+    from ..releases import load_release
+
+    guard = load_release(release).host_guard
+    auto = guard.auto_size
+    if auto is None or device_bytes <= 0:
+        return None
+    budget = int(((available - guard.reserve_bytes) // max(ranks, 1)) * auto.fraction_default)
+    start = auto.default_ratio_buffer_only if buffer_only else auto.default_ratio
+    return min(start, budget * (1 - auto.allocation_slack) / device_bytes), budget

@@ -42,9 +42,17 @@ def tier_defaults(gpu_mem_mib: int, tp: int, release: str | None = None) -> tupl
 
 
 def sglang_reserved_mib(gpu_mem_mib: int, tp: int, *, chunked_prefill: int | None,
-                        decode_max_bs: int | None, prefill_graphs: bool = True, pp: int = 1) -> float:
-    """SGLang's activation + CUDA-graph reserve in MiB (``handle_gpu_memory_settings``)."""
-    default_chunk, default_bs = tier_defaults(gpu_mem_mib, tp)
+                        decode_max_bs: int | None, prefill_graphs: bool = True, pp: int = 1,
+                        release: str | None = None, max_running_requests: int | None = None) -> float:
+    """SGLang's activation + CUDA-graph reserve in MiB (``handle_gpu_memory_settings``) in
+    ``release`` (default: the default release): its tiers, and where the release caps a default
+    decode max batch size at ``--max-running-requests`` (0.5.22+), that cap."""
+    from ..releases import load_release
+
+    default_chunk, default_bs = tier_defaults(gpu_mem_mib, tp, release)
+    if (max_running_requests is not None and default_bs > max_running_requests
+            and load_release(release).memory_defaults.decode_max_bs_capped_by_max_running_requests):
+        default_bs = max_running_requests
     chunk = chunked_prefill if chunked_prefill and chunked_prefill > 0 else default_chunk
     bs = decode_max_bs or default_bs
     reserved = 512 + max(chunk, 2048) * 1.5 + tp * pp / 8 * 1024 + bs * 2
@@ -56,11 +64,13 @@ def sglang_reserved_mib(gpu_mem_mib: int, tp: int, *, chunked_prefill: int | Non
 
 
 def sglang_default_mem_fraction(gpu_mem_bytes: int, tp: int, *, chunked_prefill: int | None,
-                                decode_max_bs: int | None, prefill_graphs: bool = True) -> float:
-    """The ``--mem-fraction-static`` SGLang would pick for this card (3 decimals)."""
+                                decode_max_bs: int | None, prefill_graphs: bool = True,
+                                release: str | None = None, max_running_requests: int | None = None) -> float:
+    """The ``--mem-fraction-static`` SGLang ``release`` would pick for this card (3 decimals)."""
     gpu_mem_mib = gpu_mem_bytes // MiB
     reserved = sglang_reserved_mib(gpu_mem_mib, tp, chunked_prefill=chunked_prefill,
-                                   decode_max_bs=decode_max_bs, prefill_graphs=prefill_graphs)
+                                   decode_max_bs=decode_max_bs, prefill_graphs=prefill_graphs,
+                                   release=release, max_running_requests=max_running_requests)
     return round((gpu_mem_mib - reserved) / gpu_mem_mib, 3)
 
 

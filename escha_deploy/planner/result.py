@@ -111,12 +111,41 @@ class Budget(BaseModel):
     binding_detail: str = Field("", description="the binding constraint with its number and source")
 
 
+class AutoSizeCheck(BaseModel):
+    """What the release's HiCache auto-size (0.5.21+, sglang#40135) would pick for the same box
+    if neither ``--hicache-ratio`` nor ``--hicache-size`` were given (escha renders one, so it
+    does not run): ``mem_cache/hicache_auto_size.py: auto_size_hicache``. Bytes per rank."""
+
+    fraction: float = Field(description="--hicache-host-memory-fraction default")
+    budget_per_rank_bytes: int = Field(description="int(((available - reserve) // ranks) x fraction)")
+    device_bytes: int = Field(description="device bytes per rank of the pools with a host mirror (KV, mamba)")
+    ratio: float = Field(description="min(default ratio, budget x (1 - slack) / device bytes)")
+    host_kv_bytes: int = 0
+    host_mamba_bytes: int = 0
+    refused: bool = Field(description="ratio <= 0: 'No host memory is left for HiCache after the 10 GiB reserve'")
+    detail: str = ""
+
+
+class HostGuardView(BaseModel):
+    """The planned release's own host guard on this box, whatever HiCache setting is chosen:
+    what it reads as available (bytes, when the pools are built), its reserve, and what its
+    auto-size (0.5.21+) would pick. Sources: ``releases/VERSION/facts.yaml: host_guard``."""
+
+    release: str
+    kind: str = Field(description="per-pool-available (0.5.19, 0.5.20) or cgroup-bounded (0.5.21+)")
+    reserve_bytes: int
+    available_bytes: int
+    available_detail: str
+    share_per_rank_bytes: int = Field(description="(available - reserve) // ranks: one reading, one pool")
+    auto_size: AutoSizeCheck | None = None
+
+
 class RuntimeCheck(BaseModel):
     """SGLang's own host-memory check before it allocates host pools.
 
-    ``stock``: 0.5.19's ``host_memory_budget_bytes()`` (available - 10 GiB) // ranks, read by
-    every rank at every pool, in its worst rank ordering (a late rank counts its peers' pools
-    twice, sglang#38156). ``patched``: our series' reading once per TP group before any rank
+    ``stock``: the release's ``host_memory_budget_bytes()`` (available - 10 GiB) // ranks, read
+    by every rank at every pool, in its worst rank ordering (a late rank counts its peers' pools
+    twice, sglang#38156); available is psutil's (0.5.19) or bounded by the cgroup (0.5.21+). ``patched``: our series' reading once per TP group before any rank
     pins, with the configurable reserve.
     """
 
@@ -128,6 +157,9 @@ class RuntimeCheck(BaseModel):
     patched_reserve_bytes: int = Field(description="ESCHA_HICACHE_HOST_RESERVE_BYTES to hand over")
     stock_detail: str = ""
     patched_detail: str = ""
+    release: str = Field("", description="the SGLang release whose stock check this is")
+    guard_kind: str = Field("", description="the release's host guard (releases/VERSION/facts.yaml host_guard.kind)")
+    stock_available_detail: str = ""
 
 
 class DevicePlan(BaseModel):
@@ -168,6 +200,8 @@ class SafetyPolicy(BaseModel):
 
 class Plan(BaseModel):
     profile: str
+    sglang_release: str = Field(description="the SGLang release planned (its guard, defaults and flags)")
+    sglang_release_source: str = Field("", description="where the release came from")
     tp_size: int
     platform: Literal["linux", "wsl2"]
     host_source: Literal["live", "described", "saved", "facts"]
@@ -184,6 +218,7 @@ class Plan(BaseModel):
                                             "headroom, on the ratio grid; null when HiCache is off in this plan")
     ratio_cap: float | None = Field(None, description="hicache.max_ratio: the most the recommendation will pick")
     runtime_check: RuntimeCheck | None
+    host_guard: HostGuardView | None = None
     device: DevicePlan
     kv_dtype_comparison: list[KvDtypeRow]
     capabilities: list[str] = Field(description="capabilities the plan assumes the runtime has")

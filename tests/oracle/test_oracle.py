@@ -80,7 +80,7 @@ def test_a_wrong_planner_constant_fails_the_check(sglang_results, tmp_path, monk
     no extra page, is caught, field named."""
     real = devmod.tier_defaults
     monkeypatch.setattr(devmod, "tier_defaults",
-                        lambda mib, tp: (4096, 8) if mib < 20 * 1024 else real(mib, tp))
+                        lambda mib, tp, release=None: (4096, 8) if mib < 20 * 1024 else real(mib, tp, release))
     diffs, *_ = _check(sglang_results, tmp_path)
     assert any(": chunked_prefill_size: plan 4096, SGLang 2048" in d for d in diffs), diffs[:5]
     assert any(": reserved_mib:" in d for d in diffs)

@@ -262,7 +262,7 @@ def test_plan_models_the_runtime_the_import_gives(fork, tmp_path, decision):
     from escha_deploy.flags import server_env
     from escha_deploy.host import described_host
     from escha_deploy.planner import plan
-    from escha_deploy.planner.checks import STOCK_RESERVE_BYTES
+    from escha_deploy.releases import load_release
     from escha_deploy.profile import load_profile
 
     _, h = fork
@@ -276,7 +276,7 @@ def test_plan_models_the_runtime_the_import_gives(fork, tmp_path, decision):
         assert env[ENV_HOST_RESERVE] == str(p.runtime_check.patched_reserve_bytes)
     else:
         assert p.runtime_check.applies == "stock"
-        assert p.runtime_check.stock_reserve_bytes == STOCK_RESERVE_BYTES == 10 * 2**30
+        assert p.runtime_check.stock_reserve_bytes == load_release("0.5.19").host_guard.reserve_bytes == 10 * 2**30
         assert ENV_HOST_RESERVE not in env
     assert not [k for k in env if k.startswith("ESCHA_") and k not in (
         ENV_HOST_RESERVE, "ESCHA_HICACHE_HOST_ALLOCATOR")]
