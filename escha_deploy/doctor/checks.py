@@ -322,7 +322,7 @@ def check_restore(p) -> list[Check]:
             return [warn("probe.restore", f"restore bandwidth not measured: {p.restore_error}",
                          "plan shows host_hit_cost as not measured; rerun `escha-deploy doctor` on an idle GPU")]
         return []
-    page = (f"; one page ({fmt_mib(r.page_bytes)}): load {r.page_load_gbps} GB/s, backup {r.page_backup_gbps} GB/s"
+    page = (f"; one page ({r.page_bytes:,} B): load {r.page_load_gbps} GB/s, backup {r.page_backup_gbps} GB/s"
             if r.page_bytes and r.page_load_gbps else "")
     return [ok("probe.restore", f"load (host -> device) {r.load_gbps} GB/s, backup {r.backup_gbps} GB/s at "
                f"{fmt_gib(r.bytes)}{page}; {r.method} ({p.source})")]

@@ -14,11 +14,11 @@ wheel) first on ``sys.path``. Prints one JSON object as its last line. Jobs:
   outside the chosen pages. Host indices are on the CPU for the staged page_first write-back and
   on the GPU otherwise, as ``managers/cache_controller.py`` moves them. Also the seconds and
   GB/s (1e9) of each backup and load.
-- ``reading --bytes N --allocator A``: in this fresh process (CUDA initialised first) allocate
-  ``N`` bytes three times through the patched ``pool_host/common.py`` allocation function
-  (``torch`` instead: ``torch.empty(pin_memory=True)``, the caching allocator, for contrast), each
-  time reading MemAvailable before and after, then freeing it as the pool's ``destroy()`` does;
-  the median drop and ``torch.cuda.host_memory_stats``.
+- ``reading --bytes N1,N2,... --allocator A``: in this fresh process (CUDA initialised first),
+  for each size in turn, allocate it three times through the patched ``pool_host/common.py``
+  allocation function, each time reading MemAvailable before and after, then freeing it as the
+  pool's ``destroy()`` does (one buffer alive at a time); the median drop. ``torch`` instead:
+  one ``torch.empty(pin_memory=True)`` (the caching allocator) and ``torch.cuda.host_memory_stats``.
 - ``refusals``: the geometry check refuses a real ``MHATokenToKVPoolFP4`` behind a full-width
   host pool (patch 0003, ``build_kv_host_pool``), and the 4 GiB cap refuses one pinned buffer of
   5,368,971,264 B before allocating (patch 0002) while ``register`` takes it.
@@ -357,32 +357,36 @@ def job_reading(args) -> dict:
 
     torch.cuda.init()
     torch.zeros(1, device="cuda")
-    n = args.bytes
-    drops, stats = [], None
+    sizes = [int(b) for b in str(args.bytes).split(",")]
     if args.allocator == "torch":
-        # once: the caching allocator keeps the freed block, so a second request reuses it
+        # one request: the caching allocator keeps a freed block, so a second would reuse it
+        n = sizes[0]
         before = mem_available()
         t = torch.empty(n, dtype=torch.uint8, pin_memory=True)
-        drops.append(before - mem_available())
+        drop = before - mem_available()
         stats = {k: v for k, v in torch.cuda.host_memory_stats().items()
                  if k.startswith(("allocated_bytes.all.current", "reserved_bytes.all.current"))}
         del t
-        return {"request": n, "allocator": "torch", "drops": drops, "drop": int(statistics.median(drops)),
-                "host_memory_stats": stats}
+        return {"readings": [{"request": n, "allocator": "torch", "drops": [drop], "drop": drop,
+                              "host_memory_stats": stats}]}
     os.environ["ESCHA_HICACHE_HOST_ALLOCATOR"] = args.allocator
     from sglang.srt.mem_cache.pool_host import common
 
     alloc = common.ALLOC_MEMORY_FUNCS["cuda"]
-    for _ in range(3):
-        before = mem_available()
-        buf = alloc((n,), torch.uint8, "cpu", True, common.get_allocator_from_storage("default"))
-        drops.append(before - mem_available())
-        by_hook = hasattr(buf, "_escha_cuda_host_free")
-        common._cuda_host_unregister(buf)  # what the pool's destroy() does
-        del buf
-        time.sleep(0.2)
-    return {"request": n, "allocator": args.allocator, "by_hook": by_hook, "drops": drops,
-            "drop": int(statistics.median(drops))}
+    readings = []
+    for n in sizes:  # one buffer at a time: each freed, as the pool's destroy() frees it, before the next
+        drops, by_hook = [], None
+        for _ in range(3):
+            before = mem_available()
+            buf = alloc((n,), torch.uint8, "cpu", True, common.get_allocator_from_storage("default"))
+            drops.append(before - mem_available())
+            by_hook = hasattr(buf, "_escha_cuda_host_free")
+            common._cuda_host_unregister(buf)
+            del buf
+            time.sleep(0.2)
+        readings.append({"request": n, "allocator": args.allocator, "by_hook": by_hook, "drops": drops,
+                         "drop": int(statistics.median(drops))})
+    return {"readings": readings}
 
 
 def job_refusals(args) -> dict:
@@ -437,7 +441,7 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", default="rtx5060ti-tp2-fp8")
     ap.add_argument("--ratio", type=float, default=1.0)
     ap.add_argument("--allocator", default="pinned", choices=("pinned", "register", "torch"))
-    ap.add_argument("--bytes", type=int, default=0)
+    ap.add_argument("--bytes", default="0", help="bytes to allocate; reading: comma-separated sizes")
     args = ap.parse_args(argv)
     sys.path.insert(0, args.site)
     sys.path.insert(1, str(REPO))

@@ -10,7 +10,7 @@ runtime apply`` puts the series on it; then, one fresh process per job
   pools with each allocator, and bytes round-tripped for MHA page_first, MHA layer_first and
   mamba page_first on the ``kernel`` io backend, with 0 stray writes;
 - pinned bytes read from the kernel (the MemAvailable drop around one allocation, median of
-  three, buffers of 256 MiB and more) equal the plan's figure per buffer within 3% or 32 MiB:
+  three, one buffer alive at a time in a fresh process per allocator, buffers of 256 MiB and more) equal the plan's figure per buffer within 3% or 32 MiB:
   the five ``rtx5060ti-tp2`` buffers at ratio 2 and the ``rtx5060ti-tp2-fp8`` pools, both
   allocators; torch's caching allocator, read the same way, pins about twice (the control that
   shows the reading tells 1x from 2x);
@@ -143,14 +143,12 @@ def test_host_pools_round_trip(site, profile, allocator):
 
 
 def _readings(site, buffers, allocator):
-    rows = []
-    for b in buffers:
-        if b.requested_bytes < MIN_READ_BYTES:
-            continue
-        out = _job(site, "reading", "--bytes", str(b.requested_bytes), "--allocator", allocator)
-        rows.append({"buffer": b.name, "requested": b.requested_bytes, "planned_pinned": b.pinned_bytes,
-                     "drop": out["drop"], "drops": out["drops"], "by_hook": out.get("by_hook")})
-    return rows
+    """One fresh process per allocator; each buffer allocated alone (``gpu_host_pools.py reading``)."""
+    big = [b for b in buffers if b.requested_bytes >= MIN_READ_BYTES]
+    out = _job(site, "reading", "--bytes", ",".join(str(b.requested_bytes) for b in big), "--allocator", allocator)
+    return [{"buffer": b.name, "requested": b.requested_bytes, "planned_pinned": b.pinned_bytes,
+             "drop": r["drop"], "drops": r["drops"], "by_hook": r.get("by_hook")}
+            for b, r in zip(big, out["readings"], strict=True)]
 
 
 def _within(drop: int, planned: int) -> bool:
@@ -172,7 +170,7 @@ def test_pinned_bytes_equal_the_plan(site, allocator):
 
 def test_torch_caching_allocator_reads_as_the_next_power_of_two(site):
     """The control: the same reading sees torch's rounding (2,147,745,792 B -> 4 GiB)."""
-    out = _job(site, "reading", "--bytes", "2147745792", "--allocator", "torch")
+    [out] = _job(site, "reading", "--bytes", "2147745792", "--allocator", "torch")["readings"]
     _report("readings/torch", out)
     assert out["drop"] > 1.5 * 2_147_745_792, out
 
