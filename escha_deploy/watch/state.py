@@ -35,8 +35,11 @@ class ServeState(BaseModel):
 
     @property
     def url(self) -> str:
-        h = "127.0.0.1" if self.host in ("0.0.0.0", "") else ("[::1]" if self.host == "::" else self.host)
-        return f"http://{h}:{self.port}"
+        """Where to reach it from this host: a wildcard bind is asked on loopback."""
+        from escha_deploy.netaddr import url
+
+        h = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(self.host, self.host)
+        return url(h, self.port)
 
 
 def state_path(port: int, folder: Path | None = None) -> Path:

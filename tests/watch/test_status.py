@@ -194,3 +194,9 @@ def test_measured_bandwidth_from_doctors_findings_beside_the_achieved(box, tmp_p
     rank = rows[0]["server"]["ranks"]["0"]
     assert rank["measured_h2d_gb_per_s"] == 24.5 and rank["load_back_gb_per_s"] > 0
     assert rows[0]["plan"]["h2d_bytes_per_s"] == 24.5e9
+
+
+@pytest.mark.parametrize("host,url", [("127.0.0.1", "http://127.0.0.1:5"), ("0.0.0.0", "http://127.0.0.1:5"),
+                                      ("::", "http://[::1]:5"), ("::1", "http://[::1]:5")])
+def test_a_native_servers_address_from_its_bind_host(host, url):
+    assert ServeState(pid=1, port=5, host=host, profile="p", started_at=0).url == url
