@@ -142,6 +142,7 @@ class Watcher:
         self.target = target
         self.since_start = since_start
         self.docker_error: str | None = None
+        self.http = None  # collect.http_client(), made at the first scrape
         self.window_s = window_s
         self.th = thresholds if thresholds is not None else (target.plan.thresholds if target.plan else Thresholds())
         self.prefill = prefill_tokens_per_s
@@ -157,7 +158,9 @@ class Watcher:
             err = f"{t.row.get('container') or t.profile}: {t.row.get('state')}, no endpoint"
         else:
             try:
-                server = collect.scrape(t.url, api_key=t.api_key)
+                if self.http is None:
+                    self.http = collect.http_client()
+                server = collect.scrape(t.url, api_key=t.api_key, client=self.http)
             except (collect.ServerDown, collect.MetricsUnavailable) as exc:
                 err = ("server not answering: " if isinstance(exc, collect.ServerDown) else "") + str(exc)
         host = collect.read_host(t.pids, self.root, cgroup=t.kind == "native")
