@@ -219,6 +219,25 @@ SETTLE: dict[str, str] = {
 
 
 _PLAN = "`escha-deploy plan` prints the pinned total and the largest safe ratio"
+
+
+def _image_archs() -> str:
+    """The architectures the pinned image's kernels were built for, in words (the catalog
+    ``catalog/kernel-archs.json`` that ``scripts/gen_gpu_arch_fixture.py`` reads from the
+    wheels), for advice that names them; empty when the catalog is not there."""
+    import json
+    from pathlib import Path
+
+    try:
+        data = json.loads((Path(__file__).resolve().parent.parent / "catalog" / "kernel-archs.json").read_text())
+        parts = [f"{name} {w.get('version', '?')}: " + ", ".join(f"sm_{s}" for s in sorted(set(w.get("sass", []))))
+                 for name, w in sorted(data.get("wheels", {}).items())]
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return "; the pinned image's kernels are built for " + "; ".join(parts) if parts else ""
+
+
+_ARCHS = _image_archs()
 _WSLCONFIG = "under WSL2 raise memory= under [wsl2] in %UserProfile%\\.wslconfig and run `wsl --shutdown`"
 
 SIGNATURES: tuple[Signature, ...] = (
@@ -402,6 +421,21 @@ SIGNATURES: tuple[Signature, ...] = (
         "here: no kernel of that build can run on this GPU",
     ),
     Signature(
+        "ptxas-arch-unknown", "arch",
+        r"ptxas fatal\s*: Value '(sm_\d+[af]?)' is not defined for option 'gpu-name'",
+        "the ptxas that compiles Triton's kernels does not know {1}: its CUDA toolkit (the one bundled with "
+        "Triton, or the one TRITON_PTXAS_PATH names) is older than this GPU's architecture; CUDA graph capture "
+        "compiles Triton kernels, so startup fails there. This is not memory: lowering mem_fraction_static or "
+        "cuda_graph_max_bs does not help",
+        "run an image whose Triton ships a ptxas that knows {1} (CUDA 12.8 or newer for sm_120, 12.9 for "
+        "sm_121), or set TRITON_PTXAS_PATH to such a toolkit's bin/ptxas (triton-lang/triton#8539); "
+        "`escha-deploy doctor` compares each GPU with the image's architectures" + _ARCHS,
+        "ptxas (CUDA toolkit) via triton's PTXASError; quoted in https://github.com/triton-lang/triton/issues/8539 "
+        "and https://github.com/gpustack/gpustack/issues/4372",
+        sglang_advice="SGLang's capture error lists memory remedies (a smaller --mem-fraction-static or "
+        "--cuda-graph-max-bs); none of them changes the compiler",
+    ),
+    Signature(
         "torch-arch-unsupported", "arch",
         r"with CUDA capability sm_(\d+) is not compatible with the current PyTorch installation",
         "the image's torch has no kernels for compute capability sm_{1}",
@@ -455,6 +489,44 @@ SIGNATURES: tuple[Signature, ...] = (
         "--disable-custom-all-reduce; `escha-deploy doctor --profile P` runs an all-reduce smoke test",
         "sglang/srt/utils/watchdog.py:154",
     ),
+    Signature(
+        "nccl-duplicate-gpu", "collective",
+        r"Duplicate GPU detected : rank (\d+) and rank (\d+) both on CUDA device (\w+)",
+        "NCCL found two ranks ({1} and {2}) on one GPU (bus id {3}): the server sees fewer GPUs than its "
+        "tp_size, or one GPU twice (`--gpus device=0`, `device_ids: [0, 0]`, CUDA_VISIBLE_DEVICES=0,0)",
+        "give the server tp_size distinct GPUs (container.gpus, or a compose file's device_ids) and check "
+        "CUDA_VISIBLE_DEVICES; `escha-deploy doctor --profile P` lists the GPUs it sees",
+        "NCCL init.cc (ncclInvalidUsage); quoted in https://github.com/NVIDIA/Megatron-LM/issues/661",
+    ),
+    Signature(
+        "dist-init-unreachable", "collective",
+        r"The client socket has timed out after (\d+)m?s while trying to connect to \((.+), (\d+)\)",
+        "this rank could not reach rank 0's --dist-init-addr {2}:{3} within {1} ms (torch.distributed's "
+        "TCPStore rendezvous): rank 0 is not started, the address is wrong, a firewall drops port {3}, or a "
+        "container without host networking cannot reach it",
+        "start rank 0 first; open port {3} (and NCCL's and Gloo's ports) between the boxes; check rank 0's "
+        "boxes.N.address in the fleet file (`escha-deploy fleet plan` prints it) and that every node runs "
+        "with host networking (`fleet compose` renders network_mode: host)",
+        "torch/csrc/distributed/c10d/socket.cpp (throwTimeoutError), reproduced here with torch 2.13's "
+        "TCPStore; quoted in https://github.com/sgl-project/sglang/issues/2561",
+    ),
+    Signature(
+        "dist-init-unreachable", "collective",
+        r"TCP client failed to connect/validate to host (\S+):(\d+)",
+        "this rank could not connect to rank 0's --dist-init-addr {1}:{2} (torch.distributed's TCPStore "
+        "rendezvous)",
+        "start rank 0 first; open port {2} (and NCCL's and Gloo's ports) between the boxes; check rank 0's "
+        "boxes.N.address in the fleet file (`escha-deploy fleet plan` prints it)",
+        "torch/csrc/distributed/c10d/TCPStore.cpp; quoted in https://github.com/sgl-project/sglang/issues/2561",
+    ),
+    Signature(
+        "dist-init-unreachable", "collective",
+        r"torch\.distributed\.DistNetworkError: (.*)",
+        "this rank's torch.distributed rendezvous with rank 0's --dist-init-addr failed ({1})",
+        "start rank 0 first; open the dist-init port (and NCCL's and Gloo's ports) between the boxes; check "
+        "rank 0's boxes.N.address in the fleet file (`escha-deploy fleet plan` prints it)",
+        "torch/distributed (DistNetworkError); quoted in https://github.com/sgl-project/sglang/issues/2561",
+    ),
     # --- CUDA graphs ---------------------------------------------------------------------------
     Signature(
         "cuda-graph-capture", "cuda-graph",
@@ -466,6 +538,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py:492",
         sglang_advice="SGLang's third suggestion, disabling decode CUDA graphs, costs much decode speed; "
         "lower the static fraction first",
+        unless=("ptxas-arch-unknown",),
     ),
     # --- model folder --------------------------------------------------------------------------
     Signature(
@@ -545,6 +618,28 @@ SIGNATURES: tuple[Signature, ...] = (
         "CPython import system; sglang/launch_server.py imports sglang.srt before parsing arguments",
     ),
     Signature(
+        "docker-no-gpu-driver", "launch",
+        r'could not select device driver "([^"]*)" with capabilities: \[\[gpu\]\]',
+        "Docker has no device driver for GPUs: the NVIDIA Container Toolkit is not installed or not "
+        "registered with this daemon (docker info lists no nvidia runtime and no CDI spec), or Docker "
+        "Desktop runs without WSL2 GPU support",
+        "install nvidia-container-toolkit and run `sudo nvidia-ctk runtime configure --runtime=docker`, then "
+        "restart Docker; Docker Desktop: use the WSL2 backend with a Windows NVIDIA driver that supports WSL; "
+        "`escha-deploy doctor` checks the daemon's runtimes",
+        "Docker daemon (daemon/devices.go); seen from docker-py here; quoted in "
+        "https://github.com/NVIDIA/nvidia-docker/issues/1352",
+    ),
+    Signature(
+        "wsl-no-gpu-adapter", "launch",
+        r"WSL environment detected but no adapters were found",
+        "nvidia-container-cli runs under WSL but GPU-PV shows it no GPU: a WSL 1 distro, a Windows NVIDIA "
+        "driver without WSL support, or a GPU the VM was not given",
+        "run `nvidia-smi` in the WSL2 distro; if it fails, install the current Windows NVIDIA driver, run "
+        "`wsl --update` and `wsl --shutdown`; `wsl -l -v` must show VERSION 2",
+        "nvidia-container-cli (libnvidia-container dxcore); quoted in "
+        "https://github.com/NVIDIA/nvidia-docker/issues/1786",
+    ),
+    Signature(
         "no-gpu", "launch",
         r"Found no NVIDIA driver|No CUDA GPUs are available|CUDA driver initialization failed"
         r"|libcuda\.so.*cannot open",
@@ -598,28 +693,60 @@ SIGNATURES: tuple[Signature, ...] = (
 )
 
 _TRACEBACK_START = "Traceback (most recent call last):"
+#: Lines of the first traceback a crash-loop match prints.
+TRACEBACK_LINES = 12
+#: SGLang's startup line, printed once per start by the launching process
+#: (sglang/srt/entrypoints/engine.py:265, ``server_args=``): a log with several has several starts.
+_START = re.compile(r"\bserver_args=")
+#: The rank tag in SGLang's log prefix (``[2026-11-30 09:00:00 TP1]``, ``... PP0 TP1]``;
+#: sglang/srt/utils/common.py configure_logger).
+_RANK_TAG = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?\s*([^\]]*)\]")
 
 
 def _repeating_traceback(lines: Sequence[str]) -> Match | None:
-    """The same traceback (by its last line) three or more times: a crash loop, not one fault."""
-    ends: list[str] = []
-    in_tb = False
-    for line in lines:
-        if _TRACEBACK_START in line[:SCAN_HEAD]:
-            in_tb = True
+    """The same traceback (by its last line) ending three or more starts: a crash loop, not one
+    fault. Starts, not lines, are counted: every TP rank prints the same traceback once per start,
+    so with several ``server_args=`` lines the count is the starts whose part of the log holds it,
+    and without them the most any one rank (log prefix tag) printed it. The match shows the first
+    traceback (up to ``TRACEBACK_LINES`` lines) and the restart count. One pass over the lines,
+    each looked at in its first ``SCAN_HEAD`` characters."""
+    seen: list[tuple[int, str, int, int, str]] = []  # (start number, rank tag, first, last index, last line)
+    run, begin, rank = 0, None, ""
+    for i, line in enumerate(lines):
+        head = line[:SCAN_HEAD]
+        if _START.search(head):
+            run += 1
+        if _TRACEBACK_START in head:
+            begin = i
+            tag = _RANK_TAG.match(head)
+            rank = tag.group(1).strip() if tag else ""
             continue
-        if in_tb and line and not line.startswith((" ", "\t")):
-            ends.append(_shown_evidence(line))
-            in_tb = False
-    if not ends:
+        if begin is not None and line and not line.startswith((" ", "\t")):
+            seen.append((run, rank, begin, i, _shown_evidence(line)))
+            begin = None
+    if not seen:
         return None
-    last, count = Counter(ends).most_common(1)[0]
+    ends = Counter(s[4] for s in seen)
+    last = ends.most_common(1)[0][0]
+    mine = [s for s in seen if s[4] == last]
+    if run > 1:
+        count, unit = len({s[0] for s in mine}), "starts"
+    else:
+        count, unit = max(Counter(s[1] for s in mine).values()), "times"
     if count < 3:
         return None
+    first, stop = mine[0][2], mine[0][3]
+    if stop - first < TRACEBACK_LINES:
+        shown = [_shown_evidence(x) for x in lines[first:stop + 1] if x.strip()]
+    else:  # a long traceback: its head, then its last line
+        shown = [_shown_evidence(x) for x in lines[first:first + TRACEBACK_LINES - 2] if x.strip()]
+        shown += ["...", _shown_evidence(lines[stop])]
+    ranks = sorted({s[1] for s in mine if s[1]})
+    per = f" (each by {len(ranks)} ranks: {', '.join(ranks)})" if len(ranks) > 1 else ""
     return Match(
-        id="repeating-traceback", kind="launch", line=last, evidence=[last],
-        explanation=f"the same traceback repeated {count} times: the server (or one of its processes) is "
-        "crash-looping on one fault, so restarting will not help",
+        id="repeating-traceback", kind="launch", line=last, evidence=shown,
+        explanation=f"the same traceback ended the server {count} {unit}{per}: it is crash-looping on one "
+        f"fault ({count - 1} restarts), so restarting will not help; the first traceback is below",
         fix="fix the fault the traceback names; escha-deploy never restarts a server that has not yet "
         "become ready",
         source="escha-deploy launch policy (no restart while starting)",

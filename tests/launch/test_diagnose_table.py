@@ -97,6 +97,35 @@ QUOTES: dict[str, list[tuple[str, str]]] = {
          "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and "
          "installed a driver from http://www.nvidia.com/Download/index.aspx"),
     ],
+    "ptxas-arch-unknown": [
+        ("https://github.com/triton-lang/triton/issues/8539",
+         "ptxas fatal   : Value 'sm_121a' is not defined for option 'gpu-name'"),
+        ("https://github.com/gpustack/gpustack/issues/4372",
+         "ptxas fatal : Value 'sm_121a' is not defined for option 'gpu-name'"),
+    ],
+    "nccl-duplicate-gpu": [
+        ("https://github.com/NVIDIA/Megatron-LM/issues/661",
+         "Duplicate GPU detected : rank 3 and rank 0 both on CUDA device f000"),
+        ("https://github.com/horovod/horovod/issues/3929",
+         "[1,2]<stdout>:smc-gpu-03:29880:30398 [0] init.cc:497 NCCL WARN Duplicate GPU detected : rank 2 and "
+         "rank 0 both on CUDA device 1000"),
+    ],
+    "dist-init-unreachable": [
+        ("https://github.com/sgl-project/sglang/issues/2561",
+         "[E1226 15:44:25.497183572 socket.cpp:1011] [c10d] The client socket has timed out after 600000ms while "
+         "trying to connect to (sws-8h100grid-05, 8000)."),
+        ("https://github.com/vllm-project/vllm/issues/19670",
+         "torch.distributed.DistNetworkError: The client socket has timed out after 600000ms while trying to "
+         "connect to (172.17.0.9, 46229)."),
+    ],
+    "docker-no-gpu-driver": [
+        ("https://github.com/NVIDIA/nvidia-docker/issues/1352",
+         'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].'),
+    ],
+    "wsl-no-gpu-adapter": [
+        ("https://github.com/NVIDIA/nvidia-docker/issues/1786",
+         "nvidia-container-cli: initialization error: WSL environment detected but no adapters were found: unknown"),
+    ],
     "child-failed": [
         ("https://github.com/sgl-project/sglang/issues/5096",
          "ERROR 2025-04-05T00:01:19.209237575Z [2025-04-05 00:01:19] Received sigquit from a child process. It "
@@ -404,3 +433,98 @@ def test_field_report_logs_name_the_cause_and_fix():
     m = folder.matches[0]
     assert m.id == "model-file-missing" and "/models/Qwen3.x-27B" in m.explanation and "config.json" in m.explanation
     assert "one level down" in m.fix
+
+
+# --- field reports, round three: the rows against the real parts and the real formats ---------
+
+
+def test_dist_init_timeout_against_real_torch_tcpstore():
+    """A rank whose rendezvous port has nobody behind it: torch 2.13's own TCPStore client
+    (what SGLang's ``--dist-init-addr`` reaches) on a loopback port that was just freed, with a
+    1 s timeout. The row names the address, the port and what to do."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = ("import datetime, torch.distributed as d\n"
+            f"d.TCPStore('127.0.0.1', {port}, is_master=False, timeout=datetime.timedelta(seconds=1))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    d = diagnose(r.stderr.splitlines(), Facts(exit_code=r.returncode))
+    m = next(m for m in d.matches if m.id == "dist-init-unreachable")
+    assert f"127.0.0.1:{port}" in m.explanation and f"open port {port}" in m.fix, r.stderr[-2000:]
+    assert "start rank 0 first" in m.fix and "boxes.N.address" in m.fix
+
+
+def test_ptxas_in_graph_capture_is_the_toolchain_not_memory():
+    """SGLang's capture error (decode_cuda_graph_runner.py: 'Capture cuda graph failed: ...')
+    around Triton's ptxas line (triton-lang/triton#8539): the compiler row, not the memory row."""
+    lines = ["Exception: Capture cuda graph failed: PTXAS error: Internal Triton PTX codegen error",
+             "`ptxas` stderr:", QUOTES["ptxas-arch-unknown"][0][1]]
+    d = diagnose(lines, Facts(exit_code=1))
+    assert [m.id for m in d.matches] == ["ptxas-arch-unknown"]
+    m = d.matches[0]
+    assert "sm_121a" in m.explanation and "does not help" in m.explanation and "TRITON_PTXAS_PATH" in m.fix
+    assert "sglang-kernel" in m.fix and "sm_120" in m.fix  # the image's architecture list
+
+
+@pytest.mark.docker
+def test_no_gpu_driver_against_this_daemon(docker_client, base_image):
+    """This daemon has no NVIDIA runtime: a container asking for GPUs (as ``up`` asks) fails at
+    start with Docker's own message, which the row names."""
+    import docker
+    import uuid
+
+    info = docker_client.info()
+    if "nvidia" in (info.get("Runtimes") or {}) or info.get("CDISpecDirs"):
+        pytest.skip("this daemon has a GPU runtime: it would start the container")
+    name = f"escha-test-nogpu-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    c = docker_client.containers.create(base_image, command=["true"], name=name, labels={"io.escha.test": name},
+                                        device_requests=[docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])])
+    try:
+        with pytest.raises(docker.errors.APIError) as info_:
+            c.start()
+    finally:
+        c.remove(force=True)
+    d = diagnose([str(info_.value)])
+    assert [m.id for m in d.matches] == ["docker-no-gpu-driver"], str(info_.value)
+    assert "nvidia-ctk runtime configure" in d.matches[0].fix
+
+
+def _scheduler_crash(rank: int, stamp: str) -> list[str]:
+    """What SGLang's scheduler prints when it dies: ``logger.error(f"Scheduler hit an exception:
+    {traceback}")`` (sglang/srt/managers/scheduler.py) with configure_logger's prefix
+    ``[%(asctime)s TP0]``, the traceback from a real exception."""
+    import traceback
+
+    try:
+        raise RuntimeError("CUDA driver initialization failed, you might not have a CUDA gpu.")
+    except RuntimeError:
+        tb = traceback.format_exc()
+    return f"[{stamp} TP{rank}] Scheduler hit an exception: {tb}".rstrip("\n").splitlines()
+
+
+def _starts(n: int, ranks: int = 2) -> list[str]:
+    out = []
+    for i in range(n):
+        stamp = f"2026-12-01 09:00:0{i}"
+        out.append(f"[{stamp}] server_args={{'tp_size': {ranks}, 'enable_hierarchical_cache': False}}")
+        for r in range(ranks):
+            out += _scheduler_crash(r, stamp)
+    return out
+
+
+@pytest.mark.wheel
+def test_crash_loop_counts_starts_not_ranks_and_shows_the_first_traceback():
+    sg = os.environ.get("ESCHA_SGLANG_WHEEL")
+    assert sg and Path(sg).is_file()
+    with zipfile.ZipFile(sg) as z:
+        assert 'logger.error(f"Scheduler hit an exception: {traceback}")' in z.read(
+            "sglang/srt/managers/scheduler.py").decode()
+    two = diagnose(_starts(2))  # TP2, one restart: 4 tracebacks, 2 starts
+    assert "repeating-traceback" not in [m.id for m in two.matches]
+    three = diagnose(_starts(3))
+    m = next(m for m in three.matches if m.id == "repeating-traceback")
+    assert "ended the server 3 starts" in m.explanation and "2 restarts" in m.explanation
+    assert "TP0, TP1" in m.explanation
+    assert m.evidence[0] == "Scheduler hit an exception: Traceback (most recent call last):"
+    assert m.evidence[-1].startswith("RuntimeError: CUDA driver initialization failed") and len(m.evidence) <= 12
