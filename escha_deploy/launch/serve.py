@@ -169,6 +169,46 @@ def _print(launch: LaunchSpec, api_key: str | None, hf_token: str | None, *, ext
                       "refusals": list(refusals)}, indent=2))
 
 
+#: ``0`` skips SGLang's own pre-flight (``launch.sglang_preflight``) before the server starts,
+#: ``1`` runs it even where the GPU test switch (``ESCHA_SKIP_GPU_PREFLIGHT=1``) is set: SGLang's
+#: stages read the real GPU's platform, which a machine without one (that switch) lacks.
+PREFLIGHT_ENV = "ESCHA_SGLANG_PREFLIGHT"
+
+
+def sglang_preflight(launch: LaunchSpec, argv: list[str], env: dict[str, str], report: Report) -> None:
+    """Ask SGLang itself, in its own interpreter (``argv[0]``) and with the server's environment,
+    whether it starts on ``argv``: argument resolution, model config and attention backend
+    (``launch.sglang_preflight``), before the first weight loads. Raises ``Refused`` (exit 3)
+    with SGLang's message, its ``file:function`` and the profile key or ``extra_args`` item
+    that set the input; an interpreter without a working SGLang (a build-only image) is
+    reported and the server starts as before. ``ESCHA_SGLANG_PREFLIGHT=0`` skips it."""
+    from .sglang_preflight import profile_keys_for, refusal_line, run, server_flags_of
+
+    from .check import SKIP_GPU_PREFLIGHT_ENV as skip_gpu
+
+    switch = os.environ.get(PREFLIGHT_ENV)
+    if switch == "0" or (switch != "1" and os.environ.get(skip_gpu) == "1"):
+        why = f"{PREFLIGHT_ENV}=0" if switch == "0" else f"{skip_gpu}=1: no GPU for SGLang's platform"
+        report("info", f"serve: SGLang's pre-flight skipped ({why})")
+        return
+    if not argv or "-m" not in argv:
+        return
+    report("info", "serve: SGLang's pre-flight (argument resolution, model config, attention backend; "
+                   "no weights, no NCCL)")
+    res = run(argv[0], server_flags_of(argv), env)
+    if res.ok is None:
+        report("warning", f"serve: SGLang's pre-flight did not run: {res.not_run}; starting without its answer")
+        return
+    if not res.ok:
+        extra = list(launch.profile_data.get("runtime", {}).get("extra_args") or [])
+        raise Refused(refusal_line(res, profile_keys_for(res.flags, extra)),
+                      hint="SGLang would stop here at start; change the key named, then `escha-deploy plan` again")
+    a = res.answers
+    report("info", f"serve: SGLang's pre-flight passed in {res.wall_s:.1f} s (SGLang's own stages "
+                   f"{res.seconds.get('total', 0):.1f} s): attention backend {a.get('attention_backend')}, "
+                   f"context length {a.get('context_length')}, {a.get('architecture')}")
+
+
 def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dry_run: bool,
                    report: Report, extra: dict | None = None, view=None) -> int:
     from escha_deploy import flags
@@ -205,6 +245,7 @@ def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dr
         from .preflight import port_free
 
         port_free(argv)
+    sglang_preflight(launch, argv, env, report)
     report("info", f"serve: {launch.profile}: plan {launch.verdict}, "
                    f"HiCache {'on' if launch.hicache_enabled else 'off'}; starting SGLang")
     # Natively: one `serve` per port (a file lock), secrets on tmpfs, and a sweep of what a
