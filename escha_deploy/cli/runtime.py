@@ -1,4 +1,4 @@
-"""``escha-deploy runtime apply | import | inventory | verify | describe``: the patched SGLang
+"""``escha-deploy runtime apply | import | inventory | verify | rebase | describe``: the patched SGLang
 runtime.
 
 Heavy imports stay in the command bodies. Results go to stdout (table or ``--format json``),
@@ -304,6 +304,46 @@ def register(app: typer.Typer) -> None:
                 how = ("`escha-deploy build --hicache --fork-dir DIR`, DIR being that folder "
                        "relative to the checkout")
             info(f"copied {len(fi.commits)} patches to {output}; build with {how}")
+
+    @runtime.command("rebase")
+    def rebase_cmd(
+        check: Annotated[str, typer.Option(
+            "--check", metavar="VERSION", help="The SGLang release to check our series (and --fork-dir's "
+            "commits) against; read-only.")],
+        wheel: Annotated[Optional[Path], typer.Option(
+            "--wheel", help="That release's wheel (offline: `pip download --no-deps sglang==VERSION`). "
+            "Default: sglang-VERSION-*.whl here or in .cache/wheels.")] = None,
+        fork_dir: Annotated[Optional[Path], typer.Option(
+            "--fork-dir", help="A fork's `git format-patch` commits to check too (their own chain).")] = None,
+        fmt: FormatOpt = OutputFormat.table,
+    ) -> None:
+        """Which of our patches and a fork's commits apply to another SGLang release's wheel, which
+        fail (file and hunk), which it already has. Exit 0 when all apply, 3 otherwise."""
+        import dataclasses
+
+        from escha_deploy.cli.output import print_json
+        from escha_deploy.errors import Refused
+        from escha_deploy.runtime.patching import series_dir
+        from escha_deploy.runtime.rebase import rebase_check
+        from escha_deploy.runtime.series import read_series
+
+        result = rebase_check(check, wheel, read_series(series_dir()), fork_dir)
+        if fmt == OutputFormat.json:
+            print_json({**dataclasses.asdict(result), "ok": result.ok})
+        else:
+            print(f"SGLang {result.release} ({Path(result.wheel).name}):")
+            for v in result.verdicts:
+                print(f"  {v.source} {v.label}: {v.status}"
+                      + ("" if v.status != "already" else " (its changes are in the release)"))
+                for f in v.failures:
+                    print(f"    {f.line()}")
+            for line in result.unreadable:
+                print(f"  cannot check: {line}")
+        if not result.ok:
+            failing = [f"{v.label} ({v.status}: {', '.join(sorted({f.file for f in v.failures})) or 'in the release'})"
+                       for v in result.verdicts if v.status != "applies"]
+            raise Refused(f"SGLang {result.release}: " + ("; ".join(failing) or "some fork files cannot be checked"),
+                          hint="rebase those onto the release (docs/runtime.md, \"Upgrading SGLang\")")
 
     @runtime.command("describe")
     def describe_cmd(
