@@ -323,5 +323,7 @@ def read_model_dir(path: str | Path) -> ModelDirFacts | None:
             raise ValueError(f"{cfg}: {exc}") from None
         if ctx:
             context = {"context_length": ctx[0], "context_length_key": ctx[1]}
-    sizes = [f.stat().st_size for f in p.glob("*.safetensors")]
+    from .jsonio import is_regular_file
+
+    sizes = [f.stat().st_size for f in p.glob("*.safetensors") if is_regular_file(f)]
     return ModelDirFacts(path=str(p), arch=arch, safetensors_bytes=sum(sizes) if sizes else None, **context)

@@ -17,6 +17,7 @@ with the directory's problem as a reason (``cli/plan.make_plan``).
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -41,6 +42,46 @@ def _subfolders_with_model(p: Path) -> list[Path]:
     return [d for d in subs if (d / "config.json").is_file() and _has_weights(d)]
 
 
+#: How a Git LFS pointer file begins (https://github.com/git-lfs/git-lfs/blob/main/docs/spec.md:
+#: "version https://git-lfs.github.com/spec/v1" as the first line); a clone without `git lfs
+#: pull` holds these ~130-byte files in place of the weights.
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
+#: The most weight files checked one by one (a sharded checkpoint has tens).
+MAX_WEIGHT_FILES_CHECKED = 4096
+
+
+def _weight_problems(p: Path, field: str) -> list[str]:
+    """The weight files SGLang would glob that it could not load: a symbolic link to nothing,
+    a file this user may not read, a folder named like a weight file, a Git LFS pointer left by
+    a clone without `git lfs pull`. At most three lines, then how many more."""
+    from .jsonio import file_problem
+
+    out: list[str] = []
+    lfs: list[str] = []
+    for n, f in enumerate(f for g in WEIGHT_GLOBS for f in sorted(p.glob(g))):
+        if n >= MAX_WEIGHT_FILES_CHECKED:
+            break
+        problem = file_problem(f)
+        if problem is not None:
+            if f.is_symlink() and not f.exists():
+                problem = f"a symbolic link to {os.readlink(f)}, which does not exist"
+            out.append(f"{field}: {f}: cannot read the weights: {problem}")
+            continue
+        try:
+            if f.stat().st_size < 1024:
+                with open(f, "rb") as fh:
+                    if fh.read(len(LFS_POINTER)) == LFS_POINTER:
+                        lfs.append(f.name)
+        except OSError as exc:
+            out.append(f"{field}: {f}: cannot read the weights: {exc.strerror or exc}")
+    if lfs:
+        out.append(f"{field}: {p} holds Git LFS pointer files, not weights ({', '.join(lfs[:3])}"
+                   + (f" and {len(lfs) - 3} more" if len(lfs) > 3 else "") + f"): run `git lfs pull` in {p}")
+    if len(out) > 3:
+        out = out[:3] + [f"{field}: ... and {len(out) - 3} more weight files like these"]
+    return out
+
+
 def check_model_folder(path: str, field: str = "model.host_dir") -> list[str]:
     """Problems with the model folder at ``path`` (one line each, naming ``field``): not a
     folder, no ``config.json``, no weights (``WEIGHT_GLOBS``; an index file without its shards
@@ -48,15 +89,20 @@ def check_model_folder(path: str, field: str = "model.host_dir") -> list[str]:
     p = Path(path)
     if not p.is_dir():
         return [f"{field}: {path} is not a folder here"]
+    from .jsonio import file_problem
+
     missing = []
-    if not (p / "config.json").is_file():
+    problem = file_problem(p / "config.json")
+    if problem is not None and problem != os.strerror(errno.ENOENT):  # there, but a FIFO, a device...
+        return [f"{field}: {p / 'config.json'}: cannot read the model's config.json: {problem}"]
+    if problem is not None:
         missing.append("config.json")
     if not _has_weights(p):
         index = next((i.name for g in INDEX_GLOBS for i in p.glob(g)), None)
         missing.append(f"weights ({', '.join(WEIGHT_GLOBS)}; {index} names shards that are not here)" if index
                        else f"weights ({', '.join(WEIGHT_GLOBS)})")
     if not missing:
-        return []
+        return _weight_problems(p, field)
     line = f"{field}: {path} has no {' and no '.join(missing)}"
     down = _subfolders_with_model(p)
     if down:

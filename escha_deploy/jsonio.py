@@ -73,6 +73,32 @@ def _human(n: int) -> str:
     return f"{n} bytes"
 
 
+def file_problem(path: str | Path) -> str | None:
+    """Why ``path`` is not a regular file this process can open, in words, or ``None`` when it
+    is one: the system's reason (``No such file or directory``, ``Permission denied``, ``File
+    name too long``) or what it is instead (``a FIFO (named pipe), not a regular file``). By
+    ``stat`` (a symbolic link judged by its target), so it never blocks and never raises for
+    a path, unlike ``Path.is_file``, which raises ``PermissionError`` in a folder that may not
+    be searched and ``OSError`` for a name that is too long."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return exc.strerror or os.strerror(exc.errno or errno.EIO)
+    except ValueError as exc:  # an embedded NUL
+        return str(exc)
+    if not stat.S_ISREG(st.st_mode):
+        return f"{_kind(st.st_mode)}, not a regular file"
+    if not os.access(path, os.R_OK):
+        return os.strerror(errno.EACCES)
+    return None
+
+
+def is_regular_file(path: str | Path) -> bool:
+    """``file_problem(path) is None``: a ``Path.is_file`` that never raises and is false for a
+    file this process may not read."""
+    return file_problem(path) is None
+
+
 def read_regular(path: str | Path, what: str, *, max_bytes: int = MAX_JSON_BYTES,
                  hint: str | None = None, missing_ok: bool = False) -> bytes | None:
     """The bytes of the regular file at ``path`` (a file a user named, ``what`` it should be,

@@ -177,3 +177,20 @@ def test_every_user_json_reader_goes_through_it(tmp_path):
     (model / "config.json").unlink()
     (model / "config.json").write_text('{"model_type": "x", "model_type": "y"}')
     assert "'model_type' twice" in _refused(read_model_dir, model)
+
+
+def test_file_problem_never_raises_and_never_blocks(tmp_path):
+    from escha_deploy.jsonio import file_problem, is_regular_file
+
+    f = tmp_path / "f"
+    f.write_text("x")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert file_problem(f) is None and is_regular_file(f)
+    assert file_problem(fifo) == "a FIFO (named pipe), not a regular file"
+    assert file_problem("/dev/zero") == "a character device, not a regular file"
+    assert file_problem(tmp_path) == "a folder, not a regular file"
+    assert file_problem(tmp_path / "none") == "No such file or directory"
+    assert file_problem(tmp_path / ("x" * 4096)) == "File name too long"  # Path.is_file raises here
+    assert file_problem(f / "x") == "Not a directory"
+    assert not is_regular_file(fifo)

@@ -72,8 +72,22 @@ def _api_key(ctx: typer.Context, value: str | None, file: Path | None) -> str | 
             raise BadInput("--api-key-file and ESCHA_API_KEY: give one of them")
         from escha_deploy.launch.prepare import read_secret
 
-        return read_secret(str(file), "--api-key-file")
+        key = read_secret(str(file), "--api-key-file")
+        _header_safe(key, f"--api-key-file {file}")
+        return key
+    if value is not None:
+        _header_safe(value, "ESCHA_API_KEY")
     return value
+
+
+def _header_safe(key: str, where: str) -> None:
+    """An HTTP header value is Latin-1 text without line breaks (RFC 9110 section 5.5; httpx
+    encodes it as ASCII): refuse any other key in one line that never shows it."""
+    from escha_deploy.errors import BadInput
+
+    if not key.isascii() or not key.isprintable():
+        raise BadInput(f"{where}: the key holds a character that cannot go in an HTTP header "
+                       "(only printable ASCII); the key is not shown")
 
 
 def _tokens(value: str, name: str) -> int:

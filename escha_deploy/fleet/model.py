@@ -30,6 +30,7 @@ from typing import Annotated, Literal
 from pydantic import Field, PrivateAttr, ValidationError
 
 from ..errors import BadInput
+from ..jsonio import file_problem
 from ..netaddr import HostAddress, host_port
 from ..profile import EschaModel, Size
 from ..yamlpos import Positions, format_validation_errors, load_yaml_with_positions, position_of
@@ -252,6 +253,15 @@ def _profile_ref(ref: str, base: Path) -> str:
     return ref
 
 
+def _file_line(f: Path, problem: str) -> str:
+    """``no such file: F`` when it is missing, else ``F: cannot read: REASON`` (a FIFO, a
+    device, a folder, a file this user may not read)."""
+    import errno
+    import os
+
+    return f"no such file: {f}" if problem == os.strerror(errno.ENOENT) else f"{f}: cannot read: {problem}"
+
+
 def _line(pos: Positions, origin: str, loc: tuple, message: str) -> tuple[int, str]:
     where = position_of(pos, loc)
     file, line = where if where else (origin, 0)
@@ -277,8 +287,9 @@ def _cross_check(fleet: Fleet, pos: Positions, origin: str, base: Path) -> list[
         if b.facts is not None:
             f = Path(b.facts).expanduser()
             f = f if f.is_absolute() else base / f
-            if not f.is_file():
-                out.append(_line(pos, origin, ("boxes", i, "facts"), f"no such file: {f}"))
+            problem = file_problem(f)
+            if problem is not None:
+                out.append(_line(pos, origin, ("boxes", i, "facts"), _file_line(f, problem)))
     member: dict[str, str] = {}
     group_names: set[str] = set()
     for gi, g in enumerate(fleet.groups):
@@ -308,8 +319,9 @@ def _cross_check(fleet: Fleet, pos: Positions, origin: str, base: Path) -> list[
         if r.api_key_file:
             f = Path(r.api_key_file).expanduser()
             f = f if f.is_absolute() else base / f
-            if not f.is_file():
-                out.append(_line(pos, origin, ("router", "api_key_file"), f"no such file: {f}"))
+            problem = file_problem(f)
+            if problem is not None:
+                out.append(_line(pos, origin, ("router", "api_key_file"), _file_line(f, problem)))
     return out
 
 

@@ -74,7 +74,9 @@ def read_key(loaded: LoadedFleet) -> str | None:
     r = loaded.fleet.router
     if r is None or not r.api_key_file:
         return None
-    return loaded.resolve(r.api_key_file).read_text().strip() or None
+    from ..launch.prepare import read_secret
+
+    return read_secret(str(loaded.resolve(r.api_key_file)), "router.api_key_file")
 
 
 def http_error_text(exc: Exception) -> str:

@@ -15,6 +15,7 @@ calls the same ones without stopping at the first failure and without creating a
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import queue
@@ -26,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from escha_deploy.errors import EschaError, Failed, Inconclusive, Refused
+from escha_deploy.errors import BadInput, EschaError, Failed, Inconclusive, Refused
 
 from .prepare import Prepared, planned_sizes, prepare, read_secret
 from . import guard
@@ -139,14 +140,23 @@ def write_plan_view(plan, plan_digest: str, spec_file: Path, watch=None) -> None
 
 
 def write_spec(launch: LaunchSpec, path: Path) -> None:
-    """Write the spec document atomically, readable by the container's user."""
+    """Write the spec document atomically, readable by the container's user. Raises
+    ``BadInput`` (exit 2), one line naming the file and the system's reason, when the cache
+    folder cannot take it (``XDG_CACHE_HOME`` read-only, full, or a file); nothing is left
+    behind and nothing is started."""
     from escha_deploy.launch_spec import spec_json
+    from escha_deploy.paths import replace_file
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(spec_json(launch))
-    tmp.chmod(0o644)
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        replace_file(path, spec_json(launch).encode())
+        path.chmod(0o644)
+    except OSError as exc:
+        # mkdir(exist_ok=True) says "File exists" for a file where a folder should be
+        reason = os.strerror(errno.ENOTDIR) if isinstance(exc, FileExistsError) else exc.strerror or str(exc)
+        raise BadInput(f"{path}: cannot write the launch spec: {reason}",
+                       hint="up keeps its launch specs under $XDG_CACHE_HOME/escha-deploy (default "
+                       "~/.cache/escha-deploy): make it writable or point XDG_CACHE_HOME at a folder that is") from None
 
 
 def gpu_runtime_refusal(client, profile) -> Refused | None:
@@ -297,7 +307,11 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
                                     for u in args["ulimits"]]}
         report("warning", f"up: {CLAMP_MEMLOCK_ENV}=1: memlock clamped to {hard} B (test switch)")
     write_spec(prep.launch, sfile)
-    write_plan_view(prep.plan, prep.launch.plan_digest, sfile, prep.profile.watch)
+    try:
+        write_plan_view(prep.plan, prep.launch.plan_digest, sfile, prep.profile.watch)
+    except OSError as exc:
+        sfile.unlink(missing_ok=True)
+        raise BadInput(f"{plan_view_path(sfile)}: cannot write the plan view: {exc.strerror or exc}") from None
     report("info", f"up: plan {prep.launch.plan_digest[:12]}, spec {sfile}")
     me = guard.owner_label()
     args = {**args, "labels": {**args["labels"], guard.LABEL_UP_OWNER: me}}

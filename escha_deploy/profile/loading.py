@@ -18,6 +18,7 @@ Loading is a staged pipeline:
 from __future__ import annotations
 
 import copy
+import errno
 import os
 from pathlib import Path
 from typing import Sequence
@@ -50,11 +51,13 @@ def names_a_file(ref: str, relative_to: Path | None = None) -> bool:
     ``.yaml``, ``.yml`` or ``.json``, holds a path separator, or is an existing file whose
     name is not a shipped profile's (a shipped name wins over a file of the same name in the
     current folder: ``./NAME`` reads the file)."""
+    from ..jsonio import file_problem
+
     if ref.endswith(PROFILE_FILE_SUFFIXES) or "/" in ref or os.sep in ref:
         return True
-    if (_profiles_dir() / f"{ref}.yaml").is_file():
+    if file_problem(_profiles_dir() / f"{ref}.yaml") is None:
         return False
-    return ((relative_to / ref) if relative_to is not None else Path(ref)).is_file()
+    return file_problem((relative_to / ref) if relative_to is not None else Path(ref)) is None
 
 
 def resolve_profile_path(ref: str, relative_to: Path | None = None) -> Path:
@@ -71,15 +74,21 @@ def resolve_profile_path(ref: str, relative_to: Path | None = None) -> Path:
             c = relative_to / c
     else:
         c = _profiles_dir() / f"{ref}.yaml"
-    if c.is_file():
+    from ..jsonio import file_problem
+
+    problem = file_problem(c)
+    if problem is None:
         return c
     for d in (c, Path(ref)):
-        if d.is_dir():
+        if file_problem(d) == "a folder, not a regular file":
             found = sorted(p.name for p in d.glob("*.y*ml"))[:5]
             raise BadInput(f"{d}: is a directory, not a profile file",
                            hint=f"pass one of its YAML files: {', '.join(found)}" if found else
                            "pass a profile name or a profile YAML file")
     if is_file:
+        # a FIFO, a device (/dev/stdin as a pipe, /dev/zero) or an unreadable file: say which
+        if problem != os.strerror(errno.ENOENT):
+            raise BadInput(f"{c}: cannot read the profile: {problem}")
         raise BadInput(f"{c}: no such profile file")
     known = ", ".join(list_profiles()) or "(none)"
     raise BadInput(f"unknown profile {ref!r}: known profiles are {known}",

@@ -118,12 +118,20 @@ def _diff_path(line: bytes) -> tuple[str, str]:
     return a[2:], b
 
 
+#: Largest format-patch file read (64 MiB): SGLang's largest upstream commits are a few MB.
+MAX_PATCH_BYTES = 64 * 2**20
+
+
 def read_commit(path: Path) -> tuple[Commit | None, list[str]]:
     """Read one ``git format-patch`` file. Returns ``(commit, problems)``: ``problems`` are
     refusal lines naming the commit and file (a rename, a binary diff, ``sgl-kernel/``, ...);
     ``commit`` is ``None`` when the file is not a format-patch mail at all (then ``problems``
-    says why). Raises ``BadInput`` (``file:line``) for a malformed diff."""
-    data = path.read_bytes()
+    says why). Raises ``BadInput`` (``file:line``) for a malformed diff, and for a file that is
+    not a regular one (a FIFO in the folder would block forever) or is over 64 MiB
+    (``jsonio.read_regular``)."""
+    from escha_deploy.jsonio import read_regular
+
+    data = read_regular(path, "the patch", max_bytes=MAX_PATCH_BYTES)
     name = path.name
     lines = data.splitlines(keepends=True)
     m = _FROM_LINE.match(lines[0]) if lines else None
@@ -241,11 +249,16 @@ class Declaration:
 def read_declaration(path: Path) -> Declaration:
     """Parse ``escha-fork.yaml``; an absent file declares nothing. Raises ``BadInput`` naming
     ``file:line`` for a malformed one."""
-    if not path.is_file():
-        return Declaration(file=str(path))
-    from escha_deploy.yamlpos import parse_yaml_text
+    from escha_deploy.jsonio import read_regular
+    from escha_deploy.yamlpos import MAX_FILE_BYTES, parse_yaml_text
 
-    text = path.read_text(encoding="utf-8")
+    raw = read_regular(path, "the fork declaration", max_bytes=MAX_FILE_BYTES, missing_ok=True)
+    if raw is None:
+        return Declaration(file=str(path))
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{path}: not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset {exc.start}") from None
     _, pos = parse_yaml_text(text, str(path))  # syntax errors with file:line, and positions
     import yaml
 

@@ -64,7 +64,7 @@ def runs() -> list:
 
 def test_corpus_is_large_and_well_formed():
     ids = [c["id"] for c in CASES]
-    assert len(ids) == len(set(ids)) and len(ids) >= 217
+    assert len(ids) == len(set(ids)) and len(ids) >= 350
     for c in CASES:
         # exit 0 only for an input that is accepted with the warning it names
         assert c["exit"] in (2, 3) or (c["exit"] == 0 and "warning" in c), c["id"]
