@@ -11,10 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .planview import PlanView
 from .reading import HostReading, HostWindow, ServerWindow
+from .thresholds import Thresholds
 
 GB = 1e9
-
-from .thresholds import Thresholds  # noqa: E402, F401 - the thresholds the rules read
 
 #: cgroup v2 ``memory.events`` keys that mean the limit was hit (cgroup-v2.rst): ``high``
 #: (throttled above memory.high), ``max`` (reclaim at memory.max), ``oom``, ``oom_kill``.
@@ -144,7 +143,8 @@ def memory_event(hw: HostWindow | None, host: HostReading | None, container_even
     (``memory.events``), an ``oom`` event from Docker, or ``State.OOMKilled``."""
     seen = [f"memory.events {k} +{v}" for k, v in (hw.cgroup_events if hw else {}).items()
             if k in MEMORY_EVENTS]
-    seen += [f"docker event {e}" for e in container_events if e == "oom"]
+    if ooms := sum(1 for e in container_events if e == "oom"):
+        seen.append(f"docker event oom x{ooms}")
     if oom_killed:
         seen.append("docker State.OOMKilled")
     if not seen:

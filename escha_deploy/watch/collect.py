@@ -125,9 +125,11 @@ def scrape(base_url: str, *, api_key: str | None = None, client=None) -> ServerR
 def container_reading(container, events: list[str] = ()) -> ContainerReading:
     """A docker-py container's memory from ``stats(stream=False)`` (``memory_stats``: usage,
     limit, and on cgroup v2 ``stats.file`` / ``stats.anon``) and ``State.OOMKilled``."""
+    from docker.errors import APIError, InvalidVersion
+
     try:  # one reading, not two a second apart (Docker API 1.41+)
         st = container.stats(stream=False, one_shot=True) or {}
-    except Exception:  # noqa: BLE001 - an older daemon refuses one_shot
+    except (APIError, InvalidVersion):  # an older daemon refuses one_shot
         st = container.stats(stream=False) or {}
     ms = st.get("memory_stats") or {}
     inner = ms.get("stats") or {}
@@ -140,12 +142,14 @@ def container_reading(container, events: list[str] = ()) -> ContainerReading:
 
 
 def container_events(client, container_id: str, since: float, until: float) -> list[str]:
-    """Docker's event actions for one container between two Unix times (``oom``, ``die``,
-    ``kill``, ``restart``, ...), oldest first."""
+    """Docker's event actions for one container after ``since`` up to ``until`` (Unix times,
+    s), oldest first: ``oom``, ``die``, ``kill``, ``restart``, ..."""
     out = []
     for ev in client.events(since=int(since), until=int(until) + 1, decode=True,
                             filters={"container": container_id, "type": "container"}):
-        out.append(str(ev.get("Action") or ev.get("status") or ""))
+        t_ns = ev.get("timeNano") or int(ev.get("time", 0)) * 10**9
+        if since * 1e9 < t_ns <= until * 1e9:  # the API's bounds are whole seconds
+            out.append(str(ev.get("Action") or ev.get("status") or ""))
     return [e for e in out if e]
 
 

@@ -167,10 +167,14 @@ class Watcher:
         cont = None
         now = collect.now()
         if t.container is not None:
+            from docker.errors import DockerException
+            from requests import RequestException
+
             try:
                 events = collect.container_events(t.client, t.container.id, self.events_since, now)
                 cont = collect.container_reading(t.container, events)
-            except Exception as exc:  # noqa: BLE001 - docker-py raises several families here
+                self.events_since = now  # the next look reads the events after this one
+            except (DockerException, RequestException) as exc:  # a daemon gone quiet mid-watch
                 self.docker_error = f"docker stats: {type(exc).__name__}: {exc}"
         return Sample(t=now, server=server, server_error=err, host=host, container=cont)
 
