@@ -1,10 +1,67 @@
-"""Shared fixtures: run the real CLI entry point in-process and capture exit code and streams."""
+"""Shared fixtures: run the real CLI entry point in-process and capture exit code and streams.
+
+Every in-process CLI run and every ``EschaError`` made is also handed to ``hints.record``: the
+``escha-deploy`` commands the suite sees are checked with the CLI's own parser, and the session
+fails naming any that would not run as printed (tests/hints.py).
+"""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import hints  # noqa: E402
+
+
+class _Tee:
+    """A text stream that keeps what is written and passes it on."""
+
+    def __init__(self, stream) -> None:
+        self._stream, self.parts = stream, []
+
+    def write(self, text) -> int:
+        self.parts.append(text.decode(errors="replace") if isinstance(text, bytes) else str(text))
+        return self._stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _record_cli_and_errors() -> None:
+    import escha_deploy.cli.main as cli_main
+    from escha_deploy.errors import EschaError
+
+    main = cli_main.main
+
+    def recording_main(argv=None):
+        out, err = _Tee(sys.stdout), _Tee(sys.stderr)
+        sys.stdout, sys.stderr = out, err
+        try:
+            return main(argv)
+        finally:
+            sys.stdout, sys.stderr = out._stream, err._stream
+            hints.record("".join(out.parts) + "".join(err.parts))
+
+    init = EschaError.__init__
+
+    def recording_init(self, *problems, hint=None):
+        init(self, *problems, hint=hint)
+        hints.record("\n".join(self.lines()))
+
+    cli_main.main = recording_main
+    EschaError.__init__ = recording_init
+
+
+_record_cli_and_errors()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    hints.current["test"] = item.nodeid
 
 
 @dataclass
@@ -69,6 +126,15 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    bad_hints = hints.problems()
+    if bad_hints:
+        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.write_line(f"{len(bad_hints)} printed escha-deploy command(s) would not run as printed "
+                          "(tests/hints.py):", red=True)
+            for line in bad_hints:
+                tr.write_line(f"  {line}", red=True)
+        session.exitstatus = 1
     if _bad_skips:
         tr = session.config.pluginmanager.get_plugin("terminalreporter")
         if tr is not None:

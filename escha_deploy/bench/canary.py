@@ -191,7 +191,7 @@ async def run_canary(
         raise Refused(
             f"{facts.url}: the canary tests HiCache's host tier, and this server runs without "
             "--enable-hierarchical-cache",
-            hint="start the profile with HiCache on (escha-deploy up) and run the canary again",
+            hint="start the profile with HiCache on (`escha-deploy up`) and run the canary again",
         )
     fill = plan_fill(facts, opts)
     hybrid = opts.hybrid if opts.hybrid is not None else facts.hybrid

@@ -168,7 +168,7 @@ class ServerClient:
         except httpx.TransportError as exc:
             raise Refused(
                 f"{self.url}: cannot connect ({type(exc).__name__}: {exc})",
-                hint="start the server (escha-deploy up) or check --endpoint",
+                hint="start the server (`escha-deploy up`) or check --endpoint",
             ) from None
         if health is not None and health.status_code != 200:
             raise Refused(f"{self.url}/health answered {health.status_code}: server not ready")

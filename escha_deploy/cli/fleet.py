@@ -141,7 +141,9 @@ def _plan_or_refuse(file: Path, docker: bool = True):
     fp = plan_fleet(loaded)
     problems = fp.problems + (fp.docker_problems if docker else [])
     if problems:
-        raise Refused(*problems, hint=f"escha-deploy fleet plan {file}")
+        import shlex
+
+        raise Refused(*problems, hint=f"`escha-deploy fleet plan {shlex.quote(str(file))}` shows each box's plan")
     return loaded, fp
 
 

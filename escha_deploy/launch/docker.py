@@ -254,7 +254,7 @@ def create_and_start(client, args: dict[str, Any]):
     try:
         container = client.containers.create(**to_docker(args))
     except ImageNotFound:
-        raise Refused(f"image {args['image']}: not found", hint="build it: escha-deploy up --build") from None
+        raise Refused(f"image {args['image']}: not found", hint="build it: `escha-deploy up --build`") from None
     except APIError as exc:
         if exc.status_code == 409:  # the name is taken: the daemon arbitrates between two `up`s
             raise Refused(f"up: another `up` is starting this profile: the daemon already has a "

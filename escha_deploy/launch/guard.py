@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import shlex
 import threading
 import time
 from collections.abc import Iterator
@@ -255,8 +256,8 @@ def interruptible(client, *, name: str, owner: str, stop_timeout_s: int, profile
                                   "nothing was started") from None
             raise Interrupted(signum, f"up: interrupted by {sig} while waiting for ready; container "
                               f"{stopped} is stopped (not running) and kept for its log",
-                              hint=f"escha-deploy logs --profile {profile}; `escha-deploy down --profile "
-                              f"{profile}` removes it") from None
+                              hint=f"`escha-deploy logs --profile {shlex.quote(profile)}`; `escha-deploy down --profile "
+                              f"{shlex.quote(profile)}` removes it") from None
 
 
 @dataclass

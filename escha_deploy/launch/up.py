@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shlex
 import queue
 import sys
 import threading
@@ -190,7 +191,7 @@ def existing_containers(client, prep: Prepared) -> tuple[object | None, list]:
         if c.status in ("created", "running") and guard.owner_alive(starter) is not False:
             raise Refused(f"up: another `up` (pid {guard.owner_pid(starter)}) is starting profile "
                           f"{prep.profile.name} (container {c.name}, {c.status}); not starting a second",
-                          hint=f"wait for it, or stop it: escha-deploy down --profile {prep.profile.name}")
+                          hint=f"wait for it, or stop it: `escha-deploy down --profile {shlex.quote(prep.profile_ref or prep.profile.name)}`")
         stale.append(c)
     return None, stale
 
@@ -216,7 +217,7 @@ def port_refusal(client, prep: Prepared, *, replaced: Sequence[str] = ()) -> Ref
     if owner and owner.split()[:2] == ["container", spec.name]:  # created since the check above
         return Refused(f"up: another `up` is starting profile {prep.profile.name} (container "
                        f"{spec.name} holds {spec.port_host_ip}:{spec.port_host}); not starting a second",
-                       hint=f"wait for it, or stop it: escha-deploy down --profile {prep.profile.name}")
+                       hint=f"wait for it, or stop it: `escha-deploy down --profile {shlex.quote(prep.profile_ref or prep.profile.name)}`")
     if owner:
         return Refused(f"container.port: {spec.port_host_ip}:{spec.port_host} is held by {owner}",
                        hint="stop it, or set container.port to a free port")
@@ -316,7 +317,7 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
     me = guard.owner_label()
     args = {**args, "labels": {**args["labels"], guard.LABEL_UP_OWNER: me}}
     with guard.interruptible(client, name=spec.name, owner=me, stop_timeout_s=spec.stop_timeout_s,
-                             profile=prep.profile.name, report=report) as held:
+                             profile=prep.profile_ref or prep.profile.name, report=report) as held:
         held.container = c = dk.create_and_start(client, args)
         res = _wait(client, c, prep, endpoint, api_key, timeout_s=timeout_s, report=report,
                     on_phase=on_phase)
@@ -562,7 +563,7 @@ def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, time
         causes = ", ".join(m.id for m in diag.matches) or "no known signature"
         kept = res.reason == "server exited" and not (end.gone or end.daemon_gone or end.kill_signal)
         raise Failed(f"up: the server {what} ({causes})",
-                     hint=f"the stopped container keeps its log: escha-deploy logs --profile {prep.profile.name}"
+                     hint=f"the stopped container keeps its log: `escha-deploy logs --profile {shlex.quote(prep.profile_ref or prep.profile.name)}`"
                      if kept else None)
     # The server logged its phases and pool sizes before it answered ready, but the following
     # thread may not have delivered them yet (a fast start is ready on the first poll): read the

@@ -326,7 +326,8 @@ def step_pinned_budget(c: _Ctx) -> None:
     elif h.platform == "wsl2" and c.profile.hicache.enabled:
         c.warnings.append(
             "WSL2 limits pinned memory and the ceiling on this box is unmeasured (reports range from about "
-            "0.5 GB to several GB): run `escha-deploy doctor --profile " + c.profile.name + "` to measure it")
+            "0.5 GB to several GB): run `escha-deploy doctor` there to measure it (with the plan's --profile, "
+            "its ladder aims at the planned pools)")
 
 
 def _first_failure(c: _Ctx, pools: HostPools) -> str | None:

@@ -150,6 +150,6 @@ def require_capabilities(have: list[str] | None, needed: list[str] | tuple[str, 
         hint = "build the image with escha-deploy's patch series: `escha-deploy build --hicache` (docs/runtime.md)"
         if overlays:
             hint += (f", with your fork's commits for {', '.join(overlays)} imported "
-                     "(`escha-deploy runtime import`) and declared in escha-fork.yaml, or overlay "
+                     "(`escha-deploy runtime import DIR`) and declared in escha-fork.yaml, or overlay "
                      "patches in runtime_overlays/ (stock SGLang 0.5.19 has none of them)")
         raise Refused(*[f"{where}: runtime lacks capability {c!r}" for c in missing], hint=hint)
