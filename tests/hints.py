@@ -47,6 +47,10 @@ def commands(text: str) -> list[str]:
 #: ``escha-deploy`` and a word outside backticks on a hint line: when the word is a verb, a
 #: command the user cannot copy as printed.
 UNQUOTED = re.compile(r"\bescha-deploy ([a-z][a-z-]*)")
+#: Verbs a printed hint names before they exist, each with why it is allowed for now. The
+#: release guard's hint names ``runtime rebase --check VERSION``, which the releases work adds;
+#: tests/cli/test_hints.py fails once it exists, so the entry goes with it.
+PENDING = {("runtime", "rebase"): "the release guard's hint: the releases work adds the verb"}
 BAD: dict[tuple[str, str], str] = {}
 _checking: list[str] = []
 
@@ -107,6 +111,8 @@ def check(command: str, cwd: str | Path = ".") -> str | None:
                 rest = [*ctx._protected_args, *ctx.args]  # typer's vendored click 8.2 Context
                 if not rest:
                     return f"`{' '.join(path)}` needs a sub-command"
+                if (path[-1], rest[0]) in PENDING:
+                    return None
                 name, cmd, rest = cmd.resolve_command(ctx, rest)
                 path.append(name)
                 ctx = cmd.make_context(name, list(rest), parent=ctx)
