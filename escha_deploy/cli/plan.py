@@ -37,6 +37,10 @@ def plan_command(
         "--sglang-version", metavar="X.Y.Z", help="Plan for this SGLang release (its host guard, memory defaults "
         "and parser). Default: the image's release when run in one, else runtime.sglang_version, else the "
         "default release; two that disagree are refused (exit 3).")] = None,
+    compare: Annotated[Optional[str], typer.Option(
+        "--compare", metavar="A", help="Also plan SGLang release A on the same host and show what changes "
+        "from A to the planned release: the verdict, the host guard's reading and answer, SGLang's memory "
+        "defaults, and the flags of A's argv the planned release refuses or warns about.")] = None,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Show the memory budget: device pools, host pools, pinned total per rank and overall,
@@ -93,9 +97,20 @@ def plan_command(
     result, desc = plan_here(profile, overrides, ratio=ratio_value, hicache_size=size_value, host_bytes=host_bytes,
                              platform="wsl2" if wsl2 else "linux" if linux else None, facts_path=facts,
                              write_facts=write_facts, prof=prof, hicache_source=hicache_source,
-                             sglang_version=sglang_version)
+                             sglang_version=sglang_version, check_argv=compare is None)
     if notes:
         result = result.model_copy(update={"warnings": notes + list(result.warnings)})
+    if compare is not None:
+        _print_comparison(profile, overrides, result, compare, fmt, ratio=ratio_value, hicache_size=size_value,
+                          host_bytes=host_bytes, platform="wsl2" if wsl2 else "linux" if linux else None,
+                          facts_path=facts, prof=prof, hicache_source=hicache_source)
+        from ..flagcheck import check_argv
+        from ..flags import server_args
+
+        if result.verdict == "unsafe" or not check_argv(server_args(result, prof), set(result.capabilities)
+                                                       | set(prof.runtime.needs), version=result.sglang_release).ok:
+            raise typer.Exit(int(ExitCode.REFUSED))
+        return
     if chart is not None:
         from ..paths import write_output
         from ..plan_chart import draw
@@ -118,6 +133,43 @@ def plan_command(
         require_capabilities(list(desc.capabilities), prof.runtime.needs, "this runtime (/etc/escha/runtime.json)")
     if result.verdict == "unsafe":
         raise typer.Exit(int(ExitCode.REFUSED))
+
+
+def _print_comparison(profile_ref, overrides, result_b, version_a, fmt, **kw) -> None:
+    """``--compare A``: plan A on the same host (the release named, whatever the profile says)
+    and print ``release_compare.compare``'s rows."""
+    from ..flags import server_args
+    from ..release_compare import compare
+    from ..releases import ReleaseChoice, check_supported
+
+    check_supported(version_a, "--compare")
+    result_a = make_plan(profile_ref, overrides, release=ReleaseChoice(version=version_a, source="--compare"),
+                         check_argv=False, **kw)
+    cmp = compare(result_a, result_b, server_args(result_a, kw["prof"]))
+    if fmt is OutputFormat.json:
+        from .output import print_json
+
+        print_json(cmp)
+        return
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = Console(highlight=False)
+    t = Table(title=f"{cmp.profile}: SGLang {cmp.a} -> {cmp.b} on this host", title_justify="left")
+    for col in ("item", cmp.a, cmp.b, ""):
+        t.add_column(col)
+    for r in cmp.rows:
+        t.add_row(r.item, escape(r.a), escape(r.b), "changed" if r.changed else "")
+    con.print(t)
+    if cmp.argv_a_on_b:
+        con.print(f"the argv {cmp.a} renders, on {cmp.b}'s parser (releases/{cmp.b}/flags-diff.json):")
+        for line in cmp.argv_a_on_b:
+            con.print(f"  {escape(line)}", soft_wrap=True)
+    else:
+        con.print(f"the argv {cmp.a} renders parses on {cmp.b}'s parser")
+    for reason in result_b.reasons:
+        con.print(f"  {cmp.b}: {escape(reason)}", soft_wrap=True)
 
 
 def _set_item(overrides: list[str], dotted: str) -> str:
@@ -239,7 +291,7 @@ def plan_here(profile_ref: str, overrides: list[str], **kw):
 
 def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_size=None, host_bytes=None,
               platform=None, capabilities=None, facts_path=None, write_facts=None, prof=None,
-              hicache_source=None, sglang_version=None, desc=None):
+              hicache_source=None, sglang_version=None, desc=None, release=None, check_argv=True):
     """Gather (profile, host facts, model folder), then plan: the three lines of intent, through
     the same functions as ``up`` and ``serve`` (``launch.prepare``), flag check included.
     ``prof``: ``profile_ref`` with ``overrides`` when the caller loaded it already.
@@ -259,7 +311,7 @@ def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_siz
         # check); a capability it lacks is refused by the caller, exit 3, as `serve --print` does
         desc = runtime_here()
         capabilities = frozenset(desc.capabilities) if desc is not None else None
-    release = choose_release(
+    release = release or choose_release(
         image=(desc.sglang_version, "this runtime (/etc/escha/runtime.json)") if desc is not None else None,
         flag=sglang_version, profile=prof.runtime.sglang_version)
     # the L3 directory is checked here, not in gather: `up` and `serve` refuse before start
@@ -269,7 +321,7 @@ def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_siz
     if write_facts:
         _write_facts(g, write_facts)
     result = plan_gathered(prof, g, capabilities=capabilities, ratio=ratio, hicache_size_gb=hicache_size,
-                           hicache_source=hicache_source, release=release)
+                           hicache_source=hicache_source, release=release, check_argv=check_argv)
     if l3_refusals:
         # the server would be refused before start (exit 3), as an unsafe plan is
         reasons = l3_refusals + (result.reasons if result.verdict == "unsafe" else [])

@@ -1,0 +1,64 @@
+"""``plan --sglang-version B --compare A``: what changes for one profile between two releases.
+
+Pure: takes the two plans (``planner.plan`` for each release on the same host) and the argv
+the plan for A renders, and lists per item A's value, B's value and whether it changed: the
+verdict, the host guard (kind, what it reads as available, the per-rank share of one reading,
+the stock check's answer at the chosen pools, auto-size's pick), SGLang's default memory
+settings for the card, and each flag of A's argv that B's parser refuses or warns about
+(``flagcheck.check_argv`` against B's catalog; ``releases/B/flags-diff.json`` says why).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from .planner.result import Plan
+from .units import fmt_gib_gb
+
+
+class CompareRow(BaseModel):
+    item: str
+    a: str
+    b: str
+    changed: bool
+
+
+class Comparison(BaseModel):
+    profile: str
+    a: str
+    b: str
+    rows: list[CompareRow]
+    argv_a_on_b: list[str]  # flagcheck's errors and warnings for A's argv on B's parser
+
+
+def _guard(p: Plan) -> dict[str, str]:
+    g = p.host_guard
+    rc = p.runtime_check
+    out = {
+        "verdict": p.verdict,
+        "host guard": g.kind if g else "-",
+        "host guard reads as available": fmt_gib_gb(g.available_bytes) if g else "-",
+        "one reading's share per rank": fmt_gib_gb(g.share_per_rank_bytes) if g else "-",
+        "stock check at the chosen pools": (rc.stock or "-") if rc else "no host pools",
+        "auto-size would pick": ("-" if not g or g.auto_size is None else
+                                 f"ratio {g.auto_size.ratio:g}" + (" (refused)" if g.auto_size.refused else "")),
+        "HiCache": "off" if not p.hicache.enabled else (f"--hicache-size {p.hicache.size_gb}" if p.hicache.size_gb
+                                                          else f"--hicache-ratio {p.hicache.ratio:g}"),
+        "pinned total": fmt_gib_gb(p.pinned_total_bytes),
+        "largest safe ratio": str(p.max_safe_ratio),
+    }
+    if p.device is not None:
+        out["SGLang's default mem_fraction_static"] = str(p.device.sglang_default_mem_fraction_static)
+        out["SGLang's activation + graph reserve"] = fmt_gib_gb(p.device.sglang_reserved_bytes)
+    return out
+
+
+def compare(a: Plan, b: Plan, argv_a: list[str]) -> Comparison:
+    """The rows for two plans of one profile (``a`` for release A, ``b`` for B)."""
+    from .flagcheck import check_argv
+
+    ga, gb = _guard(a), _guard(b)
+    rows = [CompareRow(item=k, a=ga[k], b=gb.get(k, "-"), changed=ga[k] != gb.get(k, "-")) for k in ga]
+    check = check_argv(argv_a, set(a.capabilities), version=b.sglang_release)
+    on_b = [f"{p.line()} (error)" for p in check.errors] + [f"{p.line()} (warning)" for p in check.warnings]
+    return Comparison(profile=a.profile, a=a.sglang_release, b=b.sglang_release, rows=rows, argv_a_on_b=on_b)
