@@ -6,11 +6,14 @@ Written by native ``serve`` into its state file and by ``up`` next to the launch
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict, Field
 
-from escha_deploy.planner.result import Plan
-
 from .thresholds import Thresholds
+
+if TYPE_CHECKING:  # importing the planner costs 0.3 s at start-up; status needs only the model
+    from escha_deploy.planner.result import Plan
 
 
 class PlanView(BaseModel):
