@@ -178,6 +178,9 @@ def print_dry_run(profile: str, overrides: list[str], facts: str | None, fmt: Ou
 
         typer.echo(f"# server argv (inside the container, run by `escha-deploy serve --spec {SPEC_TARGET}`)")
         typer.echo(shlex.join(data["argv"]))
+        typer.echo("# server environment (set for SGLang by serve --spec, as serve --print shows it)")
+        for k, v in data["env"].items():
+            typer.echo(f"{k}={shlex.quote(v)}")
         typer.echo("# up's preflight checks (the verdict above is the plan's)")
         for c in data["checks"]:
             why = "; ".join(c["problems"]) or c["detail"]

@@ -335,7 +335,8 @@ class Prepared:
     def dry_run(self) -> dict[str, Any]:
         """What `up --dry-run` prints: the plan's verdict, reasons and warnings as `plan` gives
         them, the missing capabilities, the digest, where each fact came from, the container
-        config and the server argv (redacted)."""
+        config, the server argv and the server's environment (``LaunchSpec.env``: what ``serve
+        --spec`` sets for SGLang in the container, as ``serve --print`` shows it; redacted)."""
         from escha_deploy.secretargs import redact_argv
 
         from .redact import Redactor
@@ -354,6 +355,7 @@ class Prepared:
             "facts": [s.model_dump() for s in self.launch.sources],
             "container": json.loads(r(json.dumps(self.args))),
             "argv": [r(a) for a in redact_argv(self.argv)],
+            "env": {k: r(v) for k, v in self.launch.env.items()},
         }
 
 
