@@ -21,6 +21,10 @@ L3_NOT_FOR_HYBRID = {"eic", "simm", "aibrix"}
 #: On a hybrid model with the mamba ``extra_buffer`` strategy, sglang#36537 reports token-0 output
 #: once KV usage passes about 0.6; ``extra_buffer_lazy`` supports them (sglang#30437).
 EAGLE_STYLE = {"EAGLE", "EAGLE3", "NEXTN"}
+#: Mooncake's global segment when MOONCAKE_GLOBAL_SEGMENT_SIZE is unset: "4gb", which
+#: ``mooncake_store.py: _parse_global_segment_size`` reads as 4 x 1024**3 bytes (``srt/environ.py``).
+MOONCAKE_DEFAULT_SEGMENT = 4 * 1024**3
+GiB_BYTES = 1024**3
 
 
 def extra_arg(args: Sequence[str], flag: str) -> str | None:
@@ -223,6 +227,20 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
                      "(sglang#16771, #30055): retry without L3 to isolate a crash")
             if sb == "file" and hc.storage_max_size is None:
                 warn("hicache.l3.max_size", "no cap on the L3 file store: it grows until the disk is full")
+            if sb == "mooncake":
+                l3 = hc.l3
+                if not getattr(l3, "master", None):
+                    # srt/mem_cache/storage/mooncake_store/mooncake_store.py: MooncakeStoreConfig.load_from_env
+                    # raises ValueError when neither MOONCAKE_MASTER nor MOONCAKE_CLIENT is set
+                    error("hicache.l3.master",
+                          "the Mooncake backend needs its master's HOST:PORT: SGLang stops at start without "
+                          "MOONCAKE_MASTER (mooncake_store.py: MooncakeStoreConfig.load_from_env); set "
+                          "hicache.l3: {kind: mooncake, master: HOST:PORT}")
+                seg = getattr(l3, "global_segment_size", None) or MOONCAKE_DEFAULT_SEGMENT
+                warn("hicache.l3.global_segment_size",
+                     f"the Mooncake store takes {seg / GiB_BYTES:.2f} GiB of host memory on this box beside the "
+                     f"pools (global_segment_size, split over the {tp} ranks: mooncake_store.py); keep it inside "
+                     "safety.server_process_per_rank or lower global_segment_size")
         if hc.hicache_size and hc.hicache_ratio != "auto":
             warn("hicache.hicache_ratio", "hicache_size > 0 overrides hicache_ratio (SGLang ignores the ratio)")
     # keys that load but do nothing (``profiles validate`` prints the same, with file:line)
