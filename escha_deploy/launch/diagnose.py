@@ -49,7 +49,7 @@ SERVER_ARGS_SCAN = 65536
 #: Longest line kept for printing (evidence and tail); the rest is counted, not shown.
 SHOW_CHARS = 2000
 
-Kind = Literal["killed", "host-memory", "gpu-memory", "arch", "collective", "cuda-graph", "model-folder",
+Kind = Literal["killed", "host-memory", "gpu-memory", "arch", "collective", "cuda-graph", "model-folder", "startup",
                "launch", "event"]
 
 KINDS: dict[str, str] = {
@@ -60,6 +60,8 @@ KINDS: dict[str, str] = {
     "collective": "collectives between the GPUs: NCCL transports, peer access, watchdog timeouts",
     "cuda-graph": "CUDA graph capture",
     "model-folder": "the model folder and its loader",
+    "startup": "SGLang's own refusals at start, before a weight loads (argument resolution, model config); "
+               "serve's pre-flight asks SGLang these first",
     "launch": "the server process and its environment (ports, proxies, dependencies, GPUs)",
     "event": "this tool's own observations (a container signal, the Docker daemon, the API key)",
 }
@@ -549,6 +551,48 @@ SIGNATURES: tuple[Signature, ...] = (
         "`ls` the folder; point model.host_dir at the folder that holds config.json (often a "
         "snapshots/<hash> folder one level down)",
         "transformers/utils/hub.py:396 (cached_files)",
+    ),
+    # --- startup: SGLang's own refusals before a weight loads (serve's pre-flight sees them first)
+    Signature(
+        "context-length-too-long", "startup",
+        r"context_length \((\d+)\) is greater than the derived context_length \((\d+)\)",
+        "SGLang refused the context length: {1} tokens is more than the {2} the model's config.json allows",
+        "set runtime.context_length to at most {2}, or runtime.allow_longer_context_length: true to pass SGLang's "
+        "override (SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN; SGLang warns of incorrect outputs past the trained "
+        "length); `escha-deploy plan` checks this against the model folder",
+        "sglang/srt/configs/model_config.py:871 (ModelConfig._derive_context_length)",
+    ),
+    Signature(
+        "mamba-no-buffer-page", "startup",
+        r"no_buffer only supports page_size=1",
+        "SGLang refused the mamba radix cache strategy no_buffer with a page size above 1",
+        "set runtime.mamba_radix_cache_strategy to extra_buffer or auto, or runtime.page_size: 1",
+        "sglang/srt/arg_groups/mamba_hook.py:144 (validate_mamba_no_buffer)",
+    ),
+    Signature(
+        "hicache-without-radix", "startup",
+        r"enable-hierarchical-cache and disable-radix-cache are mutually exclusive",
+        "SGLang refused HiCache without the radix cache (a flag or an attention backend turned the radix "
+        "cache off)",
+        "set runtime.disable_radix_cache: false, drop the extra_args item that disables it (dual-chunk "
+        "attention does), or turn HiCache off (hicache.enabled: false)",
+        "sglang/srt/arg_groups/kv_cache_hook.py:169 (handle_cache_compatibility)",
+    ),
+    Signature(
+        "trtllm-fp8-sm120", "startup",
+        r"TRTLLM FMHAv2 prefill on SM120 does not support",
+        "SGLang refused the trtllm_mha attention backend: on sm_120 its FMHAv2 prefill does not take an "
+        "fp8_e4m3 KV cache",
+        "unset runtime.attention_backend (SGLang picks one for the card), or use another "
+        "runtime.kv_cache.dtype",
+        "sglang/srt/arg_groups/attention_hook.py:152 (handle_attention_backend_compatibility)",
+    ),
+    Signature(
+        "mooncake-no-master", "startup",
+        r"Either the environment variable 'MOONCAKE_MASTER' or 'MOONCAKE_CLIENT' is not set",
+        "the Mooncake L3 store has no master: SGLang stops at start",
+        "set hicache.l3: {kind: mooncake, master: HOST:PORT}",
+        "sglang/srt/mem_cache/storage/mooncake_store/mooncake_store.py:180 (MooncakeStoreConfig.load_from_env)",
     ),
     Signature(
         "model-path-not-found", "model-folder",
