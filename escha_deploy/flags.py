@@ -40,31 +40,6 @@ def _fmt_float(x: float) -> str:
     return f"{x:g}"
 
 
-def p2p_disabled(plan: Plan, profile: Profile) -> bool:
-    """NCCL_P2P_DISABLE=1 for TP >= 2 under WSL2, or where NVML facts show the TP GPUs without
-    peer access (a consumer brand, or a P2P status other than ok; ``gpu_facts.peer_access``).
-    Without NVML facts NCCL is left to detect P2P itself. ``container.nccl_p2p_disable`` wins."""
-    setting = profile.container.nccl_p2p_disable
-    if setting is not None:
-        return setting
-    if profile.runtime.tp_size < 2:
-        return False
-    pa = plan.peer_access
-    return plan.platform == "wsl2" or (pa is not None and pa.denied)
-
-
-def custom_all_reduce_disabled(plan: Plan, profile: Profile) -> bool:
-    """``--disable-custom-all-reduce`` for TP >= 2 unless NVML facts prove peer access between
-    every pair of TP GPUs (custom all-reduce needs it: sgl-project/sglang#4814).
-    ``runtime.disable_custom_all_reduce`` wins."""
-    rt = profile.runtime
-    if rt.tp_size < 2:
-        return False
-    if rt.disable_custom_all_reduce is not None:
-        return rt.disable_custom_all_reduce
-    return not (plan.peer_access is not None and plan.peer_access.proven)
-
-
 def server_args(plan: Plan, profile: Profile, *, host: str = "0.0.0.0", port: int | None = None,
                 model_path: str | None = None) -> list[str]:
     """The SGLang flags for ``plan`` (everything after ``python -m sglang.launch_server``).
@@ -113,7 +88,7 @@ def server_args(plan: Plan, profile: Profile, *, host: str = "0.0.0.0", port: in
         a += ["--disable-radix-cache"]
     if rt.attention_backend:
         a += ["--attention-backend", rt.attention_backend]
-    if custom_all_reduce_disabled(plan, profile):
+    if plan.custom_all_reduce_disabled:  # decided by the planner (planner._peer_decisions)
         a += ["--disable-custom-all-reduce"]
     if rt.enable_cache_report:
         a += ["--enable-cache-report"]
@@ -141,7 +116,7 @@ def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L
       ``hicache-host-reserve-env`` capability (else the stock 10 GiB applies);
     - ``ESCHA_HICACHE_HOST_ALLOCATOR``: ``pinned`` on WSL2, doctor's pick or ``auto`` elsewhere;
     - INT2 layout (``SGLANG_MIXED_KV_*``), read by the OSCAR overlay;
-    - ``NCCL_P2P_DISABLE=1`` under WSL2 and where NVML shows no peer access (``p2p_disabled``;
+    - ``NCCL_P2P_DISABLE=1`` under WSL2 and where NVML shows no peer access (``plan.nccl_p2p_disabled``;
       microsoft/WSL#12467, NVIDIA/nccl#1637); ``NO_PROXY`` for loopback (sglang#9814);
     - the L3 file backend's directory and cap (``SGLANG_HICACHE_FILE_BACKEND_*``);
     - ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1`` when ``runtime.allow_longer_context_length``;
@@ -163,7 +138,7 @@ def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L
             "SGLANG_MIXED_KV_PREFIX_TOKENS": str(i2.prefix_tokens),
             "SGLANG_MIXED_KV_RECENT_TOKENS": str(i2.recent_tokens),
         })
-    if p2p_disabled(plan, profile):
+    if plan.nccl_p2p_disabled:
         env["NCCL_P2P_DISABLE"] = "1"
     if rt.allow_longer_context_length:
         env["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] = "1"

@@ -33,14 +33,8 @@ def register(app: typer.Typer) -> None:
 
         from .output import info
 
-        stopped = manage.down(_profile_name(profile), timeout_s=timeout)
+        from escha_deploy.profile import profile_name
+
+        stopped = manage.down(profile_name(profile), timeout_s=timeout)
         info("down: " + (", ".join(stopped) + " stopped" if stopped else "nothing running"))
 
-
-def _profile_name(ref: str | None) -> str | None:
-    """A profile reference as the name its containers are labelled with."""
-    if ref is None or not (ref.endswith((".yaml", ".yml")) or "/" in ref):
-        return ref
-    from escha_deploy.profile import load_profile
-
-    return load_profile(ref).name

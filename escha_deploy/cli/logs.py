@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
         from escha_deploy.errors import BadInput
         from escha_deploy.launch import manage
 
-        from .down import _profile_name
+        from escha_deploy.profile import profile_name as _profile_name
 
         if tail != "all" and not (tail.isdigit() and len(tail) <= 9):
             raise BadInput(f"--tail: expected a number of lines or all (got {tail[:40]!r})")

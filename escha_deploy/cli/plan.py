@@ -97,7 +97,8 @@ def plan_command(
     result, desc = plan_here(profile, overrides, ratio=ratio_value, hicache_size=size_value, host_bytes=host_bytes,
                              platform="wsl2" if wsl2 else "linux" if linux else None, facts_path=facts,
                              write_facts=write_facts, prof=prof, hicache_source=hicache_source,
-                             sglang_version=sglang_version, check_argv=compare is None)
+                             sglang_version=sglang_version, check_argv=compare is None,
+                             digest=fmt is OutputFormat.json)
     if notes:
         result = result.model_copy(update={"warnings": notes + list(result.warnings)})
     if compare is not None:
@@ -291,7 +292,8 @@ def plan_here(profile_ref: str, overrides: list[str], **kw):
 
 def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_size=None, host_bytes=None,
               platform=None, capabilities=None, facts_path=None, write_facts=None, prof=None,
-              hicache_source=None, sglang_version=None, desc=None, release=None, check_argv=True):
+              hicache_source=None, sglang_version=None, desc=None, release=None, check_argv=True,
+              digest=False):
     """Gather (profile, host facts, model folder), then plan: the three lines of intent, through
     the same functions as ``up`` and ``serve`` (``launch.prepare``), flag check included.
     ``prof``: ``profile_ref`` with ``overrides`` when the caller loaded it already.
@@ -321,7 +323,8 @@ def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_siz
     if write_facts:
         _write_facts(g, write_facts)
     result = plan_gathered(prof, g, capabilities=capabilities, ratio=ratio, hicache_size_gb=hicache_size,
-                           hicache_source=hicache_source, release=release, check_argv=check_argv)
+                           hicache_source=hicache_source, release=release, check_argv=check_argv,
+                           digest=digest)
     if l3_refusals:
         # the server would be refused before start (exit 3), as an unsafe plan is
         reasons = l3_refusals + (result.reasons if result.verdict == "unsafe" else [])

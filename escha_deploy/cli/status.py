@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
         from escha_deploy.watch import record as rec
         from escha_deploy.watch.session import Watcher, find_targets
 
-        from .down import _profile_name
+        from escha_deploy.profile import profile_name as _profile_name
         from .output import info, print_json, stdout_console, warn
 
         if watch and check:

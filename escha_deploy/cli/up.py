@@ -108,9 +108,9 @@ def register(app: typer.Typer) -> None:
 
 
 def _profile_name(profile: str, overrides: list[str]) -> str:
-    from escha_deploy.profile import load_profile
+    from escha_deploy.profile import profile_name
 
-    return load_profile(profile, overrides).name
+    return profile_name(profile, overrides) or profile
 
 
 def _print_result(res, fmt: OutputFormat) -> None:

@@ -5,7 +5,7 @@ one instance run the same image digest).
 Per box this calls the same entry points as ``escha-deploy plan`` (``profile.load_profile``,
 ``host.gather_plan_inputs``, ``planner.plan``, ``cli.plan.check_rendered_argv``); the only
 difference is where the host facts come from: a saved doctor report of that box
-(``BoxFacts``, source ``saved``) or the box's ``host_ram``/``platform`` (source ``described``,
+(read as ``plan --facts`` reads it: ``launch.prepare.gather``, source ``facts``) or the box's ``host_ram``/``platform`` (source ``described``,
 as ``plan --host-ram``). A multi-node instance is planned per node with the node's own profile:
 its TP ranks are the box's GPUs, so weights and KV per rank are counted at the node's
 ``tp_size`` (with TP across nodes the real per-rank shares are smaller: the plan errs on the
@@ -20,7 +20,6 @@ from typing import Literal
 from pydantic import BaseModel, Field, PrivateAttr
 
 from ..errors import BadInput
-from ..host import HostFacts
 from ..netaddr import parse_host
 from ..planner.result import Plan
 from ..profile import Profile
@@ -76,19 +75,6 @@ def read_box_facts(path: Path) -> BoxFacts:
         pinned_ceiling_reached=bool(f and f.pinned_ceiling_reached),
         host_allocator=f.host_allocator if f else None, created_at=report.get("created_at") or ff.created_at,
     )
-
-
-def saved_host(facts: BoxFacts, base: HostFacts) -> HostFacts:
-    """``base`` (a described host with the profile's L3 directory) with the saved facts: MemTotal,
-    huge pages, cgroup limit, platform, pinned ceiling and allocator. MemAvailable stays unknown: the one in a
-    saved report is stale by the time the server starts."""
-    return base.model_copy(update={
-        "source": "saved", "platform": facts.platform, "mem_total_bytes": facts.mem_total_bytes,
-        "hugetlb_bytes": facts.hugetlb_bytes,
-        "cgroup_limit_bytes": facts.cgroup_limit_bytes, "in_container": facts.in_container,
-        "host_id": facts.host_id, "pinned_ceiling_bytes": facts.pinned_ceiling_bytes,
-        "pinned_ceiling_reached": facts.pinned_ceiling_reached, "host_allocator": facts.host_allocator,
-    })
 
 
 class BoxPlan(BaseModel):
@@ -155,14 +141,17 @@ def plan_box(loaded: LoadedFleet, box: Box) -> tuple[Plan, BoxFacts | None, "Pro
     or facts file, naming the box."""
     from ..cli.plan import check_rendered_argv
     from ..host import gather_plan_inputs
+    from ..launch.prepare import gather
     from ..planner import plan
 
     try:
         prof = loaded.profile(box)
         facts = read_box_facts(loaded.resolve(box.facts)) if box.facts else None
         if facts is not None:
-            host, model_dir = gather_plan_inputs(prof, platform=facts.platform, host_ram=facts.mem_total_bytes)
-            host = saved_host(facts, host).model_copy(update={"origin": f"saved facts {facts.file}"})
+            # the reader of `plan --facts` (host, findings and GPU records: the GPUs decide peer
+            # access, so --disable-custom-all-reduce and NCCL_P2P_DISABLE, as they do there)
+            g = gather(prof, facts_path=facts.file)
+            host, model_dir = g.host, g.model_dir
         else:
             host, model_dir = gather_plan_inputs(prof, platform=box.platform or "linux", host_ram=box.host_ram)
             host = host.model_copy(update={"origin": loaded.where(box, "host_ram")})

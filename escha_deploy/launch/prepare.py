@@ -253,14 +253,16 @@ def check_rendered_argv(result: Plan, prof: Profile) -> ArgvCheck:
 
 def plan_gathered(profile: Profile, g: Gathered, *, capabilities: Sequence[str] | None = None,
                   ratio: float | None = None, hicache_size_gb: int | None = None,
-                  hicache_source: str | None = None, release=None, check_argv: bool = True) -> Plan:
+                  hicache_source: str | None = None, release=None, check_argv: bool = True,
+                  digest: bool = False) -> Plan:
     """Plan ``profile`` on the gathered facts and check the rendered argv against the flag
     catalog (``BadInput``, exit 2, for a flag the runtime would refuse). ``capabilities``: the
     runtime's (default: the profile's needs, as an image built for it provides). ``hicache_source``:
     ``planner.plan``'s, where the profile's HiCache setting came from. ``release``: the
     ``releases.ReleaseChoice`` to plan (default: the profile's ``runtime.sglang_version``, else
     the default release); its parser checks the argv (``check_argv``: ``plan --compare`` leaves it
-    to the comparison)."""
+    to the comparison). ``digest``: fill ``plan_digest`` (the container launch's, as ``up`` and
+    ``serve`` compute it; it imports the launch-spec models, which a table plan does not need)."""
     from escha_deploy.planner import plan as make_plan
     from escha_deploy.releases import choose_release
 
@@ -268,9 +270,14 @@ def plan_gathered(profile: Profile, g: Gathered, *, capabilities: Sequence[str] 
     result = make_plan(profile, g.host, model_dir=g.model_dir, ratio=ratio, hicache_size_gb=hicache_size_gb,
                        capabilities=None if capabilities is None else frozenset(capabilities),
                        hicache_source=hicache_source, release=release.version, release_source=release.source)
-    if not check_argv:  # plan --compare: the comparison names the flags the release refuses
+    if check_argv:  # plan --compare leaves it to the comparison, which names the flags the release refuses
+        result = result.model_copy(update={"argv_check": check_rendered_argv(result, profile)})
+    if not digest:
         return result
-    return result.model_copy(update={"argv_check": check_rendered_argv(result, profile)})
+    from escha_deploy.launch_spec import build_launch_spec
+
+    return result.model_copy(update={"plan_digest": build_launch_spec(result, profile,
+                                                                      facts=launch_facts(result, g)).plan_digest})
 
 
 def launch_facts(plan: Plan, g: Gathered) -> LaunchFacts:

@@ -773,8 +773,7 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
     p = c.pools
     sf = profile.safety
     peers = peer_access(host.gpus, tp_gpu_indices(profile.runtime.tp_size, profile.container.gpus), host.platform)
-    if profile.runtime.tp_size > 1 and not peers.proven:
-        c.decide("launch", "custom all-reduce needs proven peer access", "--disable-custom-all-reduce", peers.detail)
+    car_off, p2p_off = _peer_decisions(c, profile, host.platform, peers)
     return Plan(
         profile=profile.name, sglang_release=c.release, sglang_release_source=release_source, tp_size=c.ranks, platform=host.platform, host_source=host.source,
         hybrid=arch.is_hybrid, kv_cache_dtype=profile.runtime.kv_cache.dtype, page_size=c.page_size,
@@ -810,4 +809,36 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
         ),
         findings=c.findings, verdict=c.verdict, reasons=c.reasons, warnings=c.warnings, decisions=c.decisions,
         peer_access=peers, mamba_radix_cache_strategy=strategy,
+        custom_all_reduce_disabled=car_off, nccl_p2p_disabled=p2p_off,
     )
+
+
+def _peer_decisions(c, profile: Profile, platform: str, peers) -> tuple[bool, bool]:
+    """``(--disable-custom-all-reduce, NCCL_P2P_DISABLE=1)`` for this plan, each decided once
+    here and rendered by ``flags`` as decided (the decision line says the same as the argv).
+
+    Custom all-reduce maps each rank's buffers into the others through CUDA IPC and needs peer
+    access (sgl-project/sglang#4814): off for TP >= 2 unless NVML facts prove it between every
+    pair of TP GPUs. NCCL's P2P transport is off under WSL2 and where NVML shows the TP GPUs
+    without peer access (microsoft/WSL#12467, NVIDIA/nccl#1637); without NVML facts NCCL detects
+    P2P itself. ``runtime.disable_custom_all_reduce`` and ``container.nccl_p2p_disable`` win."""
+    tp = profile.runtime.tp_size
+    set_car = profile.runtime.disable_custom_all_reduce
+    if tp < 2:
+        car = False
+    elif set_car is not None:
+        car = set_car
+        if car:
+            c.decide("launch", "custom all-reduce off", "--disable-custom-all-reduce",
+                     "runtime.disable_custom_all_reduce: true")
+    else:
+        car = not peers.proven
+        if car:
+            c.decide("launch", "custom all-reduce needs proven peer access", "--disable-custom-all-reduce",
+                     peers.detail)
+    set_p2p = profile.container.nccl_p2p_disable
+    if set_p2p is not None:
+        p2p = set_p2p
+    else:
+        p2p = tp >= 2 and (platform == "wsl2" or (peers is not None and peers.denied))
+    return car, p2p

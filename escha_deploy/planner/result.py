@@ -238,6 +238,16 @@ class Plan(BaseModel):
     peer_access: PeerAccess | None = Field(
         None, description="peer access between the TP GPUs, from NVML facts; decides --disable-custom-all-reduce "
         "and NCCL_P2P_DISABLE")
+    custom_all_reduce_disabled: bool = Field(
+        False, description="render --disable-custom-all-reduce: TP >= 2 without proven peer access "
+        "(sgl-project/sglang#4814), or as runtime.disable_custom_all_reduce says")
+    nccl_p2p_disabled: bool = Field(
+        False, description="set NCCL_P2P_DISABLE=1: TP >= 2 under WSL2 or where NVML shows no peer access "
+        "(microsoft/WSL#12467, NVIDIA/nccl#1637), or as container.nccl_p2p_disable says")
+    plan_digest: str | None = Field(
+        None, description="sha256 of the container launch this plan renders (profile, fact values, argv, env: "
+        "launch_spec.launch_digest), the digest `up --dry-run`, `serve --print` and the container label carry; "
+        "filled where the facts were gathered (launch.prepare.plan_gathered)")
     argv_check: "ArgvCheck | None" = Field(
         None, description="the rendered argv checked against the runtime's flag catalog (filled by the CLI)")
 

@@ -21,6 +21,7 @@ from .loading import (
     load_profile,
     load_raw,
     names_a_file,
+    profile_name,
     resolve_profile_path,
 )
 from .models import (
@@ -79,7 +80,7 @@ from .rules import (
 
 __all__ = [
     "PROFILE_FILE_SUFFIXES", "apply_override", "deep_merge", "key_source", "list_profiles", "load_profile",
-    "load_raw", "names_a_file", "resolve_profile_path",
+    "load_raw", "names_a_file", "profile_name", "resolve_profile_path",
     "DEFAULT_CUDA_CONTEXT", "DEFAULT_MAX_RATIO", "DEFAULT_OS_RESERVE", "DEFAULT_PAGE_CACHE_FLOOR",
     "DEFAULT_RATIO_STEP", "DEFAULT_RECOMMEND_HEADROOM", "DEFAULT_SERVER_PROCESS_PER_RANK",
     "DEFAULT_WSL2_HIDDEN_VRAM", "IMAGE_REF", "MAX_GPUS", "MAX_RATIO", "MAX_SECONDS", "MAX_TOKENS",

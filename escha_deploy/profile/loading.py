@@ -60,6 +60,16 @@ def names_a_file(ref: str, relative_to: Path | None = None) -> bool:
     return file_problem((relative_to / ref) if relative_to is not None else Path(ref)) is None
 
 
+def profile_name(ref: str | None, overrides: Sequence[str] = ()) -> str | None:
+    """The name a profile reference's containers are labelled with (``io.escha.profile``): a
+    shipped profile's name as given, a file's (``names_a_file``, the rule ``--profile`` reads
+    by: ``.yaml``, ``.yml``, ``.json`` or a path) the name it loads with; ``None`` stays ``None``
+    (every profile)."""
+    if ref is None or (not overrides and not names_a_file(ref)):
+        return ref
+    return load_profile(ref, overrides).name
+
+
 def resolve_profile_path(ref: str, relative_to: Path | None = None) -> Path:
     """A profile name (``rtx5060ti-tp2``) or a path to a YAML/JSON file -> the file's path.
 

@@ -87,7 +87,8 @@ STANDIN = str(Path(__file__).resolve().parents[1] / "launch" / "standin" / "prof
 
 
 def test_described_plan_imports_no_spec_facts_findings_or_nvml(tmp_path):
-    code, mods = modules_after(*PLAN, env={"XDG_CACHE_HOME": str(tmp_path)})
+    # the table plan; `--format json` also carries the plan digest, which needs the launch spec
+    code, mods = modules_after(*PLAN[:-2], env={"XDG_CACHE_HOME": str(tmp_path)})
     assert code == 0
     assert not mods & set(NOT_FOR_A_DESCRIBED_PLAN), sorted(mods & set(NOT_FOR_A_DESCRIBED_PLAN))
     # what it does import it needs: the profile, the planner and the flag check
@@ -97,7 +98,7 @@ def test_described_plan_imports_no_spec_facts_findings_or_nvml(tmp_path):
 def test_live_plan_without_findings_builds_no_findings_model_and_a_gpuless_profile_skips_nvml(tmp_path):
     # this host, no saved doctor findings (an empty cache folder): the findings module is read
     # for the file's path, but its models are built only when there is a file to validate
-    last = run_probe("plan", "--profile", STANDIN, "--format", "json", env={"XDG_CACHE_HOME": str(tmp_path)})
+    last = run_probe("plan", "--profile", STANDIN, env={"XDG_CACHE_HOME": str(tmp_path)})  # the table plan
     assert last["code"] in (0, 3), last["code"]
     mods = set(last["modules"])
     assert "escha_deploy.findings" in mods  # it looked for findings
