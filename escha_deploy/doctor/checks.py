@@ -133,6 +133,13 @@ def check_memlock(f: DoctorFacts) -> Check:
         return warn("host.memlock", f"cannot read the memlock limit: {f.memlock_error}",
                     "check `ulimit -l`; set memlock to unlimited")
     soft, _hard = f.memlock
+    daemon = f.memlock_probe
+    if daemon is not None and daemon.ok is False:  # the usual advice cannot work: say what does
+        from escha_deploy.launch.docker import MEMLOCK_DAEMON_FIX
+
+        what = "unlimited" if soft is None else f"{soft:,} B"
+        return warn("host.memlock", f"locked-memory limit {what} here; containers cannot get more: the Docker "
+                    "daemon cannot raise memlock (docker.memlock)", MEMLOCK_DAEMON_FIX)
     if soft is None:
         note = " (on WSL2 this does not lift the pinned ceiling; the probe measures it)" if f.platform == "wsl2" else ""
         return ok("host.memlock", f"locked-memory limit unlimited{note}")
@@ -141,6 +148,22 @@ def check_memlock(f: DoctorFacts) -> Check:
         fix += ("; under WSL2 this does not lift the pinned ceiling (microsoft/WSL#8447): the probe measures "
                 "that ceiling and the plan sizes the pools under it")
     return warn("host.memlock", f"locked-memory limit {soft:,} B", fix)
+
+
+def check_daemon_memlock(f: DoctorFacts) -> list[Check]:
+    """Whether the Docker daemon can start a container with ``--ulimit memlock=-1``, as the
+    probe saw it (``hostinfo.probe_memlock``); no row when it was not asked."""
+    p = f.memlock_probe
+    if p is None:
+        return []
+    if p.ok is None:
+        return [warn("docker.memlock", f"not run: {p.not_run}",
+                     "build or load the image, then rerun `escha-deploy doctor`")]
+    if p.ok:
+        return [ok("docker.memlock", f"a container of {p.image} starts with --ulimit memlock=-1")]
+    from escha_deploy.launch.docker import MEMLOCK_DAEMON_FIX, memlock_refusal_line
+
+    return [fail("docker.memlock", memlock_refusal_line(p.image, p.error), MEMLOCK_DAEMON_FIX)]
 
 
 def check_shm(f: DoctorFacts) -> Check:
@@ -346,12 +369,19 @@ def host_checks(f: DoctorFacts, page_cache_floor: int = PAGE_CACHE_FLOOR_BYTES) 
     """The checks that need no profile, in report order (``page_cache_floor``: bytes, the
     profile's safety policy when one was given)."""
     return [check_platform(f), *check_memory(f, page_cache_floor), check_memlock(f), check_shm(f), *check_docker(f),
+            *check_daemon_memlock(f),
             *check_gpus(f), *check_probes(f), *check_nccl(f)]
 
 
 def profile_checks(f: DoctorFacts, need: ProfileNeeds) -> list[Check]:
     """Whether this box satisfies ``need``, check by check (``profile=True``: a fail exits 3)."""
     rows: list[Check] = []
+    if f.memlock_probe is not None and f.memlock_probe.ok is False:
+        from escha_deploy.launch.docker import MEMLOCK_DAEMON_FIX
+
+        rows.append(fail("profile.memlock", f"`up` sets --ulimit memlock=-1 for {need.name} (pinned host pools) "
+                         "and this Docker daemon refuses it (docker.memlock); `up` refuses before creating",
+                         MEMLOCK_DAEMON_FIX, profile=True))
     g = f.gpus
     want = max(need.gpu_count, need.tp_size)
     if g.count == 0:

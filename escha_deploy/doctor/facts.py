@@ -17,7 +17,7 @@ from escha_deploy.host import Platform, detect_container, detect_platform, host_
 
 from .gpu import GpuInventory, gpu_inventory
 from .kernel_archs import image_kernel_archs
-from .hostinfo import (DockerFacts, ImageFacts, MemoryFacts, WslSignals, read_docker, read_image, read_memlock,
+from .hostinfo import (DockerFacts, ImageFacts, MemlockProbe, MemoryFacts, WslSignals, read_docker, read_image, read_memlock,
                        read_memory, read_shm_size, read_wsl_networking_mode, read_wsl_signals)
 from .probes import PinnedCeiling
 
@@ -68,6 +68,8 @@ class DoctorFacts(BaseModel):
     docker: DockerFacts
     gpus: GpuInventory
     image: ImageFacts | None = Field(default=None, description="the server image on this daemon (id = digest)")
+    memlock_probe: MemlockProbe | None = Field(default=None, description="whether the daemon can start a "
+                                               "container with --ulimit memlock=-1 (None: not asked)")
     probes: ProbeFacts = Field(default_factory=ProbeFacts)
     kernel_archs: dict = Field(default_factory=dict, description="the image's sglang-kernel/torch architectures "
                                "(kernel_archs.image_kernel_archs)")
@@ -81,7 +83,8 @@ def gather_facts(root: Path = Path("/"), environ: Mapping[str, str] | None = Non
                  docker: Callable[[], DockerFacts] = read_docker,
                  gpus: Callable[[], GpuInventory] = gpu_inventory,
                  networking_mode: Callable[[], str | None] = read_wsl_networking_mode,
-                 image: Callable[[], ImageFacts | None] | None = None) -> DoctorFacts:
+                 image: Callable[[], ImageFacts | None] | None = None,
+                 memlock_probe: Callable[[], MemlockProbe] | None = None) -> DoctorFacts:
     """Read the host under ``root``; ``docker``, ``gpus``, ``networking_mode`` (asked only on
     WSL2) and ``image`` (the server image's digest, when given) are the sources to ask (tests
     pass recorded answers). Never raises for a missing file: the reason goes in ``*_error``."""
@@ -108,5 +111,6 @@ def gather_facts(root: Path = Path("/"), environ: Mapping[str, str] | None = Non
         docker=docker(),
         gpus=gpus(),
         image=image() if image is not None else None,
+        memlock_probe=memlock_probe() if memlock_probe is not None else None,
         kernel_archs=image_kernel_archs(),
     )

@@ -309,3 +309,46 @@ def read_image(ref: str, timeout_s: float = 5.0) -> ImageFacts:
             client.close()
     except Exception as exc:  # docker.errors.ImageNotFound, DockerException, requests errors
         return ImageFacts(ref=ref, error=_first_line(str(exc)) or type(exc).__name__)
+
+
+class MemlockProbe(BaseModel):
+    """Whether the Docker daemon can start a container with ``--ulimit memlock=-1``
+    (``launch.docker.memlock_probe``, a one-second ``true`` container). ``ok``: None when the
+    probe did not run (``not_run`` says why: no daemon, no image here to run it from)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    image: str | None = None
+    ok: bool | None = None
+    error: str | None = None
+    not_run: str | None = None
+
+
+def probe_memlock(images: list[str], timeout_s: float = 60.0) -> MemlockProbe:
+    """Run the memlock probe from the first of ``images`` present on the local daemon (the
+    profile's image, then the base ``up`` builds on; nothing is pulled). Never raises."""
+    try:
+        import docker
+        from docker.errors import ImageNotFound
+
+        from escha_deploy.launch.docker import memlock_probe
+    except ImportError as exc:
+        return MemlockProbe(not_run=f"docker-py not installed ({exc})")
+    try:
+        client = docker.from_env(timeout=int(max(timeout_s, 1)))
+    except Exception as exc:  # docker.errors.DockerException
+        return MemlockProbe(not_run=f"daemon not reachable: {_first_line(str(exc)) or type(exc).__name__}")
+    try:
+        for ref in images:
+            try:
+                client.images.get(ref)
+            except ImageNotFound:
+                continue
+            error = memlock_probe(client, ref, timeout_s)
+            return MemlockProbe(image=ref, ok=error is None, error=error)
+        return MemlockProbe(not_run=f"no image to run it from: {', '.join(images)} not on this daemon "
+                            "(nothing is pulled; `escha-deploy build --hicache` makes the image)")
+    except Exception as exc:  # docker errors, requests errors
+        return MemlockProbe(not_run=_first_line(str(exc)) or type(exc).__name__)
+    finally:
+        client.close()

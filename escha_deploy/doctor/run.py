@@ -187,6 +187,28 @@ def _image_reader(profile: str | None, overrides: Sequence[str], docker: Callabl
     return lambda: read_image(ref)
 
 
+def _memlock_reader(profile: str | None, overrides: Sequence[str], docker: Callable[[], DockerFacts]):
+    """The daemon's memlock probe (``hostinfo.probe_memlock``) from the profile's
+    ``container.image``, else the base ``up`` builds on (``runtime.base_image``); without a
+    profile the image ``escha-deploy build`` tags, then the stock base. Asked only of the real
+    daemon, as ``_image_reader``."""
+    if docker is not read_docker:
+        return None
+    from escha_deploy.capabilities import IMAGE_HICACHE
+    from escha_deploy.profile import load_profile
+
+    from .hostinfo import probe_memlock
+
+    if profile:
+        p = load_profile(profile, overrides)
+        images = [p.container.image, p.runtime.base_image]
+    else:
+        from escha_deploy.profile.models import Runtime
+
+        images = [IMAGE_HICACHE, Runtime.model_fields["base_image"].default]
+    return lambda: probe_memlock(list(dict.fromkeys(images)))
+
+
 def run_doctor(profile: str | None = None, overrides: Sequence[str] = (), *, probes: bool = True,
                reuse: bool = True, save: bool = True, root: Path = Path("/"),
                environ: Mapping[str, str] | None = None, findings_path: Path | None = None,
@@ -207,7 +229,8 @@ def run_doctor(profile: str | None = None, overrides: Sequence[str] = (), *, pro
     need = needs_from_profile(profile, overrides) if profile else None
     if started is not None:
         started()
-    facts = gather_facts(root, environ, docker=docker, gpus=gpus, image=_image_reader(profile, overrides, docker))
+    facts = gather_facts(root, environ, docker=docker, gpus=gpus, image=_image_reader(profile, overrides, docker),
+                         memlock_probe=_memlock_reader(profile, overrides, docker))
     if probes:
         facts.probes = run_probes(facts, need, reuse=reuse, findings_path=findings_path)
     else:

@@ -674,6 +674,19 @@ SIGNATURES: tuple[Signature, ...] = (
         "https://github.com/NVIDIA/nvidia-docker/issues/1352",
     ),
     Signature(
+        "memlock-rlimit-refused", "launch",
+        r"error setting rlimits? (?:for ready process: )?(?:error setting rlimit )?type 8: operation not permitted"
+        r"|error setting rlimit type 8",
+        "the container runtime could not give the container --ulimit memlock=-1: this Docker daemon may not "
+        "raise RLIMIT_MEMLOCK (rootless Docker, an unprivileged LXC container, some nested setups), and the "
+        "pinned HiCache pools need memlock unlimited",
+        "run rootful Docker, or give the daemon CAP_SYS_RESOURCE (systemd: LimitMEMLOCK=infinity in "
+        "docker.service); --ulimit memlock=-1 cannot help while the daemon itself may not raise the limit; "
+        "`escha-deploy doctor` probes it (docker.memlock)",
+        "runc libcontainer (setupRlimits); seen from this machine's daemon; quoted in "
+        "https://github.com/tubearchivist/tubearchivist/issues/393 (Proxmox LXC)",
+    ),
+    Signature(
         "wsl-no-gpu-adapter", "launch",
         r"WSL environment detected but no adapters were found",
         "nvidia-container-cli runs under WSL but GPU-PV shows it no GPU: a WSL 1 distro, a Windows NVIDIA "

@@ -366,3 +366,54 @@ def read_file_from_image(client, image: str, path: str) -> bytes | None:
     finally:
         with contextlib.suppress(Exception):
             c.remove(force=True)
+
+
+#: What a daemon that cannot raise RLIMIT_MEMLOCK needs instead of ``--ulimit memlock=-1``:
+#: runc sets the container's rlimits with the daemon's privileges, so a daemon without
+#: CAP_SYS_RESOURCE (rootless Docker, an unprivileged LXC container, some nested setups) fails
+#: with "error setting rlimit type 8: operation not permitted" (onyx-dot-app/onyx PR #9277,
+#: containerd/nerdctl#1937). Pinned HiCache pools need memlock unlimited.
+MEMLOCK_DAEMON_FIX = ("run rootful Docker, or give the daemon CAP_SYS_RESOURCE (systemd: LimitMEMLOCK=infinity "
+                      "in docker.service, then `systemctl daemon-reload && systemctl restart docker`); "
+                      "--ulimit memlock=-1 cannot help while the daemon itself may not raise the limit")
+
+#: The rlimit error runc reports (RLIMIT_MEMLOCK is resource 8 on Linux).
+MEMLOCK_RLIMIT_ERROR = "error setting rlimit type 8"
+
+
+def memlock_probe(client, image: str, timeout_s: float = 60.0) -> str | None:
+    """Whether this daemon can start a container with ``--ulimit memlock=-1`` (what ``up``
+    and compose ask for): a one-second ``true`` container of ``image`` (present here; never
+    pulled), no network, removed afterwards. Returns None when it started, else the daemon's
+    error, first line (``error setting rlimit type 8: operation not permitted`` on a daemon
+    without CAP_SYS_RESOURCE). Raises docker-py's errors for anything else (image missing,
+    daemon gone) to the caller."""
+    import os
+    import uuid
+
+    from docker.errors import APIError
+    from docker.types import Ulimit
+
+    name = f"escha-memlock-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    c = client.containers.create(image, entrypoint=["true"], command=[], name=name, network_disabled=True,
+                                 labels={LABEL_PREFIX + "probe": "memlock"},
+                                 ulimits=[Ulimit(name="memlock", soft=-1, hard=-1)])
+    try:
+        c.start()
+        c.wait(timeout=timeout_s)
+        return None
+    except APIError as exc:
+        text = str(getattr(exc, "explanation", None) or exc)
+        if MEMLOCK_RLIMIT_ERROR not in text and "memlock" not in text and "rlimit" not in text:
+            raise
+        i = text.find("error setting rlimits")
+        return " ".join(text[i if i >= 0 else 0:].split())[:300]
+    finally:
+        with contextlib.suppress(Exception):
+            c.remove(force=True)
+
+
+def memlock_refusal_line(image: str, error: str) -> str:
+    """The one line ``up`` refuses with and ``doctor`` reports when ``memlock_probe`` failed."""
+    return (f"docker: this daemon cannot raise memlock (rootless Docker or an unprivileged LXC container): a "
+            f"container of {image} with --ulimit memlock=-1 fails: {error}")

@@ -175,6 +175,25 @@ def gpu_runtime_refusal(client, profile) -> Refused | None:
     return None
 
 
+def memlock_refusal(client, prep: Prepared) -> Refused | None:
+    """`up`'s memlock check, before anything of the server is created: the refusal (exit 3)
+    when the launch asks for ``--ulimit memlock=-1`` and this daemon cannot start a container
+    with it (``docker.memlock_probe``: a one-second ``true`` container of the image); None when
+    it can, when the image is not here (``prepare`` refuses that) or under the tests' switch
+    ``ESCHA_TEST_CLAMP_MEMLOCK`` (memlock is then clamped to what this process may lock)."""
+    from . import docker as dk
+
+    if os.environ.get(CLAMP_MEMLOCK_ENV) == "1" or prep.image_present is False or prep.refusals:
+        return None
+    if not any(u["name"] == "memlock" and u["soft"] == -1 for u in prep.args.get("ulimits", [])):
+        return None
+    image = prep.args["image"]
+    error = dk.memlock_probe(client, image)
+    if error is None:
+        return None
+    return Refused(dk.memlock_refusal_line(image, error), hint=dk.MEMLOCK_DAEMON_FIX)
+
+
 def existing_containers(client, prep: Prepared) -> tuple[object | None, list]:
     """The profile's containers as `up` sees them: ``(running, stale)``. ``running``: one that
     was confirmed ready (restart policy switched), which makes `up` a no-op; ``stale``: those
@@ -273,6 +292,8 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
     sfile = spec_path(container_name(profile.name))
     prep = prepare(profile_ref, overrides, client=client, profile=profile, facts_path=facts_path,
                    spec_file=str(sfile))
+    if (no_memlock := memlock_refusal(client, prep)) is not None:
+        raise no_memlock
     if prep.args.get("device_requests") and not facts_path and not prep.refusals:
         # doctor's probes come before the plan that runs: when they measure now, plan again
         if doctor_in_image(client, prep, report=report):
@@ -328,7 +349,7 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
 
 #: `up`'s checks before it creates anything, in its order (what ``up --dry-run`` reports).
 PREFLIGHT = ("docker daemon", "NVIDIA runtime", "image", "capabilities", "plan", "container settings",
-             "model folder", "doctor probes", "existing container", "port", "api key file")
+             "model folder", "memlock", "doctor probes", "existing container", "port", "api key file")
 
 
 @dataclass
@@ -452,6 +473,11 @@ def dry_run(profile_ref: str, overrides: Sequence[str] = (), *, build: bool = Fa
             c.state, c.problems = "failed", list(by[c.name])
     if prep.refusals:
         errors.append(Refused(*prep.refusals, hint=prep.hint))
+    if os.environ.get(CLAMP_MEMLOCK_ENV) == "1":
+        check("memlock", "not needed", f"{CLAMP_MEMLOCK_ENV}=1 clamps memlock (test switch)")
+    else:
+        check("memlock", "not run", "`up` starts a one-second container of the image with --ulimit memlock=-1 "
+              "first; `escha-deploy doctor --profile P` runs the same probe")
     if not prep.args.get("device_requests") or facts_path:
         check("doctor probes", "not needed", "no GPUs requested" if facts_path is None else "--facts given")
     elif fresh_findings_saved():

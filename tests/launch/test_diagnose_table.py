@@ -122,6 +122,12 @@ QUOTES: dict[str, list[tuple[str, str]]] = {
         ("https://github.com/NVIDIA/nvidia-docker/issues/1352",
          'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].'),
     ],
+    "memlock-rlimit-refused": [
+        ("https://github.com/tubearchivist/tubearchivist/issues/393",
+         "ERROR: for archivist-es  Cannot start service archivist-es: failed to create shim: OCI runtime create "
+         "failed: runc create failed: unable to start container process: error during container init: error "
+         "setting rlimits for ready process: error setting rlimit type 8: operation not permitted: unknown"),
+    ],
     "wsl-no-gpu-adapter": [
         ("https://github.com/NVIDIA/nvidia-docker/issues/1786",
          "nvidia-container-cli: initialization error: WSL environment detected but no adapters were found: unknown"),
