@@ -223,6 +223,11 @@ def apply_hicache_options(prof, positions: dict, overrides: list[str], *, ratio:
                                "exclusive (a hicache_size > 0 overrides the ratio, as --hicache-size does)")
             notes.append(f"{opt} replaces the profile's hicache_size {hc.hicache_size} ({where}): "
                          "this plan is of the ratio; the profile launches with the size")
+        r = None if auto else parse_ratio(ratio)[0]
+        if r is not None and r < hc.min_ratio:  # as the profile rule refuses hicache_ratio below min_ratio
+            raise BadInput(f"{opt}: {r:g} is below hicache.min_ratio {hc.min_ratio:g}: the host pool would be "
+                           "smaller than the device pool",
+                           hint=f"to plan it anyway, add --set hicache.min_ratio={r:g}")
         update = {"hicache_size": 0} | ({"hicache_ratio": "auto"} if auto else {})
         prof = prof.model_copy(update={"hicache": hc.model_copy(update=update)})
         return prof, "--ratio", notes

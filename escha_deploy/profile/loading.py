@@ -213,6 +213,7 @@ def load_profile(ref: str, overrides: Sequence[str] = (), warnings: list[str] | 
     for item in overrides:
         apply_override(data, pos, item)
     _flat_l3_positions(data, pos)
+    _anchor_relative_dirs(data, pos)
     try:
         profile = Profile.model_validate(data)
     except ValidationError as exc:
@@ -232,6 +233,28 @@ def load_profile(ref: str, overrides: Sequence[str] = (), warnings: list[str] | 
     if warnings is not None:
         warnings += [_placed(pos, loc, msg, str(path))[2] for loc, msg in warnings_of(profile)]
     return profile
+
+
+#: Keys naming a folder the server writes in: a relative one is taken from the folder of the
+#: profile file that sets it (the current folder for a ``--set``), wherever the profile is read
+#: from (``plan`` here, ``compose`` in another folder, the container).
+RELATIVE_TO_FILE: tuple[tuple[str, ...], ...] = (("hicache", "storage_dir"), ("hicache", "l3", "dir"))
+
+
+def _anchor_relative_dirs(data: dict, pos: Positions) -> None:
+    """Make each ``RELATIVE_TO_FILE`` value that is a relative path absolute, against the folder
+    of the file whose line set it (``pos``), or the current folder for a ``--set``; ``~`` is left
+    to the reader that expands it."""
+    for loc in RELATIVE_TO_FILE:
+        node = data
+        for k in loc[:-1]:
+            node = node.get(k) if isinstance(node, dict) else None
+        value = node.get(loc[-1]) if isinstance(node, dict) else None
+        if not isinstance(value, str) or not value.strip() or value.startswith(("/", "~")):
+            continue
+        file = (pos.get(loc) or ("", 0))[0]
+        base = Path.cwd() if not file or file.startswith("--set ") else Path(file).parent
+        node[loc[-1]] = os.path.abspath(base / value)
 
 
 def _flat_l3_positions(data: dict, pos: Positions) -> None:

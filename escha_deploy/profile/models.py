@@ -17,7 +17,8 @@ import typing
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, WithJsonSchema, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, StrictInt, WithJsonSchema, field_validator,
+                      model_validator)
 from pydantic.fields import FieldInfo
 
 from ..arch import ModelArch
@@ -29,7 +30,7 @@ from ..watch import thresholds as _th
 @dataclass(frozen=True)
 class SGLangFlag:
     """What a profile key feeds SGLang, as field metadata
-    (``Annotated[int, Field(...), SGLangFlag("--tp-size")]``): the one place that says which flag
+    (``Annotated[StrictInt, Field(...), SGLangFlag("--tp-size")]``): the one place that says which flag
     (``flag``, as SGLang 0.5.19's ``srt/server_args.py`` spells it) or environment variable
     (``env``) a key sets. ``secret``: the value is a credential (never in an argv, a log or an
     error line); ``url``: the value is an address or URL (its userinfo is masked and its host
@@ -99,7 +100,7 @@ class EschaModel(BaseModel):
 
 class Hardware(EschaModel):
     gpu_name: Annotated[str, Field(description="GPU model, e.g. 'GeForce RTX 5060 Ti'")]
-    gpu_count: Annotated[int, Field(gt=0, le=MAX_GPUS, description="GPUs in the box")]
+    gpu_count: Annotated[StrictInt, Field(gt=0, le=MAX_GPUS, description="GPUs in the box")]
     gpu_vram: Annotated[Size, Field(gt=0, description="VRAM per GPU (e.g. 12GiB), as nvidia-smi memory.total")]
     compute_capability: Annotated[str | None, Field(description="e.g. '12.0' (sm_120)")] = None
     platform: Annotated[
@@ -130,7 +131,7 @@ class Int2Options(EschaModel):
     """OSCAR INT2 KV layout (research/upstream.md section 2): 2-bit codes packed 4 per byte
     along head_dim, and (scale, zero) pairs per group in a second tensor."""
 
-    group_size: Annotated[int, Field(gt=0, le=4096, description="--kv-cache-quant-group-size (elements)"), SGLangFlag("--kv-cache-quant-group-size")] = 64
+    group_size: Annotated[StrictInt, Field(gt=0, le=4096, description="--kv-cache-quant-group-size (elements)"), SGLangFlag("--kv-cache-quant-group-size")] = 64
     scale_dtype: Annotated[
         Literal["float32", "bfloat16", "float16"],
         Field(description="SGLANG_MIXED_KV_SCALE_DTYPE: dtype of each scale and zero"), SGLangFlag(env="SGLANG_MIXED_KV_SCALE_DTYPE")
@@ -140,10 +141,10 @@ class Int2Options(EschaModel):
         Field(description="SGLANG_MIXED_KV_HP_DTYPE: the high-precision sink/recent arena"), SGLangFlag(env="SGLANG_MIXED_KV_HP_DTYPE")
     ] = "bfloat16"
     prefix_tokens: Annotated[
-        int, Field(ge=0, le=MAX_TOKENS, description="SGLANG_MIXED_KV_PREFIX_TOKENS: bf16 sink prefix (multiple of the page)"), SGLangFlag(env="SGLANG_MIXED_KV_PREFIX_TOKENS")
+        StrictInt, Field(ge=0, le=MAX_TOKENS, description="SGLANG_MIXED_KV_PREFIX_TOKENS: bf16 sink prefix (multiple of the page)"), SGLangFlag(env="SGLANG_MIXED_KV_PREFIX_TOKENS")
     ] = 64
     recent_tokens: Annotated[
-        int, Field(ge=0, le=MAX_TOKENS, description="SGLANG_MIXED_KV_RECENT_TOKENS: bf16 recent window (multiple of the page)"), SGLangFlag(env="SGLANG_MIXED_KV_RECENT_TOKENS")
+        StrictInt, Field(ge=0, le=MAX_TOKENS, description="SGLANG_MIXED_KV_RECENT_TOKENS: bf16 recent window (multiple of the page)"), SGLangFlag(env="SGLANG_MIXED_KV_RECENT_TOKENS")
     ] = 256
 
 
@@ -167,8 +168,8 @@ class Runtime(EschaModel):
         list[CapabilityName],
         Field(description="runtime capabilities this profile needs; serve/up refuse a runtime lacking any"),
     ] = []
-    tp_size: Annotated[int, Field(gt=0, le=MAX_GPUS, description="--tp-size"), SGLangFlag("--tp-size")] = 1
-    context_length: Annotated[int | None, Field(gt=0, le=MAX_TOKENS, description="--context-length (tokens)"), SGLangFlag("--context-length")] = None
+    tp_size: Annotated[StrictInt, Field(gt=0, le=MAX_GPUS, description="--tp-size"), SGLangFlag("--tp-size")] = 1
+    context_length: Annotated[StrictInt | None, Field(gt=0, le=MAX_TOKENS, description="--context-length (tokens)"), SGLangFlag("--context-length")] = None
     allow_longer_context_length: Annotated[
         bool, Field(description="SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1: let context_length exceed what the "
                     "model's config.json allows (SGLang then warns of incorrect outputs or CUDA errors; without it "
@@ -176,20 +177,20 @@ class Runtime(EschaModel):
         SGLangFlag(env="SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"),
     ] = False
     max_total_tokens: Annotated[
-        int | None, Field(gt=0, le=MAX_TOKENS, description="--max-total-tokens: device KV pool size (tokens)"), SGLangFlag("--max-total-tokens")
+        StrictInt | None, Field(gt=0, le=MAX_TOKENS, description="--max-total-tokens: device KV pool size (tokens)"), SGLangFlag("--max-total-tokens")
     ] = None
     max_mamba_cache_size: Annotated[
-        int | None, Field(gt=0, le=MAX_TOKENS, description="--max-mamba-cache-size: device mamba state slots"), SGLangFlag("--max-mamba-cache-size")
+        StrictInt | None, Field(gt=0, le=MAX_TOKENS, description="--max-mamba-cache-size: device mamba state slots"), SGLangFlag("--max-mamba-cache-size")
     ] = None
-    max_running_requests: Annotated[int | None, Field(gt=0, le=MAX_TOKENS, description="--max-running-requests"), SGLangFlag("--max-running-requests")] = None
-    page_size: Annotated[int | None, Field(gt=0, le=2**20, description="--page-size (tokens; 1 on CUDA by default)"), SGLangFlag("--page-size")] = None
+    max_running_requests: Annotated[StrictInt | None, Field(gt=0, le=MAX_TOKENS, description="--max-running-requests"), SGLangFlag("--max-running-requests")] = None
+    page_size: Annotated[StrictInt | None, Field(gt=0, le=2**20, description="--page-size (tokens; 1 on CUDA by default)"), SGLangFlag("--page-size")] = None
     mem_fraction_static: Annotated[
         float | None, Field(gt=0, lt=1, description="--mem-fraction-static; unset: SGLang's default"), SGLangFlag("--mem-fraction-static")
     ] = None
     chunked_prefill_size: Annotated[
-        int | None, Field(ge=-1, le=MAX_TOKENS, description="--chunked-prefill-size (tokens; -1 disables chunking)"), SGLangFlag("--chunked-prefill-size")
+        StrictInt | None, Field(ge=-1, le=MAX_TOKENS, description="--chunked-prefill-size (tokens; -1 disables chunking)"), SGLangFlag("--chunked-prefill-size")
     ] = None
-    cuda_graph_max_bs: Annotated[int | None, Field(gt=0, le=2**16, description="--cuda-graph-max-bs-decode"), SGLangFlag("--cuda-graph-max-bs-decode")] = None
+    cuda_graph_max_bs: Annotated[StrictInt | None, Field(gt=0, le=2**16, description="--cuda-graph-max-bs-decode"), SGLangFlag("--cuda-graph-max-bs-decode")] = None
     disable_prefill_cuda_graph: Annotated[bool, Field(description="--disable-prefill-cuda-graph"), SGLangFlag("--disable-prefill-cuda-graph")] = False
     kv_cache: Annotated[KvCache, Field(description="KV cache dtype and layout")] = KvCache()
     mamba_ssm_dtype: Annotated[
@@ -429,7 +430,7 @@ class Watch(EschaModel):
     """``status``'s alert thresholds (docs/launch.md "Watching a running box"); the defaults'
     sources are in ``escha_deploy/watch/thresholds.py``."""
 
-    inert_min_requests: Annotated[int, Field(
+    inert_min_requests: Annotated[StrictInt, Field(
         ge=1, le=1_000_000, description="finished requests with reuse a window needs before a host tier that is "
         f"written and never read counts as inert; default {_th.INERT_MIN_REQUESTS}")] = _th.INERT_MIN_REQUESTS
     swap_pages_per_s: Annotated[float, Field(
@@ -442,7 +443,7 @@ class Watch(EschaModel):
 
 class Container(EschaModel):
     image: Annotated[str, Field(pattern=IMAGE_REF, max_length=512, description="image to run; `escha-deploy build` tags escha-sglang:0.5.19-hicache by default")] = IMAGE_HICACHE
-    port: Annotated[int, Field(gt=0, lt=65536, description="host port of the OpenAI-compatible API"), SGLangFlag("--port")] = 30000
+    port: Annotated[StrictInt, Field(gt=0, lt=65536, description="host port of the OpenAI-compatible API"), SGLangFlag("--port")] = 30000
     expose: Annotated[
         bool, Field(description="publish beyond 127.0.0.1 (needs api_key_file)")
     ] = False
@@ -456,7 +457,7 @@ class Container(EschaModel):
     ] = None
     hf_cache_dir: Annotated[str | None, Field(description="host HF cache folder to mount")] = None
     gpus: Annotated[
-        Union[Literal["all"], Annotated[list[Annotated[int, Field(ge=0, lt=MAX_GPUS)]],
+        Union[Literal["all"], Annotated[list[Annotated[StrictInt, Field(ge=0, lt=MAX_GPUS)]],
                                         Field(max_length=MAX_GPUS)]],
         Field(description="'all' or device ids, at least runtime.tp_size of them (WSL2 supports only all; "
               "ids become CUDA_VISIBLE_DEVICES); [] requests no GPU"),
@@ -464,8 +465,8 @@ class Container(EschaModel):
     keep_capabilities: Annotated[
         bool, Field(description="do not drop Linux capabilities (cannot be verified without a GPU here)")
     ] = False
-    stop_timeout_s: Annotated[int, Field(gt=0, le=MAX_SECONDS, description="SIGTERM grace before kill (seconds)")] = 60
-    ready_timeout_s: Annotated[int, Field(gt=0, le=MAX_SECONDS, description="how long `up` waits for ready (seconds)")] = 1800
+    stop_timeout_s: Annotated[StrictInt, Field(gt=0, le=MAX_SECONDS, description="SIGTERM grace before kill (seconds)")] = 60
+    ready_timeout_s: Annotated[StrictInt, Field(gt=0, le=MAX_SECONDS, description="how long `up` waits for ready (seconds)")] = 1800
     nccl_p2p_disable: Annotated[
         bool | None,
         Field(description="NCCL_P2P_DISABLE=1; unset: on under WSL2 and where NVML shows the TP GPUs "

@@ -72,6 +72,31 @@ def _tp_fits(profile: Profile) -> list[Problem]:
     return []
 
 
+def _explicit_ratio(profile: Profile) -> list[Problem]:
+    """An explicit ``hicache.hicache_ratio`` below ``hicache.min_ratio`` is refused, as auto
+    turns HiCache off below it: a host pool smaller than the device pool is what SGLang itself
+    warns about (``sglang/srt/mem_cache/pool_host/base.py:165``: "HiCache %s host pool (%d
+    tokens) is smaller than the device pool (%d tokens); L2 cache effectiveness is reduced."),
+    and a ratio of 5e-324 would plan a host pool of one token."""
+    hc = profile.hicache
+    if hc.enabled and not hc.hicache_size and hc.hicache_ratio != "auto" and hc.hicache_ratio < hc.min_ratio:
+        return [Problem(("hicache", "hicache_ratio"),
+                        f"{hc.hicache_ratio:g} is below hicache.min_ratio {hc.min_ratio:g}: the host pool would be "
+                        "smaller than the device pool; raise the ratio, set hicache.min_ratio lower, or leave it auto",
+                        (("hicache", "min_ratio"),))]
+    return []
+
+
+def _model_path(profile: Profile) -> list[Problem]:
+    """``model.path`` is what SGLang loads (``--model-path``): an empty or blank one renders
+    ``--model-path ''``, which SGLang's transformers call reports as a missing repository."""
+    path = profile.model.path
+    if not path.strip() or path != path.strip() or any(not c.isprintable() for c in path):
+        return [Problem(("model", "path"), f"{path!r} is not a model path: give the folder the server loads "
+                        "(no blanks at its ends, no control characters)")]
+    return []
+
+
 def key_flags(model: type | None = None, prefix: str = "") -> dict[str, tuple[str, ...]]:
     """Dotted key -> the SGLang flags its ``SGLangFlag`` metadata names, for every leaf key of
     the profile models (``model.architecture.*`` describe the model and name none)."""
@@ -238,6 +263,8 @@ def _inert_keys(profile: Profile) -> list[Problem]:
 RULES: tuple[Rule, ...] = (
     Rule("container-gpus", "error", _container_gpus),
     Rule("tp-fits-the-box", "error", _tp_fits),
+    Rule("explicit-ratio-at-least-min", "error", _explicit_ratio),
+    Rule("model-path-given", "error", _model_path),
     Rule("extra-args-not-a-key-flag", "error", _extra_args_keys),
     Rule("hicache-combinations", "error", _hicache_combinations),
     Rule("sglang-late-refusals", "refusal", _late),

@@ -194,6 +194,7 @@ def test_up_preflight_reads_the_same_description(images, tmp_path):
     for name, applies in (("main", "patched"), ("noours", "stock")):
         prep = prep_mod.prepare(PROFILE, sets + [f"container.image={tags[name]}",
                                                   "runtime.needs=[int2-kv, w2-weights]",
-                                                  "hicache.hicache_ratio=0.5"], client=client)
+                                                  "hicache.hicache_ratio=0.5", "hicache.min_ratio=0.5"],
+                                    client=client)
         assert prep.plan.runtime_check.applies == applies
         assert (ENV_HOST_RESERVE in prep.launch.env) == (name == "main")

@@ -51,7 +51,7 @@ def test_serve_writes_the_state_file_status_reads_and_removes_it(tmp_path):
            "XDG_RUNTIME_DIR": str(run), "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
     env.pop("ESCHA_SERVE_MODE", None)
     p = subprocess.Popen([sys.executable, "-m", "escha_deploy.cli.main", "serve", "--profile", str(PROFILE),
-                          "--set", "runtime.needs=[]", "--set", "hicache.hicache_ratio=0.1",
+                          "--set", "runtime.needs=[]", "--set", "hicache.hicache_ratio=0.1", "--set", "hicache.min_ratio=0.1",
                           "--set", f"container.port={port}"],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
