@@ -35,14 +35,13 @@ def _any_python(p: Path) -> bool:
 
 
 def find_wheel(name: str = CP311) -> Path | None:
-    """``$ESCHA_SGLANG_WHEEL`` (any Python's 0.5.19 wheel, e.g. the GPU machine's cp312 from
-    ``$ESCHA_GPU_WHEELHOUSE``), else ``name`` in ``.cache/wheels`` or ``/tmp/wheels``."""
+    """``$ESCHA_SGLANG_WHEEL`` (any Python's 0.5.19 wheel, e.g. a GPU machine's cp312), else
+    ``name`` in ``.cache/wheels`` or ``/tmp/wheels``. ``$ESCHA_GPU_WHEELHOUSE`` is not read here:
+    the patched-import test in test_series.py imports SGLang without the stand-ins
+    ``gpu_host_pools.py`` installs, and on a machine without flashinfer it stops there."""
     env = os.environ.get("ESCHA_SGLANG_WHEEL")
-    house = os.environ.get("ESCHA_GPU_WHEELHOUSE")
-    given = ([Path(env)] if env else []) + (sorted(Path(house).glob("sglang-0.5.19-*.whl")) if house else [])
-    found = next((p for p in given if p.is_file() and (p.name == name or _any_python(p))), None)
-    if found is not None:
-        return found
+    if env and Path(env).is_file() and (Path(env).name == name or _any_python(Path(env))):
+        return Path(env)
     candidates = [REPO / ".cache" / "wheels" / name, Path("/tmp/wheels") / name]
     return next((p for p in candidates if p.is_file() and p.name == name), None)
 
