@@ -48,7 +48,7 @@ def _pools(d: dict[str, float]) -> str:
     return " / ".join(f"+{_n(v)} {k}" for k, v in sorted(d.items())) or "+0"
 
 
-def inert_host_tier(w: ServerWindow, th: Thresholds) -> Alert | str:
+def inert_host_tier(w: ServerWindow, th: Thresholds, endpoint: str | None = None) -> Alert | str:
     """The host tier is filled and never read: over >= ``inert_min_requests`` finished
     requests that reused cached tokens, ``hicache_backup_tokens_total`` and
     ``evicted_tokens_total`` rose and ``hicache_host_used_tokens`` > 0, while
@@ -81,8 +81,9 @@ def inert_host_tier(w: ServerWindow, th: Thresholds) -> Alert | str:
         fix=("evicted prefixes reach host memory and are never loaded back: on stock 0.5.19 a "
              "hybrid model's cache prunes instead of demoting (sglang#33713), and host KV with "
              "too few host mamba slots has nothing to restore from (sglang#39436). Run the "
-             "patched image (`escha-deploy build --hicache`), prove it with `escha-deploy "
-             "canary`, or give the host RAM back (`--set hicache.enabled=false`)."))
+             "patched image (`escha-deploy build --hicache`), prove it with `escha-deploy canary "
+             f"--endpoint {endpoint or 'URL'}`, or give the host RAM back "
+             "(`--set hicache.enabled=false`)."))
 
 
 def page_cache_low(host: HostReading, plan: PlanView | None) -> Alert | str:
@@ -203,12 +204,12 @@ def load_back_slower_than_recompute(w: ServerWindow, plan: PlanView | None,
 def evaluate(*, server: ServerWindow | None, host: HostReading | None, host_win: HostWindow | None,
              plan: PlanView | None, th: Thresholds = Thresholds(),
              container_events: list[str] = (), oom_killed: bool = False,
-             prefill_tokens_per_s: float | None = None) -> Evaluation:
+             prefill_tokens_per_s: float | None = None, endpoint: str | None = None) -> Evaluation:
     """Every rule over one look; rules whose inputs are missing go to ``not_evaluated``."""
     ev = Evaluation()
     results: list[tuple[str, Alert | str]] = []
     if server is not None:
-        results += [("inert_host_tier", inert_host_tier(server, th)), ("kv_dropped", kv_dropped(server)),
+        results += [("inert_host_tier", inert_host_tier(server, th, endpoint)), ("kv_dropped", kv_dropped(server)),
                     ("load_back_slower_than_recompute",
                      load_back_slower_than_recompute(server, plan, prefill_tokens_per_s))]
     if host is not None:

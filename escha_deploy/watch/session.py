@@ -193,7 +193,7 @@ class Watcher:
         ev = evaluate(server=sw, host=s.host, host_win=hw, plan=self.target.plan, th=self.th,
                       container_events=[e for x in self.history if x.container for e in x.container.events],
                       oom_killed=bool(s.container and s.container.oom_killed),
-                      prefill_tokens_per_s=self.prefill)
+                      prefill_tokens_per_s=self.prefill, endpoint=self.target.url)
         return build(self.target.row, self.target.plan, s, sw, hw, ev), s
 
 
