@@ -92,6 +92,8 @@ def register(app: typer.Typer) -> None:
             _table(rows, stdout_console())
         if check:
             alerts = [f"{r['profile']}: {a['id']}: {a['evidence']}" for r in rows for a in r["alerts"]]
+            alerts += [f"{r['profile']}: not running: container {r['container']} is {r['state']}"
+                       for r in rows if r["state"] != "running"]
             if alerts:
                 raise Refused(*(f"status --check: alert {a}" for a in alerts),
                               hint="each alert's fix is in `escha-deploy status` and docs/launch.md")

@@ -50,7 +50,8 @@ def _pools(d: dict[str, float]) -> str:
 
 def inert_host_tier(w: ServerWindow, th: Thresholds, endpoint: str | None = None) -> Alert | str:
     """The host tier is filled and never read: over >= ``inert_min_requests`` finished
-    requests that reused cached tokens, ``hicache_backup_tokens_total`` and
+    requests (``num_requests_total``) with cached prompt tokens among them (SGLang counts no
+    requests-with-a-hit; ``cached_tokens_total`` rose), ``hicache_backup_tokens_total`` and
     ``evicted_tokens_total`` rose and ``hicache_host_used_tokens`` > 0, while
     ``load_back_tokens_total`` and ``cached_tokens_total{cache_source="host"}`` stayed flat.
     Returns why it was not evaluated, as a string, when the window cannot say."""

@@ -200,3 +200,17 @@ def test_measured_bandwidth_from_doctors_findings_beside_the_achieved(box, tmp_p
                                       ("::", "http://[::1]:5"), ("::1", "http://[::1]:5")])
 def test_a_native_servers_address_from_its_bind_host(host, url):
     assert ServeState(pid=1, port=5, host=host, profile="p", started_at=0).url == url
+
+
+def test_a_container_that_is_not_running_is_exit_3(monkeypatch):
+    """An exited container of the profile (no endpoint to ask) is named, exit 3, not 5."""
+    from escha_deploy.watch import session
+
+    row = {"profile": "watch-exited", "container": "escha-watch-exited", "state": "exited", "endpoint": "-",
+           "plan_digest": "", "image": "i", "uptime_s": None, "restart_policy": "on-failure", "kind": "container"}
+    monkeypatch.setattr(session, "find_targets",
+                        lambda profile, note=None: [session.Target(kind="container", profile="watch-exited",
+                                                                   url=None, row=row)])
+    r, rows = status("watch-exited", *CHECK)
+    assert r.code == 3 and "not running: container escha-watch-exited is exited" in r.err
+    assert rows[0]["metrics_error"].endswith("exited, no endpoint")
