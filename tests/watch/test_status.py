@@ -214,3 +214,38 @@ def test_a_container_that_is_not_running_is_exit_3(monkeypatch):
     r, rows = status("watch-exited", *CHECK)
     assert r.code == 3 and "not running: container escha-watch-exited is exited" in r.err
     assert rows[0]["metrics_error"].endswith("exited, no endpoint")
+
+
+#: The nested shape of a ``status --format json`` row: scripts read these keys.
+SHAPE = {
+    "server": {"hicache", "window", "ranks", "total"},
+    "window": {"seconds", "since_start", "requests", "prompt_tokens", "cached_tokens", "share"},
+    "share": {"device", "host", "storage"},
+    "rank": {"host_used_tokens", "host_total_tokens", "host_fill", "planned_host_tokens", "planned_host_bytes",
+             "load_back_tokens", "load_back_bytes", "load_back_seconds", "load_back_gb_per_s",
+             "measured_h2d_gb_per_s", "backup_tokens", "backup_bytes", "dropped_tokens", "evicted_tokens",
+             "token_usage", "mamba_usage", "num_running", "num_queued"},
+    "total": {"summed_ranks", "host_used_tokens", "host_total_tokens", "load_back_bytes", "load_back_seconds",
+              "backup_bytes", "evicted_tokens", "num_running", "num_queued", "load_back_tokens", "backup_tokens",
+              "dropped_tokens", "load_back_gb_per_s_slowest_rank"},
+    "host": {"mem_total_bytes", "mem_available_bytes", "page_cache_bytes", "page_cache_floor_bytes",
+             "swap_total_bytes", "swap_free_bytes", "swap_in_pages_per_s", "swap_out_pages_per_s", "psi",
+             "server_pids", "server_rss_bytes", "cgroup", "cgroup_events_in_window"},
+    "alert": {"id", "title", "evidence", "fix"},
+}
+
+
+def test_json_shape(box):
+    srv, name = box(device_tokens=500, host_tokens=20_000, tp_ranks_exported=2, never_load_back=True)
+    load(srv.url)
+    r, rows = status(name, *CHECK)
+    row = rows[0]
+    assert set(row) == OLD_KEYS | NEW_KEYS | {"pid"}
+    s = row["server"]
+    assert set(s) == SHAPE["server"] and set(s["window"]) == SHAPE["window"]
+    assert set(s["window"]["share"]) == SHAPE["share"] and set(s["total"]) == SHAPE["total"]
+    assert set(s["ranks"]) == {"0", "1"} and all(set(v) == SHAPE["rank"] for v in s["ranks"].values())
+    assert s["total"]["summed_ranks"] == [0, 1]
+    assert set(row["host"]) == SHAPE["host"]
+    assert row["alerts"] and all(set(a) == SHAPE["alert"] for a in row["alerts"])
+    json.dumps(rows, allow_nan=False)  # strict JSON: no NaN or Infinity anywhere
