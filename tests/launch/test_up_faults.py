@@ -4,7 +4,9 @@ server killed by a signal, the daemon's socket going away, the API key refused.
 
 Each test lists what is left afterwards (``leftovers``: running containers and live CLI
 processes of ours) and asserts it is empty, and that the L3 directory's files are untouched
-(same names, sizes, modification times and SHA-256).
+(same names, sizes, modification times and SHA-256). The L3 tier is SGLang's real file backend
+(``hicache.l3: {kind: file, ...}``, ``--hicache-storage-backend file``), so the directory is
+mounted into the container (checked) and the fault could reach it.
 """
 
 from __future__ import annotations
@@ -63,6 +65,29 @@ def l3_dir(tmp_path: Path) -> Path:
     return d
 
 
+def l3_sets(d: Path) -> tuple[str, str]:
+    """The file L3 backend on ``d``: `up` checks the folder, mounts it and passes SGLang
+    ``--hicache-storage-backend file`` with the folder as its storage directory."""
+    return ("--set", f"hicache.l3={{kind: file, dir: {d}, max_size: 1GB}}")
+
+
+def assert_l3_mounted(container, d: Path) -> None:
+    """The container sees the L3 folder (a read-write bind mount of ``d``) and the server is
+    told to use it: the launch spec it runs (mounted at /etc/escha/launch-spec.json) passes
+    SGLang the file backend, and the folder as the container sees it in
+    SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR (read by sglang/srt/mem_cache/hicache_storage.py:375)."""
+    import json
+
+    container.reload()
+    mounts = {m["Source"]: m for m in container.attrs["Mounts"]}
+    assert str(d) in mounts and mounts[str(d)]["RW"], container.attrs["Mounts"]
+    spec = next(m["Source"] for m in container.attrs["Mounts"] if m["Destination"] == "/etc/escha/launch-spec.json")
+    launch = json.loads(Path(spec).read_text())
+    argv = launch["argv"]
+    assert argv[argv.index("--hicache-storage-backend") + 1] == "file", argv
+    assert launch["env"]["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] == mounts[str(d)]["Destination"], launch["env"]
+
+
 def l3_state(d: Path) -> dict[str, tuple]:
     return {str(p.relative_to(d)): (p.stat().st_size, p.stat().st_mtime_ns,
                                     hashlib.sha256(p.read_bytes()).hexdigest())
@@ -80,9 +105,9 @@ def test_signal_while_waiting_stops_and_keeps_the_container(docker_client, stand
     image = standin_image("escha-standin:slow60", startup_s=60)
     l3 = l3_dir(tmp_path)
     before = l3_state(l3)
-    proc = start_up(image, "--set", f"hicache.l3.dir={l3}", *(["--detach"] if mode == "detach" else []))
+    proc = start_up(image, *l3_sets(l3), *(["--detach"] if mode == "detach" else []))
     try:
-        wait_container(docker_client)
+        assert_l3_mounted(wait_container(docker_client), l3)
         time.sleep(0.5)  # in the ready wait
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
@@ -104,7 +129,7 @@ def test_two_up_at_once_one_starts_one_refuses(docker_client, standin_image, tmp
     image = standin_image("escha-standin:slow", startup_s=4)
     l3 = l3_dir(tmp_path)
     before = l3_state(l3)
-    extra = ("--set", f"hicache.l3.dir={l3}", "--detach")
+    extra = (*l3_sets(l3), "--detach")
     procs = [start_up(image, *extra), start_up(image, *extra)]
     try:
         results = [(p.wait(timeout=90), p.communicate()[1]) for p in procs]
@@ -115,6 +140,7 @@ def test_two_up_at_once_one_starts_one_refuses(docker_client, standin_image, tmp
         assert all("Traceback" not in err for _, err in results)
         running = docker_client.containers.list(filters={"label": LABEL}, ignore_removed=True)
         assert len(running) == 1 and running[0].attrs["HostConfig"]["RestartPolicy"]["Name"] == "on-failure"
+        assert_l3_mounted(running[0], l3)
         assert [x for x in leftovers(docker_client, procs) if x.startswith("process")] == []
     finally:
         for p in procs:
@@ -144,9 +170,9 @@ def test_down_during_up_wins(docker_client, standin_image, tmp_path, no_leaks):
     image = standin_image("escha-standin:slow60", startup_s=60)
     l3 = l3_dir(tmp_path)
     before = l3_state(l3)
-    proc = start_up(image, "--set", f"hicache.l3.dir={l3}", "--detach")
+    proc = start_up(image, *l3_sets(l3), "--detach")
     try:
-        wait_container(docker_client)
+        assert_l3_mounted(wait_container(docker_client), l3)
         time.sleep(0.5)
         d = run_cli("down", "--profile", P)
         assert d.returncode == 0, d.stderr
@@ -304,12 +330,13 @@ def test_sigterm_while_following_the_log_stops_and_removes(docker_client, standi
     image = standin_image("escha-standin:ok")
     l3 = l3_dir(tmp_path)
     before = l3_state(l3)
-    proc = start_up(image, "--set", f"hicache.l3.dir={l3}")  # no --detach: follows the log
+    proc = start_up(image, *l3_sets(l3))  # no --detach: follows the log
     try:
         assert proc.stderr is not None
         for line in proc.stderr:
             if "up: ready in" in line:
                 break
+        assert_l3_mounted(docker_client.containers.get(NAME), l3)
         time.sleep(1)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
