@@ -29,9 +29,10 @@ def _unit(field, is_size: bool, key: str) -> str:
         number = " or a number" if names & {"float", "int"} else ""
         many = "a list of " if names & {"list", "tuple"} else "one of " if len(choices) > 1 else ""
         return many + ", ".join(choices) + number
+    many = "a list, each " if names & {"list", "tuple"} else ""
     for t, unit in (("bool", "true/false"), ("float", "number"), ("int", "whole number"), ("str", "text")):
         if t in names:
-            return unit
+            return many + unit
     return "list" if "list" in str(ann) or "tuple" in str(ann) else "see description"
 
 
@@ -63,7 +64,7 @@ def _text(value) -> str:
 
 
 def _default(field, is_size: bool) -> str:
-    from .units import fmt_size_exact
+    from .units import fmt_size_readable
 
     if field.default is PydanticUndefined and field.default_factory is None:
         return "required"
@@ -71,7 +72,7 @@ def _default(field, is_size: bool) -> str:
     if isinstance(value, BaseModel):
         return "(section)"
     if is_size and isinstance(value, int):
-        return fmt_size_exact(value)
+        return fmt_size_readable(value)
     return _text(value)
 
 
@@ -100,5 +101,5 @@ def key_rows(profile: BaseModel) -> list[dict[str, str]]:
                          "default": _default(field, size), "unit": _unit(field, size, key),
                          "sglang_flag": ", ".join(dict.fromkeys(flags)), "description": desc})
 
-    walk(profile, profile_to_data(profile), "")
+    walk(profile, profile_to_data(profile, readable=True), "")
     return rows

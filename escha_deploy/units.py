@@ -72,6 +72,20 @@ def parse_size(value: Any) -> int:
     return round(exact)
 
 
+def decimal_letter_note(value: str) -> str | None:
+    """For a size written with a bare letter unit (``16G``, ``512M``, ``1T``), what it was read as
+    and what a Docker user likely meant: ``parse_size`` reads ``G`` as GB (1e9), where Docker's
+    ``--memory 16g`` and ``free -g`` mean GiB (2**30). ``None`` for every other spelling."""
+    m = _SIZE_RE.match(value) if isinstance(value, str) else None
+    if not m or m.group(2).lower() not in ("k", "m", "g", "t"):
+        return None
+    number, letter = m.group(1), m.group(2).upper()
+    read, binary = parse_size(f"{number}{letter}B"), parse_size(f"{number}{letter}iB")
+    return (f"{value.strip()} was read as {number} {letter}B = {read:,} B (decimal, 1 {letter}B = "
+            f"{_UNITS[letter.lower() + 'b']:,} B); {letter}iB is binary: write {number}{letter}iB for {binary:,} B, "
+            f"what Docker's {number}{letter.lower()} means")
+
+
 def size_field() -> Any:
     """A pydantic ``BeforeValidator`` that turns a size string into bytes."""
     from pydantic import BeforeValidator
@@ -115,12 +129,32 @@ def hicache_gb_field() -> Any:
 
 def fmt_size_exact(n: int) -> str:
     """Bytes as the shortest exact size string ``parse_size`` reads back: ``12GiB``, ``5.9GB``
-    is not exact so ``5900MB``, else ``1406601789B``."""
-    for unit, factor in (("TiB", 2**40), ("GiB", GiB), ("TB", 10**12), ("GB", GB), ("MiB", MiB),
-                         ("MB", MB), ("KiB", 2**10), ("KB", 10**3)):
+    is not exact so ``5900MB``, else ``1406601789B``. (The plan digest is over this form.)"""
+    for unit, factor in _EXACT_UNITS:
         if n and n % factor == 0:
             return f"{n // factor}{unit}"
     return f"{n}B"
+
+
+_EXACT_UNITS = (("TiB", 2**40), ("GiB", GiB), ("TB", 10**12), ("GB", GB), ("MiB", MiB),
+                ("MB", MB), ("KiB", 2**10), ("KB", 10**3))
+
+
+def fmt_size_readable(n: int) -> str:
+    """Bytes as a size string people read and ``parse_size`` reads back to exactly ``n``: a whole
+    unit (``12GiB``), else the shortest exact decimal of one (``1.31GiB`` for 1,406,601,789 B,
+    which ``parse_size`` rounds to the byte) when shorter than the bytes (``1073741825B``)."""
+    best = fmt_size_exact(n)
+    if not best.endswith("B") or best[-2].isalpha():
+        return best
+    for unit, factor in _EXACT_UNITS:  # largest unit first: a tie keeps it
+        for digits in range(1, 10):
+            text = f"{n / factor:.{digits}f}".rstrip("0").rstrip(".") + unit
+            if n >= factor and parse_size(text) == n:
+                if len(text) < len(best):
+                    best = text
+                break
+    return best
 
 
 def fmt_gb(n: int | float, digits: int = 2) -> str:

@@ -69,11 +69,14 @@ def plan_command(
     if facts is not None and host_ram is not None:
         problems.append("--facts and --host-ram are mutually exclusive (the facts file describes the host)")
     host_bytes = None
+    size_notes: list[str] = []
     if host_ram is not None:
-        from ..units import parse_size
+        from ..units import decimal_letter_note, parse_size
 
         try:
             host_bytes = parse_size(host_ram)
+            if note := decimal_letter_note(host_ram):
+                size_notes.append(f"--host-ram: {note}")
             if host_bytes <= 0:
                 raise ValueError("must be larger than 0")
         except ValueError as exc:
@@ -99,6 +102,7 @@ def plan_command(
                              write_facts=write_facts, prof=prof, hicache_source=hicache_source,
                              sglang_version=sglang_version, check_argv=compare is None,
                              digest=fmt is OutputFormat.json)
+    notes = size_notes + notes
     if notes:
         result = result.model_copy(update={"warnings": notes + list(result.warnings)})
     if compare is not None:

@@ -82,7 +82,7 @@ def show_command(
         return
     import yaml
 
-    typer.echo(yaml.safe_dump(profile_to_data(p), sort_keys=False), nl=False)
+    typer.echo(yaml.safe_dump(profile_to_data(p, readable=True), sort_keys=False), nl=False)
 
 
 @profiles_app.command("validate")

@@ -514,19 +514,23 @@ def is_size_field(field: FieldInfo) -> bool:
     return has(field.annotation, field.metadata)
 
 
-def profile_to_data(profile: BaseModel) -> dict:
+def profile_to_data(profile: BaseModel, readable: bool = False) -> dict:
     """A profile as plain data that ``load_profile`` reads back to the same profile: like
     ``model_dump(mode="json")``, but sizes written with a unit (``12GiB``), since a bare number
-    is refused on the way in."""
-    from ..units import fmt_size_exact
+    is refused on the way in. ``readable``: a size that is no whole unit as its shortest exact
+    decimal (``1.31GiB``, ``units.fmt_size_readable``) instead of bytes (``1406601789B``, the
+    form the plan digest is over)."""
+    from ..units import fmt_size_exact, fmt_size_readable
+
+    fmt = fmt_size_readable if readable else fmt_size_exact
 
     out: dict = {}
     for name, field in type(profile).model_fields.items():
         value = getattr(profile, name)
         if isinstance(value, BaseModel):
-            out[name] = profile_to_data(value)
+            out[name] = profile_to_data(value, readable)
         elif is_size_field(field) and isinstance(value, int):
-            out[name] = fmt_size_exact(value)
+            out[name] = fmt(value)
         else:
             out[name] = profile.__pydantic_serializer__.to_python(profile, mode="json", include={name})[name]
     return out

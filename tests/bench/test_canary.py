@@ -147,3 +147,14 @@ def test_fill_needs_a_pool_size_or_an_explicit_size():
 def test_fill_is_bounded():
     with pytest.raises(BadInput, match="--max-fill-requests"):
         plan_fill(FACTS, CanaryOptions(max_fill_requests=4))
+
+
+def test_up_canary_progress_lines_have_one_prefix(standin, capsys):
+    """``up --canary``'s steps, against a STAND-IN server: "canary: cold ask", never
+    "canary: canary: cold ask"."""
+    from escha_deploy.cli.up import _canary as up_canary
+
+    srv = standin(**POOLS)
+    up_canary(srv.url, "rtx5060ti-tp2-fp8", [])
+    err = capsys.readouterr().err
+    assert "canary: cold ask" in err and "canary: canary:" not in err
