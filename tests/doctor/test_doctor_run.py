@@ -119,8 +119,15 @@ def test_store_case_without_cuda_is_a_result():
     assert not result.ok and result.error == "no CUDA device visible to torch" and attrs == {}
 
 
-def test_pinned_ladder_timeout_is_not_a_ceiling():
-    c = run_pinned_ceiling(GiB, timeout_s=0.001)  # shorter than any process start (one without torch ends fast)
+def test_pinned_ladder_timeout_is_not_a_ceiling(monkeypatch):
+    """A ladder process that outlives its timeout (a STAND-IN child that sleeps: the real one,
+    without torch, ends in milliseconds, so a short timeout would race it)."""
+    import sys
+
+    from escha_deploy.doctor import probes
+
+    monkeypatch.setattr(probes, "probe_argv", lambda *a: [sys.executable, "-c", "import time; time.sleep(60)"])
+    c = run_pinned_ceiling(GiB, timeout_s=0.5)
     assert c.timed_out and not c.reached and c.largest_bytes == 0 and "timed out" in c.error
 
 

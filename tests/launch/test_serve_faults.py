@@ -52,13 +52,45 @@ STANDIN = textwrap.dedent('''\
 
 
 @pytest.fixture
-def standin(tmp_path):
+def standin(tmp_path, monkeypatch):
+    """The stand-in script and key file, and a runtime folder of this test's own: the port
+    locks and the secrets directories of `serve` go to ``$XDG_RUNTIME_DIR`` (on tmpfs, as
+    there), so another run's `serve` on this host, which sweeps dead serves' secrets under its
+    own runtime folder, never sees this test's."""
+    import shutil
+    import tempfile
+
+    run_dir = Path(tempfile.mkdtemp(prefix="escha-test-run-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    run_dir.chmod(0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run_dir))
+    yield from _standin(tmp_path)
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _standin(tmp_path):
     p = tmp_path / "standin_sglang.py"
     p.write_text(STANDIN.replace("MARK]", f"{str(tmp_path)!r}]"))
     p.chmod(0o755)
     key = tmp_path / "api_key"
     key.write_text(KEY + "\n")
-    return p, key
+    yield p, key
+
+
+def free_port() -> int:
+    """A port nothing listens on now (bound by the kernel's choice, then released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def until(cond, timeout: float = 10.0, step: float = 0.05) -> bool:
+    """Wait for ``cond()`` to hold (a condition, not a sleep); its last value."""
+    deadline = time.monotonic() + timeout
+    while not (ok := cond()) and time.monotonic() < deadline:
+        time.sleep(step)
+    return bool(ok)
 
 
 def ours(marker: str) -> list[str]:
@@ -86,15 +118,19 @@ def secret_dirs(pid: int) -> list[Path]:
     return sorted(root.glob(f"{SECRET_DIR_PREFIX}{pid}-*")) if root else []
 
 
-def start_serve(standin, port: int = 30177, ready_after: float = 0, stubborn: bool = False) -> subprocess.Popen:
+def start_serve(standin, port: int | None = None, ready_after: float = 0, stubborn: bool = False) -> subprocess.Popen:
+    """A native `serve` of the stand-in on ``port`` (default: a free one); ``.port`` is it."""
     script, key = standin
+    port = port or free_port()
     env = dict(os.environ, ESCHA_SGLANG_PYTHON=str(script), ESCHA_SKIP_GPU_PREFLIGHT="1",
                STANDIN_READY_AFTER=str(ready_after), STANDIN_STUBBORN="1" if stubborn else "0")
     env.pop("ESCHA_SERVE_MODE", None)
     cmd = [sys.executable, "-m", "escha_deploy.cli.main", "serve", "--profile", str(STANDIN_PROFILE),
            "--set", "runtime.needs=[]", "--set", "hicache.enabled=false", "--set", f"container.port={port}",
            "--set", f"container.api_key_file={key}", "--set", "container.stop_timeout_s=2"]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p.port = port
+    return p
 
 
 def read_until(p: subprocess.Popen, prefix: str, timeout: float = 60) -> str:
@@ -124,7 +160,8 @@ def test_sigkill_after_ready_leaves_no_process_and_no_secrets_file(standin, tmp_
         while cfg.exists() and time.time() < deadline:
             time.sleep(0.05)
         assert not cfg.exists()  # read at startup; unlinked once the server is ready
-        assert len(ours(str(tmp_path))) == 3  # the stand-in server and its two grandchildren
+        # the stand-in server and its two grandchildren, once both have started
+        assert until(lambda: len(ours(str(tmp_path))) == 3), ours(str(tmp_path))
         p.kill()  # SIGKILL: no handler of `serve` runs
         p.wait()
         left = gone_within(str(tmp_path), 2 + 10)  # the stop timeout, then SIGKILL
@@ -176,7 +213,7 @@ def test_next_serve_removes_what_a_killed_serve_and_watchdog_left(standin, tmp_p
         # this double fault orphans the grandchildren (nothing of ours is left to end them)
         for ln in ours(str(tmp_path)):
             os.kill(int(ln.split(":")[0]), signal.SIGKILL)
-        q = start_serve(standin, port=30178)
+        q = start_serve(standin)
         try:
             read_until(q, "ready to roll")
             assert not cfg.parent.exists()
@@ -195,16 +232,16 @@ def test_second_serve_on_the_same_port_is_refused(standin, tmp_path):
     p = start_serve(standin)
     try:
         read_until(p, "ready to roll")
-        q = start_serve(standin)
+        q = start_serve(standin, port=p.port)
         out = q.communicate(timeout=60)[0]
         assert q.returncode == 3, out
-        assert f"another `serve` (pid {p.pid}) is running the server on port 30177" in out
-        assert len(ours(str(tmp_path))) == 3  # the first server untouched
+        assert f"another `serve` (pid {p.pid}) is running the server on port {p.port}" in out
+        assert until(lambda: len(ours(str(tmp_path))) == 3), ours(str(tmp_path))  # the first server untouched
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=30)
         assert gone_within(str(tmp_path), 2 + 10) == []
         # the lock went with it: a new `serve` on that port starts
-        r = start_serve(standin)
+        r = start_serve(standin, port=p.port)
         read_until(r, "ready to roll")
         r.send_signal(signal.SIGTERM)
         r.wait(timeout=30)
@@ -239,9 +276,10 @@ def test_stubborn_server_and_a_setsid_grandchild_leave_nothing(standin, tmp_path
     """The server ignores SIGTERM, and one grandchild (ignoring it too) left the process group
     with setsid: a forwarded SIGTERM or SIGINT escalates to SIGKILL after the stop timeout
     (2 s here), and SIGKILL of `serve` leaves the whole tree to the watchdog (a subreaper)."""
-    p = start_serve(standin, port=30179, stubborn=True)
+    p = start_serve(standin, stubborn=True)
     try:
         read_until(p, "ready to roll")
+        assert until(lambda: len(ours(str(tmp_path))) == 4), ours(str(tmp_path))
         before = ours(str(tmp_path))
         assert len(before) == 4 and len(sessions(before)) == 2, before  # one left the session
         if how == "SIGKILL":
@@ -263,7 +301,7 @@ def test_stubborn_server_and_a_setsid_grandchild_leave_nothing(standin, tmp_path
 
 
 def test_second_signal_escalates_at_once(standin, tmp_path):
-    p = start_serve(standin, port=30180, stubborn=True)
+    p = start_serve(standin, stubborn=True)
     try:
         read_until(p, "ready to roll")
         p.send_signal(signal.SIGINT)
