@@ -39,6 +39,28 @@ def build_args(base_image: str, python_version: str, wheelhouse: str, overlay_di
     return args
 
 
+def base_missing(client, base_image: str) -> None:
+    """Refuse (exit 3, nothing started) when ``base_image`` is not on the daemon, naming it and
+    the pull command: the classic builder would pull a missing ``FROM`` image on its own, and
+    SGLang's image is tens of GB (``lmsysorg/sglang:v0.5.19``). ``build`` never pulls."""
+    from docker.errors import NotFound
+
+    from escha_deploy.errors import Refused
+
+    try:
+        client.inspect_image(base_image)
+    except NotFound:  # docker-py's ImageNotFound is one
+        repo = base_image.split("@", 1)[0]
+        if ":" in repo.rsplit("/", 1)[-1]:  # drop the tag, not a registry's port
+            repo = repo.rsplit(":", 1)[0]
+        pin = "" if "@sha256:" in base_image else (
+            f"; to pin it, build with --base-image {repo}@sha256:DIGEST, the digest "
+            f"`docker image inspect --format '{{{{index .RepoDigests 0}}}}' {base_image}` prints after the pull")
+        raise Refused(f"--base-image {base_image}: not on this Docker daemon; build pulls nothing (the "
+                      "SGLang image is tens of GB)",
+                      hint=f"pull it first: docker pull {base_image}{pin} (README.md, docs/runtime.md)") from None
+
+
 def register(app: typer.Typer) -> None:
     @app.command("build", rich_help_panel=PANEL_RUNTIME)
     def build_cmd(
@@ -114,6 +136,7 @@ def register(app: typer.Typer) -> None:
         tag = tag or (IMAGE_HICACHE if hicache else IMAGE_STOCK)
         try:
             client = docker.APIClient(version="auto")
+            base_missing(client, base_image)  # before the build starts: it would pull tens of GB itself
             stream = client.build(path=str(ctx), dockerfile=dockerfile, tag=tag, buildargs=args,
                                   rm=True, forcerm=True, decode=True, labels=labels or None)
             image_id, log_tail, error = None, [], None
