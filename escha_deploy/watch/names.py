@@ -39,6 +39,13 @@ BACKUP_TOKENS = "sglang:hicache_backup_tokens_total"  # counter, label pool: dev
 BACKUP_BYTES = "sglang:hicache_backup_bytes_total"  # counter
 DROPPED_TOKENS = "sglang:hicache_dropped_tokens_total"  # counter, labels reason, pool
 
+# added in 0.5.23 (SchedulerMetricsCollector): the host mamba pool, states (one per request slot)
+HOST_MAMBA_USED_STATES = "sglang:hicache_host_mamba_used_states"  # gauge
+HOST_MAMBA_TOTAL_STATES = "sglang:hicache_host_mamba_total_states"  # gauge
+
+#: Names read when the server exports them, with the first release that defines them.
+LATER = {HOST_MAMBA_USED_STATES: "0.5.23", HOST_MAMBA_TOTAL_STATES: "0.5.23"}
+
 #: Names ``status`` reads (the test checks each against the wheel).
 ALL = (CACHED_TOKENS, PROMPT_TOKENS, NUM_REQUESTS, NUM_RUNNING, NUM_QUEUED, TOKEN_USAGE,
        MAMBA_USAGE, HOST_USED_TOKENS, HOST_TOTAL_TOKENS, EVICTED_TOKENS, LOAD_BACK_TOKENS,
@@ -64,5 +71,12 @@ def release_metrics(version: str | None = None) -> dict[str, dict]:
 
 def missing_in_release(version: str | None = None) -> list[str]:
     """The names ``status`` reads that the release does not define (empty: all there)."""
+    from escha_deploy.releases import default_release
+
     have = release_metrics(version)
-    return [m for m in ALL if m not in have]
+    v = _key(version or default_release())
+    return [m for m in (*ALL, *(n for n, since in LATER.items() if v >= _key(since))) if m not in have]
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split("."))

@@ -31,6 +31,8 @@ class RankReading(BaseModel):
     model_config = ConfigDict(frozen=True)
     host_used_tokens: float | None = None
     host_total_tokens: float | None = None
+    host_mamba_used_states: float | None = Field(None, description="SGLang 0.5.23+")
+    host_mamba_total_states: float | None = Field(None, description="SGLang 0.5.23+")
     token_usage: float | None = None
     mamba_usage: float | None = None
     num_running: float | None = None
@@ -142,6 +144,8 @@ def server_reading(snap: Snapshot) -> ServerReading:
     tables = {
         "host_used_tokens": _by_rank(snap, n.HOST_USED_TOKENS),
         "host_total_tokens": _by_rank(snap, n.HOST_TOTAL_TOKENS),
+        "host_mamba_used_states": _by_rank(snap, n.HOST_MAMBA_USED_STATES),
+        "host_mamba_total_states": _by_rank(snap, n.HOST_MAMBA_TOTAL_STATES),
         "token_usage": _by_rank(snap, n.TOKEN_USAGE),
         "mamba_usage": _by_rank(snap, n.MAMBA_USAGE),
         "num_running": _by_rank(snap, n.NUM_RUNNING),

@@ -63,6 +63,8 @@ def render_row(row: dict[str, Any]):
             ("host tokens used / total", lambda v: f"{_n(v['host_used_tokens'])} / {_n(v['host_total_tokens'])}",
              f"{_n(tot['host_used_tokens'])} / {_n(tot['host_total_tokens'])}"),
             ("host fill", lambda v: _pct(v["host_fill"]), ""),
+            ("host mamba states used / total", lambda v: "-" if v["host_mamba_total_states"] is None else
+             f"{_n(v['host_mamba_used_states'])} / {_n(v['host_mamba_total_states'])}", ""),
             ("planned host pool", lambda v: "-" if v["planned_host_tokens"] is None else
              f"{_n(v['planned_host_tokens'])} tokens, {_gb(v['planned_host_bytes'])}", ""),
             ("loaded back (tokens)", lambda v: _pools(v["load_back_tokens"]), _pools(tot["load_back_tokens"])),

@@ -23,6 +23,8 @@ def _rank(r: str, w: ServerWindow, plan: PlanView | None) -> dict[str, Any]:
     return {
         "host_used_tokens": now.host_used_tokens, "host_total_tokens": now.host_total_tokens,
         "host_fill": fill,
+        "host_mamba_used_states": now.host_mamba_used_states, "host_mamba_total_states": now.host_mamba_total_states,
+        "planned_host_mamba_slots": plan.host_mamba_slots if plan and plan.hicache_enabled and plan.hybrid else None,
         "planned_host_tokens": plan.host_kv_tokens if plan and plan.hicache_enabled else None,
         "planned_host_bytes": plan.host_kv_bytes + plan.host_mamba_bytes if plan and plan.hicache_enabled else None,
         "load_back_tokens": rw.load_back_tokens, "load_back_bytes": rw.load_back_bytes,

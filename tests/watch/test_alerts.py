@@ -179,3 +179,19 @@ def test_watch_thresholds_are_profile_fields_outside_the_plan_digest():
         view = plan_view(p, digests[-1], prof.watch)
     assert digests[0] == digests[1]
     assert (view.thresholds.inert_min_requests, view.thresholds.psi_some_avg10) == (5, 50.0)
+
+
+def test_host_mamba_states_are_read_when_exported():
+    """SGLang 0.5.23's host mamba gauges (per rank), absent on 0.5.19 (None, shown as '-')."""
+    from escha_deploy.bench.metrics import Snapshot
+    from escha_deploy.watch.reading import server_reading
+
+    lab = 'model_name="m",engine_type="unified",pp_rank="0",moe_ep_rank="0"'
+    text = "".join(f"# TYPE sglang:{n} gauge\n" + "".join(f'sglang:{n}{{{lab},tp_rank="{r}"}} {v + r}\n' for r in (0, 1))
+                   for n, v in (("hicache_host_mamba_used_states", 30), ("hicache_host_mamba_total_states", 33),
+                                ("hicache_host_total_tokens", 420008)))
+    got = server_reading(Snapshot.parse(text))
+    assert (got.ranks["1"].host_mamba_used_states, got.ranks["1"].host_mamba_total_states) == (31, 34)
+    only_kv = "# TYPE sglang:hicache_host_total_tokens" + text.split("# TYPE sglang:hicache_host_total_tokens")[1]
+    old = server_reading(Snapshot.parse(only_kv))  # what 0.5.19 exports
+    assert set(old.ranks) == {"0", "1"} and all(r.host_mamba_total_states is None for r in old.ranks.values())

@@ -103,3 +103,12 @@ def test_standin_exports_only_release_names_with_their_labels(cfg):
         common = {"model_name", "engine_type"} | (
             set() if cat[name]["collector"] == "TokenizerMetricsCollector" else {"tp_rank", "pp_rank", "moe_ep_rank"})
         assert labels == common | set(cat[name]["extra_labels"]), name
+
+
+def test_later_names_belong_to_their_release_only():
+    """A name read when exported (``names.LATER``) is in its first release's catalog and is
+    not asked of an earlier one."""
+    for name, since in names.LATER.items():
+        assert name in names.release_metrics(since), name
+        for v in supported_releases():
+            assert name not in names.missing_in_release(v)
