@@ -366,10 +366,3 @@ def _write_facts(g, path: str) -> None:
     doc = facts_from_host(g.host, findings, g.gpus)
     write_output(path, doc.model_dump_json(indent=2) + "\n", "--write-facts")
     info(f"plan: wrote the facts this plan used to {path}")
-
-
-def check_rendered_argv(result, prof):
-    """The flag-catalog check every launch path runs (``launch.prepare.check_rendered_argv``)."""
-    from ..launch.prepare import check_rendered_argv as check
-
-    return check(result, prof)

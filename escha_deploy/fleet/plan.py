@@ -3,7 +3,7 @@ checks that only a fleet has (a WSL2 box in NAT mode cannot be a multi-node peer
 one instance run the same image digest).
 
 Per box this calls the same entry points as ``escha-deploy plan`` (``profile.load_profile``,
-``host.gather_plan_inputs``, ``planner.plan``, ``cli.plan.check_rendered_argv``); the only
+``launch.prepare.gather``, ``planner.plan``, ``launch.prepare.check_rendered_argv``); the only
 difference is where the host facts come from: a saved doctor report of that box
 (read as ``plan --facts`` reads it: ``launch.prepare.gather``, source ``facts``) or the box's ``host_ram``/``platform`` (source ``described``,
 as ``plan --host-ram``). A multi-node instance is planned per node with the node's own profile:
@@ -139,9 +139,8 @@ class FleetPlan(BaseModel):
 def plan_box(loaded: LoadedFleet, box: Box) -> tuple[Plan, BoxFacts | None, "Profile"]:
     """Plan one box as ``escha-deploy plan`` would on it. Raises ``BadInput`` for a bad profile
     or facts file, naming the box."""
-    from ..cli.plan import check_rendered_argv
     from ..host import gather_plan_inputs
-    from ..launch.prepare import gather
+    from ..launch.prepare import check_rendered_argv, gather
     from ..planner import plan
 
     try:

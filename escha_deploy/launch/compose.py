@@ -201,7 +201,7 @@ def compose_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_fi
         plan = plan_gathered(profile, gather(profile, facts_path=facts_file))
         if plan.verdict == "unsafe":
             sets = "".join(f" --set {o}" for o in overrides)
-            raise Refused(*([f"plan: {r}" for r in plan.reasons] or ["plan: unsafe"]), hint=(
+            raise Refused(*plan.refusal_lines(), hint=(
                 f"`escha-deploy plan --profile {profile_ref}{sets} --facts {facts_file}` shows the budget"))
         if plan.verdict == "hicache_off":
             warnings.append(f"plan: HiCache is off for the box in {facts_file} (" + "; ".join(plan.reasons) + ")")

@@ -421,7 +421,7 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
                            "capability label; its runtime description file was not read)")
     plan = plan_gathered(profile, g, capabilities=caps)
     if plan.verdict == "unsafe":
-        by["plan"] = [f"plan: {r}" for r in plan.reasons] or ["plan: unsafe"]
+        by["plan"] = plan.refusal_lines()
     warnings = [f"plan: {w}" for w in plan.warnings]
     if plan.verdict == "hicache_off":
         warnings.insert(0, "plan: HiCache is off for this host (" + "; ".join(plan.reasons) + ")")

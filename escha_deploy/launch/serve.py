@@ -124,7 +124,7 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
     plan = plan_gathered(profile, g, capabilities=list(caps) if caps is not None
                          else list(profile.runtime.needs if missing else ()))
     if plan.verdict == "unsafe" and not dry_run:
-        raise Refused(*[f"plan: {r}" for r in plan.reasons] or ["plan: unsafe"])
+        raise Refused(*plan.refusal_lines())
     if plan.verdict == "hicache_off":
         report("warning", "plan: HiCache is off here (" + "; ".join(plan.reasons) + ")")
     sources = [*g.sources, FactSource(fact="capabilities", value=", ".join(plan.capabilities) or "none",

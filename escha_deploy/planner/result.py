@@ -248,6 +248,11 @@ class Plan(BaseModel):
         None, description="sha256 of the container launch this plan renders (profile, fact values, argv, env: "
         "launch_spec.launch_digest), the digest `up --dry-run`, `serve --print` and the container label carry; "
         "filled where the facts were gathered (launch.prepare.plan_gathered)")
+    def refusal_lines(self) -> list[str]:
+        """What refuses an unsafe plan, one ``plan: REASON`` line per reason (``plan: unsafe``
+        when it has none): the lines ``up``, ``serve`` and ``compose --facts`` refuse with."""
+        return [f"plan: {r}" for r in self.reasons] or ["plan: unsafe"]
+
     argv_check: "ArgvCheck | None" = Field(
         None, description="the rendered argv checked against the runtime's flag catalog (filled by the CLI)")
 
