@@ -75,11 +75,11 @@ class ModelArch(BaseModel):
         if not self.is_hybrid:
             return list(range(self.num_hidden_layers))
         k = self.full_attention_interval
-        return [l for l in range(self.num_hidden_layers) if (l + 1) % k == 0]
+        return [i for i in range(self.num_hidden_layers) if (i + 1) % k == 0]
 
     def linear_layer_ids(self) -> list[int]:
         full = set(self.full_attention_layer_ids())
-        return [l for l in range(self.num_hidden_layers) if l not in full]
+        return [i for i in range(self.num_hidden_layers) if i not in full]
 
 
 class RankShapes(BaseModel):

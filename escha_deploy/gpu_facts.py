@@ -187,7 +187,7 @@ def gpu_compat(inv: GpuInventory, indices: Sequence[int], *, profile_cc: str | N
                                   f"{', '.join(sorted(image.get('wheels', {}))) or 'no image record'}; driver {driver or '?'}{src}"))
     ccs = sorted({g.compute_capability for g in group if g.compute_capability})
     if len(ccs) > 1:
-        rows.append(CompatRow("fail", "gpu.compat.mixed", f"one TP group mixes architectures: "
+        rows.append(CompatRow("fail", "gpu.compat.mixed", "one TP group mixes architectures: "
                               + ", ".join(f"GPU {g.index} cc {g.compute_capability}" for g in group),
                               "give the TP group GPUs of one architecture (container.gpus); kernels tuned and "
                               "compiled for one cc fail or differ on the other (sgl-project/sglang#38515)"))

@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import importlib.machinery
 import json
 import os
 import sys

@@ -330,7 +330,7 @@ def device_pools(sa: Any, case: dict) -> dict[str, Any]:
     constructor (which takes the loaded model), with the fields these methods read; no pool is
     allocated. Returns ``kv_tokens``, ``mamba_slots``, ``max_running_requests``, or the
     refusal."""
-    import torch
+    import torch  # noqa: F401  (SGLang's pool code below expects torch imported first)
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.mem_cache import kv_cache_configurator as kcc
     from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype

@@ -77,7 +77,7 @@ def register(app: typer.Typer) -> None:
         """Apply escha-deploy's patch series (+ a fork's imported commits, + overlays) to the installed sglang,
         verify, write runtime.json."""
         from escha_deploy import __version__
-        from escha_deploy.cli.output import info, print_json
+        from escha_deploy.cli.output import info
         from escha_deploy.paths import output_folder
         from escha_deploy.runtime import inventory as inv
         from escha_deploy.runtime import patching

@@ -17,7 +17,7 @@ from escha_deploy.host import Platform, detect_container, detect_platform, host_
 
 from .gpu import GpuInventory, gpu_inventory
 from .kernel_archs import image_kernel_archs
-from .hostinfo import (DockerFacts, ImageFacts, MemlockProbe, MemoryFacts, WslSignals, read_docker, read_image, read_memlock,
+from .hostinfo import (DockerFacts, ImageFacts, MemlockProbe, MemoryFacts, WslSignals, read_docker, read_memlock,
                        read_memory, read_shm_size, read_wsl_networking_mode, read_wsl_signals)
 from .probes import PinnedCeiling
 

@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from escha_deploy.capabilities import LABEL_PREFIX
-from escha_deploy.errors import EschaError, Failed
+from escha_deploy.errors import EschaError
 
 from .progress import Report, quiet
 

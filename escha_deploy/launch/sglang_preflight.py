@@ -26,7 +26,6 @@ flags the failing function reads.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys

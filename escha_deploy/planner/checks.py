@@ -20,7 +20,7 @@ accept iff ``P + M <= (A0 - R') // N``.
 
 from __future__ import annotations
 
-from ..units import GiB, fmt_gb, fmt_gib, fmt_gib_gb
+from ..units import fmt_gb, fmt_gib, fmt_gib_gb
 
 def stock_check(available: int, ranks: int, kv: int, mamba: int, reserve: int) -> tuple[bool, str]:
     """Whether the stock release's guard accepts the pools in the worst rank ordering; and why.

@@ -32,19 +32,19 @@ def int2_parts(shapes: RankShapes, group_size: int, scale_dtype: str) -> tuple[i
 def device_bytes_per_token(shapes: RankShapes, dtype: str, *, group_size: int = 64,
                            scale_dtype: str = "float32") -> int:
     """Device KV bytes per token per rank for ``dtype`` (see the module docstring)."""
-    n, d, l = shapes.kv_heads_per_rank, shapes.head_dim, shapes.full_layers
+    n, d, layers = shapes.kv_heads_per_rank, shapes.head_dim, shapes.full_layers
     dt = normalize_kv_dtype(dtype)
     if dt == "bf16":
-        return n * 2 * d * l * 2
+        return n * 2 * d * layers * 2
     if dt in ("fp8_e4m3", "fp8_e5m2"):
-        return n * 2 * d * l
+        return n * 2 * d * layers
     if dt == "mxfp8":
-        return n * 2 * d * l + n * 2 * d * l // 32
+        return n * 2 * d * layers + n * 2 * d * layers // 32
     if dt in ("nvfp4", "fp4_mx_block16"):
-        return n * 2 * d * l // 2 + n * d * l * 2 // 16 + 2 * n * d
+        return n * 2 * d * layers // 2 + n * d * layers * 2 // 16 + 2 * n * d
     if dt == "int2":
         codes, sz = int2_parts(shapes, group_size, scale_dtype)
-        return l * 2 * (codes + sz)
+        return layers * 2 * (codes + sz)
     raise ValueError(f"unknown KV dtype {dtype!r}")
 
 

@@ -94,7 +94,7 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
     def warn(field: str, message: str) -> None:
         out.append(Finding(severity="warning", field=field, message=message))
 
-    rt, hc, hw = profile.runtime, profile.hicache, profile.hardware
+    rt, hc = profile.runtime, profile.hicache
     dtype = normalize_kv_dtype(rt.kv_cache.dtype)
     tp = rt.tp_size
 

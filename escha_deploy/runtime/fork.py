@@ -33,7 +33,6 @@ import codecs
 import email
 import email.policy
 import hashlib
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -3,7 +3,6 @@ whole suite; these are the checker's own cases and a profile file named by its f
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 

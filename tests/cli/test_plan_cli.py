@@ -94,7 +94,7 @@ def test_bad_profile_file_lists_every_error_with_file_line(cli, tmp_path):
     f.write_text("extends: rtx5060ti-tp2\nname: p\nsafety:\n  os_reserve: 1\n  page_cache_floor: 2Gi\nbogus: 1\n")
     r = cli("plan", "--profile", str(f))
     assert r.code == 2
-    errs = [l for l in r.err.splitlines() if l.startswith("error: ")]
+    errs = [ln for ln in r.err.splitlines() if ln.startswith("error: ")]
     assert [e.split(": ")[1] for e in errs] == [f"{f}:4", f"{f}:5", f"{f}:6"]
 
 

@@ -10,7 +10,6 @@ field where the two sides differ, by name.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import os

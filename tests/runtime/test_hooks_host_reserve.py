@@ -3,7 +3,6 @@ real two-process gloo group (torch CPU build); the per-rank accounting."""
 
 from __future__ import annotations
 
-import os
 import socket
 
 import pytest

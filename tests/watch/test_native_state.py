@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 from inproc import run_main
