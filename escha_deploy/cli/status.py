@@ -20,8 +20,12 @@ EXAMPLES = """
 Examples:
 
   escha-deploy status --profile rtx5060ti-tp2-fp8 --format json
+
   escha-deploy status --watch --record day2.jsonl
-  escha-deploy status --check --interval 5      # for cron: 0 healthy, 3 alert, 5 no metrics
+
+  escha-deploy status --check --interval 5
+
+Watching a running box: docs/launch.md.
 """
 
 
