@@ -19,7 +19,7 @@ def test_seed_model_per_rank_shapes():
     # conv state 5120 x 3 bf16 and temporal state 24 x 128 x 128 fp32 per layer per rank
     assert s.mamba_conv_bytes_per_layer == 5120 * 3 * 2
     assert s.mamba_temporal_bytes_per_layer == 24 * 128 * 128 * 4
-    assert s.mamba_bytes_per_slot == 76_972_032  # DESIGN.md section 5
+    assert s.mamba_bytes_per_slot == 76_972_032  # the reference box (16 GiB WSL2, two 12 GiB RTX 5060 Ti, TP 2, INT2 KV, ratio 2)
 
 
 def test_layer_typing_follows_full_attention_interval():

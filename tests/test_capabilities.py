@@ -1,4 +1,4 @@
-"""Names shared across issues (DESIGN.md section 3) agree everywhere they are used."""
+"""Capability names agree everywhere they are used."""
 
 from pathlib import Path
 

@@ -1,5 +1,5 @@
 """Host facts from this machine's real /proc and cgroup files, and from fixture trees of other
-hosts written from public facts (research/wsl2-facts.md)."""
+hosts written from public facts (learn.microsoft.com/windows/wsl)."""
 
 from pathlib import Path
 

@@ -10,7 +10,7 @@ by N (sglang#38156). For N ranks, KV pool P and mamba pool M per rank, that rank
     KV:    (A - (N-1)(P+M) - R) // N >= P
     mamba: (A - (N-1)(P+M) - P - R) // N >= M
 
-which for N = 2 is ``A >= R + max(3P + M, 2P + 3M)`` (research/upstream.md section 1).
+which for N = 2 is ``A >= R + max(3P + M, 2P + 3M)`` (solving both inequalities at N = 2).
 
 Patched (our series, capability ``hicache-host-reserve-env``): ``A0`` is read once for the TP
 group (MIN across ranks) before any rank pins, the reserve ``R'`` comes from

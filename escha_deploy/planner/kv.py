@@ -1,12 +1,12 @@
 """KV bytes per token per rank, device and host, for every KV dtype the planner knows.
 
-Notation (research/sglang-0519-memory.md section 1.3): ``n`` KV heads per rank, ``D`` head_dim
+Notation (as in SGLang 0.5.19's ``srt/mem_cache/memory_pool.py``): ``n`` KV heads per rank, ``D`` head_dim
 (``Dv = D`` for the hybrid full-attention pool), ``L`` full-attention layers on this rank.
 
 - bf16 (and ``auto`` on a bf16 model): ``n * 2D * L * 2`` (``DefaultPoolConfigurator._compute_cell_size``)
 - fp8_e4m3 / fp8_e5m2: ``n * 2D * L * 1`` (stored as uint8)
 - mxfp8: ``n*2D*L + n*2D*L // 32``; nvfp4 / fp4_mx_block16: ``n*2D*L//2 + n*D*L*2//16 + 2*n*D``
-- int2 (OSCAR, our overlay's layout; research/upstream.md section 2): per layer and per K or V,
+- int2 (OSCAR, our overlay's layout): per layer and per K or V,
   codes ``n * D/4`` bytes plus (scale, zero) pairs ``n * 2 * (D/group) * itemsize(scale)``.
   The reference box's figure: 16 x 2 x (128 + 64) = 6,144 B per token per rank.
 
@@ -60,7 +60,7 @@ def host_bytes_per_token(shapes: RankShapes, dtype: str, *, group_size: int = 64
 def int2_hp_arena_bytes(shapes: RankShapes, *, prefix_tokens: int, recent_tokens: int,
                         page_size: int, max_running_requests: int, hp_dtype: str) -> int:
     """INT2's high-precision arena per rank: the shared sink prefix plus one recent-window ring
-    of ``recent + page - 1`` slots per request, K and V, in ``hp_dtype`` (research/upstream.md
-    section 2, ``UnifiedInt2HPKVPool``)."""
+    of ``recent + page - 1`` slots per request, K and V, in ``hp_dtype`` (the OSCAR
+    overlay's ``UnifiedInt2HPKVPool``)."""
     slots = prefix_tokens + max_running_requests * (recent_tokens + page_size - 1)
     return slots * shapes.full_layers * 2 * shapes.kv_heads_per_rank * shapes.head_dim * DTYPE_BYTES[hp_dtype]

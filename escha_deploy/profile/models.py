@@ -128,7 +128,7 @@ class ModelSection(EschaModel):
 
 
 class Int2Options(EschaModel):
-    """OSCAR INT2 KV layout (research/upstream.md section 2): 2-bit codes packed 4 per byte
+    """OSCAR INT2 KV layout (our overlay's): 2-bit codes packed 4 per byte
     along head_dim, and (scale, zero) pairs per group in a second tensor."""
 
     group_size: Annotated[StrictInt, Field(gt=0, le=4096, description="--kv-cache-quant-group-size (elements)"), SGLangFlag("--kv-cache-quant-group-size")] = 64

@@ -1,6 +1,6 @@
 """A STAND-IN for an SGLang 0.5.19 HTTP server, for tests only, on 127.0.0.1 only.
 
-No real SGLang server can run on the development or CI machines (no GPU; DESIGN.md section 4),
+No real SGLang server can run on the development or CI machines (no GPU),
 so the bench client and the canary are tested against this small, named stand-in. It models
 the real server's *response shapes*, read from the 0.5.19 wheel (``sglang/srt/...``):
 

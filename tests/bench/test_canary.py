@@ -1,6 +1,6 @@
 """The host-tier restore canary against STAND-IN servers: matching, diverging (sglang#39830),
 unprovable (no host hit: sglang#33713, or no cache report), device-path divergence, and the
-exit codes of DESIGN.md section 3 (pass 0, mismatch 3, inconclusive 5)."""
+exit codes (pass 0, mismatch 3, inconclusive 5)."""
 
 from __future__ import annotations
 

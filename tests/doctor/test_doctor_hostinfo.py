@@ -1,5 +1,5 @@
 """Host readers against this machine's real /proc and cgroup files, and against fixture trees
-of WSL2 and other hosts written from public facts (research/wsl2-facts.md; fixtures/README.md)."""
+of WSL2 and other hosts written from public facts (learn.microsoft.com/windows/wsl; fixtures/README.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The report model: one-line fixes and the exit codes of DESIGN.md section 3."""
+"""The report model: one-line fixes and the exit codes (0 ok, 2 bad input, 3 refused or not satisfied, 4 started but failed, 5 inconclusive)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make the local Debian base image NAME (default escha-test-base:bookworm) when it is absent:
-# mmdebstrap + docker import (no registry is reachable here; DESIGN.md section 4). A minimal
+# mmdebstrap + docker import (no registry is reachable here). A minimal
 # stand-in for issue 3's base-image script until that lands; prefer that one.
 set -euo pipefail
 name="${1:-escha-test-base:bookworm}"

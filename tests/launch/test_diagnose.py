@@ -1,5 +1,5 @@
 """Failure diagnosis on log lines in the real message formats of SGLang 0.5.19 and the upstream
-reports (field reports B01, B06, B17, B18, B22, B29, B30, B31; shared/research/field-reports.md)."""
+reports (field reports B01, B06, B17, B18, B22, B29, B30, B31; sgl-project/sglang issues named in each row)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from escha_deploy.launch.drift import PlannedSizes, compare, parse_sizes
 
-# The seed's reference plan at ratio 2 (DESIGN.md section 5): host KV 420,008 tokens x 6,144 B
+# The reference plan at ratio 2 (the reference box (16 GiB WSL2, two 12 GiB RTX 5060 Ti, TP 2, INT2 KV, ratio 2)): host KV 420,008 tokens x 6,144 B
 # = 2,580,529,152 B; host mamba 33 slots x 76,972,032 B = 2,540,077,056 B; device KV 210,000.
 PLANNED = PlannedSizes(kv_tokens=210000, host_kv_tokens=420008, host_kv_bytes=2_580_529_152,
                        host_mamba_bytes=2_540_077_056, device_mamba_slots=16)

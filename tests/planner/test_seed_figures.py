@@ -1,6 +1,6 @@
-"""The figures the planner must reproduce (DESIGN.md section 5), with their derivation.
+"""The figures the planner must reproduce (the reference box (16 GiB WSL2, two 12 GiB RTX 5060 Ti, TP 2, INT2 KV, ratio 2)), with their derivation.
 
-The seed (shared/seeds/000) quotes rounded figures: host KV "2.58 GB" and host mamba
+The reference report quotes rounded figures: host KV "2.58 GB" and host mamba
 "2.55 GB" per rank at ratio 2, "10.3 GB" pinned at ratio 2 (it summed rounded figures),
 "5.2 GB" at ratio 1. The exact bytes follow from SGLang 0.5.19's formulas.
 """
@@ -57,7 +57,7 @@ def test_device_pools_of_the_seed(ref, wsl2_box):
 
 
 def test_reference_box_verdicts(ref, wsl2_box):
-    budget = 16 * GiB - 2 * 3 * GiB - 1 * GiB - 2 * GiB  # the safety policy of DESIGN.md section 5
+    budget = 16 * GiB - 2 * 3 * GiB - 1 * GiB - 2 * GiB  # the default safety policy (docs/planner.md)
     assert budget == 7_516_192_768
     two, one = plan(ref, wsl2_box, ratio=2), plan(ref, wsl2_box, ratio=1)
     assert two.budget.pinned_budget_bytes == one.budget.pinned_budget_bytes == budget

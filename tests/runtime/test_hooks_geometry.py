@@ -15,7 +15,7 @@ from escha_deploy.runtime.hooks.transfer_geometry import (
     geometry_of,
 )
 
-#: DESIGN.md section 5, the seed's crash: host stride 192 B, element_dim 512, device row 128 B
+#: The reference box's crash: host stride 192 B, element_dim 512, device row 128 B
 #: (512 two-bit elements pack into 128 B).
 SEED_CRASH = TensorGeometry("int2 codes", host_stride_bytes=192, element_dim=512,
                             element_bits=2, device_row_bytes=128)

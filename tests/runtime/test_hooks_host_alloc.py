@@ -50,7 +50,7 @@ def test_pinned_buffer_above_4_gib_refused():
 
 
 def test_seed_pools_fit_the_pinned_limit():
-    """DESIGN.md section 5: the seed's per-rank buffers at ratio 2 (KV 2,580,529,152 B; the mamba
+    """The reference box's per-rank buffers at ratio 2 (KV 2,580,529,152 B; the mamba
     temporal buffer 33 slots x 48 layers x 24 x 128 x 128 fp32) each fit under 4 GiB."""
     assert ha.resolve("pinned", None, 2_580_529_152) == "pinned"
     assert ha.resolve("pinned", None, 33 * 48 * 24 * 128 * 128 * 4) == "pinned"

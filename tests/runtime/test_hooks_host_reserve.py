@@ -63,7 +63,7 @@ def test_budget_default_reserve_from_environment(monkeypatch):
 
 
 def test_seed_box_stock_refuses_patched_accepts():
-    """DESIGN.md section 5: about 9 GiB available when the pools are built; stock 10 GiB
+    """The reference box: about 9 GiB available when the pools are built; stock 10 GiB
     reserve leaves nothing, a 1 GiB reserve leaves (9 - 1) / 2 = 4 GiB per rank, enough for the
     ratio-1 KV pool of 210,008 x 6,144 B = 1,290,289,152 B."""
     kv = 210_008 * 6_144
