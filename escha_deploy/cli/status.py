@@ -125,21 +125,25 @@ def _table(rows: list[dict], console) -> None:
 
 
 def _watch(look_all, *, interval: float, count: int, fmt: OutputFormat) -> None:
-    """Redraw every ``interval`` s with rich's Live display (stdout a terminal), or print one JSON
-    array per look (``--format json``: a stream for scripts)."""
+    """Redraw every ``interval`` s with rich's Live display, or (``--format json``) write one
+    line per look holding the JSON array of rows: a stream for scripts."""
     from rich.console import Group
     from rich.live import Live
 
     from escha_deploy.watch.render import render_row
     from escha_deploy.watch.session import iso
 
-    from .output import print_json, stdout_console
+    from .output import stdout_console
 
     n = 0
     try:
-        if fmt is OutputFormat.json:
+        if fmt is OutputFormat.json:  # JSON Lines: one array of rows per look, flushed
+            import json
+            import sys
+
             while True:
-                print_json(look_all())
+                sys.stdout.write(json.dumps(look_all(), separators=(",", ":"), allow_nan=False) + "\n")
+                sys.stdout.flush()
                 n += 1
                 if count and n >= count:
                     return

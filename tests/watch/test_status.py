@@ -143,6 +143,8 @@ def test_record_is_read_back_through_the_bounded_reader(box, tmp_path):
     r = run_main("status", "--profile", name, "--watch", "--count", "3", "--interval", "0.05",
                  "--format", "json", "--record", str(rec), env=NO_DOCKER)
     assert r.code == 0, r.err
+    lines = r.out.splitlines()  # --watch --format json: one line per look
+    assert len(lines) == 3 and all(json.loads(ln)[0]["profile"] == name for ln in lines)
     looks = read_record(rec)
     assert len(looks) == 3 and all(lk["targets"][0]["profile"] == name for lk in looks)
     assert looks[-1]["targets"][0]["server"]["window"]["since_start"] is False  # --watch: over the window
