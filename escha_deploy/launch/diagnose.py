@@ -124,7 +124,8 @@ class Match(BaseModel):
 
 
 class Diagnosis(BaseModel):
-    """The result: matches (table order), the log tail, and the server's exit code."""
+    """The result: matches (log order: ``order_matches``), the log tail, and the server's exit
+    code."""
 
     model_config = ConfigDict(frozen=True)
     exit_code: int | None
@@ -221,6 +222,9 @@ SETTLE: dict[str, str] = {
 
 
 _PLAN = "`escha-deploy plan` prints the pinned total and the largest safe ratio"
+#: P2P off in profile keys (what renders NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce)
+_P2P_OFF = ("set container.nccl_p2p_disable: true (NCCL_P2P_DISABLE=1) and runtime.disable_custom_all_reduce: "
+            "true (--disable-custom-all-reduce)")
 
 
 def _image_archs() -> str:
@@ -377,7 +381,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "cuda-out-of-memory", "gpu-memory",
         r"CUDA out of memory\. Tried to allocate|torch\.OutOfMemoryError",
         "the GPU ran out of memory (weights + KV pool + CUDA graphs + activations exceed a GPU)",
-        "lower runtime.mem_fraction_static or cuda_graph_max_bs, or a shorter context; "
+        "lower runtime.mem_fraction_static or runtime.cuda_graph_max_bs, or a shorter runtime.context_length; "
         "`escha-deploy plan` shows the device budget",
         "torch CUDACachingAllocator; quoted in https://github.com/sgl-project/sglang/issues/4730",
     ),
@@ -460,8 +464,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "peer-access", "collective",
         r"peer access is not supported between these two devices",
         "the GPUs have no CUDA peer access (consumer cards, WSL2), and custom all-reduce needs it",
-        "pass --disable-custom-all-reduce (runtime.disable_custom_all_reduce: true) and set "
-        "NCCL_P2P_DISABLE=1; as a last resort NCCL_SHM_DISABLE=1",
+        f"{_P2P_OFF}; as a last resort NCCL_SHM_DISABLE=1",
         "CUDA cudaErrorPeerAccessUnsupported; quoted in https://github.com/sgl-project/sglang/issues/4814",
     ),
     Signature(
@@ -469,7 +472,7 @@ SIGNATURES: tuple[Signature, ...] = (
         r"NCCL error.*unhandled cuda error|NCCL WARN Cuda failure",
         "NCCL failed on a CUDA call between the two GPUs (often peer-to-peer access the driver claims but "
         "cannot use, as under WSL2 and on many consumer boards)",
-        "set NCCL_P2P_DISABLE=1 and pass --disable-custom-all-reduce; check `nvidia-smi topo -m`",
+        f"{_P2P_OFF}; check `nvidia-smi topo -m`",
         "torch ProcessGroupNCCL; quoted in https://github.com/pytorch/pytorch/issues/111187 (WSL2, 2 GPUs)",
         unless=("peer-access",),
     ),
@@ -478,8 +481,8 @@ SIGNATURES: tuple[Signature, ...] = (
         r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=\d+, OpType=(\w+)",
         "a collective ({1}) between the ranks did not finish before torch's NCCL timeout: one rank hung or "
         "died, or the GPUs' peer-to-peer path claims to work but does not move data",
-        "read every rank's first error; on consumer cards set NCCL_P2P_DISABLE=1 and "
-        "--disable-custom-all-reduce; `escha-deploy doctor --profile P` runs an all-reduce smoke test",
+        f"read every rank's first error; on consumer cards {_P2P_OFF}; "
+        "`escha-deploy doctor --profile PROFILE` runs an all-reduce smoke test",
         "torch ProcessGroupNCCL watchdog; quoted in https://github.com/hiyouga/LlamaFactory/issues/7396",
     ),
     Signature(
@@ -487,8 +490,8 @@ SIGNATURES: tuple[Signature, ...] = (
         r"(?<!\S)(\S+) watchdog timeout \(self\.watchdog_timeout=",
         "SGLang's {1} watchdog fired: one forward batch took longer than --watchdog-timeout (default 300 s), "
         "usually a hang in a collective or a kernel",
-        "read the lines before it for the stuck rank; on consumer cards set NCCL_P2P_DISABLE=1 and "
-        "--disable-custom-all-reduce; `escha-deploy doctor --profile P` runs an all-reduce smoke test",
+        f"read the lines before it for the stuck rank; on consumer cards {_P2P_OFF}; "
+        "`escha-deploy doctor --profile PROFILE` runs an all-reduce smoke test",
         "sglang/srt/utils/watchdog.py:154",
     ),
     Signature(
@@ -497,7 +500,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "NCCL found two ranks ({1} and {2}) on one GPU (bus id {3}): the server sees fewer GPUs than its "
         "tp_size, or one GPU twice (`--gpus device=0`, `device_ids: [0, 0]`, CUDA_VISIBLE_DEVICES=0,0)",
         "give the server tp_size distinct GPUs (container.gpus, or a compose file's device_ids) and check "
-        "CUDA_VISIBLE_DEVICES; `escha-deploy doctor --profile P` lists the GPUs it sees",
+        "CUDA_VISIBLE_DEVICES; `escha-deploy doctor --profile PROFILE` lists the GPUs it sees",
         "NCCL init.cc (ncclInvalidUsage); quoted in https://github.com/NVIDIA/Megatron-LM/issues/661",
     ),
     Signature(
@@ -1010,18 +1013,31 @@ class _Windows:
                     nxt[lit] = self.text.find(lit, after)
 
 
+def order_matches(matches: Sequence[Match], where: Sequence[tuple[int, int]]) -> list[Match]:
+    """Matches in the order the log proves them: proven causes first, by where their line is in
+    the log (``where[k]``: line index, then offset in the line, so ``Capture cuda graph failed:
+    CUDA out of memory`` names the capture before the generic out-of-memory row), rows proven
+    by facts alone (an exit code, the OOM killer) after the log's; then the unproven ones (a
+    ``Killed`` from the shell, a child that died: consequences of the cause above), by the same
+    order. Ties keep the table's order (Python's sort is stable)."""
+    ranked = sorted(range(len(matches)), key=lambda k: (not matches[k].conclusive, where[k]))
+    return [matches[k] for k in ranked]
+
+
 def diagnose(lines: Sequence[str], facts: Facts | None = None) -> Diagnosis:
     """Match log lines and facts against ``SIGNATURES``.
 
     ``lines``: the server's output, oldest first (any length; all are searched, since a
     traceback's cause is often far above its end; the last ``TAIL_LINES`` are kept for
     printing, each cut at ``SHOW_CHARS``). Returns one match per row id whose pattern (and
-    ``when``) hold, in table order, plus a repeating-traceback match when one fault repeats.
+    ``when``) hold, first proven cause first (``order_matches``), plus a repeating-traceback
+    match when one fault repeats.
     Linear in the total length of ``lines`` (module docstring). Never raises for odd input.
     """
     facts = facts or Facts()
     text = [ln.rstrip("\n") for ln in lines]
     matches: list[Match] = []
+    where: list[tuple[int, int]] = []  # per match: (line index, offset in it); fact-only rows last
     seen: set[str] = set()
     facts = _with_log_facts(facts, text)
     windows: _Windows | None = None
@@ -1040,9 +1056,12 @@ def diagnose(lines: Sequence[str], facts: Facts | None = None) -> Diagnosis:
             if hit is None:
                 continue
             i, found = hit
+            where.append((i, found.start()))
             line = show(text[i])
             evidence = [_shown_evidence(x) for x in text[i:i + EVIDENCE_LINES] if x.strip()]
         seen.add(sig.id)
+        if sig.pattern is None:
+            where.append((len(text), 0))
         if held is None:
             matches.append(_unsettled(sig, facts, found, line, evidence))
             continue
@@ -1050,6 +1069,7 @@ def diagnose(lines: Sequence[str], facts: Facts | None = None) -> Diagnosis:
         matches.append(Match(id=sig.id, kind=sig.kind, line=line, evidence=evidence,
                              explanation=_fill(sig.cause, found), fix=_fill(sig.fix, found), source=sig.source,
                              sglang_advice=sig.sglang_advice, conclusive=sig.conclusive))
+    matches = order_matches(matches, where)
     rep = _repeating_traceback(text)
     if rep is not None:
         matches.append(rep)
