@@ -15,8 +15,45 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 STANDIN_DIR = HERE / "standin"
-STANDIN_PROFILE = STANDIN_DIR / "profile.yaml"
 BASE_IMAGE = "escha-test-base:bookworm"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+#: This test run's own names, so two runs of the suite on one machine (one Docker daemon, one
+#: /dev/shm) never meet: ``ESCHA_TEST_RUN`` (default: this process's pid) is in the stand-in
+#: profile's name (hence its container name ``escha-<name>`` and label), its images' tags, and
+#: the names of containers the tests make; the stand-in's port is a free one.
+RUN = os.environ.get("ESCHA_TEST_RUN") or f"r{os.getpid()}"
+STANDIN_NAME = f"standin-tp2-{RUN}"
+STANDIN_CONTAINER = f"escha-{STANDIN_NAME}"
+STANDIN_LABEL = f"io.escha.profile={STANDIN_NAME}"
+STANDIN_PORT = int(os.environ.get("ESCHA_TEST_STANDIN_PORT") or _free_port())
+
+
+def _run_profile() -> Path:
+    """The stand-in profile (tests/launch/standin/profile.yaml) under this run's name and port,
+    written once per run to a folder of its own (removed at exit)."""
+    import atexit
+    import tempfile
+
+    text = (STANDIN_DIR / "profile.yaml").read_text()
+    assert "\nname: standin-tp2\n" in text and "  port: 30123\n" in text
+    text = text.replace("\nname: standin-tp2\n", f"\nname: {STANDIN_NAME}\n").replace(
+        "  port: 30123\n", f"  port: {STANDIN_PORT}\n")
+    d = Path(tempfile.mkdtemp(prefix=f"escha-test-{RUN}-"))
+    atexit.register(shutil.rmtree, d, True)
+    (d / "profile.yaml").write_text(text)
+    return d / "profile.yaml"
+
+
+STANDIN_PROFILE = _run_profile()
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -76,7 +113,8 @@ def standin_image(docker_client, base_image, tmp_path_factory):
     built: dict[str, str] = {}
 
     def make(tag: str, *, mode: str = "ok", startup_s: float = 0.0, sizes: dict | None = None,
-             port: int = 30123, server_key: str | None = None) -> str:
+             port: int = STANDIN_PORT, server_key: str | None = None) -> str:
+        tag = f"{tag}-{RUN}" if ":" in tag else f"{tag}:{RUN}"  # this run's tag
         if tag in built:
             return built[tag]
         ctx = tmp_path_factory.mktemp(f"standin-{tag.replace(':', '-')}")
@@ -101,7 +139,7 @@ def standin_image(docker_client, base_image, tmp_path_factory):
 #: The capabilities the stand-in images declare (label and runtime description).
 STANDIN_CAPS = ["hicache-host-reserve-env", "hicache-host-allocator", "transfer-geometry-check"]
 REPO = HERE.parents[1]
-SERVE_IMAGE = "escha-standin-serve:test"
+SERVE_IMAGE = f"escha-standin-serve:test-{RUN}"
 
 
 @pytest.fixture(scope="session")
@@ -125,7 +163,7 @@ def serve_image(docker_client, base_image, tmp_path_factory):
     for f in ("server.py", "record_child.py"):
         shutil.copy(STANDIN_DIR / f, ctx / f)
     shutil.copy(STANDIN_DIR / "serve.Dockerfile", ctx / "Dockerfile")
-    (ctx / "config.json").write_text(json.dumps({"mode": "ok", "port": 30123, "sizes": planned_sizes_for()}))
+    (ctx / "config.json").write_text(json.dumps({"mode": "ok", "port": STANDIN_PORT, "sizes": planned_sizes_for()}))
     (ctx / "runtime.json").write_text(json.dumps({
         "schema_version": 1, "sglang_version": "0.5.19", "base": "image:stand-in", "python": "3.11",
         "base_inventory_digest": "stand-in", "base_inventory_committed": False, "sglang_dir": "/nonexistent",
@@ -140,9 +178,12 @@ def serve_image(docker_client, base_image, tmp_path_factory):
 
 
 def _ours(labels: dict | None, name: str = "") -> bool:
-    """Things these tests can create: escha-labelled, or named escha-* (the daemon is shared
-    with other test suites running at the same time, whose objects are not ours to judge)."""
-    return any(k.startswith("io.escha.") for k in (labels or {})) or name.lstrip("/").startswith("escha-")
+    """Things this run's tests create: escha-labelled or named escha-*, and carrying this run's
+    id (``RUN``) in the name or a label value (the daemon is shared with other runs of the suite
+    and other suites at the same time, whose objects are not ours to judge)."""
+    labels = labels or {}
+    escha = any(k.startswith("io.escha.") for k in labels) or name.lstrip("/").startswith("escha-")
+    return escha and (RUN in name or any(RUN in str(v) for v in labels.values()))
 
 
 def _inventory(client) -> tuple[set, set, set]:

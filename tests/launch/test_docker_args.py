@@ -10,7 +10,7 @@ import pytest
 from escha_deploy.launch.docker import check_spec, create_args
 from escha_deploy.launch_spec import ContainerSpec
 
-from .conftest import STANDIN_PROFILE, run_cli
+from .conftest import STANDIN_PROFILE, run_cli, STANDIN_PORT
 
 KEY = "sk-escha-test-0123456789"
 HF = "hf_" + "Zq9" * 12
@@ -80,7 +80,7 @@ def test_expose_without_api_key_is_refused(tmp_path):
     assert r.returncode == 3 and "api_key_file" in r.stderr
     r2 = _dry("--set", "container.expose=true", "--format", "json", tmp_path=tmp_path)
     data = json.loads(r2.stdout)
-    assert data["container"]["ports"]["30123/tcp"][0] == "0.0.0.0"
+    assert data["container"]["ports"][f"{STANDIN_PORT}/tcp"][0] == "0.0.0.0"
     assert r2.returncode == 3 and [ln for ln in r2.stderr.splitlines() if ln.startswith("error: ")] == [
         f"error: {data['refusals'][0]}"] and "daemon not reachable" in data["refusals"][0]  # only the daemon
     settings = next(c for c in data["checks"] if c["name"] == "container settings")

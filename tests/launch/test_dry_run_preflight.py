@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import STANDIN_PROFILE, run_cli
+from .conftest import STANDIN_PROFILE, run_cli, STANDIN_PORT
 
 pytestmark = pytest.mark.docker
 P = str(STANDIN_PROFILE)
@@ -93,11 +93,11 @@ def test_held_port_is_refused_as_by_up(docker_client, standin_image, tmp_path, n
     image = standin_image("escha-standin:ok")
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("127.0.0.1", 30123))
+        s.bind(("127.0.0.1", STANDIN_PORT))
         s.listen()
         dry, data, real = _both(tmp_path, P, "--set", f"container.image={image}")
     assert real.returncode == 3 and _problems(real.stderr)[0].startswith(
-        "error: container.port: 127.0.0.1:30123 is held by "), real.stderr
+        f"error: container.port: 127.0.0.1:{STANDIN_PORT} is held by "), real.stderr
     assert (dry.returncode, _problems(dry.stderr)) == (3, _problems(real.stderr)), dry.stderr
     assert _check(data, "port")["state"] == "failed"
 

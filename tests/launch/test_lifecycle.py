@@ -13,11 +13,11 @@ import time
 
 import pytest
 
-from .conftest import STANDIN_PROFILE, planned_sizes_for, run_cli
+from .conftest import STANDIN_PROFILE, planned_sizes_for, run_cli, STANDIN_PORT, STANDIN_CONTAINER, STANDIN_LABEL, STANDIN_NAME
 
 pytestmark = pytest.mark.docker
 P = str(STANDIN_PROFILE)
-PORT = 30123
+PORT = STANDIN_PORT
 
 
 def up(*extra: str, image: str, timeout: float = 120, env=None):
@@ -44,7 +44,7 @@ def test_up_refuses_without_gpu_runtime_and_creates_nothing(docker_client, no_le
     r = run_cli("up", "--profile", P, "--set", "container.gpus=all", "--detach")
     assert r.returncode == 3, r.stderr
     assert "no NVIDIA GPU runtime" in r.stderr
-    assert not docker_client.containers.list(all=True, filters={"label": "io.escha.profile=standin-tp2"})
+    assert not docker_client.containers.list(all=True, filters={"label": STANDIN_LABEL})
 
 
 def test_up_ready_drift_logs_status_restart_down(docker_client, standin_image, tmp_path, no_leaks):
@@ -57,7 +57,7 @@ def test_up_ready_drift_logs_status_restart_down(docker_client, standin_image, t
         assert r.returncode == 0, r.stderr
         assert "drift:" not in r.stderr  # the stand-in logs exactly the planned sizes
         assert "capturing CUDA graphs" in r.stderr  # progress fed by the log phases
-        c = docker_client.containers.get("escha-standin-tp2")
+        c = docker_client.containers.get(STANDIN_CONTAINER)
         hc = c.attrs["HostConfig"]
         assert hc["RestartPolicy"] == {"Name": "on-failure", "MaximumRetryCount": 3}
         assert hc["IpcMode"] == "host" and hc["Init"] is True
@@ -75,8 +75,8 @@ def test_up_ready_drift_logs_status_restart_down(docker_client, standin_image, t
         # the live view's container half: Docker's stats, the plan up left beside the spec, and a
         # stand-in without /metrics named as such
         assert row["kind"] == "container" and row["container_memory"]["usage_bytes"] > 0
-        assert row["container_memory"]["name"] == "escha-standin-tp2" and not row["container_memory"]["oom_killed"]
-        assert row["plan"]["profile"] == "standin-tp2" and row["plan"]["host_kv_tokens"] > 0
+        assert row["container_memory"]["name"] == STANDIN_CONTAINER and not row["container_memory"]["oom_killed"]
+        assert row["plan"]["profile"] == STANDIN_NAME and row["plan"]["host_kv_tokens"] > 0
         assert "HTTP 404" in row["metrics_error"] and row["host"]["server_rss_bytes"] > 0
         lg = run_cli("logs", "--profile", P)
         assert "The server is fired up and ready to roll!" in lg.stdout
@@ -138,10 +138,10 @@ def test_up_twice_is_a_noop(docker_client, standin_image, no_leaks):
     image = standin_image("escha-standin:ok")
     try:
         assert up(image=image).returncode == 0
-        cid = docker_client.containers.get("escha-standin-tp2").id
+        cid = docker_client.containers.get(STANDIN_CONTAINER).id
         r2 = up(image=image)
         assert r2.returncode == 0 and "already running" in r2.stderr
-        assert docker_client.containers.get("escha-standin-tp2").id == cid
+        assert docker_client.containers.get(STANDIN_CONTAINER).id == cid
     finally:
         assert down().returncode == 0
 
@@ -155,7 +155,7 @@ def test_port_conflict_names_owner_and_creates_nothing(docker_client, standin_im
         r = up(image=image)
     assert r.returncode == 3, r.stderr
     assert f"127.0.0.1:{PORT} is held by process {os.getpid()}" in r.stderr
-    assert not docker_client.containers.list(all=True, filters={"label": "io.escha.profile=standin-tp2"})
+    assert not docker_client.containers.list(all=True, filters={"label": STANDIN_LABEL})
 
 
 def test_daemon_down_exits_3(no_leaks):
@@ -173,16 +173,16 @@ def test_kill_9_during_startup_then_up_replaces_stale(docker_client, standin_ima
     try:
         deadline = time.time() + 30
         while time.time() < deadline and not docker_client.containers.list(
-                filters={"label": "io.escha.profile=standin-tp2"}):
+                filters={"label": STANDIN_LABEL}):
             time.sleep(0.1)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        stale = docker_client.containers.get("escha-standin-tp2")
+        stale = docker_client.containers.get(STANDIN_CONTAINER)
         assert stale.attrs["HostConfig"]["RestartPolicy"]["Name"] == "no"  # never confirmed ready
         r = up(image=image)
         assert r.returncode == 0, r.stderr
         assert "replacing stale container" in r.stderr
-        assert docker_client.containers.get("escha-standin-tp2").id != stale.id
+        assert docker_client.containers.get(STANDIN_CONTAINER).id != stale.id
     finally:
         assert down().returncode == 0
     assert port_free()
@@ -198,7 +198,7 @@ def test_secrets_stay_out_of_container_config_labels_and_logs(docker_client, sta
            f"container.hf_token_file={tmp_path / 'h'}", image=image)
     try:
         assert r.returncode == 0, r.stderr
-        c = docker_client.containers.get("escha-standin-tp2")
+        c = docker_client.containers.get(STANDIN_CONTAINER)
         shown = str(c.attrs["Config"]) + str(c.attrs["Args"]) + str(c.attrs["HostConfig"])
         assert key not in shown and hf not in shown
         mounts = {m["Destination"]: m for m in c.attrs["Mounts"]}

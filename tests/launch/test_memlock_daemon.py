@@ -15,7 +15,7 @@ import pytest
 
 from escha_deploy.launch.diagnose import diagnose
 
-from .conftest import STANDIN_PROFILE, run_cli
+from .conftest import STANDIN_PROFILE, run_cli, STANDIN_LABEL
 
 pytestmark = pytest.mark.docker
 
@@ -75,7 +75,7 @@ def test_up_refuses_before_creating_when_the_daemon_cannot_raise_memlock(daemon_
                 env={**os.environ, "ESCHA_TEST_CLAMP_MEMLOCK": "0"})
     assert r.returncode == 3, r.stderr
     assert "this daemon cannot raise memlock" in r.stderr and "LimitMEMLOCK=infinity" in r.stderr, r.stderr
-    assert not docker_client.containers.list(all=True, filters={"label": "io.escha.profile=standin-tp2"})
+    assert not docker_client.containers.list(all=True, filters={"label": STANDIN_LABEL})
 
 
 def test_the_runc_line_from_this_daemon_is_diagnosed(daemon_memlock):

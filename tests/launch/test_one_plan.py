@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import STANDIN_PROFILE, run_cli
+from .conftest import STANDIN_PROFILE, run_cli, STANDIN_CONTAINER, STANDIN_LABEL, RUN
 
 pytestmark = pytest.mark.docker
 P = str(STANDIN_PROFILE)
-CONTAINER = "escha-standin-tp2"
+CONTAINER = STANDIN_CONTAINER
 GiB = 2**30
 
 
@@ -114,7 +114,7 @@ def _run_serve(docker_client, image: str, command: list[str], *, mounts=(), **kw
     from docker.types import Mount
 
     c = docker_client.containers.create(
-        image, command, name="escha-test-one-plan", labels={"io.escha.test": "one-plan"},
+        image, command, name=f"escha-test-one-plan-{RUN}", labels={"io.escha.test": f"one-plan-{RUN}"},
         environment={"ESCHA_SERVE_MODE": "container"}, cap_drop=["ALL"], cap_add=["IPC_LOCK"],
         mounts=[Mount(t, s, type="bind", read_only=True) for s, t in mounts], **kw)
     try:
@@ -190,7 +190,7 @@ def test_unknown_flag_in_extra_args_is_refused_on_every_path(docker_client, serv
         assert "runtime.extra_args or rendered argv: --no-such-flag" in r.stderr, (path, r.stderr)
         assert "Traceback" not in r.stderr
     assert runs["compose"].stdout == ""  # nothing rendered
-    assert not docker_client.containers.list(all=True, filters={"label": "io.escha.profile=standin-tp2"})
+    assert not docker_client.containers.list(all=True, filters={"label": STANDIN_LABEL})
     assert not (tmp_path / "cache" / "escha-deploy" / "launch").exists()  # up wrote no spec either
     # a compose container's serve (plans for itself) exits 2 before SGLang starts
     code, log = _run_serve(docker_client, serve_image, ["--profile", "/etc/escha/profile.yaml", "--set", BAD],
@@ -236,7 +236,7 @@ def test_compose_and_up_reach_the_same_digest_and_argv_from_one_facts_file(docke
     del svc["healthcheck"]
     compose_file = tmp_path / "compose.yaml"
     compose_file.write_text(yaml.safe_dump(doc, sort_keys=False))
-    cmd = ["docker-compose", "--project-name", "escha-onetest", "--file", str(compose_file)]
+    cmd = ["docker-compose", "--project-name", f"escha-onetest-{RUN.lower()}", "--file", str(compose_file)]
     up = subprocess.run([*cmd, "up", "--detach", "--no-build"], capture_output=True, text=True, timeout=120)
     try:
         assert up.returncode == 0, up.stderr

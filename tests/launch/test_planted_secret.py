@@ -29,7 +29,7 @@ import pytest
 from escha_deploy.secretargs import SECRET_FLAGS, extra_args_problems, redact_argv
 from inproc import run_main
 
-from .conftest import STANDIN_PROFILE, run_cli
+from .conftest import STANDIN_PROFILE, run_cli, STANDIN_LABEL, STANDIN_CONTAINER
 from .test_native import STANDIN_SGLANG
 
 KEY = "sk-planted-7f3a9c1e5b2d4068"
@@ -143,12 +143,12 @@ def test_started_container_shows_no_key(docker_client, standin_image, tmp_path, 
     leaky = run_cli("up", "--profile", P, "--set", f"container.image={image}", "--detach",
                     "--set", f"runtime.extra_args=[--api-key, {KEY}]")
     assert leaky.returncode == 2 and KEY not in leaky.stdout + leaky.stderr
-    assert not docker_client.containers.list(all=True, filters={"label": "io.escha.profile=standin-tp2"})
+    assert not docker_client.containers.list(all=True, filters={"label": STANDIN_LABEL})
     r = run_cli("up", "--profile", P, "--set", f"container.image={image}", "--detach",
                 "--set", f"container.api_key_file={key_file}")
     try:
         assert r.returncode == 0, r.stderr
-        c = docker_client.containers.get("escha-standin-tp2")
+        c = docker_client.containers.get(STANDIN_CONTAINER)
         inspect = json.dumps(c.attrs)
         assert KEY not in inspect and KEY not in json.dumps(c.image.attrs)
         assert str(key_file) in inspect  # mounted by path, read-only

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import STANDIN_PROFILE, run_cli
+from .conftest import STANDIN_PROFILE, run_cli, STANDIN_CONTAINER, STANDIN_LABEL, STANDIN_NAME
 
 pytestmark = pytest.mark.docker
 P = str(STANDIN_PROFILE)
-NAME = "escha-standin-tp2"
-LABEL = "io.escha.profile=standin-tp2"
+NAME = STANDIN_CONTAINER
+LABEL = STANDIN_LABEL
 
 
 def start_up(image: str, *extra: str, env: dict | None = None) -> subprocess.Popen:
@@ -157,7 +157,7 @@ def test_second_up_while_first_waits_names_it_and_leaves_it_alone(docker_client,
         c = wait_container(docker_client)
         second = run_cli("up", "--profile", P, "--set", f"container.image={image}", "--detach")
         assert second.returncode == 3, second.stderr
-        assert f"another `up` (pid {first.pid}) is starting profile standin-tp2" in second.stderr
+        assert f"another `up` (pid {first.pid}) is starting profile {STANDIN_NAME}" in second.stderr
         _, err = first.communicate(timeout=60)
         assert first.returncode == 0, err
         assert docker_client.containers.get(NAME).id == c.id  # not replaced as stale
