@@ -33,8 +33,11 @@ What answers for the GPU (stand-ins, named as such; nothing else of SGLang is re
   call is made; the pool's own size arithmetic and host-memory check run unchanged, and its
   buffer is allocated lazily (untouched pages of an anonymous mapping).
 
-Exit codes: 0 every case ran (refusals are results, not failures); 2 bad usage or the installed
-sglang is not 0.5.19.
+Exit codes: 0 every case ran (refusals are results, not failures); 1 a harness failure (a
+TypeError or AttributeError raised by a call the harness made or by one of its stand-ins: the
+harness does not fit the release, named with the case); 2 bad usage or the installed sglang has
+no adapter (``ADAPTERS``: 0.5.19 everything; 0.5.23 resolution and memory defaults, not the
+device or host pools, each case's ``cannot`` says so).
 """
 
 from __future__ import annotations
@@ -57,7 +60,49 @@ import types
 from pathlib import Path
 from typing import Any
 
-SGLANG_VERSION = "0.5.19"
+#: The per-release adapter: how each release's code is reached on the CPU. ``gpu_mem``: how
+#: ``memory_hook.handle_gpu_memory_settings`` gets the card's memory (0.5.19: an argument;
+#: 0.5.23: it calls ``get_device_memory_capacity`` itself). ``device``/``pools``: True when the
+#: device-pool sizing and the host-pool constructors run here, else why not (the case's
+#: result then says so under ``cannot``, and no field of that part is compared).
+ADAPTERS: dict[str, dict[str, Any]] = {
+    "0.5.19": {"gpu_mem": "argument", "device": True, "pools": True},
+    "0.5.23": {
+        "gpu_mem": "get_device_memory_capacity",
+        "device": "not adapted: ParallelContext.stamp_derived_widths is gone (runtime_context.py derives the "
+                  "widths at publish)",
+        "pools": "not adapted: MHATokenToKVPoolHost takes an MHABufferInfo and the keyword-only "
+                 "device_capacity_tokens, start_layer, end_layer (mem_cache/pool_host/mha.py)",
+    },
+}
+ADAPTED = tuple(ADAPTERS)
+
+
+class HarnessFailure(Exception):
+    """A TypeError or AttributeError raised by a call the harness made (or by one of its stand-ins
+    called with another signature): the harness does not fit this release, which says nothing of
+    SGLang's answer. ``main`` exits 1 naming the case."""
+
+
+def _harness_fault(exc: BaseException) -> bool:
+    """Whether ``exc`` is the harness's own fault: a TypeError/AttributeError raised in this file
+    or the platform plugin, or naming one of this file's functions or stand-ins."""
+    if not isinstance(exc, (TypeError, AttributeError)):
+        return False
+    last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    if last is not None and (Path(last.filename).resolve() == Path(__file__).resolve()
+                             or Path(last.filename).name == "escha_oracle_platform.py"):
+        return True
+    names = {m.group(1) for m in __import__("re").finditer(r"(\w+)\.<locals>\.", str(exc))}
+    return bool(names & set(globals())) or "TargetCardPlatform" in str(exc)
+
+
+def _refusal_or_fault(exc: BaseException, case: dict, part: str) -> None:
+    if _harness_fault(exc):
+        frames = traceback.extract_tb(exc.__traceback__)
+        at = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno} {frames[-1].name})" if frames else ""
+        raise HarnessFailure(f"case {case['id']}: {part}: {type(exc).__name__}: "
+                             f"{' '.join(str(exc).split())[:300]}{at}") from exc
 PLUGIN_NAME = "escha_target_card"
 _HERE = Path(__file__).resolve().parent
 
@@ -148,6 +193,11 @@ class TargetCardPlatform(SRTPlatform):
         return True
 
     def support_cuda_graph(self) -> bool:
+        return True
+
+    def support_mamba_cache_extra_buffer(self) -> bool:
+        # 0.5.23 (arg_groups/mamba_hook.py: _platform_supports_mamba_cache_extra_buffer) asks an
+        # out-of-tree platform; on CUDA it is True (get_platform().is_cuda). 0.5.19 never asks.
         return True
 
 
@@ -261,6 +311,7 @@ def resolve(argv: list[str], case: dict, spy: dict, keep: list | None = None) ->
     except ImportError:  # the oracle's venv lacks a package: a harness fault, never SGLang's answer
         raise
     except Exception as exc:  # a refusal: its type and message are the result
+        _refusal_or_fault(exc, case, "resolve")
         msg = " ".join(str(exc).split()) or type(exc).__name__
         where = traceback.extract_tb(exc.__traceback__)[-1]
         site = f"{Path(where.filename).as_posix().split('site-packages/')[-1]}:{where.name}"
@@ -287,7 +338,7 @@ def resolve(argv: list[str], case: dict, spy: dict, keep: list | None = None) ->
     }
 
 
-def install_reserve_spy(spy: dict) -> None:
+def install_reserve_spy(spy: dict, gpu_mem_from: str = "argument") -> None:
     """Record the unrounded fraction ``handle_gpu_memory_settings`` computes, so its reserve
     in MiB is known exactly: it calls ``round((gpu_mem - reserved_mem) / gpu_mem, 3)``; a
     module-level ``round`` that records its input and returns the builtin's result changes
@@ -302,6 +353,28 @@ def install_reserve_spy(spy: dict) -> None:
 
     memory_hook.round = recording_round  # type: ignore[attr-defined]
     original = memory_hook.handle_gpu_memory_settings
+
+    if gpu_mem_from == "get_device_memory_capacity":  # 0.5.23: the hook reads the card itself
+        capacity = memory_hook.get_device_memory_capacity
+
+        def recording_capacity(*a, **k):
+            spy["gpu_mem"] = capacity(*a, **k)
+            return spy["gpu_mem"]
+
+        memory_hook.get_device_memory_capacity = recording_capacity
+
+        def wrapped(server_args):
+            spy.pop("unrounded", None)
+            spy.pop("gpu_mem", None)
+            out = original(server_args)
+            gpu_mem = spy.get("gpu_mem")
+            if "unrounded" in spy and gpu_mem:
+                spy["reserved_mib"] = gpu_mem * (1 - spy["unrounded"])
+            return out
+
+        memory_hook.handle_gpu_memory_settings = wrapped
+        import sglang.srt.arg_groups.pipeline  # noqa: F401
+        return
 
     def wrapped(server_args, gpu_mem):
         spy.pop("unrounded", None)
@@ -369,6 +442,7 @@ def device_pools(sa: Any, case: dict) -> dict[str, Any]:
     except ImportError:  # the oracle's venv lacks a package: a harness fault, never SGLang's answer
         raise
     except Exception as exc:  # a refusal: its type and message are the result
+        _refusal_or_fault(exc, case, "device pools")
         where = traceback.extract_tb(exc.__traceback__)[-1]
         site = f"{Path(where.filename).as_posix().split('site-packages/')[-1]}:{where.name}"
         return {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}", "site": site}
@@ -467,17 +541,19 @@ def run(cases: list[dict]) -> dict[str, Any]:
     import importlib.metadata
 
     installed = importlib.metadata.version("sglang")
-    if installed != SGLANG_VERSION:
-        print(f"error: installed sglang is {installed}, expected {SGLANG_VERSION}", file=sys.stderr)
+    if installed not in ADAPTED:
+        print(f"error: installed sglang is {installed}, expected one of {sorted(ADAPTED)}", file=sys.stderr)
         raise SystemExit(2)
     t0 = time.perf_counter()
     import sglang.srt.server_args  # noqa: F401
 
     logging.disable(logging.WARNING)
+    adapter = ADAPTERS[installed]
     answer_prefill_graph_backend()
-    stub_host_allocation()
+    if adapter["pools"] is True:
+        stub_host_allocation()
     spy: dict = {}
-    install_reserve_spy(spy)
+    install_reserve_spy(spy, adapter["gpu_mem"])
     t1 = time.perf_counter()
     results = []
     with tempfile.TemporaryDirectory(prefix="escha-oracle-models-") as models:
@@ -486,8 +562,11 @@ def run(cases: list[dict]) -> dict[str, Any]:
             path = _model_dir(root, case)
             argv = _with_model(case["argv"], path)
             kept: list = []
-            res: dict[str, Any] = {"id": case["id"], "resolve": resolve(argv, case, spy, kept)}
-            if case.get("device") and kept:
+            res: dict[str, Any] = {"id": case["id"], "resolve": resolve(argv, case, spy, kept), "cannot": {}}
+            for part in ("device", "pools"):
+                if adapter[part] is not True and case.get(part):
+                    res["cannot"][part] = adapter[part]
+            if case.get("device") and kept and adapter["device"] is True:
                 dropped = [f for f in case["device"].get("sglang_sizes", []) if f in argv]
                 if dropped:  # the profile left these to SGLang: let it size them itself
                     kept.clear()
@@ -497,12 +576,13 @@ def run(cases: list[dict]) -> dict[str, Any]:
                     resolve(auto, case, {}, kept)
                 res["device"] = device_pools(kept[0], case) if kept else {"error": "auto-sized argv refused", "site": "sglang/"}
             res["defaults"] = resolve(_drop(argv, "--mem-fraction-static"), case, spy)
-            if case.get("pools"):
+            if case.get("pools") and adapter["pools"] is True:
                 try:
                     res["pools"] = host_pools(case)
                 except ImportError:  # a harness fault, as in resolve()
                     raise
                 except Exception as exc:
+                    _refusal_or_fault(exc, case, "host pools")
                     res["pools"] = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
             results.append(res)
     t2 = time.perf_counter()
@@ -519,7 +599,11 @@ def main(argv: list[str] | None = None) -> int:
         clean_environment(tmp)
         install_torchvision_stand_in()
         install_platform_plugin(Path(tmp))
-        out = run(cases)
+        try:
+            out = run(cases)
+        except HarnessFailure as exc:
+            print(f"error: harness failure, not SGLang's answer: {exc}", file=sys.stderr)
+            return 1
     text = json.dumps(out, indent=1, sort_keys=True)
     if args.out:
         args.out.write_text(text + "\n", encoding="utf-8")

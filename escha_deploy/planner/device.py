@@ -41,20 +41,32 @@ def tier_defaults(gpu_mem_mib: int, tp: int, release: str | None = None) -> tupl
     return tier.chunked_prefill, tier.decode_max_bs if tp < 4 else tier.decode_max_bs_tp4
 
 
+def sglang_decode_max_bs(gpu_mem_mib: int, tp: int, decode_max_bs: int | None, *, release: str | None = None,
+                         max_running_requests: int | None = None) -> int:
+    """The decode CUDA-graph max batch size SGLang ``release`` uses: ``decode_max_bs`` when
+    given, else the card's tier default, lowered to ``--max-running-requests`` where the release
+    caps a default at it (0.5.22+, ``memory_hook.py: handle_gpu_memory_settings``)."""
+    from ..releases import load_release
+
+    if decode_max_bs:
+        return decode_max_bs
+    _, bs = tier_defaults(gpu_mem_mib, tp, release)
+    if (max_running_requests is not None and bs > max_running_requests
+            and load_release(release).memory_defaults.decode_max_bs_capped_by_max_running_requests):
+        return max_running_requests
+    return bs
+
+
 def sglang_reserved_mib(gpu_mem_mib: int, tp: int, *, chunked_prefill: int | None,
                         decode_max_bs: int | None, prefill_graphs: bool = True, pp: int = 1,
                         release: str | None = None, max_running_requests: int | None = None) -> float:
     """SGLang's activation + CUDA-graph reserve in MiB (``handle_gpu_memory_settings``) in
     ``release`` (default: the default release): its tiers, and where the release caps a default
     decode max batch size at ``--max-running-requests`` (0.5.22+), that cap."""
-    from ..releases import load_release
-
-    default_chunk, default_bs = tier_defaults(gpu_mem_mib, tp, release)
-    if (max_running_requests is not None and default_bs > max_running_requests
-            and load_release(release).memory_defaults.decode_max_bs_capped_by_max_running_requests):
-        default_bs = max_running_requests
+    default_chunk, _ = tier_defaults(gpu_mem_mib, tp, release)
     chunk = chunked_prefill if chunked_prefill and chunked_prefill > 0 else default_chunk
-    bs = decode_max_bs or default_bs
+    bs = sglang_decode_max_bs(gpu_mem_mib, tp, decode_max_bs, release=release,
+                              max_running_requests=max_running_requests)
     reserved = 512 + max(chunk, 2048) * 1.5 + tp * pp / 8 * 1024 + bs * 2
     if prefill_graphs:
         reserved += len(prefill_graph_sizes(chunk)) * 8

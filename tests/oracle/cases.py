@@ -135,23 +135,38 @@ def plan_refuses(planner: dict) -> bool:
     return planner["verdict"] in ("unsafe", "refused at load")
 
 
-def build_case(case: Case) -> tuple[dict, dict]:
-    """``(oracle input, planner side)`` for one case."""
+def _release_overrides(case: Case, release: str | None) -> tuple[str, ...]:
+    """For a release our series is not made for, the case without the series' capabilities
+    (the profile would be refused for that release; the oracle checks SGLang's arithmetic)."""
+    from escha_deploy.capabilities import SERIES_CAPABILITIES
+    from escha_deploy.releases import series_release
+
+    if release is None or release == series_release():
+        return case.overrides
+    needs = _load_unchecked(case.profile, case.overrides).runtime.needs
+    kept = [n for n in needs if n not in SERIES_CAPABILITIES]
+    return (*case.overrides, f"runtime.needs=[{','.join(kept)}]")
+
+
+def build_case(case: Case, release: str | None = None) -> tuple[dict, dict]:
+    """``(oracle input, planner side)`` for one case, planned for ``release`` (default: the
+    default release)."""
     refused_at_load: str | None = None
+    overrides = _release_overrides(case, release)
     try:
-        prof = load_profile(case.profile, list(case.overrides))
+        prof = load_profile(case.profile, list(overrides))
     except (BadInput, Refused) as exc:
         refused_at_load = f"exit {int(exc.exit_code)}: {exc}"
-        prof = _load_unchecked(case.profile, case.overrides)
+        prof = _load_unchecked(case.profile, overrides)
     host = described_host(case.host_ram, case.platform)
-    result = plan(prof, host, model_dir=None)
+    result = plan(prof, host, model_dir=None, release=release)
     argv = stock_argv(server_args(result, prof))
     arch = prof.model.architecture
     if prof.runtime.mamba_ssm_dtype:
         arch = arch.model_copy(update={"mamba_ssm_dtype": prof.runtime.mamba_ssm_dtype})
     rt = prof.runtime
     gpu_mib = prof.hardware.gpu_vram // MiB
-    chunk_default, bs_default = devmod.tier_defaults(gpu_mib, rt.tp_size)
+    chunk_default, _ = devmod.tier_defaults(gpu_mib, rt.tp_size, release)
     chunk = rt.chunked_prefill_size if rt.chunked_prefill_size and rt.chunked_prefill_size > 0 else chunk_default
     planner = {
         "verdict": "refused at load" if refused_at_load else result.verdict,
@@ -162,7 +177,8 @@ def build_case(case: Case) -> tuple[dict, dict]:
         "default_mem_fraction_static": result.device.sglang_default_mem_fraction_static,
         "reserved_mib": result.device.sglang_reserved_bytes / MiB,
         "chunked_prefill_size": chunk,
-        "decode_max_bs": rt.cuda_graph_max_bs or bs_default,
+        "decode_max_bs": devmod.sglang_decode_max_bs(gpu_mib, rt.tp_size, rt.cuda_graph_max_bs, release=release,
+                                                     max_running_requests=rt.max_running_requests),
         "prefill_graph_sizes": 0 if rt.disable_prefill_cuda_graph else len(devmod.prefill_graph_sizes(chunk)),
         "page_size": result.page_size,
         "device_kv_tokens": result.per_rank.device_kv_tokens,
@@ -329,7 +345,8 @@ def compare(case_id: str, planner: dict, oracle: dict) -> tuple[list[str], int]:
         return diffs, n
     if planner["shipped"] and not planner["needs_overlay"] and plan_refuses(planner):
         diffs.append(f"{case_id}: verdict: a shipped profile is refused: {planner['reasons']}")
-    dev = oracle.get("device") or {}
+    cannot = oracle.get("cannot") or {}
+    dev = {} if "device" in cannot else oracle.get("device") or {}
     if "error" in dev and not str(dev.get("site", "")).startswith("sglang/"):
         diffs.append(f"{case_id}: harness: the oracle failed outside SGLang: {dev['error']} ({dev.get('site')})")
         return diffs, n
@@ -343,7 +360,7 @@ def compare(case_id: str, planner: dict, oracle: dict) -> tuple[list[str], int]:
             n += 1
             if theirs != planner[key]:
                 diffs.append(f"{case_id}: {key}: plan {planner[key]!r}, SGLang {theirs!r} (device)")
-    pools = oracle.get("pools") or {}
+    pools = {} if "pools" in cannot else oracle.get("pools") or {}
     if "error" in pools:  # a host pool class refuses the configuration: plan must refuse it too
         if not plan_refuses(planner):
             diffs.append(f"{case_id}: verdict: SGLang's host pool classes raise {pools['error']} but plan "
@@ -361,10 +378,12 @@ def compare(case_id: str, planner: dict, oracle: dict) -> tuple[list[str], int]:
     return diffs, n
 
 
-def check_all(cases: list[Case], workdir: Path, venv: Path, *, oracle_results: dict | None = None):
-    """Plan every case, run SGLang's side once, compare: ``(differences, cases, fields, timings)``."""
+def check_all(cases: list[Case], workdir: Path, venv: Path, *, oracle_results: dict | None = None,
+              release: str | None = None):
+    """Plan every case for ``release``, run SGLang's side once, compare: ``(differences, cases,
+    fields, timings)``."""
     t0 = time.perf_counter()
-    built = [build_case(c) for c in cases]
+    built = [build_case(c, release) for c in cases]
     t1 = time.perf_counter()
     results = oracle_results or run_oracle([b[0] for b in built], workdir, venv)
     by_id = {r["id"]: r for r in results["results"]}
@@ -383,19 +402,34 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import tempfile
 
-    ap = argparse.ArgumentParser(description="Cross-check plan against SGLang 0.5.19's own code")
-    ap.add_argument("--venv", type=Path, default=Path(os.environ.get("ESCHA_FLAGCAT_VENV", REPO / ".cache" / "flagcat-venv")))
+    from escha_deploy.releases import default_release
+
+    ap = argparse.ArgumentParser(description="Cross-check plan against a release's own SGLang code")
+    ap.add_argument("--release", default=default_release(), help="the SGLang release (its flag-catalog venv)")
+    ap.add_argument("--venv", type=Path, help="default: .cache/flagcat-venv ($ESCHA_FLAGCAT_VENV) for the default "
+                    "release, .cache/flagcat-venv-VERSION for another")
     ap.add_argument("--save", type=Path, help="keep SGLang's results here (the pytest harness test reuses them)")
     args = ap.parse_args(argv)
+    venv = args.venv or (Path(os.environ.get("ESCHA_FLAGCAT_VENV", REPO / ".cache" / "flagcat-venv"))
+                         if args.release == default_release() else REPO / ".cache" / f"flagcat-venv-{args.release}")
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="escha-oracle-") as tmp:
-        diffs, n_cases, n_fields, timings, results = check_all(all_cases(), Path(tmp), args.venv)
+        diffs, n_cases, n_fields, timings, results = check_all(all_cases(), Path(tmp), venv, release=args.release)
     if args.save:
         args.save.write_text(json.dumps(results))
     refused = sum(1 for r in results["results"]
                   if not r["resolve"]["ok"] or "error" in (r.get("pools") or {}) or "error" in (r.get("device") or {}))
-    print(f"sglang oracle: {n_cases} cases ({refused} refused by SGLang), {n_fields} fields compared, "
+    if results.get("sglang") != args.release:
+        print(f"error: the venv runs sglang {results.get('sglang')}, not {args.release}", file=sys.stderr)
+        return 2
+    cannot: dict[str, int] = {}
+    for r in results["results"]:
+        for part, why in (r.get("cannot") or {}).items():
+            cannot[f"{part} ({why})"] = cannot.get(f"{part} ({why})", 0) + 1
+    print(f"sglang oracle {args.release}: {n_cases} cases ({refused} refused by SGLang), {n_fields} fields compared, "
           f"{len(diffs)} differences; {time.perf_counter() - start:.1f} s ({timings})")
+    for what, n in cannot.items():
+        print(f"sglang oracle {args.release}: cannot run {what}: {n} cases")
     for d in diffs:
         print(f"difference: {d}")
     return 1 if diffs else 0

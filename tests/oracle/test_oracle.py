@@ -92,3 +92,35 @@ def test_a_wrong_planner_constant_fails_the_check(sglang_results, tmp_path, monk
     monkeypatch.setattr(poolsmod, "_round_pages", lambda size, page: size // page * page)
     diffs, *_ = _check(sglang_results, tmp_path)
     assert any(": host_kv_tokens: plan" in d for d in diffs) and any(": host_mamba_slots: plan" in d for d in diffs)
+
+
+def _oracle_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sglang_oracle_under_test", oc.ORACLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # standard library only at import
+    return module
+
+
+def _raised(code: str, filename: str) -> BaseException:
+    try:
+        exec(compile(code, filename, "exec"), {})
+    except BaseException as exc:  # noqa: BLE001
+        return exc
+    raise AssertionError("did not raise")
+
+
+def test_a_harness_call_that_does_not_fit_the_release_is_a_harness_failure():
+    """A TypeError/AttributeError of the harness's own call or stand-in is its fault (exit 1),
+    never counted as SGLang's refusal; the same types raised inside SGLang's files are answers."""
+    m = _oracle_module()
+    spy = TypeError("install_reserve_spy.<locals>.wrapped() missing 1 required positional argument: 'gpu_mem'")
+    assert m._harness_fault(spy)
+    assert m._harness_fault(_raised("object().stamp_derived_widths()", str(oc.ORACLE)))
+    assert not m._harness_fault(_raised("object().x()", "site-packages/sglang/srt/arg_groups/mamba_hook.py"))
+    assert not m._harness_fault(_raised("raise ValueError('no')", str(oc.ORACLE)))
+    with pytest.raises(m.HarnessFailure, match="case c1: resolve: TypeError: install_reserve_spy"):
+        m._refusal_or_fault(spy, {"id": "c1"}, "resolve")
+    assert set(m.ADAPTERS) == {"0.5.19", "0.5.23"} and m.ADAPTERS["0.5.19"]["pools"] is True
+    assert isinstance(m.ADAPTERS["0.5.23"]["pools"], str)  # says why it cannot run
