@@ -118,6 +118,10 @@ def _walk(loader: Any, node: yaml.Node, path: tuple, file: str, out: Positions, 
                     ident = key
                 if ident == "<<" or key_node.tag == "tag:yaml.org,2002:merge":
                     pass  # a merge key may repeat; SafeConstructor merges them in order
+                elif not isinstance(ident, str):  # `5:`, `null:`, `yes:` (YAML 1.1 reads it as true)
+                    problems.append(f"{file}:{line}: {key or 'null'}: a key here is text, but YAML reads this one as "
+                                    f"{type(ident).__name__ if ident is not None else 'null'}; quote it or remove it")
+                    continue
                 elif ident in first:
                     problems.append(f"{file}:{line}: duplicate key {key!r} (first at line {first[ident]}); "
                                     "YAML keys are unique: merge the two blocks")

@@ -32,6 +32,7 @@ Service. Secrets are ``secretKeyRef``/Secret volume references, never values.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from ..errors import BadInput
@@ -276,7 +277,33 @@ def render_k8s(loaded: LoadedFleet, fp: FleetPlan) -> list[dict]:
         out += _multi_node(loaded, fp, g, n) if g.nodes > 1 else _single_node(loaded, fp, g, n)
     if loaded.fleet.router is not None:
         out += _router(loaded, fp)
+    _check_names(loaded, out)
     return out
+
+
+#: A Service name is a DNS-1035 label (kubernetes.io/docs/concepts/services-networking/service:
+#: "The name of a Service object must be a valid RFC 1035 label name"): at most 63 lowercase
+#: letters, digits and '-', starting with a letter. The other objects share their Service's
+#: name (fleet-group) or add a suffix to it, and a pod's hostname is its StatefulSet's name
+#: and ordinal (a DNS-1123 label, 63 at most): every name is held to the Service rule.
+_RFC1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _check_names(loaded: LoadedFleet, objs: list[dict]) -> None:
+    """Refuse (``BadInput``, one line per name) an object name Kubernetes would reject, before
+    anything is written: too long (a 40-character fleet name and a 40-character group name
+    make 81) or starting with a digit."""
+    bad = []
+    for o in objs:
+        name = o["metadata"]["name"]
+        if not _RFC1035_LABEL.match(name) and name not in bad:
+            bad.append(name)
+    if bad:
+        n = min(bad, key=len)  # the Service's own name; the others add a suffix to it
+        more = f" (and {len(bad) - 1} more made from it)" if len(bad) > 1 else ""
+        raise BadInput(f"{loaded.path}: kubernetes: the object name {n!r} ({len(n)} characters){more} is not an "
+                       "RFC 1035 label (at most 63 lowercase letters, digits and '-', starting with a letter), as "
+                       "Kubernetes requires of a Service: shorten or rename the fleet or the group it is made of")
 
 
 def dump(objs: list[dict], loaded: LoadedFleet) -> str:

@@ -38,6 +38,10 @@ from ..yamlpos import Positions, format_validation_errors, load_yaml_with_positi
 #: A name that is also a DNS-1123 label: Kubernetes object names, compose service names and
 #: container names are built from it (kubernetes.io/docs/concepts/overview/working-with-objects/names).
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"
+#: A DNS-1123 subdomain: what Kubernetes requires of a Secret, PersistentVolumeClaim and
+#: RuntimeClass name (at most 253 characters; lowercase letters, digits, '-' and '.', starting
+#: and ending with a letter or digit; same page).
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 #: SMG 1.13's routing policies (``smg launch --policy``; lightseekorg/smg
 #: ``model_gateway/src/main.rs``).
@@ -152,15 +156,17 @@ class Kubernetes(EschaModel):
     """What `fleet render k8s` needs beyond the boxes' profiles."""
 
     namespace: Annotated[str, Field(pattern=DNS_LABEL, description="namespace of every object")] = "default"
-    runtime_class: Annotated[str | None, Field(description="runtimeClassName of server pods (e.g. nvidia)")] = None
+    runtime_class: Annotated[str | None, Field(pattern=DNS_SUBDOMAIN, max_length=253,
+                                               description="runtimeClassName of server pods (e.g. nvidia)")] = None
     model_pvc: Annotated[
-        str | None, Field(description="PersistentVolumeClaim holding the model folder (mounted read-only "
-                          "at model.path); none: a hostPath at model.host_dir")
+        str | None, Field(pattern=DNS_SUBDOMAIN, max_length=253, description="PersistentVolumeClaim holding the model folder "
+                          "(mounted read-only at model.path); none: a hostPath at model.host_dir")
     ] = None
     api_key_secret: Annotated[
-        str, Field(description="Secret (key `api-key`) with the router's and workers' API key")
+        str, Field(pattern=DNS_SUBDOMAIN, max_length=253, description="Secret (key `api-key`) with the router's and workers' API key")
     ] = "escha-api-key"
-    hf_token_secret: Annotated[str | None, Field(description="Secret (key `token`) with the HF token")] = None
+    hf_token_secret: Annotated[str | None, Field(pattern=DNS_SUBDOMAIN, max_length=253,
+                                                 description="Secret (key `token`) with the HF token")] = None
 
 
 class Fleet(EschaModel):
@@ -383,6 +389,18 @@ def _address_clashes(fleet: Fleet, pos: Positions, origin: str, profiles: dict) 
     return out
 
 
+def _router_clashes(fleet: Fleet, pos: Positions, origin: str, profiles: dict) -> list[tuple[int, str]]:
+    """The router on its box binds ``router.port`` and ``router.metrics_port``: the server of
+    that box (its profile's ``container.port``) cannot listen there too."""
+    r = fleet.router
+    prof = profiles.get(r.box) if r is not None else None
+    if prof is None:
+        return []
+    return [_line(pos, origin, ("router", key), f"{port} is also the port box {r.box}'s server listens on "
+                  "(container.port of its profile): one of them cannot bind it; choose another port")
+            for key, port in (("port", r.port), ("metrics_port", r.metrics_port)) if port == prof.container.port]
+
+
 def load_fleet(path: str | Path) -> LoadedFleet:
     """Read and validate a fleet file.
 
@@ -407,7 +425,7 @@ def load_fleet(path: str | Path) -> LoadedFleet:
     if fleet is not None:
         problems += _cross_check(fleet, pos, origin, base)
     if fleet is not None and not problems:
-        problems += _address_clashes(fleet, pos, origin, profiles)
+        problems += _address_clashes(fleet, pos, origin, profiles) + _router_clashes(fleet, pos, origin, profiles)
     if problems:
         raise BadInput(*[t for _, t in sorted(problems, key=lambda lt: lt[0])])
     out = LoadedFleet(fleet=fleet, path=str(p.resolve()))

@@ -123,6 +123,11 @@ def deep_merge(base: dict, over: dict, base_pos: Positions, over_pos: Positions,
         base_pos.setdefault(path, over_pos[path])
 
 
+#: The longest ``extends:`` chain read (a shipped profile extends one; each file is a Python
+#: stack frame of ``load_raw``, and 1,200 of them were a RecursionError).
+MAX_EXTENDS = 64
+
+
 def load_raw(path: Path, seen: tuple[Path, ...] = (), chain: list[str] | None = None) -> tuple[dict, Positions]:
     """Load one file and, recursively, what it extends; return the merged raw mapping.
     ``chain``: when given, the files read are appended to it, the root parent first and this
@@ -131,6 +136,9 @@ def load_raw(path: Path, seen: tuple[Path, ...] = (), chain: list[str] | None = 
     if path in seen:
         chain = " -> ".join(str(p) for p in seen + (path,))
         raise BadInput(f"{path}: extends itself: {chain}")
+    if len(seen) >= MAX_EXTENDS:
+        raise BadInput(f"{seen[0]}: extends: a chain of more than {MAX_EXTENDS} profiles "
+                       f"({seen[0].name} -> {seen[1].name} -> ... -> {path.name}); a profile extends a few at most")
     data, pos = load_yaml_with_positions(path)
     if data is None:
         data = {}
