@@ -166,7 +166,8 @@ def read_oom_kill_count(root: Path = Path("/")) -> int | None:
     """How many processes of this cgroup the OOM killer has killed so far: ``oom_kill`` in
     cgroup v2 ``memory.events``, or in cgroup v1 ``memory/memory.oom_control`` (Linux 4.13+);
     ``None`` when neither is readable. A count that rose while the server ran is the proof
-    ``diagnose`` needs to say "OOM killer" (Documentation/admin-guide/cgroup-v2.rst)."""
+    ``diagnose`` needs to say "OOM killer" (Documentation/admin-guide/cgroup-v2.rst); native
+    ``serve`` (``launch.native.supervise``) reads it before and after its child."""
     for rel in ("sys/fs/cgroup/memory.events", "sys/fs/cgroup/memory/memory.oom_control"):
         try:
             text = (root / rel).read_text()

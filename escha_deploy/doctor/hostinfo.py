@@ -259,7 +259,6 @@ def _first_line(text: str) -> str:
 #: (learn.microsoft.com/windows/wsl/networking). In NAT mode (the default) the VM has a private
 #: address that other machines cannot reach, so a WSL2 box can serve HTTP through a port proxy
 #: but cannot be a peer of a multi-node NCCL group.
-WSL_NETWORKING_MODES = ("nat", "mirrored", "virtioproxy", "none")
 
 
 def read_wsl_networking_mode(timeout_s: float = 5.0) -> str | None:

@@ -289,6 +289,7 @@ def supervise(
     secret_root: Path | None = None,
     lock_fd: int | None = None,
     grace_s: float = GRACE_S,
+    cgroup_root: Path = Path("/"),
 ) -> Outcome:
     """Run ``argv`` as a supervised child and return how it ended (see module docstring).
 
@@ -301,6 +302,8 @@ def supervise(
     ``secret_root``: where the secrets directory goes (``tmpfs_root()`` natively). ``lock_fd``:
     the caller's lock, handed to the watchdog so it is held until the process group is gone.
     ``grace_s``: the watchdog's SIGTERM-to-SIGKILL grace for what is left of the group.
+    ``cgroup_root``: where this cgroup's files are read (``host.read_oom_kill_count``): a
+    count of OOM kills that rose while the child ran tells the diagnosis the OOM killer did it.
     Raises ``OSError`` when the child cannot be started at all (the caller reports it).
     """
     out = out or sys.stderr
@@ -312,6 +315,9 @@ def supervise(
         cmd += [config_flag, str(cfg)]
     kept: deque[str] = deque(maxlen=KEEP_LINES)
     forwarded: list[int] = []
+    from escha_deploy.host import read_oom_kill_count
+
+    oom_before = read_oom_kill_count(cgroup_root)
     try:
         dog = _Watchdog(cmd, env=env, grace_s=grace_s, secret_dir=tmpdir, lock_fd=lock_fd)
     except BaseException:
@@ -389,6 +395,9 @@ def supervise(
     if code == 0:
         return Outcome(code, None, lines, exit_code=0)
     f = (facts or Facts()).model_copy(update={"exit_code": code})
+    oom_after = read_oom_kill_count(cgroup_root)
+    if f.oom_kill is None and oom_before is not None and oom_after is not None:
+        f = f.model_copy(update={"oom_kill": oom_after > oom_before})
     diag = diagnose(lines, f)
     for ln in diag.lines():
         out.write(ln + "\n")

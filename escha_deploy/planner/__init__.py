@@ -563,7 +563,6 @@ def step_host_pools(c: _Ctx) -> None:
     c.budget = c.budget.model_copy(update={"headroom_bytes": _headroom(c, p)})
     hint = ((f"; use a ratio <= {c.max_safe_ratio}" if c.max_safe_ratio and not h.size_gb else "")
             + (f"; use hicache_size <= {c.max_safe_size_gb}" if c.max_safe_size_gb and h.size_gb else ""))
-    advice = _platform_advice(c)
     if total > budget:
         c.unsafe.append(
             f"pinned {fmt_gb(total)} ({c.ranks} ranks x (KV {fmt_gb(p.kv_bytes)} + mamba {fmt_gb(p.mamba_bytes)})) "
@@ -575,7 +574,6 @@ def step_host_pools(c: _Ctx) -> None:
         c.unsafe.append(f"each rank pins {fmt_gb(p.pinned_bytes)}, above the {fmt_gb(c.ceiling)} pinned ceiling per "
                         "rank `escha-deploy doctor` measured" + hint
                         + (f"; {WSL2_CEILING_ADVICE}" if c.host.platform == "wsl2" else ""))
-    del advice
     too_big = _pinned_buffer_over_limit(c, p)
     if too_big is not None:
         name, nbytes = too_big

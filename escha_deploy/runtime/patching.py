@@ -33,9 +33,6 @@ if TYPE_CHECKING:
     # imported where a description is built: the models import pydantic, which `verify` skips
     from escha_deploy.runtime.description import RuntimeDescription, SeriesEntry
 
-ENV_OVERLAY_DIR = "ESCHA_RUNTIME_OVERLAYS"
-
-
 def series_dir() -> Path:
     """``runtime_patches/`` (shipped in the wheel as ``escha_deploy/_data/runtime_patches``)."""
     from escha_deploy.paths import runtime_patches_dir

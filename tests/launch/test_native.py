@@ -159,3 +159,29 @@ def test_real_sglang_wheel_child_fails_without_torch_and_is_diagnosed(secret_fil
     r = run_cli(*serve_args(*secret_files), env=serve_env(str(wrapper)))
     assert r.returncode == 4, r.stderr
     assert "[runtime-module-missing]" in r.stderr and KEY not in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("rises", [True, False])
+def test_the_cgroups_oom_kill_count_reaches_the_diagnosis(tmp_path, rises):
+    """Native `serve` reads the cgroup's oom_kill count before and after its child: a SIGKILL
+    with a count that rose is the OOM killer, one without is unproven. The cgroup file is a
+    STAND-IN for the kernel's (no test may make the kernel OOM-kill): the child raises the
+    count, as the kernel would, and SIGKILLs itself."""
+    import io
+
+    from escha_deploy.launch.native import supervise
+
+    events = tmp_path / "sys" / "fs" / "cgroup" / "memory.events"
+    events.parent.mkdir(parents=True)
+    events.write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
+    child = ("import os, signal, sys; "
+             + (f"open({str(events)!r}, 'w').write('oom 1\\noom_kill 1\\n'); " if rises else "")
+             + "os.kill(os.getpid(), signal.SIGKILL)")
+    out = io.StringIO()
+    outcome = supervise([sys.executable, "-c", child], out=out, cgroup_root=tmp_path)
+    assert outcome.exit_code == 4
+    text = out.getvalue()
+    if rises:
+        assert "[oom-killer]" in text, text
+    else:
+        assert "the cgroup's oom_kill count did not rise" in text, text
