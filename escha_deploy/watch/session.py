@@ -38,11 +38,29 @@ class Target:
 
 
 def _read_key(path: str | None) -> str | None:
+    """The API key in ``path`` (``launch.prepare.read_secret``: one bounded line); None when
+    there is none or it cannot be read (SGLang 0.5.19 serves /metrics without a key anyway:
+    ``srt/utils/auth.py``)."""
+    from escha_deploy.errors import BadInput
+    from escha_deploy.launch.prepare import read_secret
+
     if not path:
         return None
     try:
-        return Path(path).read_text().strip() or None
-    except OSError:
+        return read_secret(path, "api key file")
+    except BadInput:
+        return None
+
+
+def _read_json(path: Path, what: str) -> object:
+    """A file ``up`` wrote, through the bounded JSON reader; None when absent or unreadable."""
+    from escha_deploy.errors import BadInput
+    from escha_deploy.jsonio import loads_json, read_regular
+
+    try:
+        raw = read_regular(path, what, missing_ok=True)
+        return None if raw is None else loads_json(raw, path, what)
+    except BadInput:
         return None
 
 
@@ -65,8 +83,6 @@ def native_targets(profile: str | None) -> tuple[list[Target], list[str]]:
 def container_targets(profile: str | None) -> list[Target]:
     """Targets from this tool's containers (``manage.status`` rows, their errors unchanged:
     nothing running is ``Refused``, a daemon not answering is the daemon's error)."""
-    import json
-
     from escha_deploy.launch import docker as dk
     from escha_deploy.launch.manage import status as rows_of
     from escha_deploy.launch.up import plan_view_path, spec_path
@@ -78,15 +94,15 @@ def container_targets(profile: str | None) -> list[Target]:
     for row in rows:
         plan, key = None, None
         sfile = spec_path(row["container"])
+        view = _read_json(plan_view_path(sfile), "the plan figures up wrote")
         try:
-            plan = PlanView.model_validate_json(plan_view_path(sfile).read_text())
-        except (OSError, ValueError):
-            pass
-        try:  # the host's key file (the spec's api_key_file is the path inside the container)
-            key = _read_key(((json.loads(sfile.read_text()).get("profile_data") or {}).get("container") or {})
-                            .get("api_key_file"))
-        except (OSError, ValueError, AttributeError):
-            pass
+            plan = PlanView.model_validate(view) if isinstance(view, dict) else None
+        except ValueError:
+            plan = None
+        spec = _read_json(sfile, "the launch spec up wrote")
+        # the host's key file (the spec's api_key_file is the path inside the container)
+        container = ((spec.get("profile_data") or {}).get("container") or {}) if isinstance(spec, dict) else {}
+        key = _read_key(container.get("api_key_file") if isinstance(container, dict) else None)
         c = by_name.get(row["container"])
         running = row["state"] == "running"
         pid = int((c.attrs.get("State", {}) or {}).get("Pid") or 0) if c is not None and running else 0

@@ -77,6 +77,8 @@ def _alive(pid: int) -> bool:
 def find_states(profile: str | None = None, folder: Path | None = None) -> tuple[list[ServeState], list[str]]:
     """The live native servers (of ``profile``), and one line per state file removed as stale
     (its pid gone) or skipped as unreadable (named with its path)."""
+    from escha_deploy.errors import BadInput
+    from escha_deploy.jsonio import loads_json, read_regular
     from escha_deploy.launch.native import runtime_dir
 
     d = folder or runtime_dir(make=False)
@@ -85,10 +87,11 @@ def find_states(profile: str | None = None, folder: Path | None = None) -> tuple
         return found, notes
     for path in sorted(d.glob("serve-*.json")):
         try:
-            if path.is_symlink() or path.stat().st_size > 1 << 20:
-                raise ValueError("not a small regular file")
-            state = ServeState.model_validate_json(path.read_text())
-        except (OSError, ValueError, ValidationError) as exc:
+            if path.is_symlink():
+                raise ValueError("a symbolic link")
+            state = ServeState.model_validate(loads_json(read_regular(path, "a serve state file", max_bytes=1 << 20),
+                                                         path, "a serve state file"))
+        except (BadInput, ValueError, ValidationError) as exc:
             notes.append(f"{path}: unreadable state file ({str(exc).splitlines()[0]}); skipped")
             continue
         if not _alive(state.pid):

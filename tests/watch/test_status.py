@@ -252,3 +252,12 @@ def test_json_shape(box):
     assert set(row["host"]) == SHAPE["host"]
     assert row["alerts"] and all(set(a) == SHAPE["alert"] for a in row["alerts"])
     json.dumps(rows, allow_nan=False)  # strict JSON: no NaN or Infinity anywhere
+
+
+def test_an_unreadable_state_file_is_named_and_skipped(runtime):
+    from escha_deploy.launch.native import runtime_dir
+
+    bad = runtime_dir() / "serve-7.json"
+    bad.write_text('{"pid": 1, "pid": 2}')
+    r = run_main("status", "--profile", "watch-bad", env=NO_DOCKER)
+    assert r.code == 3 and f"{bad}: unreadable state file" in r.err and "twice" in r.err
