@@ -1,21 +1,43 @@
 #!/usr/bin/env bash
 # Start Debian's dockerd (package docker.io) in the background, as root, and wait for its socket;
-# or stop the one this script started. Idempotent and safe to call twice: `start` returns at once
-# when a daemon already answers, `stop` only ends the daemon whose pid this script recorded.
+# or, at a run's end, stop it if this script started it and no other run still uses it.
+# Idempotent and safe to call twice, and from several runs at once (two clones of the suite side
+# by side share one daemon):
 #
-#   .ci/dockerd.sh [start]   # default
-#   .ci/dockerd.sh stop      # cleanup (CI's EXIT trap)
+#   .ci/dockerd.sh [start]   # default: start (or reuse) the daemon; register the calling run
+#   .ci/dockerd.sh stop      # unregister the calling run; stop the daemon only when this script
+#                            # started it and no live run is registered
 #
-# State: /run/escha-dockerd.pid (the daemon we started), log in /tmp/escha-dockerd.log.
+# A run is the calling process ($PPID: .ci/test's shell, or the pytest process of the launch
+# tests' fixture), registered as /run/escha-dockerd.d/<pid> while it is alive; a run that died
+# without `stop` is pruned by the next call. A daemon this script did not start (one that already
+# answered) is never stopped. State: /run/escha-dockerd.pid (the daemon we started), the run
+# folder, one lock (flock) around each call; log in /tmp/escha-dockerd.log.
 set -euo pipefail
 mode="${1:-start}"
-pidfile=/run/escha-dockerd.pid
+state="${ESCHA_DOCKERD_STATE:-/run}"  # tests/test_ci_dockerd.py points it at a folder of its own
+pidfile="$state/escha-dockerd.pid"
+runs="$state/escha-dockerd.d"
 log=/tmp/escha-dockerd.log
+caller="${ESCHA_DOCKERD_CALLER:-$PPID}"
+
+mkdir -p "$runs"
+exec 9>"$state/escha-dockerd.lock"
+flock 9  # one call at a time: a start and another run's stop never interleave
 
 answers() { docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
+prune() {  # drop runs whose process is gone
+  local f
+  for f in "$runs"/*; do
+    [ -e "$f" ] || continue
+    kill -0 "$(basename "$f")" 2>/dev/null || rm -f "$f"
+  done
+}
 
 case "$mode" in
 start)
+    prune
+    : > "$runs/$caller"
     if answers; then exit 0; fi
     if ! command -v dockerd >/dev/null 2>&1; then
         apt-get update -qq
@@ -41,7 +63,13 @@ start)
     exit 1
     ;;
 stop)
-    [ -s "$pidfile" ] || exit 0
+    rm -f "$runs/$caller"
+    prune
+    if compgen -G "$runs/*" >/dev/null; then
+        echo "dockerd: still used by run(s) $(ls "$runs" | tr '\n' ' ')- not stopping it" >&2
+        exit 0
+    fi
+    [ -s "$pidfile" ] || exit 0  # not started by this script: not ours to stop
     pid="$(cat "$pidfile")"
     if kill -0 "$pid" 2>/dev/null; then
         kill -TERM "$pid"

@@ -20,7 +20,7 @@ from escha_deploy.fleet.router_run import container_name, stop_router
 from .test_smg_router import KEY, StandinConfig, StandinServer, cli, completions, fleet_file, free_port
 
 pytestmark = pytest.mark.docker
-TAG = "escha-smg:ci"
+TAG = f"escha-smg:ci-{os.environ.get('ESCHA_TEST_RUN') or os.getpid()}"  # this run's tag
 
 
 @pytest.fixture(scope="module")
