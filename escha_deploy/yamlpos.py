@@ -59,10 +59,12 @@ def _check_graph(root: yaml.Node, file: str) -> None:
     """
     sizes: dict[int, int] = {}
     open_: set[int] = set()
+    aliased = [False]
 
     def size(node: yaml.Node, depth: int) -> int:
         key = id(node)
         if key in sizes:
+            aliased[0] = True  # reached twice: an alias
             return sizes[key]
         if key in open_:
             raise _Problems([f"{file}:{node.start_mark.line + 1}: a YAML alias refers to its own anchor"])
@@ -78,7 +80,10 @@ def _check_graph(root: yaml.Node, file: str) -> None:
                 if total > MAX_NODES:
                     raise _Problems([
                         f"{file}:{node.start_mark.line + 1}: YAML aliases expand to more than {MAX_NODES} "
-                        "nodes (a profile or fleet file has a few hundred); write the values out instead"])
+                        "nodes (a profile or fleet file has a few hundred); write the values out instead"
+                        if aliased[0] else
+                        f"{file}:{node.start_mark.line + 1}: more than {MAX_NODES} keys and values (a profile "
+                        "or fleet file has a few hundred)"])
             open_.discard(key)
         sizes[key] = total
         return total
