@@ -170,8 +170,8 @@ def up_command(
         from ..fleet.box import box_profile
         from .up import print_dry_run
 
-        ref, sets = box_profile(loaded, fp, box)
-        print_dry_run(ref, sets, None, fmt)
+        ref, sets, facts = box_profile(loaded, fp, box)
+        print_dry_run(ref, sets, facts, fmt)
         return
     if box is not None:
         from ..fleet.box import up_box

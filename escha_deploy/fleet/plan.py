@@ -140,8 +140,7 @@ def plan_box(loaded: LoadedFleet, box: Box) -> tuple[Plan, BoxFacts | None, "Pro
     """Plan one box as ``escha-deploy plan`` would on it. Raises ``BadInput`` for a bad profile
     or facts file, naming the box."""
     from ..host import gather_plan_inputs
-    from ..launch.prepare import check_rendered_argv, gather
-    from ..planner import plan
+    from ..launch.prepare import Gathered, gather, plan_gathered
 
     try:
         prof = loaded.profile(box)
@@ -150,12 +149,11 @@ def plan_box(loaded: LoadedFleet, box: Box) -> tuple[Plan, BoxFacts | None, "Pro
             # the reader of `plan --facts` (host, findings and GPU records: the GPUs decide peer
             # access, so --disable-custom-all-reduce and NCCL_P2P_DISABLE, as they do there)
             g = gather(prof, facts_path=facts.file)
-            host, model_dir = g.host, g.model_dir
         else:
             host, model_dir = gather_plan_inputs(prof, platform=box.platform or "linux", host_ram=box.host_ram)
-            host = host.model_copy(update={"origin": loaded.where(box, "host_ram")})
-        result = plan(prof, host, model_dir=model_dir)
-        result = result.model_copy(update={"argv_check": check_rendered_argv(result, prof)})
+            g = Gathered(host.model_copy(update={"origin": loaded.where(box, "host_ram")}), model_dir, [], [])
+        # as `plan --format json` plans: the argv checked, the launch's digest filled
+        result = plan_gathered(prof, g, digest=True)
     except BadInput as exc:
         raise BadInput(*(f"box {box.name}: {p}" for p in exc.problems), hint=exc.hint) from None
     return result, facts, prof
