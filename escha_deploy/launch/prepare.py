@@ -225,8 +225,11 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: str | N
         sources.append(Fact(fact="model", value=_fmt_bytes(model_dir.safetensors_bytes) + " of safetensors",
                                   source=f"the model folder {model_dir.path}"))
     else:
-        sources.append(Fact(fact="model", value=_fmt_bytes(profile.model.weights_per_rank) + " per rank",
-                                  source="profile (model.weights_per_rank, model.architecture): no model folder here"))
+        from escha_deploy.planner import profile_weights_per_rank
+
+        per_rank, wsrc = profile_weights_per_rank(profile)
+        sources.append(Fact(fact="model", value=_fmt_bytes(per_rank) + " per rank",
+                                  source=f"profile ({wsrc}, model.architecture): no model folder here"))
     sources.append(Fact(fact="GPUs", value=str(len(gpus)) + " described" if gpus else "not described",
                               source=(f"facts file {facts_path}" if facts_path else "NVML, measured now") if gpus
                               else "profile (runtime.tp_size)"))

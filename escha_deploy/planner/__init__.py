@@ -722,6 +722,16 @@ def _host_buffer_rows(c: _Ctx) -> list[HostBuffer]:
             for b in pinned_buffers(c.pools, allocator)]
 
 
+def profile_weights_per_rank(profile: Profile) -> tuple[int, str]:
+    """Weight bytes per rank from the profile's estimate (no model folder) and its source:
+    ``model.weights_total`` / ``runtime.tp_size``, or ``model.weights_per_rank`` as written
+    (the profile rule ``one-weights-estimate`` makes one of them set)."""
+    m, tp = profile.model, profile.runtime.tp_size
+    if m.weights_total is not None:
+        return m.weights_total // tp, f"model.weights_total {fmt_gb(m.weights_total)} / tp {tp} (profile estimate)"
+    return int(m.weights_per_rank or 0), "model.weights_per_rank (profile estimate)"
+
+
 def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None = None,
          ratio: float | None = None, hicache_size_gb: int | None = None,
          capabilities: frozenset[str] | set[str] | None = None, hicache_source: str | None = None,
@@ -747,8 +757,7 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
         weights = model_dir.safetensors_bytes // profile.runtime.tp_size
         wsrc = f"safetensors in {model_dir.path}: {fmt_gb(model_dir.safetensors_bytes)} / tp {profile.runtime.tp_size}"
     else:
-        weights = profile.model.weights_per_rank
-        wsrc = "model.weights_per_rank (profile estimate)"
+        weights, wsrc = profile_weights_per_rank(profile)
     c = _Ctx(profile=profile, host=host, arch=arch, weights_bytes=weights, weights_source=wsrc,
              capabilities=caps, ratio_override=ratio, size_override=hicache_size_gb,
              hicache_source=hicache_source, model_dir=model_dir, release=release or default_release(),

@@ -114,13 +114,18 @@ class ModelSection(EschaModel):
     host_dir: Annotated[
         str | None,
         Field(description="host folder of the model; when present, config.json and the "
-              "safetensors sizes replace `architecture` and `weights_per_rank`"),
+              "safetensors sizes replace `architecture` and `weights_total`"),
     ] = None
     served_model_name: Annotated[str | None, Field(description="--served-model-name"), SGLangFlag("--served-model-name")] = None
     architecture: Annotated[ModelArch, Field(description="HF config.json fields the planner needs")]
+    weights_total: Annotated[
+        Size | None, Field(description="device bytes of the weights of all TP ranks together (estimate when no "
+                           "host_dir); each rank holds weights_total / runtime.tp_size")
+    ] = None
     weights_per_rank: Annotated[
-        Size, Field(description="device bytes of weights per TP rank (estimate when no host_dir)")
-    ]
+        Size | None, Field(description="device bytes of weights per TP rank at this profile's runtime.tp_size "
+                           "(estimate when no host_dir); prefer weights_total, which follows tp_size")
+    ] = None
     quantization: Annotated[
         str | None, Field(description="--quantization (e.g. awq_marlin; escha_w2 needs w2-weights)"), SGLangFlag("--quantization")
     ] = None

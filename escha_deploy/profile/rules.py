@@ -97,6 +97,19 @@ def _model_path(profile: Profile) -> list[Problem]:
     return []
 
 
+def _weights(profile: Profile) -> list[Problem]:
+    """One weights estimate: ``model.weights_total`` (divided by ``runtime.tp_size``) or
+    ``model.weights_per_rank``, never both, never neither."""
+    m = profile.model
+    if m.weights_total is not None and m.weights_per_rank is not None:
+        return [Problem(("model", "weights_per_rank"), "give model.weights_total or model.weights_per_rank, not both",
+                        (("model", "weights_total"),))]
+    if m.weights_total is None and m.weights_per_rank is None:
+        return [Problem(("model", "weights_total"), "missing: the device bytes of the weights of all TP ranks "
+                        "(e.g. 16.2GB; each rank holds weights_total / runtime.tp_size)")]
+    return []
+
+
 def key_flags(model: type | None = None, prefix: str = "") -> dict[str, tuple[str, ...]]:
     """Dotted key -> the SGLang flags its ``SGLangFlag`` metadata names, for every leaf key of
     the profile models (``model.architecture.*`` describe the model and name none)."""
@@ -265,6 +278,7 @@ RULES: tuple[Rule, ...] = (
     Rule("tp-fits-the-box", "error", _tp_fits),
     Rule("explicit-ratio-at-least-min", "error", _explicit_ratio),
     Rule("model-path-given", "error", _model_path),
+    Rule("one-weights-estimate", "error", _weights),
     Rule("extra-args-not-a-key-flag", "error", _extra_args_keys),
     Rule("hicache-combinations", "error", _hicache_combinations),
     Rule("sglang-late-refusals", "refusal", _late),

@@ -263,7 +263,7 @@ def matrix_cases() -> list[Case]:
         if (n + n // 4) % 4 == 1:  # device pools sized by SGLang's rule instead of the profile
             ov += ["runtime.max_total_tokens=null", "runtime.max_mamba_cache_size=null"]
         # weights scaled with the card so the pools fit
-        ov.append(f"model.weights_per_rank={max(gib * 0.45, 2.0):.1f}GB")
+        ov += ["model.weights_total=null", f"model.weights_per_rank={max(gib * 0.45, 2.0):.1f}GB"]
         out.append(Case(id=f"m{n:02d}-tp{tp}-{card}-p{page}-{kind}", profile=base, overrides=tuple(ov),
                         host_ram=256 * GiB))
     return out
@@ -281,7 +281,7 @@ REFUSAL_CASES = [
          overrides=("runtime.enable_int8_mamba_checkpoint=true",)),
     Case(id="refuse-layer-first-hybrid", profile="rtx5060ti-tp2-fp8", overrides=("hicache.hicache_mem_layout=layer_first",)),
     Case(id="refuse-kv-split-dense", profile="rtx5060ti-tp2-fp8",
-         overrides=("model.architecture=" + DENSE_ARCH, "model.weights_per_rank=2GB", "runtime.max_total_tokens=16384",
+         overrides=("model.architecture=" + DENSE_ARCH, "model.weights_total=4GB", "runtime.max_total_tokens=16384",
                     "hicache.hicache_mem_layout=page_first_kv_split")),
     Case(id="refuse-buffer-only-hybrid", profile="rtx5060ti-tp2-fp8",
          overrides=("hicache.hicache_host_memory_mode=buffer_only", "hicache.hicache_storage_backend=file",

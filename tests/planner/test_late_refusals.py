@@ -132,7 +132,7 @@ def test_late_refusal_names_the_yaml_line(tmp_path):
 
 def test_no_auto_sized_mamba_slot_is_refused(cli):
     """kv_cache_configurator.py: _handle_max_mamba_cache raises when it computes no slot."""
-    r, d = _plan_cli(cli, "model.weights_per_rank=10.3GB", "runtime.max_mamba_cache_size=null",
+    r, d = _plan_cli(cli, "model.weights_total=20.6GB", "runtime.max_mamba_cache_size=null",
                      "runtime.max_total_tokens=null")
     assert r.code == 3 and d["per_rank"]["device_mamba_slots"] == 0
     assert any(reason.startswith("runtime.max_mamba_cache_size: no mamba state slot fits") for reason in d["reasons"])

@@ -90,3 +90,24 @@ def test_stock_check_quotes_sglangs_message_b01():
 def test_max_running_requests_capped_by_mamba_slots():
     _, fs, text = findings("rtx5060ti-tp2-fp8", ["runtime.max_running_requests=8"])
     assert ("warning", "runtime.max_running_requests") in fs and "caps it to 2" in text
+
+
+def test_profile_weights_follow_tp_size(cli):
+    """weights_total / runtime.tp_size: one 12 GB card no longer "fits" a 27B model at TP 1
+    with the TP 2 figure per rank."""
+    import json
+
+    two = json.loads(cli("plan", "-p", "rtx5060ti-tp2-fp8", "--host-ram", "64GiB", "-f", "json").out)
+    one = json.loads(cli("plan", "-p", "rtx5060ti-tp2-fp8", "--host-ram", "64GiB", "-f", "json",
+                         "--set", "runtime.tp_size=1", "--set", "container.gpus=[0]").out)
+    assert two["per_rank"]["weights_bytes"] == 8_100_000_000
+    assert one["per_rank"]["weights_bytes"] == 16_200_000_000
+    assert one["verdict"] == "unsafe"
+
+
+def test_one_weights_estimate(cli, tmp_path):
+    both = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--set", "model.weights_per_rank=8GB")
+    assert both.code == 2 and "give model.weights_total or model.weights_per_rank, not both" in both.err
+    per_rank = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--host-ram", "64GiB", "--set", "model.weights_total=null",
+                   "--set", "model.weights_per_rank=8GB")
+    assert per_rank.code == 0, per_rank.err
