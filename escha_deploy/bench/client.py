@@ -114,6 +114,9 @@ class ServerClient:
         self.max_requests = max_requests
         self.sent = 0
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        from escha_deploy.launch.redact import Redactor
+
+        self._redact = Redactor([api_key] if api_key else [])
         self._http = httpx.AsyncClient(
             base_url=self.url,
             headers=headers,
@@ -122,6 +125,11 @@ class ServerClient:
         )
         self.model = "default"
         self.tokenizer = False
+
+    def _masked(self, exc: BaseException) -> str:
+        """An exception's text with the key masked (h11's LocalProtocolError quotes the whole
+        header value, ``Bearer KEY``)."""
+        return self._redact(str(exc))
 
     async def __aenter__(self) -> "ServerClient":
         return self
@@ -167,7 +175,7 @@ class ServerClient:
             health = await self._get("/health")
         except httpx.TransportError as exc:
             raise Refused(
-                f"{self.url}: cannot connect ({type(exc).__name__}: {exc})",
+                f"{self.url}: cannot connect ({type(exc).__name__}: {self._masked(exc)})",
                 hint="start the server (`escha-deploy up`) or check --endpoint",
             ) from None
         if health is not None and health.status_code != 200:
@@ -231,7 +239,7 @@ class ServerClient:
                 json={"model": self.model, "prompt": text, "add_special_tokens": False},
             )
         except httpx.TimeoutException as exc:
-            raise Failed(f"{self.url}/v1/tokenize: no answer ({exc})") from None
+            raise Failed(f"{self.url}/v1/tokenize: no answer ({self._masked(exc)})") from None
         if r.status_code != 200:
             return None
         tokens = _json_or_empty(r).get("tokens")
@@ -328,7 +336,7 @@ class ServerClient:
                 hint="raise --request-timeout, or lower --prefix-tokens / --prefixes",
             ) from None
         except httpx.TransportError as exc:
-            raise Failed(f"{self.url}/v1/completions: connection lost ({exc})") from None
+            raise Failed(f"{self.url}/v1/completions: connection lost ({self._masked(exc)})") from None
         out.t_end = time.perf_counter()
         out.token_ids = ids if saw_ids else None
         if out.completion_tokens == 0 and saw_ids:

@@ -72,10 +72,16 @@ def _api_key(ctx: typer.Context, value: str | None, file: Path | None) -> str | 
             raise BadInput("--api-key-file and ESCHA_API_KEY: give one of them")
         from escha_deploy.launch.prepare import read_secret
 
-        key = read_secret(str(file), "--api-key-file")
+        key = read_secret(str(file), "--api-key-file")  # control bytes refused by offset there
         _header_safe(key, f"--api-key-file {file}")
         return key
     if value is not None:
+        from escha_deploy.launch.prepare import secret_control_problem
+
+        if (bad := secret_control_problem(value, "ESCHA_API_KEY")) is not None:
+            raise BadInput(bad.replace("(one trailing newline, LF or CRLF, is fine in a file: a file saved on "
+                                       "Windows ends in CRLF)", "(no newline: export ESCHA_API_KEY=\"$(cat FILE)\" "
+                                       "drops a trailing one; or pass --api-key-file FILE)"))
         _header_safe(value, "ESCHA_API_KEY")
     return value
 
@@ -120,7 +126,7 @@ def check_endpoint(url: str, name: str = "--endpoint") -> str:
 
     from escha_deploy.errors import BadInput
 
-    shown = url if len(url) <= 80 else url[:77] + "..."
+    shown = _shown_url(url)
     if len(url) > 2048 or any(c.isspace() for c in url):
         raise BadInput(f"{name}: not a URL: {shown!r}")
     try:
@@ -131,11 +137,25 @@ def check_endpoint(url: str, name: str = "--endpoint") -> str:
     if u.userinfo:
         raise BadInput(f"{name}: the URL carries a user or password, which would be printed; "
                        "drop user:password@ and pass the key with --api-key-file or ESCHA_API_KEY")
+    if u.query or u.fragment or "?" in url or "#" in url:
+        raise BadInput(f"{name}: a base URL takes no query (?...) or fragment (#...), which would be printed "
+                       f"in every line (got {shown!r}); pass a key with --api-key-file or ESCHA_API_KEY")
     if u.scheme not in ("http", "https") or not u.host:
         raise BadInput(f"{name}: expected http://HOST:PORT, got {shown!r}")
     if port is not None and not 0 < port < 65536:
         raise BadInput(f"{name}: port {port} is outside 1-65535")
     return url
+
+
+def _shown_url(url: str) -> str:
+    """A URL as error lines show it: without its user and password, query and fragment (each
+    may hold a key), at most 80 characters."""
+    import re
+
+    cut = re.split(r"[?#\s]", url, maxsplit=1)[0]
+    cut = re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1***@", cut)
+    cut += "..." if cut != url else ""
+    return cut if len(cut) <= 80 else cut[:77] + "..."
 
 
 class _Steps:

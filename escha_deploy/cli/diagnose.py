@@ -129,7 +129,9 @@ def emit(diag, fmt: OutputFormat, source: str | None = None) -> None:
         print_json({"conclusive": diag.conclusive, "exit_code": diag.exit_code,
                     "matches": [m.model_dump() for m in diag.matches]})
         return
+    from escha_deploy.launch.redact import printable
+
     for line in diag.lines(tail=False, source=source):
-        typer.echo(line)
+        typer.echo(printable(line))  # a log's escape sequences never reach the terminal
     if not diag.conclusive and diag.matches:
         typer.echo("  no cause proven: the lines above are likely, not certain")

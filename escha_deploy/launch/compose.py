@@ -193,9 +193,10 @@ def compose_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_fi
     from escha_deploy.planner import plan as make_plan
     from escha_deploy.profile import load_profile
 
-    from .prepare import check_rendered_argv, gather, plan_gathered, profile_file
+    from .prepare import check_rendered_argv, gather, plan_gathered, profile_file, secret_path_problems
 
     profile = load_profile(profile_ref, overrides)
+    secret_path_problems(profile)  # the key typed where its file's path goes: never in the file
     warnings: list[str] = []
     if facts_file:
         plan = plan_gathered(profile, gather(profile, facts_path=facts_file))

@@ -8,7 +8,7 @@ from typing import Any
 from escha_deploy.errors import Failed, Refused
 from escha_deploy.netaddr import url as http_url
 
-from .redact import Redactor
+from .redact import Redactor, printable
 
 
 def down(profile: str | None, *, timeout_s: int | None = None) -> list[str]:
@@ -73,13 +73,33 @@ def logs(profile: str | None, *, follow: bool, tail: int | str = "all", out=None
     found = dk.find(client, profile)
     if not found:
         raise Refused(f"logs: nothing running{' for profile ' + profile if profile else ''}")
-    r = Redactor()
+    r = Redactor(container_secrets(found[0]))
     try:
         for line in dk.log_lines(found[0], follow=follow, tail=tail):
-            out.write(r(line) + "\n")
+            out.write(printable(r(line)) + "\n")
             out.flush()
     except KeyboardInterrupt:
         pass
+
+
+def container_secrets(container) -> list[str]:
+    """The secrets a container of this tool was given, read from their host files (the bind
+    mounts at ``launch_spec.SECRET_API_KEY_PATH`` and the HF token's path), so that `logs` masks
+    the key's value wherever the server logged it, as native ``serve`` does. A file that cannot
+    be read here is skipped (the patterns of ``redact.Redactor`` still apply)."""
+    from escha_deploy.errors import EschaError
+    from escha_deploy.launch_spec import SECRET_API_KEY_PATH, SECRET_HF_TOKEN_PATH
+
+    from .prepare import read_secret
+
+    out = []
+    for m in container.attrs.get("Mounts") or []:
+        if m.get("Destination") in (SECRET_API_KEY_PATH, SECRET_HF_TOKEN_PATH) and m.get("Source"):
+            try:
+                out.append(read_secret(m["Source"], "secret"))
+            except EschaError:
+                pass
+    return out
 
 
 def facts_from_container(container) -> dict[str, Any]:
@@ -112,6 +132,6 @@ def diagnose_container(profile: str | None, container=None):
         if not found:
             raise Refused(f"logs: nothing running{' for profile ' + profile if profile else ''}")
         container = found[0]
-    r = Redactor()
+    r = Redactor(container_secrets(container))
     lines = [r(ln) for ln in dk.log_lines(container, follow=False)]
     return diagnose(lines, Facts(**facts_from_container(container)))

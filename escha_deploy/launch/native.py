@@ -53,7 +53,7 @@ from typing import IO
 from escha_deploy.errors import ExitCode
 
 from .diagnose import Diagnosis, Facts, diagnose
-from .redact import Redactor
+from .redact import Redactor, printable
 
 #: Lines kept for the diagnosis (the printed tail is diagnose.TAIL_LINES of these).
 KEEP_LINES = 400
@@ -342,7 +342,7 @@ def supervise(
         for raw in dog.out:
             line = redact(raw.rstrip("\n"))
             kept.append(line)
-            out.write(line + "\n")
+            out.write(printable(line) + "\n")
             out.flush()
             if READY_LINE in line and tmpdir is not None:  # SGLang read --config long ago
                 shutil.rmtree(tmpdir, ignore_errors=True)
@@ -400,7 +400,7 @@ def supervise(
         f = f.model_copy(update={"oom_kill": oom_after > oom_before})
     diag = diagnose(lines, f)
     for ln in diag.lines():
-        out.write(ln + "\n")
+        out.write(printable(ln) + "\n")
     how = (f"was killed by signal {-code} ({_signal_name(-code)})" if code < 0
            else f"exited with code {code}")
     out.write(f"serve: SGLang {how}; exiting {int(ExitCode.FAILED)}\n")

@@ -42,24 +42,77 @@ def profile_file(ref: str) -> str | None:
 MAX_SECRET_FILE = 64 * 1024
 
 
+_CONTROL_NAMES = {0: "NUL", 10: "LF", 13: "CR"}
+
+
+def secret_control_problem(value: str, where: str, *, offset: int = 0) -> str | None:
+    """The line that refuses a secret holding a control character (CR, LF, NUL or another
+    byte below 0x20, or DEL): ``"{where}: byte N is a CR ..."``, naming the byte offset in its
+    UTF-8 encoding plus ``offset``, never the value; None when it has none. An HTTP header
+    cannot carry one (h11 refuses it with the whole header value in its message)."""
+    for i, b in enumerate(value.encode("utf-8", "surrogateescape")):
+        if b < 0x20 or b == 0x7F:
+            name = _CONTROL_NAMES.get(b, f"control byte 0x{b:02x}")
+            return (f"{where}: byte {i + offset} is a {name}; a key is one line of printable text (one trailing "
+                    "newline, LF or CRLF, is fine in a file: a file saved on Windows ends in CRLF)")
+    return None
+
+
 def read_secret(path: str, what: str) -> str:
-    """The first line of a secret file, stripped. Raises ``BadInput`` naming the file (never
-    the value): not a regular file (``/dev/zero`` would be read forever), larger than
-    ``MAX_SECRET_FILE`` bytes, not UTF-8, or empty."""
+    """The secret a file holds: its text less one trailing newline (LF or CRLF), a UTF-8 byte
+    order mark and surrounding spaces. Raises ``BadInput`` naming the file (never the value,
+    and a path that is not an existing file never whole: it may be the key typed in the
+    wrong place): not a regular file (``/dev/zero`` would be read forever), larger than
+    ``MAX_SECRET_FILE`` bytes, not UTF-8, empty, or with any other CR, LF, NUL or control
+    byte (named by its offset, ``secret_control_problem``)."""
     p = Path(path)
     try:
+        if not p.exists():
+            raise BadInput(f"{what}: cannot read a value from {shown_path(path)}: no such file",
+                           hint="give the path of a file whose one line is the key")
         if not p.is_file():
             raise OSError
         with open(p, "rb") as fh:
             raw = fh.read(MAX_SECRET_FILE + 1)
         if len(raw) > MAX_SECRET_FILE:
             raise BadInput(f"{what}: {path} is larger than {MAX_SECRET_FILE} bytes; it should hold one key")
-        value = raw.decode("utf-8").strip().splitlines()[0].strip()
-    except (OSError, IndexError, UnicodeDecodeError):
+        text = raw.decode("utf-8")
+    except (OSError, UnicodeDecodeError):
         raise BadInput(f"{what}: cannot read a value from {path}") from None
+    bom = text.startswith("\ufeff")
+    text = text[1:] if bom else text
+    text = text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
+    lead = len(text) - len(text.lstrip(" "))
+    value = text.strip(" ")
+    # the offset in the file: after the byte order mark (3 bytes) and the leading spaces
+    bad = secret_control_problem(value, f"{what}: {path}", offset=lead + (3 if bom else 0))
+    if bad is not None:
+        raise BadInput(bad)
     if not value:
         raise BadInput(f"{what}: {path} is empty")
     return value
+
+
+def secret_path_problems(profile: Profile) -> None:
+    """Refuse (``BadInput``, exit 2) a secret file setting (``container.api_key_file``,
+    ``container.hf_token_file``) that is neither an existing file here nor an absolute path (a
+    file on the box that runs it): most likely the key itself, typed where its file's path
+    goes, which every plan, dry run and compose file would otherwise print. Never printed
+    whole (``shown_path``)."""
+    bad = []
+    for key in ("api_key_file", "hf_token_file"):
+        v = getattr(profile.container, key)
+        if v and not v.startswith("/") and not Path(v).is_file():
+            bad.append(f"container.{key}: {shown_path(v)} is neither an existing file nor an absolute path")
+    if bad:
+        raise BadInput(*bad, hint="give the path of a file whose one line is the key, never the key itself")
+
+
+def shown_path(path: str) -> str:
+    """How a path that is not an existing file is printed: never whole (a key typed where its
+    file's path goes, ``container.api_key_file=KEY``, would otherwise be echoed), only its
+    length and first 3 characters."""
+    return f"the path given ({len(path)} characters, starting {path[:3]!r}; not shown whole)"
 
 
 def image_capabilities(client, image: str, labels: dict[str, str] | None = None) -> list[str] | None:
@@ -146,6 +199,7 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: str | N
     or the facts file's. Raises ``BadInput`` for an unreadable facts file, config.json or a model
     folder without config.json or weights, ``Refused`` for an unusable L3 directory.
     """
+    secret_path_problems(profile)
     # the facts-file and findings models are imported only on the paths that read them
     from escha_deploy.host import HostFacts, gather_plan_inputs
     from escha_deploy.paths import doctor_findings_path, facts_file

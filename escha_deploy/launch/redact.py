@@ -10,7 +10,16 @@ so the line reads ``[2026-11-29 16:20:00] server_args={'model_path': ..., 'api_k
 2. the value of any secret-named field in those two reprs, even when the value is unknown
    (a key set some other way);
 3. the value after a secret flag in a command line (``--api-key KEY``, ``--api-key=KEY``);
-4. Hugging Face tokens (``hf_`` + 30 or more letters and digits) and ``Bearer`` credentials.
+4. Hugging Face tokens (``hf_`` + 30 or more letters and digits) and ``Bearer`` credentials;
+5. the unquoted value of a secret-named key, as a config file or an environment prints it
+   (SGLang's ``--config`` YAML: ``api-key: KEY``; ``api_key=KEY``; ``SGLANG_API_KEY=KEY``),
+   the credential after ``Authorization:`` (``Basic ...`` as well as ``Bearer ...``), a URL's
+   user and password (``scheme://user:pass@host``) and a credential-named query parameter
+   (``?api_key=KEY``, ``&token=KEY``).
+
+``printable`` drops terminal control sequences (ANSI CSI and OSC escapes, other C0 and C1
+control characters but tab) from a log line about to be printed: a log may carry an OSC
+escape that retitles or rewrites the terminal reading it.
 """
 
 from __future__ import annotations
@@ -32,6 +41,25 @@ _FIELD_RE = re.compile(
 _FLAG_RE = re.compile(r"(?P<head>--(?:api-key|admin-api-key|ssl-keyfile-password)(?:=|\s+))(?P<q>['\"]?)[^\s'\"]+")
 _HF_TOKEN_RE = re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")
 _BEARER_RE = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{4,}")
+#: An unquoted secret-named key and its value (``api-key: K``, ``api_key=K``, ``SGLANG_API_KEY=K``,
+#: ``HF_TOKEN=K``); ``None``/``null`` (no key set) are left as they are.
+_UNQUOTED_RE = re.compile(
+    r"(?i)(?P<head>(?<![A-Za-z0-9])(?:admin[-_])?(?:api[-_]key|hf[-_]token|ssl[-_]keyfile[-_]password|"
+    r"access[-_]token|secret[-_]key|password)\s*[:=]\s*)(?!(?:None|null|~)(?![^\s,;}\])]))(?P<val>[^\s'\",;}\])&#]+)")
+#: ``Authorization: <scheme> <credential>`` (headers, curl -v, a dumped dict).
+_AUTH_RE = re.compile(r"(?i)(?P<head>authorization['\"]?\s*[:=]\s*['\"]?(?:[A-Za-z]+\s+)?)(?P<val>[^\s'\",;}]+)")
+#: A URL's user (and password): ``scheme://user:pass@host``.
+_USERINFO_RE = re.compile(r"(?i)(?P<head>\b[a-z][a-z0-9+.-]*://)[^/@\s'\"]+@")
+#: A credential-named query parameter.
+_QUERY_RE = re.compile(r"(?i)(?P<head>[?&](?:api[-_]?key|key|token|access[-_]token|auth|password|secret)=)[^&#\s'\"]+")
+#: Terminal control sequences: OSC (ESC ] ... BEL or ESC \\), CSI (ESC [ ... final byte), other
+#: two-byte ESC sequences, and every other C0/C1 control character but tab.
+_CONTROL_RE = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b\[[0-?]*[ -/]*[@-~]?|\x1b[@-_]?|[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def printable(line: str) -> str:
+    """``line`` without terminal control sequences (see module docstring), for printing."""
+    return _CONTROL_RE.sub("", line) if _CONTROL_RE.search(line) else line
 
 #: Secret values shorter than this are not replaced literally (they would mask common words);
 #: the field patterns still mask them where SGLang prints them.
@@ -59,4 +87,13 @@ class Redactor:
             text = _FLAG_RE.sub(lambda m: m.group("head") + m.group("q") + MASK, text)
         if "hf_" in text:
             text = _HF_TOKEN_RE.sub(MASK, text)
+        low = text.lower()
+        if any(w in low for w in ("key", "token", "password")):
+            text = _UNQUOTED_RE.sub(lambda m: m.group("head") + MASK, text)
+        if "authorization" in low:
+            text = _AUTH_RE.sub(lambda m: m.group("head") + MASK, text)
+        if "://" in text and "@" in text:
+            text = _USERINFO_RE.sub(lambda m: m.group("head") + MASK + "@", text)
+        if "=" in text and ("?" in text or "&" in text):
+            text = _QUERY_RE.sub(lambda m: m.group("head") + MASK, text)
         return _BEARER_RE.sub(lambda m: m.group(1) + MASK, text)

@@ -577,8 +577,10 @@ def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, time
                                         health_ok=res.health_ok, generate_ok=res.generate_ok,
                                         daemon_gone=end.daemon_gone, oom_kill=end.oom_killed,
                                         http_status=res.http_status))
+        from .redact import printable
+
         for ln in diag.lines():
-            report("info", ln)
+            report("info", printable(ln))
         if res.reason == "timed out":
             what = "was not ready within %.0f s" % timeout
         elif res.reason == "unauthorized":

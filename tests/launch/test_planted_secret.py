@@ -10,7 +10,12 @@ Two kinds of route:
 - the undocumented ones, ``runtime.extra_args`` in a profile file or through ``--set``, in
   every spelling argparse accepts (``--api-key K``, ``--api-key=K``, an abbreviation) and for
   every secret flag of the catalog: refused (exit 2) by every command, naming the right route,
-  never echoing the key, and nothing created on the daemon.
+  never echoing the key, and nothing created on the daemon;
+- the places nobody planted it: a CR, LF or NUL in the key file or ``ESCHA_API_KEY`` (refused
+  naming the byte offset; one trailing LF or CRLF is the file's newline), the key typed where
+  its file's path goes (``container.api_key_file=KEY``), an endpoint URL with ``?api_key=KEY``,
+  and a server that logs its key (bare, as its config YAML, an environment, a header or a URL
+  prints it): `logs` and `diagnose` mask it, and strip a log's terminal escapes.
 """
 
 from __future__ import annotations
@@ -275,3 +280,108 @@ def test_diagnose_masks_a_key_in_any_log(tmp_path):
     for fmt in ("table", "json"):
         r = run_main("diagnose", str(log), "--format", fmt)
         assert r.code == 0 and "host-memory-check" in r.out and KEY not in r.text, r.text
+
+
+# --------------------------------------------------------------------------- unplanted routes
+
+@pytest.mark.parametrize("content,offset,name", [
+    (KEY + "\r", len(KEY), "CR"), (KEY + "\n\n", len(KEY), "LF"), (KEY[:4] + "\x00" + KEY[4:] + "\n", 4, "NUL"),
+    ("\ufeff" + KEY + "\r\r\n", 3 + len(KEY), "CR"), ("  " + KEY + "\x1b\n", 2 + len(KEY), "control byte 0x1b"),
+])
+def test_control_bytes_in_the_key_file_are_refused_by_offset(tmp_path, content, offset, name):
+    f = tmp_path / "api_key"
+    f.write_bytes(content.encode())
+    for cmd in (["canary", "-e", "http://127.0.0.1:9", "--api-key-file", str(f)],
+                ["serve", "-p", P, *BASE_SETS, "--set", f"container.api_key_file={f}", "--print"]):
+        r = run_main(*cmd, env={"ESCHA_API_KEY": "", "XDG_CACHE_HOME": str(tmp_path / "xdg")})
+        assert r.code == 2, (cmd, r.text)
+        assert f"{f}: byte {offset} is a {name};" in r.err, r.err
+        assert KEY not in r.text and KEY[4:] not in r.text
+
+
+@pytest.mark.parametrize("content", [KEY, KEY + "\n", KEY + "\r\n", "\ufeff" + KEY + "\r\n", f"  {KEY} \n"])
+def test_one_trailing_newline_is_the_files_not_the_keys(tmp_path, content):
+    from escha_deploy.launch.prepare import read_secret
+
+    f = tmp_path / "api_key"
+    f.write_bytes(content.encode())
+    assert read_secret(str(f), "container.api_key_file") == KEY
+
+
+@pytest.mark.parametrize("value,offset,name", [(KEY + "\r", len(KEY), "CR"), (KEY + "\n", len(KEY), "LF"),
+                                               ("a\x7f" + KEY, 1, "control byte 0x7f")])
+def test_control_bytes_in_the_environment_key_are_refused(value, offset, name):
+    for verb in ("bench", "canary"):
+        r = run_main(verb, "-e", "http://127.0.0.1:9", env={"ESCHA_API_KEY": value})
+        assert r.code == 2 and f"ESCHA_API_KEY: byte {offset} is a {name};" in r.err, r.text
+        assert KEY not in r.text and "LocalProtocolError" not in r.text
+
+
+def test_the_key_typed_where_its_path_goes_is_never_printed(tmp_path):
+    """``container.api_key_file=KEY``: neither an existing file nor an absolute path; refused by
+    every command that would print or write the path (plan, dry run, compose, serve --print,
+    profiles show)."""
+    sets = ["--set", f"container.api_key_file={KEY}", *BASE_SETS]
+    out_file = tmp_path / "c.yaml"
+    for cmd in [*printing_commands(P, sets, out_file), ["profiles", "show", P, *sets, "--keys"]]:
+        r = run_main(*cmd, env={"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+        assert r.code == 2, (cmd, r.text)
+        assert "container.api_key_file: the path given (27 characters" in r.err, (cmd, r.err)
+        assert KEY not in r.text and KEY[3:] not in r.text, cmd
+    assert not out_file.exists()
+
+
+@pytest.mark.parametrize("url", [f"http://127.0.0.1:9/?api_key={KEY}", f"http://127.0.0.1:9?token={KEY}",
+                                 f"http://127.0.0.1:9/#{KEY}", f"http://{KEY}@127.0.0.1:9", f"http://127.0.0.1:9/ ?k={KEY}"])
+def test_endpoint_urls_carrying_a_key_are_refused_unprinted(url):
+    for verb in ("bench", "canary"):
+        r = run_main(verb, "-e", url, env={"ESCHA_API_KEY": ""})
+        assert r.code == 2, r.text
+        assert KEY not in r.text and KEY[4:] not in r.text, r.text
+
+
+def test_diagnose_masks_every_spelling_and_strips_terminal_escapes(tmp_path):
+    """A log from anywhere: the key as SGLang's config YAML prints it, ``api_key=``, an
+    environment dump, ``Authorization: Basic``, a URL's userinfo and query; an OSC escape (it
+    retitles a terminal, or worse) in an evidence line never reaches the output."""
+    osc = "\x1b]0;owned\x07\x1b]8;;http://evil/\x07"
+    log = tmp_path / "server.log"
+    log.write_text("\n".join([
+        f"[2026-11-29 16:20:00] api-key: {KEY}", f"SGLANG_API_KEY={KEY}", f"kwargs api_key={KEY}, tp=2",
+        f"Authorization: Basic {KEY}", f"GET http://user:{KEY}@127.0.0.1:9/v1?api_key={KEY}&x=1",
+        "ValueError: Not enough host memory available. Requesting 2.58 GB but only have 1.12 GB free. "
+        f"Please reduce the size of the hierarchical cache.{osc} api_key={KEY}", ""]))
+    for fmt in ("table", "json"):
+        r = run_main("diagnose", str(log), "--format", fmt)
+        assert r.code == 0 and "host-memory-check" in r.out, r.text
+        assert KEY not in r.text and "\x1b" not in r.text and "\x07" not in r.text, r.text
+    from escha_deploy.launch.redact import Redactor, printable
+
+    red = Redactor()
+    assert [red(ln) for ln in log.read_text().splitlines()[:5]] == [
+        "[2026-11-29 16:20:00] api-key: ***", "SGLANG_API_KEY=***", "kwargs api_key=***, tp=2",
+        "Authorization: Basic ***", "GET http://***@127.0.0.1:9/v1?api_key=***&x=1"]
+    assert printable(f"a{osc}b\x1b[31mc\x9bd\te") == "abc" + "d\te"
+
+
+@pytest.mark.docker
+def test_logs_masks_a_key_the_server_logged_bare(docker_client, standin_image, tmp_path, key_file, no_leaks):
+    """The server logs the mounted key bare (no pattern can know it): `logs` reads the
+    container's key file and masks the value itself, as native `serve` does; `logs
+    --diagnose` too. The raw docker log holds it (the test's proof that it was logged)."""
+    image = standin_image("escha-standin:logkey", mode="log_key")
+    name = f"logkey-{os.getpid()}"
+    sets = ["--set", f"name={name}", "--set", f"container.image={image}", "--set", f"container.api_key_file={key_file}"]
+    r = run_cli("up", "--profile", P, *sets, "--detach")
+    try:
+        assert r.returncode == 0, r.stderr
+        assert KEY not in r.stdout + r.stderr
+        c = docker_client.containers.get(f"escha-{name}")
+        assert KEY in c.logs().decode()  # the stand-in really logged it
+        for cmd in (["logs", "--profile", name], ["logs", "--profile", name, "--diagnose"]):
+            s = run_cli(*cmd)
+            assert s.returncode in (0, 5), s.stderr
+            assert KEY not in s.stdout + s.stderr, cmd
+        assert "stand-in: serving with key ***" in run_cli("logs", "--profile", name).stdout
+    finally:
+        assert run_cli("down", "--profile", name).returncode == 0

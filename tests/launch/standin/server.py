@@ -6,7 +6,9 @@ Behaviour comes from /etc/standin/config.json, baked into the image by the tests
   mode: ok | crash (the host-memory check's ValueError, exit 1) | no_generate (/health 200,
         /generate 503: sglang#22779's symptom) | server_key (requests must carry
         `Authorization: Bearer <server_key>`, else 401 as SGLang's API-key middleware answers:
-        sglang/srt/utils/auth.py; /health is exempt there too)
+        sglang/srt/utils/auth.py; /health is exempt there too) | log_key (as ok, but logs the
+        mounted API key bare and in the spellings a config dump, an environment, a header and
+        a URL use: what `logs` must mask)
   startup_s: seconds before the HTTP port opens; port; sizes: the figures to log.
 """
 
@@ -97,6 +99,13 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, {"text": "!", "meta_info": {"completion_tokens": 1}})
 
 
+if CFG.get("mode") == "log_key":  # a careless server: its key in the log, bare and in 5 spellings
+    key = open("/run/secrets/escha_api_key").read().strip()
+    log("stand-in: serving with key " + key)
+    log(f"api-key: {key}")  # SGLang's --config YAML echoed (sglang/srt/utils/server_args_config_parser.py keys)
+    log(f"SGLANG_API_KEY={key} api_key={key}")
+    log("Authorization: Basic c3RhbmQtaW46" + key)
+    log(f"connecting to http://user:{key}@127.0.0.1:9/v1?api_key={key}")
 httpd = ThreadingHTTPServer(("0.0.0.0", port), Handler)
 log(f"Uvicorn running on http://0.0.0.0:{port} (Press CTRL+C to quit)")  # uvicorn's line
 log("The server is fired up and ready to roll!")  # sglang/srt/entrypoints/http_server.py
