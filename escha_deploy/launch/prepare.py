@@ -47,14 +47,15 @@ _CONTROL_NAMES = {0: "NUL", 10: "LF", 13: "CR"}
 
 def secret_control_problem(value: str, where: str, *, offset: int = 0) -> str | None:
     """The line that refuses a secret holding a control character (CR, LF, NUL or another
-    byte below 0x20, or DEL): ``"{where}: byte N is a CR ..."``, naming the byte offset in its
+    byte below 0x20, or DEL): ``"{where}: ... (byte N: a CR) ..."``, naming the byte offset in its
     UTF-8 encoding plus ``offset``, never the value; None when it has none. An HTTP header
     cannot carry one (h11 refuses it with the whole header value in its message)."""
     for i, b in enumerate(value.encode("utf-8", "surrogateescape")):
         if b < 0x20 or b == 0x7F:
             name = _CONTROL_NAMES.get(b, f"control byte 0x{b:02x}")
-            return (f"{where}: byte {i + offset} is a {name}; a key is one line of printable text (one trailing "
-                    "newline, LF or CRLF, is fine in a file: a file saved on Windows ends in CRLF)")
+            return (f"{where}: the key holds a character that cannot go in an HTTP header (byte {i + offset}: "
+                    f"a {name}); a key is one line of printable text (one trailing newline, LF or CRLF, is "
+                    "fine in a file: a file saved on Windows ends in CRLF); the key is not shown")
     return None
 
 
@@ -68,8 +69,7 @@ def read_secret(path: str, what: str) -> str:
     p = Path(path)
     try:
         if not p.exists():
-            raise BadInput(f"{what}: cannot read a value from {shown_path(path)}: no such file",
-                           hint="give the path of a file whose one line is the key")
+            raise BadInput(f"{what}: cannot read a value from {shown_path(path)}: no such file")
         if not p.is_file():
             raise OSError
         with open(p, "rb") as fh:
@@ -89,7 +89,7 @@ def read_secret(path: str, what: str) -> str:
     if bad is not None:
         raise BadInput(bad)
     if not value:
-        raise BadInput(f"{what}: {path} is empty")
+        raise BadInput(f"{what}: cannot read a value from {path}: it is empty")
     return value
 
 

@@ -295,7 +295,7 @@ def test_control_bytes_in_the_key_file_are_refused_by_offset(tmp_path, content, 
                 ["serve", "-p", P, *BASE_SETS, "--set", f"container.api_key_file={f}", "--print"]):
         r = run_main(*cmd, env={"ESCHA_API_KEY": "", "XDG_CACHE_HOME": str(tmp_path / "xdg")})
         assert r.code == 2, (cmd, r.text)
-        assert f"{f}: byte {offset} is a {name};" in r.err, r.err
+        assert f"{f}: the key holds a character that cannot go in an HTTP header (byte {offset}: a {name})" in r.err, r.err
         assert KEY not in r.text and KEY[4:] not in r.text
 
 
@@ -313,7 +313,7 @@ def test_one_trailing_newline_is_the_files_not_the_keys(tmp_path, content):
 def test_control_bytes_in_the_environment_key_are_refused(value, offset, name):
     for verb in ("bench", "canary"):
         r = run_main(verb, "-e", "http://127.0.0.1:9", env={"ESCHA_API_KEY": value})
-        assert r.code == 2 and f"ESCHA_API_KEY: byte {offset} is a {name};" in r.err, r.text
+        assert r.code == 2 and f"ESCHA_API_KEY: the key holds a character that cannot go in an HTTP header (byte {offset}: a {name})" in r.err, r.text
         assert KEY not in r.text and "LocalProtocolError" not in r.text
 
 
