@@ -212,6 +212,8 @@ def _print_router_dry_run(desc: dict, fmt: OutputFormat) -> None:
         return
     typer.echo(f"router: would run ({desc['run']}, nothing started)")
     typer.echo(f"workers: {' '.join(desc['workers'])}")
+    for line in desc.get("overload", []):
+        typer.echo(f"overload: {line}")
     typer.echo(f"command: {shlex.join(desc['command'])}")
     for key, value in desc.get("container", {}).items():
         typer.echo(f"container.{key}: {value}")

@@ -69,6 +69,49 @@ def startup_timeout_s(loaded: LoadedFleet, fp: FleetPlan) -> int:
     return max(longest, SMG_DEFAULT_STARTUP_TIMEOUT_S)
 
 
+#: SMG 1.13's worker overload protection, on by default (`smg launch --help`:
+#: --worker-overload-protection "8 waiting requests, 0.8 KV usage"): a worker at or above either
+#: threshold is left out of routing while another is under them.
+SMG_OVERLOAD_WAITING = 8
+SMG_OVERLOAD_TOKEN_USAGE = 0.8
+
+
+def overload_thresholds(loaded: LoadedFleet, fp: FleetPlan) -> tuple[int, float, list[str]]:
+    """``(waiting requests, KV token usage, why)`` for SMG's ``--worker-overload-waiting-requests``
+    and ``--worker-overload-token-usage``, from each worker's plan (every instance's rank 0).
+
+    Token usage: one request of a worker's whole context (``runtime.context_length``, else its
+    pool) fills ``context / pool`` of its device KV pool (``plan.per_rank.device_kv_tokens``);
+    at SMG's 0.8 one long request alone would mark a small box overloaded (24K tokens of a
+    28,672-token pool is 0.84). The threshold is the largest such share over the workers plus
+    0.05, rounded up to 0.05, at least SMG's 0.8 and at most 1.0 (only a full pool). Waiting
+    requests: a whole batch waiting (the largest ``runtime.max_running_requests``), SMG's 8 when
+    no worker sets a cap. One router serves every worker, so each threshold is the most lenient
+    a worker's plan needs."""
+    import math
+
+    shares, caps, why = [], [], []
+    for inst in loaded.fleet.instances():
+        name = inst.boxes[0]
+        plan, prof = fp.box_plan(name).plan, fp.profile(name)
+        pool = plan.per_rank.device_kv_tokens
+        ctx = min(prof.runtime.context_length or pool, pool) if pool else 0
+        if pool:
+            shares.append(ctx / pool)
+            why.append(f"box {name}: one {ctx:,}-token request fills {ctx / pool:.2f} of its {pool:,}-token KV pool")
+        if prof.runtime.max_running_requests:
+            caps.append(prof.runtime.max_running_requests)
+            why.append(f"box {name}: runs at most {prof.runtime.max_running_requests} requests at once")
+    usage = SMG_OVERLOAD_TOKEN_USAGE
+    if shares:
+        usage = min(1.0, max(usage, math.ceil((max(shares) + 0.05) * 20 - 1e-9) / 20))
+    waiting = max(caps) if caps else SMG_OVERLOAD_WAITING
+    why.append(f"router: a worker counts as overloaded at {waiting} waiting requests (a whole batch; SMG's default "
+               f"{SMG_OVERLOAD_WAITING}) or {usage:g} KV usage (SMG's default {SMG_OVERLOAD_TOKEN_USAGE:g} would leave "
+               "out a worker serving one long request)" + (": at 1.0 only a full pool counts" if usage >= 1.0 else ""))
+    return waiting, usage, why
+
+
 def router_args(loaded: LoadedFleet, fp: FleetPlan, *, urls: list[str] | None = None) -> list[str]:
     """The flags after ``smg launch``, without the API key (``smg_launch.py`` adds it from the
     file). ``urls``: the workers (default ``worker_urls``)."""
@@ -78,6 +121,7 @@ def router_args(loaded: LoadedFleet, fp: FleetPlan, *, urls: list[str] | None = 
 
         raise BadInput(f"{loaded.path}: router: missing; add a router section to start SMG")
     h = r.health
+    waiting, usage, _ = overload_thresholds(loaded, fp)
     return [
         "--worker-urls", *(urls if urls is not None else worker_urls(loaded, fp)),
         "--policy", r.policy,
@@ -85,6 +129,8 @@ def router_args(loaded: LoadedFleet, fp: FleetPlan, *, urls: list[str] | None = 
         "--cache-threshold", f"{r.cache_threshold:g}",
         "--balance-abs-threshold", str(r.balance_abs_threshold),
         "--balance-rel-threshold", f"{r.balance_rel_threshold:g}",
+        "--worker-overload-waiting-requests", str(waiting),
+        "--worker-overload-token-usage", f"{usage:g}",
         "--health-check-endpoint", h.endpoint,
         "--health-check-interval-secs", str(h.interval_s),
         "--health-check-timeout-secs", str(h.timeout_s),

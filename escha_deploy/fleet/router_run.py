@@ -178,11 +178,15 @@ def describe_router(loaded: LoadedFleet, fp: FleetPlan, *, urls: list[str]) -> d
     r = loaded.fleet.router
     args = router_args(loaded, fp, urls=urls)
     key_file = str(loaded.resolve(r.api_key_file)) if r.api_key_file else None
+    from .router import overload_thresholds
+
+    why = overload_thresholds(loaded, fp)[2]
     if r.run == "native":
-        return {"run": "native", "workers": urls,
+        return {"run": "native", "workers": urls, "overload": why,
                 "command": launch_command(args, key_file, python="python3")}
     settings = _container_settings(loaded, args, key_file)
-    return {"run": "container", "workers": urls, "command": settings.pop("command"), "container": settings}
+    return {"run": "container", "workers": urls, "overload": why, "command": settings.pop("command"),
+            "container": settings}
 
 
 def _docker_line(exc: BaseException) -> str:

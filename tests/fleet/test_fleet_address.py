@@ -123,3 +123,23 @@ def test_a_multi_node_member_without_nic_is_warned_and_with_nic_both_variables_r
     docs = {b: yaml.safe_load(t) for b, t in render_all(load_fleet(write(tmp_path)), fp).items()}
     env = docs["n1"]["services"]["node1"]["environment"]
     assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "lo"
+
+
+def test_router_overload_thresholds_come_from_the_workers_plans(tmp_path):
+    """SMG 1.13 leaves a worker out at 8 waiting requests or 0.8 KV usage (`smg launch --help`);
+    a 28,672-token context on a 28,672-token pool (the fp8 profile) is one request at 1.0, so
+    the router's thresholds come from the plans, and SMG's own parser reads them back."""
+    from smg.launch_router import parse_router_args
+
+    from escha_deploy.fleet.router import overload_thresholds, router_args
+
+    loaded = load_fleet(write(tmp_path))
+    fp = plan_fleet(loaded)
+    waiting, usage, why = overload_thresholds(loaded, fp)
+    prof, plan = fp.profile("r2"), fp.box_plan("r2").plan
+    share = min(prof.runtime.context_length, plan.per_rank.device_kv_tokens) / plan.per_rank.device_kv_tokens
+    assert usage > 0.8 and usage >= min(1.0, share) and waiting == prof.runtime.max_running_requests
+    assert any("KV pool" in w for w in why) and why[-1].startswith("router: a worker counts as overloaded")
+    parsed = parse_router_args(router_args(loaded, fp))
+    assert parsed.worker_overload_waiting_requests == waiting
+    assert abs(parsed.worker_overload_token_usage - usage) < 1e-9
