@@ -26,6 +26,18 @@ HOST_ALLOCATOR_CHOICES = ("auto", "register", "pinned")
 #: Where an image describes its runtime (schema version, SGLang version, base, Python, series,
 #: capabilities, inventory digest). Mirrored in OCI labels under ``LABEL_PREFIX``.
 RUNTIME_DESCRIPTION_PATH = "/etc/escha/runtime.json"
+#: Points this machine's runtime description elsewhere (``runtime_description_path``): a host
+#: patched into another folder, and the tests, which never touch /etc/escha.
+RUNTIME_DESCRIPTION_ENV = "ESCHA_RUNTIME_DESCRIPTION"
+
+
+def runtime_description_path() -> str:
+    """This machine's runtime description: ``$ESCHA_RUNTIME_DESCRIPTION`` when set, else
+    ``RUNTIME_DESCRIPTION_PATH`` (read when called). An image's own path stays
+    ``RUNTIME_DESCRIPTION_PATH``: ``up`` reads that one out of the image."""
+    import os
+
+    return os.environ.get(RUNTIME_DESCRIPTION_ENV) or RUNTIME_DESCRIPTION_PATH
 #: Image tags ``escha-deploy build`` gives by default, and the image profiles run by default.
 IMAGE_HICACHE = "escha-sglang:0.5.19-hicache"
 IMAGE_STOCK = "escha-sglang:0.5.19-stock"

@@ -274,41 +274,78 @@ def parse_hicache_size(text: str) -> int:
     return parse_hicache_gb(text, allow_zero=False)
 
 
-def runtime_here():
-    """This machine's runtime description (``capabilities.RUNTIME_DESCRIPTION_PATH``, written by
-    ``runtime apply``), or ``None`` for none; ``runtime.description.read_description``, whose
-    models are imported only when the file is there."""
+def runtime_here(notes: list[str] | None = None):
+    """This machine's runtime description (``capabilities.runtime_description_path()``:
+    $ESCHA_RUNTIME_DESCRIPTION, else /etc/escha/runtime.json, written by ``runtime apply``), or
+    ``None`` for none; ``runtime.description.read_description``, whose models are imported only
+    when the file is there. A stale one (its ``sglang_dir`` no longer exists: that SGLang was
+    removed or replaced) is ignored, with a line appended to ``notes`` naming it."""
     from pathlib import Path
 
     from .. import capabilities as caps
 
-    if not Path(caps.RUNTIME_DESCRIPTION_PATH).is_file():
+    path = caps.runtime_description_path()
+    if not Path(path).is_file():
         return None
     from ..runtime.description import read_description
 
-    return read_description()
+    desc = read_description(path)
+    if desc is not None and not Path(desc.sglang_dir).is_dir():
+        if notes is not None:
+            notes.append(f"{path}: stale runtime description (its sglang_dir {desc.sglang_dir} no longer exists): "
+                         "ignored; planned with the profile's runtime.needs")
+        return None
+    return desc
+
+
+def _described(kw: dict) -> str | None:
+    """What describes another box in ``make_plan``'s keywords (``--host-ram``, a facts file
+    given or named by $ESCHA_FACTS), or ``None`` for this machine."""
+    from ..paths import facts_file
+
+    if kw.get("host_bytes") is not None:
+        return "--host-ram"
+    facts, named = facts_file(kw.get("facts_path"))
+    return named if facts is not None else None
 
 
 def plan_here(profile_ref: str, overrides: list[str], **kw):
     """``make_plan`` called as ``escha-deploy plan`` calls it (``compose`` plans this machine
     through it too, so both reach one verdict): the capabilities are those of this machine's
     runtime description (``runtime_here``), or, with none, the profile's needs (the image built
-    for it). ``kw``: ``make_plan``'s other keywords. Returns ``(plan, description or None)``."""
-    desc = runtime_here()
+    for it). A described box (``--host-ram``, ``--facts``) is another box: it is planned with
+    the profile's needs, never this machine's description, and the plan says so when this
+    machine has one. ``kw``: ``make_plan``'s other keywords. Returns ``(plan, description or
+    None)``."""
+    notes: list[str] = []
+    described = _described(kw)
+    desc = runtime_here(notes)
+    if described is not None:
+        if desc is not None:
+            from .. import capabilities as capmod
+
+            notes.append(f"{described} describes another box: planned with the profile's runtime.needs (the "
+                         f"image built for it), not this machine's runtime description "
+                         f"({capmod.runtime_description_path()})")
+        desc = None
     caps = frozenset(desc.capabilities) if desc is not None else None
-    return make_plan(profile_ref, overrides, capabilities=caps, desc=desc, **kw), desc
+    result = make_plan(profile_ref, overrides, capabilities=caps, desc=desc, here_runtime=described is None, **kw)
+    if notes:
+        result = result.model_copy(update={"warnings": notes + list(result.warnings)})
+    return result, desc
 
 
 def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_size=None, host_bytes=None,
               platform=None, capabilities=None, facts_path=None, write_facts=None, prof=None,
               hicache_source=None, sglang_version=None, desc=None, release=None, check_argv=True,
-              digest=False):
+              digest=False, here_runtime=True):
     """Gather (profile, host facts, model folder), then plan: the three lines of intent, through
     the same functions as ``up`` and ``serve`` (``launch.prepare``), flag check included.
     ``prof``: ``profile_ref`` with ``overrides`` when the caller loaded it already.
     ``hicache_source``: where the HiCache setting came from, for the plan's label.
     ``sglang_version``: ``--sglang-version``; the release is chosen by ``releases.choose_release``
-    from this machine's runtime description (``desc``), the flag and the profile."""
+    from this machine's runtime description (``desc``), the flag and the profile.
+    ``here_runtime``: False for a plan of another box (no description of this machine read)."""
     from ..launch.prepare import gather, plan_gathered
     from ..releases import choose_release
 
@@ -316,7 +353,7 @@ def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_siz
         from ..profile import load_profile
 
         prof = load_profile(profile_ref, overrides)
-    if capabilities is None:
+    if capabilities is None and here_runtime:
         # inside an image (or a host patched with `runtime apply`): plan the runtime that is
         # here, not the one the profile asks for (without our 0001 that is stock 0.5.19's host
         # check); a capability it lacks is refused by the caller, exit 3, as `serve --print` does

@@ -47,9 +47,18 @@ ForkOpt = Annotated[
 
 
 def _state_dir(state_dir: Optional[Path]) -> Path:
-    from escha_deploy.capabilities import RUNTIME_DESCRIPTION_PATH
+    from escha_deploy.capabilities import runtime_description_path
 
-    return state_dir or Path(RUNTIME_DESCRIPTION_PATH).parent
+    return state_dir or Path(runtime_description_path()).parent
+
+
+def _description_file(state_dir: Optional[Path]) -> Path:
+    """Where ``runtime apply`` writes the description: ``--state-dir``/runtime.json, else this
+    machine's (``capabilities.runtime_description_path``: $ESCHA_RUNTIME_DESCRIPTION or
+    /etc/escha/runtime.json)."""
+    from escha_deploy.capabilities import runtime_description_path
+
+    return state_dir / "runtime.json" if state_dir else Path(runtime_description_path())
 
 
 def register(app: typer.Typer) -> None:
@@ -87,12 +96,16 @@ def register(app: typer.Typer) -> None:
         # the state is written before the package is patched: refuse a folder that cannot be
         # made or written in here, not halfway (its parent must exist, as for other outputs)
         output_folder(sd, "--state-dir", make=False)
+        if state_dir is None:  # this machine's description: `plan` of this host plans it from now on
+            info(f"runtime apply: no --state-dir: writing this machine's runtime description to "
+                 f"{_description_file(None)} (plan and serve here then plan this runtime; "
+                 "plans of other boxes do not)")
         located = inv.locate(sglang_dir, python)
         info(f"sglang {located.version} at {located.package_dir} (Python {located.python})")
         result = patching.apply(located, sd, overlay_dir, base_ref, expect_capabilities,
                                 expect_series, __version__, fork_dir=fork_dir)
-        write_description(result.description, sd / "runtime.json")
-        info(f"wrote {sd / 'runtime.json'}")
+        write_description(result.description, _description_file(state_dir))
+        info(f"wrote {_description_file(state_dir)}")
         _print_description(result.description, fmt)
 
     @runtime.command("verify")
@@ -116,7 +129,7 @@ def register(app: typer.Typer) -> None:
 
         located = inv.locate(sglang_dir, python)
         sd = _state_dir(state_dir)
-        recorded = patching.recorded_series(sd / "runtime.json")
+        recorded = patching.recorded_series(_description_file(state_dir))
         result = patching.verify(located, sd, recorded, overlay_dir, base_wheel, fork_dir=fork_dir)
         data = {"ok": result.drift.ok, "sglang_dir": str(located.package_dir),
                 "base": result.base, "files": result.files,
@@ -348,15 +361,15 @@ def register(app: typer.Typer) -> None:
     @runtime.command("describe")
     def describe_cmd(
         description: Annotated[Optional[Path], typer.Option(
-            "--description", help="Default: /etc/escha/runtime.json.")] = None,
+            "--description", help="Default: $ESCHA_RUNTIME_DESCRIPTION, else /etc/escha/runtime.json.")] = None,
         fmt: FormatOpt = OutputFormat.table,
     ) -> None:
         """Print the runtime description (exit 3 when there is none: a stock runtime)."""
-        from escha_deploy.capabilities import RUNTIME_DESCRIPTION_PATH
+        from escha_deploy.capabilities import runtime_description_path
         from escha_deploy.errors import Refused
         from escha_deploy.runtime.description import read_description
 
-        path = description or Path(RUNTIME_DESCRIPTION_PATH)
+        path = description or Path(runtime_description_path())
         desc = read_description(path)
         if desc is None:
             raise Refused(f"{path}: no runtime description (a stock runtime, no capabilities)")

@@ -99,14 +99,14 @@ def fork_label_of(series: list[SeriesEntry]) -> str:
 
 
 def read_description(path: str | Path | None = None) -> RuntimeDescription | None:
-    """The description at ``path`` (default ``capabilities.RUNTIME_DESCRIPTION_PATH``, read when
-    called); ``None`` when there is none (a stock runtime). Raises ``BadInput`` naming the file
+    """The description at ``path`` (default ``capabilities.runtime_description_path()``, read
+    when called); ``None`` when there is none (a stock runtime). Raises ``BadInput`` naming the file
     when it exists but does not parse."""
     from escha_deploy import capabilities
 
     from escha_deploy.jsonio import loads_json, read_regular
 
-    p = Path(path if path is not None else capabilities.RUNTIME_DESCRIPTION_PATH)
+    p = Path(path if path is not None else capabilities.runtime_description_path())
     raw = read_regular(p, "the runtime description", missing_ok=True)
     if raw is None:
         return None

@@ -320,24 +320,29 @@ def test_version_without_dist_info_read_from_version_file(site):
 
 
 def test_plan_inside_an_image_plans_the_runtime_it_is(applied_shared, capsys, monkeypatch):
-    """`plan` reads /etc/escha/runtime.json (here: the one `runtime apply` wrote on the real
-    wheel, our series only): the INT2 profile needs int2-kv and w2-weights, which this runtime
-    lacks, so plan prints the plan of this runtime and refuses with exit 3 naming both, as
-    `serve --print` does, never a flag error for the capabilities' flags; the fp8 profile needs
-    only the series and plans ok."""
+    """`plan` of this machine reads /etc/escha/runtime.json (here: the one `runtime apply` wrote
+    on the real wheel, our series only): the INT2 profile needs int2-kv and w2-weights, which
+    this runtime lacks, so plan prints the plan of this runtime and refuses with exit 3 naming
+    both, as `serve --print` does, never a flag error for the capabilities' flags; the fp8
+    profile needs only the series and plans ok. A plan of another box does not read it."""
     import escha_deploy.capabilities as caps
 
     _pkg, state = applied_shared
     monkeypatch.setattr(caps, "RUNTIME_DESCRIPTION_PATH", str(state / "runtime.json"))
     capsys.readouterr()
-    assert run("plan", "--profile", "rtx5060ti-tp2", "--host-ram", "32GB") == 3
+    assert run("plan", "--profile", "rtx5060ti-tp2") == 3
     out = capsys.readouterr()
     print(out.out)
     assert "verdict:" in out.out  # the plan of the runtime that is here
     assert "runtime lacks capability 'int2-kv'" in out.err and "runtime lacks capability 'w2-weights'" in out.err
     assert "invalid choice" not in out.err
-    assert run("plan", "--profile", "rtx5060ti-tp2-fp8", "--host-ram", "32GB") == 0
+    assert run("plan", "--profile", "rtx5060ti-tp2-fp8") == 0
     assert "runtime lacks" not in capsys.readouterr().err
+    # a described box (--host-ram) is another box: planned with the profile's needs, never
+    # with this runtime's description, and the plan says so
+    assert run("plan", "--profile", "rtx5060ti-tp2", "--host-ram", "32GB") == 0
+    out = capsys.readouterr()
+    assert "runtime lacks" not in out.err and "describes another box" in " ".join(out.out.split())
 
 
 def test_recorded_series_reads_what_the_description_model_reads(applied_shared):
