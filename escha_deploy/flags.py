@@ -99,7 +99,9 @@ def server_args(plan: Plan, profile: Profile, *, host: str = "0.0.0.0", port: in
         if hc.size_gb:
             a += ["--hicache-size", str(hc.size_gb)]
         else:
+            assert hc.ratio is not None, "the planner sets a ratio when HiCache is on without a size"
             a += ["--hicache-ratio", _fmt_float(hc.ratio)]
+        assert hc.mem_layout is not None and hc.io_backend is not None, "set by the planner with HiCache on"
         a += ["--hicache-mem-layout", hc.mem_layout, "--hicache-io-backend", hc.io_backend,
               "--hicache-host-memory-mode", profile.hicache.hicache_host_memory_mode,
               "--hicache-write-policy", profile.hicache.hicache_write_policy]

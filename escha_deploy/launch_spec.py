@@ -19,7 +19,7 @@ Secrets never appear in ``argv``, ``env`` or ``labels``: they travel as names in
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -34,6 +34,11 @@ if TYPE_CHECKING:
 LAUNCH_SPEC_SCHEMA_VERSION = 1
 #: Where ``up`` mounts the spec document (read-only) in the container.
 SPEC_TARGET = "/etc/escha/launch-spec.json"
+
+
+def _on_failure(retries: int) -> dict[str, int | str]:
+    """Docker's ``on-failure`` restart policy with at most ``retries`` restarts."""
+    return {"Name": "on-failure", "MaximumRetryCount": retries}
 
 
 class Mount(BaseModel):
@@ -70,7 +75,7 @@ class ContainerSpec(BaseModel):
     cap_add: list[str] = Field(default_factory=list)
     stop_timeout_s: int = 60
     restart_after_ready: dict[str, int | str] = Field(
-        default_factory=lambda: {"Name": "on-failure", "MaximumRetryCount": 3}
+        default_factory=lambda: _on_failure(3)
     )
     entrypoint: list[str] = Field(default_factory=lambda: ["escha-deploy", "serve"])
     command: list[str] = Field(default_factory=list)
@@ -121,7 +126,7 @@ class LaunchFacts(BaseModel):
     capabilities: list[str] = Field(default_factory=list)
     gpus: list[GpuRecord] = Field(default_factory=list, description="per-GPU records (facts file / NVML)")
     model_safetensors_bytes: int | None = Field(default=None, description="sum of *.safetensors in the model folder")
-    model_arch: dict | None = Field(default=None, description="the architecture read from config.json")
+    model_arch: dict[str, Any] | None = Field(default=None, description="the architecture read from config.json")
 
 
 class LaunchNeeds(BaseModel):
@@ -145,7 +150,7 @@ class LaunchSpec(BaseModel):
     schema_version: int = LAUNCH_SPEC_SCHEMA_VERSION
     escha_version: str = Field(description="the escha-deploy that planned it")
     profile: str
-    profile_data: dict = Field(description="the profile after --set (profile.profile_to_data)")
+    profile_data: dict[str, Any] = Field(description="the profile after --set (profile.profile_to_data)")
     plan_digest: str = Field(description="launch_digest of profile_data, facts, argv and env")
     facts: LaunchFacts
     needs: LaunchNeeds
@@ -172,7 +177,7 @@ CONTAINER_HF_CACHE = "/root/.cache/huggingface"
 #: host folder only when the user mounts one; see docs/launch.md.
 
 
-def launch_digest(profile_data: dict, facts: LaunchFacts, argv: Sequence[str], env: dict[str, str]) -> str:
+def launch_digest(profile_data: dict[str, Any], facts: LaunchFacts, argv: Sequence[str], env: dict[str, str]) -> str:
     """sha256 of the canonical JSON (sorted keys) of the profile after ``--set``, the fact
     values, the argv and the environment: the ``io.escha.plan-digest`` label. The profile's
     ``watch`` section (``status``'s alert thresholds) is left out: it changes nothing the server
@@ -221,7 +226,8 @@ def build_launch_spec(plan: Plan, profile: Profile, *, overrides: Sequence[str] 
     ``ESCHA_FACTS``). Raises nothing; the caller refuses unsafe plans first.
     """
     from . import __version__, flags
-    from .factsfile import CONTAINER_FACTS_PATH, FACTS_ENV
+    from .factsfile import CONTAINER_FACTS_PATH
+    from .paths import FACTS_ENV
     from .profile import profile_to_data
     from .capabilities import LABEL_PREFIX
 

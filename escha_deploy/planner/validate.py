@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from ..arch import ModelArch, ModelDirFacts
 from ..profile import Profile, profile_only_warnings
-from .kv import normalize_kv_dtype
+from ..profile.models import normalize_kv_dtype
 from .result import Finding
 
 L3_NOT_FOR_HYBRID = {"eic", "simm", "aibrix"}

@@ -341,7 +341,7 @@ class HiCache(EschaModel):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _flat_l3_keys(cls, data: Any, handler: Any) -> "HiCache":
+    def _flat_l3_keys(cls, data: Any, handler: Any) -> Any:
         """Read the flat L3 keys into ``l3`` (``l3_from_flat``)."""
         flat: tuple[str, ...] = ()
         ignored: tuple[str, ...] = ()
@@ -376,7 +376,7 @@ class HiCache(EschaModel):
 FLAT_L3_KEYS: dict[str, str] = {"hicache_storage_backend": "kind", "storage_dir": "dir", "storage_max_size": "max_size"}
 
 
-def l3_from_flat(hicache: dict) -> tuple[dict, tuple[str, ...], tuple[str, ...]]:
+def l3_from_flat(hicache: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...], tuple[str, ...]]:
     """A raw ``hicache`` mapping with the flat L3 keys read into ``l3``: ``(mapping, flat keys
     used, flat keys ignored)``. ``hicache_storage_backend: X`` makes ``l3`` of kind ``X`` (``null``:
     no L3), keeping ``l3``'s own keys when the kind stays; with the file backend ``storage_dir``
@@ -511,7 +511,7 @@ def normalize_kv_dtype(dtype: str) -> str:
 
 def is_size_field(field: FieldInfo) -> bool:
     """A field typed ``Size`` (or ``Size | None``): its validator is ``parse_size``."""
-    def has(annotation, metadata=()) -> bool:
+    def has(annotation: Any, metadata: Any = ()) -> bool:
         if any(getattr(m, "func", None) is parse_size for m in metadata):
             return True
         return any(has(a, getattr(a, "__metadata__", ())) for a in typing.get_args(annotation))
@@ -519,7 +519,7 @@ def is_size_field(field: FieldInfo) -> bool:
     return has(field.annotation, field.metadata)
 
 
-def profile_to_data(profile: BaseModel, readable: bool = False) -> dict:
+def profile_to_data(profile: BaseModel, readable: bool = False) -> dict[str, Any]:
     """A profile as plain data that ``load_profile`` reads back to the same profile: like
     ``model_dump(mode="json")``, but sizes written with a unit (``12GiB``), since a bare number
     is refused on the way in. ``readable``: a size that is no whole unit as its shortest exact
@@ -529,7 +529,7 @@ def profile_to_data(profile: BaseModel, readable: bool = False) -> dict:
 
     fmt = fmt_size_readable if readable else fmt_size_exact
 
-    out: dict = {}
+    out: dict[str, Any] = {}
     for name, field in type(profile).model_fields.items():
         value = getattr(profile, name)
         if isinstance(value, BaseModel):
@@ -541,6 +541,6 @@ def profile_to_data(profile: BaseModel, readable: bool = False) -> dict:
     return out
 
 
-def profile_json_schema() -> dict:
+def profile_json_schema() -> dict[str, Any]:
     """The JSON schema of a profile, generated from the models (editors, docs, CI)."""
     return Profile.model_json_schema()
