@@ -988,9 +988,16 @@ class _Windows:
             self.starts.append(at)
             at += len(w) + 1
         self.text = "\n".join(self.parts)
+        self._first: dict[str, tuple[int, re.Match[str]] | None] = {}
 
     def first(self, pattern: str) -> tuple[int, re.Match[str]] | None:
-        """The first window a pattern matches in: ``(line index, match)``, or ``None``."""
+        """The first window a pattern matches in: ``(line index, match)``, or ``None``; once
+        per pattern (a row's variants share theirs)."""
+        if pattern not in self._first:
+            self._first[pattern] = self._search(pattern)
+        return self._first[pattern]
+
+    def _search(self, pattern: str) -> tuple[int, re.Match[str]] | None:
         rx, lits = _compiled(pattern)
         if lits is None:
             for j, w in enumerate(self.parts):
