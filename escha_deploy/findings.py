@@ -18,6 +18,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .restore_bandwidth import RestoreBandwidth  # re-exported: the findings carry it
+
 SCHEMA_VERSION = 1
 MAX_AGE = _dt.timedelta(days=1)
 
@@ -35,21 +37,6 @@ class StoreProbeResult(BaseModel):
                                "__cuda_array_interface__)")
     ran: bool = Field(default=True, description="False: the case could not run in that Python (torch or numpy "
                       "missing, no CUDA device visible to torch); its answer is unknown, never a failure")
-
-
-class RestoreBandwidth(BaseModel):
-    """doctor's restore-bandwidth probe (``doctor/restore_probe.py``): GB/s (1e9 B/s) of a
-    host -> device load-back and a device -> host backup, at ``bytes`` and at one page."""
-
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-    method: str = Field(description="what was timed, e.g. a pinned copy_ or SGLang's kernel io backend")
-    bytes: int
-    load_gbps: float = Field(gt=0, description="host -> device at `bytes`")
-    backup_gbps: float = Field(gt=0, description="device -> host at `bytes`")
-    page_bytes: int | None = None
-    page_load_gbps: float | None = None
-    page_backup_gbps: float | None = None
-    device: str | None = None
 
 
 class DoctorFindings(BaseModel):

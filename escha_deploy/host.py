@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .doctor.gpu import GpuInventory
+from .restore_bandwidth import RestoreBandwidth
 from .units import fmt_gib
 
 Platform = Literal["linux", "wsl2"]
@@ -62,6 +63,11 @@ class HostFacts(BaseModel):
     host_allocator: Literal["register", "pinned"] | None = Field(
         default=None, description="allocator doctor's host-mapped store probe picked"
     )
+    restore_bandwidth: RestoreBandwidth | None = Field(
+        default=None, description="doctor's restore-bandwidth probe (host <-> device GB/s), for host_hit_cost")
+    prefill_tokens_per_s: float | None = Field(
+        default=None, description="`bench`'s last cold prefill on this box (tokens/s), for host_hit_cost")
+    prefill_source: str | None = Field(default=None, description="where prefill_tokens_per_s came from")
     l3_dir: str | None = None
     l3_free_bytes: int | None = Field(
         default=None, description="free bytes on the L3 storage directory's filesystem"
@@ -271,6 +277,9 @@ def gather_host_facts(*, platform: Platform | None = None, l3_dir: str | None = 
     limit, usage = read_cgroup_memory(root)
     hid = host_id(root)
     findings = load_findings(doctor_findings_path(), host_id=hid) if use_findings else None
+    from .bench.last import load_last_prefill
+
+    last = load_last_prefill() if use_findings else None
     return HostFacts(
         source="live",
         platform=platform or detect_platform(root),
@@ -285,6 +294,9 @@ def gather_host_facts(*, platform: Platform | None = None, l3_dir: str | None = 
         pinned_ceiling_bytes=findings.pinned_ceiling_bytes if findings else None,
         pinned_ceiling_reached=findings.pinned_ceiling_reached if findings else False,
         host_allocator=findings.host_allocator if findings else None,
+        restore_bandwidth=findings.restore_bandwidth if findings else None,
+        prefill_tokens_per_s=last.tokens_per_s if last else None,
+        prefill_source=last.source if last else None,
         l3_dir=l3_dir,
         l3_free_bytes=l3_free_bytes(l3_dir) if l3_dir else None,
         gpus=read_gpu_facts() if gpus else None,

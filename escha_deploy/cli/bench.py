@@ -294,6 +294,11 @@ def register(app: typer.Typer) -> None:
             steps.close()
         if box:
             report = report.model_copy(update={"box": box})
+        from escha_deploy.bench.last import from_report, save_last_prefill
+
+        last = from_report(report)
+        if last is not None:  # plan's host_hit_cost reads the last cold prefill back
+            save_last_prefill(last)
         _emit(report, format, chart)
 
     @app.command("canary", rich_help_panel=PANEL_MEASURE, epilog=CANARY_EXAMPLES)

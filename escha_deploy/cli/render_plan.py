@@ -54,6 +54,21 @@ def render_plan(p: Plan) -> None:
         con.print(f"allocator {first.allocator} ({first.allocator_source}); pinned bytes: {first.source}",
                   soft_wrap=True)
 
+    hh = p.host_hit_cost
+    if hh is not None:
+        t = Table(title="host_hit_cost: a cached prefix loaded back from host RAM vs recomputed (per rank)",
+                  title_justify="left")
+        for col in ("prefix", "load-back", "load", "recompute"):
+            t.add_column(col, justify="right")
+        for row in hh.rows:
+            t.add_row(f"{row.prefix_tokens:,} tokens", f"{row.load_bytes_per_rank:,} B",
+                      "not measured" if row.load_s is None else f"{row.load_s * 1e3:,.1f} ms at {row.load_gbps:g} GB/s",
+                      "not known" if row.recompute_s is None else f"{row.recompute_s:,.2f} s")
+        con.print(t)
+        con.print(f"load: {hh.load_source}; recompute: "
+                  + (f"{hh.prefill_tokens_per_s:g} tok/s, {hh.prefill_source}" if hh.prefill_tokens_per_s
+                     else hh.prefill_source) + f"; bytes: {hh.bytes_rule}", soft_wrap=True)
+
     b = p.budget
     t = Table(title="Pinned budget (the profile's safety policy)", title_justify="left")
     # the label keeps a readable width at 80 columns; the long binding explanation in the

@@ -230,6 +230,7 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: str | N
             host_id=ff.host.host_id, pinned_ceiling_bytes=f.pinned_ceiling_bytes if f else None,
             pinned_ceiling_reached=f.pinned_ceiling_reached if f else False,
             host_allocator=f.host_allocator if f else None, l3_dir=l3,
+            restore_bandwidth=f.restore_bandwidth if f else None,
             l3_free_bytes=host_only.l3_free_bytes if l3 else None, l3_checked=host_only.l3_checked,
             gpus=inventory_from_records(list(ff.gpus)))
         gpus = list(ff.gpus)

@@ -732,6 +732,26 @@ def profile_weights_per_rank(profile: Profile) -> tuple[int, str]:
     return int(m.weights_per_rank or 0), "model.weights_per_rank (profile estimate)"
 
 
+def _host_hit_cost(c: _Ctx):
+    """``restore_cost.host_hit_cost`` for the chosen pools; None with HiCache off."""
+    if not c.hicache.enabled:
+        return None
+    from .restore_cost import host_hit_cost
+
+    h = c.host
+    origin = {"facts": "the facts file's findings", "live": "this host's saved findings"}.get(h.source, h.source)
+    if h.prefill_tokens_per_s:
+        rate, src = h.prefill_tokens_per_s, h.prefill_source or "`escha-deploy bench` on this box"
+    elif c.profile.hicache.prefill_tokens_per_s:
+        rate, src = c.profile.hicache.prefill_tokens_per_s, "hicache.prefill_tokens_per_s (the profile)"
+    else:
+        rate, src = None, None
+    return host_hit_cost(host_kv_bytes_per_token=c.dev.host_kv_bytes_per_token,
+                         mamba_slot_bytes=c.dev.mamba_bytes_per_slot if c.dev.mamba_slots else 0,
+                         context_length=c.profile.runtime.context_length, bandwidth=h.restore_bandwidth,
+                         bandwidth_origin=origin, prefill_tokens_per_s=rate, prefill_source=src)
+
+
 def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None = None,
          ratio: float | None = None, hicache_size_gb: int | None = None,
          capabilities: frozenset[str] | set[str] | None = None, hicache_source: str | None = None,
@@ -782,6 +802,7 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
     peers = peer_access(host.gpus, tp_gpu_indices(profile.runtime.tp_size, profile.container.gpus), host.platform)
     car_off, p2p_off = _peer_decisions(c, profile, host.platform, peers)
     return Plan(
+        host_hit_cost=_host_hit_cost(c),
         profile=profile.name, sglang_release=c.release, sglang_release_source=release_source, tp_size=c.ranks, platform=host.platform, host_source=host.source,
         hybrid=arch.is_hybrid, kv_cache_dtype=profile.runtime.kv_cache.dtype, page_size=c.page_size,
         hicache=c.hicache,

@@ -198,6 +198,27 @@ class SafetyPolicy(BaseModel):
     min_ratio: float = Field(description="hicache.min_ratio")
 
 
+class HostHitRow(BaseModel):
+    """One prefix length: the load-back from host RAM against recomputing it (``restore_cost``)."""
+
+    prefix_tokens: int = Field(description="capped at the context length")
+    load_bytes_per_rank: int = Field(description="tokens x host KV bytes per token + one mamba slot (hybrid)")
+    load_gbps: float | None = Field(None, description="the measured host -> device GB/s (1e9) used; None: not measured")
+    load_s: float | None = Field(None, description="seconds to load it back; None: not measured")
+    recompute_s: float | None = Field(None, description="seconds to prefill it again; None: rate not known")
+
+
+class HostHitCost(BaseModel):
+    """What a host-tier hit costs per rank: ``rows`` for 1,000, 8,000 and 32,000-token prefixes,
+    each figure's source (``load_source``, ``prefill_source``: 'not measured'/'not known' when absent)."""
+
+    rows: list[HostHitRow]
+    load_source: str
+    prefill_tokens_per_s: float | None = None
+    prefill_source: str
+    bytes_rule: str
+
+
 class Plan(BaseModel):
     profile: str
     sglang_release: str = Field(description="the SGLang release planned (its guard, defaults and flags)")
@@ -248,6 +269,10 @@ class Plan(BaseModel):
         None, description="sha256 of the container launch this plan renders (profile, fact values, argv, env: "
         "launch_spec.launch_digest), the digest `up --dry-run`, `serve --print` and the container label carry; "
         "filled where the facts were gathered (launch.prepare.plan_gathered)")
+    host_hit_cost: HostHitCost | None = Field(
+        None, description="load-back of a cached prefix from host RAM vs recompute (planner/restore_cost.py); "
+        "None with HiCache off")
+
     def refusal_lines(self) -> list[str]:
         """What refuses an unsafe plan, one ``plan: REASON`` line per reason (``plan: unsafe``
         when it has none): the lines ``up``, ``serve`` and ``compose --facts`` refuse with."""

@@ -291,6 +291,9 @@ L3 = Annotated[Union[L3File, L3Mooncake, L3Other], Field(discriminator="kind")]
 
 class HiCache(EschaModel):
     enabled: Annotated[bool, Field(description="--enable-hierarchical-cache"), SGLangFlag("--enable-hierarchical-cache")] = True
+    prefill_tokens_per_s: Annotated[float | None, Field(
+        gt=0, le=1e9, description="cold prefill rate of this box with HiCache off (tokens/s): what a host-tier "
+        "hit saves, for plan's host_hit_cost when `escha-deploy bench` has not measured it here; null: not known")] = None
     hicache_ratio: Annotated[
         Union[Literal["auto"], Annotated[float, Field(gt=0, le=MAX_RATIO)]],
         Field(description="--hicache-ratio: host pool size / device pool size; auto: the "
