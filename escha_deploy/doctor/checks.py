@@ -166,6 +166,41 @@ def check_daemon_memlock(f: DoctorFacts) -> list[Check]:
     return [fail("docker.memlock", memlock_refusal_line(p.image, p.error), MEMLOCK_DAEMON_FIX)]
 
 
+#: How far MemTotal may sit below ``memory=`` of .wslconfig and still be that setting in effect
+#: (the kernel keeps some memory for itself: 16 GiB gives a MemTotal of about 15.6 GiB).
+WSLCONFIG_TOLERANCE = 0.10
+
+
+def check_wslconfig(f: DoctorFacts) -> list[Check]:
+    """Each .wslconfig this WSL2 VM can read: ignored by WSL (UTF-16 or a byte-order mark:
+    microsoft/WSL#7851, #5383), or a ``memory=`` this VM's MemTotal does not reflect (not
+    applied yet: `wsl --shutdown`; or set outside ``[wsl2]``)."""
+    rows = []
+    total = f.memory.mem_total_bytes if f.memory else None
+    for w in f.wslconfig:
+        if w.encoding_problem:
+            rows.append(warn("wsl.wslconfig", f"{w.path} is {w.encoding_problem}: WSL reads .wslconfig as UTF-8 "
+                             "without a byte-order mark and ignores this file (microsoft/WSL#7851, #5383), so "
+                             "none of its settings apply" + (f" (memory={w.memory_text})" if w.memory_text else ""),
+                             "save it as UTF-8 without a BOM (Notepad: Save as > Encoding 'UTF-8', not 'UTF-8 with "
+                             "BOM' or 'Unicode'), then `wsl --shutdown`"))
+        elif w.error:
+            rows.append(warn("wsl.wslconfig", f"{w.path} does not parse as an INI file: {w.error}",
+                             "fix the file (sections such as [wsl2], key=value lines), then `wsl --shutdown`"))
+        elif w.memory_bytes and total and abs(total - w.memory_bytes) > WSLCONFIG_TOLERANCE * w.memory_bytes:
+            rows.append(warn("wsl.wslconfig", f"{w.path} sets memory={w.memory_text} ({_gib(w.memory_bytes)}) but "
+                             f"this VM has MemTotal {_gib(total)}: the setting is not in effect",
+                             "run `wsl --shutdown` from Windows after editing .wslconfig, and keep memory= under "
+                             "[wsl2]; the plan uses the MemTotal the VM has"))
+        elif w.memory_bytes:
+            rows.append(ok("wsl.wslconfig", f"{w.path}: memory={w.memory_text}, MemTotal "
+                           f"{_gib(total) if total else 'unknown'}"))
+        else:
+            rows.append(ok("wsl.wslconfig", f"{w.path}: no memory= under [wsl2] (WSL's default: half of "
+                           "Windows' memory)"))
+    return rows
+
+
 def check_shm(f: DoctorFacts) -> Check:
     if f.shm_bytes is None:
         return warn("host.shm", "no /dev/shm", "NCCL needs shared memory: use --ipc=host or --shm-size=16g")
@@ -369,7 +404,7 @@ def host_checks(f: DoctorFacts, page_cache_floor: int = PAGE_CACHE_FLOOR_BYTES) 
     """The checks that need no profile, in report order (``page_cache_floor``: bytes, the
     profile's safety policy when one was given)."""
     return [check_platform(f), *check_memory(f, page_cache_floor), check_memlock(f), check_shm(f), *check_docker(f),
-            *check_daemon_memlock(f),
+            *check_daemon_memlock(f), *check_wslconfig(f),
             *check_gpus(f), *check_probes(f), *check_nccl(f)]
 
 

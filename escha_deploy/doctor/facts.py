@@ -17,8 +17,9 @@ from escha_deploy.host import Platform, detect_container, detect_platform, host_
 
 from .gpu import GpuInventory, gpu_inventory
 from .kernel_archs import image_kernel_archs
-from .hostinfo import (DockerFacts, ImageFacts, MemlockProbe, MemoryFacts, WslSignals, read_docker, read_memlock,
-                       read_memory, read_shm_size, read_wsl_networking_mode, read_wsl_signals)
+from .hostinfo import (DockerFacts, ImageFacts, MemlockProbe, MemoryFacts, WslConfigFile, WslSignals, read_docker,
+                       read_memlock, read_memory, read_shm_size, read_wsl_networking_mode, read_wsl_signals,
+                       read_wslconfig)
 from .probes import PinnedCeiling
 
 
@@ -68,6 +69,8 @@ class DoctorFacts(BaseModel):
     docker: DockerFacts
     gpus: GpuInventory
     image: ImageFacts | None = Field(default=None, description="the server image on this daemon (id = digest)")
+    wslconfig: list[WslConfigFile] = Field(default_factory=list, description="the Windows users' .wslconfig "
+                                           "files this VM can read (/mnt/c/Users/*/.wslconfig)")
     memlock_probe: MemlockProbe | None = Field(default=None, description="whether the daemon can start a "
                                                "container with --ulimit memlock=-1 (None: not asked)")
     probes: ProbeFacts = Field(default_factory=ProbeFacts)
@@ -112,5 +115,6 @@ def gather_facts(root: Path = Path("/"), environ: Mapping[str, str] | None = Non
         gpus=gpus(),
         image=image() if image is not None else None,
         memlock_probe=memlock_probe() if memlock_probe is not None else None,
+        wslconfig=read_wslconfig(root) if platform == "wsl2" else [],
         kernel_archs=image_kernel_archs(),
     )

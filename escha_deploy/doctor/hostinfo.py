@@ -351,3 +351,71 @@ def probe_memlock(images: list[str], timeout_s: float = 60.0) -> MemlockProbe:
         return MemlockProbe(not_run=_first_line(str(exc)) or type(exc).__name__)
     finally:
         client.close()
+
+
+class WslConfigFile(BaseModel):
+    """A Windows user's ``%UserProfile%\\.wslconfig`` as this WSL2 VM sees it
+    (``/mnt/c/Users/NAME/.wslconfig``). ``encoding_problem``: why WSL ignores the file, when it
+    does (UTF-16, or a byte-order mark: WSL reads UTF-8 without one; microsoft/WSL#7851,
+    #5383). ``memory_bytes``: ``memory=`` under ``[wsl2]`` (WSL's units are binary: 16GB is
+    16 GiB), None when not set; ``memory_text`` as written."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    encoding_problem: str | None = None
+    memory_text: str | None = None
+    memory_bytes: int | None = None
+    error: str | None = None
+
+
+_WSL_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "m": 2**20, "mb": 2**20, "g": 2**30, "gb": 2**30,
+              "t": 2**40, "tb": 2**40}
+
+
+def _wsl_size(text: str) -> int | None:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _WSL_UNITS:
+        return None
+    return int(float(m.group(1)) * _WSL_UNITS[m.group(2).lower()])
+
+
+def read_wslconfig(root: Path = Path("/"), limit: int = 1 << 16) -> list[WslConfigFile]:
+    """Every readable ``mnt/c/Users/*/.wslconfig`` under ``root`` (the Windows drive WSL mounts
+    at /mnt/c), at most ``limit`` bytes each; never raises."""
+    import configparser
+
+    out = []
+    users = root / "mnt" / "c" / "Users"
+    try:
+        candidates = sorted(users.glob("*/.wslconfig"))
+    except OSError:
+        return out
+    for p in candidates:
+        try:
+            if not p.is_file():
+                continue
+            raw = p.open("rb").read(limit)
+        except OSError:
+            continue
+        problem = None
+        if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+            problem, text = "UTF-16 with a byte-order mark", raw.decode("utf-16", "replace")
+        elif b"\x00" in raw[:64]:
+            problem = "UTF-16 without a byte-order mark"
+            text = raw.decode("utf-16-le" if raw[1:2] == b"\x00" else "utf-16-be", "replace")
+        elif raw.startswith(b"\xef\xbb\xbf"):
+            problem, text = "UTF-8 with a byte-order mark", raw[3:].decode("utf-8", "replace")
+        else:
+            text = raw.decode("utf-8", "replace")
+        parser = configparser.ConfigParser(strict=False, interpolation=None)
+        try:
+            parser.read_string(text)
+            mem = parser.get("wsl2", "memory", fallback=None)
+        except configparser.Error as exc:
+            out.append(WslConfigFile(path=str(p), encoding_problem=problem,
+                                     error=" ".join(str(exc).split())[:200]))
+            continue
+        out.append(WslConfigFile(path=str(p), encoding_problem=problem, memory_text=mem.strip() if mem else None,
+                                 memory_bytes=_wsl_size(mem) if mem else None))
+    return out
