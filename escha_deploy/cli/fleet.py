@@ -85,13 +85,17 @@ def plan_command(file: FleetFileArg, fmt: FormatOpt = OutputFormat.table) -> Non
 
 
 def _print_problems(result) -> None:
-    """A fleet plan's warnings and refusals, one line each, on stderr."""
+    """A fleet plan's warnings (the fleet's, then each box's plan warnings as `box NAME: ...`)
+    and refusals, one line each, on stderr."""
     import sys
 
     from .output import warn
 
     for w in result.warnings:
         warn(w)
+    for b in result.boxes:
+        for w in b.plan.warnings:
+            warn(f"box {b.box}: {w}")
     for p in result.problems + result.docker_problems:
         print(f"refused: {p}", file=sys.stderr)
 
@@ -128,6 +132,32 @@ def render_fleet_plan(result) -> None:
               f"{_gb(result.host_tier_bytes)} pinned, {result.host_tier_tokens:,} tokens  "
               f"[{'green' if result.verdict == 'ok' else 'red'}]{result.verdict}[/]")
 
+
+
+def _not_the_box(loaded, fp, name: str) -> list[str]:
+    """For ``fleet up --box NAME --dry-run`` of a box described by ``host_ram``/``platform`` (no
+    saved facts): the dry run plans the machine it runs on, as ``up`` there would, not the
+    box's description ``fleet plan`` planned; one line naming what differs here (memory,
+    platform) and both plans' HiCache ratios, or none when this machine matches."""
+    from ..host import gather_host_facts
+    from ..units import fmt_gib
+
+    bp = fp.box_plan(name)
+    here = gather_host_facts()
+    box = loaded.fleet.box(name)
+    described = bp.plan.budget.memory_base_bytes
+    base_here = here.memory_base_bytes
+    diff = []
+    if base_here != described:
+        diff.append(f"memory {fmt_gib(base_here)} here, {fmt_gib(described)} for {name} (host_ram {box.host_ram and fmt_gib(box.host_ram)})")
+    if here.platform != bp.plan.platform:
+        diff.append(f"platform {here.platform} here, {bp.plan.platform} for {name}")
+    if not diff:
+        return []
+    return [f"fleet up --box {name} --dry-run plans this machine, not {name} as {loaded.path} describes it "
+            f"(fleet plan's figures): {'; '.join(diff)}; fleet plan gave {name} "
+            + (f"HiCache ratio {bp.hicache_ratio:g}" if bp.hicache_ratio is not None else "its plan")
+            + f"; run it on {name}, or give {name} a saved facts file (facts:) to plan it anywhere"]
 
 
 def _plan_or_refuse(file: Path, docker: bool = True):
@@ -171,6 +201,11 @@ def up_command(
         from .up import print_dry_run
 
         ref, sets, facts = box_profile(loaded, fp, box)
+        if facts is None:
+            from .output import warn
+
+            for line in _not_the_box(loaded, fp, box):
+                warn(line)
         print_dry_run(ref, sets, facts, fmt)
         return
     if box is not None:

@@ -175,7 +175,8 @@ def multinode_member_problems(box: Box, facts: BoxFacts | None, instance: str) -
         return []
     seen = f"networking mode {mode}" if mode else "networking mode unknown (no saved `wslinfo --networking-mode`; NAT is WSL's default)"
     return [f"box {box.name}: a WSL2 node in {instance} needs mirrored networking, {seen}: peer nodes cannot reach "
-            "a NAT-mode VM's address, so NCCL/Gloo cannot connect; serve it as a replica behind the router instead"]
+            "a NAT-mode VM's address, so NCCL/Gloo cannot connect; switch the VM to mirrored networking "
+            "(networkingMode=mirrored in .wslconfig), or serve it as a replica behind a router on the same Windows host"]
 
 
 def _key_or_none(path: Path) -> str | None:

@@ -25,6 +25,34 @@ def run(capsys, *args: str, out: list | None = None) -> tuple[int, str]:
     return code, captured.err
 
 
+def _not_this_box(err: str) -> str:
+    """``err`` without the line saying the dry run plans this machine, not the described box."""
+    return "".join(ln for ln in err.splitlines(keepends=True) if not ln.startswith("warning: fleet up --box "))
+
+
+def test_dry_run_of_a_described_box_says_it_plans_this_machine(tmp_path, capsys):
+    """r1 is described as 64 GiB (fleet plan plans that); the dry run here plans this machine:
+    one warning names what differs and fleet plan's ratio (this machine is not 64 GiB)."""
+    from escha_deploy.host import gather_host_facts
+
+    if gather_host_facts().memory_base_bytes == 64 * 2**30:
+        pytest.skip("this machine is the described box")
+    code, err = run(capsys, "fleet", "up", fleet(tmp_path), "--box", "r1", "--dry-run", "--format", "json")
+    line = next((ln for ln in err.splitlines() if ln.startswith("warning: fleet up --box r1 --dry-run")), None)
+    assert line is not None, err
+    assert "plans this machine, not r1" in line and "64.00 GiB for r1" in line and "fleet plan gave r1" in line
+
+
+def test_fleet_plan_table_shows_each_boxs_warnings(tmp_path, capsys):
+    doc = yaml.safe_load(open(fleet(tmp_path)))
+    doc["boxes"][0]["platform"] = "wsl2"  # an unmeasured WSL2 pinned ceiling: a plan warning
+    path = tmp_path / "wsl.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    mine: list = []
+    code, err = run(capsys, "fleet", "plan", str(path), out=mine)
+    assert any(ln.startswith("warning: box r1: WSL2 limits pinned memory") for ln in err.splitlines()), err
+
+
 def fleet(tmp_path) -> str:
     doc = {"name": "lab", "boxes": [
         {"name": "r1", "address": "127.0.0.1", "profile": PROFILE, "host_ram": "64GiB",
@@ -58,7 +86,8 @@ def test_dry_run_is_ups_dry_run_with_the_boxes_overrides(tmp_path, capsys):
     got: list = []
     code_box, err_box = run(capsys, "fleet", "up", path, "--box", "r1", "--dry-run", "--format", "json", out=got)
     box = json.loads(got[0])
-    assert box == up and code_box == code_up and err_box == err_up  # the same preflight, the same refusals
+    # the same preflight, the same refusals; and one line saying this machine is not r1
+    assert box == up and code_box == code_up and _not_this_box(err_box) == err_up
     assert code_up == (3 if up["refusals"] else 0)  # the image is absent wherever a daemon answers
     assert box["container"]["image"] == MISSING and "31234" in box["argv"]
 
@@ -100,7 +129,7 @@ def test_dry_run_prints_what_ups_dry_run_prints(tmp_path, capsys, extra_set, uns
 
     n = lambda t: re.sub(r"\d[\d,.]*", "N", t)  # noqa: E731
     assert n(box_out[0]) == n(up_out[0])
-    assert n(err_box) == n(err_up)
+    assert n(_not_this_box(err_box)) == n(err_up)
     text = box_out[0]
     assert text.startswith("# facts the plan used, and where each came from\n")
     assert "# verdict " in text and "MemTotal" in text and "# server argv" in text
