@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
                                                        "object per line.")] = None,
         prefill_tps: Annotated[Optional[float], typer.Option(
             "--prefill-tps", min=1.0, help="Prefill rate (tokens/s) the load-back-vs-recompute alert compares "
-            "with, when the plan has no measured one.")] = None,
+            "with (default: the plan's: bench's last cold prefill, else hicache.prefill_tokens_per_s).")] = None,
     ) -> None:
         """Show the server(s) of a profile and what they do now: host tier, host memory, alerts."""
         from escha_deploy.errors import Inconclusive, Refused

@@ -181,7 +181,9 @@ def load_back_slower_than_recompute(w: ServerWindow, plan: PlanView | None,
     against one over the prefill rate (tokens/s: the argument, else the plan's measured one)."""
     rate = prefill_tokens_per_s or (plan.prefill_tokens_per_s if plan else None)
     if not rate:
-        return "no prefill rate measured (restore-cost model)"
+        return ("no prefill rate: bench's cold prefill or hicache.prefill_tokens_per_s (plan's host_hit_cost), "
+                "or --prefill-tps")
+    where = "--prefill-tps" if prefill_tokens_per_s else plan.prefill_source
     recompute = 1.0 / rate
     slow = []
     for r, rw in w.ranks.items():
@@ -196,7 +198,8 @@ def load_back_slower_than_recompute(w: ServerWindow, plan: PlanView | None,
         return ""
     return Alert(
         id="load_back_slower_than_recompute", title="loading back costs more than recomputing",
-        evidence="; ".join(slow) + f"; prefill recomputes at {rate:,.0f} tokens/s ({recompute * 1e6:.1f} us/token)",
+        evidence="; ".join(slow) + f"; prefill recomputes at {rate:,.0f} tokens/s ({recompute * 1e6:.1f} us/token, "
+                 f"{where})",
         fix=("the host -> device path is slow (unpinned host memory, a narrow PCIe link): "
              "`escha-deploy doctor` measures it; try hicache.io_backend kernel, or turn the "
              "host tier off"))

@@ -143,7 +143,8 @@ def measured_h2d(plan: PlanView | None) -> PlanView | None:
     f = load_findings(doctor_findings_path(), host_id=host_id())
     if f is None or f.restore_bandwidth is None:
         return plan
-    return plan.model_copy(update={"h2d_bytes_per_s": f.restore_bandwidth.load_gbps * 1e9})
+    return plan.model_copy(update={"h2d_bytes_per_s": f.restore_bandwidth.load_gbps * 1e9,
+                                   "h2d_source": f"doctor's restore probe ({doctor_findings_path()})"})
 
 
 class Watcher:

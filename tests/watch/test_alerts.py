@@ -195,3 +195,21 @@ def test_host_mamba_states_are_read_when_exported():
     only_kv = "# TYPE sglang:hicache_host_total_tokens" + text.split("# TYPE sglang:hicache_host_total_tokens")[1]
     old = server_reading(Snapshot.parse(only_kv))  # what 0.5.19 exports
     assert set(old.ranks) == {"0", "1"} and all(r.host_mamba_total_states is None for r in old.ranks.values())
+
+
+def test_restore_cost_inputs_come_from_the_plan():
+    """The plan's host_hit_cost (the profile's hicache.prefill_tokens_per_s here; no restore
+    probe on a described host) feeds the load-back-vs-recompute rule, its source named."""
+    from escha_deploy.host import described_host
+    from escha_deploy.planner import plan
+    from escha_deploy.profile import load_profile
+    from escha_deploy.units import GiB
+    from escha_deploy.watch.planview import plan_view
+
+    p = plan(load_profile("rtx5060ti-tp2", ["hicache.prefill_tokens_per_s=20000"]), described_host(16 * GiB, "wsl2"))
+    view = plan_view(p)
+    assert view.prefill_tokens_per_s == 20_000 and "hicache.prefill_tokens_per_s" in view.prefill_source
+    assert view.h2d_bytes_per_s is None and view.h2d_source.startswith("not measured")
+    got = al.load_back_slower_than_recompute(window(dict(HEALTHY, load_back_seconds=1.2)), view)
+    assert isinstance(got, al.Alert) and "us/token, hicache.prefill_tokens_per_s" in got.evidence
+    assert al.load_back_slower_than_recompute(window(HEALTHY), view) == ""
