@@ -15,6 +15,7 @@ directory (config.json, safetensors sizes). Sources, all in the 0.5.19 wheel und
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -308,7 +309,7 @@ def read_model_dir(path: str | Path) -> ModelDirFacts | None:
     from .jsonio import loads_json, read_regular
 
     p = Path(path)
-    if not p.is_dir():
+    if not os.path.isdir(p):
         return None
     arch = None
     context: dict = {}

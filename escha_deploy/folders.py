@@ -87,7 +87,7 @@ def check_model_folder(path: str, field: str = "model.host_dir") -> list[str]:
     folder, no ``config.json``, no weights (``WEIGHT_GLOBS``; an index file without its shards
     is named as such). Empty list: the folder looks loadable."""
     p = Path(path)
-    if not p.is_dir():
+    if not os.path.isdir(p):
         return [f"{field}: {path} is not a folder here"]
     from .jsonio import file_problem
 
@@ -132,9 +132,9 @@ def check_l3_dir(path: str, cap_bytes: int | None, field: str = "hicache.l3.dir"
     file is really created and removed: permissions, a read-only mount and ACLs all show), or
     less free space than ``cap_bytes`` (bytes, ``hicache.l3.max_size``) on its filesystem."""
     p = Path(path)
-    if not p.exists():
+    if not os.path.exists(p):
         return [f"{field}: {path} does not exist here; create it (mkdir -p {path}) on a disk with the cap free"]
-    if not p.is_dir():
+    if not os.path.isdir(p):
         return [f"{field}: {path} is not a folder"]
     why = _writable(p)
     if why is not None:

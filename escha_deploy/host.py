@@ -9,6 +9,7 @@ fixture trees of WSL2 and other hosts.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import socket
@@ -232,7 +233,7 @@ def host_id(root: Path = Path("/")) -> str:
 def l3_free_bytes(path: str) -> int | None:
     """Free bytes on the filesystem holding ``path`` (its nearest existing ancestor)."""
     p = Path(path)
-    while not p.exists() and p != p.parent:
+    while not os.path.exists(p) and p != p.parent:
         p = p.parent
     try:
         return shutil.disk_usage(p).free
@@ -335,7 +336,7 @@ def gather_plan_inputs(profile, *, platform: Platform | None = None, host_ram: i
         host = gather_host_facts(platform=platform, l3_dir=l3, gpus=profile.container.gpus != [])
     field = "model.path" if model_path else "model.host_dir"
     path = model_path or profile.model.host_dir
-    if path and Path(path).is_dir():
+    if path and os.path.isdir(path):  # never raises (Path.is_dir does for a name too long)
         problems = check_model_folder(path, field)
         if problems:
             raise BadInput(*problems)

@@ -80,7 +80,7 @@ def check_output(path: str | Path, option: str) -> None:
     ``--output PATH: cannot write: No such file or directory``."""
     import errno
 
-    if Path(path).is_dir():
+    if os.path.isdir(path):  # os.path never raises: Path.is_dir does for a name too long
         raise _cannot_write(option, path, errno.EISDIR)
     _parent_is_folder(path, option)
 
@@ -91,8 +91,8 @@ def _parent_is_folder(path: str | Path, option: str) -> None:
     import errno
 
     parent = Path(path).parent
-    if not parent.is_dir():
-        raise _cannot_write(option, path, errno.ENOTDIR if parent.exists() else errno.ENOENT)
+    if not os.path.isdir(parent):
+        raise _cannot_write(option, path, errno.ENOTDIR if os.path.exists(parent) else errno.ENOENT)
 
 
 def replace_file(target: Path, data: bytes, *, in_place_fallback: bool = False) -> None:
@@ -171,11 +171,11 @@ def output_folder(path: str | Path, option: str, *, make: bool = True) -> Path:
     import errno
 
     p = Path(path)
-    if p.is_dir():
+    if os.path.isdir(p):
         if not make and not os.access(p, os.W_OK | os.X_OK):
             raise _cannot_write(option, path, errno.EACCES)
         return p
-    if p.exists():
+    if os.path.exists(p):
         raise _cannot_write(option, path, errno.ENOTDIR)
     if not make:
         _parent_is_folder(p, option)

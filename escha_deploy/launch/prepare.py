@@ -9,6 +9,7 @@ an unsafe plan, missing capabilities or an unlaunchable container spec.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -491,7 +492,7 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
     by["container settings"] = dk.check_spec(spec)
     if client is not None if mounts_here is None else mounts_here:  # a launch here: the model folder is mounted
         by["model folder"] = [f"model.host_dir / container.model_dir: {m.source} is not a folder on this host"
-                              for m in spec.mounts if m.target == profile.model.path and not Path(m.source).is_dir()]
+                              for m in spec.mounts if m.target == profile.model.path and not os.path.isdir(m.source)]
     by = {k: v for k, v in by.items() if v}
     refusals = [line for lines in by.values() for line in lines]
     return Prepared(profile, plan, launch, spec, dk.create_args(spec), list(launch.argv), warnings, refusals,
