@@ -11,6 +11,7 @@ flag catalog generated from its real parser, ``escha_deploy/catalog/``, by
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from .capabilities import ENV_HOST_ALLOCATOR, ENV_HOST_RESERVE
 from .planner.result import Plan
@@ -40,8 +41,27 @@ def _fmt_float(x: float) -> str:
     return f"{x:g}"
 
 
+@dataclass(frozen=True)
+class MultiNode:
+    """One node of a multi-node instance, as ``server_args`` renders it: ``tp_size`` is the
+    instance's total TP (SGLang's ``--tp-size`` counts every node's GPUs,
+    ``docs/references/multi_node_deployment/multi_node.md``), ``pp_size`` the pipeline stages
+    (``--pp-size`` when above 1), then ``--nnodes``, ``--node-rank`` and ``--dist-init-addr
+    HOST:PORT`` (rank 0's torch.distributed rendezvous; ``distributed/bootstrap.py``) and
+    ``--dist-timeout`` (seconds) when set. ``nnodes`` and ``node_rank`` may be placeholders an
+    orchestrator fills (Kubernetes' ``$(LWS_GROUP_SIZE)``). SGLang turns the overlap scheduler
+    off itself when ``pp_size > 1`` (``arg_groups/overrides.py`` ``_pipeline_parallel_overlap_disable``)."""
+
+    nnodes: int | str
+    node_rank: int | str
+    dist_init_addr: str
+    tp_size: int
+    pp_size: int
+    dist_timeout_s: int | None = None
+
+
 def server_args(plan: Plan, profile: Profile, *, host: str = "0.0.0.0", port: int | None = None,
-                model_path: str | None = None) -> list[str]:
+                model_path: str | None = None, multinode: MultiNode | None = None) -> list[str]:
     """The SGLang flags for ``plan`` (everything after ``python -m sglang.launch_server``).
 
     ``host``: the address the server binds inside its network namespace (0.0.0.0 in a
@@ -49,13 +69,16 @@ def server_args(plan: Plan, profile: Profile, *, host: str = "0.0.0.0", port: in
     127.0.0.1 natively). Secrets are never rendered here (``serve`` adds ``--api-key`` from
     the mounted file at run time). ``runtime.extra_args`` come last, as given. ``model_path``:
     the folder the server loads when it is not ``model.path`` (natively: ``model.host_dir``).
+    ``multinode``: this argv is one node's of a multi-node instance (``MultiNode``).
     """
     rt, m, hc = profile.runtime, profile.model, plan.hicache
     a: list[str] = ["--model-path", model_path or m.path]
     if m.served_model_name:
         a += ["--served-model-name", m.served_model_name]
     a += ["--host", host, "--port", str(port or profile.container.port)]
-    a += ["--tp-size", str(rt.tp_size)]
+    a += ["--tp-size", str(multinode.tp_size if multinode else rt.tp_size)]
+    if multinode and multinode.pp_size > 1:
+        a += ["--pp-size", str(multinode.pp_size)]
     if m.quantization:
         a += ["--quantization", m.quantization]
     if m.trust_remote_code:
@@ -108,6 +131,11 @@ def server_args(plan: Plan, profile: Profile, *, host: str = "0.0.0.0", port: in
         if hc.storage_backend:
             a += ["--hicache-storage-backend", hc.storage_backend]
     a += list(rt.extra_args)
+    if multinode:
+        a += ["--nnodes", str(multinode.nnodes), "--node-rank", str(multinode.node_rank),
+              "--dist-init-addr", multinode.dist_init_addr]
+        if multinode.dist_timeout_s:
+            a += ["--dist-timeout", str(multinode.dist_timeout_s)]
     return a
 
 
@@ -166,25 +194,6 @@ CONFIG_FLAG = "--config"
 def secret_config(api_key: str | None) -> dict[str, str]:
     """The ``--config`` YAML entries carrying secrets (``--api-key``), keyed as SGLang's flags."""
     return {"api-key": api_key} if api_key else {}
-
-
-def multinode_args(argv: list[str], *, nnodes: int, node_rank: int, dist_init_addr: str, tp_size: int,
-                   pp_size: int, dist_timeout_s: int | None = None) -> list[str]:
-    """``argv`` (``server_args`` of one node) made a node of a multi-node instance: ``--tp-size``
-    becomes the instance's total TP (SGLang's ``--tp-size`` counts every node's GPUs,
-    ``docs/references/multi_node_deployment/multi_node.md``), then ``--pp-size``, ``--nnodes``,
-    ``--node-rank`` and ``--dist-init-addr HOST:PORT`` (rank 0's torch.distributed rendezvous;
-    ``distributed/bootstrap.py``). SGLang turns the overlap scheduler off itself when
-    ``pp_size > 1`` (``arg_groups/overrides.py`` ``_pipeline_parallel_overlap_disable``)."""
-    out = list(argv)
-    i = out.index("--tp-size")
-    out[i + 1] = str(tp_size)
-    if pp_size > 1:
-        out[i + 2:i + 2] = ["--pp-size", str(pp_size)]
-    out += ["--nnodes", str(nnodes), "--node-rank", str(node_rank), "--dist-init-addr", dist_init_addr]
-    if dist_timeout_s:
-        out += ["--dist-timeout", str(dist_timeout_s)]
-    return out
 
 
 def multinode_env(nic: str | None) -> dict[str, str]:

@@ -64,7 +64,7 @@ def _node_service(node: NodeLaunch, image: str, shm_size: int | None, labels: di
     if shm_size:
         svc["shm_size"] = shm_size
     if node.serves_api:
-        port = node.argv[node.argv.index("--port") + 1]
+        port = node.port
         svc["healthcheck"] = {
             "test": ["CMD", "python3", "-c",
                      f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/health', timeout=5)"],
@@ -91,11 +91,9 @@ def render_box(loaded: LoadedFleet, fp: FleetPlan, name: str) -> dict[str, Any]:
               f"{LABEL_PREFIX}box": name}
     if inst is not None and inst.multi_node:
         nodes = render_nodes(inst, [fp.box_plan(b).plan for b in inst.boxes], [fp.profile(b) for b in inst.boxes],
-                             [fleet.box(b).address for b in inst.boxes], [fleet.box(b).nic for b in inst.boxes])
+                             [fleet.box(b).address for b in inst.boxes], [fleet.box(b).nic for b in inst.boxes],
+                             rank0_binds_address=True)  # rank 0 listens on the address the router reaches
         node = nodes[inst.boxes.index(name)]
-        if node.serves_api:  # rank 0 listens on the address the router reaches
-            i = node.argv.index("--host")
-            node = node.model_copy(update={"argv": node.argv[:i + 1] + [box.address] + node.argv[i + 2:]})
         spec = build_launch_spec(bp.plan, prof).container
         services[f"node{node.node_rank}"] = _node_service(
             node, prof.container.image, spec.shm_size_bytes,

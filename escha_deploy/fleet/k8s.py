@@ -187,11 +187,11 @@ def _multi_node(loaded: LoadedFleet, fp: FleetPlan, g: Group, n_instances: int) 
     port = prof.container.port
     local = prof.runtime.tp_size
     tp, pp = (local, g.nodes) if g.parallel == "pp" else (local * g.nodes, 1)
-    base = flags.server_args(bp.plan, prof, host="0.0.0.0")
-    argv = flags.multinode_args(base, nnodes=g.nodes, node_rank=0, dist_init_addr="$(LWS_LEADER_ADDRESS):"
-                                f"{g.dist_init_port}", tp_size=tp, pp_size=pp, dist_timeout_s=g.dist_timeout_s)
-    argv[argv.index("--nnodes") + 1] = "$(LWS_GROUP_SIZE)"
-    argv[argv.index("--node-rank") + 1] = "$(LWS_WORKER_INDEX)"
+    # the node count and rank are LeaderWorkerSet's, filled in each pod
+    node = flags.MultiNode(nnodes="$(LWS_GROUP_SIZE)", node_rank="$(LWS_WORKER_INDEX)",
+                           dist_init_addr=f"$(LWS_LEADER_ADDRESS):{g.dist_init_port}", tp_size=tp, pp_size=pp,
+                           dist_timeout_s=g.dist_timeout_s)
+    argv = flags.server_args(bp.plan, prof, host="0.0.0.0", multinode=node)
     env = {**flags.server_env(bp.plan, prof), **flags.multinode_env("eth0"),
            "NO_PROXY": "localhost,127.0.0.1,0.0.0.0,::1"}
     env_list = [{"name": key, "value": v} for key, v in sorted(env.items())]

@@ -90,6 +90,7 @@ class NodeLaunch(BaseModel):
     tp_size: int = Field(description="--tp-size (the instance's total)")
     pp_size: int
     dist_init_addr: str
+    port: int = Field(description="the port rank 0 serves the API on (--port)")
     argv: list[str]
     env: dict[str, str]
     serves_api: bool
@@ -97,10 +98,12 @@ class NodeLaunch(BaseModel):
 
 
 def render_nodes(inst: Instance, plans: list[Plan], profiles: list[Profile], addresses: list[str],
-                 nics: list[str | None]) -> list[NodeLaunch]:
+                 nics: list[str | None], *, rank0_binds_address: bool = False) -> list[NodeLaunch]:
     """Per-node launches of ``inst``, all from the plan with the smallest host pools (a node
     that could pin more runs safely with less; pinned bytes grow with the ratio), so every node
-    passes the same flags but ``--node-rank``. ``addresses[0]`` is rank 0's."""
+    passes the same flags but ``--node-rank``. ``addresses[0]`` is rank 0's.
+    ``rank0_binds_address``: rank 0 listens on ``addresses[0]`` (host networking, where the router
+    reaches it) instead of 0.0.0.0."""
     from .. import flags
 
     i_min = min(range(len(plans)), key=lambda i: (plans[i].per_rank.pinned_bytes, i))
@@ -111,10 +114,12 @@ def render_nodes(inst: Instance, plans: list[Plan], profiles: list[Profile], add
     addr = host_port(addresses[0], inst.group.dist_init_port)  # [v6]:port (SGLang's NetworkAddress.parse)
     out = []
     for rank, box in enumerate(inst.boxes):
-        argv = flags.multinode_args(flags.server_args(base_plan, base_prof, host="0.0.0.0"), nnodes=n, node_rank=rank,
-                                    dist_init_addr=addr, tp_size=tp, pp_size=pp,
-                                    dist_timeout_s=inst.group.dist_timeout_s)
+        node = flags.MultiNode(nnodes=n, node_rank=rank, dist_init_addr=addr, tp_size=tp, pp_size=pp,
+                               dist_timeout_s=inst.group.dist_timeout_s)
+        bind = addresses[0] if rank == 0 and rank0_binds_address else "0.0.0.0"
+        argv = flags.server_args(base_plan, base_prof, host=bind, multinode=node)
         env = {**flags.server_env(base_plan, base_prof), **flags.multinode_env(nics[rank])}
         out.append(NodeLaunch(instance=inst.name, box=box, node_rank=rank, nnodes=n, tp_size=tp, pp_size=pp,
-                              dist_init_addr=addr, argv=argv, env=env, serves_api=rank == 0))
+                              dist_init_addr=addr, port=base_prof.container.port, argv=argv, env=env,
+                              serves_api=rank == 0))
     return out
