@@ -127,6 +127,8 @@ class LaunchFacts(BaseModel):
     gpus: list[GpuRecord] = Field(default_factory=list, description="per-GPU records (facts file / NVML)")
     model_safetensors_bytes: int | None = Field(default=None, description="sum of *.safetensors in the model folder")
     model_arch: dict[str, Any] | None = Field(default=None, description="the architecture read from config.json")
+    sglang_release: str | None = Field(default=None, description="the SGLang release the plan was made for: "
+                                       "serve --spec refuses a runtime of another")
 
 
 class LaunchNeeds(BaseModel):

@@ -353,6 +353,7 @@ def launch_facts(plan: Plan, g: Gathered) -> LaunchFacts:
         host_allocator=h.host_allocator, capabilities=sorted(plan.capabilities), gpus=list(g.gpus),
         model_safetensors_bytes=md.safetensors_bytes if md else None,
         model_arch=md.arch.model_dump(mode="json") if md and md.arch else None,
+        sglang_release=plan.sglang_release,
     )
 
 
@@ -478,7 +479,13 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
         else:
             caps_source = (f"assumed: the profile's runtime.needs (the image {profile.container.image} has no "
                            "capability label; its runtime description file was not read)")
-    plan = plan_gathered(profile, g, capabilities=caps)
+    from escha_deploy.releases import choose_release
+    from escha_deploy.runtime.description import LABEL_SGLANG
+
+    image_release = (labels or {}).get(LABEL_SGLANG) if client is not None and present else None
+    release = choose_release(image=(image_release, f"the image {profile.container.image} (label {LABEL_SGLANG})"),
+                             profile=profile.runtime.sglang_version)
+    plan = plan_gathered(profile, g, capabilities=caps, release=release)
     if plan.verdict == "unsafe":
         by["plan"] = plan.refusal_lines()
     warnings = [f"plan: {w}" for w in plan.warnings]

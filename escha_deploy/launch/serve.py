@@ -78,11 +78,34 @@ def _runtime_capabilities() -> tuple[list[str] | None, str]:
     return list(desc.capabilities), "this runtime (/etc/escha/runtime.json)"
 
 
+def runtime_release() -> tuple[str | None, str]:
+    """The SGLang release this runtime runs and where that was read: its runtime description's
+    ``sglang_version`` (``runtime apply`` records the installed dist-info's); ``(None, ...)``
+    for a runtime without one (nothing to compare: finding sglang would run its interpreter)."""
+    from escha_deploy.runtime.description import read_description
+
+    desc = read_description()
+    if desc is not None and desc.sglang_version:
+        return desc.sglang_version, "this runtime (/etc/escha/runtime.json)"
+    return None, "this runtime (no /etc/escha/runtime.json)"
+
+
+def check_release(planned: str | None, path: str | Path) -> None:
+    """``Refused`` (exit 3, both named) when this runtime's SGLang release is not the one the
+    launch spec at ``path`` was planned for; nothing to check when either is unknown."""
+    running, where = runtime_release()
+    if planned and running and planned != running:
+        raise Refused(f"SGLang release: {where} runs {running}, but the launch spec {path} was planned for "
+                      f"{planned}", hint=f"plan for this image (`escha-deploy up` reads its release), or run an "
+                      f"image of SGLang {planned}")
+
+
 def serve_spec(path: str | Path, *, dry_run: bool = False, report: Report = quiet) -> int:
     """``serve --spec PATH``: run the plan the host made (module docstring); returns the exit
     status. ``dry_run`` (``--print``) prints the argv, env and digest, then exits 3 if any
-    check disagrees."""
+    check disagrees. A runtime of another SGLang release than the plan's is refused (exit 3)."""
     launch = read_spec(path)
+    check_release(launch.facts.sglang_release, path)
     caps, where = _runtime_capabilities()
     report("info", f"serve: {launch.profile}: plan digest {launch.plan_digest} from {path} "
                    f"(escha-deploy {launch.escha_version})")
@@ -121,8 +144,12 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
 
     g = gather(profile, facts_path=facts_path, model_path=profile.model.path if in_container else None,
                l3_path=CONTAINER_L3_DIR if in_container else None, check_here=True)
+    from escha_deploy.releases import choose_release
+
+    running, release_where = runtime_release()
+    release = choose_release(image=(running, release_where), profile=profile.runtime.sglang_version)
     plan = plan_gathered(profile, g, capabilities=list(caps) if caps is not None
-                         else list(profile.runtime.needs if missing else ()))
+                         else list(profile.runtime.needs if missing else ()), release=release)
     if plan.verdict == "unsafe" and not dry_run:
         raise Refused(*plan.refusal_lines())
     if plan.verdict == "hicache_off":
