@@ -43,8 +43,16 @@ DROPPED_TOKENS = "sglang:hicache_dropped_tokens_total"  # counter, labels reason
 HOST_MAMBA_USED_STATES = "sglang:hicache_host_mamba_used_states"  # gauge
 HOST_MAMBA_TOTAL_STATES = "sglang:hicache_host_mamba_total_states"  # gauge
 
-#: Names read when the server exports them, with the first release that defines them.
-LATER = {HOST_MAMBA_USED_STATES: "0.5.23", HOST_MAMBA_TOTAL_STATES: "0.5.23"}
+#: Names read when the server exports them: not in every supported release (``first_release``
+#: says which release's ``metrics.json`` defines each first).
+LATER = (HOST_MAMBA_USED_STATES, HOST_MAMBA_TOTAL_STATES)
+
+
+def first_release(name: str) -> str | None:
+    """The first supported release whose metric catalog (``metrics.json``) defines ``name``."""
+    from escha_deploy.releases import supported_releases
+
+    return next((v for v in supported_releases() if name in release_metrics(v)), None)
 
 #: Names ``status`` reads (the test checks each against the wheel).
 ALL = (CACHED_TOKENS, PROMPT_TOKENS, NUM_REQUESTS, NUM_RUNNING, NUM_QUEUED, TOKEN_USAGE,
@@ -75,7 +83,8 @@ def missing_in_release(version: str | None = None) -> list[str]:
 
     have = release_metrics(version)
     v = _key(version or default_release())
-    return [m for m in (*ALL, *(n for n, since in LATER.items() if v >= _key(since))) if m not in have]
+    later = [n for n in LATER if (since := first_release(n)) is not None and v >= _key(since)]
+    return [m for m in (*ALL, *later) if m not in have]
 
 
 def _key(version: str) -> tuple[int, ...]:
