@@ -9,8 +9,8 @@ and is printed by ``up --dry-run``, ``serve --print`` and ``compose``. So a prof
 (mounted read-only, passed to SGLang through a private ``--config`` file), and the other two
 have no route yet, so they are refused.
 
-Also refused in ``extra_args``: a URL with a password in it (``scheme://user:pass@host``) and a
-JSON value (``--hicache-storage-backend-extra-config``, ``--model-loader-extra-config``) with a
+Also refused in ``extra_args``: a URL with credentials in it (``scheme://user:pass@host``,
+``scheme://KEY@host``, ``?token=KEY``) and a JSON value (``--hicache-storage-backend-extra-config``, ``--model-loader-extra-config``) with a
 credential-named key. ``redact_argv`` masks the value after a secret flag, for printing argvs
 that did not come from a profile.
 
@@ -38,20 +38,73 @@ SECRET_FLAGS: dict[str, str] = {
 _EXACT_OK = {"--ssl-keyfile"}
 
 _USERINFO_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:[^/@\s]*@")
+#: Any user part in a URL (``scheme://KEY@host``: a token as the user name is a credential too).
+_ANY_USERINFO_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s]+@")
 _CREDENTIAL_KEY_RE = re.compile(r"(?i)(pass(word|wd)?|secret|token|api[_-]?key|access[_-]?key|credential|auth)")
+#: A credential-named query parameter in a URL (``?token=K``, ``&api_key=K``).
+_CREDENTIAL_QUERY_RE = re.compile(
+    r"(?i)[A-Za-z][A-Za-z0-9+.-]*://[^\s]*[?&#](?:[A-Za-z0-9_.-]*(?:pass(?:word|wd)?|secret|token|key|credential|"
+    r"auth|sig(?:nature)?)[A-Za-z0-9_.-]*)=")
+#: Dash look-alikes a word processor or a chat client puts where ``--`` was typed: hyphen and
+#: dash forms U+2010-U+2015, minus sign U+2212, small and full-width hyphen-minus.
+_DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe63\uff0d"
+#: Edits (Levenshtein distance) within which an unknown flag counts as a secret flag misspelt
+#: (``--apikey``, ``--api-ky``); no flag of SGLang's parser is that close to one (a test checks).
+MAX_EDITS = 2
+
+
+def flag_name(token: str) -> str:
+    """How ``token`` names a flag once typing accidents are undone: dash look-alikes at its
+    start become ``-`` (one of them alone stands for ``--``), the name ends at ``=`` or
+    whitespace (``"--api-key KEY"`` given as one item), lower case, ``_`` as ``-``."""
+    t = token.strip()
+    lead = len(t) - len(t.lstrip("-" + _DASHES))
+    head = "".join("-" if c in _DASHES else c for c in t[:lead])
+    if lead == 1 and t[0] in _DASHES:
+        head = "--"
+    name = re.split(r"[=\s]", head + t[lead:], maxsplit=1)[0]
+    return name.lower().replace("_", "-")
+
+
+def _edits(a: str, b: str) -> int:
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[:], i
+        for j, cb in enumerate(b, 1):
+            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (ca != cb))
+    return row[-1]
 
 
 def secret_flag(token: str) -> str | None:
-    """The secret flag that ``token`` names (exactly, with ``=value``, or as an abbreviation
-    argparse would expand, since SGLang's parser has ``allow_abbrev``), else None."""
-    if not token.startswith("--") or len(token) < 4:
+    """The secret flag that ``token`` names (exactly, with ``=value``, with a value after a
+    space in the same item, as an abbreviation argparse would expand, since SGLang's parser has
+    ``allow_abbrev``, with dash look-alikes, ``_`` or capitals, or misspelt within
+    ``MAX_EDITS`` edits), else None."""
+    if not isinstance(token, str):
         return None
-    name = token.split("=", 1)[0]
-    if name in _EXACT_OK:
+    name = flag_name(token)
+    if not name.startswith("--") or len(name) < 4 or name in _EXACT_OK:
         return None
     for flag in SECRET_FLAGS:
         if flag == name or (len(name) >= 5 and flag.startswith(name)):
             return flag
+    for flag in SECRET_FLAGS:
+        if len(name) >= 7 and _edits(name, flag) <= MAX_EDITS:
+            return flag
+    return None
+
+
+def url_credential(token: str) -> str | None:
+    """What credential a URL in ``token`` carries (``"user:password@ or KEY@"``, ``"a
+    credential query parameter: ..."``), else None: refused in every URL-taking flag (the catalog's
+    ``--otlp-traces-endpoint``, ``--load-publish-endpoint``, ...) and anywhere else in
+    ``runtime.extra_args``, since the argv is printed."""
+    if "://" not in token:
+        return None
+    if _ANY_USERINFO_RE.search(token):
+        return "user:password@ or KEY@"
+    if _CREDENTIAL_QUERY_RE.search(token):
+        return "a credential query parameter: ?token=, ?api_key=, ..."
     return None
 
 
@@ -83,13 +136,13 @@ def extra_args_problems(args: Sequence[str]) -> list[str]:
             continue
         flag = secret_flag(token)
         if flag is not None:
-            spelled = token.split("=", 1)[0]
+            spelled = re.split(r"[=\s]", token.strip(), maxsplit=1)[0][:40]  # never the value
             how = f"{spelled} (= {flag})" if spelled != flag else flag
             out.append(f"item {i}: {how} would put a secret on the server's command line, where ps, "
                        f"docker inspect and every printed argv show it: {SECRET_FLAGS[flag]}")
-        elif _USERINFO_RE.search(token):
-            out.append(f"item {i}: a URL with a password in it would be on the server's command line; "
-                       "use a URL without user:password@")
+        elif (what := url_credential(token)) is not None:
+            out.append(f"item {i}: a URL with a password in it ({what}) would be on the server's command line "
+                       "and in every printed argv, compose file and manifest; use a URL without credentials")
         elif token.lstrip().startswith("{"):
             keys = _json_credential_keys(token)
             if keys:
@@ -108,8 +161,8 @@ def redact_argv(argv: Iterable[str], mask: str = "***") -> list[str]:
             hide_next = False
             continue
         flag = secret_flag(token)
-        if flag is not None and "=" in token:
-            out.append(token.split("=", 1)[0] + "=" + mask)
+        if flag is not None and re.search(r"[=\s]", token.strip()):
+            out.append(re.split(r"([=\s])", token.strip(), maxsplit=1)[0] + "=" + mask)
         else:
             out.append(token)
             hide_next = flag is not None

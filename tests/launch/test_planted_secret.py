@@ -81,11 +81,45 @@ def test_secret_flags_cover_the_catalog():
     ["--admin-api-key", KEY], ["--admin-api", KEY], ["--ssl-keyfile-password", KEY],
     ["--otlp-traces-endpoint", f"http://user:{KEY}@collector:4317"],
     ["--hicache-storage-backend-extra-config", json.dumps({"nested": {"access_key": KEY}})],
+    [f"--api-key {KEY}"], ["\u2013api-key", KEY], [f"\u2014api-key={KEY}"], ["\u2013-api-key", KEY],
+    ["--apikey", KEY], ["--api_key", KEY], ["--API-KEY", KEY], ["--api-ky", KEY], ["--admin_api_key", KEY],
+    ["--otlp-traces-endpoint", f"http://127.0.0.1:4317/v1?token={KEY}"],
+    ["--otlp-traces-endpoint", f"http://{KEY}@127.0.0.1:4317"],
+    ["--load-publish-endpoint", f"tcp://127.0.0.1:5557?api_key={KEY}"],
 ])
 def test_every_spelling_is_refused_without_echoing_the_key(args):
     problems = extra_args_problems(["--enable-metrics", *args])
     assert len(problems) == 1 and problems[0].startswith(("item 1: ", "item 2: "))
     assert KEY not in problems[0]
+
+
+def test_no_catalog_flag_is_within_the_edits_of_a_secret_flag():
+    """A misspelling within ``MAX_EDITS`` of a secret flag counts as it; every release's real
+    flags are farther, so none of them is taken for one."""
+    from escha_deploy.flagcheck import catalog_path
+    from escha_deploy.releases import supported_releases
+    from escha_deploy.secretargs import secret_flag
+
+    for release in supported_releases():
+        cat = json.loads(catalog_path(release).read_text())
+        flags = {f for a in cat["actions"] for f in a.get("flags", []) if f.startswith("--")}
+        assert {f for f in flags if secret_flag(f) and f not in SECRET_FLAGS} == set(), release
+
+
+def test_url_flags_of_the_catalog_are_checked():
+    """Every catalog flag that takes a URL or address (dest ``*_url``/``*_endpoint``/``*_address``,
+    or URL in its help) refuses credentials in its value."""
+    from escha_deploy.flagcheck import catalog_path
+
+    cat = json.loads(catalog_path().read_text())
+    url_flags = sorted(f for a in cat["actions"] if re.search(r"(_url|_endpoint|_address)$", a.get("dest", ""))
+                       or re.search(r"\bURL\b", a.get("help") or "") for f in a["flags"] if f.startswith("--"))
+    assert "--otlp-traces-endpoint" in url_flags
+    for flag in url_flags:
+        for value in (f"http://127.0.0.1:1/?token={KEY}", f"http://u:{KEY}@127.0.0.1:1", f"tcp://{KEY}@127.0.0.1:1"):
+            problems = extra_args_problems([flag, value])
+            assert len(problems) == 1 and "a URL with a password in it" in problems[0] and KEY not in problems[0]
+        assert extra_args_problems([flag, "http://127.0.0.1:4317/v1?service=escha"]) == []
 
 
 def test_non_secret_flags_pass():
@@ -94,6 +128,7 @@ def test_non_secret_flags_pass():
                                 "--otlp-traces-endpoint", "http://collector:4317"]) == []
     assert redact_argv(["--api-key", KEY, f"--admin-api-key={KEY}", "--port", "1"]) == \
         ["--api-key", "***", "--admin-api-key=***", "--port", "1"]
+    assert redact_argv([f"--api-key {KEY}", "--apikey", KEY]) == ["--api-key=***", "--apikey", "***"]
 
 
 def test_extra_args_route_is_refused_by_every_command(tmp_path):
