@@ -412,6 +412,8 @@ class Prepared:
         return {
             "profile": self.profile.name,
             "verdict": self.plan.verdict,
+            "sglang_release": self.plan.sglang_release,
+            "sglang_release_source": self.plan.sglang_release_source,
             "hicache": self.plan.hicache.enabled,
             "plan_digest": self.launch.plan_digest,
             "reasons": list(self.plan.reasons),

@@ -55,3 +55,32 @@ def test_serve_spec_of_a_0_5_19_plan_in_a_0_5_23_image_exits_3_naming_both(docke
         assert "SGLang release:" not in logs, logs
     finally:
         docker_client.images.remove(tag, force=True)
+
+
+def test_up_plans_the_image_release_and_refuses_a_profile_naming_another(docker_client, standin_image, tmp_path):
+    """`up` reads the image's release label (a stock 0.5.23 image, no series): a profile that
+    names 0.5.19 is refused naming both; one that names none plans 0.5.23, and with no series
+    capability needed it is launchable."""
+    from .conftest import run_cli
+
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    base = standin_image("escha-standin:ok")
+    (ctx / "Dockerfile").write_text(f"FROM {base}\nLABEL io.escha.runtime.sglang-version=0.5.23\n")
+    tag = f"escha-standin:sglang-0.5.23-{RUN}"
+    docker_client.images.build(path=str(ctx), tag=tag, rm=True, forcerm=True)
+    env = {**__import__("os").environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    try:
+        r = run_cli("up", "-p", str(STANDIN_PROFILE), "--set", f"container.image={tag}",
+                    "--set", "runtime.sglang_version=0.5.19", "--dry-run", "--format", "json", env=env)
+        assert r.returncode == 3, r.stderr
+        assert (f"SGLang release: the image {tag} (label io.escha.runtime.sglang-version) says 0.5.23, "
+                "runtime.sglang_version says 0.5.19") in r.stderr
+        r = run_cli("up", "-p", str(STANDIN_PROFILE), "--set", f"container.image={tag}",
+                    "--set", "runtime.needs=[]", "--dry-run", "--format", "json", env=env)
+        data = json.loads(r.stdout)
+        assert data["sglang_release"] == "0.5.23", r.stdout[:2000]
+        assert data["sglang_release_source"].startswith(f"the image {tag}")
+        assert data["verdict"] != "unsafe", r.stderr
+    finally:
+        docker_client.images.remove(tag, force=True)
