@@ -163,6 +163,12 @@ def parse_yaml_text(text: str, file: str) -> tuple[Any, Positions]:
     """
     if len(text) > MAX_FILE_BYTES:
         raise BadInput(f"{file}: {len(text)} characters; a profile or fleet file is at most {MAX_FILE_BYTES // 1024} KiB")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a --set value from bytes that are not UTF-8 (Python's surrogateescape)
+        bad = text[exc.start]
+        byte = f"byte 0x{ord(bad) - 0xDC00:02x}" if 0xDC80 <= ord(bad) <= 0xDCFF else f"U+{ord(bad):04X}"
+        raise BadInput(f"{file}: not UTF-8 text: {byte} at offset {exc.start}") from None
     loader = _Loader(text)
     try:
         node = loader.get_single_node()

@@ -173,6 +173,11 @@ def apply_override(data: dict, pos: Positions, item: str) -> None:
     if "=" not in item:
         raise BadInput(f"--set {item}: expected KEY=VALUE (e.g. hicache.hicache_ratio=1.5)")
     key, _, raw = item.partition("=")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError as exc:  # bytes that are not UTF-8 (surrogateescape)
+        raise BadInput(f"--set {key.encode('utf-8', 'backslashreplace').decode()}: the key is not UTF-8 text "
+                       f"(offset {exc.start}); keys are ASCII names such as hicache.hicache_ratio") from None
     keys = tuple(k for k in key.strip().split(".") if k)
     if not keys:
         raise BadInput(f"--set {item}: empty key")

@@ -44,10 +44,14 @@ PROFILE_COMMANDS: dict[str, list[str]] = {
 TIME_LIMIT_S = 10
 MEMORY_LIMIT = 1 << 30
 _REPEAT = re.compile(r"\$repeat\((\d+), (.*?)\)\$")
+#: ``$byte(ff)$``: the byte 0xff of a command line that is not UTF-8, as Python hands it over
+#: (PEP 383 surrogateescape: U+DCFF).
+_BYTE = re.compile(r"\$byte\(([0-9a-f]{2})\)\$")
 
 
 def expand(text: str, d: Path, p: Path) -> str:
     text = _REPEAT.sub(lambda m: m.group(2) * int(m.group(1)), text)
+    text = _BYTE.sub(lambda m: chr(0xDC00 + int(m.group(1), 16)), text)
     return text.replace("{p}", str(p)).replace("{d}", str(d))
 
 
