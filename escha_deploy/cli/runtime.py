@@ -257,7 +257,7 @@ def register(app: typer.Typer) -> None:
                                hint="run it in the checkout you build from, or pass --output DIR")
             output = ctx / "runtime_fork"
         output_folder(output, "--output", make=False)  # before the checks, not after
-        fi = patching.load_fork(directory)
+        fi = patching.fork_with_series(directory)
         deltas = None
         if base_wheel is not None:
             if not base_wheel.is_file():

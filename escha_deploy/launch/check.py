@@ -64,7 +64,7 @@ def has_cap_ipc_lock(root: Path = Path("/")) -> bool:
     return False
 
 
-def check_model_folder(path: str, *, native: bool = False) -> list[str]:
+def mounted_model_problems(path: str, *, native: bool = False) -> list[str]:
     """Problems with the model folder at ``path`` (bad input): ``folders.check_model_folder``,
     naming the key that gave the folder: ``model.path`` in a container (where
     ``model.host_dir`` is mounted), ``model.host_dir`` natively (``native``: the server
@@ -141,6 +141,6 @@ def check_here(launch: LaunchSpec, capabilities: list[str] | None, *, where: str
         # natively (not in the container `up` or compose made) the spec names model.host_dir itself
         host_dir = (launch.profile_data.get("model") or {}).get("host_dir")
         native = env.get(SERVE_MODE_ENV) != "container" and needs.model_path == host_dir
-        out.bad_input += check_model_folder(needs.model_path, native=native)
+        out.bad_input += mounted_model_problems(needs.model_path, native=native)
     out.refusals += check_l3(launch.env)
     return out

@@ -190,7 +190,7 @@ def compose_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_fi
     from escha_deploy.errors import Refused
     from escha_deploy.host import described_host
     from escha_deploy.launch_spec import build_launch_spec
-    from escha_deploy.planner import plan as make_plan
+    from escha_deploy.planner import plan as plan_profile
     from escha_deploy.profile import load_profile
 
     from .prepare import check_rendered_argv, gather, plan_gathered, profile_file, secret_path_problems
@@ -207,7 +207,7 @@ def compose_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_fi
         if plan.verdict == "hicache_off":
             warnings.append(f"plan: HiCache is off for the box in {facts_file} (" + "; ".join(plan.reasons) + ")")
     else:
-        plan = make_plan(profile, described_host(64 * 2**30, "linux"))
+        plan = plan_profile(profile, described_host(64 * 2**30, "linux"))
         check_rendered_argv(plan, profile)
     spec = build_launch_spec(plan, profile, overrides=list(overrides), profile_file=profile_file(profile_ref),
                              facts_file=str(Path(facts_file).resolve()) if facts_file else None).container

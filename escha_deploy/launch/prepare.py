@@ -322,11 +322,11 @@ def plan_gathered(profile: Profile, g: Gathered, *, capabilities: Sequence[str] 
     the default release); its parser checks the argv (``check_argv``: ``plan --compare`` leaves it
     to the comparison). ``digest``: fill ``plan_digest`` (the container launch's, as ``up`` and
     ``serve`` compute it; it imports the launch-spec models, which a table plan does not need)."""
-    from escha_deploy.planner import plan as make_plan
+    from escha_deploy.planner import plan as plan_profile
     from escha_deploy.releases import choose_release
 
     release = release or choose_release(profile=profile.runtime.sglang_version)
-    result = make_plan(profile, g.host, model_dir=g.model_dir, ratio=ratio, hicache_size_gb=hicache_size_gb,
+    result = plan_profile(profile, g.host, model_dir=g.model_dir, ratio=ratio, hicache_size_gb=hicache_size_gb,
                        capabilities=None if capabilities is None else frozenset(capabilities),
                        hicache_source=hicache_source, release=release.version, release_source=release.source)
     if check_argv:  # plan --compare leaves it to the comparison, which names the flags the release refuses

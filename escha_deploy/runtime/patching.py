@@ -53,7 +53,7 @@ def has_fork(fork_dir: Path | None) -> bool:
     return fork_dir is not None and Path(fork_dir).is_dir() and any(Path(fork_dir).glob("*.patch"))
 
 
-def load_fork(fork_dir: Path):
+def fork_with_series(fork_dir: Path):
     """Our series and the fork commits of ``fork_dir``, resolved into one order
     (``fork.load_fork``)."""
     from escha_deploy.runtime.fork import load_fork as _load
@@ -66,7 +66,7 @@ def load_patches(overlay_dir: Path | None, fork_dir: Path | None = None) -> list
     orders them, when there are any), then the overlays of ``overlay_dir`` (if given and
     present)."""
     if has_fork(fork_dir):
-        patches = load_fork(fork_dir).order
+        patches = fork_with_series(fork_dir).order
     else:
         patches = read_series(series_dir(), "series")
     if overlay_dir is not None and Path(overlay_dir).is_dir():
@@ -203,7 +203,7 @@ def apply(
         print(f"no committed base inventory for {base_id(located, base_ref)}: recorded the one "
               f"found, digest {base_digest}", file=sys.stderr)
 
-    fork = load_fork(fork_dir) if has_fork(fork_dir) else None
+    fork = fork_with_series(fork_dir) if has_fork(fork_dir) else None
     patches = load_patches(overlay_dir, fork_dir)
     names = [p.name for p in patches]
     caps = capabilities_of(patches)

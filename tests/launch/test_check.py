@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from escha_deploy.host import described_host
-from escha_deploy.launch.check import check_here, check_model_folder, gpu_nodes
+from escha_deploy.launch.check import check_here, gpu_nodes, mounted_model_problems
 from escha_deploy.launch_spec import build_launch_spec
 from escha_deploy.planner import plan
 from escha_deploy.profile import load_profile
@@ -63,10 +63,10 @@ def test_missing_gpus_and_capabilities_are_named(tmp_path):
 
 def test_model_folder_without_config_or_weights_is_bad_input(tmp_path):
     d = tmp_path / "model"
-    assert check_model_folder(str(d)) == [f"model.path: {d} is not a folder here (is model.host_dir mounted?)"]
+    assert mounted_model_problems(str(d)) == [f"model.path: {d} is not a folder here (is model.host_dir mounted?)"]
     d.mkdir()
-    got = " | ".join(check_model_folder(str(d)))
+    got = " | ".join(mounted_model_problems(str(d)))
     assert got.startswith(f"model.path: {d} ") and "config.json" in got and "weights" in got
     (d / "config.json").write_text("{}")
     (d / "model-00001-of-00001.safetensors").write_bytes(b"\0" * 8)
-    assert check_model_folder(str(d)) == []
+    assert mounted_model_problems(str(d)) == []

@@ -198,7 +198,7 @@ def test_an_output_folder_that_cannot_be_made_is_one_line_exit_2(fork, tmp_path,
 def test_fork_first_puts_the_commit_before_our_patch(fork, tmp_path):
     _, h = fork
     d = _dir(fork, tmp_path, "good", _decl(h, "fork-first"))
-    names = [p.name for p in patching.load_fork(d).order]
+    names = [p.name for p in patching.fork_with_series(d).order]
     assert names.index("0003-hicache-read-host-memory-once-per-TP-group.patch") < names.index(OURS_0001)
     # the fork's other commits keep their order, ahead of it
     assert names[:3] == ["0001-escha-OSCAR-INT2-KV-cache.patch", "0002-hicache-INT2-KV.patch",
@@ -266,7 +266,7 @@ def test_plan_models_the_runtime_the_import_gives(fork, tmp_path, decision):
     from escha_deploy.profile import load_profile
 
     _, h = fork
-    caps = patching.capabilities_of(patching.load_fork(_dir(fork, tmp_path, "good",
+    caps = patching.capabilities_of(patching.fork_with_series(_dir(fork, tmp_path, "good",
                                                             _decl(h, decision))).order)
     prof = load_profile("rtx5060ti-tp2", [])
     p = plan(prof, described_host(32 * 2**30, "linux"), capabilities=frozenset(caps))
@@ -294,7 +294,7 @@ def test_seed_box_stock_check_refuses_ratio_1_without_our_0001(fork, tmp_path):
     prof = load_profile("rtx5060ti-tp2", [])
     verdicts = {}
     for decision in ("drop-ours", "drop-fork"):
-        caps = patching.capabilities_of(patching.load_fork(
+        caps = patching.capabilities_of(patching.fork_with_series(
             _dir(fork, tmp_path / decision, "good", _decl(h, decision))).order)
         p = plan(prof, described_host(16 * 2**30, "wsl2"), ratio=1.0, capabilities=frozenset(caps))
         verdicts[decision] = (p.verdict, p.runtime_check.applies, p.reasons)
@@ -332,7 +332,7 @@ def test_empty_new_file_and_left_out_quoted_name(fork, tmp_path, capsys, sglang_
     assert row["files"] == ["sglang/srt/mem_cache/int2/__init__.py"]
     assert row["left_out"] == ["tools/再現.py"]
     deltas, contents = patching.compute_deltas(
-        patching.load_fork(tmp_path / "pkg").order,
+        patching.fork_with_series(tmp_path / "pkg").order,
         lambda rel: __import__("escha_deploy.runtime.inventory", fromlist=["x"]).read_wheel_file(
             sglang_wheel, rel))
     assert contents["srt/mem_cache/int2/__init__.py"] == b""
