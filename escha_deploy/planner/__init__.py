@@ -204,6 +204,12 @@ def _mem_fraction(c: _Ctx) -> tuple[float, str, float]:
         release=c.release, max_running_requests=rt.max_running_requests)
     if rt.mem_fraction_static is not None:
         return rt.mem_fraction_static, "runtime.mem_fraction_static", default
+    drop = c.profile.safety.wsl2_mem_fraction_drop
+    cc = c.profile.hardware.compute_capability or ""
+    if c.host.platform == "wsl2" and cc.startswith("12.") and drop > 0:
+        return (round(default - drop, 3),
+                f"SGLang's default for this card ({default}) minus safety.wsl2_mem_fraction_drop {drop:g}: under WSL2 "
+                f"on sm_{cc.replace('.', '')} the device overhead is larger (microsoft/WSL#40401, #41176)", default)
     return default, "SGLang's default for this card (memory_hook.py: handle_gpu_memory_settings)", default
 
 

@@ -60,6 +60,11 @@ DEFAULT_MAX_RATIO = 4.0
 # About 1.31 GiB per GPU is held by WDDM/GPU-PV under WSL2
 # (club-3090 docs/HARDWARE.md, cross-checked on two WSL2 machines).
 DEFAULT_WSL2_HIDDEN_VRAM = "1.31GiB"
+# Under WSL2 on consumer Blackwell (sm_12x) SGLang's device overhead is larger than on Linux
+# (hidden reservations and residency limits: microsoft/WSL#40401, #41176; lowering the engine's
+# fraction from 0.88 to 0.80 removed the residency failures there): the plan lowers SGLang's
+# default mem_fraction_static by this much there, unless the profile sets the fraction.
+DEFAULT_WSL2_MEM_FRACTION_DROP = 0.08
 # CUDA context + NCCL before weights load; SGLang measures free memory after init
 # (srt/distributed/bootstrap.py: init_torch_distributed). An estimate to calibrate.
 DEFAULT_CUDA_CONTEXT = "512MiB"
@@ -432,6 +437,12 @@ class Safety(EschaModel):
     cuda_context_per_gpu: Annotated[
         Size, Field(description=f"CUDA context and NCCL before weights load; default {DEFAULT_CUDA_CONTEXT}")
     ] = parse_size(DEFAULT_CUDA_CONTEXT)
+    wsl2_mem_fraction_drop: Annotated[
+        float, Field(ge=0, le=0.5, description="under WSL2 with a compute capability 12.x card, how much the plan "
+                     "lowers SGLang's default mem_fraction_static (beyond the hidden VRAM it subtracts) when "
+                     "runtime.mem_fraction_static is not set: larger device overhead there (microsoft/WSL#40401, "
+                     f"#41176); default {DEFAULT_WSL2_MEM_FRACTION_DROP}")
+    ] = DEFAULT_WSL2_MEM_FRACTION_DROP
 
 
 class Watch(EschaModel):
