@@ -302,7 +302,10 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
     spec = prep.spec
     for w in prep.warnings:
         report("warning", w)
-    endpoint = f"http://{'127.0.0.1' if spec.port_host_ip in ('0.0.0.0', '127.0.0.1') else spec.port_host_ip}:{spec.port_host}"
+    from escha_deploy.netaddr import url as http_url
+
+    endpoint = http_url("127.0.0.1" if spec.port_host_ip in ("0.0.0.0", "127.0.0.1") else spec.port_host_ip,
+                        spec.port_host)  # an IPv6 bind address bracketed (RFC 3986)
     # One container per profile: running -> no-op; anything else is stale and replaced.
     running, stale = existing_containers(client, prep)
     if running is not None:
