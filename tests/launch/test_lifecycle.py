@@ -52,7 +52,7 @@ def test_up_ready_drift_logs_status_restart_down(docker_client, standin_image, t
     l3 = tmp_path / "l3"
     l3.mkdir()
     (l3 / "keep.bin").write_bytes(b"x")
-    r = up("--set", f"hicache.l3.dir={l3}", image=image)
+    r = up("--set", "hicache.l3.kind=file", "--set", f"hicache.l3.dir={l3}", image=image)
     try:
         assert r.returncode == 0, r.stderr
         assert "drift:" not in r.stderr  # the stand-in logs exactly the planned sizes
