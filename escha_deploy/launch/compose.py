@@ -16,6 +16,7 @@ compose specification's JSON schema (tests/launch/test_compose.py).
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -217,5 +218,6 @@ def compose_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_fi
 
     if problems := check_spec(spec):
         raise Refused(*problems)
-    text = dump(render(spec, build=context is not None, context=context or "."), profile.name)
+    # the header's command names the profile as the user gave it (a file's path), as it runs
+    text = dump(render(spec, build=context is not None, context=context or "."), shlex.quote(profile_ref))
     return Rendered(text, plan, spec.image, warnings)
