@@ -352,19 +352,28 @@ def supervise(
     said = 0
     deadline: float | None = None
     killed = False
+
+    def report_signals() -> None:
+        """Say each signal the handler forwarded, once, in order. Called on every turn of the
+        wait and once after it: a second signal's SIGKILL can end the tree (and the wait) before
+        the next turn, and its line must still be printed."""
+        nonlocal said, deadline, killed
+        if len(forwarded) <= said:
+            return
+        for signum in forwarded[said:]:
+            if said == 0:
+                deadline = time.monotonic() + grace_s
+                out.write(f"serve: {_signal_name(signum)} forwarded to SGLang; SIGKILL to all of "
+                          f"its processes if it has not exited in {grace_s:g} s\n")
+            elif not killed:
+                killed = True
+                out.write(f"serve: {_signal_name(signum)} again: SIGKILL to all of SGLang's processes\n")
+            said += 1
+        out.flush()
+
     try:
         while dog.code is None and dog.error is None and not dog.lost:
-            if len(forwarded) > said:
-                for signum in forwarded[said:]:
-                    if said == 0:
-                        deadline = time.monotonic() + grace_s
-                        out.write(f"serve: {_signal_name(signum)} forwarded to SGLang; SIGKILL to all of "
-                                  f"its processes if it has not exited in {grace_s:g} s\n")
-                    elif not killed:
-                        killed = True
-                        out.write(f"serve: {_signal_name(signum)} again: SIGKILL to all of SGLang's processes\n")
-                    said += 1
-                out.flush()
+            report_signals()
             if deadline is not None and not killed and time.monotonic() >= deadline:
                 killed = True
                 dog.send("k")
@@ -372,6 +381,7 @@ def supervise(
                           "SIGKILL to all of its processes\n")
                 out.flush()
             dog.poll(0.1)
+        report_signals()
     finally:
         if on_main:
             for s, h in previous.items():
