@@ -44,7 +44,7 @@ from .pools import (DevicePools, HostPools, host_buffers, host_pools_at_ratio, h
                     pinned_buffers)
 from .result import (AutoSizeCheck, HostGuardView, Budget, Decision, DevicePlan, Finding, HiCachePlan, HostBuffer, KvDtypeRow,
                      PerRank, Plan, RuntimeCheck, SafetyPolicy)
-from .validate import resolved_mamba_strategy, validate
+from .validate import l3_host_bytes, resolved_mamba_strategy, validate
 
 __all__ = ["plan", "Plan", "STEPS"]
 
@@ -284,8 +284,10 @@ def step_pinned_budget(c: _Ctx) -> None:
     h, sf = c.host, c.profile.safety
     base, base_src, base_kind = h.memory_base()
     procs = c.ranks * sf.server_process_per_rank
-    reserves = procs + sf.os_reserve + sf.page_cache_floor
+    store = l3_host_bytes(c.profile)  # an L3 store's host memory on this box (Mooncake's segment)
+    reserves = procs + sf.os_reserve + sf.page_cache_floor + store
     budget = max(base - reserves, 0)
+    store_term = f" - {fmt_gib(store)} Mooncake global segment" if store else ""
     c.ceiling = h.pinned_ceiling_bytes if h.pinned_ceiling_reached else None
     share = budget // max(c.ranks, 1)
     binding = "ceiling" if c.ceiling is not None and c.ceiling < share else base_kind
@@ -295,23 +297,24 @@ def step_pinned_budget(c: _Ctx) -> None:
     else:
         # the formula's terms are GiB, so is its result; the GB figure follows for SGLang's flags
         detail = (f"the pinned budget {base_src} - {c.ranks} x {fmt_gib(sf.server_process_per_rank)} "
-                  f"server processes - {fmt_gib(sf.os_reserve)} OS - {fmt_gib(sf.page_cache_floor)} page-cache floor "
-                  f"= {fmt_gib_gb(budget)}")
+                  f"server processes - {fmt_gib(sf.os_reserve)} OS - {fmt_gib(sf.page_cache_floor)} page-cache floor"
+                  f"{store_term} = {fmt_gib_gb(budget)}")
     c.budget = Budget(
         memory_base_bytes=base, memory_base_source=base_src, memory_base_kind=base_kind, hugetlb_bytes=h.hugetlb_bytes,
         server_processes_bytes=procs, os_reserve_bytes=sf.os_reserve, page_cache_floor_bytes=sf.page_cache_floor,
         pinned_budget_bytes=budget, pinned_ceiling_bytes=c.ceiling, available_now_bytes=h.available_now_bytes,
-        reserves_exceed_base=reserves > base, binding=binding, binding_detail=detail,
+        reserves_exceed_base=reserves > base, binding=binding, binding_detail=detail, l3_store_bytes=store,
     )
     c.decide("pinned_budget", "pinned budget", budget,
              f"{base_src} - {c.ranks} x {fmt_gib(sf.server_process_per_rank)} server processes - "
-             f"{fmt_gib(sf.os_reserve)} OS - {fmt_gib(sf.page_cache_floor)} page-cache floor (safety policy) "
-             f"= {fmt_gib_gb(budget)}")
+             f"{fmt_gib(sf.os_reserve)} OS - {fmt_gib(sf.page_cache_floor)} page-cache floor (safety policy)"
+             f"{store_term} = {fmt_gib_gb(budget)}")
     c.decide("pinned_budget", "binding constraint", binding, detail)
     if reserves > base:
         c.unsafe.append(
             f"host: the safety policy's own reserves ({c.ranks} x {fmt_gib(sf.server_process_per_rank)} server "
-            f"processes + {fmt_gib(sf.os_reserve)} OS + {fmt_gib(sf.page_cache_floor)} page-cache floor = "
+            f"processes + {fmt_gib(sf.os_reserve)} OS + {fmt_gib(sf.page_cache_floor)} page-cache floor"
+            f"{store_term.replace(' - ', ' + ')} = "
             f"{fmt_gib_gb(reserves)}) exceed the memory the server can have, {base_src}: "
             "the server does not fit even without HiCache; "
             + (WSL2_MEMORY_ADVICE if h.platform == "wsl2" and base_kind == "ram" else

@@ -99,6 +99,8 @@ class Budget(BaseModel):
     memory_base_kind: Literal["ram", "cgroup"] = "ram"
     hugetlb_bytes: int = Field(0, description="huge pages subtracted from MemTotal")
     server_processes_bytes: int = Field(description="ranks x server_process_per_rank")
+    l3_store_bytes: int = Field(0, description="host memory an L3 store takes on this box beside the pools "
+                                "(Mooncake's global segment, all ranks); subtracted from the budget")
     os_reserve_bytes: int
     page_cache_floor_bytes: int
     pinned_budget_bytes: int

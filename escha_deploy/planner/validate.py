@@ -27,6 +27,18 @@ MOONCAKE_DEFAULT_SEGMENT = 4 * 1024**3
 GiB_BYTES = 1024**3
 
 
+def l3_host_bytes(profile: Profile) -> int:
+    """Bytes of host memory an L3 store takes on this box beside the host pools: Mooncake's
+    global segment (``hicache.l3.global_segment_size``, else SGLang's 4 GiB), which
+    ``mooncake_store.py`` splits over the tp x pp ranks, so the box holds it once in all; 0 for
+    the other backends (the file backend's pages are on disk)."""
+    hc = profile.hicache
+    l3 = hc.l3
+    if not hc.enabled or getattr(l3, "kind", None) != "mooncake":
+        return 0
+    return int(getattr(l3, "global_segment_size", None) or MOONCAKE_DEFAULT_SEGMENT)
+
+
 def extra_arg(args: Sequence[str], flag: str) -> str | None:
     """The value of ``flag`` in ``runtime.extra_args`` (``--flag V`` or ``--flag=V``; the last
     one wins, as argparse's), ``"true"`` for a bare switch, ``None`` when absent."""
@@ -236,11 +248,10 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
                           "the Mooncake backend needs its master's HOST:PORT: SGLang stops at start without "
                           "MOONCAKE_MASTER (mooncake_store.py: MooncakeStoreConfig.load_from_env); set "
                           "hicache.l3: {kind: mooncake, master: HOST:PORT}")
-                seg = getattr(l3, "global_segment_size", None) or MOONCAKE_DEFAULT_SEGMENT
                 warn("hicache.l3.global_segment_size",
-                     f"the Mooncake store takes {seg / GiB_BYTES:.2f} GiB of host memory on this box beside the "
-                     f"pools (global_segment_size, split over the {tp} ranks: mooncake_store.py); keep it inside "
-                     "safety.server_process_per_rank or lower global_segment_size")
+                     f"the Mooncake store takes {l3_host_bytes(profile) / GiB_BYTES:.2f} GiB of host memory on this "
+                     f"box beside the pools (global_segment_size, split over the {tp} ranks: mooncake_store.py); "
+                     "the pinned budget subtracts it")
         if hc.hicache_size and hc.hicache_ratio != "auto":
             warn("hicache.hicache_ratio", "hicache_size > 0 overrides hicache_ratio (SGLang ignores the ratio)")
     # keys that load but do nothing (``profiles validate`` prints the same, with file:line)

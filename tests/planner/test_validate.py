@@ -111,3 +111,19 @@ def test_one_weights_estimate(cli, tmp_path):
     per_rank = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--host-ram", "64GiB", "--set", "model.weights_total=null",
                    "--set", "model.weights_per_rank=8GB")
     assert per_rank.code == 0, per_rank.err
+
+
+def test_the_mooncake_segment_comes_out_of_the_pinned_budget(cli):
+    """mooncake_store.py: the global segment (4 GiB unless set) is host memory on this box."""
+    import json
+
+    args = ("plan", "-p", "rtx5060ti-tp2-fp8", "--host-ram", "64GiB", "--linux", "-f", "json")
+    plain = json.loads(cli(*args).out)["budget"]
+    default = json.loads(cli(*args, "--set", "hicache.l3={kind: mooncake, master: '127.0.0.1:50051'}").out)["budget"]
+    small = json.loads(cli(*args, "--set", "hicache.l3={kind: mooncake, master: '127.0.0.1:50051', "
+                                          "global_segment_size: 1GiB}").out)["budget"]
+    assert plain["l3_store_bytes"] == 0
+    assert default["l3_store_bytes"] == 4 * 2**30
+    assert plain["pinned_budget_bytes"] - default["pinned_budget_bytes"] == 4 * 2**30
+    assert plain["pinned_budget_bytes"] - small["pinned_budget_bytes"] == 2**30
+    assert "Mooncake global segment" in default["binding_detail"]
