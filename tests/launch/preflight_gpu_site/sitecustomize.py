@@ -1,9 +1,7 @@
 """TEST-ONLY, for the device machine: SGLang's pre-flight run against the real GPU with the
 0.5.19 wheelhouse (scripts/gpu-wheelhouse.sh). ``sgl_kernel`` and ``flashinfer`` do not install
 there (built for another torch); where they do not import they stand in as modules that raise
-when called (tests/runtime/gpu_host_pools.py: install_standins, named there); so does
-``xgrammar`` (grammar-constrained decoding, which the pre-flight never calls; its 44 MB wheel does
-not fit a device call beside the wheelhouse). Nothing else of SGLang, torch or the GPU is
+when called (tests/runtime/gpu_host_pools.py: install_standins, named there). Nothing else of SGLang, torch or the GPU is
 replaced. Active only with ``ESCHA_GPU_PREFLIGHT_STANDINS=1``."""
 
 import importlib.util
@@ -15,5 +13,4 @@ if os.environ.get("ESCHA_GPU_PREFLIGHT_STANDINS") == "1":
     _mod = importlib.util.module_from_spec(_spec)
     sys.modules["escha_gpu_host_pools"] = _mod
     _spec.loader.exec_module(_mod)
-    _mod.STANDIN_MODULES = (*_mod.STANDIN_MODULES, "xgrammar")
     _mod.install_standins()
