@@ -161,6 +161,28 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
         error("runtime.mamba_radix_cache_strategy",
               f"no_buffer needs page_size 1 (page_size is {page_size}): SGLang refuses it at startup "
               "(arg_groups/mamba_hook.py: validate_mamba_no_buffer); use extra_buffer or auto")
+    if arch.is_hybrid and rt.mamba_radix_cache_strategy == "no_buffer" and not rt.disable_radix_cache \
+            and extra_arg(rt.extra_args, "--disable-overlap-schedule") is None:
+        # srt/arg_groups/mamba_hook.py: validate_mamba_no_buffer asserts "no_buffer do not support
+        # overlap schedule" (overlap is on unless --disable-overlap-schedule).
+        error("runtime.mamba_radix_cache_strategy",
+              "no_buffer does not support the overlap scheduler: SGLang refuses it at startup "
+              "(arg_groups/mamba_hook.py: validate_mamba_no_buffer); use extra_buffer or auto, or add "
+              "--disable-overlap-schedule to runtime.extra_args")
+    prefill_backend = extra_arg(rt.extra_args, "--prefill-attention-backend") or rt.attention_backend
+    cc = profile.hardware.compute_capability
+    if prefill_backend == "trtllm_mha" and cc and cc.split(".")[0] not in ("9", "10", "12"):
+        # srt/arg_groups/attention_hook.py: handle_attention_backend_compatibility raises "TRTLLM
+        # MHA backend for prefill requires Hopper (SM90), Blackwell (SM100), or SM120 GPUs".
+        error("runtime.attention_backend",
+              f"trtllm_mha prefill needs an sm_90, sm_100 or sm_120 GPU (this one is sm_{cc.replace('.', '')}): "
+              "SGLang refuses it at startup (arg_groups/attention_hook.py: handle_attention_backend_compatibility)")
+    if prefill_backend == "trtllm_mha" and cc == "12.0" and dtype == "fp8_e4m3":
+        # srt/arg_groups/attention_hook.py: handle_attention_backend_compatibility raises
+        # "TRTLLM FMHAv2 prefill on SM120 does not support fp8_e4m3 KV cache".
+        error("runtime.attention_backend",
+              "trtllm_mha prefill on sm_120 does not support an fp8_e4m3 KV cache: SGLang refuses it at startup "
+              "(arg_groups/attention_hook.py: handle_attention_backend_compatibility); use triton or flashinfer")
     if arch.is_hybrid:
         if rt.enable_mixed_chunk and "mamba-mixed-chunk-fix" not in capabilities:
             error("runtime.enable_mixed_chunk",
@@ -218,6 +240,11 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
     if hc.enabled:
         if rt.disable_radix_cache:
             error("runtime.disable_radix_cache", "HiCache needs the radix cache (kv_cache_hook.py raises ValueError)")
+        if rt.attention_backend == "dual_chunk_flash_attn":
+            # attention_hook.py: handle_attention_backend_compatibility turns the radix cache off
+            # for this backend; kv_cache_hook.py: handle_cache_compatibility then refuses HiCache.
+            error("runtime.attention_backend", "dual_chunk_flash_attn turns the radix cache off, which HiCache "
+                  "needs: SGLang refuses it at startup (arg_groups/kv_cache_hook.py: handle_cache_compatibility)")
         if rt.enable_int8_mamba_checkpoint:
             error("runtime.enable_int8_mamba_checkpoint", "not allowed with HiCache (mamba_hook.py raises ValueError)")
         if arch.is_hybrid and hc.hicache_mem_layout not in HYBRID_LAYOUTS:

@@ -100,8 +100,9 @@ def test_pre_flight_accepts_the_shipped_profiles_and_refuses_at_each_stage(cli, 
 
 
 def test_native_serve_refuses_before_the_server_starts_naming_the_key(tmp_path):
-    """SGLang refuses trtllm_mha with an fp8 KV cache on sm_120; plan does not mirror that check.
-    serve exits 3 with SGLang's message, its file:function and the profile key, and starts nothing."""
+    """SGLang refuses ``--linear-attn-decode-backend flashkda`` (a prefill-only kernel); plan does not
+    model that extra_args flag. serve exits 3 with SGLang's message, its file:function and the
+    profile key, and starts nothing."""
     model = model_folder(tmp_path, "rtx5060ti-tp2-fp8")
     with socket.socket() as sock:  # a free port: another suite may run beside this one
         sock.bind(("127.0.0.1", 0))
@@ -110,14 +111,15 @@ def test_native_serve_refuses_before_the_server_starts_naming_the_key(tmp_path):
                    XDG_CACHE_HOME=str(tmp_path / "xdg"))
     proc = subprocess.run(
         [sys.executable, "-m", "escha_deploy.cli.main", "serve", "-p", "rtx5060ti-tp2-fp8",
-         "--set", f"model.host_dir={model}", "--set", "runtime.needs=[]", "--set", "runtime.attention_backend=trtllm_mha",
+         "--set", f"model.host_dir={model}", "--set", "runtime.needs=[]", "--set", "runtime.extra_args=[--linear-attn-decode-backend,flashkda]",
          "--set", f"container.port={port}"], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 3, proc.stderr
     err = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert len(err) == 1, proc.stderr
-    assert "SGLang's pre-flight refused at attention backend: ValueError: TRTLLM FMHAv2 prefill on SM120" in err[0]
-    assert "(srt/arg_groups/attention_hook.py:handle_attention_backend_compatibility)" in err[0]
-    assert "set by runtime.attention_backend" in err[0]
+    assert "SGLang's pre-flight refused at attention backend: ValueError: --linear-attn-decode-backend flashkda " \
+        "is not supported" in err[0]
+    assert "(srt/arg_groups/attention_hook.py:handle_linear_attn_backend)" in err[0]
+    assert "set by runtime.extra_args item '--linear-attn-decode-backend'" in err[0]
     assert "starting SGLang" not in proc.stderr
 
 
