@@ -109,6 +109,8 @@ def server_args(plan: Plan, profile: Profile, *, host: str = "0.0.0.0", port: in
         a += ["--enable-mixed-chunk"]
     if rt.disable_radix_cache:
         a += ["--disable-radix-cache"]
+    if rt.enable_int8_mamba_checkpoint:
+        a += ["--enable-int8-mamba-checkpoint"]
     if rt.attention_backend:
         a += ["--attention-backend", rt.attention_backend]
     if plan.custom_all_reduce_disabled:  # decided by the planner (planner._peer_decisions)

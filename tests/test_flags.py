@@ -77,3 +77,22 @@ def test_loopback_unless_exposed():
     assert spec.container.port_host_ip == "127.0.0.1"
     native = build_launch_spec(plan(prof, HOSTS["linux-128GiB"]), prof, native=True)
     assert native.argv[native.argv.index("--host") + 1] == "127.0.0.1"
+
+
+def _bool_flag_keys() -> list[tuple[str, str]]:
+    """``(runtime key, its SGLang flag)`` for each boolean runtime key that defaults to off and
+    names a flag in its metadata."""
+    from escha_deploy.profile import sglang_flag
+    from escha_deploy.profile.models import Runtime
+
+    return [(name, meta.flag) for name, info in Runtime.model_fields.items()
+            if (meta := sglang_flag(info)) is not None and meta.flag and info.default is False]
+
+
+@pytest.mark.parametrize(("key", "flag"), _bool_flag_keys())
+def test_each_boolean_runtime_key_renders_its_flag(key, flag):
+    """A key set in the profile reaches SGLang's argv (enable_int8_mamba_checkpoint never did)."""
+    from tests.oracle.cases import _load_unchecked
+
+    prof = _load_unchecked("rtx5060ti-tp2-fp8", ("hicache.enabled=false", f"runtime.{key}=true"))
+    assert flag in server_args(plan(prof, HOSTS["linux-128GiB"]), prof)
