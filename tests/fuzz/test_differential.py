@@ -90,6 +90,12 @@ EXTRA_ARGS: tuple[tuple[str, ...], ...] = (
     ("--dtype", "float16"),
     ("--speculative-algorithm", "NEXTN"),
     ("--enable-torch-compile",),
+    ("--disable-cuda-graph",),
+    ("--prefill-attention-backend", "trtllm_mha"),
+    ("--decode-attention-backend", "trtllm_mha"),
+    ("--linear-attn-decode-backend", "flashkda"),
+    ("--enable-linear-replayssm",),
+    ("--speculative-algorithm", "EAGLE"),
 )
 
 case_strategy = st.fixed_dictionaries({
