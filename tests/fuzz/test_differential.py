@@ -226,7 +226,7 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
         walls.append(got[0].wall_s if got else 0.0)
         for i, r in zip(idx, got):
             results[i] = r
-    misses, extra_only = [], Counter()
+    misses, extra_only, refused_dims = [], Counter(), Counter()
     sglang_sites, plan_rules = Counter(), Counter()
     s_refused = p_refused = accepted = plan_refuses_accepted = 0
     for (case, ov, reasons, argv), r in zip(planned, results):
@@ -234,6 +234,8 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
         p_refused += p
         if r.ok is False:
             s_refused += 1
+            refused_dims.update(list(case["sets"]))
+            refused_dims.update(list(case["extra"][:1]))
             sglang_sites[r.site] += 1
             if not p:
                 if case["extra"]:
@@ -255,6 +257,9 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
               f"({plan_refuses_accepted / max(accepted, 1):.0%}); profile-key misses: {len(misses)}")
         print(f"[fuzz] reported figures (bounds not asserted): SGLang-refused share {s_refused / max(n, 1):.0%} "
               f"(bound >= 20%), plan refuses of SGLang accepts {plan_refuses_accepted / max(accepted, 1):.0%} (bound <= 10%)")
+        never = [k for k in [*KEYS, *{e[0] for e in EXTRA_ARGS}] if k not in refused_dims]
+        print(f"[fuzz] dimensions in no SGLang-refused case ({len(never)} of {len(KEYS) + len({e[0] for e in EXTRA_ARGS})}): "
+              f"{', '.join(never) or '-'}")
         for site, k in sglang_sites.most_common():
             print(f"[fuzz]   SGLang refused at {site}: {k}")
         for rule, k in plan_rules.most_common():
