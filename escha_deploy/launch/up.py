@@ -8,9 +8,10 @@ container mounts read-only (it runs ``serve --spec``, which re-plans nothing), t
 containers and the port, create/start through docker-py, wait for ready, switch the restart
 policy, and check the logged sizes against the plan. Progress goes to the caller's ``Report``.
 
-Each preflight check is one function here or in ``prepare``/``docker`` (``gpu_runtime_refusal``,
-``existing_containers``, ``port_refusal``, ``read_api_key``); ``dry_run`` (``up --dry-run``)
-calls the same ones without stopping at the first failure and without creating anything.
+The preflight is one ordered list, ``CHECKS`` (each entry: its name, its function, what it
+needs, the exit code it refuses with); ``up`` runs it and stops at the first failure,
+``dry_run`` (``up --dry-run``) runs the same list without stopping and without creating
+anything, and reports each check by name. A new check is one more entry.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from escha_deploy.errors import BadInput, EschaError, Failed, Inconclusive, Refused
 
@@ -36,6 +37,7 @@ from .progress import Report, quiet
 
 if TYPE_CHECKING:
     from escha_deploy.launch_spec import LaunchSpec
+    from escha_deploy.profile import Profile
 
 #: Test switch for sandboxes whose Docker cannot raise RLIMIT_MEMLOCK (no CAP_SYS_RESOURCE:
 #: runc fails with "error setting rlimit type 8"): memlock becomes this process's hard limit.
@@ -269,60 +271,34 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
     ``facts_path``: plan from a facts file instead of this machine. ``report`` receives
     progress and warnings; ``on_phase`` each startup phase once (default: an ``info`` line with
     the seconds since start). Raises ``BadInput`` (2, a flag the runtime would refuse) or
-    ``Refused`` (3) at preflight, with nothing created, also when another `up` is starting the
-    profile (``guard``); ``Failed`` (4) when the server exits, is killed, is stopped by `down`,
-    refuses the API key or is not ready in time (the diagnosis lines are its problems);
-    ``guard.Interrupted`` (128 + N) when SIGINT or SIGTERM arrives while waiting: the container
-    is then stopped and kept. ``ready``: set to this `up`'s container once it is confirmed
-    ready, for a caller whose own ``guard.signals_raise`` scope (opened before this call)
-    covers the time after the return (the CLI's log follow).
+    ``Refused`` (3) at preflight (``CHECKS``, in order, stopping at the first failure), with
+    nothing created, also when another `up` is starting the profile (``guard``); ``Failed`` (4)
+    when the server exits, is killed, is stopped by `down`, refuses the API key or is not ready
+    in time (the diagnosis lines are its problems); ``guard.Interrupted`` (128 + N) when SIGINT
+    or SIGTERM arrives while waiting: the container is then stopped and kept. ``ready``: set to
+    this `up`'s container once it is confirmed ready, for a caller whose own
+    ``guard.signals_raise`` scope (opened before this call) covers the time after the return
+    (the CLI's log follow).
     """
-    from escha_deploy.launch_spec import container_name
     from escha_deploy.profile import load_profile
 
     from . import docker as dk
 
     # the profile first: a bad one is the user's to fix (exit 2) whether or not Docker answers
     profile = load_profile(profile_ref, overrides)
-    client = dk.connect()
-    if (no_runtime := gpu_runtime_refusal(client, profile)) is not None:
-        raise no_runtime
-    if build:
-        build_image(client, profile.container.image, report=report)
-    sfile = spec_path(container_name(profile.name))
-    prep = prepare(profile_ref, overrides, client=client, profile=profile, facts_path=facts_path,
-                   spec_file=str(sfile))
-    if (no_memlock := memlock_refusal(client, prep)) is not None:
-        raise no_memlock
-    if prep.args.get("device_requests") and not facts_path and not prep.refusals:
-        # doctor's probes come before the plan that runs: when they measure now, plan again
-        if doctor_in_image(client, prep, report=report):
-            prep = prepare(profile_ref, overrides, client=client, profile=profile, spec_file=str(sfile))
-    prep.refuse()
+    ctx = Preflight(profile_ref, tuple(overrides), profile, build=build, facts_path=facts_path, dry=False,
+                    report=report)
+    run_preflight(ctx)
+    client, prep, sfile = ctx.client, ctx.prep, ctx.spec_file
+    assert prep is not None
     spec = prep.spec
-    for w in prep.warnings:
-        report("warning", w)
     from escha_deploy.netaddr import url as http_url
 
     endpoint = http_url("127.0.0.1" if spec.port_host_ip in ("0.0.0.0", "127.0.0.1") else spec.port_host_ip,
                         spec.port_host)  # an IPv6 bind address bracketed (RFC 3986)
-    # One container per profile: running -> no-op; anything else is stale and replaced.
-    running, stale = existing_containers(client, prep)
-    if running is not None:
+    if (running := ctx.running) is not None:
         return UpResult(prep.profile.name, running.name, endpoint, "running", None, [],
                         note=f"already running (container {running.name}); nothing to do")
-    for c in stale:
-        # Never confirmed ready (restart policy still "no": an `up` died while starting) or
-        # exited: stale. Stop with the grace period (sglang#22779: never SIGKILL first), remove.
-        report("info", f"up: replacing {stale_line(c)}")
-        with guard.signals_deferred(report, f"up: still replacing {c.name}"):  # then obeyed
-            pub = dk.published(c)
-            dk.stop(c, spec.stop_timeout_s)
-            if pub:
-                dk.wait_port_free(*pub)
-    if (held_port := port_refusal(client, prep)) is not None:
-        raise held_port
-    api_key = read_api_key(prep.profile)
     args = prep.args
     if os.environ.get(CLAMP_MEMLOCK_ENV) == "1":
         import resource
@@ -343,20 +319,214 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
     with guard.interruptible(client, name=spec.name, owner=me, stop_timeout_s=spec.stop_timeout_s,
                              profile=prep.profile_ref or prep.profile.name, report=report) as held:
         held.container = c = dk.create_and_start(client, args)
-        res = _wait(client, c, prep, endpoint, api_key, timeout_s=timeout_s, report=report,
+        res = _wait(client, c, prep, endpoint, ctx.api_key, timeout_s=timeout_s, report=report,
                     on_phase=on_phase)
         if ready is not None:
             ready.container = c.name
         return res
 
 
-#: `up`'s checks before it creates anything, in its order (what ``up --dry-run`` reports).
-PREFLIGHT = ("docker daemon", "NVIDIA runtime", "image", "capabilities", "plan", "container settings",
-             "model folder", "memlock", "doctor probes", "existing container", "port", "api key file")
+@dataclass
+class Preflight:
+    """One preflight's state, shared by its checks: what `up` (``dry=False``) or ``up
+    --dry-run`` (``dry=True``) was asked, and what the checks found so far (``client``: None
+    while the daemon has not answered; ``prep``: ``prepare``'s answer once a check needs the
+    plan; ``running``/``stale``: the profile's containers; ``api_key``: the key read)."""
+
+    profile_ref: str
+    overrides: tuple[str, ...]
+    profile: Profile
+    build: bool
+    facts_path: str | None
+    dry: bool
+    report: Report = quiet
+    client: Any = None
+    prep: Prepared | None = None
+    running: Any = None
+    stale: list = field(default_factory=list)
+    api_key: str | None = None
+
+    @property
+    def spec_file(self) -> Path:
+        from escha_deploy.launch_spec import container_name
+
+        return spec_path(container_name(self.profile.name))
+
+    def planned(self) -> Prepared:
+        """``prepare`` once, as each mode needs it: `up` builds the image first under
+        ``--build``; the dry run plans without the daemon when it does not answer, does not
+        refuse an absent image under ``--build``, reads no image file and checks the mounts here."""
+        if self.prep is None:
+            if self.dry:
+                self.prep = prepare(self.profile_ref, self.overrides, client=self.client,
+                                    need_image=not self.build, profile=self.profile,
+                                    facts_path=self.facts_path, spec_file=str(self.spec_file),
+                                    image_files=False, mounts_here=True)
+            else:
+                if self.build:
+                    build_image(self.client, self.profile.container.image, report=self.report)
+                self.prep = prepare(self.profile_ref, self.overrides, client=self.client, profile=self.profile,
+                                    facts_path=self.facts_path, spec_file=str(self.spec_file))
+        return self.prep
+
+
+#: What a check's function answers when it passes or does not apply: ``(state, detail)``, the
+#: state ``ok``, ``not run`` (dry run only) or ``not needed``. A failing check raises.
+Outcome = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One entry of `up`'s preflight (``CHECKS``).
+
+    ``run(ctx)`` returns an ``Outcome`` or raises the ``EschaError`` `up` refuses with
+    (``refuses``: its exit code, 3 refused or 2 bad input); it sees ``ctx.dry`` and does in `up`
+    what the dry run only describes (doctor's probes, replacing stale containers).
+    ``not_needed(ctx)``: why `up` would skip it for this profile (None: it is needed).
+    ``needs``: what it needs: ``daemon`` (a dry run without one reports it ``not run``,
+    ``without_daemon`` added to the line), ``plan`` (``prepare``'s answer; its refusals, by the
+    check named in ``Prepared.refused_by``, fail it), ``container`` (a throw-away container of
+    the image: only `up` makes one)."""
+
+    name: str
+    run: Callable[[Preflight], Outcome]
+    needs: tuple[str, ...] = ()
+    refuses: int = 3
+    not_needed: Callable[[Preflight], str | None] = lambda ctx: None
+    without_daemon: str = ""
+
+
+def _raise_or_ok(err: EschaError | None, detail: str = "") -> Outcome:
+    if err is not None:
+        raise err
+    return "ok", detail
+
+
+def _docker_daemon(ctx: Preflight) -> Outcome:
+    from . import docker as dk
+
+    ctx.client = dk.connect(timeout_s=3) if ctx.dry else dk.connect()
+    return "ok", ""
+
+
+def _image(ctx: Preflight) -> Outcome:
+    prep = ctx.planned()
+    if prep.image_present is False and ctx.build:
+        return "not run", f"--build would build {ctx.profile.container.image} first (`escha-deploy build --hicache`)"
+    return "ok", ""
+
+
+def _capabilities(ctx: Preflight) -> Outcome:
+    prep, image = ctx.planned(), ctx.profile.container.image
+    if prep.image_present is False and ctx.build:
+        return "not run", f"{image} is not built yet; the plan assumed the profile's runtime.needs"
+    if "image" in prep.refused_by:
+        return "not run", f"{image} is not present"
+    if prep.capabilities_source.startswith("assumed"):
+        return "not run", (f"{image} has no capability label; `up` reads its runtime description file "
+                           "through a created container, which a dry run does not make")
+    return "ok", ""
+
+
+def _model_folder(ctx: Preflight) -> Outcome:
+    if any(m.target == ctx.profile.model.path for m in ctx.planned().spec.mounts):
+        return "ok", ""
+    return "not needed", "no model folder is mounted (model.host_dir is not set)"
+
+
+def _memlock(ctx: Preflight) -> Outcome:
+    if ctx.dry:
+        return "not run", ("`up` starts a one-second container of the image with --ulimit memlock=-1 "
+                           "first; `escha-deploy doctor --profile P` runs the same probe")
+    return _raise_or_ok(memlock_refusal(ctx.client, ctx.planned()))
+
+
+def _doctor_probes_not_needed(ctx: Preflight) -> str | None:
+    if not ctx.planned().args.get("device_requests") or ctx.facts_path:
+        return "no GPUs requested" if ctx.facts_path is None else "--facts given"
+    return None
+
+
+def _doctor_probes(ctx: Preflight) -> Outcome:
+    if ctx.dry:
+        if fresh_findings_saved():
+            return "ok", "doctor's saved findings are younger than a day; `up` reuses them"
+        return "not run", ("`up` runs them in a container of the image; "
+                           f"`escha-deploy doctor --profile {ctx.profile_ref}` runs them without the server")
+    # doctor's probes come before the plan that runs: when they measure now, plan again
+    if doctor_in_image(ctx.client, ctx.planned(), report=ctx.report):
+        ctx.prep = prepare(ctx.profile_ref, ctx.overrides, client=ctx.client, profile=ctx.profile,
+                           spec_file=str(ctx.spec_file))
+        ctx.prep.refuse()
+    return "ok", ""
+
+
+def _existing_container(ctx: Preflight) -> Outcome:
+    from . import docker as dk
+
+    prep = ctx.planned()
+    if not ctx.dry:  # the plan `up` starts is final: its warnings, before the containers
+        for w in prep.warnings:
+            ctx.report("warning", w)
+    # One container per profile: running -> no-op; anything else is stale and replaced.
+    ctx.running, ctx.stale = existing_containers(ctx.client, prep)
+    if ctx.running is not None:
+        return "ok", f"already running (container {ctx.running.name}); `up` would do nothing"
+    if ctx.dry:
+        return "ok", "; ".join(f"`up` would replace {stale_line(c)}" for c in ctx.stale) or "none"
+    for c in ctx.stale:
+        # Never confirmed ready (restart policy still "no": an `up` died while starting) or
+        # exited: stale. Stop with the grace period (sglang#22779: never SIGKILL first), remove.
+        ctx.report("info", f"up: replacing {stale_line(c)}")
+        with guard.signals_deferred(ctx.report, f"up: still replacing {c.name}"):  # then obeyed
+            pub = dk.published(c)
+            dk.stop(c, prep.spec.stop_timeout_s)
+            if pub:
+                dk.wait_port_free(*pub)
+    return "ok", ""
+
+
+def _port(ctx: Preflight) -> Outcome:
+    # a dry run stops nothing: the stale containers' ports count as free
+    return _raise_or_ok(port_refusal(ctx.client, ctx.planned(),
+                                     replaced=[c.name for c in ctx.stale] if ctx.dry else ()))
+
+
+def _api_key_file(ctx: Preflight) -> Outcome:
+    ctx.api_key = read_api_key(ctx.profile)
+    return "ok", ""
+
+
+#: `up`'s checks before it creates anything, in its order: `up` runs each and stops at the first
+#: failure; ``up --dry-run`` runs the same list, reporting each by name (``dry_run``).
+CHECKS: list[Check] = [
+    Check("docker daemon", _docker_daemon),
+    Check("NVIDIA runtime", lambda ctx: _raise_or_ok(gpu_runtime_refusal(ctx.client, ctx.profile)),
+          needs=("daemon",), not_needed=lambda ctx: "container.gpus is []" if ctx.profile.container.gpus == [] else None),
+    Check("image", _image, needs=("daemon", "plan")),
+    Check("capabilities", _capabilities, needs=("daemon", "plan"),
+          without_daemon="; the plan assumed the profile's runtime.needs"),
+    Check("plan", lambda ctx: ("ok", f"verdict {ctx.planned().plan.verdict}"), needs=("plan",)),
+    Check("container settings", lambda ctx: ("ok", ""), needs=("plan",)),
+    Check("model folder", _model_folder, needs=("plan",)),
+    Check("memlock", _memlock, needs=("plan", "container"),
+          not_needed=lambda ctx: f"{CLAMP_MEMLOCK_ENV}=1 clamps memlock (test switch)"
+          if os.environ.get(CLAMP_MEMLOCK_ENV) == "1" else None),
+    Check("doctor probes", _doctor_probes, needs=("plan", "container"), not_needed=_doctor_probes_not_needed),
+    Check("existing container", _existing_container, needs=("daemon", "plan")),
+    Check("port", _port, needs=("daemon", "plan")),
+    Check("api key file", _api_key_file, refuses=2,
+          not_needed=lambda ctx: None if ctx.profile.container.api_key_file else "container.api_key_file is not set"),
+]
+
+#: The names of ``CHECKS``, in order (what ``up --dry-run`` reports).
+PREFLIGHT = tuple(c.name for c in CHECKS)
+
+_NO_DAEMON = "the Docker daemon does not answer"
 
 
 @dataclass
-class Check:
+class CheckResult:
     """One of `up`'s preflight checks as the dry run saw it. ``state``: ``ok``, ``failed``
     (``problems``: the lines `up` refuses with), ``not run`` (the dry run could not run it;
     ``detail`` says why) or ``not needed`` (`up` would not run it for this profile)."""
@@ -367,14 +537,65 @@ class Check:
     problems: list[str] = field(default_factory=list)
 
 
+def run_preflight(ctx: Preflight) -> tuple[list[CheckResult], list[EschaError]]:
+    """Run ``CHECKS`` in order. `up` (``ctx.dry`` False) raises the first failure; the dry run
+    records every check and error and goes on, except that it stops when ``prepare`` raises
+    (bad input or a refused folder: no plan to check against). A check that needs the plan
+    fails with ``prepare``'s refusals made by its name (all of them, one error, the first time).
+    Once a ready container of the profile is found, the rest are ``not needed``."""
+    results: list[CheckResult] = []
+    errors: list[EschaError] = []
+    plan_refused = False
+
+    def fail(check: Check, err: EschaError) -> None:
+        if not ctx.dry:
+            raise err
+        results.append(CheckResult(check.name, "failed", "", list(err.problems)))
+        errors.append(err)
+
+    for check in CHECKS:
+        if ctx.running is not None:
+            results.append(CheckResult(check.name, "not needed", "the profile's server is already running"))
+            continue
+        try:
+            if "plan" in check.needs:
+                ctx.planned()
+            why = check.not_needed(ctx)
+        except EschaError as exc:
+            if not ctx.dry:
+                raise
+            errors.append(exc)
+            return results, errors
+        if why is not None:
+            results.append(CheckResult(check.name, "not needed", why))
+        elif "daemon" in check.needs and ctx.client is None:
+            results.append(CheckResult(check.name, "not run", _NO_DAEMON + check.without_daemon))
+        else:
+            try:
+                state, detail = check.run(ctx)
+                results.append(CheckResult(check.name, state, detail))
+            except EschaError as exc:
+                fail(check, exc)
+        prep = ctx.prep
+        if prep is not None and check.name in prep.refused_by:  # prepare's refusals, by the check that made them
+            results[-1].state, results[-1].problems = "failed", list(prep.refused_by[check.name])
+            if prep.refusals and not plan_refused:
+                plan_refused = True
+                err = Refused(*prep.refusals, hint=prep.hint)
+                if not ctx.dry:
+                    raise err
+                errors.append(err)
+    return results, errors
+
+
 @dataclass
 class DryRun:
     """What ``up --dry-run`` found: ``prep`` (None when the plan could not be made: then only
-    ``errors`` count), one ``Check`` per ``PREFLIGHT`` name reached, and the errors `up` would
-    raise, in `up`'s order (the first one's class is `up`'s exit code)."""
+    ``errors`` count), one ``CheckResult`` per ``PREFLIGHT`` name reached, and the errors `up`
+    would raise, in `up`'s order (the first one's class is `up`'s exit code)."""
 
     prep: Prepared | None
-    checks: list[Check]
+    checks: list[CheckResult]
     errors: list[EschaError]
 
     def error(self) -> EschaError | None:
@@ -399,124 +620,23 @@ class DryRun:
 
 def dry_run(profile_ref: str, overrides: Sequence[str] = (), *, build: bool = False,
             facts_path: str | None = None) -> DryRun:
-    """`up`'s preflight without its side effects: every check of ``up`` that needs no container,
-    through the same functions, reporting all failures instead of stopping at the first.
+    """`up`'s preflight without its side effects: ``CHECKS``, the list `up` runs, through the
+    same functions, reporting all failures instead of stopping at the first.
 
-    Runs: the daemon answers (``docker.connect``), the NVIDIA runtime (``gpu_runtime_refusal``),
-    ``prepare`` (image present, capability label, plan, container settings, the model folder
-    and the L3 folder here), whether doctor's saved findings are fresh, the profile's existing
-    containers (``existing_containers``), the port (``port_refusal``) and the API key file
-    (``read_api_key``). Not run, and named so: checks that need the daemon when it does not
-    answer; doctor's probes (they run in a container of the image); an image's runtime
-    description file when it has no capability label (read through a created container);
-    ``--build``'s build. Creates no container, writes no spec file, builds nothing.
+    Not run, and named so: checks that need the daemon when it does not answer; checks that
+    need a container of the image (memlock, doctor's probes); an image's runtime description
+    file when it has no capability label (read through a created container); ``--build``'s
+    build. Creates no container, writes no spec file, builds nothing.
     """
-    from escha_deploy.launch_spec import container_name
     from escha_deploy.profile import load_profile
 
-    from . import docker as dk
-
-    checks: list[Check] = []
-    errors: list[EschaError] = []
-
-    def check(name: str, state: str, detail: str = "", err: EschaError | None = None) -> None:
-        checks.append(Check(name, "failed" if err else state, detail, list(err.problems) if err else []))
-        if err:
-            errors.append(err)
-
-    no_daemon = "the Docker daemon does not answer"
     try:  # the profile first, as `up` reads it: a bad one is exit 2 whether or not Docker answers
         profile = load_profile(profile_ref, overrides)
     except EschaError as exc:
-        return DryRun(None, checks, [exc])
-    try:
-        client = dk.connect(timeout_s=3)
-        check("docker daemon", "ok")
-    except Refused as exc:
-        client = None
-        check("docker daemon", "failed", err=exc)
-    try:
-        if profile.container.gpus == []:
-            check("NVIDIA runtime", "not needed", "container.gpus is []")
-        elif client is None:
-            check("NVIDIA runtime", "not run", no_daemon)
-        else:
-            check("NVIDIA runtime", "ok", err=gpu_runtime_refusal(client, profile))
-        prep = prepare(profile_ref, overrides, client=client, need_image=not build, profile=profile,
-                       facts_path=facts_path, spec_file=str(spec_path(container_name(profile.name))),
-                       image_files=False, mounts_here=True)
-    except EschaError as exc:  # bad input or a refused folder: no plan to show
-        errors.append(exc)
-        return DryRun(None, checks, errors)
-    by = prep.refused_by
-    image = profile.container.image
-    if client is None:
-        check("image", "not run", no_daemon)
-        check("capabilities", "not run", no_daemon + "; the plan assumed the profile's runtime.needs")
-    elif prep.image_present is False and build:
-        check("image", "not run", f"--build would build {image} first (`escha-deploy build --hicache`)")
-        check("capabilities", "not run", f"{image} is not built yet; the plan assumed the profile's runtime.needs")
-    else:
-        check("image", "ok")
-        if "image" in by:
-            check("capabilities", "not run", f"{image} is not present")
-        elif prep.capabilities_source.startswith("assumed"):
-            check("capabilities", "not run", f"{image} has no capability label; `up` reads its runtime "
-                  "description file through a created container, which a dry run does not make")
-        else:
-            check("capabilities", "ok")
-    check("plan", "ok", f"verdict {prep.plan.verdict}")
-    check("container settings", "ok")
-    if any(m.target == profile.model.path for m in prep.spec.mounts):
-        check("model folder", "ok")
-    else:
-        check("model folder", "not needed", "no model folder is mounted (model.host_dir is not set)")
-    for c in checks:  # prepare's refusals, by the check that made them
-        if c.name in by:
-            c.state, c.problems = "failed", list(by[c.name])
-    if prep.refusals:
-        errors.append(Refused(*prep.refusals, hint=prep.hint))
-    if os.environ.get(CLAMP_MEMLOCK_ENV) == "1":
-        check("memlock", "not needed", f"{CLAMP_MEMLOCK_ENV}=1 clamps memlock (test switch)")
-    else:
-        check("memlock", "not run", "`up` starts a one-second container of the image with --ulimit memlock=-1 "
-              "first; `escha-deploy doctor --profile P` runs the same probe")
-    if not prep.args.get("device_requests") or facts_path:
-        check("doctor probes", "not needed", "no GPUs requested" if facts_path is None else "--facts given")
-    elif fresh_findings_saved():
-        check("doctor probes", "ok", "doctor's saved findings are younger than a day; `up` reuses them")
-    else:
-        check("doctor probes", "not run", "`up` runs them in a container of the image; "
-              f"`escha-deploy doctor --profile {profile_ref}` runs them without the server")
-    running = None
-    stale: list = []
-    if client is None:
-        check("existing container", "not run", no_daemon)
-    else:
-        try:
-            running, stale = existing_containers(client, prep)
-            check("existing container", "ok",
-                  f"already running (container {running.name}); `up` would do nothing" if running is not None
-                  else "; ".join(f"`up` would replace {stale_line(c)}" for c in stale) or "none")
-        except Refused as exc:
-            check("existing container", "failed", err=exc)
-    if running is not None:
-        check("port", "not needed", "the profile's server is already running")
-        check("api key file", "not needed", "the profile's server is already running")
-        return DryRun(prep, checks, errors)
-    if client is None:
-        check("port", "not run", no_daemon)
-    else:
-        check("port", "ok", err=port_refusal(client, prep, replaced=[c.name for c in stale]))
-    if not profile.container.api_key_file:
-        check("api key file", "not needed", "container.api_key_file is not set")
-    else:
-        try:
-            read_api_key(profile)
-            check("api key file", "ok")
-        except EschaError as exc:
-            check("api key file", "failed", err=exc)
-    return DryRun(prep, checks, errors)
+        return DryRun(None, [], [exc])
+    ctx = Preflight(profile_ref, tuple(overrides), profile, build=build, facts_path=facts_path, dry=True)
+    checks, errors = run_preflight(ctx)
+    return DryRun(ctx.prep, checks, errors)  # prep None: prepare raised (bad input, a refused folder)
 
 
 def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, timeout_s: float | None,

@@ -118,3 +118,27 @@ def test_launchable_standin_passes_every_check_it_runs(docker_client, standin_im
         "api key file": "not needed",  # the stand-in asks for no GPU, mounts no model, sets no key
         "memlock": "not needed"}  # the tests' memlock switch clamps it
     assert not (tmp_path / "xdg" / "escha-deploy" / "launch").exists()  # no spec file written
+
+
+def test_up_and_its_dry_run_iterate_one_check_list(monkeypatch, tmp_path):
+    """A check added to ``CHECKS`` is run by `up` (which refuses with it, before connecting to
+    Docker or creating anything) and by the dry run (which reports it by name and goes on)."""
+    from escha_deploy.errors import Refused
+    from escha_deploy.launch import up as up_mod
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    seen: list[bool] = []
+
+    def added(ctx):
+        seen.append(ctx.dry)
+        raise Refused("added: refused by the check the test added")
+
+    monkeypatch.setattr(up_mod, "CHECKS", [up_mod.Check("added check", added), *up_mod.CHECKS])
+    with pytest.raises(Refused) as refused:
+        up_mod.up(P)
+    assert refused.value.problems == ("added: refused by the check the test added",)
+    dry = up_mod.dry_run(P)
+    assert seen == [False, True]
+    assert [c.name for c in dry.checks][:2] == ["added check", "docker daemon"]  # it went on
+    assert (dry.checks[0].state, dry.checks[0].problems) == ("failed", list(refused.value.problems))
+    assert dry.error().problems[0] == refused.value.problems[0]
