@@ -17,22 +17,21 @@ anything, and reports each check by name. A new check is one more entry.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shlex
-import queue
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from escha_deploy.errors import BadInput, EschaError, Failed, Inconclusive, Refused
+from escha_deploy.errors import BadInput, EschaError, Failed, Refused
 
 from .prepare import Prepared, planned_sizes, prepare, read_secret
 from . import guard
+from .doctor_probe import doctor_in_image, fresh_findings_saved
+from .logpump import LogPump
 from .progress import Report, quiet
 
 if TYPE_CHECKING:
@@ -57,68 +56,6 @@ class UpResult:
     ready_seconds: float | None
     drift: list[str]
     note: str = ""
-
-
-class _LogPump:
-    """Follows a container's log in a thread; ``take()`` returns lines seen since last call;
-    ``pause(s)`` waits up to ``s`` seconds, less when the server logs that it listens."""
-
-    def __init__(self, container) -> None:
-        self.q: queue.Queue[str] = queue.Queue()
-        self.all: list[str] = []
-        self._wake = threading.Event()
-        self._container = container
-        self._got = 0  # lines the followed streams delivered (a new stream repeats them first)
-        self._t = self._start()
-
-    def _start(self) -> threading.Thread:
-        from . import docker as dk
-
-        t = threading.Thread(target=self._run, args=(dk, self._container, self._got), daemon=True)
-        t.start()
-        return t
-
-    def _run(self, dk, container, skip: int) -> None:
-        from .ready import WAKE_PHASES, phase_of
-
-        try:
-            for n, line in enumerate(dk.log_lines(container, follow=True)):
-                if n < skip:
-                    continue
-                self._got += 1
-                self.q.put(line)
-                if phase_of(line) in WAKE_PHASES:
-                    self._wake.set()
-        except Exception:  # noqa: BLE001 - the container went away; the waiter sees it
-            pass
-        self._wake.set()  # the log ended: the waiter should look now (exited, or gone)
-
-    def refollow(self) -> None:
-        """Follow again once the stream ended while the container still runs (the daemon's
-        socket dropped and came back): the new stream's first lines, already seen, are skipped."""
-        if not self._t.is_alive():
-            self._t = self._start()
-
-    def pause(self, seconds: float) -> None:
-        """The ready wait's pause between polls (``ready.wait_ready``): ``seconds``, or until
-        the server logs one of ``ready.WAKE_PHASES`` (or its log ends), whichever comes first."""
-        if self._wake.wait(seconds):
-            self._wake.clear()
-
-    def following(self) -> bool:
-        """True while the log stream is open: the daemon closes a followed log when the
-        container stops, so this answers "still running?" without a round trip."""
-        return self._t.is_alive()
-
-    def take(self) -> list[str]:
-        out = []
-        while True:
-            try:
-                out.append(self.q.get_nowait())
-            except queue.Empty:
-                break
-        self.all.extend(out)
-        return out
 
 
 def spec_path(container: str) -> Path:
@@ -250,17 +187,6 @@ def read_api_key(profile) -> str | None:
     exit 2, naming the file when it cannot be read), or None when the profile sets none."""
     f = profile.container.api_key_file
     return read_secret(f, "container.api_key_file") if f else None
-
-
-def fresh_findings_saved() -> bool:
-    """True when doctor's saved findings for this host are younger than a day
-    (``findings.MAX_AGE``): `up` then reuses them instead of probing in the image."""
-    from escha_deploy.findings import load_findings
-    from escha_deploy.host import host_id
-    from escha_deploy.paths import doctor_findings_path
-
-    saved = load_findings(doctor_findings_path(), host_id=host_id())
-    return saved is not None and saved.is_fresh()
 
 
 def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | None = None,
@@ -651,7 +577,7 @@ def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, time
 
     spec = prep.spec
     report("info", f"up: started {c.name} ({c.short_id}) from {spec.image}; waiting for {endpoint}")
-    pump = _LogPump(c)
+    pump = LogPump(c)
     probe = Probe(endpoint, api_key)
     timeout = float(timeout_s if timeout_s is not None else prep.profile.container.ready_timeout_s)
     seen: set[str] = set()
@@ -737,63 +663,6 @@ def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, time
     return UpResult(prep.profile.name, c.name, endpoint, "running", round(res.seconds, 3), lines)
 
 
-def doctor_in_image(client, prep: Prepared, *, timeout_s: float = 600, report: Report = quiet) -> bool:
-    """Doctor's GPU probes inside the profile's image (its cgroup, /dev/shm, memlock and WSL2
-    pinned ceiling are what count), reusing saved findings younger than a day
-    (``findings.MAX_AGE``). Runs ``python -m escha_deploy.doctor.probe_all``
-    in a throw-away container with the launch's GPUs, ipc and ulimits; saves the answer as
-    findings under the host's id. A failed all-reduce smoke test refuses (exit 3) before the
-    server is created. Returns True when the probes ran now (the findings changed), False when
-    saved findings were fresh. Only reached where Docker has a GPU runtime (not testable here).
-    """
-    from escha_deploy.doctor.facts import ProbeFacts
-    from escha_deploy.doctor.run import probe_findings
-    from escha_deploy.findings import save_findings
-    from escha_deploy.host import host_id
-    from escha_deploy.paths import doctor_findings_path
-
-    from . import docker as dk
-
-    hid = host_id()
-    if fresh_findings_saved():
-        report("info", "up: reusing doctor findings younger than a day")
-        return False
-    world = int(prep.profile.runtime.tp_size)
-    target = int(prep.plan.per_rank.pinned_bytes) or 1
-    args = {k: v for k, v in prep.args.items()
-            if k in ("image", "device_requests", "ipc_mode", "shm_size", "ulimits", "security_opt",
-                     "environment", "init")}
-    args.update(entrypoint=["python3", "-m", "escha_deploy.doctor.probe_all"],
-                command=["--target", str(target), "--world-size", str(world)],
-                labels={dk.LABEL_MANAGED_BY: "escha-deploy-doctor"}, detach=True)
-    report("info", f"up: running doctor's probes in {prep.spec.image}")
-    c = client.containers.create(**dk.to_docker({**args, "mounts": [], "ulimits": args["ulimits"]}))
-    try:
-        c.start()
-        code = c.wait(timeout=timeout_s)["StatusCode"]
-        out = c.logs(stdout=True, stderr=False).decode().strip().splitlines()
-    finally:
-        c.remove(force=True)
-    if code != 0 or not out:
-        raise Refused(f"doctor: probes in {prep.spec.image} found no usable GPU (exit {code})",
-                      hint=f"`escha-deploy doctor --profile {prep.profile_ref}` shows the checks")
-    data = json.loads(out[-1])
-    probes = ProbeFacts.model_validate(data["probes"])
-    if probes.unavailable:  # unknown, never saved as a finding (doctor's rule)
-        raise Inconclusive(f"doctor: the probes could not run in {prep.spec.image}: {probes.unavailable}",
-                           hint="the server image needs torch with CUDA; "
-                           f"`escha-deploy doctor --profile {prep.profile_ref}` shows the checks")
-    import datetime as dt
-
-    findings = probe_findings(probes, host_id=hid, platform=data.get("platform", prep.plan.platform),
-                              created_at=dt.datetime.now(dt.timezone.utc).isoformat())
-    save_findings(findings, doctor_findings_path())
-    if world >= 2 and findings.nccl_smoke_ok is False:
-        raise Refused(f"doctor: the {world}-GPU all-reduce smoke test failed in {prep.spec.image}",
-                      hint=f"`escha-deploy doctor --profile {prep.profile_ref}` prints the NCCL settings it tried")
-    return True
-
-
 def build_image(client, image: str, *, report: Report = quiet) -> None:
     """``--build``: when ``image`` is absent, build it with ``escha-deploy build --hicache --tag
     IMAGE`` (the builder, run as a child of this same installation; its progress goes to
@@ -809,3 +678,6 @@ def build_image(client, image: str, *, report: Report = quiet) -> None:
                         "--tag", image], stdout=sys.stderr)
     if r.returncode != 0:
         raise Refused(f"--build: `escha-deploy build --hicache --tag {image}` failed (exit {r.returncode})")
+
+
+_LogPump = LogPump  # the name the ready-wait tests import
