@@ -19,7 +19,6 @@ from __future__ import annotations
 import errno
 import os
 import shlex
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -31,6 +30,7 @@ from escha_deploy.errors import BadInput, EschaError, Failed, Refused
 from .prepare import Prepared, planned_sizes, prepare, read_secret
 from . import guard
 from .doctor_probe import doctor_in_image, fresh_findings_saved
+from .image_build import build_image
 from .logpump import LogPump
 from .progress import Report, quiet
 
@@ -661,23 +661,6 @@ def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, time
     for ln in lines:
         report("warning", ln)
     return UpResult(prep.profile.name, c.name, endpoint, "running", round(res.seconds, 3), lines)
-
-
-def build_image(client, image: str, *, report: Report = quiet) -> None:
-    """``--build``: when ``image`` is absent, build it with ``escha-deploy build --hicache --tag
-    IMAGE`` (the builder, run as a child of this same installation; its progress goes to
-    stderr). Raises ``Refused`` (exit 3, nothing created) when the build fails."""
-    import subprocess
-
-    from . import docker as dk
-
-    if dk.image_labels(client, image) is not None:
-        return
-    report("info", f"up: building {image} (escha-deploy build --hicache)")
-    r = subprocess.run([sys.executable, "-m", "escha_deploy.cli.main", "build", "--hicache",
-                        "--tag", image], stdout=sys.stderr)
-    if r.returncode != 0:
-        raise Refused(f"--build: `escha-deploy build --hicache --tag {image}` failed (exit {r.returncode})")
 
 
 _LogPump = LogPump  # the name the ready-wait tests import
