@@ -49,7 +49,8 @@ start)
     else
         rm -f /var/run/docker.pid
         # setsid: the daemon outlives the calling shell; --data-root stays Debian's default
-        setsid dockerd --host unix:///var/run/docker.sock >"$log" 2>&1 < /dev/null &
+        # 9>&-: the daemon must not inherit the lock, or every later call waits for it forever
+        setsid dockerd --host unix:///var/run/docker.sock >"$log" 2>&1 < /dev/null 9>&- &
         echo $! > "$pidfile"
     fi
     for _ in $(seq 1 120); do

@@ -75,3 +75,33 @@ def test_a_daemon_this_script_did_not_start_is_never_stopped(tmp_path):
     finally:
         run.kill()
         run.wait()
+
+
+def test_the_daemon_it_starts_does_not_hold_the_lock(tmp_path):
+    """The daemon inherited the script's lock descriptor: every later call (the tests' fixture,
+    another run) then waited in flock forever. The STAND-IN dockerd here is a script that marks
+    itself up and sleeps; the STAND-IN docker CLI answers once the mark exists."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "state").mkdir()
+    mark = tmp_path / "up"
+    (tmp_path / "bin" / "docker").write_text(f"#!/bin/sh\n[ -e {mark} ]\n")
+    (tmp_path / "bin" / "dockerd").write_text(f"#!/bin/sh\ntouch {mark}\nexec sleep 300\n")
+    for f in ("docker", "dockerd"):
+        (tmp_path / "bin" / f).chmod(0o755)
+    run_a, run_b = (subprocess.Popen(["sleep", "300"]) for _ in range(2))
+    pid = None
+    try:
+        assert _run(tmp_path, "start", run_a.pid).returncode == 0
+        pid = int((tmp_path / "state" / "escha-dockerd.pid").read_text())
+        fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        assert not [f for f in fds if f.endswith("escha-dockerd.lock")], fds
+        assert _run(tmp_path, "start", run_b.pid).returncode == 0  # does not wait for the daemon
+    finally:
+        if pid:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        for p in (run_a, run_b):
+            p.kill()
+            p.wait()
