@@ -43,17 +43,19 @@ TIMEOUT_S = 240.0
 
 
 def _site(exc: BaseException) -> tuple[str, str]:
-    """``(file under sglang/, function)`` of the innermost frame inside SGLang's package."""
+    """``(file under sglang/, function)`` of the innermost frame inside SGLang's server code
+    (``sglang/srt/``), wherever the package is installed."""
     import traceback
 
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/sglang/" in f.filename.replace("\\", "/")]
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/sglang/srt/" in f.filename.replace("\\", "/")]
     if not frames:
         frames = traceback.extract_tb(exc.__traceback__)[-1:]
     if not frames:
         return "?", "?"
     f = frames[-1]
     path = f.filename.replace("\\", "/")
-    path = path.split("/sglang/", 1)[-1] if "/sglang/" in path else Path(path).name
+    # the last /sglang/: an image keeps SGLang in /opt/sglang/venv/.../site-packages/sglang/
+    path = path.rsplit("/sglang/", 1)[-1] if "/sglang/" in path else Path(path).name
     return path, f.name
 
 

@@ -128,8 +128,7 @@ def test_serve_spec_in_the_image_refuses_at_each_stage_before_the_server_starts(
                   "srt/server_args.py:prepare_server_args"),
         "resolution": ("argument resolution", "ValueError: ", "enable-hierarchical-cache and disable-radix-cache "
                        "are mutually exclusive", "srt/arg_groups/kv_cache_hook.py:handle_cache_compatibility"),
-        # the image's SGLang derives the model config while it resolves the arguments
-        "model config": ("argument resolution", "ValueError: ", "User-specified context_length (300000) is greater than "
+        "model config": ("model config", "ValueError: ", "User-specified context_length (300000) is greater than "
                          "the derived context_length (262144)", "srt/configs/model_config.py:_derive_context_length"),
         "attention": ("attention backend", "ValueError: ", "TRTLLM FMHAv2 prefill on SM120 does not support fp8_e4m3",
                       "srt/arg_groups/attention_hook.py:handle_attention_backend_compatibility"),
@@ -142,5 +141,5 @@ def test_serve_spec_in_the_image_refuses_at_each_stage_before_the_server_starts(
         err = [ln for ln in log.splitlines() if ln.startswith("error:")]
         assert len(err) == 1, (case, log[-3000:])
         assert f"SGLang's pre-flight refused at {stage}: {typ}" in err[0] and message in err[0], (case, err[0])
-        assert f"{site})" in err[0] and f"set by {keys[case]}" in err[0], (case, err[0])
+        assert f"({site})" in err[0] and f"set by {keys[case]}" in err[0], (case, err[0])
         assert "starting SGLang" not in log, (case, log[-3000:])
