@@ -182,11 +182,7 @@ def _check_types(text: dict, config: dict) -> None:
     """Shape and type rules for the fields the planner reads; raises ``ValueError`` naming the
     first wrong field (``text_config.`` prefixed when nested)."""
     where = "text_config." if text is not config else ""
-    for key in _INT_KEYS:
-        value = text.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ValueError(f"{where}{key}: expected an integer (got {_json_kind(value)})")
-    for key in CONTEXT_LENGTH_KEYS:
+    for key in (*_INT_KEYS, *CONTEXT_LENGTH_KEYS):
         value = text.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise ValueError(f"{where}{key}: expected an integer (got {_json_kind(value)})")
