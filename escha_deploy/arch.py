@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 DTYPE_BYTES: dict[str, int] = {
     "float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
@@ -66,6 +66,15 @@ class ModelArch(BaseModel):
     mamba_conv_dtype: Literal["bfloat16", "float16", "float32"] = Field(
         default="bfloat16", description="SGLANG_MAMBA_CONV_DTYPE default"
     )
+
+    @model_validator(mode="after")
+    def _has_a_kv_layer(self) -> "ModelArch":
+        # layer l is full attention iff (l + 1) % full_attention_interval == 0: fewer layers than
+        # the interval leaves no KV layer, and every per-token KV figure is 0 (a division by it failed)
+        if self.full_attention_interval is not None and self.num_hidden_layers < self.full_attention_interval:
+            raise ValueError(f"num_hidden_layers {self.num_hidden_layers} is below full_attention_interval "
+                             f"{self.full_attention_interval}: no layer would be full attention")
+        return self
 
     @property
     def is_hybrid(self) -> bool:
@@ -258,6 +267,8 @@ def arch_from_config(config: object) -> ModelArch:
         return ModelArch(**fields)
     except ValidationError as exc:
         err = exc.errors()[0]
+        if not err["loc"]:  # a rule over several fields (_has_a_kv_layer): its own words
+            raise ValueError(str(err["msg"]).removeprefix("Value error, ")) from None
         key = ".".join(str(p) for p in err["loc"])
         raise ValueError(f"{key}: {err['msg'].lower()} (got {_json_kind(err.get('input'))})") from None
 

@@ -105,3 +105,15 @@ def test_within_the_models_length_plans_ok(cli, tmp_path):
     r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--set", f"model.host_dir={d}", "--set", "runtime.context_length=8192",
             "--host-ram", "24GiB")
     assert r.code == 0, r.err
+
+
+def test_a_hybrid_model_without_a_full_attention_layer_is_refused(cli, tmp_path):
+    """Fewer layers than full_attention_interval left no KV layer: plan ended in ZeroDivisionError."""
+    r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--set", "model.architecture.num_hidden_layers=1", "--host-ram", "64GiB")
+    assert r.code == 2 and "num_hidden_layers 1 is below full_attention_interval 4" in r.err, r.err
+    assert "Traceback" not in r.err
+    d = _folder(tmp_path, {"model_type": "qwen3_5_text", "num_hidden_layers": 2, "num_key_value_heads": 4, "head_dim": 256,
+                           "full_attention_interval": 4, "linear_num_key_heads": 16, "linear_num_value_heads": 48,
+                           "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4})
+    r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--set", f"model.host_dir={d}", "--host-ram", "64GiB")
+    assert r.code == 2 and "config.json: num_hidden_layers 2 is below full_attention_interval 4" in r.err, r.err
