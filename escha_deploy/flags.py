@@ -113,7 +113,7 @@ def server_args(plan: Plan, profile: Profile, *, host: str = "0.0.0.0", port: in
         a += ["--enable-int8-mamba-checkpoint"]
     if rt.attention_backend:
         a += ["--attention-backend", rt.attention_backend]
-    if plan.custom_all_reduce_disabled:  # decided by the planner (planner._peer_decisions)
+    if plan.custom_all_reduce_disabled:  # decided by the planner (its launch_values step)
         a += ["--disable-custom-all-reduce"]
     if rt.enable_cache_report:
         a += ["--enable-cache-report"]
@@ -144,8 +144,9 @@ def server_args(plan: Plan, profile: Profile, *, host: str = "0.0.0.0", port: in
 def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L3_DIR) -> dict[str, str]:
     """Environment the runtime reads for ``plan`` (no secrets).
 
-    - ``ESCHA_HICACHE_HOST_RESERVE_BYTES``: the plan's reserve, when the runtime has the
-      ``hicache-host-reserve-env`` capability (else the stock 10 GiB applies);
+    - ``ESCHA_HICACHE_HOST_RESERVE_BYTES``: ``plan.hicache.host_reserve_bytes``, which the
+      planner sets when the runtime has the ``hicache-host-reserve-env`` capability (else the
+      stock 10 GiB applies);
     - ``ESCHA_HICACHE_HOST_ALLOCATOR``: ``pinned`` on WSL2, doctor's pick or ``auto`` elsewhere;
     - INT2 layout (``SGLANG_MIXED_KV_*``), read by the OSCAR overlay;
     - ``NCCL_P2P_DISABLE=1`` under WSL2 and where NVML shows no peer access (``plan.nccl_p2p_disabled``;
@@ -157,8 +158,8 @@ def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L
     """
     env: dict[str, str] = {"NO_PROXY": NO_PROXY, "no_proxy": NO_PROXY}
     hc = plan.hicache
-    if hc.enabled and "hicache-host-reserve-env" in plan.capabilities and plan.runtime_check:
-        env[ENV_HOST_RESERVE] = str(plan.runtime_check.patched_reserve_bytes)
+    if hc.enabled and hc.host_reserve_bytes is not None:  # decided by the planner (host_pools)
+        env[ENV_HOST_RESERVE] = str(hc.host_reserve_bytes)
     if hc.enabled and hc.host_allocator:
         env[ENV_HOST_ALLOCATOR] = hc.host_allocator
     rt = profile.runtime

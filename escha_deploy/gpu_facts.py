@@ -1,4 +1,4 @@
-"""What the GPU facts (NVML, via ``doctor.gpu``) decide: peer access between the TP GPUs, and
+"""What the GPU facts (NVML, ``facts.gpus``) decide: peer access between the TP GPUs, and
 whether each GPU can run the image's kernels. Pure: no I/O.
 
 Peer access: SGLang's custom all-reduce (``sglang/srt/distributed/device_communicators/
@@ -23,8 +23,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .doctor.gpu import GpuInventory
-from .doctor.kernel_archs import runs_on
+from .facts.gpus import GpuInventory, runs_on
 
 #: NVML brands (``nvmlBrandType_t``) of consumer cards: no PCIe P2P on the 40/50 series.
 CONSUMER_BRANDS = frozenset({"GeForce", "GeForce RTX", "Titan", "Titan RTX"})

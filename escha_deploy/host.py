@@ -14,108 +14,13 @@ import re
 import shutil
 import socket
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from .doctor.gpu import GpuInventory
-from .restore_bandwidth import RestoreBandwidth
-from .units import fmt_gib
-
-Platform = Literal["linux", "wsl2"]
+from .facts.gpus import GpuInventory
+from .facts.host import HostFacts, Platform
 
 #: cgroup v1 reports "no limit" as a huge number (PAGE_COUNTER_MAX pages); anything at or
 #: above 2**60 bytes is treated as unlimited.
 _CGROUP_V1_UNLIMITED = 2**60
-
-
-class HostFacts(BaseModel):
-    """What the planner knows about the machine the server will run on.
-
-    ``mem_total_bytes`` is the memory the server's Linux kernel sees (MemTotal; under WSL2 the
-    VM's, about half of the Windows host by default). ``mem_available_bytes`` is MemAvailable
-    now (``None`` for a described host, ``--host-ram``). ``hugetlb_bytes`` is memory reserved
-    for huge pages: MemTotal counts it, but an anonymous or ``cudaHostAlloc`` host pool can
-    never get it (Documentation/admin-guide/mm/hugetlbpage.rst). The memory the server can
-    have is MemTotal less the huge pages, or the cgroup limit when that is lower
-    (``memory_base``).
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    source: Literal["live", "described", "saved", "facts"] = Field(
-        description="live: read from this machine; described: from --host-ram; saved: from another "
-        "box's saved doctor report (a fleet file's `facts`); facts: from a facts file (--facts)"
-    )
-    platform: Platform
-    mem_total_bytes: int = Field(gt=0)
-    mem_available_bytes: int | None = None
-    hugetlb_bytes: int = Field(default=0, ge=0, description="memory held as huge pages (bytes)")
-    cgroup_limit_bytes: int | None = None
-    cgroup_usage_bytes: int | None = None
-    cgroup_limit_file: str | None = Field(
-        default=None, description="the cgroup file the limit was read from (memory.max, memory.limit_in_bytes)")
-    in_container: bool = False
-    host_id: str = ""
-    pinned_ceiling_bytes: int | None = Field(
-        default=None, description="doctor's measured pinned ceiling per process, if any"
-    )
-    pinned_ceiling_reached: bool = False
-    host_allocator: Literal["register", "pinned"] | None = Field(
-        default=None, description="allocator doctor's host-mapped store probe picked"
-    )
-    restore_bandwidth: RestoreBandwidth | None = Field(
-        default=None, description="doctor's restore-bandwidth probe (host <-> device GB/s), for host_hit_cost")
-    prefill_tokens_per_s: float | None = Field(
-        default=None, description="`bench`'s last cold prefill on this box (tokens/s), for host_hit_cost")
-    prefill_source: str | None = Field(default=None, description="where prefill_tokens_per_s came from")
-    l3_dir: str | None = None
-    l3_free_bytes: int | None = Field(
-        default=None, description="free bytes on the L3 storage directory's filesystem"
-    )
-    l3_checked: bool = Field(
-        default=False, description="the L3 directory was checked here (exists, writable, cap free: "
-        "folders.check_l3_dir); false when the plan describes another host")
-    gpus: GpuInventory | None = Field(
-        default=None, description="the GPUs as NVML reports them (brand, PCI ids, P2P status, topology); "
-        "None: not read (a described host, or no NVML here)")
-    origin: str | None = Field(
-        default=None, exclude=True,
-        description="where a described or saved host's numbers were written, when not the command line: "
-        "e.g. `fleet.yaml:12 boxes.lin-b.host_ram`; named in memory_base's source (not serialized)")
-
-    @property
-    def memory_base_bytes(self) -> int:
-        """The memory the server can have (bytes): see ``memory_base``."""
-        return self.memory_base()[0]
-
-    def memory_base(self) -> tuple[int, str, Literal["ram", "cgroup"]]:
-        """``(bytes, source, kind)``: MemTotal less the huge-page reservation, or the cgroup
-        limit when that is lower. ``source`` names the numbers and the files they came from;
-        ``kind`` is ``ram`` or ``cgroup``."""
-        ram = max(self.mem_total_bytes - self.hugetlb_bytes, 0)
-        where = self.origin or {"live": "/proc/meminfo", "facts": "facts file"}.get(self.source, "--host-ram")
-        ram_src = f"MemTotal {fmt_gib(self.mem_total_bytes)} ({where})"
-        if self.hugetlb_bytes:
-            ram_src = (f"MemTotal {fmt_gib(self.mem_total_bytes)} - {fmt_gib(self.hugetlb_bytes)} of huge pages "
-                       "(/proc/meminfo Hugetlb, HugePages_Total x Hugepagesize)")
-        if self.cgroup_limit_bytes is not None and self.cgroup_limit_bytes < ram:
-            # the figure always, and where it came from: the cgroup file read, or the facts file's
-            # host.cgroup_limit_bytes (a described limit has no file)
-            origin = self.cgroup_limit_file or self.origin or {
-                "facts": "facts file host.cgroup_limit_bytes", "live": "the server's cgroup"}.get(self.source, self.source)
-            src = f"cgroup memory limit {fmt_gib(self.cgroup_limit_bytes)} ({origin})"
-            return self.cgroup_limit_bytes, src, "cgroup"
-        return ram, ram_src, "ram"
-
-    @property
-    def available_now_bytes(self) -> int | None:
-        """MemAvailable now, capped by what the cgroup still allows (limit - usage)."""
-        if self.mem_available_bytes is None:
-            return None
-        if self.cgroup_limit_bytes is not None and self.cgroup_usage_bytes is not None:
-            return min(self.mem_available_bytes, max(self.cgroup_limit_bytes - self.cgroup_usage_bytes, 0))
-        return self.mem_available_bytes
 
 
 def read_meminfo(root: Path = Path("/")) -> dict[str, int]:
@@ -252,9 +157,9 @@ def described_host(mem_total_bytes: int, platform: Platform = "linux", *, l3_fre
 
 
 def read_gpu_facts() -> GpuInventory | None:
-    """NVML's answers for this machine's GPUs (``doctor.gpu.query_nvml``), or ``None`` when NVML
+    """NVML's answers for this machine's GPUs (``nvml.query_nvml``), or ``None`` when NVML
     cannot be used here (no nvidia-ml-py, no driver library, no GPU)."""
-    from .doctor.gpu import query_nvml
+    from .nvml import query_nvml
 
     try:
         return query_nvml()
@@ -278,7 +183,7 @@ def gather_host_facts(*, platform: Platform | None = None, l3_dir: str | None = 
     limit, usage = read_cgroup_memory(root)
     hid = host_id(root)
     findings = load_findings(doctor_findings_path(), host_id=hid) if use_findings else None
-    from .bench.last import load_last_prefill
+    from .findings import load_last_prefill
 
     last = load_last_prefill() if use_findings else None
     return HostFacts(

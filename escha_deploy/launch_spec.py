@@ -6,7 +6,8 @@ versioned JSON document (``LAUNCH_SPEC_SCHEMA_VERSION``), mounts it read-only at
 ``SPEC_TARGET`` and the container runs ``serve --spec SPEC_TARGET``, which re-plans nothing.
 
 The digest (``launch_digest``, the ``io.escha.plan-digest`` label) covers the profile after
-``--set``, the fact values the plan assumed (``LaunchFacts``), the argv and the environment;
+``--set``, the fact values the plan assumed (``LaunchFacts``), the argv, the environment and
+the pre-flight's figures (``PreflightFigures``);
 not where a fact came from or when (``sources``), so the same facts give the same digest on
 the host and in a compose container.
 This module is pure: no docker, no subprocess, no environment reads. ``flags.py`` is the only
@@ -23,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .factsfile import GpuRecord
+from .facts.provenance import FactSource  # re-exported: the launch spec carries them (`sources`)
+from .facts.file import GpuRecord
 
 if TYPE_CHECKING:
     from .planner.result import Plan
@@ -96,17 +98,6 @@ class ContainerSpec(BaseModel):
     )
 
 
-class FactSource(BaseModel):
-    """Where one fact the plan used came from: ``measured now (/proc/meminfo)``, ``facts file
-    PATH``, ``saved doctor findings (2.5 h old)``, ``profile``, ``default``, or ``unmeasured``
-    with the command that measures it. Shown by ``up --dry-run``; never digested."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    fact: str
-    value: str
-    source: str
-
-
 class LaunchFacts(BaseModel):
     """The fact values the plan assumed (digested). Bytes are ``int``.
 
@@ -140,6 +131,23 @@ class LaunchNeeds(BaseModel):
     model_path: str | None = Field(default=None, description="the mounted model folder, as the server sees it")
 
 
+class PreflightFigures(BaseModel):
+    """The plan's figures SGLang's pre-flight sizing stages take (``launch.sglang_preflight``:
+    KV cache configurator, host pools), so ``serve --spec`` runs all five stages. Digested.
+
+    ``free_before_weights_bytes``: GPU memory free per rank before the weights load (VRAM less
+    the CUDA context and WSL2's hidden part; ``plan.device``); ``weights_bytes``: weights per
+    rank (``plan.per_rank``); ``host_budget_bytes``: the host memory, for the whole box, that
+    SGLang's host-pool check (``srt/mem_cache/pool_host/base.py: host_memory_budget_bytes``, split
+    over the box's ranks) has at pool-building time as the plan models it (available less the
+    reserve of the check that applies, ``plan.runtime_check``); None when HiCache is off."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    free_before_weights_bytes: int
+    weights_bytes: int
+    host_budget_bytes: int | None = None
+
+
 class LaunchSpec(BaseModel):
     """What to run: the SGLang argv and environment, plus the container settings.
 
@@ -153,7 +161,7 @@ class LaunchSpec(BaseModel):
     escha_version: str = Field(description="the escha-deploy that planned it")
     profile: str
     profile_data: dict[str, Any] = Field(description="the profile after --set (profile.profile_to_data)")
-    plan_digest: str = Field(description="launch_digest of profile_data, facts, argv and env")
+    plan_digest: str = Field(description="launch_digest of profile_data, facts, argv, env and preflight")
     facts: LaunchFacts
     needs: LaunchNeeds
     sources: list[FactSource] = Field(default_factory=list, description="where each fact came from")
@@ -169,6 +177,9 @@ class LaunchSpec(BaseModel):
         "reads it and passes --api-key to the child only (never in a command line shown)"
     )
     hf_token_file: str | None = Field(default=None, description="file holding the HF token")
+    preflight: PreflightFigures | None = Field(
+        default=None, description="the plan's figures for SGLang's pre-flight sizing stages (in the digest); "
+        "None in a spec written before they were recorded: `serve --spec` then skips those two stages")
 
 
 #: Container paths of mounted secrets and the HF cache.
@@ -179,17 +190,23 @@ CONTAINER_HF_CACHE = "/root/.cache/huggingface"
 #: host folder only when the user mounts one; see docs/launch.md.
 
 
-def launch_digest(profile_data: dict[str, Any], facts: LaunchFacts, argv: Sequence[str], env: dict[str, str]) -> str:
+def launch_digest(profile_data: dict[str, Any], facts: LaunchFacts, argv: Sequence[str], env: dict[str, str],
+                  preflight: PreflightFigures | None = None) -> str:
     """sha256 of the canonical JSON (sorted keys) of the profile after ``--set``, the fact
-    values, the argv and the environment: the ``io.escha.plan-digest`` label. The profile's
+    values, the argv, the environment and, when the spec records them, the pre-flight's figures
+    (a spec without them keeps the digest it was written with): the ``io.escha.plan-digest``
+    label. The profile's
     ``watch`` section (``status``'s alert thresholds) is left out: it changes nothing the server
     runs, so changing a threshold does not make a running server stale."""
     import hashlib
     import json
 
     served = {k: v for k, v in profile_data.items() if k != "watch"}
-    data = json.dumps({"profile": served, "facts": facts.model_dump(mode="json"), "argv": list(argv),
-                       "env": dict(env)}, sort_keys=True, separators=(",", ":"))
+    doc: dict[str, Any] = {"profile": served, "facts": facts.model_dump(mode="json"), "argv": list(argv),
+                           "env": dict(env)}
+    if preflight is not None:
+        doc["preflight"] = preflight.model_dump(mode="json")
+    data = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(data.encode()).hexdigest()
 
 
@@ -201,6 +218,20 @@ def facts_from_plan(plan: Plan) -> LaunchFacts:
                        pinned_ceiling_bytes=b.pinned_ceiling_bytes, capabilities=sorted(plan.capabilities))
 
 
+def preflight_from_plan(plan: Plan) -> PreflightFigures:
+    """The pre-flight figures ``plan`` decided (``PreflightFigures``): the device's free memory
+    before the weights, the weights per rank and, with HiCache on, the host budget the runtime's
+    own check reads as the planner modelled it (``RuntimeCheck.available_bytes`` less the
+    reserve of the check that ``applies``: stock 10 GiB or the patched series' configured one)."""
+    rc = plan.runtime_check
+    host = None
+    if plan.hicache.enabled and rc is not None:
+        reserve = rc.patched_reserve_bytes if rc.applies == "patched" else rc.stock_reserve_bytes
+        host = max(int(rc.available_bytes) - int(reserve), 0)
+    return PreflightFigures(free_before_weights_bytes=int(plan.device.free_before_weights_bytes),
+                            weights_bytes=int(plan.per_rank.weights_bytes), host_budget_bytes=host)
+
+
 def spec_json(spec: LaunchSpec) -> str:
     """The document ``up`` mounts: the spec as indented JSON (no secret values in it)."""
     return spec.model_dump_json(indent=2) + "\n"
@@ -209,6 +240,78 @@ def spec_json(spec: LaunchSpec) -> str:
 def container_name(profile_name: str) -> str:
     """``escha-<profile>``: one container per profile."""
     return f"escha-{profile_name}"
+
+
+def host_address(profile: Profile) -> str:
+    """The address on this host where the server's API listens: ``0.0.0.0`` with
+    ``container.expose``, else ``127.0.0.1``. Docker publishes the container's port there, and
+    a native server binds it (``build_launch_spec``)."""
+    return "0.0.0.0" if profile.container.expose else "127.0.0.1"
+
+
+def container_spec(profile: Profile, *, platform: str, digest: str | None = None, overrides: Sequence[str] = (),
+                   profile_file: str | None = None, spec_file: str | None = None,
+                   facts_file: str | None = None) -> ContainerSpec:
+    """The container half of a launch of ``profile`` (pure): image, name, GPUs, the published
+    port, mounts, labels, capabilities and the command ``serve`` runs with. It reads no plan:
+    only the ``platform`` (under WSL2 Docker takes the GPUs as ``all``, the device ids go in
+    ``CUDA_VISIBLE_DEVICES``) and the launch's ``digest`` for the ``io.escha.plan-digest``
+    label (None: no label, as in a compose file, whose container plans for itself).
+    ``spec_file``, ``overrides``, ``profile_file``, ``facts_file``: as ``build_launch_spec``."""
+    from . import __version__, flags
+    from .capabilities import LABEL_PREFIX
+    from .factsfile import CONTAINER_FACTS_PATH
+    from .paths import FACTS_ENV
+
+    c = profile.container
+    hc = profile.hicache
+    mounts: list[Mount] = []
+    model_dir = c.model_dir or profile.model.host_dir
+    if model_dir:
+        mounts.append(Mount(source=model_dir, target=profile.model.path, read_only=True))
+    if c.hf_cache_dir:
+        mounts.append(Mount(source=c.hf_cache_dir, target=CONTAINER_HF_CACHE))
+    if hc.enabled and hc.storage_dir:
+        mounts.append(Mount(source=hc.storage_dir, target=flags.CONTAINER_L3_DIR))
+    secret_files: dict[str, str] = {}
+    if c.api_key_file:
+        secret_files[SECRET_API_KEY_PATH] = c.api_key_file
+    if c.hf_token_file:
+        secret_files[SECRET_HF_TOKEN_PATH] = c.hf_token_file
+    cenv = {"NO_PROXY": flags.NO_PROXY, "no_proxy": flags.NO_PROXY}
+    gpus: str | list[str] = "all"
+    if isinstance(c.gpus, list):
+        if platform == "wsl2":
+            # Under WSL2 only "all" works (the NVIDIA Container Toolkit's CDI spec under WSL2 names one device, all).
+            cenv["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in c.gpus)
+        else:
+            gpus = [str(i) for i in c.gpus]
+    if spec_file is not None:
+        command = ["--spec", SPEC_TARGET]
+        mounts.append(Mount(source=spec_file, target=SPEC_TARGET, read_only=True))
+        profile_file = None
+    else:
+        command = ["--profile", profile.name if profile_file is None else "/etc/escha/profile.yaml"]
+        for o in overrides:
+            command += ["--set", o]
+        if facts_file is not None:
+            mounts.append(Mount(source=facts_file, target=CONTAINER_FACTS_PATH, read_only=True))
+            cenv[FACTS_ENV] = CONTAINER_FACTS_PATH
+    container = ContainerSpec(
+        image=c.image, name=container_name(profile.name), gpus=gpus,
+        port_host_ip=host_address(profile), port_host=c.port, port_container=c.port,
+        mounts=mounts,
+        labels={f"{LABEL_PREFIX}profile": profile.name,
+                **({f"{LABEL_PREFIX}plan-digest": digest} if digest is not None else {}),
+                f"{LABEL_PREFIX}managed-by": "escha-deploy", f"{LABEL_PREFIX}escha-version": __version__},
+        cap_drop=[] if c.keep_capabilities else ["ALL"],
+        # pinned host pools are locked memory (mlock/cudaHostRegister): keep IPC_LOCK
+        cap_add=[] if c.keep_capabilities else ["IPC_LOCK"],
+        stop_timeout_s=c.stop_timeout_s, command=command,
+        platform=platform, gpu_count=profile.runtime.tp_size if gpus == "all" and platform != "wsl2" else None,
+        environment=cenv, secret_files=secret_files, profile_file=profile_file,
+    )
+    return container
 
 
 def build_launch_spec(plan: Plan, profile: Profile, *, overrides: Sequence[str] = (),
@@ -228,14 +331,11 @@ def build_launch_spec(plan: Plan, profile: Profile, *, overrides: Sequence[str] 
     ``ESCHA_FACTS``). Raises nothing; the caller refuses unsafe plans first.
     """
     from . import __version__, flags
-    from .factsfile import CONTAINER_FACTS_PATH
-    from .paths import FACTS_ENV
     from .profile import profile_to_data
-    from .capabilities import LABEL_PREFIX
 
     c = profile.container
     hc = profile.hicache
-    bind = ("0.0.0.0" if c.expose else "127.0.0.1") if native else "0.0.0.0"
+    bind = host_address(profile) if native else "0.0.0.0"
     l3_dir = (hc.storage_dir if native else flags.CONTAINER_L3_DIR) if hc.storage_dir else None
     # natively the server loads the host folder (model.host_dir, the folder the plan read; no
     # container mounts it at model.path): the argv and the model-folder check name that folder
@@ -244,54 +344,13 @@ def build_launch_spec(plan: Plan, profile: Profile, *, overrides: Sequence[str] 
             *flags.server_args(plan, profile, host=bind, model_path=native_model)]
     env = flags.server_env(plan, profile, l3_dir=l3_dir)
 
-    mounts: list[Mount] = []
-    model_dir = c.model_dir or profile.model.host_dir
-    if model_dir:
-        mounts.append(Mount(source=model_dir, target=profile.model.path, read_only=True))
-    if c.hf_cache_dir:
-        mounts.append(Mount(source=c.hf_cache_dir, target=CONTAINER_HF_CACHE))
-    if hc.enabled and hc.storage_dir:
-        mounts.append(Mount(source=hc.storage_dir, target=flags.CONTAINER_L3_DIR))
-    secret_files: dict[str, str] = {}
-    if c.api_key_file:
-        secret_files[SECRET_API_KEY_PATH] = c.api_key_file
-    if c.hf_token_file:
-        secret_files[SECRET_HF_TOKEN_PATH] = c.hf_token_file
-    cenv = {"NO_PROXY": flags.NO_PROXY, "no_proxy": flags.NO_PROXY}
-    gpus: str | list[str] = "all"
-    if isinstance(c.gpus, list):
-        if plan.platform == "wsl2":
-            # Under WSL2 only "all" works (the NVIDIA Container Toolkit's CDI spec under WSL2 names one device, all).
-            cenv["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in c.gpus)
-        else:
-            gpus = [str(i) for i in c.gpus]
     facts = facts or facts_from_plan(plan)
     profile_data = profile_to_data(profile)
-    digest = launch_digest(profile_data, facts, argv, env)
-    if spec_file is not None:
-        command = ["--spec", SPEC_TARGET]
-        mounts.append(Mount(source=spec_file, target=SPEC_TARGET, read_only=True))
-        profile_file = None
-    else:
-        command = ["--profile", profile.name if profile_file is None else "/etc/escha/profile.yaml"]
-        for o in overrides:
-            command += ["--set", o]
-        if facts_file is not None:
-            mounts.append(Mount(source=facts_file, target=CONTAINER_FACTS_PATH, read_only=True))
-            cenv[FACTS_ENV] = CONTAINER_FACTS_PATH
-    container = ContainerSpec(
-        image=c.image, name=container_name(profile.name), gpus=gpus,
-        port_host_ip="0.0.0.0" if c.expose else "127.0.0.1", port_host=c.port, port_container=c.port,
-        mounts=mounts,
-        labels={f"{LABEL_PREFIX}profile": profile.name, f"{LABEL_PREFIX}plan-digest": digest,
-                f"{LABEL_PREFIX}managed-by": "escha-deploy", f"{LABEL_PREFIX}escha-version": __version__},
-        cap_drop=[] if c.keep_capabilities else ["ALL"],
-        # pinned host pools are locked memory (mlock/cudaHostRegister): keep IPC_LOCK
-        cap_add=[] if c.keep_capabilities else ["IPC_LOCK"],
-        stop_timeout_s=c.stop_timeout_s, command=command,
-        platform=plan.platform, gpu_count=profile.runtime.tp_size if gpus == "all" and plan.platform != "wsl2" else None,
-        environment=cenv, secret_files=secret_files, profile_file=profile_file,
-    )
+    preflight = preflight_from_plan(plan)
+    digest = launch_digest(profile_data, facts, argv, env, preflight)
+    container = container_spec(profile, platform=plan.platform, digest=digest, overrides=overrides,
+                               profile_file=profile_file, spec_file=spec_file, facts_file=facts_file)
+    model_dir = c.model_dir or profile.model.host_dir
     key_path = (c.api_key_file if native else SECRET_API_KEY_PATH) if c.api_key_file else None
     tok_path = (c.hf_token_file if native else SECRET_HF_TOKEN_PATH) if c.hf_token_file else None
     # a container asked for no GPUs (container.gpus: []) gets none to check; natively SGLang needs them
@@ -303,5 +362,5 @@ def build_launch_spec(plan: Plan, profile: Profile, *, overrides: Sequence[str] 
         facts=facts, needs=needs, sources=list(sources), verdict=plan.verdict, warnings=list(plan.warnings),
         argv=argv, env=env, secret_env=[],
         container=container, hicache_enabled=plan.hicache.enabled,
-        api_key_file=key_path, hf_token_file=tok_path,
+        api_key_file=key_path, hf_token_file=tok_path, preflight=preflight,
     )

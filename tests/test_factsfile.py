@@ -9,7 +9,7 @@ import pytest
 
 from escha_deploy.errors import BadInput
 from escha_deploy.factsfile import FACTS_SCHEMA_VERSION, FactsFile, GpuRecord, HostSection, load_facts_file
-from escha_deploy.launch.prepare import gather, launch_facts, plan_gathered
+from escha_deploy.pipeline import decide, gather, launch_facts
 from escha_deploy.launch_spec import build_launch_spec
 from escha_deploy.profile import load_profile
 from escha_deploy.units import GiB
@@ -46,7 +46,7 @@ def test_a_bad_field_is_named_with_the_file(tmp_path):
 def _spec(facts_path):
     prof = load_profile("rtx5060ti-tp2-fp8")
     g = gather(prof, facts_path=str(facts_path))
-    plan = plan_gathered(prof, g)
+    plan = decide(prof, g)
     return g, plan, build_launch_spec(plan, prof, facts=launch_facts(plan, g), sources=g.sources)
 
 

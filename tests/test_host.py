@@ -3,8 +3,8 @@ hosts written from public facts (learn.microsoft.com/windows/wsl)."""
 
 from pathlib import Path
 
-from escha_deploy.host import (HostFacts, detect_platform, gather_host_facts, read_cgroup_memory,
-                               read_meminfo)
+from escha_deploy.facts.host import HostFacts
+from escha_deploy.host import detect_platform, gather_host_facts, read_cgroup_memory, read_meminfo
 
 WSL2_OSRELEASE = "5.15.167.4-microsoft-standard-WSL2\n"
 WSL2_VERSION = ("Linux version 5.15.167.4-microsoft-standard-WSL2 (root@f9c826d3017f) (gcc (GCC) 11.2.0, "

@@ -186,7 +186,7 @@ def test_a_file_in_the_current_folder_is_read_by_its_name(tmp_path, monkeypatch)
 
 
 def test_a_shipped_name_wins_over_a_file_of_that_name(tmp_path, monkeypatch):
-    from escha_deploy.launch.prepare import profile_file
+    from escha_deploy.pipeline import profile_file
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "rtx5060ti-tp2").write_text("extends: rtx5060ti-tp2\nname: local\n")

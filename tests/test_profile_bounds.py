@@ -71,7 +71,7 @@ def test_ratio_search_is_bounded_whatever_the_profile_says(monkeypatch):
     """The finest grid and the largest cap the model allows: the search evaluates pools
     O(log n) times, not n = 100 / 0.001 = 100,000 times."""
     from escha_deploy import planner
-    from escha_deploy.cli.plan import make_plan
+    from escha_deploy.pipeline import make_plan
 
     calls = []
     real = planner.host_pools_at_ratio

@@ -3,40 +3,17 @@
 ``escha-deploy bench`` writes it after every run (``cache_dir()/bench-last.json``): the cold
 prefill of the run with HiCache off when there is one (what a host-tier hit saves is a
 recompute), else the first run's. ``plan`` on a live host reads it back through
-``host.gather_host_facts``; a described host or a facts file does not (it is another box).
+``host.gather_host_facts`` (``findings.load_last_prefill``); a described host or a facts file
+does not (it is another box).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
-
-
-class LastPrefill(BaseModel):
-    """One cold prefill: tokens/s = (prompt_tokens - cached) / time to first token."""
-
-    model_config = ConfigDict(extra="ignore")
-    created_at: str = Field(description="ISO 8601 UTC time bench finished")
-    url: str = Field(description="the server bench measured")
-    model: str
-    hicache: bool | None = Field(description="the server had HiCache on (None: unknown)")
-    prompt_tokens: int
-    tokens_per_s: float = Field(gt=0)
-
-    @property
-    def source(self) -> str:
-        hc = {True: "HiCache on", False: "HiCache off", None: "HiCache unknown"}[self.hicache]
-        return (f"`escha-deploy bench` on this box at {self.created_at[:16]} UTC: {self.prompt_tokens:,}-token cold "
-                f"prefill of {self.model} at {self.url} ({hc})")
-
-
-def last_prefill_path() -> Path:
-    from escha_deploy.paths import cache_dir
-
-    return cache_dir() / "bench-last.json"
+from escha_deploy.facts.prefill import LastPrefill
+from escha_deploy.findings import last_prefill_path
 
 
 def from_report(report, now: _dt.datetime | None = None) -> LastPrefill | None:
@@ -64,12 +41,3 @@ def save_last_prefill(record: LastPrefill, path: Path | None = None) -> None:
         tmp.replace(path)
     except OSError:
         return
-
-
-def load_last_prefill(path: Path | None = None) -> LastPrefill | None:
-    """The saved record, or ``None`` when absent or unreadable."""
-    path = path or last_prefill_path()
-    try:
-        return LastPrefill.model_validate(json.loads(path.read_text()))
-    except (OSError, ValueError):
-        return None

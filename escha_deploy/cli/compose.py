@@ -1,10 +1,12 @@
 """``escha-deploy compose``: render compose.yaml for a profile (the same container settings
 as ``up``), to stdout or a file.
 
-Without ``--facts`` the file is machine-independent (``launch.compose.render_profile``), and
-the profile is also planned against this machine as ``plan`` plans it (``plan.plan_here``):
-a verdict other than ``ok`` is said on stderr, since ``docker compose up`` here would meet it
-in ``serve``. With ``--facts`` the plan is the box's and an unsafe one is refused (exit 3)."""
+Without ``--facts`` the file is machine-independent and plans nothing
+(``launch.compose.compose_profile``); the profile is planned once, against this machine, as
+``plan`` plans it (``pipeline.plan_here``): a verdict other than ``ok`` is said on stderr, since
+``docker compose up`` here would meet it in ``serve``, and a rendered argv its release refuses
+is refused (exit 2, nothing written). With ``--facts`` the plan is the box's and an unsafe one
+is refused (exit 3); this machine is not planned."""
 
 from __future__ import annotations
 
@@ -71,18 +73,20 @@ def register(app: typer.Typer) -> None:
 
 
 def plan_here_lines(profile: str, overrides: list[str]) -> list[str]:
-    """The stderr lines for the plan of ``profile`` on this machine (``plan.plan_here``, the
+    """The stderr lines for the plan of ``profile`` on this machine (``pipeline.plan_here``, the
     call ``escha-deploy plan`` makes: same capabilities, the L3 folder checked here): none for ``ok``; for
     ``unsafe`` or ``hicache_off`` one ``compose: warning: on this machine the plan is VERDICT:
     REASON`` line per reason and a last one saying why the file was rendered anyway and what
     ``docker compose up`` would do here; one line per problem when this machine cannot be
-    planned (an unreadable model folder)."""
+    planned (an unreadable model folder). A rendered argv the planned release refuses
+    (``pipeline.BadArgv``) is raised: the container's ``serve`` would refuse it on any box."""
     from escha_deploy.errors import EschaError
-
-    from .plan import plan_here
+    from escha_deploy.pipeline import BadArgv, plan_here
 
     try:
         here, _ = plan_here(profile, overrides)
+    except BadArgv:
+        raise
     except EschaError as exc:
         return [f"compose: warning: cannot plan on this machine: {p}" for p in exc.problems]
     if here.verdict == "ok":

@@ -1,12 +1,18 @@
-"""``escha-deploy plan``: the memory budget of a profile on this host (or a described one)."""
+"""``escha-deploy plan``: the memory budget of a profile on this host (or a described one).
+
+The options and the output are this module's; the plan is the pipeline's
+(``escha_deploy.pipeline.plan_here``: gather -> decide, as every other command plans)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from .options import DEFAULT_PROFILE, FactsOpt, FormatOpt, OutputFormat, ProfileOpt, SetOpt
+
+if TYPE_CHECKING:
+    from ..pipeline import Gathered
 
 
 def register(app: typer.Typer) -> None:
@@ -97,9 +103,12 @@ def plan_command(
     prof = load_profile(profile, overrides, positions=positions)
     prof, hicache_source, notes = apply_hicache_options(prof, positions, overrides, ratio=ratio,
                                                         hicache_size=hicache_size, auto=auto)
-    result, desc = plan_here(profile, overrides, ratio=ratio_value, hicache_size=size_value, host_bytes=host_bytes,
+    from ..pipeline import plan_here
+
+    result, runtime = plan_here(profile, overrides, ratio=ratio_value, hicache_size=size_value, host_bytes=host_bytes,
                              platform="wsl2" if wsl2 else "linux" if linux else None, facts_path=facts,
-                             write_facts=write_facts, prof=prof, hicache_source=hicache_source,
+                             on_gathered=(lambda g: _write_facts(g, write_facts)) if write_facts else None,
+                             prof=prof, hicache_source=hicache_source,
                              sglang_version=sglang_version, check_argv=compare is None,
                              digest=fmt is OutputFormat.json)
     notes = size_notes + notes
@@ -130,12 +139,17 @@ def plan_command(
         from .render_plan import render_plan
 
         render_plan(result)
-    # inside an image (/etc/escha/runtime.json): the plan above is for this runtime; lacking a
-    # capability the profile needs refuses, exit 3, as `serve --print` does
-    if desc is not None:
+        from ..launch.sglang_preflight import host_note
+
+        if (note := host_note()) is not None:  # where SGLang does not import, its own pre-flight waits for `up`
+            print(note)
+    # inside an image (/etc/escha/runtime.json), or a facts file's runtime section: the plan
+    # above is for that runtime; lacking a capability the profile needs refuses, exit 3, as
+    # `serve --print` does
+    if runtime is not None:
         from ..runtime.description import require_capabilities
 
-        require_capabilities(list(desc.capabilities), prof.runtime.needs, "this runtime (/etc/escha/runtime.json)")
+        require_capabilities(runtime[0], prof.runtime.needs, runtime[1])
     if result.verdict == "unsafe":
         raise typer.Exit(int(ExitCode.REFUSED))
 
@@ -144,6 +158,7 @@ def _print_comparison(profile_ref, overrides, result_b, version_a, fmt, **kw) ->
     """``--compare A``: plan A on the same host (the release named, whatever the profile says)
     and print ``release_compare.compare``'s rows."""
     from ..flags import server_args
+    from ..pipeline import make_plan
     from ..release_compare import compare
     from ..releases import ReleaseChoice, check_supported
 
@@ -274,132 +289,17 @@ def parse_hicache_size(text: str) -> int:
     return parse_hicache_gb(text, allow_zero=False)
 
 
-def runtime_here(notes: list[str] | None = None):
-    """This machine's runtime description (``capabilities.runtime_description_path()``:
-    $ESCHA_RUNTIME_DESCRIPTION, else /etc/escha/runtime.json, written by ``runtime apply``), or
-    ``None`` for none; ``runtime.description.read_description``, whose models are imported only
-    when the file is there. A stale one (its ``sglang_dir`` no longer exists: that SGLang was
-    removed or replaced) is ignored, with a line appended to ``notes`` naming it."""
-    from pathlib import Path
-
-    from .. import capabilities as caps
-
-    path = caps.runtime_description_path()
-    if not Path(path).is_file():
-        return None
-    from ..runtime.description import read_description
-
-    desc = read_description(path)
-    if desc is not None and not Path(desc.sglang_dir).is_dir():
-        if notes is not None:
-            notes.append(f"{path}: stale runtime description (its sglang_dir {desc.sglang_dir} no longer exists): "
-                         "ignored; planned with the profile's runtime.needs")
-        return None
-    return desc
-
-
-def _described(kw: dict) -> str | None:
-    """What describes another box in ``make_plan``'s keywords (``--host-ram``, a facts file
-    given or named by $ESCHA_FACTS), or ``None`` for this machine."""
-    from ..paths import facts_file
-
-    if kw.get("host_bytes") is not None:
-        return "--host-ram"
-    facts, named = facts_file(kw.get("facts_path"))
-    return named if facts is not None else None
-
-
-def plan_here(profile_ref: str, overrides: list[str], **kw):
-    """``make_plan`` called as ``escha-deploy plan`` calls it (``compose`` plans this machine
-    through it too, so both reach one verdict): the capabilities are those of this machine's
-    runtime description (``runtime_here``), or, with none, the profile's needs (the image built
-    for it). A described box (``--host-ram``, ``--facts``) is another box: it is planned with
-    the profile's needs, never this machine's description, and the plan says so when this
-    machine has one. ``kw``: ``make_plan``'s other keywords. Returns ``(plan, description or
-    None)``."""
-    notes: list[str] = []
-    described = _described(kw)
-    desc = runtime_here(notes)
-    if described is not None:
-        if desc is not None:
-            from .. import capabilities as capmod
-
-            notes.append(f"{described} describes another box: planned with the profile's runtime.needs (the "
-                         f"image built for it), not this machine's runtime description "
-                         f"({capmod.runtime_description_path()})")
-        desc = None
-    caps = frozenset(desc.capabilities) if desc is not None else None
-    result = make_plan(profile_ref, overrides, capabilities=caps, desc=desc, here_runtime=described is None, **kw)
-    if notes:
-        result = result.model_copy(update={"warnings": notes + list(result.warnings)})
-    return result, desc
-
-
-def make_plan(profile_ref: str, overrides: list[str], *, ratio=None, hicache_size=None, host_bytes=None,
-              platform=None, capabilities=None, facts_path=None, write_facts=None, prof=None,
-              hicache_source=None, sglang_version=None, desc=None, release=None, check_argv=True,
-              digest=False, here_runtime=True):
-    """Gather (profile, host facts, model folder), then plan: the three lines of intent, through
-    the same functions as ``up`` and ``serve`` (``launch.prepare``), flag check included.
-    ``prof``: ``profile_ref`` with ``overrides`` when the caller loaded it already.
-    ``hicache_source``: where the HiCache setting came from, for the plan's label.
-    ``sglang_version``: ``--sglang-version``; the release is chosen by ``releases.choose_release``
-    from this machine's runtime description (``desc``), the flag and the profile.
-    ``here_runtime``: False for a plan of another box (no description of this machine read)."""
-    from ..launch.prepare import gather, plan_gathered
-    from ..releases import choose_release
-
-    if prof is None:
-        from ..profile import load_profile
-
-        prof = load_profile(profile_ref, overrides)
-    if capabilities is None and here_runtime:
-        # inside an image (or a host patched with `runtime apply`): plan the runtime that is
-        # here, not the one the profile asks for (without our 0001 that is stock 0.5.19's host
-        # check); a capability it lacks is refused by the caller, exit 3, as `serve --print` does
-        desc = runtime_here()
-        capabilities = frozenset(desc.capabilities) if desc is not None else None
-    release = release or choose_release(
-        image=(desc.sglang_version, "this runtime (/etc/escha/runtime.json)") if desc is not None else None,
-        flag=sglang_version, profile=prof.runtime.sglang_version)
-    # the L3 directory is checked here, not in gather: `up` and `serve` refuse before start
-    # with its problem alone, while a plan still shows the budget with that problem as a reason
-    g = gather(prof, facts_path=facts_path, platform=platform, host_ram=host_bytes, check_here=False)
-    l3_refusals = _check_l3_here(prof, g)
-    if write_facts:
-        _write_facts(g, write_facts)
-    result = plan_gathered(prof, g, capabilities=capabilities, ratio=ratio, hicache_size_gb=hicache_size,
-                           hicache_source=hicache_source, release=release, check_argv=check_argv,
-                           digest=digest)
-    if l3_refusals:
-        # the server would be refused before start (exit 3), as an unsafe plan is
-        reasons = l3_refusals + (result.reasons if result.verdict == "unsafe" else [])
-        result = result.model_copy(update={"verdict": "unsafe", "reasons": reasons})
-    return result
-
-
-def _check_l3_here(prof, g) -> list[str]:
-    """The file L3 directory's refusals (``folders.check_l3_dir``: missing, not writable, short
-    of ``hicache.storage_max_size``) when the plan is of this machine (a live host: not
-    ``--host-ram``, not a facts file), where ``up`` would check it; marks the host as checked
-    so the plan does not say it describes another host. ``[]``: fine, or not this host's to check."""
-    hc = prof.hicache
-    if not hc.storage_backend_is_file or g.host.source != "live":
-        return []
-    from ..folders import check_l3_dir
-
-    g.host = g.host.model_copy(update={"l3_checked": True})
-    return check_l3_dir(hc.storage_dir, hc.storage_max_size)
-
-
-def _write_facts(g, path: str) -> None:
-    """``--write-facts``: the gathered host and this host's saved doctor findings, as a facts file."""
+def _write_facts(g: Gathered, path: str) -> None:
+    """``--write-facts``: the gathered host, this host's saved doctor findings and the runtime
+    planned when it is known (``Gathered.runtime``: a facts file's runtime section, this
+    machine's runtime description, or ``--sglang-version``; no section when not known), as a
+    facts file."""
     from ..factsfile import facts_from_host
     from ..findings import load_findings
     from ..paths import doctor_findings_path, write_output
     from .output import info
 
     findings = load_findings(doctor_findings_path(), host_id=g.host.host_id) if g.host.source == "live" else None
-    doc = facts_from_host(g.host, findings, g.gpus)
+    doc = facts_from_host(g.host, findings, g.gpus, runtime=g.runtime)
     write_output(path, doc.model_dump_json(indent=2) + "\n", "--write-facts")
     info(f"plan: wrote the facts this plan used to {path}")

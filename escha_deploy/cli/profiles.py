@@ -60,7 +60,7 @@ def show_command(
     from ..profile import load_profile, profile_to_data
 
     p = load_profile(profile, set_ or [])
-    from ..launch.prepare import secret_path_problems
+    from ..pipeline import secret_path_problems
 
     secret_path_problems(p)  # a key typed where its file's path goes is refused, never shown
     if keys:

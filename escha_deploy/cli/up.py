@@ -6,11 +6,14 @@ interrupts the wait: the container is then stopped and kept for `logs`."""
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from .options import DEFAULT_PROFILE, DryRunOpt, FactsOpt, FormatOpt, OutputFormat, ProfileOpt, SetOpt, not_nan
+
+if TYPE_CHECKING:
+    from escha_deploy.profile import Profile
 
 EXAMPLES = """
 Examples:
@@ -73,12 +76,16 @@ def register(app: typer.Typer) -> None:
         try:
             with guard.signals_raise(report):
                 try:
+                    from escha_deploy.profile import load_profile
+
+                    # loaded once: `up` plans it, --canary reads its API key file
+                    prof = load_profile(profile, overrides)
                     res = start(profile, overrides, timeout_s=timeout, build=build, report=report,
-                                facts_path=facts, ready=mine)
+                                facts_path=facts, ready=mine, loaded=prof)
                     follow = not detach and mine.container is not None
                     _print_result(res, format)
                     if canary:
-                        _canary(res.endpoint, profile, overrides)
+                        _canary(res.endpoint, prof)
                     if follow:
                         from escha_deploy.launch import manage
 
@@ -123,15 +130,14 @@ def _print_result(res, fmt: OutputFormat) -> None:
         typer.echo(f"{res.profile}\t{res.state}\t{res.endpoint}\t{res.container}")
 
 
-def _canary(endpoint: str, profile: str, overrides: list[str]) -> None:
-    """``--canary``: the hybrid-restore canary against the ready server (it keeps running)."""
+def _canary(endpoint: str, prof: Profile) -> None:
+    """``--canary``: the hybrid-restore canary against the ready server (it keeps running);
+    ``prof``: the profile `up` started."""
     from escha_deploy.bench.canary import canary_check
     from escha_deploy.launch.prepare import read_secret
-    from escha_deploy.profile import load_profile
 
     from .output import info
 
-    prof = load_profile(profile, overrides)
     key = (read_secret(prof.container.api_key_file, "container.api_key_file")
            if prof.container.api_key_file else None)
     info(f"up: running the restore canary against {endpoint}")

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from escha_deploy.findings import RestoreBandwidth, StoreProbeResult
-from escha_deploy.host import Platform, detect_container, detect_platform, host_id
+from escha_deploy.facts.findings import RestoreBandwidth, StoreProbeResult
+from escha_deploy.facts.host import Platform
+from escha_deploy.host import detect_container, detect_platform, host_id
 
 from .gpu import GpuInventory, gpu_inventory
 from .kernel_archs import image_kernel_archs

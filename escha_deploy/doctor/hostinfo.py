@@ -23,7 +23,7 @@ from escha_deploy.host import hugetlb_bytes, read_cgroup_memory, read_meminfo
 class MemoryFacts(BaseModel):
     """Host memory in bytes, from ``/proc/meminfo`` (kB there is KiB) and the memory cgroup.
 
-    ``page_cache_bytes`` is ``Cached`` (the seed's distress signal was page cache at 589 MB);
+    ``page_cache_bytes`` is ``Cached`` (page cache: what the kernel gives back first under memory pressure);
     ``hugepages_*`` are page counts and ``hugepage_size_bytes`` the default huge page size
     (``Hugepagesize``); ``hugetlb_bytes`` is ``escha_deploy.host.hugetlb_bytes`` (``Hugetlb``, or
     ``HugePages_Total`` x ``Hugepagesize``), memory the kernel holds for huge pages only (an

@@ -120,17 +120,6 @@ def wheel_archs(wheel: Path, member_prefix: str = "") -> dict[str, dict[str, lis
     return out
 
 
-def runs_on(archs: dict[str, list[int]], cc: str) -> bool:
-    """Whether code built for ``archs`` (``{"sass": [...], "ptx": [...]}``) has a kernel image for a
-    device of compute capability ``cc`` (``"8.9"``): a cubin of the same major and a minor not
-    above the device's, or PTX of a capability not above it (module docstring)."""
-    major, minor = (int(x) for x in cc.split("."))
-    dev = major * 10 + minor
-    if any(s // 10 == major and s % 10 <= minor for s in archs.get("sass", ())):
-        return True
-    return any(p <= dev for p in archs.get("ptx", ()))
-
-
 #: The committed record of the pinned sglang-kernel and torch wheels' architectures
 #: (``scripts/gen_gpu_arch_fixture.py`` writes it).
 CATALOG = Path(__file__).resolve().parent.parent / "catalog" / "kernel-archs.json"

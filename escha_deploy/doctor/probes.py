@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from escha_deploy.findings import RestoreBandwidth, StoreProbeResult
+from escha_deploy.facts.findings import RestoreBandwidth, StoreProbeResult
 
 #: Seconds one store-probe case may take (torch import + CUDA init + one kernel: ~5-10 s seen).
 STORE_CASE_TIMEOUT_S = 120.0
@@ -170,7 +170,7 @@ def run_pinned_ceiling(target_bytes: int, allocator: str = "pinned", step_bytes:
 
 def nccl_attempts(inv, platform: str, world_size: int = 2) -> list[dict[str, str]]:
     """NCCL environments to try, in order, for the first ``world_size`` GPUs of the NVML
-    inventory ``inv`` (``doctor.gpu.GpuInventory``; NVIDIA/nccl#1637, microsoft/WSL#12467).
+    inventory ``inv`` (``facts.gpus.GpuInventory``; NVIDIA/nccl#1637, microsoft/WSL#12467).
 
     Under WSL2 or where NVML shows those GPUs without peer access (a GeForce/Titan brand or a
     P2P status other than ok: ``gpu_facts.peer_access``), P2P disabled first (a driver that

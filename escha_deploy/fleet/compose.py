@@ -77,7 +77,7 @@ def _node_service(node: NodeLaunch, image: str, shm_size: int | None, labels: di
 def render_box(loaded: LoadedFleet, fp: FleetPlan, name: str) -> dict[str, Any]:
     """The compose document (a dict) for box ``name``."""
     from ..launch.compose import render
-    from ..launch.prepare import profile_file
+    from ..pipeline import profile_file
     from ..launch_spec import build_launch_spec
 
     fleet = loaded.fleet

@@ -39,7 +39,7 @@ from ..errors import BadInput
 from ..launch_spec import SECRET_API_KEY_PATH, SECRET_HF_TOKEN_PATH
 from .model import Group, LoadedFleet
 from .plan import FleetPlan
-from .router import CONTAINER_KEY_PATH, launch_command, router_args
+from .router import CONTAINER_KEY_PATH, ServiceDiscovery, launch_command, router_args
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 SHM_BYTES = 2 * 2**30
@@ -228,13 +228,10 @@ def _router(loaded: LoadedFleet, fp: FleetPlan) -> list[dict]:
         raise BadInput(f"{loaded.path}: the boxes' profiles use different container.port values {sorted(ports)}; "
                        "SMG's Kubernetes discovery takes one --service-discovery-port")
     name = f"{fleet.name}-router"
-    args = router_args(loaded, fp, urls=[])
-    i = args.index("--worker-urls")
-    args = args[:i] + args[i + 1:]
-    args[args.index("--host") + 1] = "0.0.0.0"
-    args[args.index("--prometheus-host") + 1] = "0.0.0.0"
-    args += ["--service-discovery", "--selector", f"io.escha/fleet={fleet.name}", "io.escha/serve=true",
-             "--service-discovery-namespace", k.namespace, "--service-discovery-port", str(ports.pop())]
+    # in the pod SMG serves and exports metrics on every address: the Service and probes reach it there
+    discovery = ServiceDiscovery(selector=(f"io.escha/fleet={fleet.name}", "io.escha/serve=true"),
+                                 namespace=k.namespace, port=ports.pop())
+    args = router_args(loaded, fp, bind_host="0.0.0.0", prometheus_host="0.0.0.0", discovery=discovery)
     key_name = CONTAINER_KEY_PATH.rsplit("/", 1)[-1]
     labels = _labels(fleet.name, "router", **{"app.kubernetes.io/component": "router"})
     container = {

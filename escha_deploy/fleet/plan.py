@@ -2,11 +2,11 @@
 checks that only a fleet has (a WSL2 box in NAT mode cannot be a multi-node peer; all nodes of
 one instance run the same image digest).
 
-Per box this calls the same entry points as ``escha-deploy plan`` (``profile.load_profile``,
-``launch.prepare.gather``, ``planner.plan``, ``launch.prepare.check_rendered_argv``); the only
-difference is where the host facts come from: a saved doctor report of that box
-(read as ``plan --facts`` reads it: ``launch.prepare.gather``, source ``facts``) or the box's ``host_ram``/``platform`` (source ``described``,
-as ``plan --host-ram``). A multi-node instance is planned per node with the node's own profile:
+Per box this runs the pipeline ``escha-deploy plan`` runs (``profile.load_profile``,
+``pipeline.gather``, ``pipeline.decide``: the plan, the argv check and the launch's digest); the
+only difference is where the host facts come from: a saved doctor report of that box (read as
+``plan --facts`` reads it, source ``facts``) or the box's ``host_ram``/``platform`` (source
+``described``, as ``plan --host-ram``). A multi-node instance is planned per node with the node's own profile:
 its TP ranks are the box's GPUs, so weights and KV per rank are counted at the node's
 ``tp_size`` (with TP across nodes the real per-rank shares are smaller: the plan errs on the
 safe side).
@@ -20,61 +20,21 @@ from typing import Literal
 from pydantic import BaseModel, Field, PrivateAttr
 
 from ..errors import BadInput
+from ..facts.file import FactsFile
 from ..netaddr import parse_host
 from ..planner.result import Plan
 from ..profile import Profile
 from .model import Box, LoadedFleet
 
 
-class BoxFacts(BaseModel):
-    """What a saved doctor report (``doctor --format json``) says about a box, read leniently
-    (stored data from another version must still load). Bytes are ``int``."""
+def read_box_facts(path: Path) -> FactsFile:
+    """A box's saved facts (a doctor report, ``doctor --format json``, or a facts file,
+    ``plan --write-facts``) through the reader ``plan --facts`` uses (``factsfile.load_facts_file``),
+    so a box plans the same here and with ``plan --facts``. Raises ``BadInput`` naming the file
+    and the missing key."""
+    from ..factsfile import load_facts_file
 
-    file: str
-    host_id: str = ""
-    platform: Literal["linux", "wsl2"]
-    mem_total_bytes: int
-    hugetlb_bytes: int = Field(0, description="memory reserved as huge pages (bytes): not for the pools")
-    cgroup_limit_bytes: int | None = None
-    in_container: bool = False
-    wsl_networking_mode: str | None = Field(None, description="`wslinfo --networking-mode`; None: unknown")
-    image_ref: str | None = None
-    image_id: str | None = Field(None, description="the server image's config digest (sha256:...)")
-    pinned_ceiling_bytes: int | None = None
-    pinned_ceiling_reached: bool = False
-    host_allocator: Literal["register", "pinned"] | None = None
-    created_at: str | None = None
-
-
-def read_box_facts(path: Path) -> BoxFacts:
-    """Read a box's saved facts: a doctor report (``doctor --format json``) or a facts file
-    (``plan --write-facts``), through the conversion ``plan --facts`` uses
-    (``factsfile.facts_from_doctor_report`` / ``load_facts_file``), so a box plans the same here
-    and with ``plan --facts``. Raises ``BadInput`` naming the file and the missing key."""
-    from ..factsfile import facts_file_from_data, facts_from_doctor_report, is_doctor_report
-    from ..jsonio import read_json
-
-    report = read_json(path, "the box's saved facts",
-                       hint="save them with `escha-deploy doctor --format json > FILE`")
-    if is_doctor_report(report):
-        ff = facts_from_doctor_report(report, path)
-        facts = report["facts"]
-    elif isinstance(report, dict) and "schema_version" in report and "host" in report:
-        ff, facts, report = facts_file_from_data(report, path), {}, {}
-    else:
-        raise BadInput(f"{path}: facts: missing; this is neither a doctor report (`escha-deploy doctor "
-                       "--format json`) nor a facts file (`escha-deploy plan --write-facts FILE`)")
-    f = ff.findings
-    image = facts.get("image") or {}
-    return BoxFacts(
-        file=str(path), host_id=ff.host.host_id, platform=ff.host.platform,
-        mem_total_bytes=ff.host.mem_total_bytes, hugetlb_bytes=ff.host.hugetlb_bytes,
-        cgroup_limit_bytes=ff.host.cgroup_limit_bytes, in_container=bool(facts.get("in_container")), wsl_networking_mode=facts.get("wsl_networking_mode"),
-        image_ref=image.get("ref"), image_id=image.get("id"),
-        pinned_ceiling_bytes=f.pinned_ceiling_bytes if f else None,
-        pinned_ceiling_reached=bool(f and f.pinned_ceiling_reached),
-        host_allocator=f.host_allocator if f else None, created_at=report.get("created_at") or ff.created_at,
-    )
+    return load_facts_file(path, "the box's saved facts", hint="save them with `escha-deploy doctor --format json > FILE`")
 
 
 class BoxPlan(BaseModel):
@@ -87,7 +47,8 @@ class BoxPlan(BaseModel):
     instance: str | None
     node_rank: int | None
     gpus: int = Field(description="GPUs the server uses (the profile's tp_size)")
-    facts: BoxFacts | None = None
+    facts_file: str | None = Field(default=None, description="the box's saved facts (a doctor report or a facts file)")
+    facts: FactsFile | None = Field(default=None, description="what they say (factsfile.load_facts_file)")
     verdict: str
     hicache_ratio: float | None
     hicache_size_gb: int | None
@@ -136,30 +97,32 @@ class FleetPlan(BaseModel):
         return next(b for b in self.boxes if b.box == box)
 
 
-def plan_box(loaded: LoadedFleet, box: Box) -> tuple[Plan, BoxFacts | None, "Profile"]:
+def plan_box(loaded: LoadedFleet, box: Box) -> tuple[Plan, FactsFile | None, "Profile"]:
     """Plan one box as ``escha-deploy plan`` would on it. Raises ``BadInput`` for a bad profile
     or facts file, naming the box."""
-    from ..host import gather_plan_inputs
-    from ..launch.prepare import Gathered, gather, plan_gathered
+    from ..pipeline import decide, gather, secret_path_problems
 
     try:
         prof = loaded.profile(box)
+        # a key typed where its file's path goes is refused, as `plan` refuses it; a relative
+        # path is the fleet file's folder's, where fleet compose copies the key from
+        secret_path_problems(prof, base=Path(loaded.path).parent)
         facts = read_box_facts(loaded.resolve(box.facts)) if box.facts else None
-        if facts is not None:
+        if box.facts:
             # the reader of `plan --facts` (host, findings and GPU records: the GPUs decide peer
             # access, so --disable-custom-all-reduce and NCCL_P2P_DISABLE, as they do there)
-            g = gather(prof, facts_path=facts.file)
-        else:
-            host, model_dir = gather_plan_inputs(prof, platform=box.platform or "linux", host_ram=box.host_ram)
-            g = Gathered(host.model_copy(update={"origin": loaded.where(box, "host_ram")}), model_dir, [], [])
+            g = gather(prof, facts_path=str(loaded.resolve(box.facts)), secret_paths=False)
+        else:  # the box as the fleet file describes it (`plan --host-ram`), never $ESCHA_FACTS
+            g = gather(prof, platform=box.platform or "linux", host_ram=box.host_ram,
+                       origin=loaded.where(box, "host_ram"), env_facts=False, secret_paths=False)
         # as `plan --format json` plans: the argv checked, the launch's digest filled
-        result = plan_gathered(prof, g, digest=True)
+        result = decide(prof, g, digest=True)
     except BadInput as exc:
         raise BadInput(*(f"box {box.name}: {p}" for p in exc.problems), hint=exc.hint) from None
     return result, facts, prof
 
 
-def multinode_member_problems(box: Box, facts: BoxFacts | None, instance: str) -> list[str]:
+def multinode_member_problems(box: Box, facts: FactsFile | None, instance: str) -> list[str]:
     """Why ``box`` cannot be a node of a multi-node instance, if it cannot.
 
     A WSL2 VM in NAT mode (WSL's default) has a private address that other machines cannot
@@ -167,10 +130,10 @@ def multinode_member_problems(box: Box, facts: BoxFacts | None, instance: str) -
     local area network"): NCCL's and Gloo's peers connect to every node, so the rendezvous
     never completes. Mirrored mode is required; without saved facts the mode is unknown.
     """
-    platform = facts.platform if facts else (box.platform or "linux")
+    platform = facts.host.platform if facts else (box.platform or "linux")
     if platform != "wsl2":
         return []
-    mode = facts.wsl_networking_mode if facts else None
+    mode = facts.host.wsl_networking_mode if facts else None
     if mode == "mirrored":
         return []
     seen = f"networking mode {mode}" if mode else "networking mode unknown (no saved `wslinfo --networking-mode`; NAT is WSL's default)"
@@ -247,7 +210,8 @@ def plan_fleet(loaded: LoadedFleet) -> FleetPlan:
         group, inst, rank = placement.get(box.name, (None, None, None))
         box_plans[box.name] = BoxPlan(
             box=box.name, address=box.address, profile=result.profile, group=group, instance=inst,
-            node_rank=rank, gpus=result.tp_size, facts=facts, verdict=result.verdict,
+            node_rank=rank, gpus=result.tp_size, facts_file=str(loaded.resolve(box.facts)) if box.facts else None,
+            facts=facts, verdict=result.verdict,
             hicache_ratio=result.hicache.ratio if result.hicache.enabled else None,
             hicache_size_gb=result.hicache.size_gb if result.hicache.enabled else None,
             pinned_total_bytes=result.pinned_total_bytes,
@@ -267,8 +231,8 @@ def plan_fleet(loaded: LoadedFleet) -> FleetPlan:
                                                [profiles[n] for n in inst.boxes])
             warnings += instance_warnings(inst, [fleet.box(n).nic for n in inst.boxes],
                                           [loaded.where(fleet.box(n), "name").rsplit(" ", 1)[0] for n in inst.boxes])
-        digests = {n: box_plans[n].facts.image_id for n in inst.boxes
-                   if box_plans[n].facts is not None and box_plans[n].facts.image_id}
+        runtimes = {n: box_plans[n].facts.runtime for n in inst.boxes if box_plans[n].facts is not None}
+        digests = {n: r.image_id for n, r in runtimes.items() if r is not None and r.image_id}
         if len(set(digests.values())) > 1:
             listing = ", ".join(f"{n} {d[:19]}" for n, d in digests.items())
             inst_problems.append(f"{inst.name}: nodes run different images ({listing}); one instance needs one "

@@ -21,6 +21,7 @@ of the workers' profiles, at least 1800.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..netaddr import url as http_url
@@ -112,20 +113,44 @@ def overload_thresholds(loaded: LoadedFleet, fp: FleetPlan) -> tuple[int, float,
     return waiting, usage, why
 
 
-def router_args(loaded: LoadedFleet, fp: FleetPlan, *, urls: list[str] | None = None) -> list[str]:
+@dataclass(frozen=True)
+class ServiceDiscovery:
+    """SMG's Kubernetes service discovery (``--service-discovery``, ``smg/router_args.py``): the
+    router watches the pods matching every ``selector`` item (``key=value``) in ``namespace``
+    and reaches each at ``port`` (the workers' ``container.port``), instead of a worker URL list."""
+
+    selector: tuple[str, ...]
+    namespace: str
+    port: int
+
+
+def router_args(loaded: LoadedFleet, fp: FleetPlan, *, urls: list[str] | None = None,
+                bind_host: str | None = None, prometheus_host: str | None = None,
+                discovery: ServiceDiscovery | None = None) -> list[str]:
     """The flags after ``smg launch``, without the API key (``smg_launch.py`` adds it from the
-    file). ``urls``: the workers (default ``worker_urls``)."""
+    file), rendered once from the values given. ``urls``: the workers (default ``worker_urls``);
+    with ``discovery`` there is no ``--worker-urls`` and SMG finds the workers itself.
+    ``bind_host``: the address SMG serves on (default 127.0.0.1, or 0.0.0.0 with
+    ``router.expose``); ``prometheus_host``: where its metrics listen (default ``bind_host``)."""
     r = loaded.fleet.router
     if r is None:
         from ..errors import BadInput
 
         raise BadInput(f"{loaded.path}: router: missing; add a router section to start SMG")
+    if discovery is not None and urls is not None:
+        raise ValueError("router_args: worker urls and service discovery exclude each other")
     h = r.health
     waiting, usage, _ = overload_thresholds(loaded, fp)
+    host = bind_host if bind_host is not None else "0.0.0.0" if r.expose else "127.0.0.1"
+    workers = [] if discovery is not None else \
+        ["--worker-urls", *(urls if urls is not None else worker_urls(loaded, fp))]
+    found = [] if discovery is None else \
+        ["--service-discovery", "--selector", *discovery.selector,
+         "--service-discovery-namespace", discovery.namespace, "--service-discovery-port", str(discovery.port)]
     return [
-        "--worker-urls", *(urls if urls is not None else worker_urls(loaded, fp)),
+        *workers,
         "--policy", r.policy,
-        "--host", "0.0.0.0" if r.expose else "127.0.0.1", "--port", str(r.port),
+        "--host", host, "--port", str(r.port),
         "--cache-threshold", f"{r.cache_threshold:g}",
         "--balance-abs-threshold", str(r.balance_abs_threshold),
         "--balance-rel-threshold", f"{r.balance_rel_threshold:g}",
@@ -138,8 +163,9 @@ def router_args(loaded: LoadedFleet, fp: FleetPlan, *, urls: list[str] | None = 
         "--health-success-threshold", str(h.success_threshold),
         "--worker-startup-timeout-secs", str(startup_timeout_s(loaded, fp)),
         "--worker-startup-check-interval", str(h.worker_startup_check_interval_s),
-        "--prometheus-host", "0.0.0.0" if r.expose else "127.0.0.1",
+        "--prometheus-host", prometheus_host if prometheus_host is not None else host,
         "--prometheus-port", str(r.metrics_port),
+        *found,
     ]
 
 

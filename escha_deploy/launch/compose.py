@@ -1,8 +1,8 @@
 """compose.yaml rendered from the same ``ContainerSpec`` as ``up``, as a dict dumped by PyYAML.
 
 The file must not depend on the machine that renders it (the committed ``compose.yaml`` is
-checked against a fresh render), so it carries no plan digest and is planned against a
-described host (or the box's facts file): ``serve`` plans inside the container at start. The
+checked against a fresh render), so it carries no plan digest and plans nothing (a facts
+file's plan when one is given): ``serve`` plans inside the container at start. The
 one thing tied to the rendering machine is where the build context is: the escha-deploy
 checkout holding ``Dockerfile.hicache``, written relative to the compose file's folder
 (``build_context``). Settings follow ``docker.create_args``; what compose
@@ -151,13 +151,12 @@ def dump(doc: dict[str, Any], profile: str) -> str:
 
 @dataclass
 class Rendered:
-    """A rendered compose file: ``text`` (the YAML with its header), ``plan`` (the plan the
-    render used: the described 64 GiB Linux host's, or the facts file's), ``image`` (the
-    service's ``image:``) and ``warnings``
-    (one line each, for stderr: a facts file's plan without HiCache)."""
+    """A rendered compose file: ``text`` (the YAML with its header), ``plan`` (the facts file's
+    plan; None without one: nothing was planned), ``image`` (the service's ``image:``) and
+    ``warnings`` (one line each, for stderr: a facts file's plan without HiCache)."""
 
     text: str
-    plan: Plan
+    plan: Plan | None
     image: str
     warnings: list[str] = field(default_factory=list)
 
@@ -172,46 +171,46 @@ def compose_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_fi
                     context: str | None = ".") -> Rendered:
     """Load a profile and render its compose.yaml.
 
-    The container half of a ``LaunchSpec`` does not depend on host memory, but
-    ``build_launch_spec`` takes a plan; it gets one made against a described Linux host of
-    64 GiB (``host.described_host``), or the facts file when given, so the render is the same
-    on every machine. The rendered argv is checked against the flag catalog first (a flag the
-    runtime would refuse: ``BadInput``, exit 2, nothing rendered). ``facts_file``: mounted
-    read-only and named by ``ESCHA_FACTS``, so the container's ``serve`` plans from it and
-    reaches the plan ``up --facts`` makes. ``serve`` plans for real inside the container.
+    Without ``facts_file`` nothing is planned and no host is described: the container half of
+    a launch needs no plan (``pipeline.render_container``), so the render is the same on every
+    machine; the flags the profile adds (``runtime.extra_args``) are checked against its
+    release's flag catalog first (``pipeline.check_extra_args``: ``BadInput``, exit 2, nothing
+    rendered). ``serve`` plans for real inside the container.
 
-    The facts file describes the box the file is for, so its plan is checked as ``up`` checks
-    one: ``unsafe`` raises ``Refused`` (exit 3) with one ``plan: REASON`` line per reason and
-    nothing rendered; ``hicache_off`` is a warning (the server starts without HiCache).
+    ``facts_file``: the box's facts, mounted read-only and named by ``ESCHA_FACTS``, so the
+    container's ``serve`` plans from it and reaches the plan ``up --facts`` makes. It is planned
+    here through the pipeline (``pipeline.gather`` -> ``pipeline.plan_launch``, the argv checked) and
+    checked as ``up`` checks one: ``unsafe`` raises ``Refused`` (exit 3) with one ``plan: REASON``
+    line per reason and nothing rendered; ``hicache_off`` is a warning (the server starts
+    without HiCache); the container half is rendered from that plan.
     ``context``: the build context as written (``build_context``); ``None``: no ``build:``
     section (no escha-deploy checkout to build from).
     """
     from pathlib import Path
 
     from escha_deploy.errors import Refused
-    from escha_deploy.host import described_host
-    from escha_deploy.launch_spec import build_launch_spec
-    from escha_deploy.planner import plan as plan_profile
+    from escha_deploy.pipeline import (check_extra_args, gather, plan_launch, profile_file, render_container,
+                                       secret_path_problems)
     from escha_deploy.profile import load_profile
-
-    from .prepare import check_rendered_argv, gather, plan_gathered, profile_file, secret_path_problems
 
     profile = load_profile(profile_ref, overrides)
     secret_path_problems(profile)  # the key typed where its file's path goes: never in the file
     warnings: list[str] = []
+    plan: Plan | None = None
     if facts_file:
-        plan = plan_gathered(profile, gather(profile, facts_path=facts_file))
+        plan, launch = plan_launch(profile, gather(profile, facts_path=facts_file), overrides=overrides,
+                                   profile_file=profile_file(profile_ref),
+                                   facts_file=str(Path(facts_file).resolve()))
         if plan.verdict == "unsafe":
             sets = "".join(f" --set {o}" for o in overrides)
             raise Refused(*plan.refusal_lines(), hint=(
                 f"`escha-deploy plan --profile {profile_ref}{sets} --facts {facts_file}` shows the budget"))
         if plan.verdict == "hicache_off":
             warnings.append(f"plan: HiCache is off for the box in {facts_file} (" + "; ".join(plan.reasons) + ")")
+        spec = launch.container
     else:
-        plan = plan_profile(profile, described_host(64 * 2**30, "linux"))
-        check_rendered_argv(plan, profile)
-    spec = build_launch_spec(plan, profile, overrides=list(overrides), profile_file=profile_file(profile_ref),
-                             facts_file=str(Path(facts_file).resolve()) if facts_file else None).container
+        check_extra_args(profile)
+        spec = render_container(profile, overrides=overrides, profile_file=profile_file(profile_ref))
     # the container settings `up` refuses (docker.check_spec: beyond loopback without an API
     # key, ...) are refused here too, exit 3, with nothing rendered
     from .docker import check_spec

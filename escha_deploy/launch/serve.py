@@ -6,7 +6,7 @@ Two ways in, one way out:
   host planned, refuses a schema version this escha-deploy cannot read (exit 3, naming both) or
   a spec whose digest does not match its content, and re-plans nothing.
 - ``serve(PROFILE)`` (``serve --profile``: native, or a compose container): plans on the spot
-  through the same gather -> plan -> spec functions as ``up`` (``launch.prepare``), from a facts
+  through the same pipeline as ``up`` (``escha_deploy.pipeline``: gather -> decide -> render), from a facts
   file when one is given (``--facts``, ``ESCHA_FACTS``).
 
 Both then check what this environment can see against what the plan assumed
@@ -28,6 +28,7 @@ from escha_deploy.errors import BadInput, Failed, Refused
 from escha_deploy.secretargs import redact_argv
 
 from .check import SKIP_GPU_PREFLIGHT_ENV  # noqa: F401 - the documented test switch, re-exported
+from .sglang_preflight import PREFLIGHT_ENV  # noqa: F401 - the switch (documented there), re-exported
 from .prepare import read_secret
 from .progress import Report, quiet
 from .redact import Redactor
@@ -62,8 +63,8 @@ def read_spec(path: str | Path) -> LaunchSpec:
         spec = LaunchSpec.model_validate(data)
     except ValidationError as exc:
         raise Refused(*(f"{p}: {'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())) from None
-    if launch_digest(spec.profile_data, spec.facts, spec.argv, spec.env) != spec.plan_digest:
-        raise Refused(f"{p}: plan_digest does not match the spec's profile, facts, argv and env "
+    if launch_digest(spec.profile_data, spec.facts, spec.argv, spec.env, spec.preflight) != spec.plan_digest:
+        raise Refused(f"{p}: plan_digest does not match the spec's profile, facts, argv, env and pre-flight figures "
                       "(edited after planning?)", hint="plan again: `escha-deploy up`")
     return spec
 
@@ -109,24 +110,28 @@ def serve_spec(path: str | Path, *, dry_run: bool = False, report: Report = quie
     caps, where = _runtime_capabilities()
     report("info", f"serve: {launch.profile}: plan digest {launch.plan_digest} from {path} "
                    f"(escha-deploy {launch.escha_version})")
-    return _check_and_run(launch, caps, where, dry_run=dry_run, report=report)
+    from .sglang_preflight import spec_device
+
+    # the sizing stages of SGLang's pre-flight: the figures the host's plan recorded in the spec
+    device = spec_device(launch.preflight)
+    return _check_and_run(launch, caps, where, dry_run=dry_run, report=report,
+                          extra={"preflight_device": device}, device=device)
 
 
 def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = False,
           facts_path: str | None = None, report: Report = quiet) -> int:
-    """``serve --profile``: plan here through ``launch.prepare`` (as ``up`` does), then check and
+    """``serve --profile``: plan here through ``escha_deploy.pipeline`` (as ``up`` does), then check and
     run (module docstring); returns the exit status. Inside a container (``ESCHA_SERVE_MODE``)
     the model folder is read at ``model.path``; natively at ``model.host_dir``. ``--print``
     always shows what the plan implies for the runtime the profile targets; the missing
     capabilities then go to stderr with exit 3. Natively, a second ``serve`` on the same port
     is refused (3, ``native.server_lock``), and nothing of the server or its secrets file
     outlives this process (``native`` module)."""
-    from escha_deploy.launch_spec import FactSource, build_launch_spec
+    from escha_deploy.pipeline import gather, plan_launch
     from escha_deploy.profile import load_profile
     from escha_deploy.runtime.description import require_capabilities
 
     from .docker import SERVE_MODE_ENV
-    from .prepare import gather, launch_facts, plan_gathered
 
     profile = load_profile(profile_ref, overrides)
     caps, where = _runtime_capabilities()
@@ -148,16 +153,14 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
 
     running, release_where = runtime_release()
     release = choose_release(image=(running, release_where), profile=profile.runtime.sglang_version)
-    plan = plan_gathered(profile, g, capabilities=list(caps) if caps is not None
-                         else list(profile.runtime.needs if missing else ()), release=release)
+    plan, launch = plan_launch(profile, g, capabilities=list(caps) if caps is not None
+                               else list(profile.runtime.needs if missing else ()), release=release,
+                               capabilities_source=where, native=not in_container,
+                               capabilities_kind="runtime_description" if caps is not None else "default")
     if plan.verdict == "unsafe" and not dry_run:
         raise Refused(*plan.refusal_lines())
     if plan.verdict == "hicache_off":
         report("warning", "plan: HiCache is off here (" + "; ".join(plan.reasons) + ")")
-    sources = [*g.sources, FactSource(fact="capabilities", value=", ".join(plan.capabilities) or "none",
-                                      source=where)]
-    launch = build_launch_spec(plan, profile, native=not in_container, facts=launch_facts(plan, g),
-                               sources=sources)
     report("info", f"serve: {profile.name}: plan digest {launch.plan_digest} ({plan.verdict}), planned here")
     # the container settings `up` refuses (docker.check_spec), natively the one about binding
     # beyond loopback without an API key: exit 3 before anything starts, --print included
@@ -168,15 +171,19 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
             _print(launch, *_secrets(launch), extra={"verdict": plan.verdict, "missing_capabilities": missing},
                    refusals=settings)
         raise Refused(*settings)
+    from .sglang_preflight import device_figures
+
+    device = device_figures(plan)  # the sizing stages of SGLang's pre-flight: the plan's figures
     if dry_run and (missing or plan.verdict == "unsafe"):
-        _print(launch, *_secrets(launch), extra={"verdict": plan.verdict, "missing_capabilities": missing})
+        _print(launch, *_secrets(launch), extra={"verdict": plan.verdict, "missing_capabilities": missing,
+                                                 "preflight_device": device})
         require_capabilities(caps, profile.runtime.needs, where)
         return 3
     from escha_deploy.watch.planview import plan_view
 
     return _check_and_run(launch, caps, where, dry_run=dry_run, report=report,
-                          extra={"verdict": plan.verdict, "missing_capabilities": missing},
-                          view=plan_view(plan, launch.plan_digest, profile.watch))
+                          extra={"verdict": plan.verdict, "missing_capabilities": missing, "preflight_device": device},
+                          view=plan_view(plan, launch.plan_digest, profile.watch), device=device)
 
 
 def _secrets(launch: LaunchSpec) -> tuple[str | None, str | None]:
@@ -196,20 +203,19 @@ def _print(launch: LaunchSpec, api_key: str | None, hf_token: str | None, *, ext
                       "refusals": list(refusals)}, indent=2))
 
 
-#: ``0`` skips SGLang's own pre-flight (``launch.sglang_preflight``) before the server starts,
-#: ``1`` runs it even where the GPU test switch (``ESCHA_SKIP_GPU_PREFLIGHT=1``) is set: SGLang's
-#: stages read the real GPU's platform, which a machine without one (that switch) lacks.
-PREFLIGHT_ENV = "ESCHA_SGLANG_PREFLIGHT"
-
-
-def sglang_preflight(launch: LaunchSpec, argv: list[str], env: dict[str, str], report: Report) -> None:
+def sglang_preflight(launch: LaunchSpec, argv: list[str], env: dict[str, str], report: Report,
+                     device: dict[str, int] | None = None) -> None:
     """Ask SGLang itself, in its own interpreter (``argv[0]``) and with the server's environment,
-    whether it starts on ``argv``: argument resolution, model config and attention backend
-    (``launch.sglang_preflight``), before the first weight loads. Raises ``Refused`` (exit 3)
+    whether it starts on ``argv``: argument resolution, model config and attention backend, and
+    with the plan's ``device`` figures (``sglang_preflight.device_figures``, native ``serve``;
+    ``sglang_preflight.spec_device``, the ones the launch spec records, ``serve --spec``)
+    the KV cache configurator's and the host pools' sizing (``launch.sglang_preflight``),
+    before the first weight loads. Raises ``Refused`` (exit 3)
     with SGLang's message, its ``file:function`` and the profile key or ``extra_args`` item
     that set the input; an interpreter without a working SGLang (a build-only image) is
     reported and the server starts as before. ``ESCHA_SGLANG_PREFLIGHT=0`` skips it."""
-    from .sglang_preflight import profile_keys_for, refusal_line, run, server_flags_of
+    from .image_preflight import passed_line, refusal
+    from .sglang_preflight import run, server_flags_of
 
     from .check import SKIP_GPU_PREFLIGHT_ENV as skip_gpu
 
@@ -220,24 +226,24 @@ def sglang_preflight(launch: LaunchSpec, argv: list[str], env: dict[str, str], r
         return
     if not argv or "-m" not in argv:
         return
-    report("info", "serve: SGLang's pre-flight (argument resolution, model config, attention backend; "
-                   "no weights, no NCCL)")
-    res = run(argv[0], server_flags_of(argv), env)
+    from .sglang_preflight import STAGES
+
+    stages = STAGES if device else STAGES[:3]
+    report("info", f"serve: SGLang's pre-flight ({', '.join(stages)}; no weights, no NCCL)")
+    if not device:
+        report("info", f"serve: SGLang's pre-flight: {' and '.join(STAGES[3:])} skipped (the launch spec "
+                       "records no pre-flight figures: written by an escha-deploy before they were recorded)")
+    res = run(argv[0], server_flags_of(argv), env, device=device)
     if res.ok is None:
         report("warning", f"serve: SGLang's pre-flight did not run: {res.not_run}; starting without its answer")
         return
     if not res.ok:
-        extra = list(launch.profile_data.get("runtime", {}).get("extra_args") or [])
-        raise Refused(refusal_line(res, profile_keys_for(res.flags, extra)),
-                      hint="SGLang would stop here at start; change the key named, then `escha-deploy plan` again")
-    a = res.answers
-    report("info", f"serve: SGLang's pre-flight passed in {res.wall_s:.1f} s (SGLang's own stages "
-                   f"{res.seconds.get('total', 0):.1f} s): attention backend {a.get('attention_backend')}, "
-                   f"context length {a.get('context_length')}, {a.get('architecture')}")
+        raise refusal(res, launch.profile_data)
+    report("info", f"serve: SGLang's pre-flight {passed_line(res)}")
 
 
 def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dry_run: bool,
-                   report: Report, extra: dict | None = None, view=None) -> int:
+                   report: Report, extra: dict | None = None, view=None, device: dict[str, int] | None = None) -> int:
     from escha_deploy import flags
 
     from .check import check_here
@@ -271,8 +277,9 @@ def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dr
     if not in_container:  # in the container Docker bound the published port already
         from .preflight import port_free
 
-        port_free(argv)
-    sglang_preflight(launch, argv, env, report)
+        # natively the server binds the spec's host address and port (build_launch_spec renders them into the argv)
+        port_free(launch.container.port_host_ip, launch.container.port_host)
+    sglang_preflight(launch, argv, env, report, device)
     report("info", f"serve: {launch.profile}: plan {launch.verdict}, "
                    f"HiCache {'on' if launch.hicache_enabled else 'off'}; starting SGLang")
     # Natively: one `serve` per port (a file lock), secrets on tmpfs, and a sweep of what a

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from escha_deploy.errors import BadInput, EschaError, Failed, Refused
 
 from .prepare import Prepared, planned_sizes, prepare, read_secret
-from . import guard
+from . import guard, image_preflight
 from .doctor_probe import doctor_in_image, fresh_findings_saved
 from .image_build import build_image
 from .logpump import LogPump
@@ -191,7 +191,8 @@ def read_api_key(profile) -> str | None:
 
 def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | None = None,
        build: bool = False, report: Report = quiet, facts_path: str | None = None,
-       on_phase: Callable[[str], None] | None = None, ready: guard.Ready | None = None) -> UpResult:
+       on_phase: Callable[[str], None] | None = None, ready: guard.Ready | None = None,
+       loaded: Profile | None = None) -> UpResult:
     """Start the profile's server and return once it is ready (see module docstring).
 
     ``facts_path``: plan from a facts file instead of this machine. ``report`` receives
@@ -204,14 +205,15 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
     or SIGTERM arrives while waiting: the container is then stopped and kept. ``ready``: set to
     this `up`'s container once it is confirmed ready, for a caller whose own
     ``guard.signals_raise`` scope (opened before this call) covers the time after the return
-    (the CLI's log follow).
+    (the CLI's log follow). ``loaded``: ``profile_ref`` with ``overrides`` when the caller loaded
+    it already (the CLI, which reads its API key for ``--canary``): it is loaded once.
     """
     from escha_deploy.profile import load_profile
 
     from . import docker as dk
 
     # the profile first: a bad one is the user's to fix (exit 2) whether or not Docker answers
-    profile = load_profile(profile_ref, overrides)
+    profile = loaded or load_profile(profile_ref, overrides)
     ctx = Preflight(profile_ref, tuple(overrides), profile, build=build, facts_path=facts_path, dry=False,
                     report=report)
     run_preflight(ctx)
@@ -379,10 +381,13 @@ def _doctor_probes(ctx: Preflight) -> Outcome:
             return "ok", "doctor's saved findings are younger than a day; `up` reuses them"
         return "not run", ("`up` runs them in a container of the image; "
                            f"`escha-deploy doctor --profile {ctx.profile_ref}` runs them without the server")
-    # doctor's probes come before the plan that runs: when they measure now, plan again
-    if doctor_in_image(ctx.client, ctx.planned(), report=ctx.report):
+    # doctor's probes come before the plan that runs, and take their pinned target from the
+    # first plan: when they measure now, the facts changed, so the pipeline runs again on them
+    # (the profile loaded and the image read once: the first plan's runtime)
+    first = ctx.planned()
+    if doctor_in_image(ctx.client, first, report=ctx.report):
         ctx.prep = prepare(ctx.profile_ref, ctx.overrides, client=ctx.client, profile=ctx.profile,
-                           spec_file=str(ctx.spec_file))
+                           spec_file=str(ctx.spec_file), runtime=first.runtime)
         ctx.prep.refuse()
     return "ok", ""
 
@@ -439,6 +444,10 @@ CHECKS: list[Check] = [
           not_needed=lambda ctx: f"{CLAMP_MEMLOCK_ENV}=1 clamps memlock (test switch)"
           if os.environ.get(CLAMP_MEMLOCK_ENV) == "1" else None),
     Check("doctor probes", _doctor_probes, needs=("plan", "container"), not_needed=_doctor_probes_not_needed),
+    Check("sglang pre-flight", lambda ctx: image_preflight.check(ctx.client, ctx.planned(), dry=ctx.dry,
+                                                                  report=ctx.report),
+          needs=("daemon", "plan"), not_needed=lambda ctx: image_preflight.not_needed(ctx.planned()),
+          without_daemon="; it runs at `up`, in a container of the image"),
     Check("existing container", _existing_container, needs=("daemon", "plan")),
     Check("port", _port, needs=("daemon", "plan")),
     Check("api key file", _api_key_file, refuses=2,
@@ -552,7 +561,8 @@ def dry_run(profile_ref: str, overrides: Sequence[str] = (), *, build: bool = Fa
     Not run, and named so: checks that need the daemon when it does not answer; checks that
     need a container of the image (memlock, doctor's probes); an image's runtime description
     file when it has no capability label (read through a created container); ``--build``'s
-    build. Creates no container, writes no spec file, builds nothing.
+    build. Creates no container but the ``sglang pre-flight`` check's throw-away one (removed at
+    once, no network), writes no spec file, builds nothing.
     """
     from escha_deploy.profile import load_profile
 

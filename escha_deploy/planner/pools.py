@@ -18,9 +18,12 @@ Check against the reference box (2 x RTX 5060 Ti, Qwen3.x-27B hybrid GDN, TP 2),
 
 from __future__ import annotations
 
+__all__ = ["PINNED_MAX_BYTES", "DevicePools", "HostPools", "PinnedBuffer", "host_buffers", "host_pools_at_ratio",
+           "host_pools_at_size", "pinned_buffers"]
+
 from dataclasses import dataclass, replace
 
-from ..runtime.hooks.host_alloc import PINNED_BYTES_SOURCE
+from ..runtime.hooks.host_alloc import PINNED_BYTES_SOURCE, PINNED_MAX_BYTES
 from ..runtime.hooks.host_alloc import pinned_bytes as allocator_pinned_bytes
 
 

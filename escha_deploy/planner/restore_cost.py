@@ -38,8 +38,9 @@ def host_hit_cost(*, host_kv_bytes_per_token: int, mamba_slot_bytes: int, contex
         nbytes = n * host_kv_bytes_per_token + mamba_slot_bytes
         load_s = gbps = None
         if bandwidth is not None:
-            small = bandwidth.page_bytes and bandwidth.page_load_gbps and nbytes <= bandwidth.page_bytes
-            gbps = bandwidth.page_load_gbps if small else bandwidth.load_gbps
+            page_gbps = bandwidth.page_load_gbps
+            small = bool(bandwidth.page_bytes and nbytes <= bandwidth.page_bytes)
+            gbps = page_gbps if small and page_gbps else bandwidth.load_gbps
             load_s = nbytes / (gbps * 1e9)
         recompute = n / prefill_tokens_per_s if prefill_tokens_per_s else None
         rows.append(HostHitRow(prefix_tokens=n, load_bytes_per_rank=nbytes, load_gbps=gbps, load_s=load_s,

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from escha_deploy.facts.provenance import FactSource
 from escha_deploy.gpu_facts import PeerAccess
 
 Verdict = Literal["ok", "unsafe", "hicache_off"]
@@ -83,6 +84,8 @@ class HiCachePlan(BaseModel):
     io_backend: str | None = None
     storage_backend: str | None = None
     host_allocator: str | None = Field(None, description="ESCHA_HICACHE_HOST_ALLOCATOR for the patched runtime")
+    host_reserve_bytes: int | None = Field(None, description="ESCHA_HICACHE_HOST_RESERVE_BYTES for the patched "
+                                           "runtime (bytes; runtime_check.patched_reserve_bytes); None: stock runtime")
 
 
 class Budget(BaseModel):
@@ -270,10 +273,13 @@ class Plan(BaseModel):
     plan_digest: str | None = Field(
         None, description="sha256 of the container launch this plan renders (profile, fact values, argv, env: "
         "launch_spec.launch_digest), the digest `up --dry-run`, `serve --print` and the container label carry; "
-        "filled where the facts were gathered (launch.prepare.plan_gathered)")
+        "filled where the facts were gathered (pipeline.decide)")
     host_hit_cost: HostHitCost | None = Field(
         None, description="load-back of a cached prefix from host RAM vs recompute (planner/restore_cost.py); "
         "None with HiCache off")
+    fact_sources: list[FactSource] = Field(
+        default_factory=list, description="where each host fact the plan read came from, with its kind of source "
+        "(proc, cgroup, nvml, facts_file, findings, ...): pipeline.gather's; not digested")
 
     def refusal_lines(self) -> list[str]:
         """What refuses an unsafe plan, one ``plan: REASON`` line per reason (``plan: unsafe``

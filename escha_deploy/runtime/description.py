@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from escha_deploy.capabilities import LABEL_PREFIX, RUNTIME_DESCRIPTION_PATH
 from escha_deploy.errors import BadInput, Refused
+
+if TYPE_CHECKING:
+    from escha_deploy.facts.runtime import RuntimeFacts
 
 SCHEMA_VERSION = 1
 
@@ -77,6 +81,23 @@ class RuntimeDescription(BaseModel):
         # images built before the field took the LaunchSpec's name wrote escha_deploy_version
         validation_alias=AliasChoices("escha_version", "escha_deploy_version"))
 
+    def runtime_facts(self, where: str) -> RuntimeFacts:
+        """This description as a facts file's ``runtime`` section: the SGLang release and each
+        capability, with ``where`` (the file, or ``IMAGE:/etc/escha/runtime.json``) as their
+        source (kind ``runtime_description``)."""
+        from escha_deploy.facts.provenance import Provenance
+        from escha_deploy.facts.runtime import CapabilityFact, RuntimeFacts
+
+        from pydantic import ValidationError
+
+        src = Provenance(kind="runtime_description", where=where)
+        try:
+            return RuntimeFacts(
+                sglang_release=self.sglang_version, sglang_release_source=src if self.sglang_version else None,
+                capabilities=[CapabilityFact(name=c, source=src) for c in dict.fromkeys(self.capabilities)])
+        except ValidationError as exc:  # a release that is no x.y.z, a capability name of another shape
+            raise BadInput(*(f"{where}: {_description_key(e['loc'])}: {e['msg']}" for e in exc.errors()[:5])) from None
+
     def labels(self) -> dict[str, str]:
         """The OCI labels that mirror this description."""
         return {
@@ -89,6 +110,13 @@ class RuntimeDescription(BaseModel):
             LABEL_ESCHA: self.escha_version or "",
             LABEL_FORK: fork_label_of(self.series),
         }
+
+
+def _description_key(loc: tuple[int | str, ...]) -> str:
+    """The description's key a ``RuntimeFacts`` error is about (``sglang_release`` is its
+    ``sglang_version``; ``capabilities.N.name`` its ``capabilities.N``)."""
+    head = {"sglang_release": "sglang_version"}.get(str(loc[0]), str(loc[0])) if loc else "runtime"
+    return ".".join([head, *(str(x) for x in loc[1:2])])
 
 
 def fork_label_of(series: list[SeriesEntry]) -> str:

@@ -153,8 +153,9 @@ def test_up_canary_progress_lines_have_one_prefix(standin, capsys):
     """``up --canary``'s steps, against a STAND-IN server: "canary: cold ask", never
     "canary: canary: cold ask"."""
     from escha_deploy.cli.up import _canary as up_canary
+    from escha_deploy.profile import load_profile
 
     srv = standin(**POOLS)
-    up_canary(srv.url, "rtx5060ti-tp2-fp8", [])
+    up_canary(srv.url, load_profile("rtx5060ti-tp2-fp8"))  # `up` hands it the profile it loaded
     err = capsys.readouterr().err
     assert "canary: cold ask" in err and "canary: canary:" not in err

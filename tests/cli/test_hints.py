@@ -59,7 +59,7 @@ def test_plan_hints_for_a_profile_file_run_as_printed(cli, myseed):
 
 def test_doctor_fixes_for_a_profile_file_run_as_printed(myseed):
     """doctor's fixes, with a recorded NVML answer of two RTX 5060 Ti (a stand-in: no GPU here)."""
-    from escha_deploy.doctor.gpu import GpuInfo, GpuInventory
+    from escha_deploy.facts.gpus import GpuInfo, GpuInventory
     from escha_deploy.doctor.hostinfo import DockerFacts
     from escha_deploy.doctor.run import run_doctor
     from escha_deploy.units import GiB

@@ -82,6 +82,7 @@ def test_help_and_json_plan_skip_rich_and_the_verbs_not_run():
 #: compose), facts files, doctor's findings, an image's runtime description, the redaction of
 #: a dry run, and NVML.
 NOT_FOR_A_DESCRIBED_PLAN = ("escha_deploy.launch_spec", "escha_deploy.factsfile", "escha_deploy.findings",
+                            "escha_deploy.facts.file", "escha_deploy.facts.findings",
                             "escha_deploy.runtime.description", "escha_deploy.launch.redact", "pynvml")
 STANDIN = str(Path(__file__).resolve().parents[1] / "launch" / "standin" / "profile.yaml")
 
@@ -102,7 +103,8 @@ def test_live_plan_without_findings_builds_no_findings_model_and_a_gpuless_profi
     assert last["code"] in (0, 3), last["code"]
     mods = set(last["modules"])
     assert "escha_deploy.findings" in mods  # it looked for findings
-    assert not {m for m in last["built"] if m.startswith("escha_deploy.findings.")}, last["built"]
+    assert not {m for m in last["built"] if m.startswith(("escha_deploy.findings.", "escha_deploy.facts.findings."))}, \
+        last["built"]
     assert not mods & {"escha_deploy.launch_spec", "escha_deploy.factsfile", "escha_deploy.runtime.description"}
     # container.gpus: [] asks for no GPU, so NVML is not read and pynvml not imported
     assert "pynvml" not in mods

@@ -1,6 +1,6 @@
 """A stand-in for the ``pynvml`` binding that answers from a recorded JSON file
 (``scripts/record_nvml_facts.py`` writes them): no NVML library or GPU exists on the CI
-machine, so the product's reader (``doctor.gpu.query_nvml``) is replayed over real answers.
+machine, so the product's reader (``nvml.query_nvml``) is replayed over real answers.
 An ``{"error": ...}`` value raises ``NVMLError`` as the real call would."""
 
 from __future__ import annotations
@@ -81,6 +81,6 @@ class RecordedNvml:
 
 def recorded_inventory(record: dict | str):
     """``query_nvml`` over the recorded answers."""
-    from escha_deploy.doctor.gpu import query_nvml
+    from escha_deploy.nvml import query_nvml
 
     return query_nvml(nvml=RecordedNvml(record))

@@ -11,7 +11,7 @@ import pytest
 
 from escha_deploy.doctor.checks import ProfileNeeds, host_checks, profile_checks
 from escha_deploy.doctor.facts import DoctorFacts, ProbeFacts, gather_facts
-from escha_deploy.doctor.gpu import GpuInfo, GpuInventory
+from escha_deploy.facts.gpus import GpuInfo, GpuInventory
 from escha_deploy.doctor.hostinfo import DockerFacts, classify_docker_info
 from escha_deploy.doctor.probes import PinnedCeiling
 from escha_deploy.doctor.report import DoctorReport

@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from escha_deploy.doctor.facts import gather_facts
-from escha_deploy.doctor.gpu import GpuInventory
+from escha_deploy.facts.gpus import GpuInventory
 from escha_deploy.doctor.hostinfo import DockerFacts, read_image, read_wsl_networking_mode
 
 from pathlib import Path

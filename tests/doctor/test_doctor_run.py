@@ -13,7 +13,7 @@ import pytest
 
 from escha_deploy.doctor.checks import ProfileNeeds
 from escha_deploy.doctor.facts import gather_facts
-from escha_deploy.doctor.gpu import GpuInfo, GpuInventory
+from escha_deploy.facts.gpus import GpuInfo, GpuInventory
 from escha_deploy.doctor.hostinfo import DockerFacts
 from escha_deploy.doctor.probes import run_pinned_ceiling, run_store_case
 from escha_deploy.doctor.run import _reusable, pinned_target, run_doctor, run_probes

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from escha_deploy.doctor.gpu import GpuInfo, GpuInventory
+from escha_deploy.facts.gpus import GpuInfo, GpuInventory
 from escha_deploy.doctor.hostinfo import DockerFacts
 from escha_deploy.doctor.run import run_doctor
 from escha_deploy.factsfile import facts_from_doctor_report
@@ -23,11 +23,13 @@ TWO_5060TI = GpuInventory(source="nvml", driver_version="581.57", gpus=[
     for i in range(2)])
 
 
-@pytest.fixture
-def report(tmp_path):
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """One doctor run for the module's tests that only read its report (each probe process
+    imports torch: seconds per run)."""
     if cuda_available():
         pytest.skip("the probes can run here (a CUDA torch): this is the GPU-less, torch-less case")
-    path = tmp_path / "doctor.json"
+    path = tmp_path_factory.mktemp("doctor-unknown") / "doctor.json"
     r = run_doctor("rtx5060ti-tp2-fp8", findings_path=path, docker=lambda: DockerFacts(reachable=False),
                    gpus=lambda: TWO_5060TI)
     return r, path

@@ -1,7 +1,7 @@
 """GPU facts, not names (field reports B35, B37): NVML's brand, PCI ids, P2P status and topology
 decide the launch flags, and doctor checks each TP GPU against the profile and the image.
 
-The NVML answers are replayed through the product's reader (``doctor.gpu.query_nvml``) by
+The NVML answers are replayed through the product's reader (``nvml.query_nvml``) by
 ``nvml_replay.RecordedNvml`` (a stand-in: no NVML on the CI machine). ``nvml-h200.json`` was
 recorded on a real H200 (the device machine, 2026-11-30); the others are written in the same
 format, each naming the public report it describes.
@@ -18,7 +18,8 @@ import pytest
 from escha_deploy.doctor.checks import ProfileNeeds, profile_checks
 from escha_deploy.doctor.facts import gather_facts
 from escha_deploy.doctor.hostinfo import DockerFacts
-from escha_deploy.doctor.kernel_archs import image_kernel_archs, runs_on
+from escha_deploy.doctor.kernel_archs import image_kernel_archs
+from escha_deploy.facts.gpus import runs_on
 from escha_deploy.flags import server_args, server_env
 from escha_deploy.gpu_facts import gpu_compat, peer_access
 from escha_deploy.host import described_host
@@ -224,7 +225,9 @@ def test_gpu_records_travel_in_the_facts_file_and_decide_the_flags(tmp_path):
     assert back.p2p == {"0-1": "not supported"} and back.gpus[1].brand == "GeForce"
     assert docs["nvml-2x-rtx4090.json.plan"]["peer_access"]["proven"] is False
     assert docs["nvml-2x-h200-p2p.json.plan"]["peer_access"]["proven"] is True
-    assert docs["nvml-2x-rtx4090.json"].digest_values() != docs["nvml-2x-h200-p2p.json"].digest_values()
+    # the launch's digest covers the GPU records (and the flags they decide)
+    digests = {docs[r + ".plan"]["plan_digest"] for r in ("nvml-2x-rtx4090.json", "nvml-2x-h200-p2p.json")}
+    assert len(digests) == 2 and None not in digests
 
 
 def test_records_without_p2p_facts_leave_nccl_alone():

@@ -12,7 +12,7 @@ import pytest
 
 from escha_deploy.doctor.checks import host_checks
 from escha_deploy.doctor.facts import gather_facts
-from escha_deploy.doctor.gpu import GpuInventory
+from escha_deploy.facts.gpus import GpuInventory
 from escha_deploy.doctor.hostinfo import DockerFacts
 
 FIXTURES = Path(__file__).parent / "fixtures"

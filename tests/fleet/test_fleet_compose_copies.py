@@ -48,6 +48,49 @@ def test_one_key_named_relative_and_absolute_is_copied_once(tmp_path, capsys, mo
     assert sorted(p.name for p in (tmp_path / "sameout").iterdir()) == ["compose.a.yaml"]
 
 
+def test_a_box_with_a_facts_file_finds_its_key_beside_the_fleet_file_too(tmp_path, capsys, monkeypatch):
+    """As above with the box's facts file instead of host_ram: its key, relative to the fleet
+    file, is found from another folder (the facts-file gather refused it as no file here)."""
+    path = same_key_fleet(tmp_path / "fleet", "router.key")
+    facts = tmp_path / "fleet" / "box.json"
+    assert run(capsys, "plan", "-p", PROFILE, "--host-ram", "64GiB", "--linux", "--write-facts", str(facts))[0] == 0
+    doc = yaml.safe_load(path.read_text())
+    box = doc["boxes"][0]
+    del box["host_ram"], box["platform"]
+    box["facts"] = "box.json"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, out, err = run(capsys, "fleet", "plan", str(path))
+    assert code == 0, err
+    code, out, err = run(capsys, "fleet", "compose", str(path), "--out", str(tmp_path / "out"))
+    assert code == 0, err
+    assert err.count("router.key (from") == 1
+
+
+def test_a_key_typed_where_its_file_goes_is_refused_and_never_written(tmp_path, capsys):
+    """``container.api_key_file=KEY`` in a box's set: exit 2 naming the key's setting (never
+    the key), nothing rendered, whether the box has host_ram or a facts file; `fleet compose`
+    used to write the key into the file's `--set` line."""
+    path = same_key_fleet(tmp_path / "fleet", "sk-typed-key-0123456789")
+    facts = tmp_path / "fleet" / "box.json"
+    assert run(capsys, "plan", "-p", PROFILE, "--host-ram", "64GiB", "--linux", "--write-facts", str(facts))[0] == 0
+    for described in ({}, {"facts": "box.json"}):
+        doc = yaml.safe_load(path.read_text())
+        if described:
+            doc["boxes"][0] = {k: v for k, v in doc["boxes"][0].items() if k not in ("host_ram", "platform")}
+            doc["boxes"][0].update(described)
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        for verb in (["plan", str(path)], ["compose", str(path), "--out", str(tmp_path / "out")]):
+            code, out, err = run(capsys, "fleet", *verb)
+            assert code == 2, (described, verb, err)
+            assert "error: box a: container.api_key_file: the path given (23 characters, starting 'sk-'; " \
+                   "not shown whole) is neither an existing file nor an absolute path" in err.splitlines()
+            assert "sk-typed-key" not in out + err
+        assert not (tmp_path / "out").exists()
+
+
 def test_absolute_and_relative_names_of_one_key_are_one_file(tmp_path, capsys):
     path = same_key_fleet(tmp_path / "fleet", str(tmp_path / "fleet" / "router.key"))
     code, out, err = run(capsys, "fleet", "compose", str(path), "--out", str(tmp_path / "out"))

@@ -16,7 +16,7 @@ import yaml
 
 from escha_deploy.cli.main import main
 from escha_deploy.doctor.facts import gather_facts
-from escha_deploy.doctor.gpu import GpuInventory
+from escha_deploy.facts.gpus import GpuInventory
 from escha_deploy.doctor.hostinfo import DockerFacts, ImageFacts
 from escha_deploy.doctor.run import build_report
 from escha_deploy.errors import BadInput
@@ -73,9 +73,10 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
 
 def test_saved_report_reads_back(tmp_path):
     f = read_box_facts(save_report(tmp_path, "w", "wsl2-distro-engine", mode="nat"))
-    assert (f.platform, f.mem_total_bytes, f.wsl_networking_mode, f.image_id) == ("wsl2", 16314004 * 1024, "nat", IMAGE_A)
+    assert (f.host.platform, f.host.mem_total_bytes, f.host.wsl_networking_mode, f.runtime.image_id) == (
+        "wsl2", 16314004 * 1024, "nat", IMAGE_A)
     g = read_box_facts(save_report(tmp_path, "l", "linux-host", mode="nat"))
-    assert (g.platform, g.mem_total_bytes, g.wsl_networking_mode) == ("linux", 65742096 * 1024, None)
+    assert (g.host.platform, g.host.mem_total_bytes, g.host.wsl_networking_mode) == ("linux", 65742096 * 1024, None)
 
 
 def test_three_boxes_agree_with_plan_per_box(tmp_path, capsys):
@@ -326,6 +327,8 @@ def test_a_boxs_memory_is_named_by_where_the_fleet_file_gives_it(tmp_path, capsy
     assert len(refusal) == 1 and src in refusal[0], err
     fp = json.loads(out)
     assert any(src in r for r in fp["boxes"][1]["reasons"])
+    mem = next(f for f in fp["boxes"][1]["plan"]["fact_sources"] if f["fact"] == "MemTotal")
+    assert mem["kind"] == "fleet_file" and mem["source"] == f"{fleet_file}:{line} boxes.tiny.host_ram"
     saved = plan_fleet(load_fleet(three_boxes(tmp_path)))
     reasons = " ".join(saved.box_plan("lin-b").reasons)
     assert "(facts file)" in reasons and "--host-ram" not in reasons, reasons  # as plan --facts words it

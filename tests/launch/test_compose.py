@@ -73,7 +73,7 @@ def _docker_compose_config(path: Path) -> subprocess.CompletedProcess:
 
 
 def test_an_unsafe_plan_here_is_warned_and_the_file_still_rendered(cli, tmp_path, monkeypatch):
-    from escha_deploy.cli.plan import make_plan
+    from escha_deploy.pipeline import make_plan
 
     sets = ["hicache.hicache_ratio=50"]
     here = make_plan(DEFAULT_PROFILE, sets)  # what `escha-deploy plan --set ...` says on this machine
@@ -112,7 +112,7 @@ def test_the_box_facts_plan_refuses_an_unsafe_render_and_writes_nothing(cli, tmp
         assert r.code == 3, r.err
         assert r.out == "" and not out.exists()
         lines = r.err.splitlines()
-        assert lines[0].startswith("error: plan: pinned 86.28 GB") and "(facts file)" in lines[0]
+        assert lines[0].startswith("error: plan: hicache.hicache_ratio: at 50.0 pinned 86.28 GB") and "(facts file)" in lines[0]
         assert all(x.startswith("error: plan: ") for x in lines[:-1]), lines
         assert lines[-1] == (f"hint: `escha-deploy plan --profile {DEFAULT_PROFILE} --set hicache.hicache_ratio=50 "
                              f"--facts {facts}` shows the budget")
@@ -121,7 +121,7 @@ def test_the_box_facts_plan_refuses_an_unsafe_render_and_writes_nothing(cli, tmp
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ESCHA_FACTS", str(facts))
         r = cli("compose", "-p", DEFAULT_PROFILE, "--set", "hicache.hicache_ratio=50")
-    assert r.code == 3 and r.out == "" and r.err.startswith("error: plan: pinned 86.28 GB"), r.err
+    assert r.code == 3 and r.out == "" and r.err.startswith("error: plan: hicache.hicache_ratio: at 50.0 pinned 86.28 GB"), r.err
     # the profile's own ratio fits the box: rendered, and this machine is not planned
     r = cli("compose", "-p", DEFAULT_PROFILE, "--facts", str(facts), "-o", str(out))
     assert r.code == 0 and r.err.splitlines() == [f"compose: wrote {out}"], r.err
@@ -212,7 +212,7 @@ def test_a_model_folder_this_machine_cannot_plan_is_warned_not_refused(cli, tmp_
                                   "config.json and no weights (*.safetensors, *.bin, *.pt)"]
 
 
-# --- compose's plan of this machine is `plan`'s: same call (cli/plan.py plan_here), same verdict ---
+# --- compose's plan of this machine is `plan`'s: same call (pipeline.plan_here), same verdict ---
 
 PLAN_HERE = "compose: warning: on this machine the plan is "
 

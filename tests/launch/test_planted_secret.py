@@ -352,6 +352,7 @@ def test_control_bytes_in_the_environment_key_are_refused(value, offset, name):
         assert KEY not in r.text and "LocalProtocolError" not in r.text
 
 
+@pytest.mark.docker  # `up --dry-run` asks the daemon for the image (exit 3 without one)
 def test_the_key_typed_where_its_path_goes_is_never_printed(tmp_path):
     """``container.api_key_file=KEY``: neither an existing file nor an absolute path; refused by
     every command that would print or write the path (plan, dry run, compose, serve --print,

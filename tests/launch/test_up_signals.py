@@ -61,12 +61,19 @@ def one_try(image: str, name: str, port: int, sig: signal.Signals, delay_s: floa
             proc.wait()
 
 
+@pytest.fixture(scope="module")
+def image_and_port(standin_image) -> tuple[str, int]:
+    """One stand-in image (its port baked in) for both signals' tries: the tries of one signal
+    end with nothing of theirs running, so the next signal's may take the port."""
+    port = free_port()
+    return standin_image(f"escha-standin:sig-{os.getpid()}-{port}", port=port), port
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_signal_at_ready_in_follow_mode_leaves_nothing_running(docker_client, standin_image, sig):
+def test_signal_at_ready_in_follow_mode_leaves_nothing_running(docker_client, image_and_port, sig):
     # no `no_leaks`: over a minute, it would count (and remove) other suites' containers on the
     # shared daemon; this test removes and checks its own profile's containers by label
-    port = free_port()
-    image = standin_image(f"escha-standin:sig-{os.getpid()}-{port}", port=port)
+    image, port = image_and_port
     name = f"sig-{os.getpid()}-{sig.name.lower()}"
     label = f"io.escha.profile={name}"
     failures = []

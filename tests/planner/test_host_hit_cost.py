@@ -13,7 +13,9 @@ import types
 
 import pytest
 
-from escha_deploy.bench.last import LastPrefill, from_report, load_last_prefill, save_last_prefill
+from escha_deploy.bench.last import from_report, save_last_prefill
+from escha_deploy.facts.prefill import LastPrefill
+from escha_deploy.findings import load_last_prefill
 from escha_deploy.host import described_host
 from escha_deploy.planner import plan
 from escha_deploy.planner.restore_cost import NOT_MEASURED, host_hit_cost

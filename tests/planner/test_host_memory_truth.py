@@ -17,7 +17,7 @@ import pytest
 
 from escha_deploy.doctor.checks import check_memlock, check_memory
 from escha_deploy.doctor.facts import gather_facts
-from escha_deploy.doctor.gpu import GpuInventory
+from escha_deploy.facts.gpus import GpuInventory
 from escha_deploy.doctor.hostinfo import DockerFacts
 from escha_deploy.findings import DoctorFindings, save_findings
 from escha_deploy.host import described_host, gather_host_facts, host_id, hugetlb_bytes, read_meminfo

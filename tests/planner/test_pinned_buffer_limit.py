@@ -18,7 +18,7 @@ import json
 
 import pytest
 
-from escha_deploy.host import HostFacts
+from escha_deploy.facts.host import HostFacts
 from escha_deploy.planner import plan
 from escha_deploy.planner.pools import host_buffers, host_pools_at_ratio
 from escha_deploy.profile import load_profile

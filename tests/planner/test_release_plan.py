@@ -16,7 +16,8 @@ import json
 import pytest
 
 from escha_deploy.errors import BadInput, Refused
-from escha_deploy.host import HostFacts, described_host
+from escha_deploy.facts.host import HostFacts
+from escha_deploy.host import described_host
 from escha_deploy.planner import plan
 from escha_deploy.profile import load_profile
 from escha_deploy.releases import choose_release

@@ -1,0 +1,188 @@
+"""The facts file's models (pure: no I/O): ``FactsFile`` with its ``host`` section
+(``HostSection``: what the server's kernel reports), doctor's ``findings``
+(``facts.findings.DoctorFindings``), one ``GpuRecord`` per GPU and the optional ``runtime``
+(``facts.runtime.RuntimeFacts``); and the two conversions between NVML's inventory
+(``facts.gpus.GpuInventory``, pair facts keyed ``"i-j"``) and the per-GPU records (pair facts on
+both GPUs). ``factsfile`` reads and writes the file. Bytes are ``int``; types are strict (JSON's
+own: an int is no string, no bool, no float).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, StringConstraints, field_validator
+
+from .findings import DoctorFindings
+from .gpus import GpuInfo, GpuInventory
+from .host import HostFacts, Platform
+from .runtime import RuntimeFacts
+
+#: The facts-file schema this escha-deploy reads and writes.
+FACTS_SCHEMA_VERSION = 1
+#: The largest byte count a fact may hold: the profile's cap on any size (``units.MAX_SIZE``,
+#: 1 PiB), so a described host of 1e30 bytes is refused as a profile size of 1e30 is.
+MAX_FACT_BYTES = 2**50
+#: A GPU index as a key of ``p2p``/``topology`` (``"1"``).
+GpuIndexKey = Annotated[str, StringConstraints(strict=True, pattern=r"^[0-9]{1,4}$")]
+
+
+# HostSection and FactsFile are defer_build (pydantic ``ConfigDict.defer_build``): ``up`` and
+# ``serve`` import this module for ``GpuRecord`` (the launch spec's GPU records) and build the
+# facts-file validators only when a facts file is read or written.
+class HostSection(BaseModel):
+    """What the server's Linux kernel reports (``/proc/meminfo``, the cgroup files). Under
+    WSL2 ``mem_total_bytes`` is the VM's MemTotal, not the Windows host's RAM."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True, strict=True)
+    platform: Literal["linux", "wsl2"]
+    mem_total_bytes: StrictInt = Field(gt=0, le=MAX_FACT_BYTES, description="MemTotal (bytes)")
+    hugetlb_bytes: StrictInt = Field(default=0, ge=0, le=MAX_FACT_BYTES,
+                                     description="memory reserved as huge pages (bytes)")
+    cgroup_limit_bytes: StrictInt | None = Field(
+        default=None, gt=0, le=MAX_FACT_BYTES, description="the server's cgroup memory limit (bytes); null: none")
+    host_id: StrictStr = Field(default="", description="host.host_id() of the described machine (not planned on)")
+    # what a doctor report also says about the box (fleet's multi-node check reads it); left out
+    # of the JSON when unknown, so a file without it reads and writes as before
+    wsl_networking_mode: StrictStr | None = Field(
+        default=None, exclude_if=lambda v: v is None,
+        description="`wslinfo --networking-mode` (nat, mirrored, ...); null: not WSL2 or unknown")
+
+
+class GpuRecord(BaseModel):
+    """One GPU as NVML reports it (``nvmlDeviceGetMemoryInfo``, ``nvmlDeviceGetCudaComputeCapability``,
+    ``nvmlDeviceGetPciInfo``). Only ``index`` is required, so a hand-written file can list what it
+    knows. The planner reads brand and P2P status (``gpu_facts.peer_access``: the launch flags
+    follow them); all of it is part of the digest."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    index: StrictInt = Field(ge=0, le=4095, description="CUDA/NVML device index")
+    name: StrictStr | None = Field(default=None, description="nvmlDeviceGetName, e.g. NVIDIA GeForce RTX 5060 Ti")
+    uuid: StrictStr | None = Field(default=None, description="nvmlDeviceGetUUID (GPU-...)")
+    pci_bus_id: StrictStr | None = Field(default=None, description="nvmlDeviceGetPciInfo busId")
+    memory_total_bytes: StrictInt | None = Field(default=None, gt=0, le=MAX_FACT_BYTES,
+                                           description="nvmlDeviceGetMemoryInfo total (bytes)")
+    compute_capability: StrictStr | None = Field(default=None, description='major.minor, e.g. "12.0"')
+    driver_version: StrictStr | None = Field(default=None, description="nvmlSystemGetDriverVersion")
+    brand: StrictStr | None = Field(default=None, description="nvmlDeviceGetBrand as a word (GeForce, NVIDIA RTX, ...)")
+    architecture: StrictStr | None = Field(default=None, description="nvmlDeviceGetArchitecture as a word")
+    pci_device_id: StrictInt | None = Field(default=None, description="nvmlPciInfo_t.pciDeviceId (device << 16 | vendor)")
+    pci_subsystem_id: StrictInt | None = Field(default=None, description="nvmlPciInfo_t.pciSubSystemId")
+    p2p: dict[GpuIndexKey, StrictStr] = Field(default_factory=dict, description="other GPU index -> "
+                                        "nvmlDeviceGetP2PStatus (read) as a word: ok, not supported, ...")
+    topology: dict[GpuIndexKey, StrictStr] = Field(default_factory=dict, description="other GPU index -> "
+                                             "nvmlDeviceGetTopologyCommonAncestor as a word")
+
+
+class FactsFile(BaseModel):
+    """The facts file (schema version ``FACTS_SCHEMA_VERSION``). ``escha_version`` and
+    ``created_at`` say who wrote it and when; they are not facts and are not digested."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True, strict=True)
+    schema_version: int = FACTS_SCHEMA_VERSION
+    escha_version: StrictStr | None = Field(default=None, description="the escha-deploy that wrote it")
+    created_at: StrictStr | None = Field(default=None, description="ISO 8601 UTC time it was written")
+    host: HostSection
+    findings: DoctorFindings | None = Field(default=None, description="doctor's findings for this host")
+    gpus: list[GpuRecord] = Field(default_factory=list, description="one record per GPU (NVML)")
+    runtime: RuntimeFacts | None = Field(
+        default=None, exclude_if=lambda v: v is None,
+        description="the box's runtime: SGLang release, capabilities, server image, each with its source "
+        "(null or absent: not described)")
+
+    @field_validator("gpus")
+    @classmethod
+    def _one_record_per_index(cls, gpus: list[GpuRecord]) -> list[GpuRecord]:
+        seen: set[int] = set()
+        for g in gpus:
+            if g.index in seen:
+                raise ValueError(f"GPU index {g.index} is listed twice; one record per GPU")
+            seen.add(g.index)
+        return gpus
+
+    def host_facts(self, *, platform: Platform | None = None, l3_dir: str | None = None,
+                   l3_free_bytes: int | None = None, l3_checked: bool = False) -> HostFacts:
+        """The planner's ``HostFacts`` of the host this file describes (source ``facts``): the
+        host section, the findings' pinned ceiling, allocator and restore bandwidth, and the GPUs
+        (``inventory_from_records``). ``platform`` overrides the file's (``--wsl2``/``--linux``);
+        ``l3_dir``, ``l3_free_bytes`` and ``l3_checked`` are the L3 directory as the gather saw it
+        on the machine that plans (not a fact of the file)."""
+        f = self.findings
+        return HostFacts(
+            source="facts", platform=platform or self.host.platform, mem_total_bytes=self.host.mem_total_bytes,
+            hugetlb_bytes=self.host.hugetlb_bytes, cgroup_limit_bytes=self.host.cgroup_limit_bytes,
+            host_id=self.host.host_id, pinned_ceiling_bytes=f.pinned_ceiling_bytes if f else None,
+            pinned_ceiling_reached=f.pinned_ceiling_reached if f else False,
+            host_allocator=f.host_allocator if f else None, l3_dir=l3_dir,
+            restore_bandwidth=f.restore_bandwidth if f else None,
+            l3_free_bytes=l3_free_bytes, l3_checked=l3_checked, gpus=inventory_from_records(list(self.gpus)))
+
+    @classmethod
+    def from_host(cls, host: HostFacts, findings: DoctorFindings | None, gpus: Sequence[GpuRecord] = (), *,
+                  escha_version: str | None = None, created_at: str | None = None,
+                  runtime: RuntimeFacts | None = None) -> FactsFile:
+        """The facts file describing ``host`` with ``findings``, ``gpus`` and ``runtime``;
+        MemAvailable, cgroup usage and free disk are left out: they are readings of a moment,
+        stale by the next start. ``escha_version``/``created_at``: who wrote it and when."""
+        return cls(escha_version=escha_version, created_at=created_at,
+                   host=HostSection(platform=host.platform, mem_total_bytes=host.mem_total_bytes,
+                                    hugetlb_bytes=host.hugetlb_bytes, cgroup_limit_bytes=host.cgroup_limit_bytes,
+                                    host_id=host.host_id),
+                   findings=findings, gpus=list(gpus), runtime=runtime)
+
+
+def records_from_inventory(inv: GpuInventory | None) -> list[GpuRecord]:
+    """One ``GpuRecord`` per GPU of an NVML inventory (``facts.gpus.GpuInventory``); the pair
+    facts (P2P status, topology) go on both GPUs of each pair."""
+    if inv is None or inv.source != "nvml":
+        return []
+    out = []
+    for g in inv.gpus:
+        p2p: dict[str, str] = {}
+        topo: dict[str, str] = {}
+        for pair, status in inv.p2p.items():
+            i, j = (int(x) for x in pair.split("-"))
+            if g.index in (i, j):
+                p2p[str(j if g.index == i else i)] = status
+        for pair, level in inv.topology.items():
+            i, j = (int(x) for x in pair.split("-"))
+            if g.index in (i, j):
+                topo[str(j if g.index == i else i)] = level
+        out.append(GpuRecord(index=g.index, name=g.name, uuid=g.uuid, pci_bus_id=g.pci_bus_id,
+                             memory_total_bytes=g.vram_bytes, compute_capability=g.compute_capability,
+                             driver_version=inv.driver_version, brand=g.brand, architecture=g.architecture,
+                             pci_device_id=g.pci_device_id, pci_subsystem_id=g.pci_subsystem_id,
+                             p2p=p2p, topology=topo))
+    return out
+
+
+def inventory_from_records(records: list[GpuRecord]) -> GpuInventory | None:
+    """The NVML inventory the records describe (``None`` for no records), so a plan from a
+    facts file decides peer access as a plan from NVML does."""
+    if not records:
+        return None
+    gpus = [GpuInfo(index=r.index, name=r.name or f"GPU {r.index}", vram_bytes=r.memory_total_bytes or 0,
+                    compute_capability=r.compute_capability, brand=r.brand, architecture=r.architecture,
+                    uuid=r.uuid, pci_bus_id=r.pci_bus_id, pci_device_id=r.pci_device_id,
+                    pci_subsystem_id=r.pci_subsystem_id) for r in records]
+    p2p: dict[str, str] = {}
+    topo: dict[str, str] = {}
+    for r in records:
+        for other, status in r.p2p.items():
+            i, j = sorted((r.index, int(other)))
+            p2p.setdefault(f"{i}-{j}", status)
+        for other, level in r.topology.items():
+            i, j = sorted((r.index, int(other)))
+            topo.setdefault(f"{i}-{j}", level)
+    return GpuInventory(source="nvml", driver_version=records[0].driver_version, gpus=gpus, p2p=p2p, topology=topo)
+
+
+def facts_json_schema() -> dict[str, Any]:
+    """The JSON schema of a facts file (schema version ``FACTS_SCHEMA_VERSION``), generated from
+    the models: ``escha_deploy/catalog/facts.schema.json`` (``scripts/gen_facts_schema.py``) for
+    hand-written files, editors and other tools. The loader checks more than the schema says
+    (one record per GPU index, a release's source, a doctor report's conversion)."""
+    schema = FactsFile.model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema,
+            "title": f"escha-deploy facts file, schema version {FACTS_SCHEMA_VERSION}"}
