@@ -390,6 +390,21 @@ def install_reserve_spy(spy: dict, gpu_mem_from: str = "argument") -> None:
 # --------------------------------------------------------------------------- device pools
 
 
+def _preflight() -> Any:
+    """escha-deploy's SGLang pre-flight (escha_deploy/launch/sglang_preflight.py), loaded by path:
+    its SGLang side imports only the standard library, torch and sglang, and its KV cache
+    configurator stage is the device-pool sizing below (one copy of that harness)."""
+    if "escha_sglang_preflight" not in sys.modules:
+        import importlib.util
+
+        path = Path(__file__).resolve().parents[1] / "escha_deploy" / "launch" / "sglang_preflight.py"
+        spec = importlib.util.spec_from_file_location("escha_sglang_preflight", path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["escha_sglang_preflight"] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules["escha_sglang_preflight"]
+
+
 def device_pools(sa: Any, case: dict) -> dict[str, Any]:
     """SGLang's own sizing of the device pools: ``KVCacheConfigurator._profile_available_bytes``
     (with ``_handle_max_mamba_cache`` for hybrid models), ``config_from_budget`` (the pool
@@ -403,42 +418,16 @@ def device_pools(sa: Any, case: dict) -> dict[str, Any]:
     constructor (which takes the loaded model), with the fields these methods read; no pool is
     allocated. Returns ``kv_tokens``, ``mamba_slots``, ``max_running_requests``, or the
     refusal."""
-    import torch  # noqa: F401  (SGLang's pool code below expects torch imported first)
     from sglang.srt.configs.model_config import ModelConfig
-    from sglang.srt.mem_cache import kv_cache_configurator as kcc
-    from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype
-    from sglang.srt.runtime_context import get_parallel, get_schedule, override_platform, publish
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    from sglang.srt.runtime_context import override_platform
 
     _card(case)
     dev = case["device"]
     try:
         with override_platform(**_platform_facts(case)), contextlib.redirect_stderr(io.StringIO()):
-            publish(sa, role="scheduler")  # the arguments resolve_once() resolved for this case
-            get_parallel().stamp_derived_widths(attn_tp_size=sa.tp_size, attn_dp_size=1, attn_dcp_size=1,
-                                                dcp_enabled=False, moe_tp_size=sa.tp_size)
             mc = ModelConfig.from_server_args(sa)
-            kv_str, kv_dtype = configure_kv_cache_dtype(
-                server_args_kv_cache_dtype=sa.kv_cache_dtype, model=None, model_dtype=mc.dtype, is_draft_worker=False,
-                is_dflash=False, speculative_draft_attention_backend=None)
-            kvc = object.__new__(kcc.KVCacheConfigurator)
-            fields = dict(
-                device="cuda", gpu_id=0, model_config=mc, ps=types.SimpleNamespace(pp_size=1, attn_dp_size=1),
-                spec_algorithm=SpeculativeAlgorithm.from_string(None), is_draft_worker=False, draft_model_idx=None,
-                is_hybrid_swa=False, is_hybrid_swa_compress=False, use_mla_backend=False, kv_cache_dtype=kv_dtype,
-                kv_cache_dtype_str=kv_str, post_capture_kv_active=False,
-                layer_info=types.SimpleNamespace(start_layer=0, end_layer=mc.num_hidden_layers,
-                                                 num_effective_layers=mc.num_hidden_layers))
-            for name, value in fields.items():
-                object.__setattr__(kvc, name, value)
-            kvc.__post_init__()
-            pre, after = dev["free_before_weights"], dev["free_before_weights"] - dev["weights"]
-            kcc.get_available_gpu_memory = lambda *a, **k: after / (1 << 30)
-            kcc.get_world_group = lambda: types.SimpleNamespace(world_size=1, cpu_group=None)
-            budget = kvc._profile_available_bytes(pre / (1 << 30))
-            config = kvc.config_from_budget(budget)
-            slots = get_schedule().max_mamba_cache_size if kvc.mambaish_config is not None else 0
-            reqs = kvc.resolve_max_num_reqs(config.max_total_num_tokens)
+            _, kv = _preflight()._kv_configurator(sa, mc, {"free_before_weights": dev["free_before_weights"],
+                                                           "weights": dev["weights"]})
     except ImportError:  # the oracle's venv lacks a package: a harness fault, never SGLang's answer
         raise
     except Exception as exc:  # a refusal: its type and message are the result
@@ -446,8 +435,8 @@ def device_pools(sa: Any, case: dict) -> dict[str, Any]:
         where = traceback.extract_tb(exc.__traceback__)[-1]
         site = f"{Path(where.filename).as_posix().split('site-packages/')[-1]}:{where.name}"
         return {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}", "site": site}
-    return {"kv_tokens": int(config.max_total_num_tokens), "mamba_slots": int(slots or 0),
-            "max_running_requests": int(reqs)}
+    return {"kv_tokens": kv["max_total_num_tokens"], "mamba_slots": kv["mamba_slots"],
+            "max_running_requests": kv["max_running_requests"]}
 
 
 # --------------------------------------------------------------------------- host pools

@@ -40,38 +40,59 @@ def site_env(**extra: str) -> dict[str, str]:
             "ESCHA_ORACLE_SCRIPT": str(ROOT / "scripts" / "sglang_oracle.py"), **extra}
 
 
-def rendered(cli, name: str, model: Path, *sets: str) -> list[str]:
-    """What native `serve --print` renders for a shipped profile with ``model`` as its folder."""
-    out = cli("serve", "--print", "-p", name, "--set", f"model.host_dir={model}",
-              *[a for s in sets for a in ("--set", s)]).out
-    argv = pf.server_flags_of(json.loads(out)["argv"])
+#: The host-pool stage's memory budget in these tests (bytes, the whole box): room for the shipped
+#: profiles' pools, as on the boxes they describe; this CI machine is not one of them.
+HOST_BUDGET = 2**40
+
+
+def rendered(cli, name: str, model: Path, *sets: str) -> tuple[list[str], dict[str, int]]:
+    """What native `serve --print` renders for a shipped profile with ``model`` as its folder, and
+    the plan's device figures it gives SGLang's pre-flight (``preflight_device``), with
+    ``HOST_BUDGET`` as the host-pool stage's budget."""
+    out = json.loads(cli("serve", "--print", "-p", name, "--set", f"model.host_dir={model}",
+                         *[a for s in sets for a in ("--set", s)]).out)
+    argv = pf.server_flags_of(out["argv"])
     assert argv[argv.index("--model-path") + 1] == str(model)
-    return stock_argv(argv)  # the overlays' own flags replaced by their stock stand-ins  # the overlays' own flags replaced by their stock stand-ins
-
-
+    # the overlays' own flags replaced by their stock stand-ins
+    return stock_argv(argv), {**out["preflight_device"], "host_budget": HOST_BUDGET}
 
 
 def model_folder(tmp_path: Path, name: str, **config) -> Path:
     d = tmp_path / f"model-{name}"
     d.mkdir()
     (d / "config.json").write_text(json.dumps({**config_json(load_profile(name).model.architecture), **config}))
-    (d / "model.safetensors").write_bytes(b"\0" * 64)
+    with open(d / "model.safetensors", "wb") as f:  # sparse: the plan counts the profile's weights, no disk
+        f.truncate(load_profile(name).model.weights_total or 64)
     return d
 
 
 def test_pre_flight_accepts_the_shipped_profiles_and_refuses_at_each_stage(cli, tmp_path, capsys):
     cases: dict[str, list[str]] = {}
+    devices: dict[str, dict[str, int]] = {}
     l3 = tmp_path / "l3"
     l3.mkdir()
     sets = {"linux-tp2-l3": (f"hicache.storage_dir={l3}", "hicache.storage_max_size=1GB")}  # fits the CI disk
     for name in ("rtx5060ti-tp2-fp8", "linux-tp2-l3", "rtx5060ti-tp2"):
-        cases[name] = rendered(cli, name, model_folder(tmp_path, name), *sets.get(name, ()))
-    base = cases["rtx5060ti-tp2-fp8"]
+        cases[name], devices[name] = rendered(cli, name, model_folder(tmp_path, name), *sets.get(name, ()))
+    base, dev = cases["rtx5060ti-tp2-fp8"], devices["rtx5060ti-tp2-fp8"]
     cases["parse"] = [*base, "--attention-backend", "nonsense"]
     cases["resolution"] = [*base, "--attention-backend", "dual_chunk_flash_attn"]
     cases["model config"] = [*base, "--context-length", "300000"]  # config.json: 262144
     cases["attention"] = [*base, "--attention-backend", "trtllm_mha"]
-    results = dict(zip(cases, pf.run_many(str(VENV_PY), list(cases.values()), site_env())))
+    # the weights leave nothing for the KV pool at this fraction of the card
+    cases["kv"] = [a if a != base[base.index("--mem-fraction-static") + 1] else "0.3" for a in base]
+    cases["host pools"] = [*base, "--hicache-size", "100000"]  # 100 TB per rank: more than the budget
+    cases["pp"] = [*base, "--pp-size", "2"]  # resolution accepts it; the stand-in sizing has no PP group
+    # one process, several argvs: the host-pool stage's stand-ins end with it. 500 GB per rank fits
+    # the described 1 TiB box; the same argv with no described budget meets this machine's own
+    # free memory (SGLang's check), not the budget an earlier argv described
+    cases["described box"] = [*base, "--hicache-size", "500"]
+    cases["this machine"] = cases["described box"]
+    devices["this machine"] = {k: v for k, v in dev.items() if k != "host_budget"}
+    for case in cases:
+        devices.setdefault(case, dev)
+    results = dict(zip(cases, pf.run_many(str(VENV_PY), list(cases.values()), site_env(),
+                                          devices=[devices[c] for c in cases])))
     with capsys.disabled():
         r0 = results["rtx5060ti-tp2-fp8"]
         print(f"\n[sglang pre-flight] {len(cases)} argvs in one SGLang process: {r0.wall_s:.1f} s wall, "
@@ -79,8 +100,15 @@ def test_pre_flight_accepts_the_shipped_profiles_and_refuses_at_each_stage(cli, 
     for name in ("rtx5060ti-tp2-fp8", "linux-tp2-l3", "rtx5060ti-tp2"):
         r = results[name]
         assert r.ok is True, (name, r)
-        assert r.stage == "attention backend" and r.answers["attention_backend"], r
+        assert r.stage == "host pools" and r.answers["attention_backend"], r
         assert r.answers["architecture"] == "Qwen3_5ForCausalLM"
+        a = r.answers  # SGLang's sizing: a KV pool, mamba slots, and host pools larger than the device's
+        assert a["max_total_num_tokens"] > 0 and a["kv_pool_bytes"] == a["max_total_num_tokens"] * a["kv_bytes_per_token"]
+        assert a["mamba_slots"] > 0 and a["host_kv_tokens"] > a["max_total_num_tokens"], a
+        assert a["host_kv_bytes"] > a["kv_pool_bytes"] and a["host_mamba_bytes"] > 0, a
+    # where the profile sets the device pool, SGLang's configurator lands on the plan's figure
+    fp8 = results["rtx5060ti-tp2-fp8"].answers
+    assert fp8["max_total_num_tokens"] == int(base[base.index("--max-total-tokens") + 1]), fp8
     want = {
         "parse": ("argument resolution", "SystemExit", "invalid choice: 'nonsense'", "srt/server_args.py:prepare_server_args",
                   "--attention-backend"),
@@ -92,11 +120,27 @@ def test_pre_flight_accepts_the_shipped_profiles_and_refuses_at_each_stage(cli, 
                          "--context-length"),
         "attention": ("attention backend", "ValueError", "TRTLLM FMHAv2 prefill on SM120 does not support fp8_e4m3",
                       "srt/arg_groups/attention_hook.py:handle_attention_backend_compatibility", "--attention-backend"),
+        "kv": KV_REFUSAL,
+        "host pools": HOST_REFUSAL,
     }
+    # a stage the stand-in cannot run is said and skipped, not passed off as SGLang's refusal
+    assert results["described box"].ok is True, results["described box"]
+    mine = results["this machine"]
+    assert (mine.ok, mine.stage, mine.site) == (False, "host pools", HOST_REFUSAL[3]), mine
+    pp = results["pp"]
+    assert (pp.ok, pp.stage) == (True, "attention backend") and "--pp-size 2" in pp.skipped, pp
     for case, (stage, typ, message, site, flag) in want.items():
         r = results[case]
         assert (r.ok, r.stage, r.type, r.site) == (False, stage, typ, site), (case, r)
         assert message in r.message and flag in r.flags, (case, r)
+
+
+#: SGLang 0.5.19's refusals at the sizing stages: (stage, type, message, file:function, flag)
+KV_REFUSAL = ("KV cache configurator", "ValueError", "Loaded weights leave no GPU memory for the KV cache under "
+              "--mem-fraction-static=0.3", "srt/mem_cache/kv_cache_configurator.py:_profile_available_bytes",
+              "--mem-fraction-static")
+HOST_REFUSAL = ("host pools", "ValueError", "Not enough host memory available. Requesting",
+                "srt/mem_cache/pool_host/base.py:__init__", "--hicache-size")
 
 
 def test_native_serve_refuses_before_the_server_starts_naming_the_key(tmp_path):
@@ -133,3 +177,20 @@ def test_keys_come_from_the_profile_metadata_and_extra_args():
                                ["--speculative-algorithm", "NEXTN"])
     assert keys == ["runtime.attention_backend", "runtime.max_total_tokens",
                     "runtime.extra_args item '--speculative-algorithm'"]
+
+
+VENV_0523 = ROOT / ".cache" / "flagcat-venv-0.5.23" / "bin" / "python"
+
+
+def test_sizing_stages_on_another_release_are_skipped_not_refused(cli, tmp_path):
+    """SGLang 0.5.23's KVCacheConfigurator has other fields than 0.5.19's (no ``ps``; widths
+    derived in ``publish``): the sizing stages, which build 0.5.19's, say they did not run on it
+    and the pre-flight passes on what 0.5.23 itself answered, instead of an AttributeError of the
+    stand-in reported as SGLang's refusal at the KV cache configurator."""
+    if not VENV_0523.exists():
+        pytest.fail(f"no flag-catalog venv at {VENV_0523} (.ci/check-flag-catalog.sh 0.5.23 makes it)")
+    name = "rtx5060ti-tp2-fp8"
+    argv, dev = rendered(cli, name, model_folder(tmp_path, name), "runtime.sglang_version=0.5.23")
+    r = pf.run(str(VENV_0523), argv, site_env(), device=dev)
+    assert r.ok is True and r.stage == "attention backend", r
+    assert "KVCacheConfigurator is not the shape" in r.skipped, r

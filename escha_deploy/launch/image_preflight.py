@@ -1,0 +1,142 @@
+"""SGLang's own pre-flight (``launch.sglang_preflight``) as `up`'s check ``sglang pre-flight``:
+run in a throw-away container of the profile's image, with the launch's GPUs, environment and
+mounts (the model folder), before the server's container is created.
+
+`up` runs it and prints its time; ``up --dry-run`` runs it too when the image is here (the one
+container a dry run makes: removed at once, no network) and says it runs at `up` when the image
+is not. A refusal is `up`'s exit 3 with SGLang's message, its ``file:function`` and the profile
+key; an image whose SGLang does not import (a build-only image) is reported, not refused. Once
+`up`'s check has SGLang's answer, the server's own ``serve --spec`` does not ask again
+(``ESCHA_SGLANG_PREFLIGHT=0`` in the server container's environment).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from escha_deploy.errors import Refused
+
+from .prepare import Prepared
+from .progress import Report, quiet
+from . import sglang_preflight as pf
+from .sglang_preflight import PREFLIGHT_ENV, PreflightResult, profile_keys_for, refusal_line, server_flags_of
+
+#: The hint of a pre-flight refusal (``serve`` and `up`).
+HINT = "SGLang would stop here at start; change the key named, then `escha-deploy plan` again"
+
+
+def refusal(res: PreflightResult, profile_data: dict) -> Refused:
+    """The exit-3 refusal for SGLang's refusing answer ``res``: one line with the stage, SGLang's
+    message and ``file:function``, and the profile key or ``extra_args`` item that set the input."""
+    extra = list((profile_data.get("runtime") or {}).get("extra_args") or [])
+    return Refused(refusal_line(res, profile_keys_for(res.flags, extra)), hint=HINT)
+
+
+def passed_line(res: PreflightResult) -> str:
+    """What SGLang answered when it passed, with the pre-flight's time (wall and SGLang's own)."""
+    a = res.answers
+    line = (f"passed in {res.wall_s:.1f} s (SGLang's own stages {res.seconds.get('total', 0):.1f} s): "
+            f"attention backend {a.get('attention_backend')}, context length {a.get('context_length')}, "
+            f"{a.get('architecture')}")
+    if "max_total_num_tokens" in a:
+        line += (f"; KV pool {a['max_total_num_tokens']} tokens ({a.get('kv_pool_bytes')} B), mamba "
+                 f"{a.get('mamba_slots')} slots ({a.get('mamba_pool_bytes')} B), max running requests "
+                 f"{a.get('max_running_requests')}")
+    if "host_kv_bytes" in a:
+        line += f"; host pools {a['host_kv_bytes']} B KV + {a.get('host_mamba_bytes', 0)} B mamba per rank"
+    if res.skipped:
+        line += f"; not run: {res.skipped}"
+    return line
+
+
+def not_needed(prep: Prepared) -> str | None:
+    """Why `up` skips the check: ``ESCHA_SGLANG_PREFLIGHT=0``, or no GPU requested (SGLang's
+    attention-backend stage reads the GPU's platform; ``ESCHA_SGLANG_PREFLIGHT=1`` runs it anyway)."""
+    switch = os.environ.get(PREFLIGHT_ENV)
+    if switch == "0":
+        return f"{PREFLIGHT_ENV}=0"
+    if switch != "1" and not prep.args.get("device_requests"):
+        return f"no GPUs requested: SGLang's stages read the GPU's platform ({PREFLIGHT_ENV}=1 runs it anyway)"
+    return None
+
+
+#: The throw-away container's entrypoint: SGLang's interpreter as ``serve`` picks it (the launch
+#: argv's ``python3`` replaced by the image's ``$ESCHA_SGLANG_PYTHON``) runs the pre-flight's source.
+ENTRYPOINT = ["/bin/sh", "-c", 'p="$1"; case "$p" in python*) p="${ESCHA_SGLANG_PYTHON:-$p}";; esac; '
+              'exec "$p" -c "$2"', "sglang-preflight"]
+
+
+def in_image(client, prep: Prepared, *, timeout_s: float = 300) -> PreflightResult:
+    """``in_image_many`` for the launch's own argv with the plan's device figures."""
+    argv = server_flags_of(list(prep.argv))
+    return in_image_many(client, prep, [(argv, pf.device_figures(prep.plan))], timeout_s=timeout_s)[0]
+
+
+def in_image_many(client, prep: Prepared, requests: list[tuple[list[str], dict[str, int] | None]], *,
+                  timeout_s: float = 300) -> list[PreflightResult]:
+    """Run the pre-flight in a throw-away container of ``prep``'s image (its GPUs, ipc,
+    environment and data mounts; no memlock limit, as it pins nothing; no secret file, no
+    network) for each ``(server flags, device figures)`` of ``requests`` in one SGLang process,
+    and return SGLang's answers; a container that gives none is ``ok=None`` with its exit code
+    and last line. `up` asks for its launch argv with the plan's figures (``in_image``). The
+    pre-flight's code is this escha-deploy's ``sglang_preflight.py``, given as ``python -c``
+    source: whatever escha-deploy the image carries, the stages are the ones this `up` planned
+    with."""
+    import time
+
+    from . import docker as dk
+
+    t0 = time.monotonic()
+    argv = list(prep.argv)
+    n = len(requests)
+    args = {k: v for k, v in prep.args.items()
+            if k in ("image", "device_requests", "ipc_mode", "shm_size", "security_opt", "init", "cap_add",
+                     "cap_drop")}
+    # the model folder and the other data mounts; no secret file, no spec file `up` has not written yet
+    mounts = [m for m in prep.args.get("mounts", [])
+              if m["target"] not in prep.spec.secret_files and os.path.exists(m["source"])]
+    request = {"argvs": [list(a) for a, _ in requests], "devices": [d for _, d in requests]}
+    env = {**prep.args.get("environment", {}), pf.REQUEST_ENV: json.dumps(request)}
+    args.update(entrypoint=ENTRYPOINT, command=[argv[0], Path(pf.__file__).read_text()], environment=env,
+                labels={**prep.args.get("labels", {}), dk.LABEL_MANAGED_BY: "escha-deploy-preflight"},
+                network_mode="none", detach=True, mounts=mounts)
+    from docker.errors import DockerException
+
+    try:
+        c = client.containers.create(**dk.to_docker({**args, "ulimits": []}))  # it pins nothing: no memlock
+    except DockerException as exc:
+        return [PreflightResult(ok=None, not_run=f"its container could not be created: {exc}"[:400])] * n
+    try:
+        c.start()
+        code = c.wait(timeout=timeout_s)["StatusCode"]
+        out = c.logs(stdout=True, stderr=False).decode(errors="replace")
+        err = c.logs(stdout=False, stderr=True).decode(errors="replace")
+    except DockerException as exc:
+        return [PreflightResult(ok=None, not_run=f"its container did not run: {exc}"[:400],
+                                wall_s=time.monotonic() - t0)] * n
+    finally:
+        c.remove(force=True)
+    return pf.parse_answers(out, n, t0, f"the pre-flight container of {prep.spec.image} gave", code, err)
+
+
+def check(client, prep: Prepared, *, dry: bool, report: Report = quiet) -> tuple[str, str]:
+    """`up`'s ``sglang pre-flight`` check: ``(state, detail)``, or raises the refusal (exit 3).
+    `up` (``dry`` False) reports the pre-flight's time and, once SGLang answered, has the
+    server's ``serve --spec`` skip asking again."""
+    image = prep.spec.image
+    if prep.image_present is False or prep.refusals:
+        why = f"{image} is not present" if prep.image_present is False else "the plan is refused"
+        return "not run", f"it runs at `up`, in a container of {image} ({why})"
+    res = in_image(client, prep)
+    if res.ok is None:
+        if not dry:
+            report("warning", f"up: SGLang's pre-flight did not run in {image}: {res.not_run}")
+        return "not run", res.not_run
+    if not res.ok:
+        raise refusal(res, prep.launch.profile_data)
+    if not dry:
+        report("info", f"up: SGLang's pre-flight {passed_line(res)}")
+        prep.args["environment"] = {**prep.args.get("environment", {}), PREFLIGHT_ENV: "0"}
+    return "ok", passed_line(res)
