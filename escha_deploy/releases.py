@@ -111,8 +111,32 @@ class CudaGraphConfigKeys(_Model):
     source: str
 
 
+class Nvfp4Prefill(_Model):
+    """How the release resolves an NVFP4 KV cache's attention backends
+    (``srt/arg_groups/kv_cache_hook.py: handle_nvfp4_prefill_kv_dequant_dtype``, 0.5.23):
+    ``--prefill-kv-cache-dequant-dtype`` (``auto`` unless given) picks the prefill backend
+    (``backend_of_dtype``: dequant dtype -> backend); an explicit backend outside it is refused,
+    native ``nvfp4`` needs compute capability ``native_needs_capability``, and an explicit
+    decode backend other than ``decode_backend`` is refused."""
+
+    backend_of_dtype: dict[str, str]
+    native_needs_capability: str
+    decode_backend: str
+    source: str
+
+
+class QuantizationNotLoadable(_Model):
+    """``--quantization`` choices the release's parser accepts and its model config refuses on
+    CUDA ("Unknown quantization method": ``srt/configs/model_config.py: _verify_quantization``
+    checks ``layers/quantization/__init__.py: QUANTIZATION_METHODS``, which lacks them)."""
+
+    methods: tuple[str, ...]
+    source: str
+
+
 class Release(_Model):
-    """The hand-written facts of one SGLang release (``releases/X.Y.Z/facts.yaml``)."""
+    """The hand-written facts of one SGLang release (``releases/X.Y.Z/facts.yaml``).
+    ``nvfp4_prefill``: the release's NVFP4 backend resolution, None where it has none."""
 
     version: Annotated[str, Field(pattern=_VERSION)]
     source: str
@@ -121,6 +145,8 @@ class Release(_Model):
     host_guard: HostGuard
     memory_defaults: MemoryDefaults
     cuda_graph_config_keys: CudaGraphConfigKeys
+    nvfp4_prefill: Nvfp4Prefill | None = None
+    quantization_not_loadable: QuantizationNotLoadable | None = None
 
 
 class _Index(_Model):

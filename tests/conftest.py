@@ -16,6 +16,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import hints  # noqa: E402
 
+from hypothesis import settings  # noqa: E402
+
+#: Every Hypothesis test is the same run every time: a fixed seed and no example database (a
+#: test's own ``@settings`` inherit this profile for what they do not set).
+settings.register_profile("escha", derandomize=True, database=None)
+settings.load_profile("escha")
+
 
 class _Tee:
     """A text stream that keeps what is written and passes it on."""

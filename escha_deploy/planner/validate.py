@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from ..arch import ModelArch, ModelDirFacts
 from ..profile import Profile, profile_only_warnings
 from ..profile.models import normalize_kv_dtype
+from ..releases import Nvfp4Prefill, Release
 from .result import Finding
 
 L3_NOT_FOR_HYBRID = {"eic", "simm", "aibrix"}
@@ -25,6 +26,15 @@ EAGLE_STYLE = {"EAGLE", "EAGLE3", "NEXTN"}
 #: ``mooncake_store.py: _parse_global_segment_size`` reads as 4 x 1024**3 bytes (``srt/environ.py``).
 MOONCAKE_DEFAULT_SEGMENT = 4 * 1024**3
 GiB_BYTES = 1024**3
+
+
+#: ``--mamba-track-interval``'s default in SGLang 0.5.19 and 0.5.23 (srt/server_args.py:
+#: ``mamba_track_interval``; each release's flags.json records it).
+MAMBA_TRACK_INTERVAL = 256
+
+
+#: SGLang's attention backends for MLA models only (``--attention-backend`` choices).
+MLA_BACKENDS = ("flashmla", "cutlass_mla", "trtllm_mla", "cutedsl_mla", "tokenspeed_mla")
 
 
 def l3_host_bytes(profile: Profile) -> int:
@@ -93,11 +103,41 @@ def resolved_mamba_strategy(profile: Profile, arch: ModelArch) -> tuple[str | No
     return None, None
 
 
+def _nvfp4_backend_problems(rule: Nvfp4Prefill, attention_backend: str | None, extra_args: Sequence[str],
+                            capability: str | None) -> list[str]:
+    """What the release's NVFP4 backend resolution refuses (``Nvfp4Prefill``), one line each."""
+    requested = extra_arg(extra_args, "--prefill-kv-cache-dequant-dtype") or "auto"
+    prefill = extra_arg(extra_args, "--prefill-attention-backend")
+    decode = extra_arg(extra_args, "--decode-attention-backend")
+    explicit = prefill or attention_backend
+    dtype_of = {backend: d for d, backend in rule.backend_of_dtype.items()}
+    out: list[str] = []
+    if requested == "auto":
+        if explicit in dtype_of:
+            requested = dtype_of[explicit]
+        elif explicit is not None:
+            return [f"the prefill needs {' or '.join(sorted(dtype_of))} (an FP8 E4M3 workspace or native NVFP4), "
+                    f"and the attention backend {explicit} provides neither"]
+        else:
+            requested = "nvfp4" if capability == rule.native_needs_capability else "fp8_e4m3"
+    if requested == "nvfp4" and capability != rule.native_needs_capability:
+        out.append(f"native NVFP4 prefill needs compute capability {rule.native_needs_capability} (this GPU is "
+                   f"{capability or 'unknown'}); use --prefill-kv-cache-dequant-dtype fp8_e4m3")
+    target = rule.backend_of_dtype.get(requested)
+    if prefill is not None and target is not None and prefill != target:
+        out.append(f"the {requested} prefill dequant dtype needs prefill backend {target}, not {prefill}")
+    if decode is not None and decode != rule.decode_backend:
+        out.append(f"the decode needs --decode-attention-backend {rule.decode_backend}, not {decode}")
+    return out
+
+
 def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
-             page_size: int, mamba_slots: int, model_dir: ModelDirFacts | None = None) -> list[Finding]:
+             page_size: int, mamba_slots: int, model_dir: ModelDirFacts | None = None,
+             release: Release | None = None) -> list[Finding]:
     """All configuration findings for ``profile`` on model ``arch``, errors first.
 
-    ``model_dir``: what the model folder's config.json says (its derived context length)."""
+    ``model_dir``: what the model folder's config.json says (its derived context length).
+    ``release``: the SGLang release planned (its facts: the rules only some releases have)."""
     out: list[Finding] = []
 
     def error(field: str, message: str) -> None:
@@ -151,6 +191,18 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
         for name in ("prefix_tokens", "recent_tokens"):
             if getattr(i2, name) % n_q:
                 error(f"runtime.kv_cache.int2.{name}", f"must be a multiple of the INT2 page ({n_q})")
+    q = profile.model.quantization
+    if q and release is not None and release.quantization_not_loadable and q in release.quantization_not_loadable.methods:
+        error("model.quantization",
+              f"SGLang {release.version} parses --quantization {q} but has no such quantization method: its model "
+              "config refuses it at startup (configs/model_config.py: _verify_quantization, Unknown quantization method)")
+    if profile.model.quantization == "nvfp4_online" and profile.hardware.compute_capability not in ("10.0", "10.3"):
+        # srt/arg_groups/overrides.py: _moe_runner_backend_quant_constraints raises ValueError
+        # "--quantization nvfp4_online is supported only on NVIDIA Blackwell SM100/SM103 GPUs".
+        error("model.quantization",
+              f"nvfp4_online needs an sm_100 or sm_103 GPU (this one is "
+              f"{profile.hardware.compute_capability or 'of unknown compute capability'}): SGLang refuses it at "
+              "startup (arg_groups/overrides.py: _moe_runner_backend_quant_constraints)")
     if profile.model.quantization == "escha_w2" and "w2-weights" not in capabilities:
         error("model.quantization", "escha_w2 needs the w2-weights capability (a user overlay)")
 
@@ -169,8 +221,30 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
               "no_buffer does not support the overlap scheduler: SGLang refuses it at startup "
               "(arg_groups/mamba_hook.py: validate_mamba_no_buffer); use extra_buffer or auto, or add "
               "--disable-overlap-schedule to runtime.extra_args")
+    strategy = resolved_mamba_strategy(profile, arch)[0] or rt.mamba_radix_cache_strategy
+    given = extra_arg(rt.extra_args, "--mamba-track-interval")
+    interval = int(given) if given and given.isdigit() else MAMBA_TRACK_INTERVAL  # not an int: the flag check says so
+    if arch.is_hybrid and page_size > 1 and strategy != "no_buffer" and not rt.disable_radix_cache \
+            and interval and interval % page_size:
+        # srt/arg_groups/mamba_hook.py: validate_mamba_extra_buffer asserts
+        # mamba_track_interval % page_size == 0 (auto is extra_buffer for pages > 1).
+        error("runtime.page_size",
+              f"page_size {page_size} does not divide --mamba-track-interval {interval}: the mamba extra_buffer "
+              "strategy tracks states every interval tokens, on page boundaries; SGLang refuses it at startup "
+              "(arg_groups/mamba_hook.py: validate_mamba_extra_buffer, an AssertionError without a message); "
+              "use a page_size that divides it (1, 16, 64)")
     prefill_backend = extra_arg(rt.extra_args, "--prefill-attention-backend") or rt.attention_backend
     cc = profile.hardware.compute_capability
+    mla = [b for b in (rt.attention_backend, extra_arg(rt.extra_args, "--prefill-attention-backend"),
+                       extra_arg(rt.extra_args, "--decode-attention-backend")) if b in MLA_BACKENDS]
+    if mla:
+        # These backends run multi-head latent attention layers (DeepSeek's MLA: srt/layers/attention/
+        # flashmla_backend.py, cutlass_mla_backend.py, trtllm_mla_backend.py, ...); the models planned
+        # here have none. SGLang also refuses them off Blackwell while resolving its arguments
+        # (arg_groups/overrides.py: _mla_kv_cache_dtype_checks, _cutedsl_prefill_backend_fill).
+        error("runtime.attention_backend",
+              f"{mla[0]} is an attention backend for MLA (multi-head latent attention) models, and "
+              f"{arch.model_type} has no MLA layers: use triton, flashinfer or fa3")
     if prefill_backend == "trtllm_mha" and cc and cc.split(".")[0] not in ("9", "10", "12"):
         # srt/arg_groups/attention_hook.py: handle_attention_backend_compatibility raises "TRTLLM
         # MHA backend for prefill requires Hopper (SM90), Blackwell (SM100), or SM120 GPUs".
@@ -183,6 +257,10 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
         error("runtime.attention_backend",
               "trtllm_mha prefill on sm_120 does not support an fp8_e4m3 KV cache: SGLang refuses it at startup "
               "(arg_groups/attention_hook.py: handle_attention_backend_compatibility); use triton or flashinfer")
+    if dtype == "nvfp4" and release is not None and release.nvfp4_prefill is not None:
+        for message in _nvfp4_backend_problems(release.nvfp4_prefill, rt.attention_backend, rt.extra_args, cc):
+            error("runtime.kv_cache.dtype", f"nvfp4 on SGLang {release.version}: {message}: SGLang refuses it at "
+                  "startup (arg_groups/kv_cache_hook.py: handle_nvfp4_prefill_kv_dequant_dtype)")
     if arch.is_hybrid:
         if rt.enable_mixed_chunk and "mamba-mixed-chunk-fix" not in capabilities:
             error("runtime.enable_mixed_chunk",

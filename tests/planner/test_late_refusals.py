@@ -43,6 +43,23 @@ def test_page_64_with_extra_buffer_is_not_refused(cli, strategy):
     assert not any("mamba_radix_cache_strategy" in reason for reason in d["reasons"]), d["reasons"]
 
 
+@pytest.mark.parametrize("strategy", ["auto", "extra_buffer", "extra_buffer_lazy"])
+def test_page_not_dividing_the_mamba_track_interval_is_refused(cli, strategy):
+    """mamba_hook.py: validate_mamba_extra_buffer asserts mamba_track_interval (256) % page_size
+    == 0; the differential fuzz found page_size 3 passing plan."""
+    r, d = _plan_cli(cli, "runtime.page_size=3", f"runtime.mamba_radix_cache_strategy={strategy}")
+    assert r.code == 3 and d["verdict"] == "unsafe"
+    assert any(reason.startswith("runtime.page_size: page_size 3 does not divide --mamba-track-interval 256")
+               for reason in d["reasons"]), d["reasons"]
+
+
+def test_page_dividing_a_given_mamba_track_interval_is_accepted(cli):
+    r, d = _plan_cli(cli, "runtime.page_size=3", "runtime.extra_args=[--mamba-track-interval=300]")
+    assert not any("mamba-track-interval" in reason for reason in d["reasons"]), d["reasons"]
+    r, d = _plan_cli(cli, "runtime.page_size=3", "runtime.disable_radix_cache=true", "hicache.enabled=false")
+    assert not any("mamba-track-interval" in reason for reason in d["reasons"]), d["reasons"]
+
+
 def test_fewer_mamba_slots_than_one_request_is_refused(cli):
     """kv_cache_configurator.py: resolve_max_num_reqs raises when slots // per-request is 0."""
     r, d = _plan_cli(cli, "runtime.max_running_requests=1", "runtime.max_mamba_cache_size=4")
@@ -147,3 +164,71 @@ def test_profiles_validate_reports_a_late_refusal_and_plan_refuses_it(cli, tmp_p
     assert v.code == 2 and f"{f}:4: hicache.hicache_io_backend: kernel_ascend" in v.err
     p = cli("plan", "-p", str(f), "--host-ram", "32GiB", "--linux")
     assert p.code == 3 and f"{f}:4: hicache.hicache_io_backend: kernel_ascend" in p.err
+
+
+NVFP4_0523 = ("runtime.kv_cache.dtype=nvfp4", "hicache.enabled=false", "runtime.needs=[]", "runtime.sglang_version=0.5.23")
+
+
+@pytest.mark.parametrize("sets, refused", [
+    (("runtime.attention_backend=triton",), "the attention backend triton provides neither"),
+    (("runtime.attention_backend=trtllm_mha",), "native NVFP4 prefill needs compute capability 10.0"),
+    (("runtime.attention_backend=null", "runtime.extra_args=[--prefill-attention-backend=flashinfer,"
+      "--decode-attention-backend=triton]"), "the decode needs --decode-attention-backend trtllm_mha, not triton"),
+])
+def test_nvfp4_backends_0_5_23_refuses_are_refused(cli, sets, refused):
+    """0.5.23's kv_cache_hook.py: handle_nvfp4_prefill_kv_dequant_dtype raises ValueError for an
+    NVFP4 KV cache with a backend it cannot resolve (the differential fuzz found triton passing
+    plan); 0.5.19 has no such check."""
+    r, d = _plan_cli(cli, *NVFP4_0523, *sets)
+    assert r.code == 3 and any(reason.startswith("runtime.kv_cache.dtype: nvfp4 on SGLang 0.5.23: ") and refused in reason
+                               for reason in d["reasons"]), d["reasons"]
+    r, d = _plan_cli(cli, *NVFP4_0523[:-1], *sets)
+    assert not any("nvfp4 on SGLang" in reason for reason in d["reasons"]), d["reasons"]
+
+
+def test_nvfp4_with_flashinfer_on_0_5_23_is_not_refused(cli):
+    r, d = _plan_cli(cli, *NVFP4_0523, "runtime.attention_backend=flashinfer")
+    assert not any("nvfp4 on SGLang" in reason for reason in d["reasons"]), d["reasons"]
+
+
+def test_a_head_dim_below_4_plans_without_an_int2_row(cli):
+    """INT2 packs 4 codes a byte: head_dim 1 gives 0 INT2 bytes a token, and the KV dtype table's
+    tokens per GB divided by it (ZeroDivisionError; found by the differential fuzz)."""
+    r, d = _plan_cli(cli, "model.architecture.head_dim=1")
+    assert r.code in (0, 3), r.err
+    assert [row["dtype"] for row in d["kv_dtype_comparison"]] == ["bf16", "fp8_e4m3"]
+
+
+@pytest.mark.parametrize("backend", ["tokenspeed_mla", "cutedsl_mla", "trtllm_mla", "flashmla", "cutlass_mla"])
+def test_an_mla_backend_on_a_model_without_mla_is_refused(cli, backend):
+    """The differential fuzz found tokenspeed_mla passing plan on an sm_89 card, which SGLang
+    refuses (arg_groups/overrides.py: _mla_kv_cache_dtype_checks); on no card does a model
+    without MLA layers run on an MLA backend."""
+    r, d = _plan_cli(cli, f"runtime.attention_backend={backend}")
+    assert r.code == 3 and any(reason.startswith(f"runtime.attention_backend: {backend} is an attention backend for MLA")
+                               for reason in d["reasons"]), d["reasons"]
+    r, d = _plan_cli(cli, f"runtime.extra_args=[--decode-attention-backend={backend}]")
+    assert r.code == 3
+
+
+def test_nvfp4_online_off_sm100_is_refused(cli):
+    """overrides.py: _moe_runner_backend_quant_constraints (0.5.19 and 0.5.23) refuses
+    nvfp4_online off SM100/SM103; the differential fuzz found it passing plan on sm_120."""
+    r, d = _plan_cli(cli, "model.quantization=nvfp4_online")
+    assert r.code == 3 and any(reason.startswith("model.quantization: nvfp4_online needs an sm_100 or sm_103 GPU")
+                               for reason in d["reasons"]), d["reasons"]
+    r, d = _plan_cli(cli, "model.quantization=nvfp4_online", "hardware.compute_capability='10.0'")
+    assert not any("nvfp4_online" in reason for reason in d["reasons"]), d["reasons"]
+
+
+@pytest.mark.parametrize("release, method, refused", [
+    ("0.5.23", "mlx_q4", True), ("0.5.23", "gptq", True), ("0.5.19", "marlin", True), ("0.5.19", "gptq", False),
+])
+def test_a_quantization_the_model_config_does_not_know_is_refused(cli, release, method, refused):
+    """The parser's --quantization choices include methods QUANTIZATION_METHODS lacks; SGLang's
+    model config refuses them (model_config.py: _verify_quantization); the differential fuzz
+    found mlx_q4 passing plan for 0.5.23."""
+    r, d = _plan_cli(cli, f"model.quantization={method}", "runtime.needs=[]", f"runtime.sglang_version={release}")
+    hit = any(reason.startswith(f"model.quantization: SGLang {release} parses --quantization {method} but has no such")
+              for reason in d["reasons"])
+    assert hit is refused, d["reasons"]

@@ -1,0 +1,266 @@
+"""What the differential fuzz draws: every profile key, every catalog flag a profile can put in
+``runtime.extra_args``, and generated model folders.
+
+- ``key_values()``: for each leaf key of ``Profile`` (pydantic model walk), the values drawn:
+  a Literal's choices, ``true``/``false`` (and ``null`` where allowed), for numbers the
+  shipped profiles' values, the default and the edges of the key's bounds, for sizes the
+  shipped values halved and doubled; ``HAND`` adds odd values for the keys SGLang reads.
+  Keys no value can be drawn for without a file or a secret are in ``NOT_DRAWN`` with why.
+- ``extra_flags(release)``: each flag of the release's flag catalog
+  (``escha_deploy/catalog/releases/*/flags.json``) that ``runtime.extra_args`` accepts (not a
+  profile key's flag, not a secret, not the argv's own ``--model-path``/``--host``/``--port``),
+  with its values from the catalog's type and choices (a switch alone; each choice; an int's
+  default, 0, 1 and 64; a float's default and 0.5; a JSON value ``{}``/``[]``).
+- ``folder_values``: what a generated model folder varies beyond the architecture keys:
+  ``max_position_embeddings`` (short and long), ``rope_scaling`` (none, YaRN), attention heads.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from escha_deploy.flagcheck import catalog_path
+from escha_deploy.profile import Profile, key_flags, list_profiles, load_profile
+from escha_deploy.secretargs import extra_args_problems
+
+#: Odd values for the keys SGLang reads, beyond what the type gives (edges SGLang refuses).
+HAND: dict[str, tuple[str, ...]] = {
+    "runtime.tp_size": ("1", "2", "3", "4"),
+    "runtime.context_length": ("null", "4096", "28672", "131072", "262144", "300000"),
+    "runtime.max_total_tokens": ("null", "8192", "28672", "210000"),
+    "runtime.max_mamba_cache_size": ("null", "1", "10", "16"),
+    "runtime.max_running_requests": ("null", "1", "2", "3", "64"),
+    "runtime.page_size": ("null", "1", "8", "16", "64", "3"),
+    "runtime.mem_fraction_static": ("null", "0.5", "0.8", "0.825", "0.95"),
+    "runtime.chunked_prefill_size": ("null", "-1", "1024", "2048", "8192"),
+    "runtime.cuda_graph_max_bs": ("null", "1", "4", "8", "256"),
+    "hicache.hicache_ratio": ("auto", "1.5", "2"),
+    "hardware.gpu_vram": ("12GiB", "16GiB", "24GiB", "80GiB"),
+    "hardware.compute_capability": ('"8.9"', '"9.0"', '"10.0"', '"12.0"'),
+    "hardware.gpu_name": ("GeForce RTX 5060 Ti", "GeForce RTX 4090", "H200"),
+    "model.architecture.num_hidden_layers": ("2", "3", "48", "64"),
+    "model.architecture.num_key_value_heads": ("1", "2", "3", "4", "8"),
+    "model.architecture.head_dim": ("64", "96", "128", "256"),
+    "model.architecture.full_attention_interval": ("null", "2", "4"),
+    "runtime.needs": ("[]",),
+    "container.gpus": ("all", "[0,1]", "[0]"),
+}
+
+#: Values not drawn for a key, and why.
+SKIPPED: dict[str, dict[str, str]] = {
+    "model.quantization": {"mxfp4": "registered by layers/quantization/__init__.py only where is_cuda() holds at import: "
+                                    "the CPU stand-in's answer (Unknown quantization method) is not a GPU's"},
+    "hicache.hicache_size": {"1000000": "a million GB a rank: the host-memory rule refuses it on every box"},
+}
+
+#: Keys not drawn, and why (each would need a file, a secret or a second profile to mean anything).
+NOT_DRAWN: dict[str, str] = {
+    "name": "the profile's name: no SGLang input",
+    "description": "free text: no SGLang input",
+    "model.path": "the argv's --model-path is the generated folder",
+    "model.host_dir": "set to the generated folder for every case",
+    "runtime.extra_args": "drawn as its own dimension (extra_flags)",
+    "runtime.sglang_version": "the release a case is split to",
+    "runtime.base_image": "an image reference: no SGLang input",
+    "container.image": "an image reference: no SGLang input",
+    "container.api_key_file": "a secret's file",
+    "container.hf_token_file": "a secret's file",
+    "container.model_dir": "a host folder",
+    "container.hf_cache_dir": "a host folder",
+    "hicache.l3": "a union of L3 backends: drawn for linux-tp2-l3 only, as it ships",
+}
+
+
+def _leaves(model: type[BaseModel], prefix: str = "") -> typing.Iterator[tuple[str, Any, Any]]:
+    for name, info in model.model_fields.items():
+        ann = info.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            yield from _leaves(ann, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", ann, info
+
+
+def _yaml(v: Any) -> str:
+    """``v`` as ``--set`` reads it back (YAML): a string YAML would read as another type is quoted."""
+    import yaml
+
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (list, dict)):
+        return json.dumps(v).replace(" ", "")
+    if isinstance(v, str) and yaml.safe_load(v) != v:
+        return json.dumps(v)
+    return str(v)
+
+
+def _get(profile: Profile, key: str) -> Any:
+    obj: Any = profile
+    for part in key.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _args(ann: Any) -> tuple[Any, ...]:
+    return typing.get_args(ann)
+
+
+def _literals(ann: Any) -> list[Any]:
+    out: list[Any] = []
+    if typing.get_origin(ann) is Literal:
+        return list(_args(ann))
+    if typing.get_origin(ann) in (typing.Union, types.UnionType):
+        for a in _args(ann):
+            out += _literals(a)
+    return out
+
+
+def _optional(ann: Any) -> bool:
+    return typing.get_origin(ann) in (typing.Union, types.UnionType) and type(None) in _args(ann)
+
+
+def _is_size(info: Any) -> bool:
+    """A size key (``units.parse_size``: ``12GiB``, never a bare number), also inside Optional."""
+    return "parse_size" in repr(info.metadata) or "parse_size" in repr(info.annotation)
+
+
+def _bounds(info: Any) -> tuple[float | None, float | None]:
+    lo = hi = None
+    for m in info.metadata:
+        for name, attr in (("gt", "gt"), ("ge", "ge")):
+            if getattr(m, attr, None) is not None:
+                lo = getattr(m, attr) + (1 if name == "gt" else 0)
+        for attr in ("le", "lt"):
+            if getattr(m, attr, None) is not None:
+                hi = getattr(m, attr) - (1 if attr == "lt" else 0)
+    return lo, hi
+
+
+@functools.cache
+def key_values() -> dict[str, tuple[str, ...]]:
+    """Every drawn profile key and its values (``--set`` spelling), in the model's order."""
+    shipped = [load_profile(n) for n in list_profiles()]
+    out: dict[str, tuple[str, ...]] = {}
+    for key, ann, info in _leaves(Profile):
+        if key in NOT_DRAWN:
+            continue
+        values: list[str] = [_yaml(_get(p, key)) for p in shipped]
+        if not info.is_required():
+            values.append(_yaml(info.get_default(call_default_factory=True)))
+        lits = _literals(ann)
+        values += [_yaml(v) for v in lits]
+        base = ann
+        if _optional(ann):
+            values.append("null")
+            base = next(a for a in _args(ann) if a is not type(None))
+        size = _is_size(info)
+        if base is bool:
+            values += ["true", "false"]
+        elif size:
+            sizes = [int(_get(p, key)) for p in shipped if _get(p, key) is not None]
+            values = ["null"] if _optional(ann) else []  # the shipped sizes, then halved and doubled
+            values += [f"{b // 2**20}MiB" for b in sizes] + [f"{b // 2**21}MiB" for b in sizes] + [f"{b // 2**19}MiB" for b in sizes]
+        elif typing.get_origin(base) is typing.Annotated or base in (int, float):
+            lo, hi = _bounds(info)
+            kind = float if (base is float or float in _args(base)) else int
+            if lo is not None:
+                values.append(_yaml(kind(lo) if kind is int else max(float(lo), 0.01)))
+            if hi is not None and hi < 10**7:
+                values.append(_yaml(kind(hi)))
+        flag = _flag_of(key)
+        if flag and flag in _choices():
+            values += [_yaml(c) for c in _choices()[flag]]
+        values += HAND.get(key, ())
+        out[key] = tuple(v for v in dict.fromkeys(values) if v != "None" and v not in SKIPPED.get(key, {}))
+    return out
+
+
+@functools.cache
+def plausible_values(profile: str) -> dict[str, tuple[str, ...]]:
+    """For each drawn key, the value ``profile`` ships with and the key's default: drawn twice
+    as often as all its values together (``key_values``), so most cases stay near a shipped
+    profile (another profile's card, weights or host pool on this profile's box is mostly a
+    budget refusal, not a question for SGLang's argument checks)."""
+    mine = load_profile(profile)
+    fields = {k: info for k, _a, info in _leaves(Profile)}
+    out = {}
+    for key, values in key_values().items():
+        info = fields[key]
+        picks = [_get(mine, key)] + ([] if info.is_required() else [info.get_default(call_default_factory=True)])
+        if _is_size(info):
+            texts = [f"{int(v) // 2**20}MiB" if v is not None else "null" for v in picks]
+        else:
+            texts = [_yaml(v) for v in picks]
+        out[key] = tuple(v for v in dict.fromkeys(texts) if v in values) or values
+    return out
+
+
+def _flag_of(key: str) -> str | None:
+    flags = key_flags().get(key) or ()
+    return flags[0] if flags else None
+
+
+@functools.cache
+def _choices() -> dict[str, list[Any]]:
+    """The default release's catalog choices per flag."""
+    from escha_deploy.releases import default_release
+
+    return {a["flags"][0]: a["choices"] for a in _catalog(default_release()) if a.get("choices")}
+
+
+def _catalog(release: str) -> list[dict]:
+    return json.loads(Path(catalog_path(release)).read_text())["actions"]
+
+
+#: The argv ``serve`` renders always carries these (each is the generated folder or a port).
+_OWN = {"--model-path", "--host", "--port", "--help"}
+
+
+@functools.cache
+def extra_flags(release: str) -> tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]:
+    """``(flag, its values as extra_args items)`` for each catalog flag ``runtime.extra_args``
+    accepts, in the catalog's order."""
+    owned = {f for flags in key_flags().values() for f in flags}
+    out = []
+    for a in _catalog(release):
+        flag = a["flags"][0]
+        if flag in _OWN or set(a["flags"]) & owned or a.get("dest") in {"help"}:
+            continue
+        if extra_args_problems([flag, "x"]) or extra_args_problems([f"{flag}=x"]):
+            continue  # a secret flag: runtime.extra_args refuses it (secretargs.py)
+        t, choices, default = a.get("type"), a.get("choices"), a.get("default")
+        if a.get("nargs") == 0 or (t is None and a["action"] != "BooleanOptionalAction"):
+            values: list[tuple[str, ...]] = [(flag,)]
+        elif a["action"] == "BooleanOptionalAction":
+            values = [(flag,), ("--no-" + flag[2:],)]
+        elif choices:
+            values = [(f"{flag}={c}",) for c in choices]
+        elif t == "int" or t.endswith("human_readable_int"):
+            values = [(f"{flag}={v}",) for v in dict.fromkeys([default, 0, 1, 64]) if isinstance(v, int)]
+        elif t == "float":
+            values = [(f"{flag}={v}",) for v in dict.fromkeys([default, 0.5]) if isinstance(v, (int, float))]
+        elif t in ("json.loads",) or t.endswith("json_list_type"):
+            values = [(f"{flag}={'[]' if 'list' in t else '{}'}",)]
+        elif isinstance(default, str) and default:
+            values = [(f"{flag}={default}",)]
+        else:
+            continue  # a free string with no default (a path, a URL, a name): nothing to draw from its type
+        out.append((flag, tuple(values)))
+    return tuple(out)
+
+
+#: A generated model folder: config.json keys beyond the architecture (short and long contexts,
+#: YaRN rope scaling, odd head counts).
+folder_values: dict[str, tuple[Any, ...]] = {
+    "folder.max_position_embeddings": (262144, 4096, 32768, 1048576),
+    "folder.rope_scaling": (None, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}),
+    "folder.num_attention_heads": (None, 24, 40, 7),
+}
