@@ -25,8 +25,12 @@ TAG = f"escha-smg:ci-{os.environ.get('ESCHA_TEST_RUN') or os.getpid()}"  # this 
 
 @pytest.fixture(scope="module")
 def router_image():
+    """The router image under this run's tag, removed after the module (other runs' tags, and
+    layers another tag still holds, stay: ``images.remove`` only prunes what nothing else names)."""
     base = os.environ.get("ESCHA_TEST_BASE_IMAGE", "escha-sglang-base:ci")
-    return build_router_image(base, TAG)
+    image_id = build_router_image(base, TAG)
+    yield image_id
+    docker.from_env().images.remove(TAG, force=True)
 
 
 def test_router_container_in_front_of_two_workers(tmp_path, router_image):

@@ -11,9 +11,12 @@ worker is re-admitted. It prints which policy routed what (run with ``-s`` to se
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
+import os
 import re
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -51,11 +54,57 @@ KEY = "fleet-test-key-5d1c"
 PROFILE = "rtx5060ti-tp2-fp8"
 
 
-@pytest.fixture(autouse=True)
-def own_state_dir(tmp_path, monkeypatch):
-    """Each test keeps the router's pid and log files in its own cache directory, so a router
-    another run of these tests started on this machine is never taken for this test's."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+#: This run's id (``ESCHA_TEST_RUN``, else the pid) is in the name of every fleet these tests
+#: make, with a number of its own per fleet: the router's container (``escha-<fleet>-router``),
+#: pid and log files are named after the fleet, and another run of the suite starts its own at
+#: the same time on this machine's one Docker daemon.
+RUN = re.sub(r"[^a-z0-9]+", "-", (os.environ.get("ESCHA_TEST_RUN") or f"r{os.getpid()}").lower()).strip("-")[:16]
+_fleet_numbers = itertools.count()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def own_state_dir(tmp_path_factory):
+    """The routers of this module keep their pid and log files in a cache directory of this run,
+    so a router another run of these tests started on this machine is never taken for one of
+    this run's (and each fleet's name is its own: one test's router is never the next's)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+        yield
+
+
+@pytest.fixture(scope="module")
+def stop_later(own_state_dir):
+    """``stop_later(loaded)``: ``stop_router(loaded)`` in a thread of its own, so the next test
+    runs while SMG shuts down: after SIGTERM it keeps its listener open for its drain settle time
+    (5 s, the Rust core's ``drain_settle_secs``, which ``smg/router_args.py`` leaves at its
+    default; SMG logs "Keeping listener open during load-balancer propagation window"). At the
+    module's end every stop is joined: each must have returned without an error and left no
+    router process of its fleet."""
+    stops: list[tuple[object, threading.Thread, list]] = []
+
+    def stop(loaded) -> None:
+        errors: list = []
+
+        def run() -> None:
+            try:
+                stop_router(loaded)
+            except BaseException as exc:  # reported at the module's end
+                errors.append(exc)
+
+        t = threading.Thread(target=run, name=f"stop-router-{loaded.fleet.name}")
+        t.start()
+        stops.append((loaded, t, errors))
+
+    yield stop
+    problems = []
+    for loaded, t, errors in stops:
+        t.join(timeout=60)
+        if t.is_alive():
+            problems.append(f"{loaded.fleet.name}: stop_router still running after 60 s")
+        problems += [f"{loaded.fleet.name}: stop_router raised {exc!r}" for exc in errors]
+        if native_pid(loaded) is not None:
+            problems.append(f"{loaded.fleet.name}: the router (pid {native_pid(loaded)}) still runs")
+    assert problems == []
 
 
 def free_port() -> int:
@@ -67,7 +116,7 @@ def free_port() -> int:
 def fleet_file(tmp: Path, ports: list[int], policy: str, router_port: int) -> Path:
     (tmp / "router.key").write_text(KEY + "\n")
     doc = {
-        "name": f"t-{policy.replace('_', '-')}",
+        "name": f"t-{policy.replace('_', '-')}-{RUN}-{next(_fleet_numbers)}",
         "boxes": [{"name": f"w{i}", "address": "127.0.0.1", "profile": PROFILE, "host_ram": "64GiB",
                    "set": [f"container.port={p}"]} for i, p in enumerate(ports)],
         "router": {"box": "w0", "port": router_port, "metrics_port": free_port(), "policy": policy,
@@ -115,14 +164,24 @@ def smg_errors(log: Path) -> list[str]:
     return [ln for ln in text.splitlines() if re.search(r"\bERROR\b", ln)]
 
 
-@pytest.fixture
-def workers():
+def _two_workers(load_seconds: float):
     ports = [free_port(), free_port()]
-    # a model load of 3 s: /health answers 503 until then
-    servers = [StandinServer(StandinConfig(load_seconds=3.0)).start(p) for p in ports]
+    servers = [StandinServer(StandinConfig(load_seconds=load_seconds)).start(p) for p in ports]
     yield ports, servers
     for s in servers:
         s.stop()
+
+
+@pytest.fixture
+def workers():
+    # a model load of 3 s: /health answers 503 until then (SMG checks every 1 s: it sees the 503)
+    yield from _two_workers(3.0)
+
+
+@pytest.fixture
+def loaded_workers():
+    """Two workers whose load takes 0.5 s, for a test that does not look at the load."""
+    yield from _two_workers(0.5)
 
 
 def test_rendered_router_flags_pass_smgs_own_parser(tmp_path):
@@ -137,7 +196,30 @@ def test_rendered_router_flags_pass_smgs_own_parser(tmp_path):
     assert KEY not in " ".join(args) and parsed.api_key is None
 
 
-def test_cache_aware_router_in_front_of_two_workers(tmp_path, workers, capsys):
+def test_router_args_render_discovery_and_hosts_as_given(tmp_path):
+    # Kubernetes' router: no worker list, SMG's service discovery, every address bound; each
+    # value is rendered once where it is given (SMG's own parser reads them back)
+    from smg.launch_router import parse_router_args
+
+    from escha_deploy.fleet.router import ServiceDiscovery
+
+    loaded = load_fleet(fleet_file(tmp_path, [31001, 31002], "cache_aware", 30080))
+    fp = plan_fleet(loaded)
+    found = ServiceDiscovery(selector=("io.escha/fleet=lab", "io.escha/serve=true"), namespace="llm", port=31001)
+    args = router_args(loaded, fp, bind_host="0.0.0.0", prometheus_host="::1", discovery=found)
+    parsed = parse_router_args(args)
+    assert "--worker-urls" not in args and parsed.worker_urls == []
+    assert (parsed.host, parsed.prometheus_host) == ("0.0.0.0", "::1")
+    assert parsed.service_discovery and parsed.service_discovery_namespace == "llm"
+    assert parsed.selector == {"io.escha/fleet": "lab", "io.escha/serve": "true"}
+    assert parsed.service_discovery_port == 31001
+    plain = parse_router_args(router_args(loaded, fp))  # defaults: loopback for both, the worker list
+    assert (plain.host, plain.prometheus_host, plain.service_discovery) == ("127.0.0.1", "127.0.0.1", False)
+    with pytest.raises(ValueError):
+        router_args(loaded, fp, urls=["http://127.0.0.1:31001"], discovery=found)
+
+
+def test_cache_aware_router_in_front_of_two_workers(tmp_path, workers, capsys, stop_later):
     ports, (a, b) = workers
     router_port = free_port()
     path = fleet_file(tmp_path, ports, "cache_aware", router_port)
@@ -216,14 +298,14 @@ def test_cache_aware_router_in_front_of_two_workers(tmp_path, workers, capsys):
         assert smg_errors(log_file(loaded)) == []
         assert KEY not in log_file(loaded).read_text(errors="replace")
     finally:
-        stop_router(loaded)
+        stop_later(loaded)
         with capsys.disabled():
             print("\n" + "\n".join(f"[smg cache_aware] {line}" for line in report))
 
 
-def test_round_robin_spreads_the_same_prefix(tmp_path, workers, capsys):
+def test_round_robin_spreads_the_same_prefix(tmp_path, loaded_workers, capsys, stop_later):
     """The contrast: with round_robin the shared prefix goes to both workers."""
-    ports, (a, b) = workers
+    ports, (a, b) = loaded_workers
     router_port = free_port()
     path = fleet_file(tmp_path, ports, "round_robin", router_port)
     loaded = load_fleet(path)
@@ -236,12 +318,12 @@ def test_round_robin_spreads_the_same_prefix(tmp_path, workers, capsys):
         assert got == (4, 4), got
         assert smg_errors(log_file(loaded)) == []
     finally:
-        stop_router(loaded)
+        stop_later(loaded)
         with capsys.disabled():
             print(f"\n[smg round_robin] 8 prompts sharing a prefix: worker A {got[0]}, worker B {got[1]}")
 
 
-def test_router_start_fails_with_exit_4_when_workers_never_load(tmp_path):
+def test_router_start_fails_with_exit_4_when_workers_never_load(tmp_path, stop_later):
     """Workers that stay at 503 past the startup timeout: fleet up exits 4 naming them."""
     ports = [free_port(), free_port()]
     servers = [StandinServer(StandinConfig(load_seconds=3600)).start(p) for p in ports]
@@ -253,7 +335,7 @@ def test_router_start_fails_with_exit_4_when_workers_never_load(tmp_path):
     try:
         assert cli("fleet", "up", str(path), "--router") == 4
     finally:
-        stop_router(loaded)
+        stop_later(loaded)
         for s in servers:
             s.stop()
 
@@ -272,7 +354,7 @@ def local_lan_address() -> str | None:
     return addrs[0] if addrs else None
 
 
-def test_router_reaches_the_worker_on_its_own_box_published_on_loopback(tmp_path):
+def test_router_reaches_the_worker_on_its_own_box_published_on_loopback(tmp_path, stop_later):
     """The router's box serves a replica whose profile does not expose it: compose and `up`
     publish its port on 127.0.0.1 only. The box's address is this machine's LAN address, so the
     situation is the real one: a connection to ADDRESS:PORT is refused (checked first), and
@@ -298,5 +380,5 @@ def test_router_reaches_the_worker_on_its_own_box_published_on_loopback(tmp_path
         assert cli("fleet", "status", str(path)) == 0
         assert smg_errors(log_file(loaded)) == []
     finally:
-        stop_router(loaded)
+        stop_later(loaded)
         srv.stop()

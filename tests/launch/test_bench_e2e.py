@@ -11,13 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import STANDIN_PROFILE, run_cli
+from .conftest import RUN, STANDIN_PROFILE, _free_port, run_cli
 
 pytestmark = pytest.mark.docker
 
 BENCH_STANDIN = Path(__file__).resolve().parents[1] / "bench" / "standin_sglang.py"
-IMAGE = "escha-bench-standin:test"
-PORT = 30124
+#: This run's own names and port (conftest.RUN): two copies of the suite share one daemon, and one
+#: run's module teardown must never remove the other's image or meet its container.
+NAME = f"bench-standin-{RUN}"
+IMAGE = f"escha-bench-standin:test-{RUN}"
+PORT = _free_port()
 # A small two-tier cache so a test workload evicts from the device pool into the host pool.
 STANDIN_CONFIG = {"device_tokens": 12000, "host_tokens": 60000, "prefill_tps": 400000.0,
                   "decode_tps": 4000.0}
@@ -48,7 +51,7 @@ def bench_image(docker_client, base_image, tmp_path_factory):
 def pruning_image(docker_client, base_image, tmp_path_factory):
     """The stand-in with sglang#33713's behaviour: evicted hybrid prefixes are dropped, never
     kept in the host tier, so no host hit can ever prove a restore."""
-    tag = "escha-bench-standin:prune"
+    tag = f"escha-bench-standin:prune-{RUN}"
     yield _build(docker_client, base_image, tmp_path_factory, tag, {**STANDIN_CONFIG, "prune_on_evict": True})
     docker_client.images.remove(tag, force=True)
 
@@ -56,7 +59,7 @@ def pruning_image(docker_client, base_image, tmp_path_factory):
 @pytest.fixture
 def profile(tmp_path, bench_image):
     p = tmp_path / "bench-standin.yaml"
-    p.write_text(f"extends: {STANDIN_PROFILE}\nname: bench-standin\n"
+    p.write_text(f"extends: {STANDIN_PROFILE}\nname: {NAME}\n"
                  f"container:\n  image: {bench_image}\n  port: {PORT}\n")
     return str(p)
 
@@ -86,20 +89,20 @@ def test_up_canary_passes_on_a_correct_server(profile, no_leaks):
         assert r.returncode == 0, r.stderr[-2000:]
         assert "canary" in r.stderr.lower()
     finally:
-        assert run_cli("down", "--profile", "bench-standin").returncode == 0
+        assert run_cli("down", "--profile", NAME).returncode == 0
 
 
 def test_up_canary_is_inconclusive_without_host_hits(tmp_path, pruning_image, no_leaks):
     """No host hit proves the second answer (sglang#33713): exit 5, never 'pass'."""
     p = tmp_path / "prune.yaml"
-    p.write_text(f"extends: {STANDIN_PROFILE}\nname: bench-standin\ncontainer:\n  image: {pruning_image}\n"
+    p.write_text(f"extends: {STANDIN_PROFILE}\nname: {NAME}\ncontainer:\n  image: {pruning_image}\n"
                  f"  port: {PORT}\n")
     r = run_cli("up", "--profile", str(p), "--detach", "--canary", timeout=300)
     try:
         assert r.returncode == 5, r.stderr[-2000:]
         assert "33713" in r.stderr
     finally:
-        assert run_cli("down", "--profile", "bench-standin").returncode == 0
+        assert run_cli("down", "--profile", NAME).returncode == 0
 
 
 def test_up_canary_refuses_a_server_without_hicache(profile, no_leaks):
@@ -108,4 +111,4 @@ def test_up_canary_refuses_a_server_without_hicache(profile, no_leaks):
         assert r.returncode == 3, r.stderr[-2000:]
         assert "without --enable-hierarchical-cache" in r.stderr
     finally:
-        assert run_cli("down", "--profile", "bench-standin").returncode == 0
+        assert run_cli("down", "--profile", NAME).returncode == 0

@@ -11,6 +11,8 @@ import os
 
 import pytest
 
+from .conftest import RUN
+
 pytestmark = pytest.mark.docker
 
 #: The image .ci/test builds (tests/runtime uses the same variable).
@@ -40,7 +42,7 @@ def test_serve_in_real_image_reaches_sglang_child_and_diagnoses(docker_client, t
     (model / "model.safetensors").write_bytes(b"")
     c = docker_client.containers.run(
         IMAGE, ["--profile", "rtx5060ti-tp2-fp8", "--set", "container.api_key_file=/host/api_key"],
-        detach=True, name="escha-test-real-image",
+        detach=True, name=f"escha-test-real-image-{RUN}",
         cap_add=["IPC_LOCK"],  # serve checks memlock against the pinned pools without it (up adds it)
         environment={"ESCHA_SKIP_GPU_PREFLIGHT": "1", "ESCHA_SERVE_MODE": "container"},
         mounts=[Mount("/run/secrets/escha_api_key", str(kf), type="bind", read_only=True),

@@ -117,7 +117,7 @@ def test_series_layer_is_small():
 def test_stock_image_builds_unpatched_and_describes_no_capabilities():
     client = _client()
     _need_image(client, BASE)
-    tag = "escha-sglang:ci-stock"
+    tag = f"escha-sglang:ci-stock-{os.environ.get('ESCHA_TEST_RUN') or os.getpid()}"  # this run's: it removes it
     proc = subprocess.run(
         ["escha-deploy", "build", "--stock", "--base-image", BASE, "--python-version", "3.11",
          "--tag", tag, "--format", "json"],

@@ -20,6 +20,8 @@ def small_pristine(tmp_path):
     (src / "pkg" / "a.py").write_text("A = 1\n")
     (src / "pkg" / "sub" / "b.py").write_text("B = 2\n")
     os.chmod(src / "pkg" / "a.py", 0o640)
+    for f in (src / "pkg" / "a.py", src / "pkg" / "sub" / "b.py"):  # unpacked well before the tests, as the wheel is
+        os.utime(f, ns=(f.stat().st_mtime_ns - 10**9,) * 2)
     return Pristine(src)
 
 
@@ -52,3 +54,25 @@ def test_a_write_through_a_link_is_caught(small_pristine, tmp_path):
     (dst / "pkg" / "a.py").write_text("A = 99\n")  # in place: the pristine inode changes
     with pytest.raises(AssertionError, match=r"changed: a\.py|pkg/a\.py"):
         small_pristine.check("a careless test")
+
+
+def test_a_same_size_write_through_a_link_is_caught(small_pristine, tmp_path):
+    """The check after each test reads inode, size and mtime: a write of as many bytes changes
+    the shared inode's mtime."""
+    dst = link_tree(small_pristine.root, tmp_path / "copy")
+    (dst / "pkg" / "a.py").write_text("A = 2\n")
+    with pytest.raises(AssertionError, match=r"changed: pkg/a\.py"):
+        small_pristine.check("a careless test")
+
+
+def test_a_write_that_puts_the_mtime_back_is_caught_by_the_contents_check(small_pristine, tmp_path):
+    """A write that also restores the mtime passes the stat check; the sha256 check at the
+    session's end (``check_contents``) names it."""
+    dst = link_tree(small_pristine.root, tmp_path / "copy")
+    a = dst / "pkg" / "a.py"
+    mtime = a.stat().st_mtime_ns
+    a.write_text("A = 2\n")
+    os.utime(a, ns=(mtime, mtime))
+    small_pristine.check("a write that hides")
+    with pytest.raises(AssertionError, match=r"a\.py"):
+        small_pristine.check_contents("a write that hides")
