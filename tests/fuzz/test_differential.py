@@ -327,6 +327,44 @@ def miss_line(case: dict, overrides: tuple[str, ...], r) -> str:
             f"({r.site})")
 
 
+def _late_checks():
+    """``scripts/gen_late_checks.py``, loaded by path (it is a script, not a package module)."""
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "gen_late_checks.py"
+    if "gen_late_checks" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("gen_late_checks", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["gen_late_checks"] = module  # dataclasses look their module up
+        spec.loader.exec_module(module)
+    return sys.modules["gen_late_checks"]
+
+
+def wheel_of(release: str) -> Path:
+    """The release's wheel: ``$ESCHA_SGLANG_WHEEL`` for the default release, else the one
+    ``.ci/test`` downloads into ``.cache/wheels``."""
+    if release == default_release():
+        return Path(os.environ["ESCHA_SGLANG_WHEEL"])
+    found = sorted((Path(__file__).resolve().parents[2] / ".cache" / "wheels").glob(f"sglang-{release}-*.whl"))
+    if not found:
+        pytest.fail(f"no sglang {release} wheel in .cache/wheels (.ci/test downloads it)")
+    return found[0]
+
+
+def reached_not_reachable(release: str, reached: list[dict]) -> tuple[int, list[str]]:
+    """The release's late-check catalog against the sites the fuzz saw SGLang refuse at
+    (``gen_late_checks.problems``' ``reached``): ``(rows at those sites, every row classified
+    not_reachable there)``. A refusal the fuzz drew is reachable by a profile; the catalog may not
+    call it otherwise."""
+    gen = _late_checks()
+    checks = gen.scan(wheel_of(release))
+    sites = {str(r["site"]).split("srt/", 1)[-1] for r in reached}
+    at = sum(c.site.split("srt/", 1)[-1] in sites for c in checks)
+    errs = gen.problems(checks, gen.release_notes(release), trace=gen.load_trace(release), reached=reached)
+    return at, [e for e in errs if "the fuzz reached it" in e]
+
+
 def removed_rule_misses(planned: list, results: list, field: str) -> list[str]:
     """The misses when ``plan`` loses the mirror rule that names ``field`` (SGLang's answers are
     the same: only the plan side is planned again)."""
@@ -375,16 +413,18 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
             results[i] = r
     t_sglang = time.monotonic() - t0 - t_plan
     misses, extra_only, refused_dims, extra_msg = [], Counter(), Counter(), {}
-    sglang_sites, plan_rules = Counter(), Counter()
+    sglang_sites, plan_rules, plan_rules_unsized = Counter(), Counter(), Counter()
+    reached: dict[str, list[dict]] = {r: [] for r in releases}  # SGLang's refusal sites, per release
     s_refused = p_refused = accepted = plan_refuses_accepted = 0
     per_release = Counter(p[0]["release"] for p in planned)
-    for (case, ov, reasons, _argv, _card, _model), r in zip(planned, results):
+    for (case, ov, reasons, _argv, card, _model), r in zip(planned, results):
         p = bool(reasons)
         p_refused += p
         if r.ok is False:
             s_refused += 1
             refused_dims.update(dimensions_of(case))
             sglang_sites[r.site] += 1
+            reached[case["release"]].append({"site": r.site, "message": r.message})
             if not p:
                 if case["extra"]:
                     extra_only[(flag_of(case["extra"]), case["release"], r.site)] += 1
@@ -396,6 +436,7 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
             if p:
                 plan_refuses_accepted += 1
                 plan_rules[rule_of(reasons[0])] += 1
+                plan_rules_unsized[rule_of(reasons[0])] += card["device"] is None
     n = len(planned)
     sized = [sum(r.seconds.get(k, 0.0) for k in pf.STAGES[3:]) for r in results if pf.STAGES[3] in r.seconds]
     with capsys.disabled():
@@ -423,7 +464,8 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
         for site, k in sglang_sites.most_common():
             print(f"[fuzz]   SGLang refused at {site}: {k}")
         for rule, k in plan_rules.most_common():
-            print(f"[fuzz]   plan refused what SGLang accepts, rule '{rule}': {k}")
+            print(f"[fuzz]   plan refused what SGLang accepts, rule '{rule}': {k} "
+                  f"({plan_rules_unsized[rule]} where SGLang's sizing stages did not run)")
         print(f"[fuzz] pre-flight only (SGLang refused, plan did not model the flag): {len(extra_only)} flags and sites, "
               f"{sum(extra_only.values())} cases")
         for (flag, release, site), k in extra_only.most_common():
@@ -447,6 +489,14 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
     if CASES == DEFAULT_CASES:
         check_docs(preflight_only_block(extra_only, extra_msg))
     assert not misses, f"{len(misses)} cases SGLang refuses that plan accepts:\n" + "\n".join(misses)
+    # Every SGLang refusal the fuzz reached is reachable: the late-check catalog may not call a row
+    # at its site not_reachable (scripts/gen_late_checks.py: problems, its ``reached``).
+    for release in releases:
+        at, wrong = reached_not_reachable(release, reached[release])
+        with capsys.disabled():
+            print(f"[fuzz] late-check catalog {release}: SGLang refused at {len({r['site'] for r in reached[release]})} "
+                  f"sites ({at} catalog rows there), {len(wrong)} of them classified not_reachable")
+        assert not wrong, f"SGLang {release}: the fuzz reached rows the catalog calls not_reachable:\n" + "\n".join(wrong)
     # The fuzz can fail: without the rule that mirrors SGLang's "HiCache needs the radix cache"
     # (kv_cache_hook.py: handle_cache_compatibility), it names the cases and their input.
     removed = removed_rule_misses(planned, results, "runtime.disable_radix_cache")
