@@ -414,6 +414,7 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
     t_sglang = time.monotonic() - t0 - t_plan
     misses, extra_only, refused_dims, extra_msg = [], Counter(), Counter(), {}
     sglang_sites, plan_rules, plan_rules_unsized = Counter(), Counter(), Counter()
+    rule_example: dict[str, str] = {}  # each rule's first reason where SGLang's sizing stages ran
     reached: dict[str, list[dict]] = {r: [] for r in releases}  # SGLang's refusal sites, per release
     s_refused = p_refused = accepted = plan_refuses_accepted = 0
     per_release = Counter(p[0]["release"] for p in planned)
@@ -437,6 +438,8 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
                 plan_refuses_accepted += 1
                 plan_rules[rule_of(reasons[0])] += 1
                 plan_rules_unsized[rule_of(reasons[0])] += card["device"] is None
+                if card["device"] is not None:
+                    rule_example.setdefault(rule_of(reasons[0]), f"{case['release']} {case['profile']}: {reasons[0]}")
     n = len(planned)
     sized = [sum(r.seconds.get(k, 0.0) for k in pf.STAGES[3:]) for r in results if pf.STAGES[3] in r.seconds]
     with capsys.disabled():
@@ -465,7 +468,8 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
             print(f"[fuzz]   SGLang refused at {site}: {k}")
         for rule, k in plan_rules.most_common():
             print(f"[fuzz]   plan refused what SGLang accepts, rule '{rule}': {k} "
-                  f"({plan_rules_unsized[rule]} where SGLang's sizing stages did not run)")
+                  f"({plan_rules_unsized[rule]} where SGLang's sizing stages did not run)"
+                  + (f"; e.g. {rule_example[rule][:240]}" if rule in rule_example else ""))
         print(f"[fuzz] pre-flight only (SGLang refused, plan did not model the flag): {len(extra_only)} flags and sites, "
               f"{sum(extra_only.values())} cases")
         for (flag, release, site), k in extra_only.most_common():
