@@ -141,6 +141,22 @@ def server_args(plan: Plan, profile: Profile, *, host: str = "0.0.0.0", port: in
     return a
 
 
+def file_l3_store(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L3_DIR) -> tuple[str, int | None] | None:
+    """The file L3 store the server of ``plan`` writes to: ``(directory, cap)``, the directory as
+    the server sees it (``l3_dir``: ``CONTAINER_L3_DIR`` in a container, where ``hicache.l3.dir``
+    is mounted; natively ``hicache.l3.dir`` itself) and the cap in bytes (``hicache.l3.max_size``;
+    ``None``: no cap); ``None`` when the plan has no file L3 (HiCache off, or another backend).
+    SGLang reads them from ``SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR`` (``srt/mem_cache/
+    hicache_storage.py: HiCacheFile.__init__``) and ``SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE``
+    (``srt/mem_cache/storage/file/lru_file_evictor.py: LRUFileEvictor._load_config``; both
+    declared in ``srt/environ.py``), which ``server_env`` renders from this; ``launch_spec.LaunchNeeds`` carries the same pair for
+    ``serve --spec``'s check of the folder."""
+    hc = plan.hicache
+    if not (hc.enabled and hc.storage_backend == "file"):
+        return None
+    return l3_dir or (profile.hicache.storage_dir or ""), profile.hicache.storage_max_size
+
+
 def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L3_DIR) -> dict[str, str]:
     """Environment the runtime reads for ``plan`` (no secrets).
 
@@ -151,7 +167,7 @@ def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L
     - INT2 layout (``SGLANG_MIXED_KV_*``), read by the OSCAR overlay;
     - ``NCCL_P2P_DISABLE=1`` under WSL2 and where NVML shows no peer access (``plan.nccl_p2p_disabled``;
       microsoft/WSL#12467, NVIDIA/nccl#1637); ``NO_PROXY`` for loopback (sglang#9814);
-    - the L3 file backend's directory and cap (``SGLANG_HICACHE_FILE_BACKEND_*``);
+    - the L3 file backend's directory and cap (``SGLANG_HICACHE_FILE_BACKEND_*``, ``file_l3_store``);
     - ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1`` when ``runtime.allow_longer_context_length``;
     - Mooncake's master and global segment (``MOONCAKE_MASTER``, ``MOONCAKE_GLOBAL_SEGMENT_SIZE``,
       read by ``srt/mem_cache/storage/mooncake_store/mooncake_store.py``).
@@ -175,10 +191,11 @@ def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L
         env["NCCL_P2P_DISABLE"] = "1"
     if rt.allow_longer_context_length:
         env["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] = "1"
-    if hc.enabled and hc.storage_backend == "file":
-        env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] = l3_dir or (profile.hicache.storage_dir or "")
-        if profile.hicache.storage_max_size:
-            env["SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"] = str(profile.hicache.storage_max_size)
+    store = file_l3_store(plan, profile, l3_dir=l3_dir)
+    if store is not None:
+        env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] = store[0]
+        if store[1]:
+            env["SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"] = str(store[1])
     l3 = profile.hicache.l3
     if hc.enabled and hc.storage_backend == "mooncake" and isinstance(l3, L3Mooncake):
         if l3.master:

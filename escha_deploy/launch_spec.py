@@ -32,8 +32,9 @@ if TYPE_CHECKING:
     from .profile import Profile
 
 #: The launch-spec document schema this escha-deploy writes and reads (``serve --spec``
-#: refuses another one, naming both).
-LAUNCH_SPEC_SCHEMA_VERSION = 1
+#: refuses another one, naming both). 2: ``needs`` carries the file L3 store
+#: (``l3_dir``, ``l3_max_bytes``), which version 1 left in ``env`` alone.
+LAUNCH_SPEC_SCHEMA_VERSION = 2
 #: Where ``up`` mounts the spec document (read-only) in the container.
 SPEC_TARGET = "/etc/escha/launch-spec.json"
 
@@ -129,6 +130,11 @@ class LaunchNeeds(BaseModel):
     gpus: int = Field(description="GPUs the server uses (runtime.tp_size); 0 when the profile asks for none")
     pinned_bytes_per_rank: int = Field(description="pinned host pools per rank (bytes): RLIMIT_MEMLOCK must allow it")
     model_path: str | None = Field(default=None, description="the mounted model folder, as the server sees it")
+    l3_dir: str | None = Field(default=None, description="the file L3 store's directory as the server sees it "
+                               "(flags.CONTAINER_L3_DIR in a container, hicache.l3.dir natively): present and "
+                               "writable; None: the plan has no file L3")
+    l3_max_bytes: int | None = Field(default=None, ge=0, description="the file L3 store's cap (hicache.l3.max_size, "
+                                     "bytes): free on l3_dir's filesystem; None: no cap or no file L3")
 
 
 class PreflightFigures(BaseModel):
@@ -354,9 +360,12 @@ def build_launch_spec(plan: Plan, profile: Profile, *, overrides: Sequence[str] 
     key_path = (c.api_key_file if native else SECRET_API_KEY_PATH) if c.api_key_file else None
     tok_path = (c.hf_token_file if native else SECRET_HF_TOKEN_PATH) if c.hf_token_file else None
     # a container asked for no GPUs (container.gpus: []) gets none to check; natively SGLang needs them
+    # the folder and cap the env renders (flags.file_l3_store), as typed values serve --spec checks
+    store = flags.file_l3_store(plan, profile, l3_dir=l3_dir)
     needs = LaunchNeeds(gpus=0 if c.gpus == [] and not native else profile.runtime.tp_size,
                         pinned_bytes_per_rank=plan.per_rank.pinned_bytes if plan.hicache.enabled else 0,
-                        model_path=native_model if native else profile.model.path if model_dir else None)
+                        model_path=native_model if native else profile.model.path if model_dir else None,
+                        l3_dir=store[0] if store else None, l3_max_bytes=store[1] if store else None)
     return LaunchSpec(
         escha_version=__version__, profile=profile.name, profile_data=profile_data, plan_digest=digest,
         facts=facts, needs=needs, sources=list(sources), verdict=plan.verdict, warnings=list(plan.warnings),

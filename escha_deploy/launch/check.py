@@ -11,8 +11,8 @@ Each check compares one thing the running environment can see with the ``LaunchS
 - memlock: ``RLIMIT_MEMLOCK`` must allow the pinned pools of one rank, unless the process holds
   ``CAP_IPC_LOCK`` (mlock(2): then the limit does not apply);
 - the model folder at ``LaunchNeeds.model_path``: present, with config.json and weights;
-- the file L3 directory the spec's environment names: present, writable, the cap free
-  (``folders.check_l3_dir``).
+- the file L3 store at ``LaunchNeeds.l3_dir``: present, writable, ``LaunchNeeds.l3_max_bytes``
+  free (``folders.check_l3_dir``).
 
 A disagreement refuses with exit 3, one line each with both numbers; a model folder without
 config.json or weights is bad input (exit 2).
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from escha_deploy.launch_spec import LaunchSpec
+    from escha_deploy.launch_spec import LaunchNeeds, LaunchSpec
 
 #: The documented test switch: `serve` skips its GPU check (so an image can be started on a
 #: machine without a GPU and reach SGLang's child process). Never set in production.
@@ -81,17 +81,15 @@ def mounted_model_problems(path: str, *, native: bool = False) -> list[str]:
     return check(path, "model.path")
 
 
-def check_l3(env: dict[str, str]) -> list[str]:
-    """Refusals for the file L3 directory the spec's environment names
-    (``SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR``, cap ``..._MAX_SIZE`` in bytes), as this
-    environment sees it (``folders.check_l3_dir``); none when the spec has no file L3."""
+def check_l3(needs: LaunchNeeds) -> list[str]:
+    """Refusals for the file L3 store the spec needs (``LaunchNeeds.l3_dir``, cap
+    ``l3_max_bytes`` in bytes), as this environment sees it (``folders.check_l3_dir``); none
+    when the plan has no file L3. The spec's ``env`` is never read back."""
     from escha_deploy.folders import check_l3_dir
 
-    d = env.get("SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR")
-    if not d:
+    if not needs.l3_dir:
         return []
-    cap = env.get("SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE")
-    return check_l3_dir(d, int(cap) if cap and cap.isdigit() else None)
+    return check_l3_dir(needs.l3_dir, needs.l3_max_bytes)
 
 
 def check_here(launch: LaunchSpec, capabilities: list[str] | None, *, where: str, gpus: bool = True,
@@ -142,5 +140,5 @@ def check_here(launch: LaunchSpec, capabilities: list[str] | None, *, where: str
         host_dir = (launch.profile_data.get("model") or {}).get("host_dir")
         native = env.get(SERVE_MODE_ENV) != "container" and needs.model_path == host_dir
         out.bad_input += mounted_model_problems(needs.model_path, native=native)
-    out.refusals += check_l3(launch.env)
+    out.refusals += check_l3(needs)
     return out

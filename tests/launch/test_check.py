@@ -70,3 +70,73 @@ def test_model_folder_without_config_or_weights_is_bad_input(tmp_path):
     (d / "config.json").write_text("{}")
     (d / "model-00001-of-00001.safetensors").write_bytes(b"\0" * 8)
     assert mounted_model_problems(str(d)) == []
+
+
+def _l3_launch(**kw):
+    prof = load_profile("linux-tp2-l3")
+    return prof, build_launch_spec(plan(prof, described_host(128 * GiB, "linux")), prof, **kw)
+
+
+def test_the_spec_carries_the_l3_store_as_typed_needs():
+    """The folder and cap `serve --spec` checks are the spec's `needs`, the pair its env renders
+    (flags.file_l3_store): the mount point in a container, hicache.l3.dir natively."""
+    from escha_deploy.flags import CONTAINER_L3_DIR
+
+    prof, launch = _l3_launch()
+    cap = prof.hicache.storage_max_size
+    assert cap == 512 * 10**9
+    assert (launch.needs.l3_dir, launch.needs.l3_max_bytes) == (CONTAINER_L3_DIR, cap)
+    assert (launch.env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"],
+            launch.env["SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"]) == (CONTAINER_L3_DIR, str(cap))
+    _, native = _l3_launch(native=True)
+    assert (native.needs.l3_dir, native.needs.l3_max_bytes) == (prof.hicache.storage_dir, cap)
+    # no file L3, nothing to provide
+    assert (_launch().needs.l3_dir, _launch().needs.l3_max_bytes) == (None, None)
+
+
+def test_the_l3_check_reads_the_needs_never_the_env(tmp_path):
+    """A spec whose env names no L3 folder is still checked at its needs.l3_dir: a folder that
+    is not there, then a real one with less free space than the cap (statvfs of tmp_path)."""
+    _, launch = _l3_launch()
+    env = {k: v for k, v in launch.env.items() if not k.startswith("SGLANG_HICACHE_FILE_BACKEND_")}
+    missing = tmp_path / "l3"
+    spec = launch.model_copy(update={"env": env, "needs": launch.needs.model_copy(update={"l3_dir": str(missing)})})
+    root = _tree(tmp_path, 256 * 2**20, nvidia=2)
+    got = check_here(spec, spec.facts.capabilities, where="here", root=root, environ={})
+    assert [r for r in got.refusals if r.startswith("hicache.l3.dir:")] == [
+        f"hicache.l3.dir: {missing} does not exist here; create it (mkdir -p {missing}) on a disk with the cap free"]
+    missing.mkdir()
+    huge = spec.model_copy(update={"needs": spec.needs.model_copy(update={"l3_max_bytes": 2**62})})
+    got = check_here(huge, spec.facts.capabilities, where="here", root=root, environ={})
+    assert any(r.startswith(f"hicache.l3.dir: {missing} has ") and "less than the" in r for r in got.refusals)
+    ok = spec.model_copy(update={"needs": spec.needs.model_copy(update={"l3_max_bytes": 1})})
+    got = check_here(ok, spec.facts.capabilities, where="here", root=root, environ={})
+    assert not [r for r in got.refusals if r.startswith("hicache.l3.dir:")]
+
+
+def test_a_version_1_spec_is_refused_naming_both_versions(tmp_path):
+    """Version 1 kept the L3 store in env alone; this escha-deploy reads version 2 and refuses
+    another one in one line (launch/serve.read_spec), exit 3."""
+    import json
+
+    import pytest
+
+    from escha_deploy.errors import Refused
+    from escha_deploy.launch.serve import read_spec
+    from escha_deploy.launch_spec import LAUNCH_SPEC_SCHEMA_VERSION, spec_json
+
+    _, launch = _l3_launch()
+    path = tmp_path / "spec.json"
+    path.write_text(spec_json(launch))
+    assert read_spec(path) == launch
+    data = json.loads(path.read_text())
+    data["schema_version"] = 1
+    for k in ("l3_dir", "l3_max_bytes"):
+        del data["needs"][k]
+    path.write_text(json.dumps(data))
+    with pytest.raises(Refused) as err:
+        read_spec(path)
+    assert LAUNCH_SPEC_SCHEMA_VERSION == 2
+    assert list(err.value.problems) == [f"{path}: launch spec schema version 1 (written by escha-deploy "
+                                  f"{launch.escha_version}); this escha-deploy {launch.escha_version} reads "
+                                  "schema version 2"]

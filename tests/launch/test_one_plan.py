@@ -79,7 +79,9 @@ def _up_and_check(docker_client, image: str, env: dict, *extra: str) -> dict:
 
 def test_dry_run_argv_label_digest_and_child_argv_are_one(docker_client, serve_image, tmp_path, no_leaks):
     got = _up_and_check(docker_client, serve_image, _env(tmp_path))
-    assert got["spec"]["schema_version"] == 1 and got["spec"]["escha_version"]
+    from escha_deploy.launch_spec import LAUNCH_SPEC_SCHEMA_VERSION
+
+    assert got["spec"]["schema_version"] == LAUNCH_SPEC_SCHEMA_VERSION and got["spec"]["escha_version"]
     assert "--enable-hierarchical-cache" in got["child"]["argv"]
 
 
@@ -162,9 +164,11 @@ def test_serve_spec_refuses_another_schema_version_naming_both(docker_client, se
     code, log = _run_serve(docker_client, serve_image, ["--spec", "/etc/escha/launch-spec.json"],
                            mounts=[(str(spec_file), "/etc/escha/launch-spec.json")])
     assert code == 3, log
-    assert "launch spec schema version 99" in log and "reads schema version 1" in log
+    from escha_deploy.launch_spec import LAUNCH_SPEC_SCHEMA_VERSION
 
-    data["schema_version"] = 1
+    assert "launch spec schema version 99" in log and f"reads schema version {LAUNCH_SPEC_SCHEMA_VERSION}" in log
+
+    data["schema_version"] = LAUNCH_SPEC_SCHEMA_VERSION
     data["argv"] = [*data["argv"], "--disable-radix-cache"]  # edited after planning
     spec_file.write_text(json.dumps(data))
     code, log = _run_serve(docker_client, serve_image, ["--spec", "/etc/escha/launch-spec.json"],
