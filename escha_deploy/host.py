@@ -211,7 +211,7 @@ def gather_host_facts(*, platform: Platform | None = None, l3_dir: str | None = 
 
 def gather_plan_inputs(profile, *, platform: Platform | None = None, host_ram: int | None = None,
                        model_path: str | None = None, l3_path: str | None = None,
-                       check_here: bool | None = None):
+                       check_here: bool | None = None, use_findings: bool = True):
     """Everything ``planner.plan`` reads besides the profile, gathered the same way by ``plan``,
     ``up`` and ``serve``: ``(host_facts, model_dir_facts)``.
 
@@ -222,7 +222,8 @@ def gather_plan_inputs(profile, *, platform: Platform | None = None, host_ram: i
     as this process sees it (default ``hicache.storage_dir``; the container's mount point in
     the container). ``check_here``: the server will run on this machine, so the L3 directory
     is checked here (``folders.check_l3_dir``); default: unless ``host_ram`` describes another
-    host. Raises ``BadInput`` (exit 2) for an unreadable config.json or a model folder without
+    host. ``use_findings``: ``gather_host_facts``'s (doctor's saved findings for this machine).
+    Raises ``BadInput`` (exit 2) for an unreadable config.json or a model folder without
     config.json or weights (``folders.check_model_folder``), ``Refused`` (exit 3) for an L3
     directory that is missing, not writable or short of the cap.
     """
@@ -238,7 +239,8 @@ def gather_plan_inputs(profile, *, platform: Platform | None = None, host_ram: i
     else:
         # a profile that gives the container no GPU (``container.gpus: []``, a server that uses
         # none) plans without NVML: its GPUs are no fact of that server, and pynvml is not imported
-        host = gather_host_facts(platform=platform, l3_dir=l3, gpus=profile.container.gpus != [])
+        host = gather_host_facts(platform=platform, l3_dir=l3, gpus=profile.container.gpus != [],
+                                 use_findings=use_findings)
     field = "model.path" if model_path else "model.host_dir"
     path = model_path or profile.model.host_dir
     if path and os.path.isdir(path):  # never raises (Path.is_dir does for a name too long)

@@ -32,7 +32,7 @@ from escha_deploy.facts.provenance import FactSource, ProvenanceKind
 
 if TYPE_CHECKING:
     from escha_deploy.arch import ModelDirFacts
-    from escha_deploy.facts.file import GpuRecord
+    from escha_deploy.facts.file import FactsFile, GpuRecord
     from escha_deploy.facts.host import Platform
     from escha_deploy.facts.runtime import RuntimeFacts
     from escha_deploy.flagcheck import FlagCheckResult
@@ -87,17 +87,22 @@ class Gathered:
     file; empty otherwise); ``facts``: one ``facts.provenance.FactSource`` per fact, for
     ``up --dry-run`` and the launch spec (``sources``); ``runtime``: the box's runtime (SGLang
     release, capabilities: ``facts.runtime.RuntimeFacts``) as the facts file's ``runtime``
-    section gives it (``None``: not described), with ``runtime_where`` naming that section.
+    section gives it (``None``: not described), with ``runtime_where`` naming that section;
+    ``facts_file``: the facts file as read (``factsfile.load_facts_file``, once), ``None``
+    without one (``fleet`` keeps it for the checks only a fleet has: a WSL2 node's networking
+    mode, one image digest per instance).
     """
 
     def __init__(self, host: HostFacts, model_dir: ModelDirFacts | None, gpus: list[GpuRecord],
-                 facts: list[FactSource], runtime: RuntimeFacts | None = None, runtime_where: str = "") -> None:
+                 facts: list[FactSource], runtime: RuntimeFacts | None = None, runtime_where: str = "",
+                 facts_file: FactsFile | None = None) -> None:
         self.host = host
         self.model_dir = model_dir
         self.gpus = gpus
         self.facts = facts
         self.runtime = runtime
         self.runtime_where = runtime_where
+        self.facts_file = facts_file
 
     @property
     def sources(self) -> list[FactSource]:
@@ -114,7 +119,8 @@ def _fmt_bytes(n: int | None) -> str:
 def gather(profile: Profile, *, facts_path: str | None = None, platform: Platform | None = None,
            host_ram: int | None = None, model_path: str | None = None, l3_path: str | None = None,
            check_here: bool | None = None, origin: str | None = None, env_facts: bool = True,
-           secret_paths: bool = True) -> Gathered:
+           secret_paths: bool = True, findings: bool = True, facts_what: str = "the facts file",
+           facts_hint: str | None = None) -> Gathered:
     """Gather the plan's inputs one way for ``plan``, ``up``, ``serve``, ``compose`` and ``fleet``.
 
     ``facts_path``: a facts file (``--facts``; ``ESCHA_FACTS`` when not given): the host and
@@ -132,7 +138,11 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: Platfor
     read ``ESCHA_FACTS`` when no ``facts_path`` is given (``fleet`` names each box's facts
     itself, so it passes False). ``secret_paths``: refuse a secret file setting that is no file
     here (``secret_path_problems``); ``fleet`` checks a box's key files against the fleet
-    file's folder itself, and passes False.
+    file's folder itself, and passes False. ``findings``: read doctor's saved findings for this
+    machine (pinned ceiling, allocator, last prefill); ``doctor`` passes False, so that a
+    ceiling once seen can be measured again. ``facts_what``/``facts_hint``: how the facts
+    file is named in its reader's messages, and how to make a good one (``fleet``: a box's
+    saved facts).
     """
     if secret_paths:
         secret_path_problems(profile)
@@ -149,7 +159,7 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: Platfor
         from escha_deploy.factsfile import load_facts_file
 
         try:
-            ff = load_facts_file(facts_path)
+            ff = load_facts_file(facts_path, facts_what, hint=facts_hint)
         except BadInput as exc:
             if named == "--facts":
                 raise
@@ -174,7 +184,7 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: Platfor
         fkind: ProvenanceKind = "facts_file"
     else:
         host, model_dir = gather_plan_inputs(profile, platform=platform, host_ram=host_ram, model_path=model_path,
-                                             l3_path=l3_path, check_here=check_here)
+                                             l3_path=l3_path, check_here=check_here, use_findings=findings)
         if origin is not None:
             host = host.model_copy(update={"origin": origin})
         if host.gpus is not None:
@@ -195,7 +205,7 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: Platfor
         f = None
         fsrc = "none"
         fkind = "findings"
-        if host.source == "live":
+        if host.source == "live" and findings:
             from escha_deploy.facts.findings import MAX_AGE
             from escha_deploy.findings import load_findings
 
@@ -238,7 +248,8 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: Platfor
                               kind=("facts_file" if facts_path else "nvml") if gpus else "profile"))
     runtime = ff.runtime if facts_path else None
     return Gathered(host, model_dir, gpus, sources, runtime=runtime,
-                    runtime_where=f"facts file {facts_path} runtime" if runtime is not None else "")
+                    runtime_where=f"facts file {facts_path} runtime" if runtime is not None else "",
+                    facts_file=ff if facts_path else None)
 
 
 class BadArgv(BadInput):
@@ -441,8 +452,7 @@ def plan_here(profile_ref: str, overrides: Sequence[str],
         result = result.model_copy(update={"warnings": notes + list(result.warnings)})
     if desc is not None:
         return result, (list(desc.capabilities), "this runtime (/etc/escha/runtime.json)")
-    box = next((f for f in result.fact_sources if f.fact == "capabilities" and f.kind == "facts_file"), None)
-    return result, (list(result.capabilities), box.source) if box is not None else None
+    return result, facts_runtime_planned(result)
 
 
 def make_plan(profile_ref: str, overrides: Sequence[str], *, ratio: float | None = None,
@@ -459,15 +469,12 @@ def make_plan(profile_ref: str, overrides: Sequence[str], *, ratio: float | None
     ``sglang_version``: ``--sglang-version``; the release is chosen by ``releases.choose_release``
     from this machine's runtime description (``desc``), the flag and the profile.
     ``here_runtime``: False for a plan of another box (no description of this machine read).
-    A facts file's ``runtime`` section (``Gathered.runtime``) is that box's runtime: its release
-    is chosen as an image's is (``choose_release(image=...)``: a profile's or flag's release that
-    differs is refused naming both) and its capabilities, when it lists them, are planned
-    (``desc`` and ``capabilities``, this machine's, win: they are not given for a described box).
+    A facts file's ``runtime`` section (``Gathered.runtime``) is that box's runtime, planned by
+    ``planned_runtime`` as ``fleet plan`` plans a box's (``desc`` and ``capabilities``, this
+    machine's, win: they are not given for a described box).
     ``on_gathered``: called with the ``Gathered`` facts before the plan (``plan --write-facts``),
     whose ``runtime`` is then the runtime planned when one is described (the facts file's, this
     machine's description, or ``--sglang-version``), else ``None``."""
-    from escha_deploy.releases import choose_release
-
     if prof is None:
         from escha_deploy.profile import load_profile
 
@@ -481,6 +488,38 @@ def make_plan(profile_ref: str, overrides: Sequence[str], *, ratio: float | None
     # the L3 directory is checked here, not in gather: `up` and `serve` refuse before start
     # with its problem alone, while a plan still shows the budget with that problem as a reason
     g = gather(prof, facts_path=facts_path, platform=platform, host_ram=host_bytes, check_here=False)
+    box = g.runtime if desc is None else None
+    release, capabilities = planned_runtime(prof, g, desc=desc, sglang_version=sglang_version, release=release,
+                                            capabilities=capabilities)
+    l3_refusals = check_l3_here(prof, g)
+    if on_gathered is not None:
+        g.runtime = box or _described_runtime(desc, sglang_version)
+        on_gathered(g)
+    result = decide(prof, g, capabilities=capabilities, ratio=ratio, hicache_size_gb=hicache_size,
+                    hicache_source=hicache_source, release=release, check_argv=check_argv, digest=digest)
+    if l3_refusals:
+        # the server would be refused before start (exit 3), as an unsafe plan is
+        reasons = l3_refusals + (result.reasons if result.verdict == "unsafe" else [])
+        result = result.model_copy(update={"verdict": "unsafe", "reasons": reasons})
+    return result
+
+
+def planned_runtime(prof: Profile, g: Gathered, *, desc: RuntimeDescription | None = None,
+                    sglang_version: str | None = None, release: ReleaseChoice | None = None,
+                    capabilities: frozenset[str] | None = None) -> tuple[ReleaseChoice, frozenset[str] | None]:
+    """The runtime a plan of ``prof`` on ``g`` is made for: ``(release, capabilities)``, as
+    ``plan`` and ``fleet plan`` both plan it (``decide`` takes the pair).
+
+    ``desc``: this machine's runtime description (its release and capabilities win: not given
+    for a described box). Otherwise a facts file's ``runtime`` section (``Gathered.runtime``) is
+    that box's runtime: its release is chosen as an image's is (``releases.choose_release(image=
+    ...)``: a profile's or ``--sglang-version``'s release that differs is refused, exit 3, naming
+    both) and its capabilities, when it lists them, are planned; each is appended to ``g.facts``
+    as a ``facts_file`` source. ``release``/``capabilities``: the caller's own (win). Neither
+    described: the profile's ``runtime.sglang_version`` (else the default release) and
+    ``None`` (the profile's needs, as an image built for it provides)."""
+    from escha_deploy.releases import choose_release
+
     box = g.runtime if desc is None else None
     claim: tuple[str | None, str] | None = None
     if desc is not None:
@@ -496,17 +535,34 @@ def make_plan(profile_ref: str, overrides: Sequence[str], *, ratio: float | None
             capabilities = frozenset(names)
             g.facts.append(FactSource(fact="capabilities", value=", ".join(sorted(names)) or "none",
                                       source=f"{g.runtime_where}.capabilities", kind="facts_file"))
-    l3_refusals = check_l3_here(prof, g)
-    if on_gathered is not None:
-        g.runtime = box or _described_runtime(desc, sglang_version)
-        on_gathered(g)
-    result = decide(prof, g, capabilities=capabilities, ratio=ratio, hicache_size_gb=hicache_size,
-                    hicache_source=hicache_source, release=release, check_argv=check_argv, digest=digest)
-    if l3_refusals:
-        # the server would be refused before start (exit 3), as an unsafe plan is
-        reasons = l3_refusals + (result.reasons if result.verdict == "unsafe" else [])
-        result = result.model_copy(update={"verdict": "unsafe", "reasons": reasons})
-    return result
+    return release, capabilities
+
+
+def facts_runtime_lacks(result: Plan, prof: Profile) -> list[str]:
+    """The lines a plan made for a facts file's runtime section that lists capabilities is
+    refused with (exit 3) when one the profile needs (``runtime.needs``) is not among them
+    (``runtime.description.require_capabilities``, ``where: runtime lacks capability 'c'``);
+    ``[]`` when none lacks or the plan assumed the profile's needs. ``plan --facts`` and
+    ``fleet plan`` refuse the same lines."""
+    from escha_deploy.errors import Refused
+    from escha_deploy.runtime.description import require_capabilities
+
+    planned = facts_runtime_planned(result)
+    if planned is None:
+        return []
+    try:
+        require_capabilities(planned[0], tuple(prof.runtime.needs), planned[1])
+    except Refused as exc:
+        return list(exc.problems)
+    return []
+
+
+def facts_runtime_planned(result: Plan) -> tuple[list[str], str] | None:
+    """``(capabilities, where)`` of the facts file's runtime section ``result`` was planned
+    for when that section lists capabilities (``planned_runtime``'s ``facts_file`` source),
+    else ``None`` (the profile's needs were assumed, or this machine's description planned)."""
+    box = next((f for f in result.fact_sources if f.fact == "capabilities" and f.kind == "facts_file"), None)
+    return (list(result.capabilities), box.source) if box is not None else None
 
 
 def _described_runtime(desc: RuntimeDescription | None, sglang_version: str | None) -> RuntimeFacts | None:

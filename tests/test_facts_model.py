@@ -12,7 +12,6 @@ import pytest
 from escha_deploy.errors import BadInput
 from escha_deploy.facts.provenance import FactSource, Provenance
 from escha_deploy.factsfile import load_facts_file
-from escha_deploy.fleet.plan import read_box_facts
 from escha_deploy.releases import choose_release, default_release
 
 GOLDEN_BOX = Path(__file__).parent / "golden" / "rtx5060ti-tp2" / "box.json"
@@ -83,10 +82,27 @@ def _report(tmp_path: Path, image_id: str | None) -> Path:
     return _write(tmp_path, report.model_dump(mode="json"), "report.json")
 
 
-def test_fleet_and_plan_facts_read_a_box_through_one_reader(tmp_path):
+def test_fleet_and_plan_facts_read_a_box_through_one_reader_once(tmp_path):
+    """`fleet plan` reads a box's facts file once, through the reader of `plan --facts`
+    (pipeline.gather -> factsfile.load_facts_file), and keeps what it read for the fleet's own
+    checks (a WSL2 node's networking mode, the image digest)."""
+    from unittest import mock
+
+    import yaml
+
+    import escha_deploy.factsfile as factsfile
+    from escha_deploy.fleet.model import load_fleet
+    from escha_deploy.fleet.plan import plan_fleet
+
     image = "sha256:" + "c" * 64
     for p in (_report(tmp_path, image), GOLDEN_BOX):
-        assert read_box_facts(p) == load_facts_file(p)
+        fleet = tmp_path / "fleet.yaml"
+        fleet.write_text(yaml.safe_dump({"name": "one", "boxes": [
+            {"name": "b", "address": "127.0.0.1", "profile": "rtx5060ti-tp2", "facts": str(p)}]}))
+        with mock.patch.object(factsfile, "load_facts_file", wraps=factsfile.load_facts_file) as read:
+            fp = plan_fleet(load_fleet(fleet))
+        assert [str(c.args[0]) for c in read.call_args_list] == [str(p)]
+        assert fp.box_plan("b").facts == load_facts_file(p)
     ff = load_facts_file(_report(tmp_path, image))
     assert (ff.host.platform, ff.host.wsl_networking_mode) == ("wsl2", "mirrored")
     assert (ff.runtime.image_ref, ff.runtime.image_id, ff.runtime.sglang_release) == (

@@ -3,10 +3,11 @@ checks that only a fleet has (a WSL2 box in NAT mode cannot be a multi-node peer
 one instance run the same image digest).
 
 Per box this runs the pipeline ``escha-deploy plan`` runs (``profile.load_profile``,
-``pipeline.gather``, ``pipeline.decide``: the plan, the argv check and the launch's digest); the
-only difference is where the host facts come from: a saved doctor report of that box (read as
-``plan --facts`` reads it, source ``facts``) or the box's ``host_ram``/``platform`` (source
-``described``, as ``plan --host-ram``). A multi-node instance is planned per node with the node's own profile:
+``pipeline.gather``, ``pipeline.planned_runtime``, ``pipeline.decide``: the plan, the argv check
+and the launch's digest); the only difference is where the host facts come from: a saved doctor
+report or facts file of that box (read once, by ``gather``, as ``plan --facts`` reads it, source
+``facts``; its ``runtime`` section is the box's runtime, as there) or the box's
+``host_ram``/``platform`` (source ``described``, as ``plan --host-ram``). A multi-node instance is planned per node with the node's own profile:
 its TP ranks are the box's GPUs, so weights and KV per rank are counted at the node's
 ``tp_size`` (with TP across nodes the real per-rank shares are smaller: the plan errs on the
 safe side).
@@ -19,7 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, PrivateAttr
 
-from ..errors import BadInput
+from ..errors import BadInput, Refused
 from ..facts.file import FactsFile
 from ..netaddr import parse_host
 from ..planner.result import Plan
@@ -27,14 +28,10 @@ from ..profile import Profile
 from .model import Box, LoadedFleet
 
 
-def read_box_facts(path: Path) -> FactsFile:
-    """A box's saved facts (a doctor report, ``doctor --format json``, or a facts file,
-    ``plan --write-facts``) through the reader ``plan --facts`` uses (``factsfile.load_facts_file``),
-    so a box plans the same here and with ``plan --facts``. Raises ``BadInput`` naming the file
-    and the missing key."""
-    from ..factsfile import load_facts_file
-
-    return load_facts_file(path, "the box's saved facts", hint="save them with `escha-deploy doctor --format json > FILE`")
+#: How a box's facts file is named in its reader's messages (``factsfile.load_facts_file``,
+#: through ``pipeline.gather``), and how to make a good one.
+BOX_FACTS_WHAT = "the box's saved facts"
+BOX_FACTS_HINT = "save them with `escha-deploy doctor --format json > FILE`"
 
 
 class BoxPlan(BaseModel):
@@ -48,7 +45,8 @@ class BoxPlan(BaseModel):
     node_rank: int | None
     gpus: int = Field(description="GPUs the server uses (the profile's tp_size)")
     facts_file: str | None = Field(default=None, description="the box's saved facts (a doctor report or a facts file)")
-    facts: FactsFile | None = Field(default=None, description="what they say (factsfile.load_facts_file)")
+    facts: FactsFile | None = Field(default=None, description="what they say (factsfile.load_facts_file, "
+                                    "as pipeline.gather read them)")
     verdict: str
     hicache_ratio: float | None
     hicache_size_gb: int | None
@@ -97,29 +95,34 @@ class FleetPlan(BaseModel):
         return next(b for b in self.boxes if b.box == box)
 
 
-def plan_box(loaded: LoadedFleet, box: Box) -> tuple[Plan, FactsFile | None, "Profile"]:
-    """Plan one box as ``escha-deploy plan`` would on it. Raises ``BadInput`` for a bad profile
-    or facts file, naming the box."""
-    from ..pipeline import decide, gather, secret_path_problems
+def plan_box(loaded: LoadedFleet, box: Box) -> tuple[Plan, FactsFile | None, Profile, list[str]]:
+    """Plan one box as ``escha-deploy plan`` would on it: ``(plan, facts file as read, profile,
+    runtime problems)``; the problems are the lines ``plan --facts`` refuses (exit 3) when the
+    facts file's runtime lacks a capability the profile needs (``pipeline.facts_runtime_lacks``),
+    each naming the box. Raises ``BadInput`` for a bad profile or facts file and ``Refused`` for
+    a release the facts file's runtime contradicts, naming the box."""
+    from ..pipeline import decide, facts_runtime_lacks, gather, planned_runtime, secret_path_problems
 
     try:
         prof = loaded.profile(box)
         # a key typed where its file's path goes is refused, as `plan` refuses it; a relative
         # path is the fleet file's folder's, where fleet compose copies the key from
         secret_path_problems(prof, base=Path(loaded.path).parent)
-        facts = read_box_facts(loaded.resolve(box.facts)) if box.facts else None
         if box.facts:
-            # the reader of `plan --facts` (host, findings and GPU records: the GPUs decide peer
-            # access, so --disable-custom-all-reduce and NCCL_P2P_DISABLE, as they do there)
-            g = gather(prof, facts_path=str(loaded.resolve(box.facts)), secret_paths=False)
+            # the reader of `plan --facts`, once (host, findings, GPU records and runtime: the GPUs
+            # decide peer access, so --disable-custom-all-reduce and NCCL_P2P_DISABLE, as there)
+            g = gather(prof, facts_path=str(loaded.resolve(box.facts)), secret_paths=False,
+                       facts_what=BOX_FACTS_WHAT, facts_hint=BOX_FACTS_HINT)
         else:  # the box as the fleet file describes it (`plan --host-ram`), never $ESCHA_FACTS
             g = gather(prof, platform=box.platform or "linux", host_ram=box.host_ram,
                        origin=loaded.where(box, "host_ram"), env_facts=False, secret_paths=False)
+        # the box's runtime (its facts file's release and capabilities) as `plan --facts` plans it
+        release, capabilities = planned_runtime(prof, g)
         # as `plan --format json` plans: the argv checked, the launch's digest filled
-        result = decide(prof, g, digest=True)
-    except BadInput as exc:
-        raise BadInput(*(f"box {box.name}: {p}" for p in exc.problems), hint=exc.hint) from None
-    return result, facts, prof
+        result = decide(prof, g, capabilities=capabilities, release=release, digest=True)
+    except (BadInput, Refused) as exc:
+        raise type(exc)(*(f"box {box.name}: {p}" for p in exc.problems), hint=exc.hint) from None
+    return result, g.facts_file, prof, [f"box {box.name}: {p}" for p in facts_runtime_lacks(result, prof)]
 
 
 def multinode_member_problems(box: Box, facts: FactsFile | None, instance: str) -> list[str]:
@@ -205,8 +208,10 @@ def plan_fleet(loaded: LoadedFleet) -> FleetPlan:
             placement[name] = (inst.group.name, inst.name, rank)
     box_plans: dict[str, BoxPlan] = {}
     profiles: dict[str, Profile] = {}
+    runtime_problems: list[str] = []
     for box in fleet.boxes:
-        result, facts, profiles[box.name] = plan_box(loaded, box)
+        result, facts, profiles[box.name], lacks = plan_box(loaded, box)
+        runtime_problems += lacks
         group, inst, rank = placement.get(box.name, (None, None, None))
         box_plans[box.name] = BoxPlan(
             box=box.name, address=box.address, profile=result.profile, group=group, instance=inst,
@@ -248,6 +253,7 @@ def plan_fleet(loaded: LoadedFleet) -> FleetPlan:
             host_tier_tokens=min(box_plans[n].host_kv_tokens for n in inst.boxes), problems=inst_problems))
     reach = _reachability_problems(loaded, profiles)
     unsafe = [p for p in box_plans.values() if p.verdict == "unsafe"]
+    problems += runtime_problems  # a box's runtime lacking a needed capability: `plan --facts` refuses, exit 3
     for p in unsafe:
         problems.append(f"box {p.box}: plan is unsafe: {'; '.join(p.reasons) or 'see escha-deploy plan'}")
     unplaced = [b.name for b in fleet.boxes if b.name not in placement]

@@ -21,7 +21,8 @@ from escha_deploy.doctor.hostinfo import DockerFacts, ImageFacts
 from escha_deploy.doctor.run import build_report
 from escha_deploy.errors import BadInput
 from escha_deploy.fleet.model import load_fleet
-from escha_deploy.fleet.plan import plan_fleet, read_box_facts
+from escha_deploy.factsfile import load_facts_file
+from escha_deploy.fleet.plan import plan_fleet
 
 DOCTOR_FIXTURES = Path(__file__).parents[1] / "doctor" / "fixtures"
 PROFILE = "rtx5060ti-tp2-fp8"
@@ -72,10 +73,10 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
 
 
 def test_saved_report_reads_back(tmp_path):
-    f = read_box_facts(save_report(tmp_path, "w", "wsl2-distro-engine", mode="nat"))
+    f = load_facts_file(save_report(tmp_path, "w", "wsl2-distro-engine", mode="nat"))
     assert (f.host.platform, f.host.mem_total_bytes, f.host.wsl_networking_mode, f.runtime.image_id) == (
         "wsl2", 16314004 * 1024, "nat", IMAGE_A)
-    g = read_box_facts(save_report(tmp_path, "l", "linux-host", mode="nat"))
+    g = load_facts_file(save_report(tmp_path, "l", "linux-host", mode="nat"))
     assert (g.host.platform, g.host.mem_total_bytes, g.host.wsl_networking_mode) == ("linux", 65742096 * 1024, None)
 
 

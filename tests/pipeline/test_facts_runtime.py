@@ -90,3 +90,44 @@ def test_write_facts_writes_the_runtime_it_planned_and_none_when_unknown(cli, tm
     assert json.loads(again.read_text())["runtime"] == json.loads(out.read_text())["runtime"]
     assert cli("plan", "-p", "rtx5060ti-tp2-fp8", "--host-ram", "64GiB", "--write-facts", str(out)).code == 0
     assert "runtime" not in json.loads(out.read_text())
+
+
+def _one_box_fleet(tmp_path, facts, sets=()):
+    import yaml
+
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump({"name": "one", "boxes": [
+        {"name": "box", "address": "127.0.0.1", "profile": "rtx5060ti-tp2-fp8", "facts": facts, "set": list(sets)}]}))
+    return str(fleet)
+
+
+def test_fleet_plans_a_box_with_its_facts_files_runtime_as_plan_facts_does(cli, tmp_path):
+    """A one-box fleet whose facts file names a runtime (another SGLang release, a stock
+    runtime's capabilities) gives the digest, release and capabilities of `plan --facts FILE`."""
+    path = _facts(tmp_path, _runtime(OTHER))
+    r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--facts", path, *STOCK, "-f", "json")
+    assert r.code == 0, r.err
+    single = json.loads(r.out)
+    r = cli("fleet", "plan", _one_box_fleet(tmp_path, path, [STOCK[1]]), "-f", "json")
+    assert r.code == 0, r.err
+    box = json.loads(r.out)["boxes"][0]["plan"]
+    assert (box["sglang_release"], box["capabilities"]) == (OTHER, []) == (single["sglang_release"],
+                                                                             single["capabilities"])
+    assert box["plan_digest"] == single["plan_digest"]
+    assert box["sglang_release_source"] == single["sglang_release_source"]
+    assert box["host_guard"] == single["host_guard"]
+
+
+def test_fleet_refuses_a_box_whose_facts_runtime_lacks_a_need_as_plan_facts_does(cli, tmp_path):
+    path = _facts(tmp_path, _runtime(default_release(), caps=["hicache-host-reserve-env"]))
+    single = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--facts", path)
+    assert single.code == 3
+    lacks = [ln.removeprefix("error: ") for ln in single.err.splitlines() if "runtime lacks" in ln]
+    assert len(lacks) == 2
+    r = cli("fleet", "plan", _one_box_fleet(tmp_path, path), "-f", "json")
+    assert r.code == 3, r.err
+    assert json.loads(r.out)["problems"] == [f"box box: {ln}" for ln in lacks]
+    # a profile naming another release than the box's runtime: refused naming both, and the box
+    other = _facts(tmp_path, _runtime(OTHER))
+    r = cli("fleet", "plan", _one_box_fleet(tmp_path, other, [*STOCK[1:], f"runtime.sglang_version={default_release()}"]))
+    assert r.code == 3 and r.err.splitlines()[0].startswith(f"error: box box: SGLang release: facts file {other} "), r.err
