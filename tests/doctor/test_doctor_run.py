@@ -203,6 +203,28 @@ def test_profile_needs_ignore_a_saved_ceiling(tmp_path, monkeypatch):
     assert needs_from_profile("rtx5060ti-tp2").pinned_per_rank_bytes == before.pinned_per_rank_bytes
 
 
+def test_profile_needs_are_planned_as_plan_plans_this_host(cli, tmp_path):
+    """doctor plans the profile through plan's pipeline (pipeline.gather -> decide): a model
+    folder at model.host_dir is read as `plan` reads it, so the KV page doctor's ladder and
+    buffers are sized for is that of the folder's model (a Llama config.json behind the hybrid
+    profile), the one `plan` of this host reports, not the profile's own architecture."""
+    from escha_deploy.doctor.run import needs_from_profile
+
+    folder = tmp_path / "llama"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "llama", "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "hidden_size": 4096, "head_dim": 128}))
+    (folder / "model.safetensors").write_bytes(b"\0" * 1000)
+    sets = ["--set", f"model.host_dir={folder}"]
+    d = json.loads(cli("plan", "-p", "rtx5060ti-tp2-fp8", *sets, "-f", "json").out)  # no findings (cli's cache)
+    page = d["page_size"] * d["per_rank"]["device_kv_bytes_per_token"]
+    own = json.loads(cli("plan", "-p", "rtx5060ti-tp2-fp8", "-f", "json").out)
+    assert page != own["page_size"] * own["per_rank"]["device_kv_bytes_per_token"]  # the folder decides it
+    need = needs_from_profile("rtx5060ti-tp2-fp8", [sets[1]])
+    assert need.kv_page_bytes == page
+
+
 def test_probe_all_module_answers_in_json(tmp_path):
     """What ``up`` runs inside the image, run here for real: without a GPU it says so (exit 3);
     with one, the store probe and ladder answers come back and turn into findings."""
