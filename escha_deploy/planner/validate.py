@@ -156,6 +156,21 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
         error("model.architecture.num_key_value_heads",
               f"{kvh} KV heads are neither divisible by tp_size {tp} nor fewer than it "
               "(srt/configs/model_config.py: get_num_kv_heads)")
+    # The GDN state per rank: srt/configs/mamba_utils.py: Mamba2StateShape.create divides the
+    # value heads (temporal state) and the conv dim (value dim x heads + 2 x key groups, the
+    # groups extended to a multiple of tp: extra_groups_for_head_shards) by tp_size, and
+    # srt/distributed/utils.py: divide asserts each is a multiple ("1 is not divisible by 2"):
+    # SGLang stops when the configurator builds the mamba cache params.
+    heads, groups, k_dim, v_dim = (arch.linear_num_value_heads, arch.linear_num_key_heads,
+                                   arch.linear_key_head_dim, arch.linear_value_head_dim)
+    if arch.linear_layer_ids() and heads and groups and k_dim and v_dim:
+        groups += -groups % tp
+        conv_dim = v_dim * heads + 2 * groups * k_dim
+        if heads % tp or conv_dim % tp:
+            what = f"{heads} GDN value heads" if heads % tp else f"the GDN conv dim {conv_dim}"
+            error("model.architecture.linear_num_value_heads",
+                  f"{what} not divisible by tp_size {tp}: SGLang's mamba state shape divides it across the "
+                  "ranks (srt/configs/mamba_utils.py: Mamba2StateShape.create; srt/distributed/utils.py: divide)")
 
     # Context length against the model (srt/configs/model_config.py: ModelConfig._derive_context_length
     # raises ValueError for a --context-length above what config.json allows, unless

@@ -29,6 +29,8 @@ def findings(profile, sets=(), **kw):
     (["runtime.enable_int8_mamba_checkpoint=true"], "runtime.enable_int8_mamba_checkpoint", "HiCache"),
     (["runtime.tp_size=2", "model.architecture.num_key_value_heads=3"], "model.architecture.num_key_value_heads",
      "neither divisible"),
+    (["model.architecture.linear_num_value_heads=1"], "model.architecture.linear_num_value_heads",
+     "Mamba2StateShape.create"),
 ])
 def test_errors_name_their_field(sets, field, needle):
     p, fs, text = findings("rtx5060ti-tp2-fp8", sets)
