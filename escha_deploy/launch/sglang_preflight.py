@@ -14,17 +14,27 @@ the stages SGLang's ``launch_server`` runs first, and stops at the first refusal
 4. **KV cache configurator**: ``srt/mem_cache/kv_cache_configurator.py: KVCacheConfigurator``'s
    sizing as ``ModelRunner`` runs it after the weights load (``_profile_available_bytes``, with
    ``_handle_max_mamba_cache`` for hybrid models, ``config_from_budget``,
-   ``resolve_max_num_reqs``), with no pool allocated: the free GPU memory before and after the
-   weights are the plan's figures (``device`` in the request: ``free_before_weights`` and
-   ``weights``, bytes per rank), the world group one process, the parallel widths what
-   ``initialize_model_parallel`` stamps (attention TP = ``--tp-size``). Answers the device pool's
-   tokens (``max_total_num_tokens``), the mamba slots, the running-request cap and the pools'
-   bytes (tokens x the pool configurator's bytes per token; (slots + 1) x the mamba state per
-   request);
+   ``resolve_max_num_reqs``; on 0.5.23 also the pool configurator's
+   ``finalize_with_max_running_requests``, as its ``_resolve_memory_pool_config`` does), with no
+   pool allocated: the free GPU memory before and after the weights are the plan's figures
+   (``device`` in the request: ``free_before_weights`` and ``weights``, bytes per rank), the
+   world group one process, the parallel widths what SGLang itself stamps or derives (attention
+   TP = ``--tp-size`` on 0.5.19, ``initialize_model_parallel``'s stamp; on 0.5.23 what
+   ``runtime_context.publish`` derives from the resolved arguments). One function per shape of
+   the configurator (``_configurator_shape``, read off its fields): 0.5.19's is built without
+   its constructor, with the fields its methods read; 0.5.23's through its own constructor,
+   with what ``ModelRunner.init_kv_cache_configurator`` hands it, each from SGLang's function
+   for it. Answers the device pool's tokens (``max_total_num_tokens``), the mamba slots, the
+   running-request cap and the pools' bytes (tokens x the pool configurator's bytes per token;
+   (slots + 1) x the mamba state per request);
 5. **host pools** (HiCache on): ``srt/mem_cache/pool_host/mha.py: MHATokenToKVPoolHost`` (and
-   ``pool_host/mamba.py: MambaPoolHost``) built over CPU views of the device pools stage 4 sized,
-   their allocation answered by a zero-stride view (nothing of their size is mapped) and their
-   host-memory check run unchanged against this host's free memory (psutil), split over the
+   ``pool_host/mamba.py: MambaPoolHost``) built over CPU views of the device pools stage 4 sized
+   (0.5.19: the pools themselves, as namespaces; 0.5.23: their buffer descriptions,
+   ``device_pool_info.MHABufferInfo`` and ``MambaStateBufferInfo``, over ``meta``-device
+   tensors), with ``--hicache-size`` split over the device pools' bytes as
+   ``hybrid_pool_assembler._split_hicache_size`` splits it; their allocation answered by a
+   zero-stride view (nothing of their size is mapped) and their host-memory check run unchanged
+   against this host's free memory (psutil; 0.5.23 bounds it by the cgroup too), split over the
    ranks of the box (``ranks_per_host``, which reads the world group, answered ``tp x pp /
    nnodes``), or against ``device["host_budget"]`` bytes when the request gives the described
    host's figure (the tests and a GPU machine that is not the target box).
@@ -32,7 +42,13 @@ the stages SGLang's ``launch_server`` runs first, and stops at the first refusal
 Stages 4 and 5 run only when the request carries ``device`` (`up`'s check and native ``serve``
 take it from the plan; ``serve --spec`` from the figures the plan recorded in the launch spec,
 ``LaunchSpec.preflight``, host budget included; a spec written before they were recorded runs
-stages 1-3 and says the other two are skipped). No weights, no NCCL, no CUDA allocation.
+stages 1-3 and says the other two are skipped), and only where they can stand in for SGLang's
+own (``sizing_unsupported``: a configurator shape neither function builds, or ``--pp-size`` > 1,
+is said and skipped). What they replace in SGLang's modules for the call (the free-memory and
+world-group readings, the host pools' allocation and host-memory reading) is put back, and so
+is the process environment SGLang's argument resolution writes (``sglang_side``), so several
+argvs in one process (``run_many``) each see SGLang's own. No weights, no NCCL, no CUDA
+allocation.
 
 Two halves in one file: ``main()`` is the SGLang side (it imports only the standard library and
 ``sglang``, since SGLang's interpreter has no escha_deploy); ``run()`` is the escha-deploy side,
@@ -134,43 +150,85 @@ def _flags_read(exc: BaseException, message: str, dest_flag: dict[str, str], arg
     return list(dict.fromkeys(named))
 
 
-def sizing_unsupported(sa: Any) -> str | None:
-    """Why the sizing stages cannot stand in for SGLang's own on ``sa`` (the resolved
-    ``ServerArgs``), or None. They build SGLang 0.5.19's ``KVCacheConfigurator`` without its
-    constructor (``_kv_configurator``), so they need that release's shape of it: the
-    ``ps`` field and ``ParallelContext.stamp_derived_widths`` (0.5.23 derives the widths in
-    ``publish`` and gives the configurator other fields); and one pipeline stage, since the
-    stand-in has no pipeline-parallel group (``_apply_token_constraints`` reads it when
-    ``--pp-size`` > 1). A stage that cannot run is said and skipped, never reported as SGLang's
-    refusal."""
+def _configurator_shape() -> str | None:
+    """Which shape of ``srt/mem_cache/kv_cache_configurator.py: KVCacheConfigurator`` this
+    SGLang has, read off the dataclass's fields (and the parallel context's methods), not its
+    version string: ``"ps"`` (SGLang 0.5.19: a ``ps`` field holding the parallel widths, which
+    ``ParallelContext.stamp_derived_widths`` stamps), ``"fields"`` (SGLang 0.5.23: ``pp_size``,
+    ``attn_dp_size``, ``pp_group``, ``server_args``, ``spec_aux_config`` ... as fields, the
+    widths derived by ``runtime_context.publish``), or None for a shape no stage-4 function
+    here builds."""
     import dataclasses
 
     from sglang.srt.mem_cache import kv_cache_configurator as kcc
     from sglang.srt.runtime_context import get_parallel
 
+    cls = kcc.KVCacheConfigurator
+    names = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set(
+        getattr(cls, "__annotations__", {}))
+    if "ps" in names and hasattr(get_parallel(), "stamp_derived_widths"):
+        return "ps"
+    if {"pp_size", "attn_dp_size", "pp_group", "server_args", "spec_aux_config", "layer_info"} <= names:
+        return "fields"
+    return None
+
+
+def sizing_unsupported(sa: Any) -> str | None:
+    """Why the sizing stages cannot stand in for SGLang's own on ``sa`` (the resolved
+    ``ServerArgs``), or None. They build SGLang's ``KVCacheConfigurator`` for the model without
+    loading it, one function per release shape (``_configurator_shape``: 0.5.19's, with its
+    ``ps`` field, and 0.5.23's, with the widths as fields and derived in ``publish``); another
+    shape is not run. And one pipeline stage: the stand-ins have no pipeline-parallel group,
+    and with ``--pp-size`` > 1 SGLang's sizing needs one (``_apply_token_constraints``
+    all-reduces the token count over it; 0.5.23's ``_handle_max_mamba_cache`` charges the
+    largest stage's share of the mamba layers, and the host pools' ``sync_fixed_hicache_size``
+    takes the MIN over the PP group). A stage that cannot run is said and skipped, never
+    reported as SGLang's refusal."""
     if int(getattr(sa, "pp_size", 1) or 1) > 1:
         return f"--pp-size {sa.pp_size}: the stand-in configurator has no pipeline-parallel group"
-    names = {f.name for f in dataclasses.fields(kcc.KVCacheConfigurator)} if dataclasses.is_dataclass(
-        kcc.KVCacheConfigurator) else set(getattr(kcc.KVCacheConfigurator, "__annotations__", {}))
-    if "ps" not in names or not hasattr(get_parallel(), "stamp_derived_widths"):
-        return "this SGLang's KVCacheConfigurator is not the shape the stand-in builds (SGLang 0.5.19's)"
+    if _configurator_shape() is None:
+        return ("this SGLang's KVCacheConfigurator is not a shape the stand-in builds "
+                "(SGLang 0.5.19's or 0.5.23's)")
     return None
 
 
 def _kv_configurator(sa: Any, mc: Any, device: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """Stage 4 (module docstring): SGLang's ``KVCacheConfigurator`` sizing on the resolved and
     published ``sa`` and the model config ``mc``, with ``device``'s figures (bytes per rank) as
-    the free GPU memory before and after the weights. The configurator is made without its
-    constructor (which takes the loaded model), with the fields these methods read; its
-    module's two readings of the live process (free GPU memory, the world group) answer the
-    plan's figure and one process for the call, and are put back. Returns the configurator and
-    the answers."""
+    the free GPU memory before and after the weights; the function for this SGLang's shape
+    (``_configurator_shape``). Returns the configurator and the answers (``_sized``)."""
+    if _configurator_shape() == "fields":
+        return _kv_configurator_fields(sa, mc, device)
+    return _kv_configurator_ps(sa, mc, device)
+
+
+def _sized(kvc: Any, budget: int, tokens: int, reqs: int, slots: int) -> dict[str, Any]:
+    """Stage 4's answers from SGLang's sizing: the KV budget (bytes), the device pool's tokens,
+    the running-request cap, the pool configurator's bytes per token
+    (``pool_configurator.create_memory_pool_configurator(kvc)._cell_size``), the KV pool's bytes
+    (tokens x that), the mamba slots and their pool's bytes ((slots + 1) x the model's
+    ``mamba_cache_per_req``, the pool's padding slot included)."""
+    from sglang.srt.model_executor.pool_configurator import create_memory_pool_configurator
+
+    cell = int(getattr(create_memory_pool_configurator(kvc), "_cell_size", 0) or 0)
+    per_req = int(kvc.mambaish_config.mamba2_cache_params.mamba_cache_per_req) if slots else 0
+    return {"kv_budget_bytes": int(budget), "max_total_num_tokens": int(tokens), "max_running_requests": int(reqs),
+            "kv_bytes_per_token": cell, "kv_pool_bytes": int(tokens) * cell, "mamba_slots": int(slots),
+            "mamba_pool_bytes": (slots + 1) * per_req if slots else 0}
+
+
+def _kv_configurator_ps(sa: Any, mc: Any, device: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Stage 4 on the ``ps`` shape (SGLang 0.5.19): the configurator is made without its constructor
+    (which takes the loaded model), with the fields these methods read (``ps``: the widths);
+    the widths ``initialize_model_parallel`` stamps are stamped
+    (``ParallelContext.stamp_derived_widths``); its module's two readings of the live process
+    (``get_available_gpu_memory``, ``get_world_group``) answer the plan's figure and one
+    process for the call, and are put back."""
     import types
 
     import torch  # noqa: F401  (SGLang's pool code expects torch imported first)
     from sglang.srt.mem_cache import kv_cache_configurator as kcc
     from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype
-    from sglang.srt.model_executor.pool_configurator import create_memory_pool_configurator
     from sglang.srt.runtime_context import get_parallel, get_schedule, publish
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
@@ -203,17 +261,88 @@ def _kv_configurator(sa: Any, mc: Any, device: dict[str, Any]) -> tuple[Any, dic
         reqs = kvc.resolve_max_num_reqs(config.max_total_num_tokens)
     finally:
         kcc.get_available_gpu_memory, kcc.get_world_group = saved
-    tokens = int(config.max_total_num_tokens)
-    cell = int(getattr(create_memory_pool_configurator(kvc), "_cell_size", 0) or 0)
-    per_req = int(kvc.mambaish_config.mamba2_cache_params.mamba_cache_per_req) if slots else 0
-    return kvc, {"kv_budget_bytes": int(budget), "max_total_num_tokens": tokens, "max_running_requests": int(reqs),
-                 "kv_bytes_per_token": cell, "kv_pool_bytes": tokens * cell, "mamba_slots": slots,
-                 "mamba_pool_bytes": (slots + 1) * per_req if slots else 0}
+    return kvc, _sized(kvc, budget, config.max_total_num_tokens, reqs, slots)
+
+
+def _kv_configurator_fields(sa: Any, mc: Any, device: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Stage 4 on the ``fields`` shape (SGLang 0.5.23). The configurator is built with its own constructor
+    (a keyword dataclass; ``__post_init__`` runs) from what ``ModelRunner`` hands it
+    (``model_runner.py: ModelRunner.init_kv_cache_configurator``), each from SGLang's own
+    function where one exists: ``layer_setup.resolve_layer_indices``,
+    ``kv_cache_dtype.configure_kv_cache_dtype`` (as ``ModelRunner.configure_kv_cache_dtype``
+    calls it), ``load_model_utils.resolve_sliding_window_size``,
+    ``spec_aux_hidden_state.resolve_spec_aux_hidden_state_config``,
+    ``kv_pool_runtime.is_post_capture_kv_active``; the model itself None (the sizing reads it
+    only where those functions fall back to the config), the pools it would reuse None (a
+    target worker's first sizing). The parallel widths are what ``publish`` derives from the
+    resolved arguments (``runtime_context.parallel_widths_of``), the PP width one.
+
+    Then ``_resolve_memory_pool_config``'s steps (``_profile_available_bytes``,
+    ``config_from_budget``, ``resolve_max_num_reqs``, the pool configurator's
+    ``finalize_with_max_running_requests``), with the live process's two readings stood in for
+    the call: the module's ``get_available_gpu_memory`` answers the plan's free memory after
+    the weights, and the WORLD group (``get_parallel().world_group``, whose CPU group the
+    free-memory reading would MIN-reduce over) a scoped ``ParallelContext.override`` of one
+    process; both are put back."""
+    import types
+
+    import torch  # noqa: F401  (SGLang's pool code expects torch imported first)
+    from sglang.srt.mem_cache import kv_cache_configurator as kcc
+    from sglang.srt.mem_cache import kv_cache_dtype
+    from sglang.srt.model_executor.model_runner_components.kv_pool_runtime import is_post_capture_kv_active
+    from sglang.srt.model_executor.model_runner_components.layer_setup import resolve_layer_indices
+    from sglang.srt.model_executor.model_runner_components.load_model_utils import resolve_sliding_window_size
+    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
+        resolve_spec_aux_hidden_state_config,
+    )
+    from sglang.srt.model_executor.pool_configurator import create_memory_pool_configurator
+    from sglang.srt.configs.model_config import AttentionArch
+    from sglang.srt.runtime_context import get_model, get_parallel, get_schedule, get_spec, publish
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    publish(sa, role="scheduler")  # what the scheduler process does with the resolved arguments
+    spec = SpeculativeAlgorithm.from_string(get_spec().speculative_algorithm)
+    kv_str, kv_dtype = kv_cache_dtype.configure_kv_cache_dtype(
+        server_args_kv_cache_dtype=get_model().kv_cache_dtype, model=None, model_dtype=mc.dtype,
+        is_draft_worker=False, is_dflash=spec.is_dflash_family(), speculative_draft_attention_backend=None,
+        speculative_draft_kv_cache_dtype=get_spec().speculative_draft_kv_cache_dtype)
+    kvc = kcc.KVCacheConfigurator(
+        device="cuda", gpu_id=0, attn_dp_size=get_parallel().attn_dp_size, pp_size=1, pp_group=None, model=None,
+        model_config=mc, server_args=sa, kv_cache_dtype=kv_dtype,
+        kv_cache_dtype_str=kv_str if kv_str is not None else get_model().kv_cache_dtype, model_dtype=mc.dtype,
+        page_size=get_schedule().page_size, sliding_window_size=resolve_sliding_window_size(None, mc),
+        spec_algorithm=spec, is_draft_worker=False,
+        post_capture_kv_active=is_post_capture_kv_active(server_args=sa, is_draft_worker=False, spec_algorithm=spec,
+                                                         token_to_kv_pool_allocator=None),
+        spec_aux_config=resolve_spec_aux_hidden_state_config(server_args=sa, model_config=mc, spec_algorithm=spec,
+                                                             is_draft_worker=False),
+        is_hybrid_swa=mc.is_hybrid_swa, is_hybrid_swa_compress=mc.is_hybrid_swa_compress,
+        use_mla_backend=mc.attention_arch == AttentionArch.MLA,
+        layer_info=resolve_layer_indices(model=None, model_config=mc, is_draft_worker=False, draft_model_idx=None),
+        forward_stream=None, req_to_token_pool=None, token_to_kv_pool_allocator=None, memory_pool_config=None,
+        draft_model_idx=None)
+    pre = int(device["free_before_weights"])
+    after = pre - int(device["weights"])
+    saved = kcc.get_available_gpu_memory
+    kcc.get_available_gpu_memory = lambda *a, **k: after / (1 << 30)
+    try:
+        with get_parallel().override(world_group=types.SimpleNamespace(world_size=1, cpu_group=None)):
+            budget = kvc._profile_available_bytes(pre / (1 << 30))  # noqa: SLF001
+            config = kvc.config_from_budget(budget)
+            config.max_running_requests = kvc.resolve_max_num_reqs(config.max_total_num_tokens)
+            config = create_memory_pool_configurator(kvc).finalize_with_max_running_requests(config)
+            slots = int(get_schedule().max_mamba_cache_size or 0) if kvc.mambaish_config is not None else 0
+    finally:
+        kcc.get_available_gpu_memory = saved
+    return kvc, _sized(kvc, budget, config.max_total_num_tokens, config.max_running_requests, slots)
 
 
 def _host_pools(sa: Any, kvc: Any, kv: dict[str, Any], device: dict[str, Any]) -> dict[str, Any]:
     """Stage 5 (module docstring): SGLang's host pool classes over CPU views of the device pools
-    stage 4 sized; their allocation a zero-stride view, their host-memory check SGLang's own."""
+    stage 4 sized; their allocation a zero-stride view, their host-memory check SGLang's own.
+    The pools' constructors differ by release (0.5.19: over the device pool; 0.5.23: over its
+    buffer description, ``device_pool_info.MHABufferInfo``), told apart by the constructor's
+    parameters (``_host_pools_sized``)."""
     import torch
     from sglang.srt.mem_cache.pool_host import base, common, mamba, mha
 
@@ -222,15 +351,17 @@ def _host_pools(sa: Any, kvc: Any, kv: dict[str, Any], device: dict[str, Any]) -
 
     ranks = max(int(sa.tp_size) * int(getattr(sa, "pp_size", 1) or 1) // max(int(getattr(sa, "nnodes", 1) or 1), 1), 1)
     # What this stage replaces in SGLang's modules, put back when it ends (as stage 4 puts back
-    # its two readings), so a later argv in the same process (run_many) sees SGLang's own.
+    # its readings), so a later argv in the same process (run_many) sees SGLang's own.
     stand_ins: list[tuple[Any, str, Any]] = [
         (base, "ranks_per_host", lambda: ranks),  # the world group it reads: tp x pp ranks over nnodes
-        *((cls, "_init_write_back_staging_buffers", lambda self: None)  # device-side staging: not sizing
+        *((cls, "_init_write_back_staging_buffers", lambda self, *a, **k: None)  # device-side staging: not sizing
           for cls in (mha.MHATokenToKVPoolHost, mamba.MambaPoolHost)),
         (common.ALLOC_MEMORY_FUNCS, "default_factory", lambda: no_allocation)]
     if device.get("host_budget") is not None:
         budget = int(device["host_budget"])
-        stand_ins += [(mod, "host_memory_budget_bytes", lambda: budget // ranks)
+        # 0.5.23 passes the bytes it requests (booked only inside an auto-size scope); unscoped,
+        # each pool reads the box's figure again, as 0.5.19 does
+        stand_ins += [(mod, "host_memory_budget_bytes", lambda *a, **k: budget // ranks)
                       for mod in (base, mha, mamba) if hasattr(mod, "host_memory_budget_bytes")]
     saved = [(obj, name, obj.__dict__.get(name, _ABSENT) if isinstance(obj, type) else getattr(obj, name))
              for obj, name, _ in stand_ins]
@@ -254,12 +385,17 @@ _ABSENT = object()
 
 def _host_pools_sized(sa: Any, kvc: Any, kv: dict[str, Any], *, modules: tuple[Any, Any]) -> dict[str, Any]:
     """Stage 5's sizing, with ``_host_pools``'s stand-ins in place: SGLang's host pool classes
-    (``modules``: its ``pool_host.mha`` and ``pool_host.mamba``) over CPU views of the pools stage 4 sized."""
+    (``modules``: its ``pool_host.mha`` and ``pool_host.mamba``) over CPU views of the pools
+    stage 4 sized; 0.5.23's constructors (a ``buffer_info`` parameter) go to
+    ``_host_pools_sized_buffer_info``."""
+    import inspect
     import types
 
     import torch
 
     mha, mamba = modules
+    if "buffer_info" in inspect.signature(mha.MHATokenToKVPoolHost.__init__).parameters:
+        return _host_pools_sized_buffer_info(sa, kvc, kv, modules=modules)
     mc = kvc.model_config
     dtype = kvc.kv_cache_dtype
     store = torch.uint8 if dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else dtype
@@ -267,7 +403,9 @@ def _host_pools_sized(sa: Any, kvc: Any, kv: dict[str, Any], *, modules: tuple[A
     layers = len(m.full_attention_layer_ids) if m is not None else mc.num_hidden_layers
     heads, head_dim = mc.get_num_kv_heads(sa.tp_size), mc.head_dim
     page = int(sa.page_size or 1)
-    kv_dev = kv["kv_pool_bytes"]
+    # the device pool's bytes as its get_kv_size_bytes counts them: size + page_size rows
+    # (memory_pool.py: MHATokenToKVPool._kv_buffer_shapes), what --hicache-size is split by
+    kv_dev = (kv["max_total_num_tokens"] + page) * kv["kv_bytes_per_token"]
     device_kv = types.SimpleNamespace(
         store_dtype=store, dtype=dtype, size=kv["max_total_num_tokens"], start_layer=0, end_layer=layers,
         layer_num=layers, head_num=heads, head_dim=head_dim, v_head_dim=head_dim, page_size=page, device="cpu",
@@ -298,11 +436,98 @@ def _host_pools_sized(sa: Any, kvc: Any, kv: dict[str, Any], *, modules: tuple[A
     return out
 
 
+def _host_pools_sized_buffer_info(sa: Any, kvc: Any, kv: dict[str, Any], *, modules: tuple[Any, Any]) -> dict[str, Any]:
+    """Stage 5 on host pools built over buffer descriptions (SGLang 0.5.23), built as
+    ``hybrid_cache/hybrid_pool_assembler.py`` builds them (``build_kv_host_pool``,
+    ``build_mamba_host_pool``, the ``--hicache-size`` split of ``build_hybrid_mamba_stack``:
+    ``_split_hicache_size`` over the device pools' ``get_kv_size_bytes``) from the device
+    pools' buffer descriptions (``device_pool_info.MHABufferInfo``,
+    ``MambaStateBufferInfo``). The device buffers are tensors on the ``meta`` device with the
+    shapes the device pools allocate (``memory_pool.py``: ``MHATokenToKVPool._kv_buffer_shapes``,
+    ``(size + page_size, heads, head_dim)`` per full-attention layer; ``MambaPool``'s
+    ``(layers, slots + 1, ...)`` state): their shape and dtype, no storage; their bytes are
+    counted by SGLang's own ``MHATokenToKVPool.get_kv_size_bytes`` and
+    ``MambaPool.State.mem_usage_bytes``. The hybrid mamba layout rule (``page_first_kv_split``
+    -> ``page_first_direct``) is ``build_hybrid_mamba_stack``'s."""
+    import types
+
+    import torch
+    from sglang.srt.mem_cache import memory_pool
+    from sglang.srt.mem_cache.device_pool_info import KVBufferLayout, KVBuffers, MambaStateBufferInfo, MHABufferInfo
+    from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import _split_hicache_size
+    from sglang.srt.runtime_context import get_parallel
+
+    mha, mamba = modules
+    meta = torch.device("meta")
+    mc = kvc.model_config
+    dtype = kvc.kv_cache_dtype
+    store = torch.uint8 if dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else dtype
+    m = kvc.mambaish_config
+    layers = len(m.full_attention_layer_ids) if m is not None else mc.num_hidden_layers
+    heads = mc.get_num_kv_heads(get_parallel().attn_tp_size)
+    head_dim = mc.head_dim
+    page = int(sa.page_size or 1)
+    tokens = int(kv["max_total_num_tokens"])
+    k = tuple(torch.empty((tokens + page, heads, head_dim), dtype=store, device=meta) for _ in range(layers))
+    v = tuple(torch.empty((tokens + page, heads, head_dim), dtype=store, device=meta) for _ in range(layers))
+    info = MHABufferInfo(
+        buffers=KVBuffers(k=k, v=v, k_data_ptrs=torch.zeros(layers, dtype=torch.uint64, device=meta),
+                          v_data_ptrs=torch.zeros(layers, dtype=torch.uint64, device=meta), layout=KVBufferLayout.NHD),
+        page_size=page, head_num=heads, head_dim=head_dim, v_head_dim=head_dim, dtype=store, device=meta)
+    device_kv = types.SimpleNamespace(k_buffer=list(k), v_buffer=list(v), host_capacity_bytes=None)
+    device_kv.get_kv_size_bytes = lambda: memory_pool.MHATokenToKVPool.get_kv_size_bytes(device_kv)
+    ratio, size_gb = float(sa.hicache_ratio or 0), int(sa.hicache_size or 0)
+    layout = sa.hicache_mem_layout
+    kv_size: float = size_gb
+    mamba_size: float = 0
+    mamba_info = None
+    if m is not None and kv["mamba_slots"]:
+        p = m.mamba2_cache_params
+        slots = kv["mamba_slots"] + 1
+        state = memory_pool.MambaPool.State(
+            conv=[torch.empty((len(p.layers), slots, *c), dtype=p.dtype.conv, device=meta) for c in p.shape.conv],
+            temporal=torch.empty((len(p.layers), slots, *p.shape.temporal), dtype=p.dtype.temporal, device=meta))
+        mamba_info = MambaStateBufferInfo(temporal=state.temporal, conv=tuple(state.conv))
+        if size_gb:
+            device_mamba = types.SimpleNamespace(host_capacity_bytes=None, get_kv_size_bytes=state.mem_usage_bytes)
+            kv_size, mamba_size = _split_hicache_size(size_gb, (device_kv, device_mamba))
+    host = mha.get_mha_host_pool_cls(info)(
+        info, ratio, kv_size, page, layout, pin_memory=False, device="cpu", device_capacity_tokens=tokens,
+        start_layer=0, end_layer=layers)
+    out = {"host_kv_tokens": int(host.size), "host_kv_bytes": int(host.size * host.size_per_token)}
+    if mamba_info is not None:
+        hm = mamba.MambaPoolHost(mamba_info, ratio, mamba_size, device_capacity=int(kv["mamba_slots"]),
+                                 pin_memory=False, device="cpu",
+                                 layout="page_first_direct" if layout == "page_first_kv_split" else layout)
+        out.update(host_mamba_slots=int(hm.size), host_mamba_bytes=int(hm.size * hm.size_per_token))
+    return out
+
+
 def sglang_side(argv: list[str], device: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the stages on ``argv`` (the flags after ``-m sglang.launch_server``) in this process;
     the sizing stages when ``device`` gives the plan's figures (module docstring). Returns the
     answer: ``ok``, ``stage`` reached, ``answers`` (what SGLang resolved and sized) or the
-    refusal (``type``, ``message``, ``site``, ``flags``), ``seconds`` per part."""
+    refusal (``type``, ``message``, ``site``, ``flags``), ``seconds`` per part.
+
+    The process environment is put back as it was when the stages end: SGLang's argument
+    resolution writes it (``srt/arg_groups/serving_hook.py: handle_environment_variables``
+    sets ``SGLANG_MAMBA_SSM_DTYPE`` from ``--mamba-ssm-dtype``, ...), and the sizing reads it
+    (``srt/configs/mamba_utils.py: mamba2_state_dtype``: that variable before config.json),
+    so a later argv in the same process (``run_many``) would otherwise size its mamba state in
+    an earlier argv's dtype. One server is one argv, as in ``serve``."""
+    environ = dict(os.environ)
+    try:
+        return _sglang_side(argv, device)
+    finally:
+        for name in set(os.environ) - set(environ):
+            del os.environ[name]
+        for name, value in environ.items():
+            if os.environ.get(name) != value:
+                os.environ[name] = value
+
+
+def _sglang_side(argv: list[str], device: dict[str, Any] | None) -> dict[str, Any]:
+    """``sglang_side``'s stages, in the environment it puts back."""
     import argparse
     import contextlib
     import io

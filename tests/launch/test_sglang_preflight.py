@@ -1,9 +1,10 @@
-"""SGLang's own pre-flight (escha_deploy/launch/sglang_preflight.py) against the real SGLang 0.5.19
-wheel: it accepts what the shipped profiles render and refuses, at each stage, what SGLang's own
-code refuses, with SGLang's message and file:function; native `serve` refuses before the server
-starts and names the profile key.
+"""SGLang's own pre-flight (escha_deploy/launch/sglang_preflight.py) against the real SGLang
+wheels: it accepts what the shipped profiles render and refuses, at each stage, what SGLang's own
+code refuses, with SGLang's message and file:function; its sizing stages, on 0.5.19 and 0.5.23
+(each release's own configurator and host pools), land on the figures ``plan`` computes for that
+release; native `serve` refuses before the server starts and names the profile key.
 
-Runs in the flag-catalog venv (.ci/check-flag-catalog.sh: sglang 0.5.19 --no-deps, CPU torch
+Runs in the flag-catalog venvs (.ci/check-flag-catalog.sh [VERSION]: sglang --no-deps, CPU torch
 2.13, the import chain) with the test-only site hook in tests/launch/preflight_cpu_site (the
 oracle's stand-ins for the GPU: platform plugin, torchvision, platform facts; named there).
 """
@@ -181,16 +182,72 @@ def test_keys_come_from_the_profile_metadata_and_extra_args():
 
 VENV_0523 = ROOT / ".cache" / "flagcat-venv-0.5.23" / "bin" / "python"
 
+#: The plan's figures the sizing stages answer, as ``plan --format json``'s ``per_rank`` names
+#: them, by the pre-flight's answer key (bytes, tokens, slots per rank)
+PLAN_KEYS = {"max_total_num_tokens": "device_kv_tokens", "kv_bytes_per_token": "device_kv_bytes_per_token",
+             "mamba_slots": "device_mamba_slots", "mamba_pool_bytes": "device_mamba_bytes",
+             "host_kv_tokens": "host_kv_tokens", "host_kv_bytes": "host_kv_bytes",
+             "host_mamba_slots": "host_mamba_slots", "host_mamba_bytes": "host_mamba_bytes"}
 
-def test_sizing_stages_on_another_release_are_skipped_not_refused(cli, tmp_path):
-    """SGLang 0.5.23's KVCacheConfigurator has other fields than 0.5.19's (no ``ps``; widths
-    derived in ``publish``): the sizing stages, which build 0.5.19's, say they did not run on it
-    and the pre-flight passes on what 0.5.23 itself answered, instead of an AttributeError of the
-    stand-in reported as SGLang's refusal at the KV cache configurator."""
-    if not VENV_0523.exists():
-        pytest.fail(f"no flag-catalog venv at {VENV_0523} (.ci/check-flag-catalog.sh 0.5.23 makes it)")
-    name = "rtx5060ti-tp2-fp8"
-    argv, dev = rendered(cli, name, model_folder(tmp_path, name), "runtime.sglang_version=0.5.23")
-    r = pf.run(str(VENV_0523), argv, site_env(), device=dev)
-    assert r.ok is True and r.stage == "attention backend", r
-    assert "KVCacheConfigurator is not the shape" in r.skipped, r
+
+#: Per release: its flag-catalog venv and its host-pool refusal's site (0.5.23 moved the check
+#: into ``HostKVCache._allocate_host_buffer``)
+RELEASE_SIZING = {"0.5.19": (VENV_PY, HOST_REFUSAL),
+                  "0.5.23": (VENV_0523, (*HOST_REFUSAL[:3], "srt/mem_cache/pool_host/base.py:_allocate_host_buffer",
+                                         HOST_REFUSAL[4]))}
+
+
+@pytest.mark.parametrize("release", sorted(RELEASE_SIZING))
+def test_sizing_stages_give_the_plans_figures_and_the_releases_refusals(cli, tmp_path, capsys, release):
+    """Each release's own KV cache configurator (0.5.19's shape, with ``ps``; 0.5.23's, the
+    widths as fields: ``_kv_configurator_fields``) and host pools (0.5.23: built over buffer
+    descriptions) size the shipped profiles' pools at exactly the figures ``plan`` computes
+    for ``runtime.sglang_version=RELEASE`` (device tokens, mamba slots and bytes, host KV and
+    mamba pools, the ``--hicache-size`` split over the device pools' bytes included); the argvs
+    run in one process, so the mamba state's dtype an earlier argv's ``--mamba-ssm-dtype``
+    wrote to the environment must not reach a later one. Too little memory for the KV pool,
+    or more host pool than the box has, is refused with that release's message and site;
+    ``--pp-size 2`` is skipped."""
+    python, host_refusal = RELEASE_SIZING[release]
+    if not python.exists():
+        pytest.fail(f"no flag-catalog venv at {python} (.ci/check-flag-catalog.sh {release} makes it)")
+    l3 = tmp_path / "l3"
+    l3.mkdir()
+    version = f"runtime.sglang_version={release}"
+    sets = {"rtx5060ti-tp2-fp8": (version,),
+            "linux-tp2-l3": (version, f"hicache.storage_dir={l3}", "hicache.storage_max_size=1GB")}  # fits the CI disk
+    cases: dict[str, list[str]] = {}
+    devices: dict[str, dict[str, int]] = {}
+    planned: dict[str, dict] = {}
+    for name, overrides in sets.items():
+        model = model_folder(tmp_path, name)
+        cases[name], devices[name] = rendered(cli, name, model, *overrides)
+        out = cli("plan", "-p", name, "--set", f"model.host_dir={model}", *[a for s in overrides for a in ("--set", s)],
+                  "--host-ram", "1TiB", "--linux", "-f", "json")
+        planned[name] = json.loads(out.out)
+        assert planned[name]["sglang_release"] == release, planned[name]["sglang_release"]
+    base, dev = cases["rtx5060ti-tp2-fp8"], devices["rtx5060ti-tp2-fp8"]
+    cases["kv"] = [a if a != base[base.index("--mem-fraction-static") + 1] else "0.3" for a in base]
+    cases["host pools"] = [*base, "--hicache-size", "100000"]  # 100 TB per rank: more than the budget
+    cases["pp"] = [*base, "--pp-size", "2"]
+    for case in cases:
+        devices.setdefault(case, dev)
+    results = dict(zip(cases, pf.run_many(str(python), list(cases.values()), site_env(),
+                                          devices=[devices[c] for c in cases])))
+    for name in sets:
+        r, per_rank = results[name], planned[name]["per_rank"]
+        assert r.ok is True and r.stage == "host pools" and not r.skipped, (name, r)
+        got = {k: r.answers[k] for k in PLAN_KEYS}
+        want = {k: per_rank[v] for k, v in PLAN_KEYS.items()}
+        with capsys.disabled():
+            print(f"\n[sglang {release} sizing] {name}: {got}")
+        assert got == want, (name, got, want)
+        argv = cases[name]
+        assert r.answers["max_running_requests"] == int(argv[argv.index("--max-running-requests") + 1]), r.answers
+        assert r.answers["kv_pool_bytes"] == r.answers["max_total_num_tokens"] * r.answers["kv_bytes_per_token"]
+    for case, (stage, typ, message, site, flag) in {"kv": KV_REFUSAL, "host pools": host_refusal}.items():
+        r = results[case]
+        assert (r.ok, r.stage, r.type, r.site) == (False, stage, typ, site), (case, r)
+        assert message in r.message and flag in r.flags, (case, r)
+    pp = results["pp"]
+    assert (pp.ok, pp.stage) == (True, "attention backend") and "--pp-size 2" in pp.skipped, pp
