@@ -36,8 +36,9 @@ What answers for the GPU (stand-ins, named as such; nothing else of SGLang is re
 Exit codes: 0 every case ran (refusals are results, not failures); 1 a harness failure (a
 TypeError or AttributeError raised by a call the harness made or by one of its stand-ins: the
 harness does not fit the release, named with the case); 2 bad usage or the installed sglang has
-no adapter (``ADAPTERS``: 0.5.19 everything; 0.5.23 resolution and memory defaults, not the
-device or host pools, each case's ``cannot`` says so).
+no adapter (``ADAPTERS``: 0.5.19 everything; 0.5.23 resolution, memory defaults and the
+device-pool sizing, which goes through the pre-flight's function for 0.5.23's configurator shape,
+not the host pools, each case's ``cannot`` says so).
 """
 
 from __future__ import annotations
@@ -69,8 +70,7 @@ ADAPTERS: dict[str, dict[str, Any]] = {
     "0.5.19": {"gpu_mem": "argument", "device": True, "pools": True},
     "0.5.23": {
         "gpu_mem": "get_device_memory_capacity",
-        "device": "not adapted: ParallelContext.stamp_derived_widths is gone (runtime_context.py derives the "
-                  "widths at publish)",
+        "device": True,
         "pools": "not adapted: MHATokenToKVPoolHost takes an MHABufferInfo and the keyword-only "
                  "device_capacity_tokens, start_layer, end_layer (mem_cache/pool_host/mha.py)",
     },
@@ -414,9 +414,11 @@ def device_pools(sa: Any, case: dict) -> dict[str, Any]:
     Answered by the test: the free GPU memory before and after the weights load (the plan's
     inputs: VRAM less the CUDA context and WSL2's hidden part, less the weights), the world
     group (one process) and the parallel widths ``initialize_model_parallel`` would stamp
-    (attention TP = ``--tp-size``, no DP/DCP). The configurator object is made without its
-    constructor (which takes the loaded model), with the fields these methods read; no pool is
-    allocated. Returns ``kv_tokens``, ``mamba_slots``, ``max_running_requests``, or the
+    (attention TP = ``--tp-size``, no DP/DCP; on 0.5.23 those ``runtime_context.publish``
+    derives). On 0.5.19 the configurator object is made without its constructor (which takes
+    the loaded model), with the fields these methods read; on 0.5.23 through its own
+    constructor with what ``ModelRunner`` hands it (the pre-flight's ``_kv_configurator``
+    picks by the configurator's fields); no pool is allocated. Returns ``kv_tokens``, ``mamba_slots``, ``max_running_requests``, or the
     refusal."""
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.runtime_context import override_platform
