@@ -11,9 +11,10 @@ process of that release's flag-catalog venv (``tests/fuzz/sglang_batch.py``: eac
 own card), put to the pre-flight's SGLang half
 (``escha_deploy/launch/sglang_preflight.sglang_side``): ``prepare_server_args`` +
 ``ServerArgs.resolve_once``, ``ModelConfig.from_server_args`` and its attention-backend choice,
-then, on the default release and where the argv has no overlay stand-in (``sizes_as_planned``),
-the KV cache configurator's and the host pools' sizing on the figures the plan gives the
-pre-flight (``launch_spec.preflight_from_plan``).
+then, on every release whose configurator shape the pre-flight builds
+(``sglang_preflight.sizing_unsupported``: SGLang 0.5.19's and 0.5.23's) and where the argv has
+no overlay stand-in (``sizes_as_planned``), the KV cache configurator's and the host pools'
+sizing on the figures the plan gives the pre-flight (``launch_spec.preflight_from_plan``).
 
 Asserted: a case that sets only profile keys and that SGLang refuses, ``plan`` refuses too (every
 miss is printed with its input); SGLang refuses at least 20% of the cases, every strategy
@@ -184,13 +185,14 @@ def release_overrides(profile: str, overrides: tuple[str, ...], release: str) ->
             f"runtime.sglang_version={release}")
 
 
-def sizes_as_planned(release: str, rendered: list[str], argv: list[str]) -> bool:
-    """Whether SGLang's sizing stages run for a case: on the default release (the pre-flight's
-    KV cache stage is written against 0.5.19: 0.5.23's ``runtime_context.ParallelContext`` has
-    no ``stamp_derived_widths`` and its ``KVCacheConfigurator`` no ``ps``), and only where the argv SGLang is shown is the one ``plan`` rendered (no overlay
-    flag replaced by its stock stand-in: stock SGLang sizes a bf16 pool for the overlay's int2
-    one, which is not the pool ``plan`` sizes)."""
-    return release == default_release() and rendered == argv
+def sizes_as_planned(rendered: list[str], argv: list[str]) -> bool:
+    """Whether SGLang's sizing stages are asked for a case, on any release (the pre-flight
+    itself, in that release's process, runs them where it has a function for that SGLang's
+    configurator shape and says it skipped them otherwise: ``sglang_preflight.sizing_unsupported``,
+    counted per release in the printout): only where the argv SGLang is shown is the one
+    ``plan`` rendered (no overlay flag replaced by its stock stand-in: stock SGLang sizes a bf16
+    pool for the overlay's int2 one, which is not the pool ``plan`` sizes)."""
+    return rendered == argv
 
 
 def plan_case(profile: str, overrides: tuple[str, ...], model: Path,
@@ -227,7 +229,7 @@ def plan_case(profile: str, overrides: tuple[str, ...], model: Path,
             reasons = [str(exc).splitlines()[0]]
     rendered = pf.server_flags_of(server_args(result, prof))
     argv = stock_argv(rendered)
-    sizes = sizes_as_planned(release, rendered, argv)
+    sizes = sizes_as_planned(rendered, argv)
     argv[argv.index("--model-path") + 1] = str(model)
     hw = prof.hardware
     card = {"vram_bytes": hw.gpu_vram, "name": "NVIDIA " + hw.gpu_name, "capability": hw.compute_capability or "12.0",
@@ -274,7 +276,8 @@ class SGLangBatch:
         return [pf.PreflightResult(
             ok=bool(d["ok"]), stage=str(d.get("stage", "")), message=str(d.get("message", "")),
             type=str(d.get("type", "")), site=str(d.get("site", "")), flags=list(d.get("flags") or []),
-            answers=dict(d.get("answers") or {}), seconds=dict(d.get("seconds") or {})) for d in got]
+            answers=dict(d.get("answers") or {}), seconds=dict(d.get("seconds") or {}),
+            skipped=str(d.get("skipped") or "")) for d in got]
 
 
 def preflight_only_block(extra_only: Counter, messages: dict) -> str:
@@ -442,6 +445,9 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
                     rule_example.setdefault(rule_of(reasons[0]), f"{case['release']} {case['profile']}: {reasons[0]}")
     n = len(planned)
     sized = [sum(r.seconds.get(k, 0.0) for k in pf.STAGES[3:]) for r in results if pf.STAGES[3] in r.seconds]
+    sized_on = Counter(p[0]["release"] for p, r in zip(planned, results) if pf.STAGES[3] in r.seconds)
+    skipped = Counter((p[0]["release"], r.skipped.split(": ", 1)[-1][:100]) for p, r in zip(planned, results)
+                      if r.skipped)
     with capsys.disabled():
         print(f"\n[fuzz] {len(cases)} cases ({CASES} drawn, seed fixed): {n} to SGLang "
               f"({', '.join(f'{k} on {v}' for v, k in per_release.items())}), "
@@ -458,8 +464,11 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
         never = [k for k in dims if k not in refused_dims]
         drawn = Counter(flag_of(c["extra"]) for c in cases if c["extra"])
         print(f"[fuzz] SGLang's sizing stages (KV cache configurator, host pools) on the plan's figures: {len(sized)} "
-              f"cases reached them ({default_release()}, no overlay stand-in in the argv), {sum(sized):.1f} s in SGLang's process, "
+              f"cases reached them ({', '.join(f'{k} on {v}' for v, k in sorted(sized_on.items()))}; no overlay "
+              f"stand-in in the argv), {sum(sized):.1f} s in SGLang's process, "
               f"{1000 * sum(sized) / max(len(sized), 1):.1f} ms a case")
+        for (release, why), k in skipped.most_common():
+            print(f"[fuzz]   sizing stages skipped on {release}: {why}: {k}")
         print(f"[fuzz] {len(KEYS)} profile keys ({len(NOT_DRAWN)} not drawn: {', '.join(NOT_DRAWN)}), "
               f"{len(folder_values)} model-folder keys, extra_args flags: "
               f"{', '.join(f'{r} {len(extra_flags(r))}' for r in releases)} ({len(drawn)} drawn)")
