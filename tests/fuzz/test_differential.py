@@ -18,8 +18,8 @@ sizing on the figures the plan gives the pre-flight (``launch_spec.preflight_fro
 
 Asserted: a case that sets only profile keys and that SGLang refuses, ``plan`` refuses too (every
 miss is printed with its input); SGLang refuses at least 20% of the cases, every strategy
-dimension among them; ``plan`` refuses at most 15% of what SGLang accepts (the issue's bound is
-10%; each such refusal is counted by the field its reason names); docs/planner.md's "pre-flight only" table (the
+dimension among them; ``plan`` refuses at most 10% of what SGLang accepts (each such refusal
+counted by the field its reason names, with an example, and whether SGLang's sizing stages ran); docs/planner.md's "pre-flight only" table (the
 ``extra_args`` flags SGLang's pre-flight refuses where ``plan`` does not) is this run's; with the
 rule mirroring "HiCache needs the radix cache" removed, the same answers give misses naming the
 case and its input.
@@ -459,7 +459,7 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
               f"({p_refused / max(n, 1):.0%}); plan refused {plan_refuses_accepted} of {accepted} SGLang accepts "
               f"({plan_refuses_accepted / max(accepted, 1):.0%}); profile-key misses: {len(misses)}")
         print(f"[fuzz] bounds: SGLang-refused share {s_refused / max(n, 1):.1%} (at least 20%), plan refuses "
-              f"{plan_refuses_accepted / max(accepted, 1):.1%} of SGLang's accepts (the issue's bound 10%, asserted 15%)")
+              f"{plan_refuses_accepted / max(accepted, 1):.1%} of SGLang's accepts (at most 10%)")
         dims = all_dimensions()
         never = [k for k in dims if k not in refused_dims]
         drawn = Counter(flag_of(c["extra"]) for c in cases if c["extra"])
@@ -491,12 +491,12 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
     # the bounds: a narrow strategy (SGLang refuses little, or only some dimensions) or a
     # blanket refusal (plan refuses much of what SGLang accepts) fails
     assert s_refused >= 0.20 * n, f"SGLang refused only {s_refused} of {n} cases (at least 20%): the strategy is too narrow"
-    # The bound is 10%; this strategy measures 10.9% with SGLang's sizing stages run where
-    # they size the pools plan sizes (12.2% without them): mostly the device budget on the cases
-    # they do not run on (the int2 overlay's stock stand-in, 0.5.23), each refusal by a named rule
-    # (printed above): asserted at 15% until those cases are sized too.
-    assert plan_refuses_accepted <= 0.15 * accepted, (
-        f"plan refused {plan_refuses_accepted} of the {accepted} cases SGLang accepts (at most 15%): {plan_rules.most_common(5)}")
+    # Measured 9.7% (149 of 1,532) with SGLang's sizing stages run on both releases: each refusal
+    # by a named rule (printed above), most of them the device budget where SGLang's sizing did not
+    # run (the int2 overlay's stock stand-in sizes another pool than plan's) or where plan refuses
+    # an explicit max_total_tokens SGLang would silently shrink.
+    assert plan_refuses_accepted <= 0.10 * accepted, (
+        f"plan refused {plan_refuses_accepted} of the {accepted} cases SGLang accepts (at most 10%): {plan_rules.most_common(5)}")
     if CASES == DEFAULT_CASES:
         assert not never, f"strategy dimensions in no SGLang-refused case: {never}"
     if CASES == DEFAULT_CASES:
