@@ -335,3 +335,131 @@ def read_model_dir(path: str | Path) -> ModelDirFacts | None:
 
     sizes = [f.stat().st_size for f in p.glob("*.safetensors") if is_regular_file(f)]
     return ModelDirFacts(path=str(p), arch=arch, safetensors_bytes=sum(sizes) if sizes else None, **context)
+
+
+#: Architectures whose draft SGLang 0.5.19 builds from the model's own MTP layers, with one
+#: draft layer (``srt/configs/model_config.py: ModelConfig._config_draft_model`` sets
+#: ``num_nextn_predict_layers = 1`` for them), and whose MTP tensors are those with ``mtp`` in
+#: their name: the draft loads only those (``srt/models/qwen3_5_mtp.py:
+#: Qwen3_5ForCausalLMMTP.load_weights``, ``srt/models/qwen3_next.py: load_weights(is_mtp=True)``)
+#: and the target skips them.
+MTP_ONE_LAYER_ARCHITECTURES = frozenset({
+    "Qwen3NextForCausalLM", "Qwen3MoeForCausalLM", "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5MoeForConditionalGeneration", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
+})
+#: Largest safetensors header read, in bytes: the format's own cap (safetensors' Rust crate
+#: refuses a header above 100,000,000 bytes, ``MAX_HEADER_SIZE``).
+MAX_SAFETENSORS_HEADER = 100_000_000
+
+
+class DraftFacts(BaseModel):
+    """What a speculative-decoding draft's folder says (``read_draft_dir``): the draft's weight
+    bytes on disk (all ranks) and its layer count as SGLang 0.5.19 reads it for KV sizing.
+
+    ``own_folder``: the draft folder is the model's own (NEXTN/MTP drafting with the model's MTP
+    layers): ``weights_bytes`` is then the MTP tensors' bytes only (``mtp_bytes``), which the
+    target does not load. ``num_layers``: ``spec_aux_hidden_state.py:
+    _resolve_eagle_aux_hidden_state``'s ``eagle_draft_num_layers`` (the draft config's
+    ``num_nextn_predict_layers``, else its ``num_hidden_layers``); ``None`` when config.json
+    names neither. ``*_source``: where each came from, for the plan's lines."""
+
+    model_config = ConfigDict(frozen=True)
+    path: str
+    own_folder: bool = False
+    weights_bytes: int | None = Field(default=None, description="bytes, all ranks")
+    weights_source: str = ""
+    num_layers: int | None = None
+    layers_source: str = ""
+
+
+def draft_num_layers(config: object) -> tuple[int, str] | None:
+    """The draft layer count SGLang 0.5.19 scales the target's KV cell by, read from the
+    draft's config.json, and why: one for the architectures SGLang drafts with one MTP layer
+    (``MTP_ONE_LAYER_ARCHITECTURES``), else ``num_nextn_predict_layers`` of the text config,
+    else its ``num_hidden_layers`` (``spec_aux_hidden_state.py: _resolve_eagle_aux_hidden_state``:
+    ``max(num_hidden_layers, num_attention_layers)``, equal for these models). ``None`` when it
+    names neither. Raises ``ValueError`` as ``arch_from_config`` for a wrong shape or type."""
+    text = _text_config(config)
+    assert isinstance(config, dict)
+    _check_types(text, config)
+    archs = config.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    if arch in MTP_ONE_LAYER_ARCHITECTURES:
+        return 1, f"{arch}: SGLang drafts with 1 MTP layer (model_config.py: ModelConfig._config_draft_model)"
+    nextn = text.get("num_nextn_predict_layers")
+    if nextn is not None:
+        if isinstance(nextn, bool) or not isinstance(nextn, int) or nextn < 0:
+            raise ValueError(f"num_nextn_predict_layers: expected a whole number (got {_json_kind(nextn)})")
+        return nextn, "config.json num_nextn_predict_layers (spec_aux_hidden_state.py: _resolve_eagle_aux_hidden_state)"
+    layers = text.get("num_hidden_layers")
+    if layers is None:
+        return None
+    return layers, "config.json num_hidden_layers (spec_aux_hidden_state.py: _resolve_eagle_aux_hidden_state)"
+
+
+def safetensors_tensor_bytes(path: str | Path, contains: str) -> int:
+    """Bytes of the tensors of one safetensors file whose name contains ``contains``, from its
+    header alone (the format: an 8-byte little-endian header length, then a JSON object of
+    ``name: {dtype, shape, data_offsets: [begin, end]}``). Raises ``BadInput`` naming the file
+    for a header that is not that shape or is larger than ``MAX_SAFETENSORS_HEADER``."""
+    from .errors import BadInput
+    from .jsonio import loads_json
+
+    p = Path(path)
+    with open(p, "rb") as fh:
+        head = fh.read(8)
+        size = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if not 0 < size <= MAX_SAFETENSORS_HEADER:
+            raise BadInput(f"{p}: not a safetensors file (header length {size})")
+        raw = fh.read(size)
+    header = loads_json(raw, p, "a safetensors header")
+    if not isinstance(header, dict):
+        raise BadInput(f"{p}: a safetensors header must be a JSON object")
+    total = 0
+    for name, info in header.items():
+        if name == "__metadata__" or contains not in name:
+            continue
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(
+                isinstance(o, int) and not isinstance(o, bool) for o in offsets) and 0 <= offsets[0] <= offsets[1]):
+            raise BadInput(f"{p}: tensor {name!r} has no valid data_offsets in the safetensors header")
+        total += offsets[1] - offsets[0]
+    return total
+
+
+def read_draft_dir(path: str | Path, model_folder: str | Path | None = None) -> DraftFacts | None:
+    """Read a speculative-decoding draft's folder: its config.json (the layer count,
+    ``draft_num_layers``) and its weight bytes: the sum of ``*.safetensors`` sizes, or, when
+    it is the model's own folder (``model_folder``, the same folder by inode), the bytes of its
+    MTP tensors (names containing ``mtp``, from the safetensors headers), which is all the draft
+    loads (``MTP_ONE_LAYER_ARCHITECTURES``). ``None`` when the folder does not exist here.
+    Raises ``BadInput`` (config.json or a header unreadable) or ``ValueError`` (a config.json of
+    the wrong shape), as ``read_model_dir``."""
+    from .jsonio import is_regular_file, loads_json, read_regular
+
+    p = Path(path)
+    if not os.path.isdir(p):
+        return None
+    own = False
+    if model_folder is not None and os.path.isdir(model_folder):
+        own = os.path.samefile(p, model_folder)
+    layers: tuple[int, str] | None = None
+    cfg = p / "config.json"
+    raw = read_regular(cfg, "the draft model's config.json", missing_ok=True)
+    if raw is not None:
+        try:
+            layers = draft_num_layers(loads_json(raw, cfg, "the draft model's config.json"))
+        except ValueError as exc:
+            raise ValueError(f"{cfg}: {exc}") from None
+    files = sorted(f for f in p.glob("*.safetensors") if is_regular_file(f))
+    weights: int | None = None
+    wsrc = ""
+    if own:
+        weights = sum(safetensors_tensor_bytes(f, "mtp") for f in files) if files else None
+        wsrc = "the MTP tensors (names with 'mtp') in the model's own safetensors headers"
+        weights = weights or None  # no MTP tensor: nothing SGLang's MTP draft would load is known here
+    elif files:
+        weights = sum(f.stat().st_size for f in files)
+        wsrc = f"safetensors in {p}"
+    return DraftFacts(path=str(p), own_folder=own, weights_bytes=weights, weights_source=wsrc,
+                      num_layers=layers[0] if layers else None, layers_source=layers[1] if layers else "")

@@ -61,7 +61,8 @@ class MultiNode:
 
 
 def server_args(plan: Plan, profile: Profile, *, host: str = "0.0.0.0", port: int | None = None,
-                model_path: str | None = None, multinode: MultiNode | None = None) -> list[str]:
+                model_path: str | None = None, multinode: MultiNode | None = None,
+                draft_path: str | None = None) -> list[str]:
     """The SGLang flags for ``plan`` (everything after ``python -m sglang.launch_server``).
 
     ``host``: the address the server binds inside its network namespace (0.0.0.0 in a
@@ -70,6 +71,7 @@ def server_args(plan: Plan, profile: Profile, *, host: str = "0.0.0.0", port: in
     the mounted file at run time). ``runtime.extra_args`` come last, as given. ``model_path``:
     the folder the server loads when it is not ``model.path`` (natively: ``model.host_dir``).
     ``multinode``: this argv is one node's of a multi-node instance (``MultiNode``).
+    ``draft_path``: likewise for ``model.draft`` (natively: ``model.draft.host_dir``).
     """
     rt, m, hc = profile.runtime, profile.model, plan.hicache
     a: list[str] = ["--model-path", model_path or m.path]
@@ -83,6 +85,8 @@ def server_args(plan: Plan, profile: Profile, *, host: str = "0.0.0.0", port: in
         a += ["--quantization", m.quantization]
     if m.trust_remote_code:
         a += ["--trust-remote-code"]
+    if m.draft is not None:
+        a += ["--speculative-draft-model-path", draft_path or m.draft.path]
     if rt.context_length:
         a += ["--context-length", str(rt.context_length)]
     a += ["--max-total-tokens", str(plan.per_rank.device_kv_tokens)]

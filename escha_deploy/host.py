@@ -209,6 +209,32 @@ def gather_host_facts(*, platform: Platform | None = None, l3_dir: str | None = 
     )
 
 
+def read_draft_inputs(profile, *, draft_path: str | None = None, model_path: str | None = None):
+    """What ``model.draft``'s folder says (``arch.read_draft_dir``), read as the model folder
+    is: at ``draft_path`` as this process sees it (default ``model.draft.host_dir``; inside the
+    container ``serve`` passes ``model.draft.path``), beside the model folder at ``model_path``
+    (default ``model.host_dir``), by which a draft in the model's own folder (NEXTN/MTP) is
+    known. ``None`` without the key or when the folder is not here (the plan then says the draft
+    is not counted). Raises ``BadInput`` (exit 2) naming ``model.draft.*`` for an unreadable
+    config.json or safetensors header, or one of the wrong shape."""
+    from .arch import read_draft_dir
+    from .errors import BadInput
+
+    draft = profile.model.draft
+    if draft is None:
+        return None
+    field = "model.draft.path" if draft_path else "model.draft.host_dir"
+    path = draft_path or draft.host_dir
+    if not path:
+        return None
+    try:
+        return read_draft_dir(path, model_path or profile.model.host_dir)
+    except BadInput as exc:
+        raise BadInput(*(f"{field}: {p}" for p in exc.problems), hint=exc.hint) from None
+    except (ValueError, OSError) as exc:
+        raise BadInput(f"{field}: {exc}") from None
+
+
 def gather_plan_inputs(profile, *, platform: Platform | None = None, host_ram: int | None = None,
                        model_path: str | None = None, l3_path: str | None = None,
                        check_here: bool | None = None, use_findings: bool = True):

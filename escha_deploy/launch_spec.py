@@ -121,6 +121,15 @@ class LaunchFacts(BaseModel):
     model_arch: dict[str, Any] | None = Field(default=None, description="the architecture read from config.json")
     sglang_release: str | None = Field(default=None, description="the SGLang release the plan was made for: "
                                        "serve --spec refuses a runtime of another")
+    draft_weights_bytes: int | None = Field(default=None, description="the speculative draft's weight bytes read "
+                                            "from model.draft's folder (all ranks; its MTP tensors in the model's own)")
+    draft_num_layers: int | None = Field(default=None, description="the draft's layers as SGLang reads them for KV")
+
+
+#: ``LaunchFacts`` fields added after specs were digested: left out of the digest while ``None``,
+#: so a launch without a draft keeps the digest it had and a running server does not read as stale
+#: after an upgrade (``launch_digest``; the profile's such keys: ``profile.models.OmitWhenUnset``).
+_DIGEST_OMITTED_WHEN_UNSET = ("draft_weights_bytes", "draft_num_layers")
 
 
 class LaunchNeeds(BaseModel):
@@ -203,13 +212,15 @@ def launch_digest(profile_data: dict[str, Any], facts: LaunchFacts, argv: Sequen
     (a spec without them keeps the digest it was written with): the ``io.escha.plan-digest``
     label. The profile's
     ``watch`` section (``status``'s alert thresholds) is left out: it changes nothing the server
-    runs, so changing a threshold does not make a running server stale."""
+    runs, so changing a threshold does not make a running server stale. Facts added since
+    (``_DIGEST_OMITTED_WHEN_UNSET``) are left out while unset."""
     import hashlib
     import json
 
     served = {k: v for k, v in profile_data.items() if k != "watch"}
-    doc: dict[str, Any] = {"profile": served, "facts": facts.model_dump(mode="json"), "argv": list(argv),
-                           "env": dict(env)}
+    fact_values = {k: v for k, v in facts.model_dump(mode="json").items()
+                   if not (k in _DIGEST_OMITTED_WHEN_UNSET and v is None)}
+    doc: dict[str, Any] = {"profile": served, "facts": fact_values, "argv": list(argv), "env": dict(env)}
     if preflight is not None:
         doc["preflight"] = preflight.model_dump(mode="json")
     data = json.dumps(doc, sort_keys=True, separators=(",", ":"))
@@ -234,8 +245,10 @@ def preflight_from_plan(plan: Plan) -> PreflightFigures:
     if plan.hicache.enabled and rc is not None:
         reserve = rc.patched_reserve_bytes if rc.applies == "patched" else rc.stock_reserve_bytes
         host = max(int(rc.available_bytes) - int(reserve), 0)
+    # a counted draft's weights are loaded before the pools are sized too (planner.draft)
     return PreflightFigures(free_before_weights_bytes=int(plan.device.free_before_weights_bytes),
-                            weights_bytes=int(plan.per_rank.weights_bytes), host_budget_bytes=host)
+                            weights_bytes=int(plan.per_rank.weights_bytes + plan.per_rank.draft_weights_bytes),
+                            host_budget_bytes=host)
 
 
 def spec_json(spec: LaunchSpec) -> str:
@@ -275,6 +288,11 @@ def container_spec(profile: Profile, *, platform: str, digest: str | None = None
     model_dir = c.model_dir or profile.model.host_dir
     if model_dir:
         mounts.append(Mount(source=model_dir, target=profile.model.path, read_only=True))
+    draft = profile.model.draft
+    if draft is not None and draft.host_dir and not (model_dir and draft.path == profile.model.path):
+        # the draft folder, read-only at the path the server is given (--speculative-draft-model-path);
+        # a draft in the model's own folder (NEXTN/MTP) is already mounted there
+        mounts.append(Mount(source=draft.host_dir, target=draft.path, read_only=True))
     if c.hf_cache_dir:
         mounts.append(Mount(source=c.hf_cache_dir, target=CONTAINER_HF_CACHE))
     if hc.enabled and hc.storage_dir:
@@ -346,8 +364,9 @@ def build_launch_spec(plan: Plan, profile: Profile, *, overrides: Sequence[str] 
     # natively the server loads the host folder (model.host_dir, the folder the plan read; no
     # container mounts it at model.path): the argv and the model-folder check name that folder
     native_model = profile.model.host_dir if native else None
+    native_draft = profile.model.draft.host_dir if native and profile.model.draft else None
     argv = ["python3", "-m", "sglang.launch_server",
-            *flags.server_args(plan, profile, host=bind, model_path=native_model)]
+            *flags.server_args(plan, profile, host=bind, model_path=native_model, draft_path=native_draft)]
     env = flags.server_env(plan, profile, l3_dir=l3_dir)
 
     facts = facts or facts_from_plan(plan)

@@ -31,7 +31,7 @@ from escha_deploy.errors import BadInput
 from escha_deploy.facts.provenance import FactSource, ProvenanceKind
 
 if TYPE_CHECKING:
-    from escha_deploy.arch import ModelDirFacts
+    from escha_deploy.arch import DraftFacts, ModelDirFacts
     from escha_deploy.facts.file import FactsFile, GpuRecord
     from escha_deploy.facts.host import Platform
     from escha_deploy.facts.runtime import RuntimeFacts
@@ -90,14 +90,16 @@ class Gathered:
     section gives it (``None``: not described), with ``runtime_where`` naming that section;
     ``facts_file``: the facts file as read (``factsfile.load_facts_file``, once), ``None``
     without one (``fleet`` keeps it for the checks only a fleet has: a WSL2 node's networking
-    mode, one image digest per instance).
+    mode, one image digest per instance); ``draft``: what ``model.draft``'s folder says
+    (``arch.DraftFacts``; ``None`` without the key or the folder here).
     """
 
     def __init__(self, host: HostFacts, model_dir: ModelDirFacts | None, gpus: list[GpuRecord],
                  facts: list[FactSource], runtime: RuntimeFacts | None = None, runtime_where: str = "",
-                 facts_file: FactsFile | None = None) -> None:
+                 facts_file: FactsFile | None = None, draft: DraftFacts | None = None) -> None:
         self.host = host
         self.model_dir = model_dir
+        self.draft = draft
         self.gpus = gpus
         self.facts = facts
         self.runtime = runtime
@@ -117,7 +119,8 @@ def _fmt_bytes(n: int | None) -> str:
 
 
 def gather(profile: Profile, *, facts_path: str | None = None, platform: Platform | None = None,
-           host_ram: int | None = None, model_path: str | None = None, l3_path: str | None = None,
+           host_ram: int | None = None, model_path: str | None = None, draft_path: str | None = None,
+           l3_path: str | None = None,
            check_here: bool | None = None, origin: str | None = None, env_facts: bool = True,
            secret_paths: bool = True, findings: bool = True, facts_what: str = "the facts file",
            facts_hint: str | None = None) -> Gathered:
@@ -127,7 +130,8 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: Platfor
     findings come from it, nothing else of this machine is read but the model folder and the
     L3 directory's free space. Otherwise: ``host.gather_plan_inputs`` (this machine, with
     doctor's saved findings, or ``host_ram`` for a described host). ``model_path``: the model
-    folder as this process sees it (``model.path`` inside the container); ``l3_path`` the L3
+    folder as this process sees it (``model.path`` inside the container); ``draft_path`` the
+    draft's folder (``model.draft.path`` there; ``host.read_draft_inputs``); ``l3_path`` the L3
     directory likewise. ``check_here``: the server runs on this machine (``up``, ``serve``),
     so the L3 directory is checked here (``folders.check_l3_dir``); default: only for a plan of
     this host (not ``--host-ram``, not a facts file). The GPU records are NVML's (measured now)
@@ -246,10 +250,17 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: Platfor
                               source=(f"facts file {facts_path}" if facts_path else "NVML, measured now") if gpus
                               else "profile (runtime.tp_size)",
                               kind=("facts_file" if facts_path else "nvml") if gpus else "profile"))
+    from escha_deploy.host import read_draft_inputs
+
+    draft = read_draft_inputs(profile, draft_path=draft_path, model_path=model_path)
+    if draft is not None:
+        sources.append(FactSource(fact="draft model", value=_fmt_bytes(draft.weights_bytes) + (
+            " of MTP tensors" if draft.own_folder else " of safetensors") + f", {draft.num_layers or '?'} layers",
+            source=f"the draft folder {draft.path}", kind="measurement"))
     runtime = ff.runtime if facts_path else None
     return Gathered(host, model_dir, gpus, sources, runtime=runtime,
                     runtime_where=f"facts file {facts_path} runtime" if runtime is not None else "",
-                    facts_file=ff if facts_path else None)
+                    facts_file=ff if facts_path else None, draft=draft)
 
 
 class BadArgv(BadInput):
@@ -325,7 +336,8 @@ def decide(profile: Profile, g: Gathered, *, capabilities: Collection[str] | Non
     from escha_deploy.releases import choose_release
 
     release = release or choose_release(profile=profile.runtime.sglang_version)
-    result = plan_profile(profile, g.host, model_dir=g.model_dir, ratio=ratio, hicache_size_gb=hicache_size_gb,
+    result = plan_profile(profile, g.host, model_dir=g.model_dir, draft=g.draft, ratio=ratio,
+                          hicache_size_gb=hicache_size_gb,
                           capabilities=None if capabilities is None else frozenset(capabilities),
                           hicache_source=hicache_source, release=release.version, release_source=release.source)
     result = result.model_copy(update={"fact_sources": g.sources})
@@ -387,6 +399,8 @@ def launch_facts(plan: Plan, g: Gathered) -> LaunchFacts:
         model_safetensors_bytes=md.safetensors_bytes if md else None,
         model_arch=md.arch.model_dump(mode="json") if md and md.arch else None,
         sglang_release=plan.sglang_release,
+        draft_weights_bytes=g.draft.weights_bytes if g.draft else None,
+        draft_num_layers=g.draft.num_layers if g.draft else None,
     )
 
 

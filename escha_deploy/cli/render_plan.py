@@ -35,6 +35,10 @@ def render_plan(p: Plan) -> None:
     if r.device_int2_hp_bytes:
         t.add_row("device INT2 bf16 arena", "sink + recent windows", _b(r.device_int2_hp_bytes))
     t.add_row("weights", "", _b(r.weights_bytes))
+    if r.draft_weights_bytes:
+        t.add_row("draft weights", "loaded before the pools are sized", _b(r.draft_weights_bytes))
+    if r.device_draft_kv_bytes:
+        t.add_row("draft KV", f"{r.device_kv_tokens:,} tokens x {r.draft_kv_bytes_per_token:,} B", _b(r.device_draft_kv_bytes))
     if hc.enabled:
         t.add_row("host KV (pinned)", f"{r.host_kv_tokens:,} tokens x {r.host_kv_bytes_per_token:,} B", _b(r.host_kv_bytes))
         if p.hybrid:

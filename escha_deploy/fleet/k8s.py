@@ -90,6 +90,11 @@ def _pod_common(loaded: LoadedFleet, bp, prof) -> tuple[dict, dict, list, list]:
     elif prof.model.host_dir:
         volumes.append({"name": "model", "hostPath": {"path": prof.model.host_dir, "type": "Directory"}})
         mounts.append({"name": "model", "mountPath": prof.model.path, "readOnly": True})
+    draft = prof.model.draft
+    if draft is not None and draft.host_dir and draft.path != prof.model.path:
+        # the speculative draft's folder, as the container mounts it (launch_spec.container_spec)
+        volumes.append({"name": "draft", "hostPath": {"path": draft.host_dir, "type": "Directory"}})
+        mounts.append({"name": "draft", "mountPath": draft.path, "readOnly": True})
     return resources, security, volumes, mounts
 
 

@@ -23,13 +23,13 @@ from pydantic import BaseModel, Field
 
 from ..netaddr import host_port
 from ..planner.result import Plan
-from ..planner.validate import extra_arg
+from ..profile.rules import extra_arg
 from ..profile import Profile
 from .model import Instance
 
 
 def _extra(profile: Profile, flag: str) -> str | None:
-    """``planner.validate.extra_arg`` over the profile's ``runtime.extra_args``."""
+    """``profile.rules.extra_arg`` over the profile's ``runtime.extra_args``."""
     return extra_arg(profile.runtime.extra_args, flag)
 
 

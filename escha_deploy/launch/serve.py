@@ -147,7 +147,9 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
     # flags.CONTAINER_L3_DIR; the server runs here, so the L3 directory is checked here
     from escha_deploy.flags import CONTAINER_L3_DIR
 
+    draft = profile.model.draft
     g = gather(profile, facts_path=facts_path, model_path=profile.model.path if in_container else None,
+               draft_path=draft.path if in_container and draft is not None else None,
                l3_path=CONTAINER_L3_DIR if in_container else None, check_here=True)
     from escha_deploy.releases import choose_release
 

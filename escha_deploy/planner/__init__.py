@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable, Generic, Literal, TypeVar, overload
 
 from ..capabilities import SERIES_CAPABILITIES
-from ..arch import ModelArch, ModelDirFacts, RankShapes, arch_mismatch, rank_shapes
+from ..arch import DraftFacts, ModelArch, ModelDirFacts, RankShapes, arch_mismatch, rank_shapes
 from ..gpu_facts import PeerAccess, peer_access, tp_gpu_indices
 from ..facts.host import HostFacts
 from ..profile import Profile
@@ -40,6 +40,7 @@ from ..profile.models import normalize_kv_dtype
 from ..releases import default_release, load_release, release_findings
 from ..units import GB, MiB, fmt_gb, fmt_gib, fmt_gib_gb, fmt_mib
 from . import kv as kvmod
+from .draft import KV_SOURCE, DraftCount, draft_count, scaled_cell
 from .checks import auto_size_pick, guard_available, patched_check, stock_check
 from .constraints import (WSL2_MEMORY_ADVICE, HostConstraint, HostView, binding_constraint, bounds,
                           breaches, buffer_over_limit, first_breach, host_constraints)
@@ -66,12 +67,16 @@ class DeviceSizing:
     (tokens; the profile's, else 8 for INT2 and 1 otherwise), ``device_kv_per_token`` (bytes),
     ``int2_hp_bytes`` (INT2's high-precision sink + recent-window arena, bytes; 0 otherwise),
     ``req_to_token_bytes`` (``ReqToTokenPool``: (max_running_requests + 1) x context x 4 B;
-    0 without a context length)."""
+    0 without a context length), ``draft_kv_per_token`` (bytes the draft's layers add to the
+    target's cell: ``draft.scaled_cell`` less the cell; 0 without a counted draft) and
+    ``draft_kv_bytes`` ((tokens + page_size) x that: the draft's pool at the target's tokens)."""
 
     page_size: int
     device_kv_per_token: int
     int2_hp_bytes: int
     req_to_token_bytes: int
+    draft_kv_per_token: int = 0
+    draft_kv_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,8 @@ class PlanInputs:
     ``weights_bytes`` per rank and where that came from; ``capabilities`` the runtime's;
     ``ratio_override`` / ``size_override`` (``--ratio``, ``--hicache-size`` GB = 1e9 per rank);
     ``hicache_source`` where the profile's deciding HiCache key was set; ``model_dir`` the
-    model folder's facts; ``release`` the SGLang release planned and ``release_source``."""
+    model folder's facts; ``release`` the SGLang release planned and ``release_source``;
+    ``draft`` what the plan counts of a speculative-decoding draft (``draft.draft_count``)."""
 
     profile: Profile
     host: HostFacts
@@ -108,6 +114,7 @@ class PlanInputs:
     model_dir: ModelDirFacts | None = None
     release: str = ""  # the SGLang release planned (releases/VERSION)
     release_source: str = ""
+    draft: DraftCount = DraftCount()  # what of the speculative draft is counted (planner.draft)
 
 
 class StepOrderError(RuntimeError):
@@ -236,12 +243,21 @@ def step_device_pools(c: _Ctx) -> None:
     page_size = rt.page_size or (4 * 2 if dtype == "int2" else 1)
     device_kv_per_token = kvmod.device_bytes_per_token(s, dtype, group_size=i2.group_size, scale_dtype=i2.scale_dtype)
     host_per_token = kvmod.host_bytes_per_token(s, dtype, group_size=i2.group_size, scale_dtype=i2.scale_dtype)
+    # the draft's layers scale the cell SGLang sizes the target's tokens by (planner.draft)
+    d = c.inp.draft
+    cell = scaled_cell(device_kv_per_token, s.full_layers, d.layers)
+    draft_per_token = cell - device_kv_per_token
+    if draft_per_token:
+        c.decide("device_pools", "draft KV per token", draft_per_token,
+                 f"int({device_kv_per_token} B x (1 + {d.layers} draft layers / {s.full_layers} KV layers)) = {cell} B "
+                 f"less the target's {device_kv_per_token} B ({KV_SOURCE}; draft layers: {d.layers_source})")
     per_slot = s.mamba_bytes_per_slot
     tokens, slots = rt.max_total_tokens, rt.max_mamba_cache_size if c.inp.arch.is_hybrid else 0
     if tokens is None or (c.inp.arch.is_hybrid and slots is None):
         # SGLang sizes what the profile leaves unset from the static budget
-        # (KVCacheConfigurator._handle_max_mamba_cache, DefaultPoolConfigurator.calculate_pool_sizes).
-        rest = _static_budget(c) - c.inp.weights_bytes
+        # (KVCacheConfigurator._handle_max_mamba_cache, DefaultPoolConfigurator.calculate_pool_sizes);
+        # the draft's weights are loaded by then and come out of it too (planner.draft).
+        rest = _static_budget(c) - c.inp.weights_bytes - d.weights_bytes
         if c.inp.arch.is_hybrid and slots is None:
             r = MAMBA_FULL_MEMORY_RATIO
             slots = max(int((rest * r / (1 + r) - per_slot) // per_slot), 0)
@@ -250,9 +266,10 @@ def step_device_pools(c: _Ctx) -> None:
         if c.inp.arch.is_hybrid:
             rest -= ((slots or 0) + 1) * per_slot
         if tokens is None:
-            tokens = max(rest, 0) // device_kv_per_token // page_size * page_size
+            tokens = max(rest, 0) // cell // page_size * page_size
             c.decide("device_pools", "device KV tokens (SGLang auto)", tokens,
-                     f"rest {fmt_gb(max(rest, 0))} // {device_kv_per_token} B per token, floored to the page")
+                     f"rest {fmt_gb(max(rest, 0))} // {cell} B per token"
+                     + (" (target + draft)" if draft_per_token else "") + ", floored to the page")
     else:
         c.decide("device_pools", "device KV tokens", tokens, "runtime.max_total_tokens")
         if slots:
@@ -279,7 +296,8 @@ def step_device_pools(c: _Ctx) -> None:
         req_to_token_bytes = (mrr + 1) * rt.context_length * 4
     c.dev = dev
     c.sizing = DeviceSizing(page_size=page_size, device_kv_per_token=device_kv_per_token,
-                            int2_hp_bytes=int2_hp_bytes, req_to_token_bytes=req_to_token_bytes)
+                            int2_hp_bytes=int2_hp_bytes, req_to_token_bytes=req_to_token_bytes,
+                            draft_kv_per_token=draft_per_token, draft_kv_bytes=(tokens + page_size) * draft_per_token)
 
 
 def _free_before_weights(c: _Ctx) -> tuple[int, int, int, int]:
@@ -320,7 +338,9 @@ def step_device_budget(c: _Ctx) -> None:
     # SGLang sizes the KV and mamba pools from what the weights leave of the static budget
     # (kv_cache_configurator.py: _profile_available_bytes); the request-to-token table is
     # allocated beside them, out of the room the fraction leaves (memory_pool.py: ReqToTokenPool).
-    need = c.inp.weights_bytes + c.dev.kv_bytes + c.dev.mamba_bytes + c.sizing.int2_hp_bytes
+    draft_weights, draft_kv = c.inp.draft.weights_bytes, c.sizing.draft_kv_bytes
+    need = (c.inp.weights_bytes + c.dev.kv_bytes + c.dev.mamba_bytes + c.sizing.int2_hp_bytes
+            + draft_weights + draft_kv)
     reserved = int(sglang_reserved_mib(vram // MiB, c.ranks, chunked_prefill=rt.chunked_prefill_size,
                                        decode_max_bs=rt.cuda_graph_max_bs,
                                        prefill_graphs=not rt.disable_prefill_cuda_graph, release=c.inp.release,
@@ -328,7 +348,7 @@ def step_device_budget(c: _Ctx) -> None:
     room = free - static - c.sizing.req_to_token_bytes
     # SGLang fits tokens x bytes-per-token into the budget and allocates one padding page on top
     # (memory_pool.py: buffers of tokens + page_size rows), so the page is not budgeted
-    budgeted = need - c.sizing.page_size * c.sizing.device_kv_per_token
+    budgeted = need - c.sizing.page_size * (c.sizing.device_kv_per_token + c.sizing.draft_kv_per_token)
     c.device = DevicePlan(
         vram_bytes=vram, hidden_bytes=hidden, cuda_context_bytes=ctx, free_before_weights_bytes=free,
         mem_fraction_static=mfs, mem_fraction_static_source=mfs_source,
@@ -341,12 +361,22 @@ def step_device_budget(c: _Ctx) -> None:
              f"({fmt_gib(vram)} VRAM{wsl2_term} - {fmt_gib(ctx)} CUDA context) x "
              f"mem_fraction_static {mfs} ({mfs_source}) = {fmt_gib_gb(static)}")
     c.decide("device_budget", "weights per rank", c.inp.weights_bytes, c.inp.weights_source)
+    if draft_weights:
+        c.decide("device_budget", "draft weights per rank", draft_weights, c.inp.draft.weights_source)
+    if draft_kv:
+        c.decide("device_budget", "draft KV pool per rank", draft_kv,
+                 f"({c.dev.kv_tokens:,} tokens + {c.sizing.page_size}) x {c.sizing.draft_kv_per_token} B: the draft "
+                 "worker reuses the target's token count (kv_cache_configurator.py: KVCacheConfigurator.configure)")
+    drafted = (f" + draft weights {fmt_gb(draft_weights)} + draft KV {fmt_gb(draft_kv)}"
+               if draft_weights or draft_kv else "")
     if not c.device.fits:
         c.unsafe.append(
             f"device: weights {fmt_gb(c.inp.weights_bytes)} + KV pool {fmt_gb(c.dev.kv_bytes)} + mamba pool "
-            f"{fmt_gb(c.dev.mamba_bytes)} + other {fmt_gb(c.sizing.int2_hp_bytes)} = "
+            f"{fmt_gb(c.dev.mamba_bytes)} + other {fmt_gb(c.sizing.int2_hp_bytes)}{drafted} = "
             f"{fmt_gb(need)} per rank exceed the static budget {fmt_gb(static)}: lower "
-            "runtime.max_total_tokens or max_mamba_cache_size, or raise runtime.mem_fraction_static")
+            "runtime.max_total_tokens or max_mamba_cache_size, or raise runtime.mem_fraction_static"
+            + (" (SGLang counts the draft's weights too: kv_cache_configurator.py: "
+               "KVCacheConfigurator._profile_available_bytes)" if drafted else ""))
     floor = int(sglang_min_reserved_mib(c.ranks) * MiB)
     if room < floor:
         c.unsafe.append(
@@ -647,6 +677,7 @@ def _auto_size(c: _Ctx) -> AutoSizeCheck | None:
 
 def step_validate(c: _Ctx) -> None:
     c.findings = validate(c.inp.profile, c.inp.arch, c.inp.capabilities, page_size=c.sizing.page_size, mamba_slots=c.dev.mamba_slots,
+                          draft=c.inp.draft,
                           model_dir=c.inp.model_dir, release=load_release(c.inp.release))
     images = [("container.image", c.inp.profile.container.image), ("runtime.base_image", c.inp.profile.runtime.base_image)]
     c.findings += [Finding(severity=sev, field=f, message=m) for sev, f, m in
@@ -810,12 +841,14 @@ def _host_hit_cost(c: _Ctx) -> HostHitCost | None:
 def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None = None,
          ratio: float | None = None, hicache_size_gb: int | None = None,
          capabilities: frozenset[str] | set[str] | None = None, hicache_source: str | None = None,
-         release: str | None = None, release_source: str = "") -> Plan:
+         release: str | None = None, release_source: str = "", draft: DraftFacts | None = None) -> Plan:
     """Plan ``profile`` on ``host``: every byte the runtime will allocate, its own checks, the
     safe HiCache ratio and a verdict with reasons.
 
     ``model_dir``: facts read from the model folder (``arch.read_model_dir``); they replace the
-    profile's architecture and weights estimate. ``ratio``/``hicache_size_gb``: command-line
+    profile's architecture and weights estimate. ``draft``: facts read from ``model.draft``'s
+    folder (``arch.read_draft_dir``): the draft's weights and KV are counted
+    (``draft.draft_count``). ``ratio``/``hicache_size_gb``: command-line
     overrides (``--ratio``, ``--hicache-size``; GB = 1e9 per rank). ``hicache_source``: where the
     profile's deciding HiCache key (``enabled: false``, else ``hicache_size`` > 0, else
     ``hicache_ratio``) was set, ``file:line`` or ``--set key``, for the plan's label. ``capabilities``: what the
@@ -828,15 +861,22 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
     arch = model_dir.arch if model_dir and model_dir.arch else profile.model.architecture
     if profile.runtime.mamba_ssm_dtype:
         arch = arch.model_copy(update={"mamba_ssm_dtype": profile.runtime.mamba_ssm_dtype})
+    counted = draft_count(profile, draft)
     if model_dir and model_dir.safetensors_bytes:
-        weights = model_dir.safetensors_bytes // profile.runtime.tp_size
-        wsrc = f"safetensors in {model_dir.path}: {fmt_gb(model_dir.safetensors_bytes)} / tp {profile.runtime.tp_size}"
+        total, tp = model_dir.safetensors_bytes, profile.runtime.tp_size
+        wsrc = f"safetensors in {model_dir.path}: {fmt_gb(total)} / tp {tp}"
+        if draft is not None and draft.own_folder and counted.weights_bytes and draft.weights_bytes:
+            # the target skips the MTP tensors its draft loads (qwen3_5.py, qwen3_next.py: load_weights)
+            total -= draft.weights_bytes
+            wsrc = (f"safetensors in {model_dir.path} less its MTP tensors (the draft's; the target skips them: "
+                    f"qwen3_5.py load_weights): {fmt_gb(total)} / tp {tp}")
+        weights = total // tp
     else:
         weights, wsrc = profile_weights_per_rank(profile)
     inp = PlanInputs(profile=profile, host=host, arch=arch, weights_bytes=weights, weights_source=wsrc,
                      capabilities=caps, ratio_override=ratio, size_override=hicache_size_gb,
                      hicache_source=hicache_source, model_dir=model_dir, release=release or default_release(),
-                     release_source=release_source or "the default release")
+                     release_source=release_source or "the default release", draft=counted)
     c = _Ctx(inp)
     if model_dir and model_dir.arch:
         # the folder's config.json wins (it is what SGLang loads), but a profile written for
@@ -862,7 +902,9 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
             device_kv_bytes_per_token=c.sizing.device_kv_per_token, device_mamba_slots=c.dev.mamba_slots,
             device_mamba_bytes=c.dev.mamba_bytes, mamba_bytes_per_slot=c.dev.mamba_bytes_per_slot,
             device_int2_hp_bytes=c.sizing.int2_hp_bytes, device_req_to_token_bytes=c.sizing.req_to_token_bytes,
-            weights_bytes=c.inp.weights_bytes, host_kv_tokens=p.kv_tokens, host_kv_bytes=p.kv_bytes,
+            weights_bytes=c.inp.weights_bytes, draft_weights_bytes=c.inp.draft.weights_bytes,
+            device_draft_kv_bytes=c.sizing.draft_kv_bytes, draft_kv_bytes_per_token=c.sizing.draft_kv_per_token,
+            host_kv_tokens=p.kv_tokens, host_kv_bytes=p.kv_bytes,
             host_kv_bytes_per_token=c.dev.host_kv_bytes_per_token if c.hicache.enabled else None,
             host_mamba_slots=p.mamba_slots, host_mamba_bytes=p.mamba_bytes, pinned_bytes=p.pinned_bytes,
             host_buffers=_host_buffer_rows(c)),

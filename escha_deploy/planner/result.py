@@ -65,6 +65,11 @@ class PerRank(BaseModel):
     device_int2_hp_bytes: int = Field(0, description="INT2's bf16 sink + recent-window arena")
     device_req_to_token_bytes: int = 0
     weights_bytes: int
+    draft_weights_bytes: int = Field(0, description="the speculative draft's weights per rank (0: none counted)")
+    device_draft_kv_bytes: int = Field(0, description="the draft's KV pool: (tokens + page_size) x "
+                                       "draft_kv_bytes_per_token (0: none counted)")
+    draft_kv_bytes_per_token: int = Field(0, description="bytes the draft's layers add to each token's KV cell "
+                                          "(SGLang's scaled cell less the target's)")
     host_kv_tokens: int = 0
     host_kv_bytes: int = 0
     host_kv_bytes_per_token: int | None = None
@@ -177,7 +182,7 @@ class DevicePlan(BaseModel):
     sglang_default_mem_fraction_static: float
     sglang_reserved_bytes: int = Field(description="SGLang's activation + CUDA-graph estimate")
     static_budget_bytes: int = Field(description="free_before_weights x mem_fraction_static")
-    static_need_bytes: int = Field(description="weights + device pools")
+    static_need_bytes: int = Field(description="weights + device pools (a counted speculative draft's included)")
     activation_room_bytes: int
     fits: bool
 

@@ -12,8 +12,10 @@ from collections.abc import Sequence
 
 from ..arch import ModelArch, ModelDirFacts
 from ..profile import Profile, profile_only_warnings
+from ..profile.rules import extra_arg, speculative_algorithm
 from ..profile.models import normalize_kv_dtype
 from ..releases import Nvfp4Prefill, Release
+from .draft import DraftCount
 from .result import Finding
 
 L3_NOT_FOR_HYBRID = {"eic", "simm", "aibrix"}
@@ -49,23 +51,6 @@ def l3_host_bytes(profile: Profile) -> int:
     return int(getattr(l3, "global_segment_size", None) or MOONCAKE_DEFAULT_SEGMENT)
 
 
-def extra_arg(args: Sequence[str], flag: str) -> str | None:
-    """The value of ``flag`` in ``runtime.extra_args`` (``--flag V`` or ``--flag=V``; the last
-    one wins, as argparse's), ``"true"`` for a bare switch, ``None`` when absent."""
-    found = None
-    for i, a in enumerate(args):
-        if a == flag:
-            nxt = args[i + 1] if i + 1 < len(args) else None
-            found = nxt if nxt is not None and not nxt.startswith("--") else "true"
-        elif a.startswith(flag + "="):
-            found = a.split("=", 1)[1]
-    return found
-
-
-def speculative_algorithm(args: Sequence[str]) -> str | None:
-    """``--speculative-algorithm`` from ``runtime.extra_args``, upper-cased as SGLang reads it."""
-    alg = extra_arg(args, "--speculative-algorithm")
-    return alg.upper() if alg and alg != "true" else None
 HYBRID_LAYOUTS = {"page_first", "page_first_direct"}
 
 
@@ -133,11 +118,13 @@ def _nvfp4_backend_problems(rule: Nvfp4Prefill, attention_backend: str | None, e
 
 def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
              page_size: int, mamba_slots: int, model_dir: ModelDirFacts | None = None,
-             release: Release | None = None) -> list[Finding]:
+             release: Release | None = None, draft: DraftCount | None = None) -> list[Finding]:
     """All configuration findings for ``profile`` on model ``arch``, errors first.
 
     ``model_dir``: what the model folder's config.json says (its derived context length).
-    ``release``: the SGLang release planned (its facts: the rules only some releases have)."""
+    ``release``: the SGLang release planned (its facts: the rules only some releases have).
+    ``draft``: what the plan counts of a speculative draft (``draft.draft_count``): each part it
+    leaves uncounted is a warning."""
     out: list[Finding] = []
 
     def error(field: str, message: str) -> None:
@@ -314,15 +301,16 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
                   f"extra_buffer with --speculative-algorithm {spec} on a hybrid model returns token-0 output once "
                   "KV usage passes about 0.6 (sglang#36537): set mamba_radix_cache_strategy: extra_buffer_lazy "
                   "(sglang#30437), or auto, which this plan resolves to it")
-        if not extra_arg(rt.extra_args, "--speculative-draft-model-path"):
+        for line in (draft or DraftCount()).not_counted:
+            warn("model.draft" if profile.model.draft is not None else "runtime.extra_args", line)
+        if arch.is_hybrid and spec in EAGLE_STYLE | {"STANDALONE"}:
+            # kv_cache_configurator.py: _handle_max_mamba_cache solves the mamba slots jointly with
+            # per-draft-token intermediate states when a speculative algorithm is set
             warn("runtime.extra_args",
-                 f"--speculative-algorithm {spec}: the draft model's weights and KV cache are not in this plan "
-                 "(its layers share the device's static budget; for NEXTN they come from the model's own MTP "
-                 "layers): leave device headroom, or name the draft with --speculative-draft-model-path")
-        else:
-            warn("runtime.extra_args",
-                 f"--speculative-algorithm {spec}: the draft model in --speculative-draft-model-path is not "
-                 "counted in this plan's device budget")
+                 f"--speculative-algorithm {spec} on a hybrid model: SGLang also keeps intermediate mamba states "
+                 "per draft token (kv_cache_configurator.py: _handle_max_mamba_cache, speculative_num_draft_tokens "
+                 "per request slot) out of the KV budget, which this plan's sizing does not count: SGLang may "
+                 "size fewer KV tokens or mamba slots than planned; leave device headroom")
     if arch.is_hybrid and extra_arg(rt.extra_args, "--enable-torch-compile") == "true" \
             and not extra_arg(rt.extra_args, "--disable-cuda-graph"):
         warn("runtime.extra_args",

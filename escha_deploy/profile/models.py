@@ -114,6 +114,32 @@ class Hardware(EschaModel):
     ] = "any"
 
 
+@dataclass(frozen=True)
+class OmitWhenUnset:
+    """Field metadata: ``profile_to_data`` leaves the key out while it is ``None``. For keys
+    added after launch specs were digested and rendered: a profile that does not set the key
+    keeps its plan digest (``launch_spec.launch_digest`` is over ``profile_to_data``), so a
+    running server does not read as stale after an upgrade, and its rendered profile (the
+    Kubernetes ConfigMap) stays as it was. ``profiles show --keys`` still lists the key."""
+
+
+class DraftModel(EschaModel):
+    """A speculative-decoding draft model's folder (``runtime.extra_args`` names the algorithm,
+    ``--speculative-algorithm EAGLE3``). Like ``model``: ``path`` is the folder as the server sees
+    it, ``host_dir`` the host folder mounted read-only there (a container) or loaded (natively)."""
+
+    path: Annotated[str, Field(min_length=1, max_length=4096,
+                               description="the draft folder as the server sees it (--speculative-draft-model-path); "
+                               "for NEXTN/MTP drafting with the model's own MTP layers, model.path"),
+                    SGLangFlag("--speculative-draft-model-path")]
+    host_dir: Annotated[
+        str | None,
+        Field(max_length=4096, description="host folder of the draft, mounted read-only at model.draft.path; when "
+              "present the plan counts the draft's weights (its safetensors / runtime.tp_size; the MTP tensors "
+              "when it is the model's own folder) and its KV cache (config.json's layers), as SGLang sizes them"),
+    ] = None
+
+
 class ModelSection(EschaModel):
     path: Annotated[str, Field(description="model path as the server sees it (--model-path)"), SGLangFlag("--model-path")]
     host_dir: Annotated[
@@ -135,6 +161,13 @@ class ModelSection(EschaModel):
         str | None, Field(description="--quantization (e.g. awq_marlin; escha_w2 needs w2-weights)"), SGLangFlag("--quantization")
     ] = None
     trust_remote_code: Annotated[bool, Field(description="--trust-remote-code"), SGLangFlag("--trust-remote-code")] = False
+    draft: Annotated[
+        DraftModel | None,
+        Field(description="the speculative-decoding draft model: {path, host_dir} (--speculative-draft-model-path); "
+              "the algorithm stays in runtime.extra_args (--speculative-algorithm); none: no draft folder named, "
+              "and the plan says a draft is not counted"),
+        OmitWhenUnset(),
+    ] = None
 
 
 class Int2Options(EschaModel):
@@ -538,7 +571,7 @@ def profile_to_data(profile: BaseModel, readable: bool = False) -> dict[str, Any
     ``model_dump(mode="json")``, but sizes written with a unit (``12GiB``), since a bare number
     is refused on the way in. ``readable``: a size that is no whole unit as its shortest exact
     decimal (``1.31GiB``, ``units.fmt_size_readable``) instead of bytes (``1406601789B``, the
-    form the plan digest is over)."""
+    form the plan digest is over). A key marked ``OmitWhenUnset`` is left out while ``None``."""
     from ..units import fmt_size_exact, fmt_size_readable
 
     fmt = fmt_size_readable if readable else fmt_size_exact
@@ -546,6 +579,8 @@ def profile_to_data(profile: BaseModel, readable: bool = False) -> dict[str, Any
     out: dict[str, Any] = {}
     for name, field in type(profile).model_fields.items():
         value = getattr(profile, name)
+        if value is None and any(isinstance(m, OmitWhenUnset) for m in field.metadata):
+            continue  # a key added since specs were digested, unset (OmitWhenUnset)
         if isinstance(value, BaseModel):
             out[name] = profile_to_data(value, readable)
         elif is_size_field(field) and isinstance(value, int):

@@ -14,7 +14,7 @@ Pure: no I/O beyond reading the committed flag catalog.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -90,11 +90,32 @@ def _explicit_ratio(profile: Profile) -> list[Problem]:
 def _model_path(profile: Profile) -> list[Problem]:
     """``model.path`` is what SGLang loads (``--model-path``): an empty or blank one renders
     ``--model-path ''``, which SGLang's transformers call reports as a missing repository."""
-    path = profile.model.path
-    if not path.strip() or path != path.strip() or any(not c.isprintable() for c in path):
-        return [Problem(("model", "path"), f"{path!r} is not a model path: give the folder the server loads "
-                        "(no blanks at its ends, no control characters)")]
-    return []
+    out: list[Problem] = []
+    draft = profile.model.draft
+    for loc, path in ((("model", "path"), profile.model.path), (("model", "draft", "path"), draft and draft.path)):
+        if path is not None and (not path.strip() or path != path.strip() or any(not c.isprintable() for c in path)):
+            out.append(Problem(loc, f"{path!r} is not a model path: give the folder the server loads "
+                               "(no blanks at its ends, no control characters)"))
+    return out
+
+
+def extra_arg(args: Sequence[str], flag: str) -> str | None:
+    """The value of ``flag`` in ``runtime.extra_args`` (``--flag V`` or ``--flag=V``; the last
+    one wins, as argparse's), ``"true"`` for a bare switch, ``None`` when absent."""
+    found = None
+    for i, a in enumerate(args):
+        if a == flag:
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            found = nxt if nxt is not None and not nxt.startswith("--") else "true"
+        elif a.startswith(flag + "="):
+            found = a.split("=", 1)[1]
+    return found
+
+
+def speculative_algorithm(args: Sequence[str]) -> str | None:
+    """``--speculative-algorithm`` from ``runtime.extra_args``, upper-cased as SGLang reads it."""
+    alg = extra_arg(args, "--speculative-algorithm")
+    return alg.upper() if alg and alg != "true" else None
 
 
 def _weights(profile: Profile) -> list[Problem]:
@@ -213,6 +234,11 @@ def profile_only_warnings(profile: Profile) -> list[tuple[tuple[str, ...], str]]
     into ``hicache.l3``; one warning names the key to write instead."""
     hc = profile.hicache
     out: list[tuple[tuple[str, ...], str]] = []
+    if profile.model.draft is not None and speculative_algorithm(profile.runtime.extra_args) is None:
+        # SGLang builds a draft worker only for a speculative algorithm (managers/scheduler.py:
+        # Scheduler.maybe_init_draft_worker returns at once when spec_algorithm.is_none())
+        out.append((("model", "draft"), "no --speculative-algorithm in runtime.extra_args: SGLang loads no draft "
+                    "model, and the plan counts none; add e.g. --speculative-algorithm EAGLE3"))
     read = [k for k in hc._flat_keys if k not in hc._ignored_keys]
     if read:
         shape = ("{kind: file, dir: DIR, max_size: SIZE}" if hc.hicache_storage_backend == "file"

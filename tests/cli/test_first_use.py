@@ -43,7 +43,8 @@ def _leaves(data: dict, prefix: str = "") -> set[str]:
 @pytest.mark.parametrize("name", list_profiles())
 def test_profiles_show_keys_covers_every_key(cli, name):
     rows = json.loads(cli("profiles", "show", name, "--keys", "-f", "json").out)
-    assert {r["key"] for r in rows} == _leaves(profile_to_data(load_profile(name)))
+    # a key left out of the data while unset (profile.models.OmitWhenUnset) is still listed
+    assert {r["key"] for r in rows} == _leaves(profile_to_data(load_profile(name))) | {"model.draft"}
     catalog = load_catalog()
     for r in rows:
         assert r["unit"] and r["default"], r
