@@ -152,7 +152,8 @@ class PreflightFigures(BaseModel):
 
     ``free_before_weights_bytes``: GPU memory free per rank before the weights load (VRAM less
     the CUDA context and WSL2's hidden part; ``plan.device``); ``weights_bytes``: weights per
-    rank (``plan.per_rank``); ``host_budget_bytes``: the host memory, for the whole box, that
+    rank (``plan.per_rank``: the target's and a counted speculative draft's, both loaded before
+    the pools are sized); ``host_budget_bytes``: the host memory, for the whole box, that
     SGLang's host-pool check (``srt/mem_cache/pool_host/base.py: host_memory_budget_bytes``, split
     over the box's ranks) has at pool-building time as the plan models it (available less the
     reserve of the check that applies, ``plan.runtime_check``); None when HiCache is off."""

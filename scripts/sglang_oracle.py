@@ -200,6 +200,11 @@ class TargetCardPlatform(SRTPlatform):
         # out-of-tree platform; on CUDA it is True (get_platform().is_cuda). 0.5.19 never asks.
         return True
 
+    def supports_speculative_algorithm(self, algorithm: str) -> bool:
+        # 0.5.23 (arg_groups/speculative_hook.py: _check_oot_speculative_algorithm) asks only an
+        # out-of-tree platform; CUDA is in-tree, so there every algorithm passes. 0.5.19 never asks.
+        return True
+
 
 def activate():
     return "escha_oracle_platform.TargetCardPlatform"
@@ -281,6 +286,19 @@ def _with_model(argv: list[str], path: Path) -> list[str]:
     out = list(argv)
     i = out.index("--model-path")
     out[i + 1] = str(path)
+    return out
+
+
+def _with_draft(argv: list[str], root: Path, case: dict) -> list[str]:
+    """The argv with ``--speculative-draft-model-path`` at a folder holding the case's draft
+    config.json (``draft_config``), as the model's is written; unchanged without one."""
+    if not case.get("draft_config") or "--speculative-draft-model-path" not in argv:
+        return argv
+    d = root / f"draft-{case['id']}"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(case["draft_config"]))
+    out = list(argv)
+    out[out.index("--speculative-draft-model-path") + 1] = str(d)
     return out
 
 
@@ -428,8 +446,11 @@ def device_pools(sa: Any, case: dict) -> dict[str, Any]:
     try:
         with override_platform(**_platform_facts(case)), contextlib.redirect_stderr(io.StringIO()):
             mc = ModelConfig.from_server_args(sa)
-            _, kv = _preflight()._kv_configurator(sa, mc, {"free_before_weights": dev["free_before_weights"],
-                                                           "weights": dev["weights"]})
+            kvc, kv = _preflight()._kv_configurator(sa, mc, {"free_before_weights": dev["free_before_weights"],
+                                                             "weights": dev["weights"]})
+            speculative = _speculative_tokens(kvc, sa, mc, kv)
+            if speculative is not None:
+                kv = {**kv, "max_total_num_tokens": speculative}
     except ImportError:  # the oracle's venv lacks a package: a harness fault, never SGLang's answer
         raise
     except Exception as exc:  # a refusal: its type and message are the result
@@ -439,6 +460,35 @@ def device_pools(sa: Any, case: dict) -> dict[str, Any]:
         return {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}", "site": site}
     return {"kv_tokens": kv["max_total_num_tokens"], "mamba_slots": kv["mamba_slots"],
             "max_running_requests": kv["max_running_requests"]}
+
+
+def _speculative_tokens(kvc: Any, sa: Any, mc: Any, kv: dict[str, Any]) -> int | None:
+    """The device pool's tokens with the resolved ``--speculative-algorithm`` in SGLang's own
+    sizing, where the configurator ``kvc`` was built without it (the pre-flight's 0.5.19 stand-in
+    sets ``spec_algorithm`` to none and no ``spec_aux_config``): the two fields are set as
+    ``ModelRunner`` sets them, by SGLang's own ``SpeculativeAlgorithm.from_string`` and
+    ``spec_aux_hidden_state.py: resolve_spec_aux_hidden_state_config`` (which reads the draft's
+    config.json at ``--speculative-draft-model-path``), then SGLang's ``config_from_budget`` sizes
+    the pool from the same budget (``kv_budget_bytes``: ``_profile_available_bytes`` after target
+    and draft weights, which reads no speculative field on a dense model). ``None`` when no
+    algorithm is set or the configurator already has it. A hybrid model's budget depends on the
+    algorithm (``_handle_max_mamba_cache``'s intermediate states), which this does not redo: it
+    raises, so such a case is not judged as if it were."""
+    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
+        resolve_spec_aux_hidden_state_config,
+    )
+    from sglang.srt.runtime_context import get_spec
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    spec = SpeculativeAlgorithm.from_string(get_spec().speculative_algorithm)
+    if spec.is_none() or kvc.spec_algorithm == spec:
+        return None
+    if kvc.mambaish_config is not None:
+        raise HarnessFailure("a speculative case on a hybrid model: its budget depends on the algorithm")
+    object.__setattr__(kvc, "spec_algorithm", spec)
+    object.__setattr__(kvc, "spec_aux_config", resolve_spec_aux_hidden_state_config(
+        server_args=sa, model_config=mc, spec_algorithm=spec, is_draft_worker=False))
+    return int(kvc.config_from_budget(int(kv["kv_budget_bytes"])).max_total_num_tokens)
 
 
 # --------------------------------------------------------------------------- host pools
@@ -551,7 +601,7 @@ def run(cases: list[dict]) -> dict[str, Any]:
         root = Path(models)
         for case in cases:
             path = _model_dir(root, case)
-            argv = _with_model(case["argv"], path)
+            argv = _with_draft(_with_model(case["argv"], path), root, case)
             kept: list = []
             res: dict[str, Any] = {"id": case["id"], "resolve": resolve(argv, case, spy, kept), "cannot": {}}
             for part in ("device", "pools"):

@@ -245,11 +245,12 @@ def step_device_pools(c: _Ctx) -> None:
     host_per_token = kvmod.host_bytes_per_token(s, dtype, group_size=i2.group_size, scale_dtype=i2.scale_dtype)
     # the draft's layers scale the cell SGLang sizes the target's tokens by (planner.draft)
     d = c.inp.draft
-    cell = scaled_cell(device_kv_per_token, s.full_layers, d.layers)
+    cell = scaled_cell(device_kv_per_token, s.full_layers, d.layers, c.inp.release)
     draft_per_token = cell - device_kv_per_token
     if draft_per_token:
         c.decide("device_pools", "draft KV per token", draft_per_token,
-                 f"int({device_kv_per_token} B x (1 + {d.layers} draft layers / {s.full_layers} KV layers)) = {cell} B "
+                 f"{device_kv_per_token} B x (1 + {d.layers} draft layers / {s.full_layers} KV layers), rounded down "
+                 f"as SGLang {c.inp.release} does = {cell} B "
                  f"less the target's {device_kv_per_token} B ({KV_SOURCE}; draft layers: {d.layers_source})")
     per_slot = s.mamba_bytes_per_slot
     tokens, slots = rt.max_total_tokens, rt.max_mamba_cache_size if c.inp.arch.is_hybrid else 0

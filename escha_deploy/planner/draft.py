@@ -109,10 +109,15 @@ def draft_count(profile: Profile, draft: DraftFacts | None) -> DraftCount:
                       not_counted=tuple(missing))
 
 
-def scaled_cell(cell: int, kv_layers: int, draft_layers: int) -> int:
-    """The target's KV bytes per token with the draft's layers, as SGLang 0.5.19 computes it:
-    ``int(cell * (1 + draft_layers / kv_layers))`` (``KV_SOURCE``; the float expression kept as
-    written, so the rounding is SGLang's). ``cell`` when either count is 0."""
+def scaled_cell(cell: int, kv_layers: int, draft_layers: int, release: str = "0.5.19") -> int:
+    """The target's KV bytes per token with the draft's layers, as SGLang computes it
+    (``KV_SOURCE``; the float expressions kept as written, so the rounding is SGLang's):
+    0.5.19 ``int(cell * (1 + draft_layers / kv_layers))``; 0.5.23 adds the draft's share
+    rounded on its own, ``cell + int(cell * draft_layers / kv_layers)`` (its
+    ``DefaultPoolConfigurator.__init__``, without unified memory, which fuses the draft instead).
+    ``cell`` when either count is 0."""
     if draft_layers <= 0 or kv_layers <= 0:
         return cell
+    if release == "0.5.23":
+        return cell + int(cell * draft_layers / int(kv_layers))
     return int(cell * (1 + draft_layers / int(kv_layers)))

@@ -66,6 +66,8 @@ NOT_DRAWN: dict[str, str] = {
     "description": "free text: no SGLang input",
     "model.path": "the argv's --model-path is the generated folder",
     "model.host_dir": "set to the generated folder for every case",
+    "model.draft": "a speculative draft's folder (and --speculative-algorithm in extra_args) to mean anything; "
+                   "null, its only value here, renders nothing (tests/oracle: spec-eagle3-dense-draft sizes one)",
     "runtime.extra_args": "drawn as its own dimension (extra_flags)",
     "runtime.sglang_version": "the release a case is split to",
     "runtime.base_image": "an image reference: no SGLang input",

@@ -60,6 +60,9 @@ class Case:
     gpu_capability: str = "12.0"
     shipped: bool = False
     notes: list[str] = field(default_factory=list)
+    #: a speculative draft: its config.json (SGLang reads it at --speculative-draft-model-path)
+    #: and its weight bytes (all ranks), the facts ``arch.read_draft_dir`` would read
+    draft: dict | None = None
 
 
 def config_json(arch: ModelArch) -> dict:
@@ -159,7 +162,15 @@ def build_case(case: Case, release: str | None = None) -> tuple[dict, dict]:
         refused_at_load = f"exit {int(exc.exit_code)}: {exc}"
         prof = _load_unchecked(case.profile, overrides)
     host = described_host(case.host_ram, case.platform)
-    result = plan(prof, host, model_dir=None, release=release)
+    draft = None
+    if case.draft is not None:
+        from escha_deploy.arch import DraftFacts, draft_num_layers
+
+        layers = draft_num_layers(case.draft["config"])
+        draft = DraftFacts(path="(the oracle's draft folder)", weights_bytes=case.draft["weights"],
+                           weights_source="the case's draft", num_layers=layers[0] if layers else None,
+                           layers_source=layers[1] if layers else "")
+    result = plan(prof, host, model_dir=None, release=release, draft=draft)
     argv = stock_argv(server_args(result, prof))
     arch = prof.model.architecture
     if prof.runtime.mamba_ssm_dtype:
@@ -192,14 +203,16 @@ def build_case(case: Case, release: str | None = None) -> tuple[dict, dict]:
         "needs_overlay": any(n in ("int2-kv", "w2-weights") for n in rt.needs),
     }
     oracle = {
+        # target and draft weights: both are loaded before SGLang sizes the pools (planner/draft.py)
         "device": {"free_before_weights": result.device.free_before_weights_bytes,
-                   "weights": result.per_rank.weights_bytes,
+                   "weights": result.per_rank.weights_bytes + result.per_rank.draft_weights_bytes,
                    # flags the profile left unset: SGLang sizes them itself on the oracle side
                    "sglang_sizes": ([] if rt.max_total_tokens else ["--max-total-tokens"])
                    + ([] if rt.max_mamba_cache_size or not arch.is_hybrid else ["--max-mamba-cache-size"])},
         "id": case.id,
         "argv": argv,
         "config": config_json(arch),
+        **({"draft_config": case.draft["config"]} if case.draft is not None else {}),
         "gpu": {"vram_bytes": prof.hardware.gpu_vram, "name": "NVIDIA " + prof.hardware.gpu_name,
                 "capability": prof.hardware.compute_capability or case.gpu_capability, "count": rt.tp_size},
     }
@@ -289,8 +302,25 @@ REFUSAL_CASES = [
 ]
 
 
+#: Speculative decoding with a counted draft (``model.draft``): SGLang sizes the device pool with
+#: the algorithm set (``scripts/sglang_oracle.py: _speculative_tokens``), so the plan's token count
+#: after the draft's weights and its layers in the cell is SGLang's. Dense only: a hybrid model's
+#: budget under speculation also holds intermediate mamba states the plan does not count.
+SPECULATIVE_CASES = [
+    Case(id="spec-eagle3-dense-draft", profile="rtx5060ti-tp2-fp8",
+         overrides=(f"model.architecture={DENSE_ARCH}", "runtime.max_total_tokens=null",
+                    "runtime.max_mamba_cache_size=null", "hicache.enabled=false",
+                    'runtime.extra_args=["--speculative-algorithm", "EAGLE3"]', "model.draft.path=/drafts/eagle3"),
+         draft={"weights": 10**9, "config": {
+             "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
+             "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128, "hidden_size": 5120,
+             "intermediate_size": 17408, "vocab_size": 248320, "max_position_embeddings": 262144,
+             "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16"}}),
+]
+
+
 def all_cases() -> list[Case]:
-    return shipped_cases() + matrix_cases() + REFUSAL_CASES
+    return shipped_cases() + matrix_cases() + REFUSAL_CASES + SPECULATIVE_CASES
 
 
 def run_oracle(oracle_cases: list[dict], workdir: Path, venv: Path) -> dict:
