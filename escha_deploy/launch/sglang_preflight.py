@@ -673,10 +673,14 @@ def run(python: str, argv: list[str], env: dict[str, str] | None = None, *,
 def device_figures(plan: Any, host_budget: int | None = None) -> dict[str, int]:
     """The sizing stages' input from an escha-deploy ``Plan``: ``free_before_weights`` (bytes per
     rank: VRAM less the CUDA context and WSL2's hidden part, ``plan.device``) and ``weights``
-    (bytes per rank, ``plan.per_rank``); ``host_budget`` (bytes for the whole box) only when the
+    (bytes per rank loaded before the pools are sized: the target's and a counted draft's,
+    ``plan.per_rank``), both as the launch spec records them (``launch_spec.preflight_from_plan``,
+    one place for the figures); ``host_budget`` (bytes for the whole box) only when the
     host-pool check should be against a described host rather than this one's free memory."""
-    out = {"free_before_weights": int(plan.device.free_before_weights_bytes),
-           "weights": int(plan.per_rank.weights_bytes)}
+    from escha_deploy.launch_spec import preflight_from_plan
+
+    figures = preflight_from_plan(plan)
+    out = {"free_before_weights": int(figures.free_before_weights_bytes), "weights": int(figures.weights_bytes)}
     if host_budget is not None:
         out["host_budget"] = int(host_budget)
     return out

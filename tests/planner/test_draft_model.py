@@ -217,3 +217,20 @@ def test_the_scaled_cell_rounds_as_each_release_does():
     assert scaled_cell(9, 3, 2, "0.5.19") == int(9 * (1 + 2 / 3)) == 14
     assert scaled_cell(9, 3, 2, "0.5.23") == 9 + int(9 * 2 / 3) == 15
     assert scaled_cell(65_536, 64, 0) == scaled_cell(65_536, 0, 1) == 65_536
+
+
+def test_sglangs_sizing_stages_get_the_draft_weights_too(tmp_path):
+    """The figures native ``serve`` and ``up``'s check give SGLang's sizing stages
+    (``sglang_preflight.device_figures``) are the launch spec's (``preflight_from_plan``): the
+    draft's weights are resident before the KV pool is sized (``_profile_available_bytes``)."""
+    from escha_deploy.launch.sglang_preflight import device_figures
+    from escha_deploy.launch_spec import preflight_from_plan
+
+    model = folder(tmp_path, "m", DENSE, 8 * 10**9)
+    draft = folder(tmp_path, "d", EAGLE3_DRAFT, 10**9)
+    _, p = planned([f"model.host_dir={model}", "runtime.max_total_tokens=null", EAGLE3,
+                    "model.draft.path=/drafts/e3", f"model.draft.host_dir={draft}"])
+    figures = device_figures(p)
+    assert figures["weights"] == 8 * 10**9 // 2 + 10**9 // 2 == preflight_from_plan(p).weights_bytes
+    assert figures["free_before_weights"] == p.device.free_before_weights_bytes and "host_budget" not in figures
+    assert device_figures(p, 5 * GiB)["host_budget"] == 5 * GiB
