@@ -144,6 +144,9 @@ class LaunchNeeds(BaseModel):
                                "writable; None: the plan has no file L3")
     l3_max_bytes: int | None = Field(default=None, ge=0, description="the file L3 store's cap (hicache.l3.max_size, "
                                      "bytes): free on l3_dir's filesystem; None: no cap or no file L3")
+    draft_path: str | None = Field(default=None, description="the speculative draft's folder as the server sees it "
+                                   "(model.draft.path in a container, model.draft.host_dir natively): config.json "
+                                   "and weights there; None: no draft folder is mounted")
 
 
 class PreflightFigures(BaseModel):
@@ -365,7 +368,8 @@ def build_launch_spec(plan: Plan, profile: Profile, *, overrides: Sequence[str] 
     # natively the server loads the host folder (model.host_dir, the folder the plan read; no
     # container mounts it at model.path): the argv and the model-folder check name that folder
     native_model = profile.model.host_dir if native else None
-    native_draft = profile.model.draft.host_dir if native and profile.model.draft else None
+    draft = profile.model.draft
+    native_draft = draft.host_dir if native and draft else None
     argv = ["python3", "-m", "sglang.launch_server",
             *flags.server_args(plan, profile, host=bind, model_path=native_model, draft_path=native_draft)]
     env = flags.server_env(plan, profile, l3_dir=l3_dir)
@@ -385,7 +389,8 @@ def build_launch_spec(plan: Plan, profile: Profile, *, overrides: Sequence[str] 
     needs = LaunchNeeds(gpus=0 if c.gpus == [] and not native else profile.runtime.tp_size,
                         pinned_bytes_per_rank=plan.per_rank.pinned_bytes if plan.hicache.enabled else 0,
                         model_path=native_model if native else profile.model.path if model_dir else None,
-                        l3_dir=store[0] if store else None, l3_max_bytes=store[1] if store else None)
+                        l3_dir=store[0] if store else None, l3_max_bytes=store[1] if store else None,
+                        draft_path=(native_draft if native else draft.path) if draft and draft.host_dir else None)
     return LaunchSpec(
         escha_version=__version__, profile=profile.name, profile_data=profile_data, plan_digest=digest,
         facts=facts, needs=needs, sources=list(sources), verdict=plan.verdict, warnings=list(plan.warnings),

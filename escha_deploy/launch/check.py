@@ -10,12 +10,13 @@ Each check compares one thing the running environment can see with the ``LaunchS
   or the cgroup limit when lower) must not be below ``LaunchFacts.memory_base_bytes``;
 - memlock: ``RLIMIT_MEMLOCK`` must allow the pinned pools of one rank, unless the process holds
   ``CAP_IPC_LOCK`` (mlock(2): then the limit does not apply);
-- the model folder at ``LaunchNeeds.model_path``: present, with config.json and weights;
+- the model folder at ``LaunchNeeds.model_path``, and a speculative draft's at
+  ``LaunchNeeds.draft_path``: present, with config.json and weights;
 - the file L3 store at ``LaunchNeeds.l3_dir``: present, writable, ``LaunchNeeds.l3_max_bytes``
   free (``folders.check_l3_dir``).
 
 A disagreement refuses with exit 3, one line each with both numbers; a model folder without
-config.json or weights is bad input (exit 2).
+config.json or weights (the model's or the draft's) is bad input (exit 2).
 """
 
 from __future__ import annotations
@@ -81,6 +82,19 @@ def mounted_model_problems(path: str, *, native: bool = False) -> list[str]:
     return check(path, "model.path")
 
 
+def draft_folder_problems(path: str, *, native: bool = False) -> list[str]:
+    """Problems with the speculative draft's folder at ``path`` (bad input), as
+    ``mounted_model_problems`` for the model: ``folders.check_model_folder`` naming
+    ``model.draft.path`` in a container (where ``model.draft.host_dir`` is mounted) or
+    ``model.draft.host_dir`` natively."""
+    from escha_deploy.folders import check_model_folder as check
+
+    key = "model.draft.host_dir" if native else "model.draft.path"
+    if not Path(path).is_dir():
+        return [f"{key}: {path} is not a folder here" + ("" if native else " (is model.draft.host_dir mounted?)")]
+    return check(path, key)
+
+
 def check_l3(needs: LaunchNeeds) -> list[str]:
     """Refusals for the file L3 store the spec needs (``LaunchNeeds.l3_dir``, cap
     ``l3_max_bytes`` in bytes), as this environment sees it (``folders.check_l3_dir``); none
@@ -133,12 +147,18 @@ def check_here(launch: LaunchSpec, capabilities: list[str] | None, *, where: str
             "of pinned host pools per rank the plan assumed, and this process lacks CAP_IPC_LOCK; "
             "run with --ulimit memlock=-1 (escha-deploy up and compose.yaml set it)")
 
-    if needs.model_path:
-        from .docker import SERVE_MODE_ENV
+    from .docker import SERVE_MODE_ENV
 
+    if needs.model_path:
         # natively (not in the container `up` or compose made) the spec names model.host_dir itself
         host_dir = (launch.profile_data.get("model") or {}).get("host_dir")
         native = env.get(SERVE_MODE_ENV) != "container" and needs.model_path == host_dir
         out.bad_input += mounted_model_problems(needs.model_path, native=native)
+    if needs.draft_path:
+        # SGLang loads the draft at start (--speculative-draft-model-path): a folder that is not
+        # there fails only after the target's weights have loaded
+        draft_host = ((launch.profile_data.get("model") or {}).get("draft") or {}).get("host_dir")
+        out.bad_input += draft_folder_problems(
+            needs.draft_path, native=env.get(SERVE_MODE_ENV) != "container" and needs.draft_path == draft_host)
     out.refusals += check_l3(needs)
     return out

@@ -140,3 +140,38 @@ def test_a_version_1_spec_is_refused_naming_both_versions(tmp_path):
     assert list(err.value.problems) == [f"{path}: launch spec schema version 1 (written by escha-deploy "
                                   f"{launch.escha_version}); this escha-deploy {launch.escha_version} reads "
                                   "schema version 2"]
+
+
+def test_the_draft_folder_is_a_need_serve_checks(tmp_path):
+    """A profile naming a speculative draft folder (``model.draft``) gives the spec
+    ``needs.draft_path``, the folder as the server sees it, and ``serve``'s check refuses a
+    draft folder without config.json or weights as bad input, naming the key that gave it;
+    SGLang would load the draft only after the target's weights."""
+    import json
+
+    draft = tmp_path / "draft"
+    sets = ["runtime.extra_args=[\"--speculative-algorithm\", \"EAGLE3\"]", "model.draft.path=/drafts/e3",
+            f"model.draft.host_dir={draft}"]
+    prof = load_profile("rtx5060ti-tp2-fp8", sets)
+    p = plan(prof, described_host(32 * GiB, "linux"))
+    container, native = build_launch_spec(p, prof), build_launch_spec(p, prof, native=True)
+    assert (container.needs.draft_path, native.needs.draft_path) == ("/drafts/e3", str(draft))
+    assert _launch().needs.draft_path is None  # no draft, nothing to provide
+    root = _tree(tmp_path, 64 * 1024 * 1024, nvidia=2)
+    env = {"ESCHA_SKIP_GPU_PREFLIGHT": "1"}
+
+    def draft_lines(launch, environ):  # the profile's model.host_dir is not on this machine either
+        lines = check_here(launch, prof.runtime.needs, where="here", root=root, environ=environ).bad_input
+        return [ln for ln in lines if ln.startswith("model.draft.")]
+
+    got = draft_lines(native, env)
+    assert got == [f"model.draft.host_dir: {draft} is not a folder here"], got
+    draft.mkdir()
+    got = draft_lines(native, env)
+    assert len(got) == 1 and got[0].startswith(f"model.draft.host_dir: {draft} has no config.json and no weights"), got
+    (draft / "config.json").write_text(json.dumps({"num_hidden_layers": 1}))
+    (draft / "model.safetensors").write_bytes(b"\0" * 8)
+    assert draft_lines(native, env) == []
+    # in the container the key is model.draft.path, where model.draft.host_dir is mounted
+    got = draft_lines(container, {**env, "ESCHA_SERVE_MODE": "container"})
+    assert got == ["model.draft.path: /drafts/e3 is not a folder here (is model.draft.host_dir mounted?)"], got
