@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+import session_state  # noqa: E402,F401  (first: the session's own state folders, before any test or subprocess)
 import hints  # noqa: E402
 
 from hypothesis import settings  # noqa: E402
