@@ -203,6 +203,7 @@ def gather_host_facts(*, platform: Platform | None = None, l3_dir: str | None = 
         restore_bandwidth=findings.restore_bandwidth if findings else None,
         prefill_tokens_per_s=last.tokens_per_s if last else None,
         prefill_source=last.source if last else None,
+        prefill_model=last.model if last else None,
         l3_dir=l3_dir,
         l3_free_bytes=l3_free_bytes(l3_dir) if l3_dir else None,
         gpus=read_gpu_facts() if gpus else None,

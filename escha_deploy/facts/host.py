@@ -59,6 +59,9 @@ class HostFacts(BaseModel):
     prefill_tokens_per_s: float | None = Field(
         default=None, description="`bench`'s last cold prefill on this box (tokens/s), for host_hit_cost")
     prefill_source: str | None = Field(default=None, description="where prefill_tokens_per_s came from")
+    prefill_model: str | None = Field(
+        default=None, description="the model that prefill was measured on: the server's served model name, as "
+        "`bench` recorded it; the planner uses the rate only for a profile serving that model")
     l3_dir: str | None = None
     l3_free_bytes: int | None = Field(
         default=None, description="free bytes on the L3 storage directory's filesystem"

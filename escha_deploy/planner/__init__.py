@@ -827,16 +827,29 @@ def _host_hit_cost(c: _Ctx) -> HostHitCost | None:
 
     h = c.inp.host
     origin = {"facts": "the facts file's findings", "live": "this host's saved findings"}.get(h.source, h.source)
-    if h.prefill_tokens_per_s:
+    served = served_model(c.inp.profile)
+    note = None
+    if h.prefill_tokens_per_s and h.prefill_model == served:
         rate, src = h.prefill_tokens_per_s, h.prefill_source or "`escha-deploy bench` on this box"
-    elif c.inp.profile.hicache.prefill_tokens_per_s:
-        rate, src = c.inp.profile.hicache.prefill_tokens_per_s, "hicache.prefill_tokens_per_s (the profile)"
     else:
-        rate, src = None, None
+        if h.prefill_tokens_per_s:
+            note = (f"bench's last cold prefill measured {h.prefill_model or 'an unnamed model'}, not this profile's "
+                    f"{served}: not used")
+        if c.inp.profile.hicache.prefill_tokens_per_s:
+            rate, src = c.inp.profile.hicache.prefill_tokens_per_s, "hicache.prefill_tokens_per_s (the profile)"
+        else:
+            rate, src = None, None
     return host_hit_cost(host_kv_bytes_per_token=c.dev.host_kv_bytes_per_token,
                          mamba_slot_bytes=c.dev.mamba_bytes_per_slot if c.dev.mamba_slots else 0,
                          context_length=c.inp.profile.runtime.context_length, bandwidth=h.restore_bandwidth,
-                         bandwidth_origin=origin, prefill_tokens_per_s=rate, prefill_source=src)
+                         bandwidth_origin=origin, prefill_tokens_per_s=rate, prefill_source=src, prefill_note=note)
+
+
+def served_model(profile: Profile) -> str:
+    """The model name the profile's server answers to (``/model_info``'s served_model_name, what
+    ``bench`` records): ``model.served_model_name``, else ``model.path``, as SGLang defaults it
+    (SGLang 0.5.19 sglang/srt/arg_groups/serving_hook.py:handle_missing_default_values)."""
+    return profile.model.served_model_name or profile.model.path
 
 
 def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None = None,

@@ -8,7 +8,8 @@ Pure. For a prefix of ``n`` tokens (capped at the context length), per rank:
 - load-back seconds = bytes / doctor's measured host -> device GB/s (1e9 B/s): the one-page
   figure when the prefix is no larger than that page, else the large-copy figure;
 - recompute seconds = ``n / prefill tokens per second``: ``bench``'s last cold prefill on this
-  box, else the profile's ``hicache.prefill_tokens_per_s``, else not known.
+  box when it measured the profile's model (``planner.served_model``), else the profile's
+  ``hicache.prefill_tokens_per_s``, else not known.
 
 Without a measured bandwidth the load-back time is "not measured: run `escha-deploy doctor`".
 """
@@ -27,11 +28,13 @@ NOT_KNOWN = ("not known: run `escha-deploy bench` against this box's server, or 
 
 def host_hit_cost(*, host_kv_bytes_per_token: int, mamba_slot_bytes: int, context_length: int | None,
                   bandwidth: RestoreBandwidth | None, bandwidth_origin: str,
-                  prefill_tokens_per_s: float | None, prefill_source: str | None) -> HostHitCost:
+                  prefill_tokens_per_s: float | None, prefill_source: str | None,
+                  prefill_note: str | None = None) -> HostHitCost:
     """The rows for ``PREFIX_TOKENS`` (deduplicated once capped at ``context_length``).
 
     ``bandwidth_origin``: where the bandwidth was read (doctor's findings on this host, a facts
-    file). Bytes per rank; seconds; GB/s = 1e9 B/s."""
+    file). ``prefill_note``: why a measured rate was passed over (bench measured another
+    model), appended to the rate's source. Bytes per rank; seconds; GB/s = 1e9 B/s."""
     sizes = sorted({min(n, context_length) if context_length else n for n in PREFIX_TOKENS})
     rows = []
     for n in sizes:
@@ -51,8 +54,9 @@ def host_hit_cost(*, host_kv_bytes_per_token: int, mamba_slot_bytes: int, contex
                                                 f"page" if bandwidth.page_load_gbps else "") + f" ({bandwidth_origin})")
     else:
         load_src = NOT_MEASURED
+    rate_src = prefill_source if prefill_tokens_per_s else NOT_KNOWN
     return HostHitCost(rows=rows, load_source=load_src, prefill_tokens_per_s=prefill_tokens_per_s,
-                       prefill_source=prefill_source if prefill_tokens_per_s else NOT_KNOWN,
+                       prefill_source=f"{rate_src} ({prefill_note})" if prefill_note else rate_src,
                        bytes_rule=(f"tokens x {host_kv_bytes_per_token:,} B host KV per token"
                                    + (f" + one mamba slot {mamba_slot_bytes:,} B" if mamba_slot_bytes else "")
                                    + " per rank"))

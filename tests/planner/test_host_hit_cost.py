@@ -70,12 +70,51 @@ def test_no_rate_anywhere_is_not_known():
     assert all(x.recompute_s is None for x in hh.rows)
 
 
-def test_bench_last_measurement_wins_over_the_profile():
+def test_bench_last_measurement_of_the_profiles_model_wins_over_the_profile():
     host = described_host(16 * GiB, "wsl2").model_copy(update={
-        "prefill_tokens_per_s": 2_000.0, "prefill_source": "`escha-deploy bench` on this box at 2026-12-01T10:00"})
+        "prefill_tokens_per_s": 2_000.0, "prefill_source": "`escha-deploy bench` on this box at 2026-12-01T10:00",
+        "prefill_model": "qwen3.8-27b-escha-w2"})  # rtx5060ti-tp2's model.served_model_name
     hh = plan(load_profile("rtx5060ti-tp2"), host).host_hit_cost
     assert hh.prefill_tokens_per_s == 2_000.0 and hh.prefill_source.startswith("`escha-deploy bench`")
     assert hh.rows[0].recompute_s == pytest.approx(1_000 / 2_000)
+    # without a served_model_name the server answers to model.path (SGLang's default)
+    prof = load_profile("rtx5060ti-tp2", ["model.served_model_name=null"])
+    host = host.model_copy(update={"prefill_model": "/models/Qwen3.8-27B-Escha-W2"})
+    assert plan(prof, host).host_hit_cost.prefill_tokens_per_s == 2_000.0
+
+
+def _plant_bench(model: str) -> None:
+    from escha_deploy.findings import last_prefill_path
+
+    rec = LastPrefill(created_at="2026-12-01T10:00:00+00:00", url="http://127.0.0.1:54759", model=model,
+                      hicache=False, prompt_tokens=2_000, tokens_per_s=275_287.0)
+    save_last_prefill(rec, last_prefill_path())
+
+
+def test_bench_of_another_model_is_not_this_profiles_recompute_rate(cli):
+    """A bench of the stand-in model on this box is not the rate of rtx5060ti-tp2's model: plan
+    falls back to the profile's hicache.prefill_tokens_per_s and says why on the same line (it
+    printed the stand-in's 275,287 tok/s as this profile's recompute rate)."""
+    _plant_bench("standin-hybrid-27b")
+    r = cli("plan", "-p", "rtx5060ti-tp2", "-f", "json")
+    hh = json.loads(r.out)["host_hit_cost"]
+    assert hh["prefill_tokens_per_s"] == 1_010.0
+    assert hh["prefill_source"] == ("hicache.prefill_tokens_per_s (the profile) (bench's last cold prefill measured "
+                                    "standin-hybrid-27b, not this profile's qwen3.8-27b-escha-w2: not used)")
+    t = cli("plan", "-p", "rtx5060ti-tp2")
+    line = next(x for x in t.out.splitlines() if "recompute:" in x)
+    assert "1010 tok/s, hicache.prefill_tokens_per_s" in line and "standin-hybrid-27b, not this profile's" in line
+    assert "275287" not in t.out
+    # a profile with no rate of its own: not known, and why
+    hh = json.loads(cli("plan", "-p", "rtx5060ti-tp2", "--set", "hicache.prefill_tokens_per_s=null",
+                        "-f", "json").out)["host_hit_cost"]
+    assert hh["prefill_tokens_per_s"] is None and hh["prefill_source"].startswith("not known")
+    assert hh["prefill_source"].endswith("(bench's last cold prefill measured standin-hybrid-27b, not this "
+                                         "profile's qwen3.8-27b-escha-w2: not used)")
+    # the same record of this profile's model is used
+    _plant_bench("qwen3.8-27b-escha-w2")
+    hh = json.loads(cli("plan", "-p", "rtx5060ti-tp2", "-f", "json").out)["host_hit_cost"]
+    assert hh["prefill_tokens_per_s"] == 275_287.0 and hh["prefill_source"].startswith("`escha-deploy bench`")
 
 
 def test_prefixes_are_capped_at_the_context_length_and_a_small_one_uses_the_page_figure():
