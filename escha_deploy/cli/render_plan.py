@@ -114,7 +114,9 @@ def render_plan(p: Plan) -> None:
         stock_why = rc.stock_detail + (f"; available: {rc.stock_available_detail}" if rc.stock_available_detail else "")
         t.add_row(f"stock {rc.release or p.sglang_release}" + (" (applies)" if rc.applies == "stock" else ""),
                   rc.stock or "-", stock_why)
-        t.add_row(f"patched, reserve {fmt_gib(rc.patched_reserve_bytes)}" + (" (applies)" if rc.applies == "patched" else ""),
+        patched = (f"patched, reserve {fmt_gib(rc.patched_reserve_bytes)}" if rc.patched is not None
+                   else "patched (our series)")  # none for this release: no reserve to hand over
+        t.add_row(patched + (" (applies)" if rc.applies == "patched" else ""),
                   rc.patched or "-", rc.patched_detail)
         con.print(t)
     g = p.host_guard

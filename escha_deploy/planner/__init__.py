@@ -37,7 +37,7 @@ from ..gpu_facts import PeerAccess, peer_access, tp_gpu_indices
 from ..facts.host import HostFacts
 from ..profile import Profile
 from ..profile.models import normalize_kv_dtype
-from ..releases import default_release, load_release, release_findings
+from ..releases import default_release, load_release, release_findings, series_release
 from ..units import GB, MiB, fmt_gb, fmt_gib, fmt_gib_gb, fmt_mib
 from . import kv as kvmod
 from .draft import KV_SOURCE, DraftCount, draft_count, scaled_cell
@@ -47,7 +47,7 @@ from .constraints import (WSL2_MEMORY_ADVICE, HostConstraint, HostView, binding_
 from .device import sglang_default_mem_fraction, sglang_min_reserved_mib, sglang_reserved_mib
 from .pools import PINNED_MAX_BYTES, DevicePools, HostPools, host_pools_at_ratio, host_pools_at_size, pinned_buffers
 from .search import SAFE_RATIO_GRID, SafeRatios, headroom, search_safe
-from .result import (AutoSizeCheck, HostGuardView, Budget, Decision, DevicePlan, Finding, HiCachePlan, HostBuffer, HostHitCost, KvDtypeRow,
+from .result import (AutoSizeCheck, CheckResult, HostGuardView, Budget, Decision, DevicePlan, Finding, HiCachePlan, HostBuffer, HostHitCost, KvDtypeRow,
                      PerRank, Plan, RuntimeCheck, SafetyPolicy, Verdict)
 from .validate import l3_host_bytes, resolved_mamba_strategy, validate
 
@@ -495,6 +495,20 @@ def _platform_advice(c: _Ctx) -> str:
     return binding_constraint(c.view).advice(c.view)
 
 
+def _series_missing(c: _Ctx) -> bool:
+    """Whether the profile needs our patch series on a release it is not made for
+    (``releases.series_release``): needs no runtime of that release can meet, which
+    ``releases.release_findings`` refuses (the plan is unsafe). The plan's runtime-check table
+    and its warnings then describe that release's stock runtime, the one that can run there;
+    a runtime that says it has the series (an image's description) is taken at its word."""
+    return c.inp.release != series_release() and bool(set(c.inp.profile.runtime.needs) & set(SERIES_CAPABILITIES))
+
+
+def _no_series(c: _Ctx) -> str:
+    """Why the patched check is not the planned release's: the series is made for another."""
+    return f"our patch series is made for SGLang {series_release()}; there is none for {c.inp.release}"
+
+
 def step_runtime_checks(c: _Ctx) -> None:
     """Only records the rule; the checks run on the chosen pools in ``host_pools``."""
     c.decide("runtime_checks", "runtime check that applies", c.view.runtime_applies,
@@ -588,8 +602,9 @@ def step_choose_hicache(c: _Ctx) -> None:
     if c.hicache_off_reason:  # an explicit request that cannot run here
         c.unsafe.append(c.hicache_off_reason)
     if c.inp.arch.is_hybrid:
-        runtime = ("stock SGLang 0.5.19" if not c.inp.capabilities & set(SERIES_CAPABILITIES) else
-                   "SGLang 0.5.19 with this series, which does not change the hybrid restore path")
+        runtime = (f"stock SGLang {c.inp.release}" if not c.inp.capabilities & set(SERIES_CAPABILITIES) else
+                   f"stock SGLang {c.inp.release}: {_no_series(c)}" if _series_missing(c) else
+                   f"SGLang {c.inp.release} with this series, which does not change the hybrid restore path")
         c.warnings.append(
             f"hicache: on this runtime ({runtime}) host-tier hits for a hybrid GDN model may be inert (the unified "
             "cache prunes mamba state on device eviction, so nothing loads back: sglang#33713) or restore wrong "
@@ -629,9 +644,13 @@ def step_host_pools(c: _Ctx) -> None:
     # The runtime's own checks on these pools.
     s_ok, s_why = stock_check(c.view.a_guard, c.ranks, p.kv_bytes, p.mamba_bytes, c.view.stock_reserve)
     p_ok, p_why = patched_check(c.view.a_runtime, c.ranks, p.kv_bytes, p.mamba_bytes, c.view.patched_reserve)
+    patched: CheckResult | None = "accept" if p_ok else "refuse"
+    applies = c.view.runtime_applies
+    if _series_missing(c):  # no patched runtime of this release to run its check: the stock one runs
+        patched, p_why, applies = None, _no_series(c), "stock"
     c.runtime_check = RuntimeCheck(
-        stock="accept" if s_ok else "refuse", patched="accept" if p_ok else "refuse",
-        applies=c.view.runtime_applies, available_bytes=c.view.a_runtime, stock_reserve_bytes=c.view.stock_reserve,
+        stock="accept" if s_ok else "refuse", patched=patched,
+        applies=applies, available_bytes=c.view.a_runtime, stock_reserve_bytes=c.view.stock_reserve,
         patched_reserve_bytes=c.view.patched_reserve, stock_detail=s_why, patched_detail=p_why,
         release=c.inp.release, guard_kind=load_release(c.inp.release).host_guard.kind,
         stock_available_detail=c.a_guard_detail)

@@ -138,3 +138,26 @@ def test_an_image_tag_of_another_release_warns(cli):
 def test_plan_without_a_release_uses_the_default():
     p = plan(load_profile("rtx5060ti-tp2-fp8"), described_host(32 * GiB, "linux"))
     assert p.sglang_release == "0.5.19" and p.host_guard.kind == "per-pool-available"
+
+
+def test_a_release_without_our_series_is_described_as_its_stock_runtime(cli):
+    """rtx5060ti-tp2 needs our series, which exists only for 0.5.19: planned for 0.5.23 it is
+    refused (exit 3), and its runtime-check table and warnings describe 0.5.23's stock runtime,
+    not 0.5.19's patched one (they said "patched, reserve 2.00 GiB (applies) | accept" and "on
+    this runtime (SGLang 0.5.19 with this series, ...)")."""
+    r = cli("plan", "--profile", "rtx5060ti-tp2", "--sglang-version", "0.5.23", "--host-ram", "32GiB")
+    assert r.code == 3, r.err
+    rows = [" ".join(x.split("│")[1:3]).split() for x in r.out.splitlines() if x.startswith("│ stock 0.5.23")
+            or x.startswith("│ patched")]
+    assert rows[0][:3] == ["stock", "0.5.23", "(applies)"], rows
+    assert rows[1] == ["patched", "(our", "series)", "-"], rows
+    text = " ".join(r.out.split())
+    assert "our patch series is made for SGLang 0.5.19; there is none for 0.5.23" in text
+    assert "0.5.19 with this series" not in text and "reserve 2.00 GiB" not in text
+    assert "on this runtime (stock SGLang 0.5.23: our patch series is made for SGLang 0.5.19" in text
+    j = json.loads(cli("plan", "--profile", "rtx5060ti-tp2", "--sglang-version", "0.5.23", "--host-ram", "32GiB",
+                       "-f", "json").out)
+    assert (j["runtime_check"]["applies"], j["runtime_check"]["patched"]) == ("stock", None)
+    # on the series' own release the patched check applies, as before
+    j = json.loads(cli("plan", "--profile", "rtx5060ti-tp2", "--host-ram", "32GiB", "-f", "json").out)
+    assert (j["runtime_check"]["applies"], j["runtime_check"]["patched"]) == ("patched", "accept")
