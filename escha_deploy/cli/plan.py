@@ -44,9 +44,10 @@ def plan_command(
         "and parser). Default: the image's release when run in one, else runtime.sglang_version, else the "
         "default release; two that disagree are refused (exit 3).")] = None,
     compare: Annotated[Optional[str], typer.Option(
-        "--compare", metavar="A", help="Also plan SGLang release A on the same host and show what changes "
-        "from A to the planned release: the verdict, the host guard's reading and answer, SGLang's memory "
-        "defaults, and the flags of A's argv the planned release refuses or warns about.")] = None,
+        "--compare", metavar="A", help="Instead of the plan, print how it compares with the plan for SGLang "
+        "release A on the same host: what changes from A to the planned release (the verdict, the host guard's reading and "
+        "answer, SGLang's memory defaults), the flags of A's argv the planned release refuses or warns "
+        "about, and each release's verdict reasons. Exit 3 when the planned release's plan is unsafe.")] = None,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Show the memory budget: device pools, host pools, pinned total per rank and overall,
@@ -176,7 +177,7 @@ def _print_comparison(profile_ref, overrides, result_b, version_a, fmt, **kw) ->
     from rich.table import Table
 
     con = Console(highlight=False)
-    t = Table(title=f"{cmp.profile}: SGLang {cmp.a} -> {cmp.b} on this host", title_justify="left")
+    t = Table(title=f"{cmp.profile}: SGLang {cmp.a} -> {cmp.b} on {cmp.host}", title_justify="left")
     for col in ("item", cmp.a, cmp.b, ""):
         t.add_column(col)
     for r in cmp.rows:
@@ -188,8 +189,10 @@ def _print_comparison(profile_ref, overrides, result_b, version_a, fmt, **kw) ->
             con.print(f"  {escape(line)}", soft_wrap=True)
     else:
         con.print(f"the argv {cmp.a} renders parses on {cmp.b}'s parser")
-    for reason in result_b.reasons:
-        con.print(f"  {cmp.b}: {escape(reason)}", soft_wrap=True)
+    for version, verdict, reasons in ((cmp.a, cmp.rows[0].a, cmp.reasons_a), (cmp.b, cmp.rows[0].b, cmp.reasons_b)):
+        con.print(f"{version}: {verdict}")
+        for reason in reasons:
+            con.print(f"  - {escape(reason)}", soft_wrap=True)
 
 
 def _set_item(overrides: list[str], dotted: str) -> str:
