@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from escha_deploy.errors import Refused
@@ -121,14 +122,17 @@ def in_image_many(client, prep: Prepared, requests: list[tuple[list[str], dict[s
     return pf.parse_answers(out, n, t0, f"the pre-flight container of {prep.spec.image} gave", code, err)
 
 
-def check(client, prep: Prepared, *, dry: bool, report: Report = quiet) -> tuple[str, str]:
+def check(client, prep: Prepared, *, dry: bool, report: Report = quiet, failed: Sequence[str] = ()) -> tuple[str, str]:
     """`up`'s ``sglang pre-flight`` check: ``(state, detail)``, or raises the refusal (exit 3).
     `up` (``dry`` False) reports the pre-flight's time and, once SGLang answered, has the
-    server's ``serve --spec`` skip asking again."""
+    server's ``serve --spec`` skip asking again. ``failed``: the checks before it that failed
+    (the dry run goes on past them; `up` stops at the first): then it is not run, and says which."""
     image = prep.spec.image
-    if prep.image_present is False or prep.refusals:
-        why = f"{image} is not present" if prep.image_present is False else "the plan is refused"
-        return "not run", f"it runs at `up`, in a container of {image} ({why})"
+    names = list(dict.fromkeys([*failed, *prep.refused_by]))
+    if prep.image_present is False or names:
+        why = ("which is not present" if prep.image_present is False else
+               f"once the checks before it pass: {', '.join(names[:-1]) + ' and ' if names[1:] else ''}{names[-1]} failed")
+        return "not run", f"it runs at `up`, in a container of {image}, {why}"
     res = in_image(client, prep)
     if res.ok is None:
         if not dry:

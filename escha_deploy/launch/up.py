@@ -259,7 +259,9 @@ class Preflight:
     """One preflight's state, shared by its checks: what `up` (``dry=False``) or ``up
     --dry-run`` (``dry=True``) was asked, and what the checks found so far (``client``: None
     while the daemon has not answered; ``prep``: ``prepare``'s answer once a check needs the
-    plan; ``running``/``stale``: the profile's containers; ``api_key``: the key read)."""
+    plan; ``running``/``stale``: the profile's containers; ``api_key``: the key read;
+    ``failed``: the names of the checks that failed so far, in order: only the dry run goes on
+    past one)."""
 
     profile_ref: str
     overrides: tuple[str, ...]
@@ -273,6 +275,7 @@ class Preflight:
     running: Any = None
     stale: list = field(default_factory=list)
     api_key: str | None = None
+    failed: list[str] = field(default_factory=list)
 
     @property
     def spec_file(self) -> Path:
@@ -445,7 +448,7 @@ CHECKS: list[Check] = [
           if os.environ.get(CLAMP_MEMLOCK_ENV) == "1" else None),
     Check("doctor probes", _doctor_probes, needs=("plan", "container"), not_needed=_doctor_probes_not_needed),
     Check("sglang pre-flight", lambda ctx: image_preflight.check(ctx.client, ctx.planned(), dry=ctx.dry,
-                                                                  report=ctx.report),
+                                                                  report=ctx.report, failed=ctx.failed),
           needs=("daemon", "plan"), not_needed=lambda ctx: image_preflight.not_needed(ctx.planned()),
           without_daemon="; it runs at `up`, in a container of the image"),
     Check("existing container", _existing_container, needs=("daemon", "plan")),
@@ -486,6 +489,7 @@ def run_preflight(ctx: Preflight) -> tuple[list[CheckResult], list[EschaError]]:
         if not ctx.dry:
             raise err
         results.append(CheckResult(check.name, "failed", "", list(err.problems)))
+        ctx.failed.append(check.name)
         errors.append(err)
 
     for check in CHECKS:
@@ -514,6 +518,8 @@ def run_preflight(ctx: Preflight) -> tuple[list[CheckResult], list[EschaError]]:
         prep = ctx.prep
         if prep is not None and check.name in prep.refused_by:  # prepare's refusals, by the check that made them
             results[-1].state, results[-1].problems = "failed", list(prep.refused_by[check.name])
+            if check.name not in ctx.failed:
+                ctx.failed.append(check.name)
             if prep.refusals and not plan_refused:
                 plan_refused = True
                 err = Refused(*prep.refusals, hint=prep.hint)

@@ -53,8 +53,31 @@ def test_dry_run_says_it_runs_at_up_when_the_image_is_absent(docker_client, tmp_
                   "--format", "json", env=env)
     assert dry.returncode == 3, dry.stderr  # the image check refuses
     c = _check(dry.stdout)
-    assert c["state"] == "not run" and c["detail"] == f"it runs at `up`, in a container of {image} ({image} is not present)"
+    assert c["state"] == "not run" and c["detail"] == f"it runs at `up`, in a container of {image}, which is not present"
     assert "up --dry-run: not checked: sglang pre-flight" in dry.stderr
+
+
+@pytest.mark.docker
+def test_dry_run_names_the_checks_that_failed_before_it(docker_client, tmp_path, no_leaks):
+    """The plan is ok but the model folder is missing (and, on a machine without one, the NVIDIA
+    runtime): the pre-flight is not run, and the dry run names those checks, not "the plan is
+    refused" beside "plan: verdict ok"."""
+    image = os.environ.get("ESCHA_TEST_HICACHE_IMAGE") or pytest.skip("ESCHA_TEST_HICACHE_IMAGE is not set")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    dry = run_cli("up", "--dry-run", "-p", "rtx5060ti-tp2-fp8", "--set", f"container.image={image}",
+                  "--set", f"model.host_dir={tmp_path / 'no-model'}", "--format", "json", env=env)
+    assert dry.returncode == 3, dry.stderr
+    checks = json.loads(dry.stdout)["checks"]
+    by = {c["name"]: c for c in checks}
+    assert by["plan"]["state"] == "ok" and by["model folder"]["state"] == "failed"
+    names = [c["name"] for c in checks]
+    failed = [c["name"] for c in checks[:names.index("sglang pre-flight")] if c["state"] == "failed"]
+    assert "model folder" in failed and "plan" not in failed
+    said = ", ".join(failed[:-1]) + " and " + failed[-1] if failed[1:] else failed[0]
+    c = by["sglang pre-flight"]
+    assert c["state"] == "not run"
+    assert c["detail"] == f"it runs at `up`, in a container of {image}, once the checks before it pass: {said} failed"
+    assert "the plan is refused" not in dry.stdout + dry.stderr
 
 
 @pytest.mark.docker
