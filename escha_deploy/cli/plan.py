@@ -150,7 +150,7 @@ def plan_command(
     if runtime is not None:
         from ..runtime.description import require_capabilities
 
-        require_capabilities(runtime[0], prof.runtime.needs, runtime[1])
+        require_capabilities(runtime[0], prof.runtime.needs, runtime[1], native=None)
     if result.verdict == "unsafe":
         raise typer.Exit(int(ExitCode.REFUSED))
 

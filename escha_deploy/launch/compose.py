@@ -167,6 +167,22 @@ def render_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_fil
     return compose_profile(profile_ref, overrides, facts_file=facts_file, context=context).text
 
 
+def fork_needs_lines(profile, image: str) -> list[str]:
+    """One warning when the profile needs capabilities our patch series does not provide
+    (``runtime.description.fork_capabilities``: a fork's, e.g. ``int2-kv``): the image the file
+    builds or runs has them only when built with the fork's commits (Dockerfile.hicache copies
+    ``FORK_DIR``, default runtime_fork/, which ``runtime import`` fills); else the container's
+    ``serve`` refuses, exit 3, naming them."""
+    from escha_deploy.runtime.description import fork_capabilities
+
+    fork = fork_capabilities(list(profile.runtime.needs))
+    if not fork:
+        return []
+    return [f"{profile.name} needs {', '.join(fork)}, which escha-deploy's patch series does not provide: {image} "
+            "has them only when built with the fork's commits (`escha-deploy runtime import DIR` into runtime_fork/, "
+            "which Dockerfile.hicache copies; docs/runtime.md, \"Bring your fork\"), else its serve refuses them"]
+
+
 def compose_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_file: str | None = None,
                     context: str | None = ".") -> Rendered:
     """Load a profile and render its compose.yaml.
@@ -217,6 +233,7 @@ def compose_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_fi
 
     if problems := check_spec(spec):
         raise Refused(*problems)
+    warnings += fork_needs_lines(profile, spec.image)
     # the header's command names the profile as the user gave it (a file's path), as it runs
     text = dump(render(spec, build=context is not None, context=context or "."), shlex.quote(profile_ref))
     return Rendered(text, plan, spec.image, warnings)

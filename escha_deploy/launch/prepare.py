@@ -218,7 +218,9 @@ class Prepared:
     @property
     def hint(self) -> str | None:
         if self.missing_capabilities:
-            return "build the image with our series: `escha-deploy build --hicache` (docs/runtime.md)"
+            from escha_deploy.runtime.description import capability_hint
+
+            return capability_hint(self.missing_capabilities, native=False)
         if self.plan.verdict == "unsafe":
             return f"`escha-deploy plan --profile {self.profile_ref}` shows the budget"
         return None

@@ -136,9 +136,9 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
     profile = load_profile(profile_ref, overrides)
     caps, where = _runtime_capabilities()
     missing = [c for c in profile.runtime.needs if c not in (caps or [])]
-    if not dry_run:
-        require_capabilities(caps, profile.runtime.needs, where)
     in_container = os.environ.get(SERVE_MODE_ENV) == "container"
+    if not dry_run:
+        require_capabilities(caps, profile.runtime.needs, where, native=False if in_container else None)
     # plan the runtime this is (a fork image without our host-reserve patch gets stock
     # 0.5.19's host check and no ESCHA_* variable it would not read); with no description,
     # --print shows what the plan implies for the runtime the profile targets. Missing
@@ -179,7 +179,7 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
     if dry_run and (missing or plan.verdict == "unsafe"):
         _print(launch, *_secrets(launch), extra={"verdict": plan.verdict, "missing_capabilities": missing,
                                                  "preflight_device": device})
-        require_capabilities(caps, profile.runtime.needs, where)
+        require_capabilities(caps, profile.runtime.needs, where, native=False if in_container else None)
         return 3
     from escha_deploy.watch.planview import plan_view
 

@@ -163,21 +163,52 @@ def capabilities_from_labels(labels: dict[str, str] | None) -> list[str] | None:
     return [c for c in labels[LABEL_CAPABILITIES].split(",") if c]
 
 
+def fork_capabilities(names: list[str] | tuple[str, ...]) -> list[str]:
+    """Those of ``names`` that escha-deploy's patch series does not provide: a fork's commits
+    (``runtime import``) or overlay patches bring them (``capabilities.CAPABILITIES`` marks
+    them ``overlay``; a name it does not know is one a fork declares)."""
+    from escha_deploy.capabilities import SERIES_CAPABILITIES
+
+    return [c for c in names if c not in SERIES_CAPABILITIES]
+
+
+def capability_hint(missing: list[str] | tuple[str, ...], *, native: bool | None = False) -> str:
+    """How a runtime gets the capabilities ``missing`` (docs/runtime.md): the series' by an image
+    built with it (``build --hicache``) or, natively, ``runtime apply``; a fork's
+    (``fork_capabilities``) only with the fork's commits imported (``runtime import``) and
+    built in (``build --fork-dir``) or applied (``runtime apply --fork-dir``), or as overlay
+    patches. ``native``: True for a native install, False for an image, None when either may be
+    (both routes named: a native ``serve``, which an image could run instead, or a ``plan`` of a
+    runtime description that ``runtime apply`` or an image build wrote)."""
+    from escha_deploy.releases import series_release
+
+    fork = fork_capabilities(missing)
+    if not fork:
+        lead, doc = "", "(docs/runtime.md)"
+        image = "build the image with escha-deploy's patch series: `escha-deploy build --hicache`"
+        here = "patch the installed SGLang with " + ("it" if native is None else "escha-deploy's patch series") + (
+            ": `escha-deploy runtime apply`")
+    else:
+        lead = (f"{', '.join(fork)} {'is a fork capability' if len(fork) == 1 else 'are fork capabilities'}, which "
+                f"escha-deploy's patch series does not provide (stock SGLang {series_release()} has none): import the "
+                f"fork's commits (git format-patch v{series_release()}..BRANCH -o DIR, declared in DIR/escha-fork.yaml) "
+                "with `escha-deploy runtime import DIR` (into runtime_fork/), then ")
+        doc = '(or overlay patches: runtime_overlays/, --overlay-dir; docs/runtime.md, "Bring your fork")'
+        image = "build the image with them: `escha-deploy build --hicache --fork-dir runtime_fork`"
+        here = "apply them to the installed SGLang: `escha-deploy runtime apply --fork-dir runtime_fork`"
+    routes = f"{image} for an image, or natively {here}" if native is None else here if native else image
+    return f"{lead}{routes} {doc}"
+
+
 def require_capabilities(have: list[str] | None, needed: list[str] | tuple[str, ...],
-                         where: str) -> None:
-    """Raise ``Refused`` naming each capability in ``needed`` that ``have`` lacks.
+                         where: str, *, native: bool | None = False) -> None:
+    """Raise ``Refused`` naming each capability in ``needed`` that ``have`` lacks, with the hint
+    of how to bring them in (``capability_hint``; ``native`` as there).
 
     ``have=None`` means a stock runtime (no description): nothing is provided. ``where`` names
     the runtime (an image reference or the description path) in the message.
     """
     missing = [c for c in needed if c not in (have or [])]
     if missing:
-        from escha_deploy.capabilities import CAPABILITIES
-
-        overlays = [c for c in missing if c in CAPABILITIES and CAPABILITIES[c].source == "overlay"]
-        hint = "build the image with escha-deploy's patch series: `escha-deploy build --hicache` (docs/runtime.md)"
-        if overlays:
-            hint += (f", with your fork's commits for {', '.join(overlays)} imported "
-                     "(`escha-deploy runtime import DIR`) and declared in escha-fork.yaml, or overlay "
-                     "patches in runtime_overlays/ (stock SGLang 0.5.19 has none of them)")
-        raise Refused(*[f"{where}: runtime lacks capability {c!r}" for c in missing], hint=hint)
+        raise Refused(*[f"{where}: runtime lacks capability {c!r}" for c in missing],
+                      hint=capability_hint(missing, native=native))

@@ -200,7 +200,8 @@ def test_a_box_without_room_for_hicache_renders_with_a_warning(cli, tmp_path):
     lines = r.err.splitlines()
     assert lines[0].startswith(f"compose: warning: plan: HiCache is off for the box in {facts} (")
     assert "MemTotal 12.00 GiB (facts file)" in lines[0] and "launchable without it" in lines[0]
-    assert lines[1:] == [f"compose: wrote {out}"] and out.is_file()
+    assert lines[1].startswith("compose: warning: rtx5060ti-tp2 needs int2-kv, w2-weights, which escha-deploy's")
+    assert lines[2:] == [f"compose: wrote {out}"] and out.is_file()
 
 
 def test_a_model_folder_this_machine_cannot_plan_is_warned_not_refused(cli, tmp_path):
@@ -208,8 +209,10 @@ def test_a_model_folder_this_machine_cannot_plan_is_warned_not_refused(cli, tmp_
     empty.mkdir()
     r = cli("compose", "-p", "rtx5060ti-tp2", "--set", f"model.host_dir={empty}")
     assert r.code == 0 and r.out.startswith("# Rendered by"), r.err
-    assert r.err.splitlines() == [f"compose: warning: cannot plan on this machine: model.host_dir: {empty} has no "
-                                  "config.json and no weights (*.safetensors, *.bin, *.pt)"]
+    lines = r.err.splitlines()
+    assert lines[0].startswith("compose: warning: rtx5060ti-tp2 needs int2-kv, w2-weights")  # the fork's
+    assert lines[1:] == [f"compose: warning: cannot plan on this machine: model.host_dir: {empty} has no "
+                         "config.json and no weights (*.safetensors, *.bin, *.pt)"]
 
 
 # --- compose's plan of this machine is `plan`'s: same call (pipeline.plan_here), same verdict ---
