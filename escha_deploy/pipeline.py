@@ -46,13 +46,18 @@ if TYPE_CHECKING:
 
 def profile_file(ref: str) -> str | None:
     """The host path to mount when ``ref`` names a file rather than a shipped profile
-    (``profile.names_a_file``: the rule ``--profile`` reads it by)."""
-    from escha_deploy.profile import names_a_file
+    (``profile.names_a_file``: the rule ``--profile`` reads it by), the file
+    ``profile.resolve_profile_path`` reads (``./good`` may be ``./good.yaml``)."""
+    from escha_deploy.errors import BadInput
+    from escha_deploy.profile import names_a_file, resolve_profile_path
 
-    p = Path(ref)
-    if names_a_file(ref):
-        return str(p.resolve()) if p.is_file() else None
-    return None
+    if not names_a_file(ref):
+        return None
+    try:
+        p = resolve_profile_path(ref)
+    except BadInput:
+        return None
+    return str(p.resolve()) if p.is_file() else None
 
 
 

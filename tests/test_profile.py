@@ -197,6 +197,30 @@ def test_a_shipped_name_wins_over_a_file_of_that_name(tmp_path, monkeypatch):
     assert profile_file("rt.json") == str((tmp_path / "rt.json").resolve())  # up mounts what plan read
 
 
+def test_dot_slash_name_reads_the_file_or_its_yaml_and_an_error_keeps_the_path_as_typed(cli, tmp_path, monkeypatch):
+    """The help says "./NAME reads the file": `plan -p ./good` beside good.yaml plans it (it
+    failed "good: no such profile file", the ./ dropped); a file named exactly NAME wins, and
+    what is missing is named as typed with the names tried."""
+    from escha_deploy.pipeline import profile_file
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "good.yaml").write_text("extends: rtx5060ti-tp2-fp8\nname: good\n")
+    r = cli("plan", "-p", "./good", "--host-ram", "64GiB")
+    assert r.code == 0, r.err
+    assert r.out.startswith("good  TP 2")
+    assert profile_file("./good") == str((tmp_path / "good.yaml").resolve())  # up mounts the file plan read
+    (tmp_path / "j.json").write_text('{"extends": "rtx5060ti-tp2-fp8", "name": "j"}')
+    assert load_profile("./j").name == "j"
+    (tmp_path / "good").write_text("extends: rtx5060ti-tp2-fp8\nname: exact\n")
+    assert load_profile("./good").name == "exact"  # the file as typed, when there is one
+    r = cli("plan", "-p", "./nope")
+    assert (r.code, r.err.splitlines()[0]) == (2, "error: ./nope: no such profile file (nor ./nope.yaml, "
+                                                  "./nope.yml, ./nope.json)")
+    assert cli("plan", "-p", "./nope.yaml").err.splitlines()[0] == "error: ./nope.yaml: no such profile file"
+    help_text = " ".join(cli("plan", "--help").out.split())
+    assert "(./NAME reads the file NAME, else NAME.yaml, NAME.yml or NAME.json)" in help_text
+
+
 def test_extends_reads_a_bare_file_name_next_to_the_child(tmp_path):
     (tmp_path / "base").write_text("extends: rtx5060ti-tp2\nname: base\nruntime:\n  tp_size: 1\n")
     child = write(tmp_path, "c.yaml", "extends: base\nname: c\n")

@@ -25,13 +25,14 @@ ProfileOpt = Annotated[
     typer.Option(
         "--profile", "-p",
         help="Profile name (see `escha-deploy profiles list`) or profile file (.yaml, .yml, .json); a "
-        "shipped name wins over a same-named file here (./NAME reads the file).",
+        "shipped name wins over a same-named file here (./NAME reads the file NAME, else NAME.yaml, "
+        "NAME.yml or NAME.json).",
     ),
 ]
 OptionalProfileOpt = Annotated[
     Optional[str],
     typer.Option("--profile", "-p", help="Profile name or profile file (.yaml, .yml, .json); a shipped name "
-                 "wins over a same-named file here (./NAME reads the file)."),
+                 "wins over a same-named file here (./NAME reads the file NAME, else NAME.yaml, NAME.yml or NAME.json)."),
 ]
 SetOpt = Annotated[
     Optional[list[str]],

@@ -74,17 +74,25 @@ def resolve_profile_path(ref: str, relative_to: Path | None = None) -> Path:
     """A profile name (``rtx5060ti-tp2``) or a path to a YAML/JSON file -> the file's path.
 
     ``names_a_file`` decides which; a relative path is taken from ``relative_to`` (the folder
-    of the file that ``extends:`` it) or the current folder. Raises ``BadInput`` listing the
-    known profiles when neither exists.
+    of the file that ``extends:`` it) or the current folder. A path without one of
+    ``PROFILE_FILE_SUFFIXES`` that names no file is tried with each of them in turn
+    (``./good`` reads ``./good.yaml``). Raises ``BadInput`` listing the known profiles when
+    neither exists; a missing file is named as typed (``./good``, not ``good``).
     """
+    from ..jsonio import file_problem
+
     is_file = names_a_file(ref, relative_to)
+    shown = ref
     if is_file:
-        c = Path(ref)
-        if relative_to is not None and not c.is_absolute():
-            c = relative_to / c
+        if relative_to is not None and not os.path.isabs(ref):
+            shown = str(relative_to / ref)  # beside the file that extends it
+        c = Path(shown)
+        if not ref.endswith(PROFILE_FILE_SUFFIXES) and file_problem(c) == os.strerror(errno.ENOENT):
+            for suffix in PROFILE_FILE_SUFFIXES:
+                if file_problem(Path(shown + suffix)) is None:
+                    return Path(shown + suffix)
     else:
         c = _profiles_dir() / f"{ref}.yaml"
-    from ..jsonio import file_problem
 
     problem = file_problem(c)
     if problem is None:
@@ -98,8 +106,10 @@ def resolve_profile_path(ref: str, relative_to: Path | None = None) -> Path:
     if is_file:
         # a FIFO, a device (/dev/stdin as a pipe, /dev/zero) or an unreadable file: say which
         if problem != os.strerror(errno.ENOENT):
-            raise BadInput(f"{c}: cannot read the profile: {problem}")
-        raise BadInput(f"{c}: no such profile file")
+            raise BadInput(f"{shown}: cannot read the profile: {problem}")
+        tried = "" if ref.endswith(PROFILE_FILE_SUFFIXES) else " (nor " + ", ".join(
+            shown + s for s in PROFILE_FILE_SUFFIXES) + ")"
+        raise BadInput(f"{shown}: no such profile file{tried}")
     known = ", ".join(list_profiles()) or "(none)"
     raise BadInput(f"unknown profile {ref!r}: known profiles are {known}",
                    hint="or pass a path to a profile YAML file")
