@@ -56,11 +56,13 @@ def _literal_choices(ann) -> list[str]:
 
 
 def _text(value) -> str:
+    """A value as the rows carry it (``null``, ``true``; an empty string stays empty: the
+    table shows it as ``""``, JSON as the empty string it is)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return str(value).lower()
-    return '""' if value == "" else str(value)
+    return str(value)
 
 
 def _default(field, is_size: bool) -> str:

@@ -285,7 +285,7 @@ def choose_release(*, image: tuple[str | None, str] | None = None, flag: str | N
                           hint="name one release, or plan for the image that runs it")
     if named:
         return ReleaseChoice(version=named[0][0], source=named[0][1])
-    return ReleaseChoice(version=default_release(), source="the default release (escha_deploy/catalog/releases/index.yaml)")
+    return ReleaseChoice(version=default_release(), source="the default release, escha_deploy/catalog/releases/index.yaml")
 
 
 def main() -> int:

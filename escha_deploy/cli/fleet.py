@@ -128,7 +128,8 @@ def render_fleet_plan(result) -> None:
     for i in result.instances:
         t2.add_row(i.name, i.group, str(i.nodes), ", ".join(i.boxes), str(i.gpus), f"{i.host_tier_tokens:,}")
     out.print(t2)
-    out.print(f"fleet: {result.total_instances} instances, {result.total_gpus} GPUs, host tier "
+    n, g = result.total_instances, result.total_gpus
+    out.print(f"fleet: {n} instance{'' if n == 1 else 's'}, {g} GPU{'' if g == 1 else 's'}, host tier "
               f"{_gb(result.host_tier_bytes)} pinned, {result.host_tier_tokens:,} tokens  "
               f"[{'green' if result.verdict == 'ok' else 'red'}]{result.verdict}[/]")
 

@@ -74,7 +74,8 @@ def show_command(
             return
         for r in rows:
             flag = f"  [{r['sglang_flag']}]" if r["sglang_flag"] else ""
-            typer.echo(f"{r['key']} = {r['value']}  (default {r['default']}; {r['unit']}){flag}")
+            value, default = (r[k] or '""' for k in ("value", "default"))  # an empty string, seen
+            typer.echo(f"{r['key']} = {value}  (default {default}; {r['unit']}){flag}")
             if r["description"]:
                 typer.echo(f"    {r['description']}")
         return

@@ -361,3 +361,13 @@ def test_one_address_with_two_ports_or_a_second_node_is_planned(tmp_path, capsys
     code, out, err = run_cli(capsys, "fleet", "plan", str(path), "--format", "json")
     assert code == 0, err
     assert [i["name"] for i in json.loads(out)["instances"]] == ["chat-0", "chat-1", "big-0"]
+
+
+def test_one_instance_is_singular(tmp_path, capsys):
+    """The total line of a fleet of one box: "1 instance" (it said "1 instances")."""
+    fleet = write_fleet(tmp_path, {"name": "one", "boxes": [
+        {"name": "solo", "address": "192.168.1.30", "profile": PROFILE, "host_ram": "64GiB", "platform": "linux"}]})
+    code, out, err = run_cli(capsys, "fleet", "plan", str(fleet))
+    assert code == 0, err
+    total = next(x for x in out.splitlines() if x.startswith("fleet: "))
+    assert total.startswith("fleet: 1 instance, 2 GPUs, host tier "), total
