@@ -111,6 +111,16 @@ class CudaGraphConfigKeys(_Model):
     source: str
 
 
+class DraftKvCell(_Model):
+    """How the release rounds the target's KV bytes per token scaled by an EAGLE-style draft's
+    layers (``srt/model_executor/pool_configurator.py: DefaultPoolConfigurator.__init__``):
+    ``whole``: ``int(cell * (1 + draft_layers / kv_layers))``; ``draft_share``: the draft's share
+    rounded on its own, ``cell + int(cell * draft_layers / kv_layers)``."""
+
+    rounding: Literal["whole", "draft_share"]
+    source: str
+
+
 class Nvfp4Prefill(_Model):
     """How the release resolves an NVFP4 KV cache's attention backends
     (``srt/arg_groups/kv_cache_hook.py: handle_nvfp4_prefill_kv_dequant_dtype``, 0.5.23):
@@ -145,6 +155,7 @@ class Release(_Model):
     host_guard: HostGuard
     memory_defaults: MemoryDefaults
     cuda_graph_config_keys: CudaGraphConfigKeys
+    draft_kv_cell: DraftKvCell
     nvfp4_prefill: Nvfp4Prefill | None = None
     quantization_not_loadable: QuantizationNotLoadable | None = None
 

@@ -245,7 +245,8 @@ def step_device_pools(c: _Ctx) -> None:
     host_per_token = kvmod.host_bytes_per_token(s, dtype, group_size=i2.group_size, scale_dtype=i2.scale_dtype)
     # the draft's layers scale the cell SGLang sizes the target's tokens by (planner.draft)
     d = c.inp.draft
-    cell = scaled_cell(device_kv_per_token, s.full_layers, d.layers, c.inp.release)
+    cell = scaled_cell(device_kv_per_token, s.full_layers, d.layers,
+                       load_release(c.inp.release).draft_kv_cell.rounding)
     draft_per_token = cell - device_kv_per_token
     if draft_per_token:
         c.decide("device_pools", "draft KV per token", draft_per_token,

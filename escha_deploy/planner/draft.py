@@ -109,15 +109,16 @@ def draft_count(profile: Profile, draft: DraftFacts | None) -> DraftCount:
                       not_counted=tuple(missing))
 
 
-def scaled_cell(cell: int, kv_layers: int, draft_layers: int, release: str = "0.5.19") -> int:
+def scaled_cell(cell: int, kv_layers: int, draft_layers: int, rounding: str = "whole") -> int:
     """The target's KV bytes per token with the draft's layers, as SGLang computes it
-    (``KV_SOURCE``; the float expressions kept as written, so the rounding is SGLang's):
-    0.5.19 ``int(cell * (1 + draft_layers / kv_layers))``; 0.5.23 adds the draft's share
-    rounded on its own, ``cell + int(cell * draft_layers / kv_layers)`` (its
+    (``KV_SOURCE``; the float expressions kept as written, so the rounding is SGLang's), by the
+    planned release's ``rounding`` (its facts.yaml ``draft_kv_cell``, ``releases.DraftKvCell``):
+    ``whole`` ``int(cell * (1 + draft_layers / kv_layers))`` (0.5.19); ``draft_share`` adds the
+    draft's share rounded on its own, ``cell + int(cell * draft_layers / kv_layers)`` (0.5.23's
     ``DefaultPoolConfigurator.__init__``, without unified memory, which fuses the draft instead).
     ``cell`` when either count is 0."""
     if draft_layers <= 0 or kv_layers <= 0:
         return cell
-    if release == "0.5.23":
+    if rounding == "draft_share":
         return cell + int(cell * draft_layers / int(kv_layers))
     return int(cell * (1 + draft_layers / int(kv_layers)))

@@ -206,16 +206,20 @@ def test_profile_key_round_trips_and_leaves_unset_profiles_digest_alone():
 
 def test_the_scaled_cell_rounds_as_each_release_does():
     """0.5.19 rounds the scaled cell once, 0.5.23 the draft's share on its own (their
-    pool_configurator.py: DefaultPoolConfigurator.__init__); the float rounding is kept."""
+    pool_configurator.py: DefaultPoolConfigurator.__init__), as each release's facts.yaml
+    (``draft_kv_cell``) says; the float rounding is kept."""
     from escha_deploy.planner.draft import scaled_cell
+    from escha_deploy.releases import load_release
 
-    assert scaled_cell(1000, 3, 1, "0.5.19") == int(1000 * (1 + 1 / 3)) == 1333
-    assert scaled_cell(1000, 3, 1, "0.5.23") == 1000 + int(1000 * 1 / 3) == 1333
-    assert scaled_cell(65_537, 16, 1, "0.5.19") == int(65_537 * (1 + 1 / 16)) == 69_633
-    assert scaled_cell(65_537, 16, 1, "0.5.23") == 65_537 + 65_537 // 16 == 69_633
+    old, new = (load_release(v).draft_kv_cell.rounding for v in ("0.5.19", "0.5.23"))
+    assert (old, new) == ("whole", "draft_share")
+    assert scaled_cell(1000, 3, 1, old) == int(1000 * (1 + 1 / 3)) == 1333
+    assert scaled_cell(1000, 3, 1, new) == 1000 + int(1000 * 1 / 3) == 1333
+    assert scaled_cell(65_537, 16, 1, old) == int(65_537 * (1 + 1 / 16)) == 69_633
+    assert scaled_cell(65_537, 16, 1, new) == 65_537 + 65_537 // 16 == 69_633
     # 9 x (1 + 2/3) is 14.999... in floating point: 14 on 0.5.19, 9 + int(6.0) = 15 on 0.5.23
-    assert scaled_cell(9, 3, 2, "0.5.19") == int(9 * (1 + 2 / 3)) == 14
-    assert scaled_cell(9, 3, 2, "0.5.23") == 9 + int(9 * 2 / 3) == 15
+    assert scaled_cell(9, 3, 2, old) == int(9 * (1 + 2 / 3)) == 14
+    assert scaled_cell(9, 3, 2, new) == 9 + int(9 * 2 / 3) == 15
     assert scaled_cell(65_536, 64, 0) == scaled_cell(65_536, 0, 1) == 65_536
 
 
