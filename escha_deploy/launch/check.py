@@ -65,34 +65,22 @@ def has_cap_ipc_lock(root: Path = Path("/")) -> bool:
     return False
 
 
-def mounted_model_problems(path: str, *, native: bool = False) -> list[str]:
-    """Problems with the model folder at ``path`` (bad input): ``folders.check_model_folder``,
-    naming the key that gave the folder: ``model.path`` in a container (where
-    ``model.host_dir`` is mounted), ``model.host_dir`` natively (``native``: the server
-    loads the host folder)."""
+def mounted_model_problems(path: str, *, native: bool = False, section: str = "model") -> list[str]:
+    """Problems with a model folder at ``path`` (bad input): ``folders.check_model_folder``,
+    naming the key that gave the folder: ``SECTION.path`` in a container (where
+    ``SECTION.host_dir`` is mounted), ``SECTION.host_dir`` natively (``native``: the server
+    loads the host folder). ``section``: ``model``, or ``model.draft`` for a speculative
+    draft's folder."""
     from escha_deploy.folders import check_model_folder as check
 
     if native:
         if not Path(path).is_dir():
-            return [f"model.host_dir: {path} is not a folder here (natively serve loads model.host_dir; "
-                    "model.path is the folder as a container sees it)"]
-        return check(path, "model.host_dir")
+            return [f"{section}.host_dir: {path} is not a folder here (natively serve loads {section}.host_dir; "
+                    f"{section}.path is the folder as a container sees it)"]
+        return check(path, f"{section}.host_dir")
     if not Path(path).is_dir():
-        return [f"model.path: {path} is not a folder here (is model.host_dir mounted?)"]
-    return check(path, "model.path")
-
-
-def draft_folder_problems(path: str, *, native: bool = False) -> list[str]:
-    """Problems with the speculative draft's folder at ``path`` (bad input), as
-    ``mounted_model_problems`` for the model: ``folders.check_model_folder`` naming
-    ``model.draft.path`` in a container (where ``model.draft.host_dir`` is mounted) or
-    ``model.draft.host_dir`` natively."""
-    from escha_deploy.folders import check_model_folder as check
-
-    key = "model.draft.host_dir" if native else "model.draft.path"
-    if not Path(path).is_dir():
-        return [f"{key}: {path} is not a folder here" + ("" if native else " (is model.draft.host_dir mounted?)")]
-    return check(path, key)
+        return [f"{section}.path: {path} is not a folder here (is {section}.host_dir mounted?)"]
+    return check(path, f"{section}.path")
 
 
 def check_l3(needs: LaunchNeeds) -> list[str]:
@@ -149,16 +137,13 @@ def check_here(launch: LaunchSpec, capabilities: list[str] | None, *, where: str
 
     from .docker import SERVE_MODE_ENV
 
-    if needs.model_path:
-        # natively (not in the container `up` or compose made) the spec names model.host_dir itself
-        host_dir = (launch.profile_data.get("model") or {}).get("host_dir")
-        native = env.get(SERVE_MODE_ENV) != "container" and needs.model_path == host_dir
-        out.bad_input += mounted_model_problems(needs.model_path, native=native)
-    if needs.draft_path:
-        # SGLang loads the draft at start (--speculative-draft-model-path): a folder that is not
-        # there fails only after the target's weights have loaded
-        draft_host = ((launch.profile_data.get("model") or {}).get("draft") or {}).get("host_dir")
-        out.bad_input += draft_folder_problems(
-            needs.draft_path, native=env.get(SERVE_MODE_ENV) != "container" and needs.draft_path == draft_host)
+    model = launch.profile_data.get("model") or {}
+    # natively (not in the container `up` or compose made) the spec names the host folder itself;
+    # SGLang loads a speculative draft (--speculative-draft-model-path) only after the target's weights
+    for section, path, host_dir in (("model", needs.model_path, model.get("host_dir")),
+                                    ("model.draft", needs.draft_path, (model.get("draft") or {}).get("host_dir"))):
+        if path:
+            native = env.get(SERVE_MODE_ENV) != "container" and path == host_dir
+            out.bad_input += mounted_model_problems(path, native=native, section=section)
     out.refusals += check_l3(needs)
     return out

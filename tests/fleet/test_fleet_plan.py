@@ -366,7 +366,7 @@ def test_one_address_with_two_ports_or_a_second_node_is_planned(tmp_path, capsys
 def test_one_instance_is_singular(tmp_path, capsys):
     """The total line of a fleet of one box: "1 instance" (it said "1 instances")."""
     fleet = write_fleet(tmp_path, {"name": "one", "boxes": [
-        {"name": "solo", "address": "192.168.1.30", "profile": PROFILE, "host_ram": "64GiB", "platform": "linux"}]})
+        {"name": "solo", "address": "127.0.0.1", "profile": PROFILE, "host_ram": "64GiB", "platform": "linux"}]})
     code, out, err = run_cli(capsys, "fleet", "plan", str(fleet))
     assert code == 0, err
     total = next(x for x in out.splitlines() if x.startswith("fleet: "))

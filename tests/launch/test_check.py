@@ -165,7 +165,8 @@ def test_the_draft_folder_is_a_need_serve_checks(tmp_path):
         return [ln for ln in lines if ln.startswith("model.draft.")]
 
     got = draft_lines(native, env)
-    assert got == [f"model.draft.host_dir: {draft} is not a folder here"], got
+    assert got == [f"model.draft.host_dir: {draft} is not a folder here (natively serve loads model.draft.host_dir; "
+                   "model.draft.path is the folder as a container sees it)"], got
     draft.mkdir()
     got = draft_lines(native, env)
     assert len(got) == 1 and got[0].startswith(f"model.draft.host_dir: {draft} has no config.json and no weights"), got
