@@ -13,10 +13,14 @@ import os
 import re
 import shutil
 import socket
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from .facts.gpus import GpuInventory
 from .facts.host import HostFacts, Platform
+
+_T = TypeVar("_T")
 
 #: cgroup v1 reports "no limit" as a huge number (PAGE_COUNTER_MAX pages); anything at or
 #: above 2**60 bytes is treated as unlimited.
@@ -210,6 +214,21 @@ def gather_host_facts(*, platform: Platform | None = None, l3_dir: str | None = 
     )
 
 
+def read_folder_facts(field: str, read: Callable[..., _T], *args: Any) -> _T:
+    """``read(*args)`` (``arch.read_model_dir``, ``arch.read_draft_dir``), its problems under the
+    profile key that named the folder: a ``BadInput`` (config.json unreadable or not JSON,
+    jsonio) with each line prefixed by ``field``, a ``ValueError`` (a field of the wrong shape)
+    or ``OSError`` (a weights file that cannot be read) as one ``BadInput`` line (exit 2)."""
+    from .errors import BadInput
+
+    try:
+        return read(*args)
+    except BadInput as exc:
+        raise BadInput(*(f"{field}: {p}" for p in exc.problems), hint=exc.hint) from None
+    except (ValueError, OSError) as exc:
+        raise BadInput(f"{field}: {exc}") from None
+
+
 def read_draft_inputs(profile, *, draft_path: str | None = None, model_path: str | None = None):
     """What ``model.draft``'s folder says (``arch.read_draft_dir``), read as the model folder
     is: at ``draft_path`` as this process sees it (default ``model.draft.host_dir``; inside the
@@ -219,7 +238,6 @@ def read_draft_inputs(profile, *, draft_path: str | None = None, model_path: str
     is not counted). Raises ``BadInput`` (exit 2) naming ``model.draft.*`` for an unreadable
     config.json or safetensors header, or one of the wrong shape."""
     from .arch import read_draft_dir
-    from .errors import BadInput
 
     draft = profile.model.draft
     if draft is None:
@@ -228,12 +246,7 @@ def read_draft_inputs(profile, *, draft_path: str | None = None, model_path: str
     path = draft_path or draft.host_dir
     if not path:
         return None
-    try:
-        return read_draft_dir(path, model_path or profile.model.host_dir)
-    except BadInput as exc:
-        raise BadInput(*(f"{field}: {p}" for p in exc.problems), hint=exc.hint) from None
-    except (ValueError, OSError) as exc:
-        raise BadInput(f"{field}: {exc}") from None
+    return read_folder_facts(field, read_draft_dir, path, model_path or profile.model.host_dir)
 
 
 def gather_plan_inputs(profile, *, platform: Platform | None = None, host_ram: int | None = None,
@@ -279,10 +292,5 @@ def gather_plan_inputs(profile, *, platform: Platform | None = None, host_ram: i
         if refusals:
             raise Refused(*refusals)
         host = host.model_copy(update={"l3_checked": True})
-    try:
-        model_dir = read_model_dir(path) if path else None
-    except BadInput as exc:  # config.json unreadable or not JSON (jsonio): the file, under its field
-        raise BadInput(*(f"{field}: {p}" for p in exc.problems), hint=exc.hint) from None
-    except ValueError as exc:
-        raise BadInput(f"{field}: {exc}") from None
+    model_dir = read_folder_facts(field, read_model_dir, path) if path else None
     return host, model_dir
