@@ -383,6 +383,26 @@ def _host_pools(sa: Any, kvc: Any, kv: dict[str, Any], device: dict[str, Any]) -
 _ABSENT = object()
 
 
+def _host_pool_inputs(sa: Any, kvc: Any) -> Any:
+    """What both host-pool builders read from the resolved arguments and stage 4's configurator:
+    ``store`` (the device pool's storage dtype: fp8 KV is stored as uint8,
+    ``memory_pool.py: MHATokenToKVPool``), ``mambaish`` (the configurator's mamba config, None
+    for a dense model), ``layers`` (full-attention layers), ``page`` (tokens), ``ratio``,
+    ``size_gb`` (``--hicache-ratio``/``--hicache-size``) and ``layout``
+    (``--hicache-mem-layout``)."""
+    import types
+
+    import torch
+
+    dtype = kvc.kv_cache_dtype
+    m = kvc.mambaish_config
+    return types.SimpleNamespace(
+        store=torch.uint8 if dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else dtype, mambaish=m,
+        layers=len(m.full_attention_layer_ids) if m is not None else kvc.model_config.num_hidden_layers,
+        page=int(sa.page_size or 1), ratio=float(sa.hicache_ratio or 0), size_gb=int(sa.hicache_size or 0),
+        layout=sa.hicache_mem_layout)
+
+
 def _host_pools_sized(sa: Any, kvc: Any, kv: dict[str, Any], *, modules: tuple[Any, Any]) -> dict[str, Any]:
     """Stage 5's sizing, with ``_host_pools``'s stand-ins in place: SGLang's host pool classes
     (``modules``: its ``pool_host.mha`` and ``pool_host.mamba``) over CPU views of the pools
@@ -398,11 +418,9 @@ def _host_pools_sized(sa: Any, kvc: Any, kv: dict[str, Any], *, modules: tuple[A
         return _host_pools_sized_buffer_info(sa, kvc, kv, modules=modules)
     mc = kvc.model_config
     dtype = kvc.kv_cache_dtype
-    store = torch.uint8 if dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else dtype
-    m = kvc.mambaish_config
-    layers = len(m.full_attention_layer_ids) if m is not None else mc.num_hidden_layers
+    inp = _host_pool_inputs(sa, kvc)
+    store, m, layers, page = inp.store, inp.mambaish, inp.layers, inp.page
     heads, head_dim = mc.get_num_kv_heads(sa.tp_size), mc.head_dim
-    page = int(sa.page_size or 1)
     # the device pool's bytes as its get_kv_size_bytes counts them: size + page_size rows
     # (memory_pool.py: MHATokenToKVPool._kv_buffer_shapes), what --hicache-size is split by
     kv_dev = (kv["max_total_num_tokens"] + page) * kv["kv_bytes_per_token"]
@@ -410,8 +428,7 @@ def _host_pools_sized(sa: Any, kvc: Any, kv: dict[str, Any], *, modules: tuple[A
         store_dtype=store, dtype=dtype, size=kv["max_total_num_tokens"], start_layer=0, end_layer=layers,
         layer_num=layers, head_num=heads, head_dim=head_dim, v_head_dim=head_dim, page_size=page, device="cpu",
         get_kv_size_bytes=lambda: (kv_dev // 2, kv_dev - kv_dev // 2))
-    ratio, size_gb = float(sa.hicache_ratio or 0), int(sa.hicache_size or 0)
-    layout = sa.hicache_mem_layout
+    ratio, size_gb, layout = inp.ratio, inp.size_gb, inp.layout
     kv_size = mamba_size = size_gb
     device_mamba = None
     if m is not None and kv["mamba_slots"]:
@@ -460,13 +477,10 @@ def _host_pools_sized_buffer_info(sa: Any, kvc: Any, kv: dict[str, Any], *, modu
     mha, mamba = modules
     meta = torch.device("meta")
     mc = kvc.model_config
-    dtype = kvc.kv_cache_dtype
-    store = torch.uint8 if dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else dtype
-    m = kvc.mambaish_config
-    layers = len(m.full_attention_layer_ids) if m is not None else mc.num_hidden_layers
+    inp = _host_pool_inputs(sa, kvc)
+    store, m, layers, page = inp.store, inp.mambaish, inp.layers, inp.page
     heads = mc.get_num_kv_heads(get_parallel().attn_tp_size)
     head_dim = mc.head_dim
-    page = int(sa.page_size or 1)
     tokens = int(kv["max_total_num_tokens"])
     k = tuple(torch.empty((tokens + page, heads, head_dim), dtype=store, device=meta) for _ in range(layers))
     v = tuple(torch.empty((tokens + page, heads, head_dim), dtype=store, device=meta) for _ in range(layers))
@@ -476,8 +490,7 @@ def _host_pools_sized_buffer_info(sa: Any, kvc: Any, kv: dict[str, Any], *, modu
         page_size=page, head_num=heads, head_dim=head_dim, v_head_dim=head_dim, dtype=store, device=meta)
     device_kv = types.SimpleNamespace(k_buffer=list(k), v_buffer=list(v), host_capacity_bytes=None)
     device_kv.get_kv_size_bytes = lambda: memory_pool.MHATokenToKVPool.get_kv_size_bytes(device_kv)
-    ratio, size_gb = float(sa.hicache_ratio or 0), int(sa.hicache_size or 0)
-    layout = sa.hicache_mem_layout
+    ratio, size_gb, layout = inp.ratio, inp.size_gb, inp.layout
     kv_size: float = size_gb
     mamba_size: float = 0
     mamba_info = None
