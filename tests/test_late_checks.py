@@ -9,14 +9,14 @@ Marked ``wheel``: needs the wheel file (``$ESCHA_SGLANG_WHEEL``; ``.ci/test`` do
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.script_module import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 WHEEL = Path(os.environ.get("ESCHA_SGLANG_WHEEL", "/nonexistent"))
@@ -26,10 +26,7 @@ pytestmark = [pytest.mark.wheel, pytest.mark.skipif(not WHEEL.is_file(), reason=
 
 @pytest.fixture(scope="module")
 def gen():
-    spec = importlib.util.spec_from_file_location("gen_late_checks", REPO / "scripts" / "gen_late_checks.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gen_late_checks"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
+    module = load_script("gen_late_checks")
     # the wheel is read once for the module: ``main`` calls ``scan`` by its global name, and each
     # caller gets its own list of the (unchanged) rows
     scan = functools.cache(module.scan)

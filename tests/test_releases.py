@@ -18,6 +18,7 @@ import pytest
 from escha_deploy import releases
 from escha_deploy.errors import BadInput
 from escha_deploy.flagcheck import load_catalog
+from tests.script_module import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "escha_deploy"
@@ -108,19 +109,8 @@ def test_facts_agree_with_the_wheel(version):
     assert guard_file.removeprefix("sglang/") in release.host_guard.source
 
 
-def _script(name: str):
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_flags_diff_is_current_and_names_what_0_5_23_refuses(capsys):
-    gen = _script("gen_flags_diff")
+    gen = load_script("gen_flags_diff")
     assert gen.supported() == list(releases.supported_releases())
     assert gen.main(["--check"]) == 0
     assert "flags 0.5.19 -> 0.5.23: 26 removed" in capsys.readouterr().err
@@ -135,7 +125,7 @@ def test_flags_diff_is_current_and_names_what_0_5_23_refuses(capsys):
 
 
 def test_flags_diff_fails_on_a_stale_file(tmp_path, monkeypatch, capsys):
-    gen = _script("gen_flags_diff")
+    gen = load_script("gen_flags_diff")
     fake = tmp_path / "releases"
     for v in releases.supported_releases():
         (fake / v).mkdir(parents=True)
@@ -164,7 +154,7 @@ def test_cuda_graph_config_keys_agree_with_the_wheel(version):
 @pytest.mark.wheel
 def test_0_5_23_late_checks_are_current_with_the_inherited_annotations(capsys):
     wheel = _wheel("0.5.23")
-    gen = _script("gen_late_checks")
+    gen = load_script("gen_late_checks")
     assert gen.main(["--wheel", str(wheel), "--check", "--release", "0.5.23"]) == 0
     err = capsys.readouterr().err
     assert "late checks: sglang 0.5.23: 5317 rows;" in err and "unreviewed" not in err

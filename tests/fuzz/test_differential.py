@@ -55,6 +55,7 @@ from escha_deploy.profile import load_profile
 from escha_deploy.releases import default_release, supported_releases
 from escha_deploy.units import GiB
 from tests.launch.test_sglang_preflight import VENV_PY, site_env
+from tests.script_module import load_script
 from tests.fuzz.strategy import NOT_DRAWN, extra_flags, folder_values, key_values, plausible_values
 from tests.oracle.cases import Case, _load_unchecked, _release_overrides, config_json, stock_argv
 
@@ -330,20 +331,6 @@ def miss_line(case: dict, overrides: tuple[str, ...], r) -> str:
             f"({r.site})")
 
 
-def _late_checks():
-    """``scripts/gen_late_checks.py``, loaded by path (it is a script, not a package module)."""
-    import importlib.util
-    import sys
-
-    path = Path(__file__).resolve().parents[2] / "scripts" / "gen_late_checks.py"
-    if "gen_late_checks" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("gen_late_checks", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["gen_late_checks"] = module  # dataclasses look their module up
-        spec.loader.exec_module(module)
-    return sys.modules["gen_late_checks"]
-
-
 def wheel_of(release: str) -> Path:
     """The release's wheel: ``$ESCHA_SGLANG_WHEEL`` for the default release, else the one
     ``.ci/test`` downloads into ``.cache/wheels``."""
@@ -360,7 +347,7 @@ def reached_not_reachable(release: str, reached: list[dict]) -> tuple[int, list[
     (``gen_late_checks.problems``' ``reached``): ``(rows at those sites, every row classified
     not_reachable there)``. A refusal the fuzz drew is reachable by a profile; the catalog may not
     call it otherwise."""
-    gen = _late_checks()
+    gen = load_script("gen_late_checks")
     checks = gen.scan(wheel_of(release))
     sites = {str(r["site"]).split("srt/", 1)[-1] for r in reached}
     at = sum(c.site.split("srt/", 1)[-1] in sites for c in checks)
