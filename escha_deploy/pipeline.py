@@ -470,7 +470,9 @@ def plan_here(profile_ref: str, overrides: Sequence[str],
     if notes:
         result = result.model_copy(update={"warnings": notes + list(result.warnings)})
     if desc is not None:
-        return result, (list(desc.capabilities), "this runtime (/etc/escha/runtime.json)")
+        from escha_deploy.capabilities import runtime_description_path
+
+        return result, (list(desc.capabilities), f"this runtime ({runtime_description_path()})")
     return result, facts_runtime_planned(result)
 
 
@@ -542,7 +544,9 @@ def planned_runtime(prof: Profile, g: Gathered, *, desc: RuntimeDescription | No
     box = g.runtime if desc is None else None
     claim: tuple[str | None, str] | None = None
     if desc is not None:
-        claim = (desc.sglang_version, "this runtime (/etc/escha/runtime.json)")
+        from escha_deploy.capabilities import runtime_description_path
+
+        claim = (desc.sglang_version, f"this runtime ({runtime_description_path()})")
     elif box is not None and box.sglang_release is not None:
         claim = (box.sglang_release, f"{g.runtime_where}.sglang_release ({box.release_claim()[1]})")
     release = release or choose_release(image=claim, flag=sglang_version, profile=prof.runtime.sglang_version)

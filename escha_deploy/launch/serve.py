@@ -73,22 +73,29 @@ def _runtime_capabilities() -> tuple[list[str] | None, str]:
     """This runtime's capabilities (``None``: stock) and how to name it in messages."""
     from escha_deploy.runtime.description import read_description
 
-    desc = read_description()
+    from escha_deploy.capabilities import runtime_description_path
+
+    path = runtime_description_path()
+    desc = read_description(path)
     if desc is None:
-        return None, "this runtime (stock: no /etc/escha/runtime.json)"
-    return list(desc.capabilities), "this runtime (/etc/escha/runtime.json)"
+        return None, f"this runtime (stock: no {path})"
+    if desc.kind == "closure":
+        return list(desc.capabilities), f"this runtime (a serving closure, {path})"
+    return list(desc.capabilities), f"this runtime ({path})"
 
 
 def runtime_release() -> tuple[str | None, str]:
     """The SGLang release this runtime runs and where that was read: its runtime description's
     ``sglang_version`` (``runtime apply`` records the installed dist-info's); ``(None, ...)``
     for a runtime without one (nothing to compare: finding sglang would run its interpreter)."""
+    from escha_deploy.capabilities import runtime_description_path
     from escha_deploy.runtime.description import read_description
 
-    desc = read_description()
+    path = runtime_description_path()
+    desc = read_description(path)
     if desc is not None and desc.sglang_version:
-        return desc.sglang_version, "this runtime (/etc/escha/runtime.json)"
-    return None, "this runtime (no /etc/escha/runtime.json)"
+        return desc.sglang_version, f"this runtime ({path})"
+    return None, f"this runtime (no {path})"
 
 
 def check_release(planned: str | None, path: str | Path) -> None:

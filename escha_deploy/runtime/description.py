@@ -5,14 +5,16 @@ mirrored in OCI labels under ``io.escha.`` for what is known before the build (`
 build`` passes it as build arguments, and ``runtime apply --expect-*`` checks the build agrees).
 ``serve`` reads the file, ``up`` the labels (falling back to the file in the image); both call
 ``require_capabilities``. A native ``serve`` with no file treats the runtime as stock, with no
-capabilities.
+capabilities. ``$ESCHA_RUNTIME_DESCRIPTION`` points a host's description elsewhere: the serving
+closure (``scripts/gpu_closure.py install``) writes one of ``kind`` ``closure`` beside its
+unpacked tree, listing its ``departures`` from a stock install.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
@@ -76,6 +78,15 @@ class RuntimeDescription(BaseModel):
         default_factory=list, description="series patches and fork commits the fork's "
         "declaration left out, each with the decision")
     inventory_digest: str = Field(description="digest of the expected patched package inventory")
+    kind: Literal["installed", "closure"] = Field(
+        default="installed", description="installed: `runtime apply` on an installed SGLang (a host's or an image's); "
+        "closure: a trimmed, patched tree packed for a machine without a package index "
+        "(scripts/gpu_closure.py), which departs from a stock install as `departures` says")
+    departures: list[str] = Field(
+        default_factory=list, description="each way this runtime differs from a stock install beyond the series "
+        "(a closure's kernel package, stubbed modules, dispatch edits, environment)")
+    closure_env: dict[str, str] = Field(
+        default_factory=dict, description="environment variables a closure's SGLang runs with")
     escha_version: str | None = Field(
         default=None, description="the escha-deploy installed in the image (serve --spec runs it)",
         # images built before the field took the LaunchSpec's name wrote escha_deploy_version
