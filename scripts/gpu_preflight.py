@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """SGLang's own pre-flight (escha_deploy/launch/sglang_preflight.py) for the shipped profiles on a
-real GPU, natively, with the 0.5.19 wheelhouse (scripts/gpu-wheelhouse.sh); prints and writes what
+real GPU, natively, with the serving closure (scripts/gpu-closure.sh; SITE: its unpacked ``sg/``); prints and writes what
 SGLang answered (attention backend, memory fraction, context length, the KV cache configurator's
 and the host pools' sizing on the plan's figures, ...) or its refusal.
 

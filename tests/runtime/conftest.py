@@ -42,8 +42,8 @@ def _any_python(p: Path) -> bool:
 
 def find_wheel(name: str = CP311) -> Path | None:
     """``$ESCHA_SGLANG_WHEEL`` (any Python's 0.5.19 wheel, e.g. a GPU machine's cp312), else
-    ``name`` in ``.cache/wheels`` or ``/tmp/wheels``. ``$ESCHA_GPU_WHEELHOUSE`` is not read here:
-    the patched-import test in test_series.py imports SGLang without the stand-ins
+    ``name`` in ``.cache/wheels`` or ``/tmp/wheels``. The serving closure's trimmed tree is not
+    read here: the patched-import test in test_series.py imports SGLang without the stand-ins
     ``gpu_host_pools.py`` installs, and on a machine without flashinfer it stops there."""
     env = os.environ.get("ESCHA_SGLANG_WHEEL")
     if env and Path(env).is_file() and (Path(env).name == name or _any_python(Path(env))):

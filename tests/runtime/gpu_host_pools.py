@@ -23,11 +23,11 @@ wheel) first on ``sys.path``. Prints one JSON object as its last line. Jobs:
   host pool (patch 0003, ``build_kv_host_pool``), and the 4 GiB cap refuses one pinned buffer of
   5,368,971,264 B before allocating (patch 0002) while ``register`` takes it.
 
-Stand-ins: ``sgl_kernel`` and ``flashinfer`` are not importable here (sglang-kernel 0.4.6.post1
-is built for torch 2.13; flashinfer is imported at module level by
-``srt/layers/quantization/fp8_utils.py``); each is replaced by a module whose every attribute is
-a function that records its call and raises. The job's JSON lists the calls
-(``standin_calls``): on the ``kernel`` io backend there must be none.
+Stand-ins: under the serving closure (``scripts/gpu_closure.py``) ``sgl_kernel`` (0.4.5, sm90
+ops) and ``flashinfer`` are real and none is used. Where one of them does not import (another
+machine's SGLang tree: sglang-kernel 0.4.6.post1 is built for torch 2.13), it is replaced by a
+module whose every attribute is a function that records its call and raises. The job's JSON
+lists the calls (``standin_calls``): on the ``kernel`` io backend there must be none.
 """
 
 from __future__ import annotations

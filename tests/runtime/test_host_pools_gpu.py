@@ -1,9 +1,10 @@
 """SGLang 0.5.19's real host pools, patched by our series, on a CUDA GPU (marked ``gpu``).
 
-From the repo alone: the real wheel for this Python (``$ESCHA_GPU_WHEELHOUSE``, which
-``scripts/gpu-wheelhouse.sh`` fills, else ``$ESCHA_SGLANG_WHEEL``), unzipped; ``escha-deploy
-runtime apply`` puts the series on it; then, one fresh process per job
-(``tests/runtime/gpu_host_pools.py``, which names its stand-ins):
+From the repo plus the serving closure (``scripts/gpu-closure.sh`` builds it, ``scripts/gpu-run.sh
+pools`` installs it and sets ``$ESCHA_RUNTIME_DESCRIPTION``): SGLang 0.5.19's tree patched by
+``escha-deploy runtime apply`` at build time, with the real sgl_kernel (0.4.5, sm90 ops); then,
+one fresh process per job (``tests/runtime/gpu_host_pools.py``, which names its stand-ins, used
+only for a module the closure does not carry):
 
 - device pools of the wheel's classes at the per-rank shapes of ``rtx5060ti-tp2-fp8`` (at the
   ratio ``plan`` recommends for the seed's 16 GiB WSL2 box) and ``linux-tp2-l3`` (ratio 1), host
@@ -26,7 +27,6 @@ import json
 import os
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -48,34 +48,26 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _wheel() -> Path | None:
-    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    names = []
-    house = os.environ.get("ESCHA_GPU_WHEELHOUSE")
-    if house:
-        names += sorted(Path(house).glob(f"sglang-0.5.19-{tag}-{tag}-*.whl"))
-    env = os.environ.get("ESCHA_SGLANG_WHEEL")
-    if env and Path(env).name.startswith(f"sglang-0.5.19-{tag}-"):
-        names.append(Path(env))
-    return next((p for p in names if p.is_file()), None)
+def _closure_site() -> Path | None:
+    """The folder holding the closure's patched ``sglang`` package (its description's
+    ``sglang_dir``), or ``None`` when no closure is installed."""
+    path = os.environ.get("ESCHA_RUNTIME_DESCRIPTION")
+    if not path or not Path(path).is_file():
+        return None
+    desc = json.loads(Path(path).read_text())
+    if desc.get("kind") != "closure" or not Path(desc.get("sglang_dir", "")).is_dir():
+        return None
+    return Path(desc["sglang_dir"]).parent
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
+def site() -> Path:
     if not _cuda():
         pytest.skip("no CUDA device")
-    wheel = _wheel()
-    if wheel is None:
-        pytest.skip("no sglang 0.5.19 wheel for this Python: run scripts/gpu-wheelhouse.sh "
-                    f"{sys.version_info.major}.{sys.version_info.minor} and set ESCHA_GPU_WHEELHOUSE")
-    root = tmp_path_factory.mktemp("sglang-site")
-    with zipfile.ZipFile(wheel) as z:
-        z.extractall(root)
-    state = tmp_path_factory.mktemp("runtime-state")
-    r = subprocess.run([sys.executable, "-m", "escha_deploy", "runtime", "apply", "--sglang-dir",
-                        str(root / "sglang"), "--state-dir", str(state)], capture_output=True, text=True,
-                       cwd=REPO, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
+    root = _closure_site()
+    if root is None:
+        pytest.skip("no serving closure installed: run `bash scripts/gpu-run.sh pools` (it installs .closure/, "
+                    "built by scripts/gpu-closure.sh, and sets ESCHA_RUNTIME_DESCRIPTION)")
     return root
 
 

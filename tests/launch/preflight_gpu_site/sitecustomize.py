@@ -1,6 +1,6 @@
 """TEST-ONLY, for the device machine: SGLang's pre-flight run against the real GPU with the
-0.5.19 wheelhouse (scripts/gpu-wheelhouse.sh). ``sgl_kernel`` and ``flashinfer`` do not install
-there (built for another torch); where they do not import they stand in as modules that raise
+stock 0.5.19 wheel (superseded by the serving closure, scripts/gpu-closure.sh, which carries a
+``sgl_kernel`` built for the machine's torch); where ``sgl_kernel`` or ``flashinfer`` do not import they stand in as modules that raise
 when called (tests/runtime/gpu_host_pools.py: install_standins, named there). Nothing else of SGLang, torch or the GPU is
 replaced. Active only with ``ESCHA_GPU_PREFLIGHT_STANDINS=1``."""
 

@@ -1,0 +1,192 @@
+"""The serving closure, checked on a CPU machine without downloading it (scripts/gpu_closure.py).
+
+The committed manifest (``tests/gpu_rig/closure-manifest.json``, written by the last
+``scripts/gpu-closure.sh`` build) records each downloaded piece's file, size and sha256 (the
+383 MB sglang-kernel wheel's among them) and each packed piece's: the budget, the pins, the
+series and the departures are checked against it and against the script and docs here. The
+install-time refusals run on a stand-in closure of small files made in a temp dir (a closure is
+50 MiB of downloads; ``check`` reads only the manifest and the files' sizes and hashes).
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.script_module import load_script
+
+REPO = Path(__file__).resolve().parents[2]
+gc = load_script("gpu_closure")
+RECORDED = json.loads(gc.RECORDED.read_text())
+
+
+def test_recorded_closure_is_within_budget():
+    pieces = RECORDED["pieces"]
+    assert [(p["name"], p["file"]) for p in pieces] == [(n, f) for n, f, _ in gc.PIECES]
+    packed = sum(p["bytes"] for p in pieces)
+    assert packed < RECORDED["total_bytes"] <= gc.BUDGET, (packed, RECORDED["total_bytes"])
+    # the manifest and runtime.json are what the total adds to the pieces: a few kB
+    assert RECORDED["total_bytes"] - packed < 64 * 1024
+
+
+def test_recorded_sources_are_the_scripts_pins_with_size_and_hash():
+    pins = [gc.SGLANG, gc.KERNEL, gc.FLASHINFER, *gc.WHEELS]
+    assert [s["pin"] for s in RECORDED["sources"]] == pins
+    for s in RECORDED["sources"]:
+        name, version = gc._dist(s["pin"])
+        assert s["file"].lower().startswith(f"{name.replace('-', '_').lower()}-{version}-"), s
+        assert s["file"].endswith(".whl") and s["bytes"] > 0 and len(s["sha256"]) == 64, s
+    by_pin = {s["pin"]: s for s in RECORDED["sources"]}
+    # SGLang 0.5.19 for the target's CPython; the kernel wheel known by its metadata, never fetched in CI
+    assert by_pin[gc.SGLANG]["file"].startswith("sglang-0.5.19-cp312-cp312-")
+    assert by_pin[gc.KERNEL]["bytes"] > 300_000_000
+    sizes = {p["name"]: p["bytes"] for p in RECORDED["pieces"]}
+    assert sizes["sgl_kernel"] < 20 * gc.MiB  # the sm90 common ops and the Python files alone
+
+
+def test_recorded_runtime_is_this_checkouts_series():
+    from escha_deploy.runtime.series import capabilities_of, read_series
+    from escha_deploy.paths import runtime_patches_dir
+
+    patches = read_series(runtime_patches_dir())
+    rt = RECORDED["runtime"]
+    assert rt["series"] == [p.name for p in patches], "the series changed: rebuild (scripts/gpu-closure.sh)"
+    assert sorted(rt["capabilities"]) == sorted(capabilities_of(patches))
+    assert rt["base"] == "wheel:cp312-cp312-manylinux_2_34_x86_64"
+
+
+def test_departures_are_named_in_manifest_and_docs():
+    assert RECORDED["departures"] == list(gc.DEPARTURES)
+    assert RECORDED["env"] == gc.ENV == {"SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK": "1",
+                                         "SGLANG_IS_FLASHINFER_AVAILABLE": "false"}
+    assert RECORDED["stubs"] == list(gc.STUBS)
+    assert RECORDED["target"] == gc.TARGET
+    docs = (REPO / "docs" / "runtime.md").read_text()
+    section = docs[docs.index("## The serving closure"):]
+    for needle in ("sglang-kernel 0.4.5", "0.4.6.post1", "sm90/common_ops.abi3.so", "flashinfer/data/",
+                   "sgl_kernel/elementwise.py", "sgl_kernel/sampling.py", "multimodal_gen/",
+                   *gc.STUBS, *(f"{k}={v}" for k, v in gc.ENV.items())):
+        assert needle in section, needle
+    edits = next(p for p in RECORDED["pieces"] if p["name"] == "sgl_kernel")["edits"]
+    assert [e["file"] for e in edits] == [f for f, _, _ in gc.DISPATCH_EDITS]
+
+
+def test_wheel_pins_match_sglangs_own(sglang_wheel):
+    """Where SGLang 0.5.19's METADATA pins a version, the closure carries that version."""
+    with zipfile.ZipFile(sglang_wheel) as z:
+        meta = z.read("sglang-0.5.19.dist-info/METADATA").decode()
+    pinned = {}
+    for line in meta.splitlines():
+        spec = line.split(":", 1)[1].split(";")[0].strip() if line.startswith("Requires-Dist:") else ""
+        if "==" in spec and "extra ==" not in line:
+            name, version = spec.split("==")
+            pinned[name.split("[")[0].strip().lower().replace("_", "-")] = version.strip()
+    ours = dict(gc._dist(s) for s in gc.WHEELS)
+    common = {n: (v, pinned[n]) for n, v in ours.items() if n in pinned}
+    assert {"transformers", "tokenizers", "apache-tvm-ffi", "compressed-tensors", "openai"} <= set(common)
+    assert {n: v for n, v in common.items() if v[0] != v[1]} == {}
+    # the two departures from SGLang's pins, each named in DEPARTURES
+    assert pinned["sglang-kernel"] == "0.4.6.post1" and gc.KERNEL == "sglang-kernel==0.4.5"
+    assert pinned["flashinfer-python"] == gc.FLASHINFER.split("==")[1]
+
+
+@pytest.fixture
+def sglang_wheel():
+    from tests.runtime.conftest import find_wheel
+
+    w = find_wheel()
+    if w is None:
+        pytest.skip("no sglang 0.5.19 wheel here (ESCHA_SGLANG_WHEEL)")
+    return w
+
+
+def _standin_closure(tmp_path: Path) -> Path:
+    """A closure of small files (a stand-in for the 50 MiB one) with a manifest in the recorded shape."""
+    c = tmp_path / "closure"
+    c.mkdir()
+    pieces = []
+    for name, file, _ in gc.PIECES:
+        (c / file).write_bytes(name.encode() * 10)
+        pieces.append({"name": name, "file": file, "bytes": (c / file).stat().st_size,
+                       "sha256": gc.sha256_file(c / file)})
+    (c / "runtime.json").write_text("{}")
+    (c / "manifest.json").write_text(json.dumps(dict(RECORDED, pieces=pieces)))
+    return c
+
+
+def test_check_accepts_the_target_machine(tmp_path):
+    m = gc.check(_standin_closure(tmp_path), here={k: v for k, v in gc.TARGET.items() if k != "sglang"})
+    assert m["target"] == gc.TARGET
+
+
+def test_check_refuses_another_machine_naming_each_difference(tmp_path):
+    here = dict(gc.TARGET, python="3.11", card="sm120")
+    here.pop("sglang")
+    with pytest.raises(gc.ClosureError) as e:
+        gc.check(_standin_closure(tmp_path), here=here, sglang="0.5.23")
+    assert e.value.code == 3
+    assert len(e.value.lines) == 3, e.value.lines
+    text = "\n".join(e.value.lines)
+    for needle in ("python '3.12', this machine has '3.11'", "card 'sm90', this machine has 'sm120'",
+                   "SGLang '0.5.19', '0.5.23' asked for"):
+        assert needle in text, text
+
+
+def test_check_names_a_missing_or_altered_piece_in_one_line(tmp_path):
+    c = _standin_closure(tmp_path)
+    (c / "sgl_kernel.tar.xz").unlink()
+    (c / "site.tar.xz").write_bytes(b"other")
+    with pytest.raises(gc.ClosureError) as e:
+        gc.check(c, here={k: v for k, v in gc.TARGET.items() if k != "sglang"})
+    assert e.value.code == 2
+    assert e.value.lines == [f"{c}: missing piece sgl_kernel (sgl_kernel.tar.xz)",
+                             f"{c}: piece site (site.tar.xz) differs from the manifest (size or sha256)"]
+
+
+def test_check_cli_is_one_line_per_problem(tmp_path, capsys):
+    assert gc.main(["check", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"gpu_closure: {tmp_path / 'none'}: no manifest.json (build the closure: scripts/gpu-closure.sh)"]
+
+
+def test_install_writes_a_description_native_serve_plans(tmp_path, monkeypatch):
+    """``install`` of a stand-in closure whose sglang piece is a tiny package: the description
+    it writes names the unpacked tree, and ``plan`` of the tiny rig reads it through
+    ``$ESCHA_RUNTIME_DESCRIPTION`` as this machine's runtime (the closure's release and the
+    series' capabilities, no ``runtime.needs`` override)."""
+    import tarfile
+
+    from escha_deploy.pipeline import plan_here
+
+    src = tmp_path / "src"
+    (src / "sglang").mkdir(parents=True)
+    (src / "sglang" / "__init__.py").write_text("")
+    c = tmp_path / "closure"
+    c.mkdir()
+    pieces = []
+    for name, file, _ in gc.PIECES:
+        with tarfile.open(c / file, "w:xz") as tar:
+            if name == "sglang":
+                tar.add(src / "sglang", arcname="sglang")
+        pieces.append({"name": name, "file": file, "bytes": (c / file).stat().st_size,
+                       "sha256": gc.sha256_file(c / file)})
+    desc = {"schema_version": 1, "sglang_version": "0.5.19", "base": RECORDED["runtime"]["base"], "python": "3.12",
+            "base_inventory_digest": "stand-in", "base_inventory_committed": True, "sglang_dir": "",
+            "capabilities": RECORDED["runtime"]["capabilities"], "inventory_digest": "stand-in",
+            "kind": "closure", "departures": list(gc.DEPARTURES), "closure_env": gc.ENV}
+    (c / "runtime.json").write_text(json.dumps(desc))
+    (c / "manifest.json").write_text(json.dumps(dict(RECORDED, pieces=pieces)))
+    dest = tmp_path / "dest"
+    env = gc.install(c, dest, here={k: v for k, v in gc.TARGET.items() if k != "sglang"})
+    assert env["ESCHA_RUNTIME_DESCRIPTION"] == str(dest / "runtime.json")
+    assert env["PYTHONPATH"].split(":")[0] == str(dest / "sg")
+    written = json.loads((dest / "runtime.json").read_text())
+    assert written["sglang_dir"] == str((dest / "sg" / "sglang").resolve()) and written["kind"] == "closure"
+    monkeypatch.setenv("ESCHA_RUNTIME_DESCRIPTION", env["ESCHA_RUNTIME_DESCRIPTION"])
+    plan, runtime = plan_here(str(REPO / "tests" / "gpu_rig" / "h200-tiny.yaml"), [], check_argv=False)
+    assert runtime == (RECORDED["runtime"]["capabilities"], f"this runtime ({dest / 'runtime.json'})")
+    assert plan.sglang_release_source == f"this runtime ({dest / 'runtime.json'})"
+    assert sorted(plan.capabilities) == sorted(RECORDED["runtime"]["capabilities"])
