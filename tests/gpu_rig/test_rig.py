@@ -1,0 +1,80 @@
+"""The GPU rig's profiles and models, checked on a CPU machine: the profiles describe the models
+``make_model.py`` makes, and they plan like any box; the shape-true rig allocates one TP-2 rank of
+``rtx5060ti-tp2-fp8``'s per-token KV and per-slot mamba bytes at TP 1."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+RIG = Path(__file__).resolve().parent
+GiB = 2**30
+
+
+def _make_model():
+    spec = importlib.util.spec_from_file_location("rig_make_model", RIG / "make_model.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["rig_make_model"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+mm = _make_model()
+
+
+def _plan(profile: str, ratio: float | None = None, host=None):
+    from escha_deploy.host import described_host
+    from escha_deploy.planner import plan
+    from escha_deploy.profile import load_profile
+
+    return plan(load_profile(profile), host or described_host(128 * GiB, "linux"), ratio=ratio)
+
+
+def _fp8_ratio() -> float:
+    from escha_deploy.host import described_host
+
+    return _plan("rtx5060ti-tp2-fp8", host=described_host(16 * GiB, "wsl2")).recommended_ratio
+
+
+@pytest.mark.parametrize("name", ["tiny", "shape-true"])
+def test_profile_architecture_is_the_model_made(name):
+    from escha_deploy.profile import load_profile
+
+    prof = load_profile(str(RIG / f"h200-{name}.yaml"))
+    arch = prof.model.architecture.model_dump(exclude_none=True)
+    made = mm.architecture(mm.CONFIGS[name])
+    assert {k: arch.get(k) for k in made} == made
+    assert prof.model.path == f"/tmp/escha-rig/models/{name}"
+    assert (prof.hardware.gpu_count, prof.runtime.tp_size) == (1, 1)
+
+
+def test_tiny_rig_plans_ok():
+    p = _plan(str(RIG / "h200-tiny.yaml"))
+    assert p.verdict == "ok", p.reasons
+    assert (p.per_rank.device_kv_tokens, p.per_rank.host_kv_tokens, p.page_size) == (2048, 4097, 1)
+
+
+def test_shape_true_rig_is_one_seed_rank():
+    """KV bytes per token (bf16 here, fp8 on the seed: twice) and mamba bytes per slot equal one
+    TP-2 rank of rtx5060ti-tp2-fp8's; its device pool; the seed box's recommended ratio (4.0 when
+    this was written) gives the host pools SGLang allocated on the H200 (114,689 KV tokens,
+    41 mamba slots)."""
+    ratio = _fp8_ratio()
+    seed = _plan("rtx5060ti-tp2-fp8", ratio).per_rank
+    p = _plan(str(RIG / "h200-shape-true.yaml"), ratio)
+    assert p.verdict == "ok", p.reasons
+    r = p.per_rank
+    assert p.kv_cache_dtype in ("auto", "bf16") and r.device_kv_bytes_per_token == 2 * seed.device_kv_bytes_per_token
+    assert r.mamba_bytes_per_slot == seed.mamba_bytes_per_slot
+    assert (r.device_kv_tokens, r.device_mamba_slots) == (seed.device_kv_tokens, seed.device_mamba_slots) == (28672, 10)
+    assert (r.host_kv_tokens, r.host_mamba_slots) == (seed.host_kv_tokens, seed.host_mamba_slots)
+    if ratio == 4.0:
+        assert (r.host_kv_tokens, r.host_mamba_slots) == (114_689, 41)
+
+
+def test_make_model_refuses_an_unknown_config(tmp_path, capsys):
+    assert mm.main(["nonesuch", str(tmp_path / "m")]) == 2
+    assert "nonesuch: not a config name (tiny, shape-true) or JSON file" in capsys.readouterr().err
