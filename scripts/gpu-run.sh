@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# One run of the gpu tests on a GPU machine without a package index, from this checkout plus the
+# serving closure (.closure/, built by scripts/gpu-closure.sh where PyPI is reachable).
+#
+#   bash scripts/gpu-run.sh [PHASES]       PHASES: comma list, default "serve"
+#     serve   tests/runtime/test_real_server_gpu.py: native `serve --profile` of the tiny rig
+#             (tests/gpu_rig/h200-tiny.yaml) -> ready -> host-tier load-back -> SIGTERM
+#     pools   tests/runtime/test_host_pools_gpu.py: SGLang's host pools on the real GPU
+#     shape   make the shape-true model too (tests/gpu_rig/h200-shape-true.yaml's)
+#     all     serve,pools (the host-pool readings alone can take most of a 10-minute call)
+#   PYTEST_K  a pytest -k expression for the selected tests, e.g. PYTEST_K="not torch_caching"
+#
+# Steps: check and unpack the closure into /tmp/escha-closure (gpu_closure.py install: a closure
+# for another Python, torch, CUDA, card or SGLang release is refused naming what differs, a
+# missing piece is one line naming it), restore the JIT and Triton caches a previous run left
+# (.closure/cache/jit-triton.tgz, when carried), make the rig's models, run
+# `python3 -m pytest -m gpu -q` on the phases' tests, then write to $OUT (default
+# /tmp/escha-gpu-out): run.log, report.json (ESCHA_GPU_REPORT: the tests' figures and the
+# phases' times), junit.xml, logs.tgz (serve's and SGLang's logs) and jit-triton.tgz (copy it to
+# .closure/cache/ for the next run: ready in about half the time).
+#
+# Deadline: DEADLINE seconds (default 540) for the whole run; pytest gets what is left less 45 s,
+# then SIGTERM, then SIGKILL; every process this run started (marked by ESCHA_GPU_RUN in its
+# environment: the server's tree included, whatever its session) is killed before the outputs
+# are packed.
+set -u
+T0=$(date +%s)
+el() { echo $(( $(date +%s) - T0 )); }
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PHASES="${1:-serve}"
+[ "$PHASES" = all ] && PHASES=serve,pools
+OUT="${OUT:-/tmp/escha-gpu-out}"
+DEADLINE="${DEADLINE:-540}"
+CLOSURE="${CLOSURE:-$ROOT/.closure}"
+DEST=/tmp/escha-closure
+RIG=/tmp/escha-rig
+mkdir -p "$OUT" "$RIG/logs"
+exec > >(tee -a "$OUT/run.log") 2>&1
+export ESCHA_GPU_RUN="gpu-run-$$-$T0"  # after tee started: tee does not carry the mark
+has() { case ",$PHASES," in *",$1,"*) return 0;; esac; return 1; }
+
+kill_ours() {  # every process whose environment carries this run's mark, but this shell's ancestors
+    local sig="$1" pids=() p
+    for p in /proc/[0-9]*; do
+        p="${p#/proc/}"
+        [ "$p" = $$ ] || [ "$p" = "$BASHPID" ] && continue
+        if tr '\0' '\n' 2>/dev/null < "/proc/$p/environ" | grep -qx "ESCHA_GPU_RUN=$ESCHA_GPU_RUN"; then pids+=("$p"); fi
+    done
+    [ ${#pids[@]} -gt 0 ] && { echo "gpu-run: kill -$sig ${pids[*]}"; kill "-$sig" "${pids[@]}" 2>/dev/null; }
+    return 0
+}
+
+echo "== gpu-run $ESCHA_GPU_RUN phases=$PHASES deadline=${DEADLINE}s commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -2
+python3 -c "import sys, torch, triton; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
+
+echo "== install $(el)s"
+python3 "$ROOT/scripts/gpu_closure.py" install "$CLOSURE" "$DEST" > "$RIG/install.json" || {
+    rc=$?; echo "gpu-run: the closure was not installed (exit $rc)"; exit $rc; }
+# shellcheck disable=SC1091
+. "$DEST/env.sh"
+export PYTHONPATH="$PYTHONPATH:$ROOT" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export SGLANG_JIT_CACHE_DIR=/tmp/escha-cache/jit TRITON_CACHE_DIR=/tmp/escha-cache/triton
+export ESCHA_GPU_REPORT="$OUT/report.json" ESCHA_GPU_LOGS="$RIG/logs"
+mkdir -p /tmp/escha-cache
+if [ -f "$CLOSURE/cache/jit-triton.tgz" ]; then
+    tar xzf "$CLOSURE/cache/jit-triton.tgz" -C /tmp/escha-cache && echo "caches restored: $(du -sh /tmp/escha-cache | cut -f1)"
+fi
+echo "runtime: $(python3 -c "import json,os; d=json.load(open(os.environ['ESCHA_RUNTIME_DESCRIPTION'])); print(d['kind'], d['sglang_version'], d['capabilities'])")"
+
+echo "== models $(el)s"
+rc=0
+make() { [ -f "$RIG/models/$1/config.json" ] || python3 "$ROOT/tests/gpu_rig/make_model.py" "$1" "$RIG/models/$1"; }
+make tiny || rc=4
+if has shape && [ $rc = 0 ]; then make shape-true || rc=4; fi
+[ $rc = 0 ] || echo "gpu-run: a model was not made (exit 4): no tests run"
+
+tests=()
+has serve && tests+=(tests/runtime/test_real_server_gpu.py)
+has pools && tests+=(tests/runtime/test_host_pools_gpu.py)
+if [ $rc = 0 ] && [ ${#tests[@]} -gt 0 ]; then
+    left=$(( DEADLINE - $(el) - 45 ))
+    echo "== pytest $(el)s (${left}s left): ${tests[*]}"
+    if [ "$left" -lt 60 ]; then echo "gpu-run: ${left}s left, too little for the tests"; rc=5; else
+        k=(); [ -n "${PYTEST_K:-}" ] && k=(-k "$PYTEST_K")
+        (cd "$ROOT" && timeout --signal=TERM --kill-after=20 "$left" python3 -m pytest -m gpu -q -rsx -p no:cacheprovider \
+            --junitxml="$OUT/junit.xml" -o junit_family=xunit2 "${k[@]}" "${tests[@]}")
+        rc=$?
+        [ $rc = 124 ] || [ $rc = 137 ] && echo "gpu-run: pytest ran past its ${left}s"
+    fi
+fi
+kill_ours TERM; sleep 3; kill_ours KILL
+
+echo "== outputs $(el)s"
+tar czf "$OUT/logs.tgz" -C "$RIG" logs install.json 2>/dev/null
+tar czf "$OUT/jit-triton.tgz" -C /tmp/escha-cache . 2>/dev/null
+python3 - "$OUT/report.json" "$PHASES" "$rc" "$(el)" <<'PY'
+import json, sys
+from pathlib import Path
+p = Path(sys.argv[1]); doc = json.loads(p.read_text()) if p.is_file() else {}
+doc["run"] = {"phases": sys.argv[2], "pytest_exit": int(sys.argv[3]), "seconds": int(sys.argv[4])}
+p.write_text(json.dumps(doc, indent=1))
+PY
+ls -la "$OUT"
+echo "== end $(el)s pytest exit $rc"
+exit $rc
