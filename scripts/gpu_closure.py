@@ -7,7 +7,7 @@ patched by escha-deploy's series, on that machine's own torch 2.11 (``scripts/gp
         ``manifest.json`` and the runtime description, print the total (at most ``BUDGET``).
     python3 scripts/gpu_closure.py install CLOSURE DEST
         On the GPU machine: refuse a closure built for another Python, torch, CUDA, card or SGLang
-        release (each difference named, exit 3) or one with a piece missing or altered (one line
+        release, or from another patch series than this checkout's (each difference named, exit 3) or one with a piece missing or altered (one line
         per piece, exit 2); unpack into DEST, write DEST/runtime.json (the description native
         ``serve`` plans with, through ``$ESCHA_RUNTIME_DESCRIPTION``) and DEST/env.sh.
     python3 scripts/gpu_closure.py check CLOSURE
@@ -445,11 +445,30 @@ def machine() -> dict:
             "card": f"sm{cap[0]}{cap[1]}" if cap else "no CUDA device"}
 
 
+def series_differences(series: list[dict], patches_dir: Path | None = None) -> list[str]:
+    """How the series a closure was patched with (its description's ``series``: name, sha256)
+    differs from this checkout's ``runtime_patches/`` (its ``series`` file, each patch's bytes):
+    one line per patch added, missing or changed; ``[]`` when they agree. Reads files only
+    (no escha-deploy import: it runs before the closure's packages are on the path)."""
+    d = patches_dir or REPO / "runtime_patches"
+    names = [ln.strip() for ln in (d / "series").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    ours = {n: sha256_file(d / n) for n in names}
+    theirs = {e.get("name"): e.get("sha256") for e in series if e.get("source", "series") == "series"}
+    lines = [f"patch {n} is in this checkout's series, not in the closure's" for n in ours if n not in theirs]
+    lines += [f"patch {n} is in the closure's series, not in this checkout's" for n in theirs if n not in ours]
+    lines += [f"patch {n} differs from this checkout's (sha256 {theirs[n][:12]}... vs {ours[n][:12]}...)"
+              for n in ours if n in theirs and theirs[n] != ours[n]]
+    if not lines and list(theirs) != names:
+        lines.append(f"the closure's series order {list(theirs)} is not this checkout's {names}")
+    return lines
+
+
 def check(closure: Path, here: dict | None = None, *, sglang: str | None = None) -> dict:
     """The closure's manifest, after refusing a closure built for another machine or release
     (``here``: this machine, ``machine()`` when ``None``; ``sglang``: the release asked for,
     default the series' ``TARGET``) and one with a piece missing or altered. Raises
-    ``ClosureError``: code 2 naming each missing or altered piece, 3 naming each difference."""
+    ``ClosureError``: code 2 naming each missing or altered piece, 3 naming each difference
+    (machine, release, or the patch series against this checkout's: ``series_differences``)."""
     mpath = closure / "manifest.json"
     if not mpath.is_file():
         raise ClosureError([f"{closure}: no manifest.json (build the closure: scripts/gpu-closure.sh)"], 2)
@@ -473,6 +492,10 @@ def check(closure: Path, here: dict | None = None, *, sglang: str | None = None)
         bad.append(f"{closure}: missing piece runtime description (runtime.json)")
     if bad:
         raise ClosureError(bad, 2)
+    stale = series_differences(json.loads((closure / "runtime.json").read_text()).get("series", []))
+    if stale:
+        raise ClosureError([f"{closure}: {d}" for d in stale]
+                           + [f"{closure}: rebuild it from this checkout: scripts/gpu-closure.sh"], 3)
     built = manifest.get("target", {})
     here = machine() if here is None else here
     want = dict(here, sglang=sglang or TARGET["sglang"])

@@ -112,9 +112,32 @@ def _standin_closure(tmp_path: Path) -> Path:
         (c / file).write_bytes(name.encode() * 10)
         pieces.append({"name": name, "file": file, "bytes": (c / file).stat().st_size,
                        "sha256": gc.sha256_file(c / file)})
-    (c / "runtime.json").write_text("{}")
+    (c / "runtime.json").write_text(json.dumps({"series": _checkout_series()}))
     (c / "manifest.json").write_text(json.dumps(dict(RECORDED, pieces=pieces)))
     return c
+
+
+def _checkout_series() -> list[dict]:
+    from escha_deploy.paths import runtime_patches_dir
+    from escha_deploy.runtime.series import read_series
+
+    return [{"name": p.name, "source": "series", "sha256": p.sha256} for p in read_series(runtime_patches_dir())]
+
+
+def test_check_refuses_a_closure_of_another_series(tmp_path):
+    c = _standin_closure(tmp_path)
+    series = _checkout_series()
+    series[1]["sha256"] = "0" * 64
+    (c / "runtime.json").write_text(json.dumps({"series": series[:2]}))
+    with pytest.raises(gc.ClosureError) as e:
+        gc.check(c, here={k: v for k, v in gc.TARGET.items() if k != "sglang"})
+    assert e.value.code == 3
+    assert e.value.lines[:2] == [
+        f"{c}: patch {series[2]['name']} is in this checkout's series, not in the closure's",
+        f"{c}: patch {series[1]['name']} differs from this checkout's (sha256 000000000000... vs "
+        f"{_checkout_series()[1]['sha256'][:12]}...)"]
+    assert e.value.lines[-1].endswith("rebuild it from this checkout: scripts/gpu-closure.sh")
+
 
 
 def test_check_accepts_the_target_machine(tmp_path):
@@ -177,6 +200,7 @@ def test_install_writes_a_description_native_serve_plans(tmp_path, monkeypatch):
             "base_inventory_digest": "stand-in", "base_inventory_committed": True, "sglang_dir": "",
             "capabilities": RECORDED["runtime"]["capabilities"], "inventory_digest": "stand-in",
             "kind": "closure", "departures": list(gc.DEPARTURES), "closure_env": gc.ENV}
+    desc["series"] = _checkout_series()
     (c / "runtime.json").write_text(json.dumps(desc))
     (c / "manifest.json").write_text(json.dumps(dict(RECORDED, pieces=pieces)))
     dest = tmp_path / "dest"
