@@ -79,7 +79,7 @@ FLASHINFER = "flashinfer-python==0.6.18"
 #: compressed-tensors==0.18.0, openai==2.6.1, soundfile==0.13.1), what its server path imports
 #: that the machine lacks (fastapi, uvicorn, pyzmq, msgspec, ...), escha-deploy's own
 #: dependencies the machine lacks (pydantic, docker; pyproject.toml), each dependency named (no
-#: resolution: ``pip download --no-deps``). The machine's list: the device notes' package list.
+#: resolution: ``pip download --no-deps``). What the machine has: ``python3 -m pip list`` there.
 WHEELS = (
     "transformers==5.12.1", "tokenizers==0.22.2", "apache-tvm-ffi==0.1.11", "compressed-tensors==0.18.0",
     "fastapi==0.165.0", "starlette==1.10.0", "opentelemetry-api==1.45.2", "importlib-metadata==10.2.0",
