@@ -57,8 +57,6 @@ def _release(keep: list) -> None:
     """Free what ``_pin_exact`` / ``_pin_register`` pinned."""
     import torch
 
-    from escha_deploy.runtime.hooks.host_alloc import free_pinned
-
     cudart = None
     while keep:
         item = keep.pop()
@@ -67,7 +65,7 @@ def _release(keep: list) -> None:
             cudart.cudaHostUnregister(ctypes.addressof(ctypes.c_char.from_buffer(item)))
             item.close()
         else:
-            free_pinned(item)
+            del item  # a tensor of alloc_pinned: its block is freed with its last view
 
 
 def _mem_available() -> int | None:

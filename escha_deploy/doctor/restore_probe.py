@@ -44,7 +44,7 @@ def probe(nbytes: int, page_bytes: int) -> dict:
     """Load (host -> device) and backup (device -> host) GB/s at ``nbytes`` and ``page_bytes``."""
     import torch
 
-    from escha_deploy.runtime.hooks.host_alloc import alloc_pinned, free_pinned
+    from escha_deploy.runtime.hooks.host_alloc import alloc_pinned
 
     if not torch.cuda.is_available():
         return {"ok": False, "error": "no CUDA device visible to torch"}
@@ -59,8 +59,7 @@ def probe(nbytes: int, page_bytes: int) -> dict:
             out[f"{label}backup_gbps"] = round(_best_gbps(torch, lambda: host.copy_(dev, non_blocking=True), n), 2)
         finally:
             torch.cuda.synchronize()
-            free_pinned(host)
-            del dev
+            del host, dev  # the block is freed with its last tensor (alloc_pinned)
     return out
 
 

@@ -3,8 +3,9 @@
 escha-deploy runtime hook (capability ``hicache-host-allocator``). Patch
 ``runtime_patches/0002-hicache-host-allocator.patch`` copies this file byte for byte into
 ``sglang/srt/mem_cache/pool_host/escha_host_alloc.py``; SGLang's ``pool_host/common.py`` calls
-``choose`` and ``alloc_pinned`` from its CUDA allocation function and ``free_pinned`` from
-``_cuda_host_unregister`` (the pools' ``destroy()``). Standard library only at
+``choose`` and ``alloc_pinned`` from its CUDA allocation function; the pools' ``destroy()``
+leaves a buffer of ``alloc_pinned`` alone (it carries no cudaHostRegister ranges), and the block
+is freed when the last tensor viewing it dies. Standard library only at
 import time: torch is imported inside ``alloc_pinned``, and the device attribute is read
 through the CUDA driver and host memory allocated through the CUDA runtime, both with ctypes.
 
@@ -17,8 +18,8 @@ through the CUDA driver and host memory allocated through the CUDA runtime, both
   address (sglang#35233: the fix for WSL2's illegal memory access). Not
   ``torch.empty(..., pin_memory=True)``: torch's CachingHostAllocator rounds every block up to a
   power of two (``aten/src/ATen/core/CachingHostAllocator.h``), so a 2.15 GB pool would pin
-  4.29 GB. Freed with ``cudaFreeHost`` when the pool is destroyed (``free_pinned``, called from
-  ``pool_host/common.py: _cuda_host_unregister``) or when its last tensor goes.
+  4.29 GB. Freed with ``cudaFreeHost`` when the last tensor viewing it dies, not at the pool's
+  ``destroy()``: SGLang keeps views of a pool's buffers after it (``alloc_pinned``).
 - ``auto`` (default): ``pinned`` when the CUDA device attribute
   CanUseHostPointerForRegisteredMem is 0 (WSL2: a kernel cannot use the host address of
   registered memory, and SGLang's transfer kernels pass exactly that address), else
@@ -48,7 +49,8 @@ CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM = 91
 #: The attribute the stock unregister path reads (``common.py``); an empty list tells it that
 #: this buffer holds no cudaHostRegister ranges, so ``destroy()`` does not unregister it.
 _REGISTERED_RANGES_ATTR = "_sglang_cuda_host_registered_ranges"
-#: The attribute ``alloc_pinned`` sets on its tensor: the idempotent ``cudaFreeHost`` of its block.
+#: The attribute ``alloc_pinned`` sets on its tensor: its block's finalizer (``pinned_block``),
+#: which runs ``cudaFreeHost`` once, when the last tensor viewing the block dies.
 _PINNED_FREE_ATTR = "_escha_cuda_host_free"
 #: cudaHostAllocDefault (cuda_runtime_api.h), the flags torch's own pinned allocator passes; with
 #: unified addressing the block is mapped and its device alias is its host address.
@@ -185,10 +187,11 @@ def _loaded_cudart_path() -> Optional[str]:
 
 
 def cudart() -> Any:
-    """The CUDA runtime library (ctypes) with ``cudaHostAlloc``, ``cudaFreeHost`` and
-    ``cudaGetErrorString`` typed: the copy torch loaded (CUDA initialised first), so the
-    allocation lives in torch's CUDA context; else the first of ``libcudart.so.13``,
-    ``.so.12``, ``.so`` that loads. Raises ``OSError`` when none does."""
+    """The CUDA runtime library (ctypes) with ``cudaHostAlloc``, ``cudaFreeHost``,
+    ``cudaGetLastError``, ``cudaPeekAtLastError`` and ``cudaGetErrorString`` typed: the copy
+    torch loaded (CUDA initialised first), so the allocation lives in torch's CUDA context; else
+    the first of ``libcudart.so.13``, ``.so.12``, ``.so`` that loads. Raises ``OSError`` when
+    none does. Cached in ``_CUDART``, the one seam through which ``pinned_block`` reaches CUDA."""
     global _CUDART
     if _CUDART is not None:
         return _CUDART
@@ -207,6 +210,10 @@ def cudart() -> Any:
         lib.cudaHostAlloc.restype = ctypes.c_int
         lib.cudaFreeHost.argtypes = [ctypes.c_void_p]
         lib.cudaFreeHost.restype = ctypes.c_int
+        lib.cudaGetLastError.argtypes = []
+        lib.cudaGetLastError.restype = ctypes.c_int
+        lib.cudaPeekAtLastError.argtypes = []
+        lib.cudaPeekAtLastError.restype = ctypes.c_int
         lib.cudaGetErrorString.argtypes = [ctypes.c_int]
         lib.cudaGetErrorString.restype = ctypes.c_char_p
         _CUDART = lib
@@ -214,20 +221,74 @@ def cudart() -> Any:
     raise OSError("no CUDA runtime library (libcudart) could be loaded: " + "; ".join(errors))
 
 
+def _error_name(lib: Any, rc: int) -> str:
+    why = lib.cudaGetErrorString(rc)
+    return why.decode(errors="replace") if why else "unknown"
+
+
 def _free_host(lib: Any, ptr: int) -> None:
-    lib.cudaFreeHost(ctypes.c_void_p(ptr))
+    """The finalizer of a ``pinned_block``: ``cudaFreeHost``, then the thread's last CUDA error
+    cleared (``cudaGetLastError``) so that a failed free is not reported by torch's next launch
+    check. Never raises: it runs from a storage deleter."""
+    if int(lib.cudaFreeHost(ctypes.c_void_p(ptr))) != 0:
+        lib.cudaGetLastError()
+
+
+def pinned_block(nbytes: int) -> Any:
+    """ONE ``cudaHostAlloc`` of exactly ``nbytes`` bytes (``CUDA_HOST_ALLOC_DEFAULT`` flags, as
+    torch's own pinned allocator passes), as a ctypes ``c_uint8`` array over the returned
+    address: an object with the buffer protocol that owns the block.
+
+    The block is freed by ``cudaFreeHost`` once, when this object is garbage: a
+    ``weakref.finalize`` on it (``atexit`` off: at interpreter exit the process's pinned memory
+    goes with it, and torch's CUDA context may already be gone). Whoever views the memory through
+    the buffer protocol (``torch.frombuffer``, ``memoryview``, numpy) holds a reference to it, so
+    the block outlives every such view; nothing else frees it. Its ``finalizer`` attribute is that
+    ``weakref.finalize`` (``alive`` is ``False`` once the block is freed).
+
+    A failed ``cudaHostAlloc`` sets the CUDA runtime's last error of this thread, which torch's
+    next kernel-launch check (``C10_CUDA_KERNEL_LAUNCH_CHECK``: ``cudaGetLastError``) would report
+    as its own failure; it is cleared here (``cudaGetLastError``) before ``RuntimeError`` is raised
+    naming the size and the CUDA error, and the message says so if the error is sticky
+    (``cudaPeekAtLastError`` still non-zero: the context is unusable).
+    """
+    lib = cudart()
+    ptr = ctypes.c_void_p()
+    rc = int(lib.cudaHostAlloc(ctypes.byref(ptr), ctypes.c_size_t(nbytes), CUDA_HOST_ALLOC_DEFAULT))
+    if rc != 0 or not ptr.value:
+        lib.cudaGetLastError()  # clears a non-sticky error (cudaErrorMemoryAllocation is one)
+        left = int(lib.cudaPeekAtLastError())
+        sticky = f"; the CUDA context is left in error {left} ({_error_name(lib, left)})" if left else ""
+        raise RuntimeError(f"cudaHostAlloc of {nbytes} B failed (rc={rc}, {_error_name(lib, rc)}){sticky}")
+    block_type = type("EschaPinnedHostBlock", (ctypes.c_uint8 * nbytes,), {})
+    block = block_type.from_address(ptr.value)
+    free = weakref.finalize(block, _free_host, lib, ptr.value)
+    free.atexit = False
+    block.finalizer = free  # a weak reference back: the finalizer does not keep the block alive
+    return block
 
 
 def alloc_pinned(dims: tuple, dtype: Any) -> Any:
-    """A page-locked host tensor of shape ``dims`` and ``dtype`` from ONE ``cudaHostAlloc`` of
-    exactly ``prod(dims) x itemsize`` bytes (``CUDA_HOST_ALLOC_DEFAULT`` flags, as torch's own
-    pinned allocator passes), wrapped with ``torch.frombuffer`` over a ctypes array at the
-    returned address: no caching allocator, so no power-of-two rounding.
+    """A page-locked host tensor of shape ``dims`` and ``dtype`` over one ``pinned_block`` of
+    exactly ``prod(dims) x itemsize`` bytes: no caching allocator, so no power-of-two rounding.
 
-    The block is freed by ``cudaFreeHost`` exactly once: by ``free_pinned`` (the pool's
-    ``destroy()``), or when the last tensor viewing it is gone. Marked with an empty
-    registered-range list, so SGLang's ``destroy()`` does not call cudaHostUnregister on memory
-    it did not register. Raises ``RuntimeError`` naming the CUDA error when the allocation fails.
+    Lifetime: ``torch.frombuffer`` keeps a reference to the block in the tensor storage's
+    deleter (``torch/csrc/utils/tensor_new.cpp: tensor_frombuffer``: ``Py_INCREF`` of the
+    exporter, ``Py_DECREF`` in the ``at::for_blob`` deleter), and every view (``view``, slices,
+    ``temporal_buffer[layer_id]``) shares that storage. So the block is freed when the last
+    tensor viewing its memory dies, never before: SGLang 0.5.19 keeps views after a pool's
+    ``destroy()`` (``pool_host/mamba.py``: ``temporal_buffer`` and ``conv_buffer`` stay
+    attributes of the pool; the MHA pool's per-layer views), and an explicit free there
+    let a later read fault (SIGSEGV). ``destroy()`` drops only the pool's reference
+    (``base.py: HostKVCache.destroy`` sets ``kv_buffer`` to ``None``). Public API on both torch
+    2.11 and 2.13; ``torch.from_blob`` with a deleter is not exposed to Python, and a DLPack
+    capsule would need its C structs written by hand.
+
+    The tensor carries an empty registered-range list, so SGLang's ``destroy()``
+    (``common.py: _cuda_host_unregister``) returns without a cudaHostUnregister of memory it did
+    not register, and ``_escha_cuda_host_free``: the block's finalizer (``.alive`` is ``False``
+    once it has run), which also marks a buffer this hook made. Raises ``RuntimeError`` naming the
+    CUDA error when the allocation fails (``pinned_block``).
     """
     import torch
 
@@ -239,28 +300,9 @@ def alloc_pinned(dims: tuple, dtype: Any) -> Any:
         buffer = torch.empty(dims, dtype=dtype, device="cpu")
         setattr(buffer, _REGISTERED_RANGES_ATTR, [])
         return buffer
-    lib = cudart()
-    ptr = ctypes.c_void_p()
-    rc = int(lib.cudaHostAlloc(ctypes.byref(ptr), ctypes.c_size_t(nbytes), CUDA_HOST_ALLOC_DEFAULT))
-    if rc != 0 or not ptr.value:
-        why = lib.cudaGetErrorString(rc)
-        raise RuntimeError(f"cudaHostAlloc of {nbytes} B failed (rc={rc}, "
-                           f"{why.decode(errors='replace') if why else 'unknown'})")
-    block_type = type("EschaPinnedHostBlock", (ctypes.c_uint8 * nbytes,), {})
-    block = block_type.from_address(ptr.value)
-    free = weakref.finalize(block, _free_host, lib, ptr.value)
-    free.atexit = False  # at exit the process's pinned memory goes with it
+    block = pinned_block(nbytes)
     buffer = torch.frombuffer(block, dtype=torch.uint8).view(dtype).view(dims)
     setattr(buffer, _REGISTERED_RANGES_ATTR, [])
-    setattr(buffer, _PINNED_FREE_ATTR, free)
+    setattr(buffer, _PINNED_FREE_ATTR, block.finalizer)
     return buffer
 
-
-def free_pinned(buffer: Any) -> bool:
-    """``cudaFreeHost`` the block under ``buffer`` if ``alloc_pinned`` made it (at most once);
-    ``True`` when it did or had, ``False`` for any other tensor (left to its own path)."""
-    free = getattr(buffer, _PINNED_FREE_ATTR, None)
-    if free is None:
-        return False
-    free()
-    return True
