@@ -14,6 +14,7 @@ from escha_deploy.capabilities import SERIES_CAPABILITIES
 from escha_deploy.errors import BadInput, Refused
 from escha_deploy.runtime import inventory as inv
 from escha_deploy.runtime import patching
+from tests.script_module import load_script
 from escha_deploy.runtime.series import (
     apply_series,
     capabilities_of,
@@ -159,3 +160,15 @@ def test_patched_sglang_functions_called_when_importable(site, tmp_path):
     assert "stopped" not in out, f"patched sglang does not import here: {out['stopped']}"
     assert out["reserve"] == 0
     assert abs(out["budget"] - out["avail"]) < 2**30
+
+
+def test_hook_sections_are_what_the_generator_writes():
+    """Each patch's hook section is ``scripts/gen_series_hooks.py``'s output for the repo file
+    (its ``--check``); rewriting a stale copy changes only that section."""
+    gen = load_script("gen_series_hooks")
+    assert gen.main(["--check"]) == 0
+    patch = (patching.series_dir() / "0002-hicache-host-allocator.patch").read_bytes()
+    marker = b"+++ b/sglang/srt/mem_cache/pool_host/escha_host_alloc.py\n"
+    head, _, tail = patch.partition(marker)
+    stale = head + marker + b"@@ -0,0 +1,1 @@\n+old\n"
+    assert gen.regenerate(stale) == patch
