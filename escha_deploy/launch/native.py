@@ -45,7 +45,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -290,6 +290,7 @@ def supervise(
     lock_fd: int | None = None,
     grace_s: float = GRACE_S,
     cgroup_root: Path = Path("/"),
+    on_ready: Callable[[list[str]], None] | None = None,
 ) -> Outcome:
     """Run ``argv`` as a supervised child and return how it ended (see module docstring).
 
@@ -304,6 +305,9 @@ def supervise(
     ``grace_s``: the watchdog's SIGTERM-to-SIGKILL grace for what is left of the group.
     ``cgroup_root``: where this cgroup's files are read (``host.read_oom_kill_count``): a
     count of OOM kills that rose while the child ran tells the diagnosis the OOM killer did it.
+    ``on_ready``: called once, in a thread of its own (the output keeps flowing), with every
+    line (redacted) up to and including the first ``READY_LINE``: ``serve``'s drift check. It
+    must not raise; whatever it raises is printed as one line and does not stop the server.
     Raises ``OSError`` when the child cannot be started at all (the caller reports it).
     """
     out = out or sys.stderr
@@ -336,16 +340,33 @@ def supervise(
         for s in (signal.SIGTERM, signal.SIGINT):
             previous[s] = signal.signal(s, forward)
 
+    startup: list[str] | None = [] if on_ready is not None else None  # the lines up to ready
+
+    def at_ready(lines: list[str]) -> None:
+        assert on_ready is not None
+        try:
+            on_ready(lines)
+        except Exception as exc:  # a check that failed must not take the server down
+            out.write(f"serve: the check at ready failed: {type(exc).__name__}: {exc}\n")
+            out.flush()
+
     def pump() -> None:
         # SGLang's scheduler processes inherit this pipe: it ends when the whole tree has gone,
         # not when the server exits, so it is read here and the watchdog's report waited for.
+        nonlocal startup
         for raw in dog.out:
             line = redact(raw.rstrip("\n"))
             kept.append(line)
             out.write(printable(line) + "\n")
             out.flush()
-            if READY_LINE in line and tmpdir is not None:  # SGLang read --config long ago
-                shutil.rmtree(tmpdir, ignore_errors=True)
+            if startup is not None:
+                startup.append(line)
+            if READY_LINE in line:
+                if tmpdir is not None:  # SGLang read --config long ago
+                    shutil.rmtree(tmpdir, ignore_errors=True)
+                if startup is not None:
+                    threading.Thread(target=at_ready, args=(startup,), name="serve-ready", daemon=True).start()
+                    startup = None
 
     reader = threading.Thread(target=pump, name="serve-output", daemon=True)
     reader.start()

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from escha_deploy.launch_spec import ContainerSpec, LaunchSpec
     from escha_deploy.planner.result import Plan
     from escha_deploy.profile import Profile
+    from escha_deploy.profile.models import Runtime
     from escha_deploy.releases import ReleaseChoice
 
     from .drift import PlannedSizes
@@ -303,16 +304,35 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
                     runtime=rt)
 
 
-def planned_sizes(plan: Plan) -> PlannedSizes:
-    """The plan's per-rank figures as ``drift.PlannedSizes`` (planner/result.py ``PerRank``)."""
+def planned_sizes(plan: Plan, runtime: Runtime | None = None) -> PlannedSizes:
+    """The plan's per-rank figures as ``drift.PlannedSizes`` (planner/result.py ``PerRank``), the
+    figures ``up`` and ``serve`` compare with what the server logged and reports once ready.
+
+    With the profile's ``runtime`` section (``Profile.runtime``) also the two figures it sets:
+    ``context_length`` (tokens, ``--context-length``; None when unset: SGLang takes the model
+    config's) and the effective max running requests, SGLang 0.5.19's
+    ``kv_cache_configurator.py: KVCacheConfigurator.resolve_max_num_reqs`` on the planned pools:
+    ``min(--max-running-requests, device KV tokens // 2, device mamba slots //
+    planner.MAMBA_SLOTS_PER_REQUEST)`` (the mamba cap on a hybrid model; 5 slots per request
+    with extra_buffer and the overlap scheduler, the planner's assumption); None when the
+    profile leaves ``max_running_requests`` to SGLang's estimate."""
+    from escha_deploy.planner import MAMBA_SLOTS_PER_REQUEST
+
     from .drift import PlannedSizes
 
     pr = plan.per_rank
     hic = plan.hicache.enabled
+    mrr = runtime.max_running_requests if runtime is not None else None
+    if mrr is not None:
+        mrr = min(mrr, pr.device_kv_tokens // 2)
+        if pr.device_mamba_slots:
+            mrr = min(mrr, pr.device_mamba_slots // MAMBA_SLOTS_PER_REQUEST)
     return PlannedSizes(
         kv_tokens=pr.device_kv_tokens,
         host_kv_tokens=pr.host_kv_tokens if hic else None,
         host_kv_bytes=pr.host_kv_bytes if hic else None,
         host_mamba_bytes=(pr.host_mamba_bytes or None) if hic else None,
         device_mamba_slots=pr.device_mamba_slots or None,
+        max_running_requests=mrr,
+        context_length=runtime.context_length if runtime is not None else None,
     )

@@ -29,6 +29,8 @@ POLL_S = 0.1
 #: Per-request timeouts (seconds): /health is cheap; the first generate may compile kernels.
 HEALTH_TIMEOUT_S = 2.0
 GENERATE_TIMEOUT_S = 60.0
+#: Seconds for one ``/server_info`` answer (it asks every scheduler for its internal state).
+SERVER_INFO_TIMEOUT_S = 10.0
 
 #: Startup phases in the order SGLang 0.5.19 logs them, each with the message that starts it.
 #: Sources: model_executor/model_runner.py load_model ("Load weight begin/end"),
@@ -130,6 +132,22 @@ class Probe:
             return status == 200 and "text" in json.loads(data)
         except (OSError, ValueError):
             return False
+
+    def server_info(self) -> dict | None:
+        """SGLang's ``/server_info`` as a JSON object (sglang/srt/entrypoints/http_server.py
+        ``server_info``), else its deprecated alias ``/get_server_info``; None when neither
+        answers 200 with an object (a server without them, or not reachable)."""
+        import json
+
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                status, data = self._request("GET", path, None, SERVER_INFO_TIMEOUT_S)
+                info = json.loads(data) if status == 200 else None
+            except (OSError, ValueError):
+                continue
+            if isinstance(info, dict):
+                return info
+        return None
 
 
 def wait_ready(

@@ -12,7 +12,9 @@ Two ways in, one way out:
 Both then check what this environment can see against what the plan assumed
 (``launch.check``: capabilities, GPUs, memory, memlock, the model folder; exit 3 per
 disagreement, 2 for a bad model folder) and run SGLang's argv as a supervised child
-(``native.supervise``: signals forwarded, secrets redacted, a failed exit diagnosed).
+(``native.supervise``: signals forwarded, secrets redacted, a failed exit diagnosed). Once the
+server is ready, ``serve --profile`` runs the drift check ``up`` runs (``drift_at_ready``);
+with ``--spec`` the ``up`` that wrote the spec runs it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +37,8 @@ from .redact import Redactor
 
 if TYPE_CHECKING:
     from escha_deploy.launch_spec import LaunchSpec
+
+    from .drift import PlannedSizes
 
 
 def read_spec(path: str | Path) -> LaunchSpec:
@@ -190,9 +194,12 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
         return 3
     from escha_deploy.watch.planview import plan_view
 
+    from .prepare import planned_sizes
+
     return _check_and_run(launch, caps, where, dry_run=dry_run, report=report,
                           extra={"verdict": plan.verdict, "missing_capabilities": missing, "preflight_device": device},
-                          view=plan_view(plan, launch.plan_digest, profile.watch), device=device)
+                          view=plan_view(plan, launch.plan_digest, profile.watch), device=device,
+                          planned=planned_sizes(plan, profile.runtime))
 
 
 def _secrets(launch: LaunchSpec) -> tuple[str | None, str | None]:
@@ -251,8 +258,32 @@ def sglang_preflight(launch: LaunchSpec, argv: list[str], env: dict[str, str], r
     report("info", f"serve: SGLang's pre-flight {passed_line(res)}")
 
 
+def drift_at_ready(launch: LaunchSpec, planned: PlannedSizes, api_key: str | None,
+                   report: Report) -> Callable[[list[str]], None]:
+    """``serve --profile``'s drift check, the one ``up`` runs once its server is ready
+    (``drift.check``, ``DriftReport.report_lines``: the same lines, and the exit status is left
+    to the server): called by ``native.supervise`` with the server's lines up to its ready line,
+    it reads ``/server_info`` on the address the server binds (loopback for a wildcard bind)
+    and reports."""
+    from escha_deploy.netaddr import url as http_url
+
+    from .drift import check
+    from .ready import Probe
+
+    c = launch.container
+    endpoint = http_url("127.0.0.1" if c.port_host_ip in ("0.0.0.0", "127.0.0.1") else c.port_host_ip,
+                        c.port_host)
+
+    def on_ready(lines: list[str]) -> None:
+        for level, line in check(planned, lines, Probe(endpoint, api_key).server_info()).report_lines("serve"):
+            report(level, line)
+
+    return on_ready
+
+
 def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dry_run: bool,
-                   report: Report, extra: dict | None = None, view=None, device: dict[str, int] | None = None) -> int:
+                   report: Report, extra: dict | None = None, view=None, device: dict[str, int] | None = None,
+                   planned: PlannedSizes | None = None) -> int:
     from escha_deploy import flags
 
     from .check import check_here
@@ -304,7 +335,9 @@ def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dr
                                 config_flag=flags.CONFIG_FLAG, config_secrets=flags.secret_config(api_key),
                                 facts=Facts(hicache_enabled=launch.hicache_enabled, platform=launch.facts.platform),
                                 secret_root=root, lock_fd=lock_fd,
-                                grace_s=float(launch.container.stop_timeout_s))
+                                grace_s=float(launch.container.stop_timeout_s),
+                                on_ready=drift_at_ready(launch, planned, api_key, report)
+                                if planned is not None else None)
         except OSError as exc:
             raise Failed(f"serve: cannot start {argv[0] if argv else 'the server'}: {exc}") from None
         finally:

@@ -588,7 +588,7 @@ def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, time
     from docker.errors import NotFound
 
     from . import docker as dk
-    from .drift import compare, parse_sizes
+    from .drift import check
     from .ready import Probe, wait_ready
 
     spec = prep.spec
@@ -672,10 +672,10 @@ def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, time
         dk.set_restart_after_ready(c, spec.restart_after_ready)
     except NotFound:
         raise Failed(f"up: the server {guard.End(gone=True).what()}") from None
-    drift = compare(planned_sizes(prep.plan), parse_sizes(pump.all))
+    drift = check(planned_sizes(prep.plan, prep.profile.runtime), pump.all, Probe(endpoint, api_key).server_info())
+    for level, ln in drift.report_lines("up"):
+        report(level, ln)
     lines = [i.line() for i in drift.items]
-    for ln in lines:
-        report("warning", ln)
     return UpResult(prep.profile.name, c.name, endpoint, "running", round(res.seconds, 3), lines)
 
 
