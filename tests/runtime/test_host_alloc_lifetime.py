@@ -126,3 +126,25 @@ def test_sticky_error_after_failed_allocation_is_reported(monkeypatch):
     monkeypatch.setattr(ha, "_CUDART", lib)
     with pytest.raises(RuntimeError, match="context is left in error 700"):
         ha.pinned_block(64)
+
+
+def test_tensor_views_keep_the_block_and_the_last_one_frees_it(fake):
+    """``alloc_pinned``'s tensor and the views SGLang keeps (a layer, a slice of every layer);
+    runs where torch is installed (the GPU machine), with the stand-in runtime still."""
+    torch = pytest.importorskip("torch")
+    buf = ha.alloc_pinned((4, 256), torch.bfloat16)
+    addr = buf.data_ptr()
+    finalizer = getattr(buf, ha._PINNED_FREE_ATTR)
+    assert getattr(buf, ha._REGISTERED_RANGES_ATTR) == []  # destroy() unregisters nothing
+    layer, temporal = buf[3], buf[:, :16]
+    buf.fill_(1)
+    del buf                      # the pool's destroy(): kv_buffer = None
+    gc.collect()
+    assert fake.freed == [] and finalizer.alive
+    assert float(layer.float().sum()) == 256.0
+    del layer
+    gc.collect()
+    assert fake.freed == []
+    del temporal
+    gc.collect()
+    assert fake.freed == [addr] and not finalizer.alive
