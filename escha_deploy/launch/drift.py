@@ -25,7 +25,7 @@ The log formats, verbatim from the 0.5.19 wheel:
   rank): ``f"{cache_name} is allocated. dtype: {self.dtype}, #tokens: {num_tokens}, K size:
   ...GB, V size: ...GB"`` (or ``KV size: ...``); ``cache_name`` is ``KV Cache`` for the model's
   own pool (a labelled pool, ``"<label> KV Cache"``, is not planned here).
-- ``sglang/srt/mem_cache/memory_pool.py`` (the mamba pool's ``__init__``):
+- ``sglang/srt/mem_cache/memory_pool.py`` ``MambaPool.__init__``:
   ``f"Mamba Cache is allocated. max_mamba_cache_size: {size}, conv_state size: ...GB, ..."``.
 
 ``/server_info`` (``sglang/srt/entrypoints/http_server.py`` ``server_info``; ``/get_server_info``

@@ -4,7 +4,7 @@ exit status left to the server.
 
 SGLang cannot start here (no torch, no GPU), so the child is a STAND-IN for
 ``python -m sglang.launch_server``: it prints the pool lines in SGLang 0.5.19's format strings
-(``memory_pool.py``: ``KVCache._finalize_allocation_log`` and the mamba pool's line;
+(``memory_pool.py``: ``KVCache._finalize_allocation_log`` and ``MambaPool.__init__``;
 ``scheduler.py``: ``Scheduler.__init__``'s rank-0 line) with the figures the test gives it,
 answers ``GET /server_info`` on the ``--host``/``--port`` of its argv with the fields
 ``http_server.py: server_info`` returns, then logs SGLang's ready line. The same check on a real
