@@ -29,7 +29,6 @@ so inventory, apply and verify treat a fork's files exactly like our series' fil
 
 from __future__ import annotations
 
-import codecs
 import email
 import email.policy
 import hashlib
@@ -38,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from escha_deploy.errors import BadInput, Refused
+from escha_deploy.relpaths import confine, decode_path, unquote_c
 from escha_deploy.runtime.series import FilePatch, Patch, parse_diff
 
 #: The declaration file, next to the patches.
@@ -93,28 +93,44 @@ class Commit:
         return Patch(self.file, "fork", self.sha256, capabilities, header, self.files)
 
 
-def _diff_path(line: bytes) -> tuple[str, str]:
-    """``(a-path, b-path)`` of a ``diff --git a/X b/Y`` line (git C-quotes unusual names)."""
-    rest = line[len(b"diff --git "):].rstrip(b"\r\n").decode("utf-8", "replace")
+def _diff_path(line: bytes, where: str) -> tuple[str, str]:
+    """``(a-path, b-path)`` of a ``diff --git a/X b/Y`` line, relative to the repository.
 
-    def unquote(s: str) -> str:
-        if s.startswith('"') and s.endswith('"'):
-            return codecs.escape_decode(s[1:-1].encode("latin-1", "backslashreplace"))[0].decode(
-                "utf-8", "replace")
-        return s
-
-    if rest.startswith('"'):
-        end = rest.index('"', 1)
-        while rest[end - 1] == "\\":
-            end = rest.index('"', end + 1)
-        a, b = rest[:end + 1], rest[end + 2:]
-        return unquote(a)[2:], unquote(b)[2:]
-    # unquoted: "a/P b/P" for everything but renames and copies (refused by their own lines)
-    n = (len(rest) - 5) // 2
-    if rest[2:2 + n] == rest[5 + n:] and rest[2 + n:5 + n] == " b/":
-        return rest[2:2 + n], rest[5 + n:]
-    a, _, b = rest.partition(" b/")
-    return a[2:], b
+    Git C-quotes a name with unusual bytes (``quote.c: quote_c_style``), each side on its own;
+    a quoted side is read back (``relpaths.unquote_c``) before it is checked, so ``\\056\\056``
+    is the ``..`` it spells. Raises ``BadInput`` (``where``: the patch file and line) for a
+    broken quote, a side without its ``a/`` / ``b/`` prefix, a path that is not UTF-8, or a
+    path that would leave the repository (absolute, ``..``, ``//``, NUL: ``relpaths.confine``).
+    """
+    rest = line[len(b"diff --git "):].rstrip(b"\r\n")
+    if rest.startswith(b'"'):
+        a, tail = unquote_c(rest, where)
+        if not tail.startswith(b" "):
+            raise BadInput(f"{where}: expected ' b/PATH' after the quoted a/ path")
+        tail = tail[1:]
+        if tail.startswith(b'"'):
+            b, after = unquote_c(tail, where)
+            if after:
+                raise BadInput(f"{where}: text after the quoted b/ path")
+        else:
+            b = tail
+    elif rest.endswith(b'"') and b' "b/' in rest:
+        a, _, quoted = rest.partition(b' "b/')
+        b, after = unquote_c(b'"b/' + quoted, where)
+        if after:
+            raise BadInput(f"{where}: text after the quoted b/ path")
+    else:
+        # unquoted: "a/P b/P" for everything but renames and copies (refused by their own lines)
+        n = (len(rest) - 5) // 2
+        if rest[2:2 + n] == rest[5 + n:] and rest[2 + n:5 + n] == b" b/":
+            a, b = rest[:2 + n], rest[3 + n:]
+        else:
+            a, _, b = rest.partition(b" b/")
+            b = b"b/" + b if _ else b
+    if not a.startswith(b"a/") or not b.startswith(b"b/"):
+        raise BadInput(f"{where}: expected 'diff --git a/PATH b/PATH'")
+    return tuple(confine(decode_path(p[2:], where), where, "the repository")  # type: ignore[return-value]
+                 for p in (a, b))
 
 
 #: Largest format-patch file read (64 MiB): SGLang's largest upstream commits are a few MB.
@@ -163,7 +179,7 @@ def read_commit(path: Path) -> tuple[Commit | None, list[str]]:
     root = REPO_ROOT + "/"
     for k, start in enumerate(starts):
         end = starts[k + 1] if k + 1 < len(starts) else len(lines)
-        a_path, b_path = _diff_path(lines[start])
+        a_path, b_path = _diff_path(lines[start], f"{name}:{start + 1}")
         ext: dict[str, str] = {}
         binary = False
         has_text = False
@@ -213,9 +229,9 @@ def read_commit(path: Path) -> tuple[Commit | None, list[str]]:
         if has_text:
             masked[start:end] = lines[start:end]
         elif "new file mode" in ext:  # git writes no hunk for an empty new file
-            empty_files.append(FilePatch(None, shown[len(root):], ()))
+            empty_files.append(FilePatch(None, shown[len(root):], (), start + 1))
         elif "deleted file mode" in ext:
-            empty_files.append(FilePatch(shown[len(root):], None, ()))
+            empty_files.append(FilePatch(shown[len(root):], None, (), start + 1))
     if not starts:
         problems.append(f"{who}: no 'diff --git' blocks (an empty commit?)")
     if problems:

@@ -262,7 +262,8 @@ def write_inventory(path: Path, base: str, version: str | None, files: dict[str,
 
 def read_inventory(path: Path) -> tuple[dict, dict[str, Entry]]:
     """``(header, files)`` of an inventory JSON; checks its recorded digest. ``BadInput`` when
-    unreadable or inconsistent."""
+    unreadable or inconsistent, or when a file name would leave the package folder
+    (``relpaths.confine``: absolute, ``..``, ``//``, NUL)."""
     from escha_deploy.jsonio import read_json
 
     data = read_json(path, "an inventory")
@@ -270,6 +271,10 @@ def read_inventory(path: Path) -> tuple[dict, dict[str, Entry]]:
         files = {k: (int(v[0]), str(v[1])) for k, v in data["files"].items()}
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         raise BadInput(f"{path}: not an inventory ({exc})") from None
+    from escha_deploy.relpaths import confine
+
+    for rel in files:  # joined to the package folder (and the saved clean copies) by verify
+        confine(rel, f"{path}: files", f"{PACKAGE}/")
     if data.get("digest") != digest(files):
         raise BadInput(f"{path}: recorded digest does not match its files (edited by hand?)")
     header = {k: v for k, v in data.items() if k != "files"}

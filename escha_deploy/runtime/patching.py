@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from escha_deploy.errors import BadInput, Refused
 from escha_deploy.runtime import inventory as inv
+from escha_deploy.runtime.series import PACKAGE as PACKAGE_NAME
 from escha_deploy.runtime.series import Patch, apply_series, capabilities_of, read_series
 
 if TYPE_CHECKING:
@@ -160,6 +161,37 @@ def _write_by_rename(target: Path, data: bytes) -> None:
     replace_file(target, data)
 
 
+def check_targets(pkg: Path, patches: list[Patch], paths) -> None:
+    """Refuse, before anything is written, a target of ``paths`` (relative to the package
+    folder ``pkg``) that is not a confined relative path (``relpaths.confine``: the parser
+    already refuses those, this is the applier's own guard) or whose resolved location leaves
+    ``pkg`` (a symbolic link inside the tree pointing out of it). Raises ``BadInput`` naming the
+    patch file and the ``+++`` line that writes the path, one line per target."""
+    from escha_deploy.relpaths import confine
+
+    where = {}
+    for p in patches:
+        for fp in p.files:
+            for rel in (fp.old, fp.new):
+                if rel is not None:
+                    where.setdefault(rel, f"{p.name}:{fp.line}" if fp.line else p.name)
+    root = Path(pkg).resolve()
+    problems = []
+    for rel in sorted(paths):
+        at = where.get(rel, "the series")
+        try:
+            confine(rel, at, f"{PACKAGE_NAME}/")
+        except BadInput as exc:
+            problems.append(exc.message)
+            continue
+        target = (root / rel).resolve()
+        if not target.is_relative_to(root):
+            problems.append(f"{at}: {PACKAGE_NAME}/{rel} resolves to {target}, outside {root}")
+    if problems:
+        raise BadInput(*problems, hint="nothing was written; a patch may change only files of "
+                       "the sglang package")
+
+
 def _check_expected(value: str | None, actual: list[str], what: str) -> list[str]:
     if not value:  # not given (a plain `docker build` passes an empty build argument)
         return []
@@ -216,6 +248,7 @@ def apply(
         return (pkg / rel).read_bytes() if rel in base else None
 
     deltas, contents = compute_deltas(patches, read_base)  # raises before anything is written
+    check_targets(pkg, patches, contents)  # every target inside the tree, before the first write
 
     state_dir = Path(state_dir)
     saved = state_dir / "base-files"

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from escha_deploy.errors import BadInput, Refused
+from escha_deploy.relpaths import confine, decode_path, unquote_c
 
 _HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 PACKAGE = "sglang"
@@ -45,6 +46,8 @@ class FilePatch:
     old: str | None
     new: str | None
     hunks: tuple[Hunk, ...]
+    #: The ``+++`` line (1-based) in its patch file; 0 when none (an empty new file's block).
+    line: int = field(default=0, compare=False)
 
     @property
     def path(self) -> str:
@@ -69,13 +72,28 @@ class Patch:
 
 
 def _strip_path(raw: bytes, where: str, root: str = PACKAGE) -> str | None:
-    text = raw.decode("utf-8").split("\t")[0].rstrip("\r\n")
+    """The path of a ``--- ``/``+++ `` line's rest (``raw``), relative to ``root``: ``None``
+    for ``/dev/null``. Git C-quotes a path with unusual bytes (``"b/python/sglang/\\303.py"``);
+    the quoted form is read back first. Raises ``BadInput`` (``where``) for a path that is not
+    UTF-8, a broken quote, a path outside ``a/<root>/`` / ``b/<root>/``, or one that would
+    leave ``root`` (``relpaths.confine``)."""
+    raw = raw.rstrip(b"\r\n")
+    if raw.startswith(b'"'):
+        raw, _ = unquote_c(raw, where)
+    else:
+        raw = raw.split(b"\t")[0]  # git appends a tab (and a date) to a name with a space
+    text = decode_path(raw, where)
     if text == "/dev/null":
         return None
     parts = text.split("/", 1)
     if len(parts) != 2 or not parts[1].startswith(root + "/"):
         raise BadInput(f"{where}: path {text!r} is not a/{root}/... or b/{root}/...")
-    return parts[1][len(root) + 1:]
+    return confine(parts[1][len(root) + 1:], where, root)
+
+
+#: Longest line number or count read from a hunk header: 9 digits (a billion lines, beyond any
+#: source file), so a header of thousands of digits is refused before ``int`` reads it.
+_MAX_DIGITS = 9
 
 
 def parse_diff(lines: list[bytes], name: str, root: str = PACKAGE) -> list[FilePatch]:
@@ -93,6 +111,7 @@ def parse_diff(lines: list[bytes], name: str, root: str = PACKAGE) -> list[FileP
             continue
         if i + 1 >= len(lines) or not lines[i + 1].startswith(b"+++ "):
             raise BadInput(f"{name}:{i + 2}: expected a '+++ ' line after '--- '")
+        start = i
         old = _strip_path(line[4:], f"{name}:{i + 1}", root)
         new = _strip_path(lines[i + 1][4:], f"{name}:{i + 2}", root)
         i += 2
@@ -101,6 +120,9 @@ def parse_diff(lines: list[bytes], name: str, root: str = PACKAGE) -> list[FileP
             m = _HUNK_RE.match(lines[i])
             if not m:
                 raise BadInput(f"{name}:{i + 1}: malformed hunk header")
+            if any(len(g) > _MAX_DIGITS for g in m.groups() if g is not None):
+                raise BadInput(f"{name}:{i + 1}: hunk header has a number over {_MAX_DIGITS} "
+                               "digits")
             hdr = lines[i].decode("utf-8", "replace").rstrip("\r\n")
             old_n = int(m.group(2)) if m.group(2) is not None else 1
             new_n = int(m.group(4)) if m.group(4) is not None else 1
@@ -134,7 +156,7 @@ def parse_diff(lines: list[bytes], name: str, root: str = PACKAGE) -> list[FileP
             hunks.append(Hunk(hdr, int(m.group(1)), tuple(old_l), tuple(new_l)))
         if not hunks:
             raise BadInput(f"{name}:{i}: file {new or old} has no hunks")
-        files.append(FilePatch(old, new, tuple(hunks)))
+        files.append(FilePatch(old, new, tuple(hunks), start + 2))
     return files
 
 
@@ -147,7 +169,12 @@ def parse_patch(data: bytes, name: str, source: str = "series") -> Patch:
     while i < len(lines) and not lines[i].startswith(b"--- "):
         m = re.match(rb"^([A-Za-z][A-Za-z-]*):\s*(.*)$", lines[i].rstrip(b"\r\n"))
         if m:
-            header.setdefault(m.group(1).decode(), m.group(2).decode().strip())
+            try:
+                value = m.group(2).decode("utf-8").strip()
+            except UnicodeDecodeError as exc:
+                raise BadInput(f"{name}:{i + 1}: header {m.group(1).decode()!r} is not UTF-8 "
+                               f"(byte 0x{m.group(2)[exc.start]:02x})") from None
+            header.setdefault(m.group(1).decode(), value)
         i += 1
     files = parse_diff(lines, name)
     if not files:
@@ -174,10 +201,14 @@ def read_series(directory: Path, source: str = "series") -> list[Patch]:
     series_file = directory / "series"
     names: list[tuple[str, str]] = []
     if series_file.is_file():
-        for n, raw in enumerate(series_file.read_text().splitlines(), 1):
-            entry = raw.split("#", 1)[0].strip()
-            if entry:
-                names.append((entry, f"{series_file}:{n}"))
+        from escha_deploy.jsonio import read_regular
+
+        raw_bytes = read_regular(series_file, "the series file", max_bytes=2**20) or b""
+        for n, raw in enumerate(raw_bytes.split(b"\n"), 1):
+            where = f"{series_file}:{n}"
+            entry = decode_path(raw.split(b"#", 1)[0].strip(), where)
+            if entry:  # a patch file of this folder: never a path out of it
+                names.append((confine(entry, where, str(directory)), where))
     else:
         names = [(p.name, str(p)) for p in sorted(directory.glob("*.patch"))]
     patches = []

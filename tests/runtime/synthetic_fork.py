@@ -57,6 +57,21 @@ def _edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1), encoding="utf-8")
 
 
+_GOOD_DIFF_GIT = b"diff --git a/python/sglang/x.py b/python/sglang/x.py"
+
+
+def hand_made_mail(diff_git: bytes = _GOOD_DIFF_GIT, plus: bytes = b"+++ b/python/sglang/x.py",
+         hunk: bytes = b"@@ -0,0 +1 @@") -> bytes:
+    """A ``git format-patch`` mail adding one file, made by hand for paths git would not commit
+    (``..``, ``//``, NUL, bytes that are not UTF-8): ``diff --git`` is on line 7, ``+++`` on 11
+    and the hunk header on 12."""
+    return (b"From " + b"a" * 40 + b" Mon Sep 17 00:00:00 2001\nFrom: A <a@example.org>\n"
+            b"Date: Mon, 1 Dec 2026 10:00:00 +0000\nSubject: [PATCH] x\n\n---\n"
+            + diff_git + b"\nnew file mode 100644\nindex 0000000..1111111\n--- /dev/null\n"
+            + plus + b"\n" + hunk + b"\n+x = 1\n-- \n2.40.0\n")
+
+
+
 def make_fork(wheel: Path, out: Path) -> dict[str, str]:
     """Build the repository and the two exports under ``out``; return ``{key: commit hash}``."""
     out = Path(out).resolve()

@@ -23,6 +23,7 @@ from escha_deploy.capabilities import ENV_HOST_RESERVE
 
 sys.path.insert(0, str(Path(__file__).parent))
 from synthetic_fork import SUBJECT_JP, declaration, make_fork  # noqa: E402
+from synthetic_fork import hand_made_mail as mail  # noqa: E402
 from test_build_docker import BASE, _client, _need_image, _run  # noqa: E402
 
 pytestmark = [pytest.mark.docker, pytest.mark.wheel]
@@ -198,3 +199,63 @@ def test_up_preflight_reads_the_same_description(images, tmp_path):
                                     client=client)
         assert prep.plan.runtime_check.applies == applies
         assert (ENV_HOST_RESERVE in prep.launch.env) == (name == "main")
+
+
+def test_a_patch_with_dotdot_fails_the_image_build_before_any_write(sglang_wheel, tmp_path):
+    """A fork folder with one more commit whose path climbs out of the sglang tree (``..``;
+    made by hand: git refuses to commit such a path). ``escha-deploy build`` refuses it on the
+    host (exit 2, the patch and line named, no build started); a plain ``docker build`` of
+    ``Dockerfile.hicache`` (no host check) fails at the image's ``runtime apply`` with the same
+    line, and the failed step's container (kept for this: ``forcerm=False``) shows nothing
+    written: no file outside the package, none in the package, no ``/etc/escha`` state."""
+    client = _client()
+    _need_image(client, BASE)
+    if not any((REPO / "build" / "wheelhouse-py3.11").glob("escha_deploy-*.whl")):
+        pytest.skip("no build/wheelhouse-py3.11 (.ci/test runs scripts/build-wheelhouse.sh 3.11)")
+    h = make_fork(sglang_wheel, tmp_path)
+    run_id = os.environ.get("ESCHA_TEST_RUN") or str(os.getpid())
+    rel = f"build/fork-test-dotdot-{run_id}"
+    out = REPO / rel
+    shutil.rmtree(out, ignore_errors=True)
+    (tmp_path / "good" / "escha-fork.yaml").write_text(declaration(h, "drop-fork"), encoding="utf-8")
+    proc = subprocess.run(["escha-deploy", "runtime", "import", str(tmp_path / "good"), "-o", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    evil = "python/sglang/" + "../" * 8 + "tmp/PWNED.py"
+    (out / "0099-pwned.patch").write_bytes(mail(f"diff --git a/{evil} b/{evil}".encode(),
+                                                 f"+++ b/{evil}".encode()))
+    line = f"0099-pwned.patch:7: path '{evil}' has a '..' part and would leave the repository"
+    try:
+        proc = subprocess.run(["escha-deploy", "build", "--base-image", BASE, "--python-version",
+                               "3.11", "--fork-dir", rel, "--tag", f"escha-sglang:ci-dotdot-{run_id}"],
+                              capture_output=True, text=True, timeout=600, cwd=REPO)
+        assert proc.returncode == 2, proc.stderr
+        assert [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")] == [f"error: {line}"]
+        assert "Step 1/" not in proc.stderr  # refused before the build started
+
+        import docker
+
+        from escha_deploy.cli.build import build_args
+
+        api = docker.APIClient(version="auto")
+        args = build_args(BASE, "3.11", "build/wheelhouse-py3.11", "runtime_overlays", [])
+        args["FORK_DIR"] = rel
+        log, failed_in = [], None
+        for chunk in api.build(path=str(REPO), dockerfile="Dockerfile.hicache", buildargs=args,
+                               rm=True, forcerm=False, decode=True):
+            text = chunk.get("stream", "") + chunk.get("error", "")
+            log.append(text)
+            if "Running in " in text:
+                failed_in = text.split("Running in ", 1)[1].split()[0]
+        log_text = "".join(log)
+        assert f"error: {line}" in log_text, log_text[-3000:]
+        assert failed_in is not None
+        try:
+            changes = api.diff(failed_in) or []
+        finally:
+            api.remove_container(failed_in, force=True)
+        written = [c["Path"] for c in changes]
+        assert not [p for p in written if "PWNED" in p or p.startswith("/etc/escha")
+                    or "/site-packages/sglang/" in p], written
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
