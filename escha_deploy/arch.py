@@ -147,11 +147,18 @@ def rank_shapes(arch: ModelArch, tp: int) -> RankShapes:
 #: config.json fields read as integers (counts and dims): a JSON integer, never a string,
 #: a float or a boolean (SGLang does arithmetic and ``range()`` over them:
 #: ``srt/configs/model_config.py: ModelConfig._derive_model_shapes``).
-_INT_KEYS = (
-    "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "num_kv_heads", "n_head_kv",
-    "head_dim", "hidden_size", "full_attention_interval", "linear_num_key_heads",
-    "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
-)
+#: The config.json counts and dimensions the planner reads, each with the least value it may
+#: hold (when present: absence has its own rules): a layer, head or dimension count of 0 sizes
+#: nothing (``head_dim: 0`` would plan a KV cell of 0 bytes); the conv kernel keeps ``kernel - 1``
+#: columns of state, so 1 keeps none (``mamba_utils.py: Mamba2StateShape.create``). One table,
+#: checked in one place (``_check_types``) for the model's and the draft's config.json.
+CONFIG_MINIMUMS: dict[str, int] = {
+    "num_hidden_layers": 1, "num_attention_heads": 1, "num_key_value_heads": 1, "num_kv_heads": 1,
+    "n_head_kv": 1, "head_dim": 1, "hidden_size": 1, "full_attention_interval": 1,
+    "linear_num_key_heads": 1, "linear_num_value_heads": 1, "linear_key_head_dim": 1,
+    "linear_value_head_dim": 1, "linear_conv_kernel_dim": 2,
+}
+_INT_KEYS = tuple(CONFIG_MINIMUMS)
 
 #: The keys SGLang 0.5.19 reads the model's context length from, first present wins
 #: (``srt/utils/hf_transformers/common.py: CONTEXT_LENGTH_KEYS``).
@@ -195,6 +202,10 @@ def _check_types(text: dict, config: dict) -> None:
         value = text.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise ValueError(f"{where}{key}: expected an integer (got {_json_kind(value)})")
+        least = CONFIG_MINIMUMS.get(key, 1)  # a context length of 0 tokens holds no request
+        if value is not None and value < least:
+            raise ValueError(f"{where}{key}: input should be greater than {least - 1} "
+                             f"(got {_json_kind(value)})")
     for key in ("model_type", "mamba_ssm_dtype"):
         for scope, mapping in ((where, text), ("", config)):
             value = mapping.get(key)
@@ -397,33 +408,84 @@ def draft_num_layers(config: object) -> tuple[int, str] | None:
     return layers, "config.json num_hidden_layers (spec_aux_hidden_state.py: _resolve_eagle_aux_hidden_state)"
 
 
+#: Bits per element of each safetensors dtype (safetensors' Rust crate, ``src/tensor.rs``:
+#: ``Dtype`` and ``Dtype::bitsize``; the sub-byte float formats since safetensors 0.6).
+SAFETENSORS_DTYPE_BITS: dict[str, int] = {
+    "BOOL": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8,
+    "F8_E8M0": 8, "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32,
+    "C64": 64, "F64": 64, "I64": 64, "U64": 64,
+}
+
+
+def _tensor_problem(info: object, data_len: int) -> str | None:
+    """Why one safetensors header entry cannot describe a tensor in a data section of
+    ``data_len`` bytes (``None``: it can): ``dtype`` one of ``SAFETENSORS_DTYPE_BITS``,
+    ``shape`` a list of whole numbers >= 0, ``data_offsets`` ``[begin, end]`` whole numbers with
+    ``0 <= begin <= end <= data_len``, and ``end - begin`` the bytes of ``shape`` elements of
+    ``dtype`` (safetensors' ``Metadata::validate`` refuses the same: ``TensorInvalidInfo``,
+    ``InvalidOffset``, ``MetadataIncompleteBuffer``)."""
+    if not isinstance(info, dict):
+        return "is not an object"
+    offsets = info.get("data_offsets")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(
+            isinstance(o, int) and not isinstance(o, bool) for o in offsets) and 0 <= offsets[0] <= offsets[1]):
+        return "has no valid data_offsets"
+    if offsets[1] > data_len:
+        return (f"has data_offsets [{offsets[0]}, {offsets[1]}] past the end of the file's data "
+                f"({data_len:,} bytes)")
+    dtype, shape = info.get("dtype"), info.get("shape")
+    if dtype not in SAFETENSORS_DTYPE_BITS:
+        return f"has dtype {dtype!r}, not a safetensors dtype ({', '.join(SAFETENSORS_DTYPE_BITS)})"
+    if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                            for d in shape)):
+        return "has no valid shape (a list of whole numbers)"
+    elements = 1
+    for d in shape:
+        elements *= d
+    if elements * SAFETENSORS_DTYPE_BITS[dtype] != 8 * (offsets[1] - offsets[0]):
+        return (f"holds {offsets[1] - offsets[0]:,} bytes but {dtype} x {shape} is "
+                f"{elements * SAFETENSORS_DTYPE_BITS[dtype] / 8:,.0f}")
+    return None
+
+
 def safetensors_tensor_bytes(path: str | Path, contains: str) -> int:
     """Bytes of the tensors of one safetensors file whose name contains ``contains``, from its
-    header alone (the format: an 8-byte little-endian header length, then a JSON object of
-    ``name: {dtype, shape, data_offsets: [begin, end]}``). Raises ``BadInput`` naming the file
-    for a header that is not that shape or is larger than ``MAX_SAFETENSORS_HEADER``."""
+    header alone (the format: an 8-byte little-endian header length ``n``, ``n`` bytes of a JSON
+    object of ``name: {dtype, shape, data_offsets: [begin, end]}``, then the data section, whose
+    offsets count from its start). Every tensor of the header is checked, not only those
+    counted (``_tensor_problem``): its offsets inside the data section the file really holds,
+    its byte count equal to dtype x shape. Raises ``BadInput`` naming the file (and the
+    tensor) for a header length that is 0, above ``MAX_SAFETENSORS_HEADER`` or past the end of
+    the file, a header that is not a JSON object, or a tensor entry that does not fit."""
     from .errors import BadInput
     from .jsonio import loads_json
 
     p = Path(path)
     with open(p, "rb") as fh:
+        file_size = os.fstat(fh.fileno()).st_size
         head = fh.read(8)
         size = int.from_bytes(head, "little") if len(head) == 8 else -1
         if not 0 < size <= MAX_SAFETENSORS_HEADER:
             raise BadInput(f"{p}: not a safetensors file (header length {size})")
+        if size > file_size - 8:
+            raise BadInput(f"{p}: not a safetensors file (header length {size:,} runs past the end "
+                           f"of the file, {file_size:,} bytes: truncated?)")
         raw = fh.read(size)
+    if len(raw) != size:
+        raise BadInput(f"{p}: not a safetensors file (the file ended inside its {size:,}-byte header)")
     header = loads_json(raw, p, "a safetensors header")
     if not isinstance(header, dict):
         raise BadInput(f"{p}: a safetensors header must be a JSON object")
+    data_len = file_size - 8 - size
     total = 0
     for name, info in header.items():
-        if name == "__metadata__" or contains not in name:
+        if name == "__metadata__":
             continue
-        offsets = info.get("data_offsets") if isinstance(info, dict) else None
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(
-                isinstance(o, int) and not isinstance(o, bool) for o in offsets) and 0 <= offsets[0] <= offsets[1]):
-            raise BadInput(f"{p}: tensor {name!r} has no valid data_offsets in the safetensors header")
-        total += offsets[1] - offsets[0]
+        problem = _tensor_problem(info, data_len)
+        if problem is not None:
+            raise BadInput(f"{p}: safetensors header: tensor {name!r} {problem}")
+        if contains in name:
+            total += info["data_offsets"][1] - info["data_offsets"][0]
     return total
 
 

@@ -30,6 +30,15 @@ DENSE = {"model_type": "llama", "num_hidden_layers": 32, "num_attention_heads": 
     ({**DENSE, "rope_scaling": "yarn"}, "rope_scaling: expected an object or null (got the string 'yarn')"),
     ({**DENSE, "rope_scaling": {"factor": "4"}}, "rope_scaling.factor: expected a number (got the string '4')"),
     ({**DENSE, "num_hidden_layers": 0}, "num_hidden_layers: input should be greater than 0 (got the number 0)"),
+    # head_dim 0 fell back to hidden_size // num_attention_heads and was planned
+    ({**DENSE, "head_dim": 0}, "head_dim: input should be greater than 0 (got the number 0)"),
+    ({"text_config": {**DENSE, "head_dim": -128}}, "text_config.head_dim: input should be greater than 0 (got the number -128)"),
+    ({**DENSE, "num_attention_heads": 0}, "num_attention_heads: input should be greater than 0 (got the number 0)"),
+    ({**DENSE, "num_key_value_heads": 0}, "num_key_value_heads: input should be greater than 0 (got the number 0)"),
+    ({**DENSE, "hidden_size": 0}, "hidden_size: input should be greater than 0 (got the number 0)"),
+    ({**DENSE, "max_position_embeddings": 0}, "max_position_embeddings: input should be greater than 0 (got the number 0)"),
+    ({**DENSE, "full_attention_interval": 0}, "full_attention_interval: input should be greater than 0 (got the number 0)"),
+    ({**DENSE, "linear_conv_kernel_dim": 1}, "linear_conv_kernel_dim: input should be greater than 1 (got the number 1)"),
 ])
 def test_wrong_shapes_and_types_are_one_line_naming_the_field(content, message):
     with pytest.raises(ValueError) as exc:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Callable, Generic, Literal, TypeVar, overload
 
 from ..capabilities import SERIES_CAPABILITIES
+from ..errors import BadInput
 from ..arch import DraftFacts, ModelArch, ModelDirFacts, RankShapes, arch_mismatch, rank_shapes
 from ..gpu_facts import PeerAccess, peer_access, tp_gpu_indices
 from ..facts.host import HostFacts
@@ -902,6 +903,10 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
         if draft is not None and draft.own_folder and counted.weights_bytes and draft.weights_bytes:
             # the target skips the MTP tensors its draft loads (qwen3_5.py, qwen3_next.py: load_weights)
             total -= draft.weights_bytes
+            if total <= 0:  # the headers are checked against their files (arch._tensor_problem)
+                raise BadInput(f"model.draft.host_dir: the MTP tensors' {draft.weights_bytes:,} bytes are "
+                               f"not less than all the safetensors bytes of {model_dir.path} "
+                               f"({model_dir.safetensors_bytes:,}); the folder changed while read?")
             wsrc = (f"safetensors in {model_dir.path} less its MTP tensors (the draft's; the target skips them: "
                     f"qwen3_5.py load_weights): {fmt_gb(total)} / tp {tp}")
         weights = total // tp

@@ -151,6 +151,68 @@ def test_a_bad_safetensors_header_in_the_models_own_folder_names_the_key(tmp_pat
         planned([f"model.host_dir={m}", EAGLE3, "model.draft.path=/models/x", f"model.draft.host_dir={m}"])
 
 
+NEXTN = ["model.path=/models/Qwen3.x-27B-FP8",
+         "runtime.extra_args=[--speculative-algorithm, NEXTN, --speculative-num-steps, '1', "
+         "--speculative-eagle-topk, '1', --speculative-num-draft-tokens, '2']"]
+
+
+def _own_folder(tmp_path: Path, header: dict | bytes, data: int = 0, length: int | None = None) -> Path:
+    """The model's folder, also its NEXTN draft: the profile's architecture as config.json and one
+    safetensors file with ``header`` (or raw header bytes), its stated ``length`` (default: the
+    header's), then ``data`` bytes."""
+    from tests.oracle.cases import config_json
+
+    m = tmp_path / "m"
+    m.mkdir()
+    (m / "config.json").write_text(json.dumps(config_json(load_profile(PROFILE).model.architecture)))
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    with open(m / "model.safetensors", "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw) if length is None else length) + raw)
+        fh.truncate(8 + len(raw) + data)
+    return m
+
+
+@pytest.mark.parametrize("header, data, length, fragment", [
+    # an MTP tensor claiming 1 PB in a 60-byte file: it was planned as weights -500000.00 GB, verdict ok
+    ({"mtp.w": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 10**15]}}, 0, None,
+     "tensor 'mtp.w' has data_offsets [0, 1000000000000000] past the end of the file's data (0 bytes)"),
+    # a tensor the draft does not count is checked too
+    ({"mtp.w": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]},
+      "model.w": {"dtype": "BF16", "shape": [4], "data_offsets": [2, 10]}}, 4, None,
+     "tensor 'model.w' has data_offsets [2, 10] past the end of the file's data (4 bytes)"),
+    ({"mtp.w": {"dtype": "BF16", "shape": [1000], "data_offsets": [0, 2]}}, 2, None,
+     "tensor 'mtp.w' holds 2 bytes but BF16 x [1000] is 2,000"),
+    ({"mtp.w": {"dtype": "Q2", "shape": [1], "data_offsets": [0, 2]}}, 2, None,
+     "tensor 'mtp.w' has dtype 'Q2', not a safetensors dtype"),
+    ({"mtp.w": {"dtype": "BF16", "shape": [-1], "data_offsets": [0, 2]}}, 2, None,
+     "tensor 'mtp.w' has no valid shape"),
+    ({"mtp.w": {"dtype": "BF16", "shape": [True], "data_offsets": [0, 2]}}, 2, None,
+     "tensor 'mtp.w' has no valid shape"),
+    # a header length past the end of the file: it was read as whatever the file held
+    (b"{}" + b" " * 190, 0, 50_000_000,
+     "not a safetensors file (header length 50,000,000 runs past the end of the file, 200 bytes"),
+])
+def test_a_header_that_does_not_fit_its_file_is_refused(tmp_path, cli, header, data, length, fragment):
+    m = _own_folder(tmp_path, header, data, length)
+    r = cli("plan", "-p", PROFILE, "--host-ram", "64GiB", "--linux", "--set", f"model.host_dir={m}",
+            "--set", f"model.draft={{path: /models/Qwen3.x-27B-FP8, host_dir: {m}}}",
+            *(a for s in NEXTN for a in ("--set", s)))
+    assert r.code == 2, r.out + r.err
+    errors = [ln for ln in r.err.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: model.draft.host_dir: {m}/model.safetensors: ")
+    assert fragment in errors[0], errors[0]
+    assert "Traceback" not in r.err and not r.out
+
+
+def test_sub_byte_dtypes_count_their_bits(tmp_path):
+    """F4 packs two elements in a byte (safetensors ``Dtype::bitsize``): 4 elements, 2 bytes."""
+    from escha_deploy.arch import safetensors_tensor_bytes
+
+    m = _own_folder(tmp_path, {"mtp.w": {"dtype": "F4", "shape": [2, 2], "data_offsets": [0, 2]},
+                               "__metadata__": {"format": "pt"}}, 2)
+    assert safetensors_tensor_bytes(m / "model.safetensors", "mtp") == 2
+
+
 def test_the_flag_in_extra_args_is_refused_as_the_keys(cli):
     r = cli("plan", "-p", PROFILE, "--host-ram", "64GiB", "--set",
             'runtime.extra_args=["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/d"]')
