@@ -127,6 +127,55 @@ def hicache_gb_field() -> Any:
     return BeforeValidator(parse_hicache_gb)
 
 
+#: A number as text, the one spelling every numeric option and key takes: decimal digits, an
+#: optional fraction and exponent (``1.5``, ``.5``, ``2e-3``). Not Python's ``float()`` or
+#: ``int()`` spellings beyond that (``1_5`` is 15 to Python, ``inf``, ``nan``, ``0x10``), nor
+#: YAML 1.1's (``0b1010``, ``012`` as octal, ``1:30`` as 90: ``yamlpos`` refuses those).
+_DECIMAL_RE = re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,4})?$")
+_INTEGER_RE = re.compile(r"^[-+]?[0-9]{1,19}$")
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        text = value if len(value) <= 40 else value[:37] + "..."
+        return f"the string {text!r}"
+    return repr(value)
+
+
+def parse_number(value: Any, *, integer: bool = False) -> float | int:
+    """The one strict reading of a number, for every numeric profile key (``Number``) and
+    command-line option (``cli.options.number_option``): an ``int`` or ``float`` (never a
+    ``bool``: YAML's ``true`` is not 1), or text in plain decimal (``_DECIMAL_RE``; ``1_5``,
+    ``0x10``, ``inf`` and ``nan`` are refused), finite. ``integer``: a whole number, written
+    without a fraction (``64``, not ``64.0`` or ``6.4e1``). Returns ``float`` (``int`` when
+    ``integer``). Raises ``ValueError`` with the reason; bounds are the caller's."""
+    import math
+
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number (got {_shown(value)})")
+    if isinstance(value, str):
+        text = value.strip()
+        if not (_INTEGER_RE if integer else _DECIMAL_RE).match(text):
+            kind = "a whole number" if integer else "a number"
+            why = " (no '_' separators)" if "_" in text else ""
+            raise ValueError(f"expected {kind} in decimal{why} (got {_shown(value)})")
+        number = int(text) if integer else float(text)
+        if not math.isfinite(number):  # 1e999
+            raise ValueError(f"expected a finite number (got {_shown(value)})")
+        return number
+    if integer:
+        if not isinstance(value, int):
+            raise ValueError(f"expected a whole number (got {_shown(value)})")
+        return value
+    if not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number (got {_shown(value)})")
+    if not math.isfinite(value):
+        raise ValueError(f"expected a finite number (got {value})")
+    return float(value)
+
+
 def fmt_size_exact(n: int) -> str:
     """Bytes as the shortest exact size string ``parse_size`` reads back: ``12GiB``, ``5.9GB``
     is not exact so ``5900MB``, else ``1406601789B``. (The plan digest is over this form.)"""

@@ -20,6 +20,7 @@ Before anything is constructed the graph is checked, because a profile is user i
 
 from __future__ import annotations
 
+import re
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -40,7 +41,18 @@ MAX_NODES = 20_000
 #: Deepest nesting of mappings and lists. A profile is 4 levels deep (runtime.kv_cache.int2.x).
 MAX_DEPTH = 32
 
-_Loader = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
+_BaseLoader = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
+
+
+class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
+    """PyYAML's safe loader, reading ``2e9`` and ``1.5e3`` (an exponent without a dot, or without
+    its sign) as the numbers they are, as YAML 1.2's core schema does; YAML 1.1 (PyYAML) reads
+    them as strings, which a numeric key would refuse as text."""
+
+
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float",
+                              re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+                              list("-+.0123456789"))
 
 
 class _Problems(Exception):
@@ -91,13 +103,46 @@ def _check_graph(root: yaml.Node, file: str) -> None:
     size(root, 0)
 
 
+#: The number spellings read as they look: decimal integers without a leading zero, decimal
+#: fractions with an optional exponent, and YAML's ``.inf``/``.nan`` (which the models refuse
+#: by name). PyYAML follows YAML 1.1, where ``0b1010`` is 10, ``012`` is octal 10, ``0x1f`` is
+#: 31, ``1:30`` is sexagesimal 90 and ``1_000`` is 1000 (yaml.org/type/int.html,
+#: yaml.org/type/float.html); YAML 1.2's core schema dropped all but hex and ``0o`` octal.
+_PLAIN_INT = re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$")
+_PLAIN_FLOAT = re.compile(r"^[-+]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+_NUMBER_TAGS = {"tag:yaml.org,2002:int": _PLAIN_INT, "tag:yaml.org,2002:float": _PLAIN_FLOAT}
+
+
+def _yaml11_number_kind(text: str) -> str:
+    """What YAML 1.1 made of a number spelling that ``_PLAIN_INT``/``_PLAIN_FLOAT`` refuse."""
+    t = text.lstrip("+-")
+    if "_" in t:
+        return "a number written with '_' separators"
+    if ":" in t:
+        return "a base-60 (sexagesimal) number"
+    if t[:2] in ("0b", "0B"):
+        return "a binary number"
+    if t[:2] in ("0x", "0X"):
+        return "a hexadecimal number"
+    if t[:2] in ("0o", "0O") or (len(t) > 1 and t[0] == "0"):
+        return "an octal number (a leading zero)"
+    return "a number in YAML 1.1's spelling"
+
+
 def _scalar_problem(loader: Any, node: yaml.ScalarNode, file: str) -> str | None:
     """Construct one scalar (cached by the loader for the document); a value Python refuses
-    (an int of more than 4300 digits, ``2020-13-45`` as a date) becomes a line naming it."""
+    (an int of more than 4300 digits, ``2020-13-45`` as a date) becomes a line naming it, and
+    so does a number spelled the YAML 1.1 way (``_yaml11_number_kind``): one strict spelling of
+    numbers for every file and ``--set``, so ``0b1010`` is never silently 10 tokens."""
     try:
-        loader.construct_object(node)
+        value = loader.construct_object(node)
     except (ValueError, OverflowError) as exc:
         return f"{file}:{node.start_mark.line + 1}: cannot read this value: {str(exc).split(';')[0][:120]}"
+    plain = _NUMBER_TAGS.get(node.tag)
+    if plain is not None and not plain.match(node.value):
+        shown = node.value if len(node.value) <= 40 else node.value[:37] + "..."
+        return (f"{file}:{node.start_mark.line + 1}: {shown} is {_yaml11_number_kind(node.value)}, which YAML 1.1 "
+                f"reads as {value!r}: write the number in plain decimal (or quote it if it is text)")
     return None
 
 

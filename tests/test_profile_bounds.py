@@ -33,13 +33,30 @@ BASE = "rtx5060ti-tp2-fp8"
     ("container.ready_timeout_s=99999999999", "less than or equal to 604800"),
     ("container.gpus=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 63]", "at most 64 items"),
     ("container.gpus=[-1, 0]", "greater than or equal to 0"),
+    # a bool is not a number (pydantic's lax float read true as 1.0), nor is text
+    ("hicache.hicache_ratio=true", "a valid number (got True)"),
+    ("hicache.max_ratio=false", "valid number (got False)"),
+    ("hicache.min_ratio='1.5'", "valid number (got '1.5')"),
+    ("runtime.mem_fraction_static=true", "valid number (got True)"),
+    ("safety.wsl2_mem_fraction_drop=true", "valid number (got True)"),
+    ("watch.psi_some_avg10=true", "valid number (got True)"),
+    # physical bounds: a model has weights; a prefill rate has a floor (1e-320 is a subnormal float)
+    ("model.weights_total=0GB", "greater than 0"),
+    ("model.weights_per_rank=0B", "greater than 0"),
+    ("hicache.prefill_tokens_per_s=1e-320", "greater than or equal to 1"),
+    ("hicache.prefill_tokens_per_s=0.5", "greater than or equal to 1"),
+    # YAML 1.1's number spellings: one line, the number never silently read
+    ("runtime.max_total_tokens=0b1010", "0b1010 is a binary number, which YAML 1.1 reads as 10"),
+    ("runtime.max_total_tokens=1:30", "base-60 (sexagesimal)"),
+    ("hicache.hicache_ratio=1_5", "written with '_' separators, which YAML 1.1 reads as 15"),
+    ("runtime.max_total_tokens=010", "octal number"),
 ])
 def test_absurd_numbers_are_one_line_naming_the_key(override, needle):
     with pytest.raises(BadInput) as exc:
         load_profile(BASE, [override])
     assert len(exc.value.problems) == 1, exc.value.problems
     line = exc.value.problems[0]
-    assert line.startswith(f"--set {override.split('=')[0]}: ") and needle in line, line
+    assert line.startswith(f"--set {override.split('=')[0]}") and needle in line, line
 
 
 def test_container_gpus_must_hold_tp_size_ranks(tmp_path):
@@ -85,3 +102,72 @@ def test_ratio_search_is_bounded_whatever_the_profile_says(monkeypatch):
     # the same answer as a linear scan would give: the largest grid point that leaves headroom
     assert fine.recommended_ratio >= coarse.recommended_ratio
     assert fine.recommended_ratio - coarse.recommended_ratio < 0.05
+
+
+def test_numbers_read_as_written_in_a_profile_file(tmp_path):
+    """YAML 1.1 reads ``0b1010`` as 10 tokens; YAML 1.2's ``2e9`` is a number here too."""
+    f = tmp_path / "p.yaml"
+    f.write_text(f"extends: {BASE}\nruntime:\n  max_total_tokens: 0b1010\n")
+    with pytest.raises(BadInput) as exc:
+        load_profile(str(f))
+    assert exc.value.problems == (f"{f}:3: 0b1010 is a binary number, which YAML 1.1 reads as 10: write "
+                                  "the number in plain decimal (or quote it if it is text)",)
+    f.write_text(f"extends: {BASE}\nhicache:\n  prefill_tokens_per_s: 2e3\n  hicache_ratio: 1\n")
+    hc = load_profile(str(f)).hicache
+    assert (hc.prefill_tokens_per_s, hc.hicache_ratio) == (2000.0, 1.0)
+
+
+def test_min_ratio_above_max_ratio_names_both(tmp_path):
+    """It planned HiCache off with "no ratio >= hicache.min_ratio 5.0 fits", though ratio 5 fits:
+    the cause is the cap."""
+    f = tmp_path / "p.yaml"
+    f.write_text(f"extends: {BASE}\nhicache:\n  max_ratio: 4\n  min_ratio: 5\n")
+    with pytest.raises(BadInput) as exc:
+        load_profile(str(f))
+    assert exc.value.problems == (
+        f"{f}:4: hicache.min_ratio: 5 is above hicache.max_ratio 4: no ratio can be recommended between "
+        "them; lower hicache.min_ratio or raise hicache.max_ratio",)
+    assert load_profile(BASE, ["hicache.min_ratio=4", "hicache.max_ratio=4"]).hicache.min_ratio == 4
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["plan", "-p", BASE, "--host-ram", "64GiB", "--linux", "--ratio", "1_5"], "--ratio: expected a number > 0 in decimal"),
+    (["plan", "-p", BASE, "--host-ram", "64GiB", "--linux", "--ratio", "0x2"], "--ratio: expected a number > 0 in decimal"),
+    (["up", "--dry-run", "--timeout", "1_5"], "'--timeout': expected a number in decimal (no '_' separators)"),
+    (["up", "--dry-run", "--timeout", "nan"], "'--timeout': expected a number in decimal (got the string 'nan')"),
+    (["up", "--dry-run", "--timeout", "0"], "'--timeout': 0 is not in the range 1 <= x <= 604800"),
+    (["down", "--timeout", "2.5"], "'--timeout': expected a whole number in decimal"),
+    (["down", "--timeout", "1_0"], "'--timeout': expected a whole number in decimal (no '_' separators)"),
+    (["diagnose", "-", "--exit-code", "1_37"], "'--exit-code': expected a whole number in decimal"),
+])
+def test_numeric_options_take_one_spelling(cli, argv, needle):
+    """Python's ``float("1_5")`` is 15 and ``int("1_0")`` 10: the options read numbers as the
+    profile keys do (``units.parse_number``)."""
+    r = cli(*argv)
+    assert r.code == 2, r.err
+    errors = [ln for ln in r.err.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and needle in errors[0], r.err
+    assert "Traceback" not in r.err
+
+
+@pytest.mark.parametrize("value, integer, expected", [
+    ("1.5", False, 1.5), (" 2e3 ", False, 2000.0), (".5", False, 0.5), (3, False, 3.0), ("-7", True, -7),
+    (12, True, 12),
+])
+def test_parse_number_reads(value, integer, expected):
+    from escha_deploy.units import parse_number
+
+    assert parse_number(value, integer=integer) == expected
+
+
+@pytest.mark.parametrize("value, integer, needle", [
+    (True, False, "expected a number (got true)"), ("1_5", False, "no '_' separators"),
+    ("inf", False, "in decimal"), ("1e999", False, "finite"), (float("nan"), False, "finite"),
+    ("0x10", True, "whole number in decimal"), (1.0, True, "whole number"), ("1.0", True, "whole number"),
+    (None, False, "expected a number"),
+])
+def test_parse_number_refuses(value, integer, needle):
+    from escha_deploy.units import parse_number
+
+    with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        parse_number(value, integer=integer)

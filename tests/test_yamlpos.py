@@ -31,7 +31,7 @@ def billion_laughs(levels: int = 9, fan: int = 9) -> str:
 
 
 def test_the_c_loader_is_used_and_data_matches_safe_load():
-    assert yamlpos._Loader is yaml.CSafeLoader
+    assert issubclass(yamlpos._Loader, yaml.CSafeLoader)  # libyaml, plus one resolver (2e9)
     for f in sorted((REPO / "profiles").glob("*.yaml")):
         data, pos = load_yaml_with_positions(f)
         assert data == yaml.safe_load(f.read_text())
@@ -124,3 +124,31 @@ def test_directory_and_missing_extends_are_named(tmp_path):
     with pytest.raises(BadInput) as exc:
         load_profile(str(child))
     assert one_line(exc).startswith(f"{child}:1: extends: unknown profile 'no-such-shipped-profile'")
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("n: 0b1010", "f.yaml:1: 0b1010 is a binary number, which YAML 1.1 reads as 10"),
+    ("n: 012", "f.yaml:1: 012 is an octal number (a leading zero), which YAML 1.1 reads as 10"),
+    ("n: 0x1f", "f.yaml:1: 0x1f is a hexadecimal number, which YAML 1.1 reads as 31"),
+    ("n: 1:30", "f.yaml:1: 1:30 is a base-60 (sexagesimal) number, which YAML 1.1 reads as 90"),
+    ("a:\n  n: 1_000", "f.yaml:2: 1_000 is a number written with '_' separators, which YAML 1.1 reads as 1000"),
+    ("n: 1_5.0", "f.yaml:1: 1_5.0 is a number written with '_' separators, which YAML 1.1 reads as 15.0"),
+    ("n: -0b1", "f.yaml:1: -0b1 is a binary number"),
+    ("n: [1, !!int 0b11]", "f.yaml:1: 0b11 is a binary number"),
+])
+def test_yaml11_number_spellings_are_refused(text, fragment):
+    """PyYAML reads YAML 1.1 (yaml.org/type/int.html): these are numbers to it, silently; here
+    they are one line naming the file and line."""
+    with pytest.raises(BadInput) as exc:
+        parse_yaml_text(text, "f.yaml")
+    assert exc.value.message.startswith(fragment), exc.value.message
+    assert exc.value.message.endswith("write the number in plain decimal (or quote it if it is text)")
+
+
+@pytest.mark.parametrize("text, value", [
+    ("n: 10", 10), ("n: -3", -3), ("n: 0", 0), ("n: 1.5", 1.5), ("n: .5", 0.5), ("n: 2e9", 2e9),
+    ("n: 1e-3", 1e-3), ("n: 1.5e3", 1500.0), ("n: .5e1", 5.0), ("n: 0o17", "0o17"), ("n: '0b1010'", "0b1010"), ("n: 1_000x", "1_000x"),
+    ("n: .inf", float("inf")),  # read here; the models refuse it by name (allow_inf_nan=False)
+])
+def test_plain_numbers_read_as_written(text, value):
+    assert parse_yaml_text(text, "f.yaml")[0] == {"n": value}

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import FormatOpt, OutputFormat
+from .options import FormatOpt, OutputFormat, number_option
 
 EXAMPLES = """
 Examples:
@@ -27,7 +27,8 @@ def register(app: typer.Typer) -> None:
     def diagnose_command(
         file: Annotated[str, typer.Argument(help="The log file, or - for standard input.")] = "-",
         exit_code: Annotated[Optional[int], typer.Option(
-            "--exit-code", help="The server's exit status (137 or -9: killed by SIGKILL).")] = None,
+            "--exit-code", help="The server's exit status (137 or -9: killed by SIGKILL).",
+            parser=number_option(-255, 255, integer=True))] = None,
         oom_killed: Annotated[Optional[bool], typer.Option(
             "--oom-killed/--no-oom-killed",
             help="Whether the cgroup's memory.events oom_kill count rose (docker inspect: State.OOMKilled); "

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import OptionalProfileOpt
+from .options import OptionalProfileOpt, number_option
 
 EXAMPLES = """
 Examples:
@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         profile: OptionalProfileOpt = None,
         timeout: Annotated[Optional[int], typer.Option(
             "--timeout", help="Grace seconds after SIGTERM (default: the container's stop timeout).",
-            min=0, max=7 * 24 * 3600)] = None,
+            parser=number_option(0, 7 * 24 * 3600, integer=True))] = None,
     ) -> None:
         """Stop the server container(s)."""
         from escha_deploy.launch import manage

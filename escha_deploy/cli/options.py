@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 from typing import Annotated, Optional
 
 import typer
@@ -72,3 +73,27 @@ def not_nan(value: float | None) -> float | None:
         raise typer.BadParameter(f"{value} is not a number")
     return value
 
+
+
+def number_option(least: float | None = None, most: float | None = None, *,
+                  integer: bool = False) -> Callable[[str], float | int]:
+    """A ``parser=`` for a numeric option: ``units.parse_number`` (the profile keys' reading:
+    plain decimal, no ``1_5`` (Python's ``float`` reads 15), no ``inf``/``nan``, no ``0x10``;
+    ``integer``: a whole number), then ``least <= value <= most``. Raises ``typer.BadParameter``
+    (exit 2, naming the option) otherwise. Use it as
+    ``typer.Option("--timeout", parser=number_option(1, 3600))``; ``min``/``max`` are not
+    given then (a parser replaces click's range type)."""
+    from escha_deploy.units import parse_number
+
+    def parse(text: str) -> float | int:
+        try:
+            value = parse_number(text, integer=integer)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        if (least is not None and value < least) or (most is not None and value > most):
+            lo = "" if least is None else f"{least:g} <= "
+            hi = "" if most is None else f" <= {most:g}"
+            raise typer.BadParameter(f"{text.strip()} is not in the range {lo}x{hi}")
+        return value
+
+    return parse

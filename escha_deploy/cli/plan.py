@@ -273,10 +273,12 @@ def parse_ratio(text: str) -> tuple[float | None, bool]:
     t = text.strip().lower()
     if t == "auto":
         return None, True
+    from escha_deploy.units import parse_number
+
     try:
-        r = float(t)
+        r = float(parse_number(t))
     except ValueError:
-        raise ValueError(f"expected a number > 0 or auto (got {text!r})") from None
+        raise ValueError(f"expected a number > 0 in decimal, or auto (got {text!r})") from None
     if not math.isfinite(r) or r <= 0:
         raise ValueError(f"must be a finite number greater than 0 (got {text})")
     if r > MAX_CLI_RATIO:

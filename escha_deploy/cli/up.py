@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from .options import DEFAULT_PROFILE, DryRunOpt, FactsOpt, FormatOpt, OutputFormat, ProfileOpt, SetOpt, not_nan
+from .options import DEFAULT_PROFILE, DryRunOpt, FactsOpt, FormatOpt, OutputFormat, ProfileOpt, SetOpt, number_option
 
 if TYPE_CHECKING:
     from escha_deploy.profile import Profile
@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
             "SIGTERM then stops and removes the container.")] = False,
         timeout: Annotated[Optional[float], typer.Option(
             "--timeout", help="Seconds to wait for ready (default: container.ready_timeout_s).",
-            min=1, max=7 * 24 * 3600, callback=not_nan)] = None,
+            parser=number_option(1, 7 * 24 * 3600))] = None,
         format: FormatOpt = OutputFormat.table,
         canary: Annotated[bool, typer.Option(
             "--canary", help="Once ready, run the hybrid-restore canary (bench.canary): exit 3 on a "

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..profile.models import MIN_PREFILL_TOKENS_PER_S, Number
 from ..restore_bandwidth import RestoreBandwidth
 from ..units import fmt_gib
 from .gpus import GpuInventory
@@ -56,8 +57,9 @@ class HostFacts(BaseModel):
     )
     restore_bandwidth: RestoreBandwidth | None = Field(
         default=None, description="doctor's restore-bandwidth probe (host <-> device GB/s), for host_hit_cost")
-    prefill_tokens_per_s: float | None = Field(
-        default=None, description="`bench`'s last cold prefill on this box (tokens/s), for host_hit_cost")
+    prefill_tokens_per_s: Number | None = Field(
+        default=None, ge=MIN_PREFILL_TOKENS_PER_S, le=1e9,
+        description="`bench`'s last cold prefill on this box (tokens/s), for host_hit_cost")
     prefill_source: str | None = Field(default=None, description="where prefill_tokens_per_s came from")
     prefill_model: str | None = Field(
         default=None, description="the model that prefill was measured on: the server's served model name, as "

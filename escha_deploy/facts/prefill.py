@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..profile.models import MIN_PREFILL_TOKENS_PER_S, Number
+
 
 class LastPrefill(BaseModel):
     """One cold prefill: tokens/s = (prompt_tokens - cached) / time to first token."""
@@ -17,7 +19,8 @@ class LastPrefill(BaseModel):
     model: str
     hicache: bool | None = Field(description="the server had HiCache on (None: unknown)")
     prompt_tokens: int
-    tokens_per_s: float = Field(gt=0)
+    tokens_per_s: Number = Field(ge=MIN_PREFILL_TOKENS_PER_S, le=1e9, description="tokens/s; the profile key "
+                                 "hicache.prefill_tokens_per_s's bounds (a file below the floor is not read)")
 
     @property
     def source(self) -> str:

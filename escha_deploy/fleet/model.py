@@ -27,12 +27,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, PrivateAttr, ValidationError
+from pydantic import Field, PrivateAttr, StrictInt, ValidationError
 
 from ..errors import BadInput
 from ..jsonio import file_problem
 from ..netaddr import HostAddress, host_port
-from ..profile import EschaModel, Size
+from ..profile import MAX_SECONDS, MAX_TOKENS, EschaModel, Number, Size
 from ..yamlpos import Positions, format_validation_errors, load_yaml_with_positions, position_of
 
 #: A name that is also a DNS-1123 label: Kubernetes object names, compose service names and
@@ -83,6 +83,15 @@ class Box(EschaModel):
     ] = None
 
 
+#: Nodes of one instance: far above any fleet of small boxes (SGLang's --nnodes has no bound of its
+#: own), low enough that a typo is refused at the key.
+MAX_NODES = 1024
+#: Consecutive health-check answers counted (SMG's --health-*-threshold): a day of 1 s checks.
+MAX_CHECKS = 86_400
+#: --balance-rel-threshold: a load ratio between workers; above this, balancing never triggers.
+MAX_REL_THRESHOLD = 1e6
+
+
 class Group(EschaModel):
     """Instances of one model: with ``nodes: 1`` every box is an independent replica; with
     ``nodes: N`` each run of N consecutive boxes is one instance spanning N nodes (node rank =
@@ -90,17 +99,17 @@ class Group(EschaModel):
 
     name: Annotated[str, Field(pattern=DNS_LABEL, description="group name (a DNS label)")]
     boxes: Annotated[list[str], Field(min_length=1, description="box names, in node-rank order")]
-    nodes: Annotated[int, Field(ge=1, description="nodes per instance (--nnodes); 1: replicas")] = 1
+    nodes: Annotated[StrictInt, Field(ge=1, le=MAX_NODES, description="nodes per instance (--nnodes); 1: replicas")] = 1
     parallel: Annotated[
         Literal["pp", "tp"],
         Field(description="across nodes: pp (--pp-size = nodes, TP inside a node; cross-node traffic only at "
               "stage boundaries) or tp (--tp-size = nodes x GPUs per node)"),
     ] = "pp"
     dist_init_port: Annotated[
-        int, Field(gt=0, lt=65536, description="rank 0's torch.distributed rendezvous port (--dist-init-addr HOST:PORT)")
+        StrictInt, Field(gt=0, lt=65536, description="rank 0's torch.distributed rendezvous port (--dist-init-addr HOST:PORT)")
     ] = 20000
     dist_timeout_s: Annotated[
-        int | None, Field(gt=0, description="--dist-timeout (seconds) for the rendezvous")
+        StrictInt | None, Field(gt=0, le=MAX_SECONDS, description="--dist-timeout (seconds) for the rendezvous")
     ] = None
 
 
@@ -108,20 +117,20 @@ class RouterHealth(EschaModel):
     """SMG's worker health checks (``smg launch --health-*``; defaults are SMG 1.13's)."""
 
     endpoint: Annotated[str, Field(description="--health-check-endpoint")] = "/health"
-    interval_s: Annotated[int, Field(gt=0, description="--health-check-interval-secs (SMG default 60)")] = 60
+    interval_s: Annotated[StrictInt, Field(gt=0, le=MAX_SECONDS, description="--health-check-interval-secs (SMG default 60)")] = 60
     timeout_s: Annotated[
-        int, Field(gt=0, description="--health-check-timeout-secs (SMG default 5); SGLang's /health runs a "
+        StrictInt, Field(gt=0, le=MAX_SECONDS, description="--health-check-timeout-secs (SMG default 5); SGLang's /health runs a "
                    "1-token generation with its own 20 s timeout (SGLANG_HEALTH_CHECK_TIMEOUT)")
     ] = 25
-    failure_threshold: Annotated[int, Field(gt=0, description="--health-failure-threshold (SMG default 3)")] = 3
-    success_threshold: Annotated[int, Field(gt=0, description="--health-success-threshold (SMG default 2)")] = 2
+    failure_threshold: Annotated[StrictInt, Field(gt=0, le=MAX_CHECKS, description="--health-failure-threshold (SMG default 3)")] = 3
+    success_threshold: Annotated[StrictInt, Field(gt=0, le=MAX_CHECKS, description="--health-success-threshold (SMG default 2)")] = 2
     worker_startup_timeout_s: Annotated[
-        int | None,
-        Field(gt=0, description="--worker-startup-timeout-secs; default: the longest container.ready_timeout_s "
+        StrictInt | None,
+        Field(gt=0, le=MAX_SECONDS, description="--worker-startup-timeout-secs; default: the longest container.ready_timeout_s "
               "of the workers' profiles (a model load), at least SMG's 1800"),
     ] = None
     worker_startup_check_interval_s: Annotated[
-        int, Field(gt=0, description="--worker-startup-check-interval (seconds; SMG default 30)")
+        StrictInt, Field(gt=0, le=MAX_SECONDS, description="--worker-startup-check-interval (seconds; SMG default 30)")
     ] = 10
 
 
@@ -130,20 +139,20 @@ class Router(EschaModel):
     multi-node instance's rank 0."""
 
     box: Annotated[str, Field(description="the box that runs the router (its compose file gets the service)")]
-    port: Annotated[int, Field(gt=0, lt=65536, description="router HTTP port (--port)")] = 30080
+    port: Annotated[StrictInt, Field(gt=0, lt=65536, description="router HTTP port (--port)")] = 30080
     expose: Annotated[
         bool, Field(description="listen on 0.0.0.0 instead of 127.0.0.1 (needs api_key_file)")
     ] = False
     policy: Annotated[RouterPolicy, Field(description="--policy")] = "cache_aware"
     cache_threshold: Annotated[
-        float, Field(ge=0, le=1, description="--cache-threshold: prefix match ratio that routes to the matching worker")
+        Number, Field(ge=0, le=1, description="--cache-threshold: prefix match ratio that routes to the matching worker")
     ] = 0.3
-    balance_abs_threshold: Annotated[int, Field(ge=0, description="--balance-abs-threshold (requests)")] = 64
-    balance_rel_threshold: Annotated[float, Field(ge=1, description="--balance-rel-threshold")] = 1.5
+    balance_abs_threshold: Annotated[StrictInt, Field(ge=0, le=MAX_TOKENS, description="--balance-abs-threshold (requests)")] = 64
+    balance_rel_threshold: Annotated[Number, Field(ge=1, le=MAX_REL_THRESHOLD, description="--balance-rel-threshold")] = 1.5
     api_key_file: Annotated[
         str | None, Field(description="file holding the clients' API key (and the workers' when they have one)")
     ] = None
-    metrics_port: Annotated[int, Field(gt=0, lt=65536, description="--prometheus-port")] = 29000
+    metrics_port: Annotated[StrictInt, Field(gt=0, lt=65536, description="--prometheus-port")] = 29000
     health: RouterHealth = RouterHealth()
     run: Annotated[
         Literal["container", "native"],

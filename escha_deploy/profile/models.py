@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, StrictInt, WithJsonSchema, field_validator,
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, Strict, StrictInt, WithJsonSchema, field_validator,
                       model_validator)
 from pydantic.fields import FieldInfo
 
@@ -48,6 +48,11 @@ def sglang_flag(field: FieldInfo) -> SGLangFlag | None:
 
 
 Size = Annotated[int, size_field()]
+#: A float key: a number only (pydantic's strict float: an int is taken, ``true`` and ``"1.5"`` are
+#: not), finite (``EschaModel``'s ``allow_inf_nan=False``); its spelling in YAML is checked where the
+#: file is read (``yamlpos``: ``1_5``, ``0b1010``, ``1:30`` refused, ``2e9`` read as the number). The
+#: same rules as ``units.parse_number``, which reads the command-line options' numbers.
+Number = Annotated[float, Strict()]
 
 # Defaults of the safety policy (docs/planner.md): a starting point, to be calibrated from
 # real runs. Printed with every plan.
@@ -81,6 +86,10 @@ MAX_RATIO = 100.0
 #: Finest grid of the recommended-ratio search (the planner bisects it: at most
 #: log2(MAX_RATIO / MIN_RATIO_STEP) + 1 = 18 pool evaluations).
 MIN_RATIO_STEP = 0.001
+#: Tokens per second: the floor of a prefill rate. A GPU that prefills fewer than one token a
+#: second serves nothing; below it a typo (``1e-320``, a subnormal float) would be printed as a
+#: restore cost of 1e-321 tokens/s.
+MIN_PREFILL_TOKENS_PER_S = 1.0
 #: Seconds: a week.
 MAX_SECONDS = 7 * 24 * 3600
 #: An image reference in the grammar of Docker's distribution/reference (``reference/regexp.go``):
@@ -150,11 +159,11 @@ class ModelSection(EschaModel):
     served_model_name: Annotated[str | None, Field(description="--served-model-name"), SGLangFlag("--served-model-name")] = None
     architecture: Annotated[ModelArch, Field(description="HF config.json fields the planner needs")]
     weights_total: Annotated[
-        Size | None, Field(description="device bytes of the weights of all TP ranks together (estimate when no "
+        Size | None, Field(gt=0, description="device bytes of the weights of all TP ranks together (estimate when no "
                            "host_dir); each rank holds weights_total / runtime.tp_size")
     ] = None
     weights_per_rank: Annotated[
-        Size | None, Field(description="device bytes of weights per TP rank at this profile's runtime.tp_size "
+        Size | None, Field(gt=0, description="device bytes of weights per TP rank at this profile's runtime.tp_size "
                            "(estimate when no host_dir); prefer weights_total, which follows tp_size")
     ] = None
     quantization: Annotated[
@@ -228,7 +237,7 @@ class Runtime(EschaModel):
     max_running_requests: Annotated[StrictInt | None, Field(gt=0, le=MAX_TOKENS, description="--max-running-requests"), SGLangFlag("--max-running-requests")] = None
     page_size: Annotated[StrictInt | None, Field(gt=0, le=2**20, description="--page-size (tokens; 1 on CUDA by default)"), SGLangFlag("--page-size")] = None
     mem_fraction_static: Annotated[
-        float | None, Field(gt=0, lt=1, description="--mem-fraction-static; unset: SGLang's default"), SGLangFlag("--mem-fraction-static")
+        Number | None, Field(gt=0, lt=1, description="--mem-fraction-static; unset: SGLang's default"), SGLangFlag("--mem-fraction-static")
     ] = None
     chunked_prefill_size: Annotated[
         StrictInt | None, Field(ge=-1, le=MAX_TOKENS, description="--chunked-prefill-size (tokens; -1 disables chunking)"), SGLangFlag("--chunked-prefill-size")
@@ -329,11 +338,11 @@ L3 = Annotated[Union[L3File, L3Mooncake, L3Other], Field(discriminator="kind")]
 
 class HiCache(EschaModel):
     enabled: Annotated[bool, Field(description="--enable-hierarchical-cache"), SGLangFlag("--enable-hierarchical-cache")] = True
-    prefill_tokens_per_s: Annotated[float | None, Field(
-        gt=0, le=1e9, description="cold prefill rate of this box with HiCache off (tokens/s): what a host-tier "
+    prefill_tokens_per_s: Annotated[Number | None, Field(
+        ge=MIN_PREFILL_TOKENS_PER_S, le=1e9, description="cold prefill rate of this box with HiCache off (tokens/s): what a host-tier "
         "hit saves, for plan's host_hit_cost when `escha-deploy bench` has not measured it here; null: not known")] = None
     hicache_ratio: Annotated[
-        Union[Literal["auto"], Annotated[float, Field(gt=0, le=MAX_RATIO)]],
+        Union[Literal["auto"], Annotated[Number, Field(gt=0, le=MAX_RATIO)]],
         Field(description="--hicache-ratio: host pool size / device pool size; auto: the "
               "recommended safe ratio"), SGLangFlag("--hicache-ratio")
     ] = "auto"
@@ -366,10 +375,10 @@ class HiCache(EschaModel):
               "(with a warning)"),
     ] = None
     max_ratio: Annotated[
-        float, Field(gt=0, le=MAX_RATIO, description=f"cap on the recommended ratio (default {DEFAULT_MAX_RATIO})")
+        Number, Field(gt=0, le=MAX_RATIO, description=f"cap on the recommended ratio (default {DEFAULT_MAX_RATIO})")
     ] = DEFAULT_MAX_RATIO
     min_ratio: Annotated[
-        float,
+        Number,
         Field(gt=0, le=MAX_RATIO, description="auto: below this ratio HiCache is turned off (a host pool no "
               "larger than the device pool reduces L2 effectiveness, SGLang's own warning)"),
     ] = 1.0
@@ -462,7 +471,7 @@ class Safety(EschaModel):
         Size, Field(description=f"headroom the recommended ratio leaves; default {DEFAULT_RECOMMEND_HEADROOM}")
     ] = parse_size(DEFAULT_RECOMMEND_HEADROOM)
     ratio_step: Annotated[
-        float, Field(ge=MIN_RATIO_STEP, le=1.0, description=f"grid of the recommended ratio; default {DEFAULT_RATIO_STEP}")
+        Number, Field(ge=MIN_RATIO_STEP, le=1.0, description=f"grid of the recommended ratio; default {DEFAULT_RATIO_STEP}")
     ] = DEFAULT_RATIO_STEP
     wsl2_hidden_vram_per_gpu: Annotated[
         Size, Field(description=f"VRAM WSL2 keeps hidden per GPU; default {DEFAULT_WSL2_HIDDEN_VRAM}")
@@ -471,7 +480,7 @@ class Safety(EschaModel):
         Size, Field(description=f"CUDA context and NCCL before weights load; default {DEFAULT_CUDA_CONTEXT}")
     ] = parse_size(DEFAULT_CUDA_CONTEXT)
     wsl2_mem_fraction_drop: Annotated[
-        float, Field(ge=0, le=0.5, description="under WSL2 with a compute capability 12.x card, how much the plan "
+        Number, Field(ge=0, le=0.5, description="under WSL2 with a compute capability 12.x card, how much the plan "
                      "lowers SGLang's default mem_fraction_static (beyond the hidden VRAM it subtracts) when "
                      "runtime.mem_fraction_static is not set: larger device overhead there (microsoft/WSL#40401, "
                      f"#41176); default {DEFAULT_WSL2_MEM_FRACTION_DROP}")
@@ -485,10 +494,10 @@ class Watch(EschaModel):
     inert_min_requests: Annotated[StrictInt, Field(
         ge=1, le=1_000_000, description="finished requests with reuse a window needs before a host tier that is "
         f"written and never read counts as inert; default {_th.INERT_MIN_REQUESTS}")] = _th.INERT_MIN_REQUESTS
-    swap_pages_per_s: Annotated[float, Field(
+    swap_pages_per_s: Annotated[Number, Field(
         ge=0, le=1e9, description="swap pages in + out per second (/proc/vmstat) above which the host is "
         f"swapping; default {_th.SWAP_PAGES_PER_S:g}")] = _th.SWAP_PAGES_PER_S
-    psi_some_avg10: Annotated[float, Field(
+    psi_some_avg10: Annotated[Number, Field(
         ge=0, le=100, description="memory PSI some avg10 (percent) to alert at; default "
         f"{_th.PSI_SOME_AVG10:g} (systemd-oomd kills at 60)")] = _th.PSI_SOME_AVG10
 

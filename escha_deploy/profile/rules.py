@@ -87,6 +87,19 @@ def _explicit_ratio(profile: Profile) -> list[Problem]:
     return []
 
 
+def _ratio_bounds(profile: Profile) -> list[Problem]:
+    """``hicache.min_ratio`` may not be above ``hicache.max_ratio``: the recommended ratio is
+    searched between them (``planner.search``), so with the floor above the cap no ratio is ever
+    recommended and auto turns HiCache off for a reason that is not the box's memory."""
+    hc = profile.hicache
+    if hc.min_ratio > hc.max_ratio:
+        return [Problem(("hicache", "min_ratio"),
+                        f"{hc.min_ratio:g} is above hicache.max_ratio {hc.max_ratio:g}: no ratio can be "
+                        "recommended between them; lower hicache.min_ratio or raise hicache.max_ratio",
+                        (("hicache", "max_ratio"),))]
+    return []
+
+
 def _model_path(profile: Profile) -> list[Problem]:
     """``model.path`` is what SGLang loads (``--model-path``): an empty or blank one renders
     ``--model-path ''``, which SGLang's transformers call reports as a missing repository."""
@@ -302,6 +315,7 @@ def _inert_keys(profile: Profile) -> list[Problem]:
 RULES: tuple[Rule, ...] = (
     Rule("container-gpus", "error", _container_gpus),
     Rule("tp-fits-the-box", "error", _tp_fits),
+    Rule("min-ratio-at-most-max", "error", _ratio_bounds),
     Rule("explicit-ratio-at-least-min", "error", _explicit_ratio),
     Rule("model-path-given", "error", _model_path),
     Rule("one-weights-estimate", "error", _weights),
