@@ -141,8 +141,11 @@ def _scalar_problem(loader: Any, node: yaml.ScalarNode, file: str) -> str | None
     plain = _NUMBER_TAGS.get(node.tag)
     if plain is not None and not plain.match(node.value):
         shown = node.value if len(node.value) <= 40 else node.value[:37] + "..."
+        # int -> str is capped at 4300 digits (CPython), and hex text is not: count, never print
+        big = isinstance(value, int) and value.bit_length() > 128
+        read = f"a number of about {int(value.bit_length() * 0.30103) + 1} digits" if big else repr(value)
         return (f"{file}:{node.start_mark.line + 1}: {shown} is {_yaml11_number_kind(node.value)}, which YAML 1.1 "
-                f"reads as {value!r}: write the number in plain decimal (or quote it if it is text)")
+                f"reads as {read}: write the number in plain decimal (or quote it if it is text)")
     return None
 
 

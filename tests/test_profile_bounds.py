@@ -131,11 +131,11 @@ def test_min_ratio_above_max_ratio_names_both(tmp_path):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["plan", "-p", BASE, "--host-ram", "64GiB", "--linux", "--ratio", "1_5"], "--ratio: expected a number > 0 in decimal"),
-    (["plan", "-p", BASE, "--host-ram", "64GiB", "--linux", "--ratio", "0x2"], "--ratio: expected a number > 0 in decimal"),
+    (["plan", "-p", BASE, "--host-ram", "64GiB", "--linux", "--ratio", "1_5"], "--ratio: expected a number > 0 or auto, in plain decimal"),
+    (["plan", "-p", BASE, "--host-ram", "64GiB", "--linux", "--ratio", "0x2"], "--ratio: expected a number > 0 or auto, in plain decimal"),
     (["up", "--dry-run", "--timeout", "1_5"], "'--timeout': expected a number in decimal (no '_' separators)"),
     (["up", "--dry-run", "--timeout", "nan"], "'--timeout': expected a number in decimal (got the string 'nan')"),
-    (["up", "--dry-run", "--timeout", "0"], "'--timeout': 0 is not in the range 1 <= x <= 604800"),
+    (["up", "--dry-run", "--timeout", "0"], "'--timeout': 0 is not in the range 1<=x<=604800"),
     (["down", "--timeout", "2.5"], "'--timeout': expected a whole number in decimal"),
     (["down", "--timeout", "1_0"], "'--timeout': expected a whole number in decimal (no '_' separators)"),
     (["diagnose", "-", "--exit-code", "1_37"], "'--exit-code': expected a whole number in decimal"),

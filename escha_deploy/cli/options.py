@@ -91,8 +91,8 @@ def number_option(least: float | None = None, most: float | None = None, *,
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
         if (least is not None and value < least) or (most is not None and value > most):
-            lo = "" if least is None else f"{least:g} <= "
-            hi = "" if most is None else f" <= {most:g}"
+            lo = "" if least is None else f"{least:g}<="  # click's own wording for a range
+            hi = "" if most is None else f"<={most:g}"
             raise typer.BadParameter(f"{text.strip()} is not in the range {lo}x{hi}")
         return value
 

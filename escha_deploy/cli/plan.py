@@ -278,7 +278,7 @@ def parse_ratio(text: str) -> tuple[float | None, bool]:
     try:
         r = float(parse_number(t))
     except ValueError:
-        raise ValueError(f"expected a number > 0 in decimal, or auto (got {text!r})") from None
+        raise ValueError(f"expected a number > 0 or auto, in plain decimal (got {text!r})") from None
     if not math.isfinite(r) or r <= 0:
         raise ValueError(f"must be a finite number greater than 0 (got {text})")
     if r > MAX_CLI_RATIO:

@@ -71,7 +71,7 @@ def test_plan_marks_declared_flags(cli):
 
 @pytest.mark.parametrize("args,needle", [
     (["--ratio", "-1"], "--ratio: must be a finite number greater than 0 (got -1)"),
-    (["--ratio", "nan"], "--ratio: must be a finite number greater than 0 (got nan)"),
+    (["--ratio", "nan"], "--ratio: expected a number > 0 or auto, in plain decimal (got 'nan')"),
     (["--ratio", "abc"], "--ratio: expected a number > 0 or auto"),
     (["--hicache-size", "4GiB"], "--hicache-size: expected a whole number of GB"),
     (["--host-ram", "16"], "--host-ram: a bare number is ambiguous"),
