@@ -240,22 +240,33 @@ def test_a_patch_with_dotdot_fails_the_image_build_before_any_write(sglang_wheel
         api = docker.APIClient(version="auto")
         args = build_args(BASE, "3.11", "build/wheelhouse-py3.11", "runtime_overlays", [])
         args["FORK_DIR"] = rel
-        log, failed_in = [], None
+        log, failed_in, last_layer = [], None, None
         for chunk in api.build(path=str(REPO), dockerfile="Dockerfile.hicache", buildargs=args,
                                rm=True, forcerm=False, decode=True):
             text = chunk.get("stream", "") + chunk.get("error", "")
             log.append(text)
             if "Running in " in text:
                 failed_in = text.split("Running in ", 1)[1].split()[0]
+            if text.startswith(" ---> ") and text[6:].strip() and " " not in text[6:].strip():
+                last_layer = text[6:].strip()  # this run's COPY of its own fork folder
         log_text = "".join(log)
-        assert f"error: {line}" in log_text, log_text[-3000:]
-        assert failed_in is not None
         try:
-            changes = api.diff(failed_in) or []
+            assert f"error: {line}" in log_text, log_text[-3000:]
+            assert failed_in is not None
+            written = [c["Path"] for c in api.diff(failed_in) or []]
+            # the same build before the paths were confined: "A /tmp/PWNED.py" (2026-12-01)
+            assert not [p for p in written if "PWNED" in p or p.startswith("/etc/escha")
+                        or "/site-packages/sglang/" in p], written
         finally:
-            api.remove_container(failed_in, force=True)
-        written = [c["Path"] for c in changes]
-        assert not [p for p in written if "PWNED" in p or p.startswith("/etc/escha")
-                    or "/site-packages/sglang/" in p], written
+            if failed_in is not None:  # kept by forcerm=False; this run's own container
+                try:
+                    api.remove_container(failed_in, force=True)
+                except docker.errors.NotFound:  # the step succeeded: rm=True removed it
+                    pass
+            if last_layer is not None:  # untagged; a layer another image uses stays (conflict)
+                try:
+                    api.remove_image(last_layer)
+                except docker.errors.APIError:
+                    pass
     finally:
         shutil.rmtree(out, ignore_errors=True)
