@@ -424,27 +424,31 @@ def _tensor_problem(info: object, data_len: int) -> str | None:
     ``0 <= begin <= end <= data_len``, and ``end - begin`` the bytes of ``shape`` elements of
     ``dtype`` (safetensors' ``Metadata::validate`` refuses the same: ``TensorInvalidInfo``,
     ``InvalidOffset``, ``MetadataIncompleteBuffer``)."""
-    if not isinstance(info, dict):
+    # exact type checks (``type(x) is int`` leaves bool out) and no generators: a header may hold
+    # a million tensors, and this runs for each
+    if type(info) is not dict:
         return "is not an object"
     offsets = info.get("data_offsets")
-    if not (isinstance(offsets, list) and len(offsets) == 2 and all(
-            isinstance(o, int) and not isinstance(o, bool) for o in offsets) and 0 <= offsets[0] <= offsets[1]):
+    if type(offsets) is not list or len(offsets) != 2:
         return "has no valid data_offsets"
-    if offsets[1] > data_len:
-        return (f"has data_offsets [{offsets[0]}, {offsets[1]}] past the end of the file's data "
-                f"({data_len:,} bytes)")
+    begin, end = offsets
+    if type(begin) is not int or type(end) is not int or not 0 <= begin <= end:
+        return "has no valid data_offsets"
+    if end > data_len:
+        return f"has data_offsets [{begin}, {end}] past the end of the file's data ({data_len:,} bytes)"
     dtype, shape = info.get("dtype"), info.get("shape")
-    if dtype not in SAFETENSORS_DTYPE_BITS:
+    bits = SAFETENSORS_DTYPE_BITS.get(dtype) if type(dtype) is str else None
+    if bits is None:
         return f"has dtype {dtype!r}, not a safetensors dtype ({', '.join(SAFETENSORS_DTYPE_BITS)})"
-    if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
-                                            for d in shape)):
+    if type(shape) is not list:
         return "has no valid shape (a list of whole numbers)"
     elements = 1
     for d in shape:
+        if type(d) is not int or d < 0:
+            return "has no valid shape (a list of whole numbers)"
         elements *= d
-    if elements * SAFETENSORS_DTYPE_BITS[dtype] != 8 * (offsets[1] - offsets[0]):
-        return (f"holds {offsets[1] - offsets[0]:,} bytes but {dtype} x {shape} is "
-                f"{elements * SAFETENSORS_DTYPE_BITS[dtype] / 8:,.0f}")
+    if elements * bits != 8 * (end - begin):
+        return f"holds {end - begin:,} bytes but {dtype} x {shape} is {elements * bits / 8:,.0f}"
     return None
 
 
