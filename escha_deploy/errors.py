@@ -1,6 +1,8 @@
 """The one family of user-facing errors, and the exit codes shared by every command.
 
-Exit codes: 0 success; 2 bad input or usage (matches Click's usage
+Exit codes: 0 success; 1 an internal error escha-deploy caught in its own code and names
+(``Internal``: "please report", its traceback in a log; the exit code of an uncaught Python
+exception, which it is in all but the message); 2 bad input or usage (matches Click's usage
 error); 3 refused before starting or not satisfied (unsafe plan, missing capability, failed
 preflight, inventory drift, canary mismatch, ``status``/``logs`` with nothing running);
 4 started but failed (server crash, ready timeout); 5 inconclusive.
@@ -16,6 +18,7 @@ import enum
 
 class ExitCode(enum.IntEnum):
     OK = 0
+    INTERNAL = 1
     BAD_INPUT = 2
     REFUSED = 3
     FAILED = 4
@@ -80,3 +83,12 @@ class Inconclusive(EschaError):
     """A check that could not prove its result (a canary without a host-tier hit). Exit 5."""
 
     exit_code = ExitCode.INCONCLUSIVE
+
+
+class Internal(EschaError):
+    """A fault in escha-deploy's own code, caught where it can be told from the user's input
+    (SGLang's pre-flight harness: ``launch.sglang_preflight.raised_by_sglang``). Exit 1, as an
+    uncaught exception's; its line says "please report" and where the traceback is, and names no
+    profile key, since no key caused it."""
+
+    exit_code = ExitCode.INTERNAL

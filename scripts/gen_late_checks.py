@@ -439,6 +439,10 @@ def trace(release: str, venv: Path) -> dict:
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"the traced pre-flight failed (exit {proc.returncode}): {proc.stderr.strip()[-600:]}")
     got = json.loads(lines[-1])
+    faults = [f"{n}: {r.get('type')}: {r.get('message')} ({r.get('site')})"
+              for n, r in zip(names, got["results"]) if r.get("fault") == "harness"]
+    if faults:  # the pre-flight's own code failed: no trace of SGLang to record
+        raise RuntimeError("the traced pre-flight failed in its own code: " + "; ".join(faults))
     functions = sorted({f"{path}:{qual.replace('.<locals>', '')}" for path, qual in got["called"]})
     return {
         "release": release,

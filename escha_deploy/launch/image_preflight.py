@@ -5,7 +5,9 @@ mounts (the model folder), before the server's container is created.
 `up` runs it and prints its time; ``up --dry-run`` runs it too when the image is here (the one
 container a dry run makes: removed at once, no network) and says it runs at `up` when the image
 is not. A refusal is `up`'s exit 3 with SGLang's message, its ``file:function`` and the profile
-key; an image whose SGLang does not import (a build-only image) is reported, not refused. Once
+key; a fault of the pre-flight's own code (``PreflightResult.internal``) is exit 1, "internal error
+in the pre-flight (please report)", with its traceback in a log file (``failure``); an image
+whose SGLang does not import (a build-only image) is reported, not refused. Once
 `up`'s check has SGLang's answer, the server's own ``serve --spec`` does not ask again
 (``ESCHA_SGLANG_PREFLIGHT=0`` in the server container's environment).
 """
@@ -17,15 +19,28 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from escha_deploy.errors import Refused
+from escha_deploy.errors import EschaError, Internal, Refused
 
 from .prepare import Prepared
 from .progress import Report, quiet
 from . import sglang_preflight as pf
-from .sglang_preflight import PREFLIGHT_ENV, PreflightResult, profile_keys_for, refusal_line, server_flags_of
+from .sglang_preflight import (PREFLIGHT_ENV, PreflightResult, internal_line, profile_keys_for, refusal_line,
+                               server_flags_of)
 
 #: The hint of a pre-flight refusal (``serve`` and `up`).
 HINT = "SGLang would stop here at start; change the key named, then `escha-deploy plan` again"
+#: The hint of a fault of the pre-flight's own code (``internal_error``): not the profile's doing.
+INTERNAL_HINT = (f"this is a fault in escha-deploy's pre-flight, not in the profile: please report it with the "
+                 f"traceback; {PREFLIGHT_ENV}=0 starts the server without the pre-flight")
+
+
+def failure(res: PreflightResult, profile_data: dict, report: Report = quiet) -> EschaError:
+    """The error for a pre-flight that did not pass (``res.ok`` False): ``internal_error`` (exit 1)
+    for a fault of the pre-flight's own code, else SGLang's ``refusal`` (exit 3). What `up`,
+    ``up --dry-run`` and ``serve`` raise."""
+    if res.internal:
+        return internal_error(res, report)
+    return refusal(res, profile_data)
 
 
 def refusal(res: PreflightResult, profile_data: dict) -> Refused:
@@ -33,6 +48,52 @@ def refusal(res: PreflightResult, profile_data: dict) -> Refused:
     message and ``file:function``, and the profile key or ``extra_args`` item that set the input."""
     extra = list((profile_data.get("runtime") or {}).get("extra_args") or [])
     return Refused(refusal_line(res, profile_keys_for(res.flags, extra)), hint=HINT)
+
+
+def internal_error(res: PreflightResult, report: Report = quiet) -> Internal:
+    """The exit-1 error for a fault of the pre-flight's own code (``res.internal``): one line
+    (``sglang_preflight.internal_line``) naming the exception, the harness function and the
+    stage, and the log file its traceback went to (``fault_log``); in a container, or where that
+    file cannot be written, the traceback goes to ``report`` (the container's log) instead."""
+    log = fault_log(res)
+    if log is None:
+        report("warning", f"SGLang's pre-flight: {pf.INTERNAL}; its traceback:\n{_masked(res.traceback).rstrip()}")
+    return Internal(internal_line(res, log), hint=INTERNAL_HINT)
+
+
+def _masked(text: str) -> str:
+    """``text`` with key-shaped values masked (``redact.Redactor``'s patterns): a traceback may
+    quote an argv value."""
+    from .redact import Redactor
+
+    return Redactor()(text)
+
+
+def fault_log(res: PreflightResult) -> str | None:
+    """Write a harness fault's traceback (masked, ``_masked``) with its stage, site and message to
+    a new file ``preflight/internal-error-UTCSTAMP-PID.log`` under the user cache directory (mode
+    0600) and return its path; None in a container (``ESCHA_SERVE_MODE=container``: its cache dies
+    with it) or when the file cannot be written."""
+    import time
+
+    from escha_deploy.paths import cache_dir
+
+    from .docker import SERVE_MODE_ENV
+
+    if os.environ.get(SERVE_MODE_ENV) == "container":
+        return None
+    d = cache_dir() / "preflight"
+    path = d / f"internal-error-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}.log"
+    text = (f"{pf.INTERNAL}\nstage: {res.stage}\nsite: {res.site}\n{res.type}: {res.message}\n\n"
+            f"{res.traceback}")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
+            f.write(_masked(text))
+    except OSError:
+        return None
+    return str(path)
 
 
 def passed_line(res: PreflightResult) -> str:
@@ -139,7 +200,7 @@ def check(client, prep: Prepared, *, dry: bool, report: Report = quiet, failed: 
             report("warning", f"up: SGLang's pre-flight did not run in {image}: {res.not_run}")
         return "not run", res.not_run
     if not res.ok:
-        raise refusal(res, prep.launch.profile_data)
+        raise failure(res, prep.launch.profile_data, report)
     if not dry:
         report("info", f"up: SGLang's pre-flight {passed_line(res)}")
         prep.args["environment"] = {**prep.args.get("environment", {}), PREFLIGHT_ENV: "0"}

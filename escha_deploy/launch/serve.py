@@ -228,9 +228,11 @@ def sglang_preflight(launch: LaunchSpec, argv: list[str], env: dict[str, str], r
     the KV cache configurator's and the host pools' sizing (``launch.sglang_preflight``),
     before the first weight loads. Raises ``Refused`` (exit 3)
     with SGLang's message, its ``file:function`` and the profile key or ``extra_args`` item
-    that set the input; an interpreter without a working SGLang (a build-only image) is
+    that set the input, or ``Internal`` (exit 1) for a fault of the pre-flight's own code
+    (``image_preflight.failure``: its traceback in a log file, no profile key named); an
+    interpreter without a working SGLang (a build-only image) is
     reported and the server starts as before. ``ESCHA_SGLANG_PREFLIGHT=0`` skips it."""
-    from .image_preflight import passed_line, refusal
+    from .image_preflight import failure, passed_line
     from .sglang_preflight import run, server_flags_of
 
     from .check import SKIP_GPU_PREFLIGHT_ENV as skip_gpu
@@ -254,7 +256,7 @@ def sglang_preflight(launch: LaunchSpec, argv: list[str], env: dict[str, str], r
         report("warning", f"serve: SGLang's pre-flight did not run: {res.not_run}; starting without its answer")
         return
     if not res.ok:
-        raise refusal(res, launch.profile_data)
+        raise failure(res, launch.profile_data, report)
     report("info", f"serve: SGLang's pre-flight {passed_line(res)}")
 
 

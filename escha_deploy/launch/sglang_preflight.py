@@ -55,6 +55,13 @@ Two halves in one file: ``main()`` is the SGLang side (it imports only the stand
 which starts it and reads its one JSON answer. A refusal carries SGLang's message, its
 ``file:function``, the stage, and the argv flags it names or, when its message names none, the
 flags the failing function reads.
+
+Whose fault an exception at a stage is, is decided by where it was raised (``raised_by_sglang``):
+in SGLang's code (a function of the ``sglang`` package, or a library it called) it is SGLang's
+refusal; in this file's own code (the stand-ins, the configurator's fields, the host pools'
+inputs, a name this SGLang lacks) it is a fault of the harness, answered as ``fault: "harness"``
+with its traceback, which ``serve`` and `up` report as an internal error (exit 1, "please
+report"), never as a refusal set by a profile key.
 """
 
 from __future__ import annotations
@@ -82,6 +89,65 @@ REQUEST_ENV = "ESCHA_PREFLIGHT_REQUEST"
 TIMEOUT_S = 240.0
 
 # --------------------------------------------------------------------------- SGLang's side
+
+#: This file's name as its own code sees it: its path, or ``<string>`` when its source is given to
+#: ``python -c`` (`up`'s throw-away container, ``launch.image_preflight``).
+_HERE = (lambda: None).__code__.co_filename
+#: How this file is named in a harness fault's ``site`` (wherever it runs from).
+HARNESS_FILE = "launch/sglang_preflight.py"
+
+
+def _sglang_roots() -> tuple[str, ...]:
+    """The folders of the imported ``sglang`` package (``sglang.__path__``), each ending in a
+    separator; empty when it is not imported."""
+    mod = sys.modules.get("sglang")
+    paths = list(getattr(mod, "__path__", None) or [])
+    return tuple(os.path.join(os.path.abspath(p), "") for p in paths)
+
+
+def raised_by_sglang(exc: BaseException) -> bool:
+    """Whether SGLang's code raised ``exc`` (SGLang's refusal) rather than this harness (a fault
+    of ours). Decided by the traceback's frames from the stage's call down to the raise: the
+    innermost frame that is either in the ``sglang`` package or in this file decides. SGLang's:
+    SGLang raised it, or a library SGLang called (torch, transformers, argparse). This file's, or
+    neither at all: the harness raised it, a library the harness called directly did, or a
+    stand-in of this file that SGLang called did (the free-memory reading, the zero-stride
+    allocation); an ``import`` of a name this SGLang lacks is raised in this file's frame."""
+    roots = _sglang_roots()
+    owner = "harness"
+    tb = exc.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if name == _HERE:
+            owner = "harness"
+        elif roots and not name.startswith("<") and os.path.abspath(name).startswith(roots):
+            owner = "sglang"
+        tb = tb.tb_next
+    return owner == "sglang"
+
+
+def _harness_site(exc: BaseException) -> str:
+    """``launch/sglang_preflight.py:FUNCTION`` of the innermost frame of this file in ``exc``'s
+    traceback (the harness function at fault)."""
+    func = "?"
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == _HERE:
+            func = tb.tb_frame.f_code.co_name
+        tb = tb.tb_next
+    return f"{HARNESS_FILE}:{func}"
+
+
+def harness_fault(exc: BaseException, stage: str) -> dict[str, Any]:
+    """The answer for a fault of this harness at ``stage``: ``ok`` False, ``fault`` ``"harness"``,
+    the exception's ``type`` and ``message``, ``site`` (``_harness_site``) and the formatted
+    ``traceback`` (its last 20,000 characters). No profile flags: it is not SGLang's refusal."""
+    import traceback
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    return {"ok": False, "fault": "harness", "stage": stage, "type": type(exc).__name__, "message": message[:1000],
+            "site": _harness_site(exc), "flags": [], "traceback": text[-20000:]}
 
 
 def _site(exc: BaseException) -> tuple[str, str]:
@@ -552,14 +618,15 @@ def _sglang_side(argv: list[str], device: dict[str, Any] | None) -> dict[str, An
         return {"ok": None, "not_run": f"sglang.srt.server_args does not import ({exc})"}
 
     seconds: dict[str, float] = {"import": round(time.monotonic() - t0, 3)}
-    parser = argparse.ArgumentParser()
-    ServerArgs.add_cli_args(parser)
-    dest_flag = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings}  # noqa: SLF001
+    dest_flag: dict[str, str] = {}
     stage = STAGES[0]
     out: dict[str, Any] = {"ok": True, "stage": stage}
     t1 = time.monotonic()
     err = io.StringIO()
     try:
+        parser = argparse.ArgumentParser()
+        ServerArgs.add_cli_args(parser)
+        dest_flag.update({a.dest: a.option_strings[0] for a in parser._actions if a.option_strings})  # noqa: SLF001
         with contextlib.redirect_stderr(err):
             sa = prepare_server_args(list(argv))
             sa.resolve_once()
@@ -598,16 +665,23 @@ def _sglang_side(argv: list[str], device: dict[str, Any] | None) -> dict[str, An
         out["answers"] = {k: v if isinstance(v, (int, float, str, bool, type(None))) else str(v)
                           for k, v in answers.items()}
     except SystemExit as exc:  # argparse: its message is on stderr
-        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
-        out.update(ok=False, stage=stage, type="SystemExit",
-                   message=(lines[-1] if lines else f"argparse exit {exc.code}"), site="srt/server_args.py:prepare_server_args",
-                   flags=[f for f in re.findall(r"--[a-z0-9][a-z0-9-]*", lines[-1] if lines else "")])
-    except Exception as exc:  # SGLang refused: its type and message are the answer
-        message = " ".join(str(exc).split()) or type(exc).__name__
-        path, func = _site(exc)
-        stage = _stage_of(path, stage)
-        out.update(ok=False, stage=stage, type=type(exc).__name__, message=message[:1000],
-                   site=f"{path}:{func}", flags=_flags_read(exc, message, dest_flag, list(argv), stage))
+        if not raised_by_sglang(exc):
+            out = harness_fault(exc, stage)
+        else:
+            lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+            out.update(ok=False, stage=stage, type="SystemExit",
+                       message=(lines[-1] if lines else f"argparse exit {exc.code}"),
+                       site="srt/server_args.py:prepare_server_args",
+                       flags=[f for f in re.findall(r"--[a-z0-9][a-z0-9-]*", lines[-1] if lines else "")])
+    except Exception as exc:  # SGLang refused (its type and message are the answer), or the harness broke
+        if not raised_by_sglang(exc):
+            out = harness_fault(exc, stage)
+        else:
+            message = " ".join(str(exc).split()) or type(exc).__name__
+            path, func = _site(exc)
+            stage = _stage_of(path, stage)
+            out.update(ok=False, stage=stage, type=type(exc).__name__, message=message[:1000],
+                       site=f"{path}:{func}", flags=_flags_read(exc, message, dest_flag, list(argv), stage))
     seconds["total"] = round(time.monotonic() - t0, 3)
     out["seconds"] = seconds
     return out
@@ -618,8 +692,10 @@ def main() -> int:
     in ``$ESCHA_PREFLIGHT_REQUEST`` or on stdin (``{"argv": [...]}``, or
     ``{"argvs": [[...], ...]}`` for several in one process, as the tests run them; ``device`` /
     ``devices``: the plan's figures for the sizing stages, or null), one JSON answer
-    per argv on stdout, a line each. Exit 0 with any answer; 1 when the request is unreadable; 4
-    when ``sglang`` cannot be imported (the answer says so)."""
+    per argv on stdout, a line each. Exit 0 with any answer; 1 when the request is unreadable (one
+    harness-fault answer: escha-deploy wrote it); 4 when ``sglang`` cannot be imported (the answer
+    says so). A fault of the harness outside the stages (``sglang_side`` raising) is that argv's
+    answer, ``harness_fault``, and the next argv still runs."""
     try:
         request = json.loads(os.environ.get(REQUEST_ENV) or sys.stdin.read())
         argvs = [request["argv"]] if "argv" in request else list(request["argvs"])
@@ -629,6 +705,7 @@ def main() -> int:
             raise ValueError(f"{len(devices)} devices for {len(argvs)} argvs")
     except (ValueError, KeyError, TypeError) as exc:
         print(f"sglang pre-flight: bad request: {exc}", file=sys.stderr)
+        print(json.dumps(harness_fault(exc, "request")), flush=True)
         return 1
     try:
         import sglang  # noqa: F401
@@ -636,7 +713,11 @@ def main() -> int:
         print(json.dumps({"ok": None, "not_run": f"sglang does not import ({exc})"}))
         return 4
     for argv, device in zip(argvs, devices):
-        print(json.dumps(sglang_side(argv, device)), flush=True)
+        try:
+            answer = sglang_side(argv, device)
+        except Exception as exc:  # noqa: BLE001  outside the stages' own try: the harness's, whoever raised
+            answer = harness_fault(exc, "harness")
+        print(json.dumps(answer), flush=True)
     return 0
 
 
@@ -647,7 +728,9 @@ def main() -> int:
 class PreflightResult:
     """SGLang's answer. ``ok``: True passed, False refused, None not run (``not_run`` says why).
     ``seconds``: SGLang's import, each stage and the total, as measured inside its process;
-    ``wall_s``: the whole pre-flight process as ``serve`` waited for it."""
+    ``wall_s``: the whole pre-flight process as ``serve`` waited for it. ``fault``:
+    ``"harness"`` when the pre-flight's own code failed (``ok`` False, ``internal`` True; ``site``
+    is this file's function, ``traceback`` the formatted traceback): not SGLang's refusal."""
 
     ok: bool | None
     stage: str = ""
@@ -660,6 +743,13 @@ class PreflightResult:
     wall_s: float = 0.0
     not_run: str = ""
     skipped: str = ""  # the sizing stages not run, and why (``sizing_unsupported``)
+    fault: str = ""  # "harness": the pre-flight's own code failed (``harness_fault``)
+    traceback: str = ""  # that failure's traceback, as formatted in SGLang's process
+
+    @property
+    def internal(self) -> bool:
+        """Whether the answer is a fault of the pre-flight's own code, not SGLang's refusal."""
+        return self.fault == "harness"
 
 
 def server_flags_of(argv: list[str]) -> list[str]:
@@ -734,7 +824,8 @@ def run_many(python: str, argvs: list[list[str]], env: dict[str, str] | None = N
 def parse_answers(stdout: str, n: int, t0: float, who: str, code: int, stderr: str) -> list[PreflightResult]:
     """The ``n`` results in ``stdout`` (one JSON line per argv, ``main``'s answer), ``wall_s``
     counted from ``t0`` (``time.monotonic``); all ``ok=None`` when SGLang did not import or
-    fewer lines came (``who`` gave K of N answers, exit ``code``, ``stderr``'s last line)."""
+    fewer lines came (``who`` gave K of N answers, exit ``code``, ``stderr``'s last line); the
+    harness's fault for all when it is the one answer (a request ``main`` could not read)."""
     answers = []
     for line in stdout.splitlines():
         if line.startswith("{"):
@@ -745,6 +836,8 @@ def parse_answers(stdout: str, n: int, t0: float, who: str, code: int, stderr: s
     wall = time.monotonic() - t0
     if answers and answers[0].get("ok") is None:
         return [PreflightResult(ok=None, not_run=str(answers[0].get("not_run", "not run")), wall_s=wall)] * n
+    if len(answers) == 1 and answers[0].get("fault") == "harness" and n != 1:
+        answers *= n
     if len(answers) != n:
         tail = " ".join(stderr.strip().splitlines()[-1:])[:300]
         return [PreflightResult(ok=None, wall_s=wall, not_run=f"{who} {len(answers)} of {n} answers (exit {code}"
@@ -753,7 +846,8 @@ def parse_answers(stdout: str, n: int, t0: float, who: str, code: int, stderr: s
         ok=bool(d["ok"]), stage=str(d.get("stage", "")), message=str(d.get("message", "")),
         type=str(d.get("type", "")), site=str(d.get("site", "")), flags=list(d.get("flags") or []),
         answers=dict(d.get("answers") or {}), seconds=dict(d.get("seconds") or {}), wall_s=wall,
-        skipped=str(d.get("skipped") or "")) for d in answers]
+        skipped=str(d.get("skipped") or ""), fault=str(d.get("fault") or ""),
+        traceback=str(d.get("traceback") or "")) for d in answers]
 
 
 def host_note() -> str | None:
@@ -798,10 +892,24 @@ def profile_keys_for(flags: list[str], extra_args: list[str]) -> list[str]:
 
 
 def refusal_line(result: PreflightResult, keys: list[str]) -> str:
-    """One line for a refusal: stage, SGLang's message, where it raised, what set the input."""
+    """One line for a refusal: stage, SGLang's message, where it raised, what set the input
+    (a harness fault is no refusal: ``internal_line``)."""
     where = f" ({result.site})" if result.site else ""
     set_by = f"; set by {', '.join(keys)}" if keys else ""
     return f"SGLang's pre-flight refused at {result.stage}: {result.type}: {result.message}{where}{set_by}"
+
+
+#: The words every internal error of the pre-flight starts with (``internal_line``).
+INTERNAL = "internal error in the pre-flight (please report)"
+
+
+def internal_line(result: PreflightResult, log: str | None) -> str:
+    """One line for a fault of the pre-flight's own code (``result.internal``): its exception,
+    the harness function and the stage it ran, and where its traceback is (``log``: a file, or
+    None when it went to the log stream above). Names no profile key: the profile did not cause it."""
+    where = f"the traceback is in {log}" if log else "the traceback is above"
+    return (f"{INTERNAL}: {result.type}: {result.message} in {result.site} "
+            f"(stage {result.stage}); {where}")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from escha_deploy.errors import BadInput, EschaError, Failed, Refused
+from escha_deploy.errors import BadInput, EschaError, Failed, Internal, Refused
 
 from .prepare import Prepared, planned_sizes, prepare, read_secret
 from . import guard, image_preflight
@@ -541,12 +541,15 @@ class DryRun:
 
     def error(self) -> EschaError | None:
         """Every failed check as one error of the first failure's class (exit 2 or 3, as `up`
-        would exit), its hints joined; None when every check that ran passed."""
+        would exit), its hints joined; an internal error of escha-deploy's own code among them
+        (the SGLang pre-flight's harness) makes it ``Internal`` (exit 1), whatever came first:
+        no profile change clears it. None when every check that ran passed."""
         if not self.errors:
             return None
         hints = list(dict.fromkeys(e.hint for e in self.errors if e.hint))
-        return type(self.errors[0])(*(p for e in self.errors for p in e.problems),
-                                    hint="; ".join(hints) or None)
+        internal = [e for e in self.errors if isinstance(e, Internal)]
+        cls = type(internal[0]) if internal else type(self.errors[0])
+        return cls(*(p for e in self.errors for p in e.problems), hint="; ".join(hints) or None)
 
     def warnings(self) -> list[str]:
         """One line per check the dry run did not run (never reported as passed)."""

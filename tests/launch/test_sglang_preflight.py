@@ -251,3 +251,80 @@ def test_sizing_stages_give_the_plans_figures_and_the_releases_refusals(cli, tmp
         assert message in r.message and flag in r.flags, (case, r)
     pp = results["pp"]
     assert (pp.ok, pp.stage) == (True, "attention backend") and "--pp-size 2" in pp.skipped, pp
+
+
+FAULT_RUNNER = ROOT / "tests" / "launch" / "preflight_fault.py"
+
+
+def planted_python(tmp_path: Path) -> Path:
+    """SGLang's interpreter (the flag-catalog venv's) running the pre-flight through the TEST-ONLY
+    fault runner (tests/launch/preflight_fault.py: the function ``$ESCHA_TEST_PREFLIGHT_FAULT``
+    names raises); a shell wrapper, as ``ESCHA_SGLANG_PYTHON`` and ``run``'s ``python`` take one."""
+    wrapper = tmp_path / "python-planted"
+    wrapper.write_text(f'#!/bin/sh\nexec "{VENV_PY}" "{FAULT_RUNNER}" "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+#: Where the planted fault in ``_sized`` surfaces (the 0.5.19 configurator's function calls it)
+PLANTED = ("KV cache configurator", "KeyError", "'planted harness fault'", "launch/sglang_preflight.py:_kv_configurator_ps")
+
+
+def test_a_planted_harness_fault_is_ours_and_sglangs_refusal_stays_sglangs(cli, tmp_path):
+    """With the pre-flight's own ``_sized`` (called once SGLang's sizing has answered) made to
+    raise, the argv SGLang accepts comes back as a harness fault (stage, our function, the
+    traceback; no flags), while the argv SGLang's ``_profile_available_bytes`` refuses, in the
+    same process, is still SGLang's refusal. Both as ``serve`` runs the pre-flight (a script) and
+    as `up`'s throw-away container does (its source given to ``python -c``: ``image_preflight``)."""
+    base, dev = rendered(cli, "rtx5060ti-tp2-fp8", model_folder(tmp_path, "rtx5060ti-tp2-fp8"))
+    kv = [a if a != base[base.index("--mem-fraction-static") + 1] else "0.3" for a in base]
+    env = site_env(ESCHA_TEST_PREFLIGHT_FAULT="_sized")
+    planted, refused = pf.run_many(str(planted_python(tmp_path)), [base, kv], env, devices=[dev, dev])
+    # the same fault planted in the source `up` hands to `python -c`
+    source = Path(pf.__file__).read_text()
+    tail = '\nif __name__ == "__main__":'
+    assert source.count(tail) == 1
+    source = source.replace(tail, "\ndef _sized(*a, **k):\n    raise KeyError('planted harness fault')\n" + tail)
+    proc = subprocess.run([str(VENV_PY), "-c", source], input=json.dumps({"argvs": [base, kv], "devices": [dev, dev]}),
+                          capture_output=True, text=True, env=site_env(), timeout=300)
+    by_c = pf.parse_answers(proc.stdout, 2, 0.0, "python -c", proc.returncode, proc.stderr)
+    # the site is the innermost function of the pre-flight's file: in the source given to
+    # `python -c` the planted function is one of them
+    for (fault, refusal), how, site in (((planted, refused), "script", PLANTED[3]),
+                                        (by_c, "python -c", "launch/sglang_preflight.py:_sized")):
+        assert fault.internal and fault.ok is False, (how, fault)
+        assert (fault.stage, fault.type, fault.message, fault.site) == (*PLANTED[:3], site), (how, fault)
+        assert fault.flags == [] and "KeyError: 'planted harness fault'" in fault.traceback, (how, fault)
+        assert not refusal.internal and (refusal.ok, refusal.stage, refusal.type, refusal.site) == (
+            False, *KV_REFUSAL[:2], KV_REFUSAL[3]), (how, refusal)
+        assert KV_REFUSAL[4] in refusal.flags, (how, refusal)
+
+
+def test_native_serve_exits_1_on_a_harness_fault_and_names_no_profile_key(tmp_path):
+    """The fault planted in the pre-flight's own ``_sized``: native ``serve`` exits 1 with one
+    line, "internal error in the pre-flight (please report)", our function and the stage, and the
+    log file holding the traceback; no profile key, no "change the key" hint, nothing started.
+    (The same ``serve`` with SGLang's own refusal exits 3 naming the key:
+    ``test_native_serve_refuses_before_the_server_starts_naming_the_key``.)"""
+    model = model_folder(tmp_path, "rtx5060ti-tp2-fp8")
+    with socket.socket() as sock:  # a free port: another suite may run beside this one
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    xdg = tmp_path / "xdg"
+    env = site_env(ESCHA_SGLANG_PYTHON=str(planted_python(tmp_path)), ESCHA_TEST_PREFLIGHT_FAULT="_sized",
+                   ESCHA_SKIP_GPU_PREFLIGHT="1", ESCHA_SGLANG_PREFLIGHT="1", XDG_CACHE_HOME=str(xdg))
+    env.pop("ESCHA_SERVE_MODE", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "escha_deploy.cli.main", "serve", "-p", "rtx5060ti-tp2-fp8",
+         "--set", f"model.host_dir={model}", "--set", "runtime.needs=[]", "--set", f"container.port={port}"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    err = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(err) == 1, proc.stderr
+    stage, typ, message, site = PLANTED
+    assert err[0].startswith(f"error: internal error in the pre-flight (please report): {typ}: {message} in {site} "
+                             f"(stage {stage}); the traceback is in {xdg}/escha-deploy/preflight/"), err[0]
+    assert "set by" not in proc.stderr and "change the key" not in proc.stderr and "refused" not in err[0]
+    assert "Traceback" not in proc.stderr and "starting SGLang" not in proc.stderr
+    log = Path(err[0].rsplit("the traceback is in ", 1)[1])
+    assert "KeyError: 'planted harness fault'" in log.read_text()
