@@ -42,20 +42,30 @@ _Key = tuple[str, tuple[tuple[str, str], ...]]
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One scrape: sample name plus sorted labels -> value (float, as Prometheus sends it)."""
+    """One scrape: sample name plus sorted labels -> value (float, as Prometheus sends it).
+
+    ``nonfinite``: the series whose value was NaN or +/-Inf, kept out of ``samples`` (a NaN
+    summed into a total makes the total NaN; ``nonfinite_read`` names those a reader needs)."""
 
     samples: dict[_Key, float] = field(default_factory=dict)
+    nonfinite: dict[_Key, float] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, text: str) -> "Snapshot":
-        """Parse Prometheus text exposition. Raises ``ValueError`` on malformed text."""
-        from prometheus_client.parser import text_string_to_metric_families
+    def parse(cls, text: str, url: str = "/metrics", policy=None, *, started: float | None = None) -> "Snapshot":
+        """Parse Prometheus text exposition under the HTTP reading policy
+        (``httpread.metric_samples``: the series cap, the deadline from ``started``). Raises
+        ``httpread.ReadFailed`` (``BadAnswer`` for malformed text, ``TooLarge``, ``DeadlinePassed``)."""
+        from escha_deploy.httpread import Policy, metric_samples
 
-        out: dict[_Key, float] = {}
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                out[(s.name, tuple(sorted(s.labels.items())))] = float(s.value)
-        return cls(out)
+        got = metric_samples(text, url, policy or Policy(), started=started)
+        return cls(got.samples, got.nonfinite)
+
+    def nonfinite_read(self, names) -> list[_Key]:
+        """The non-finite series among ``names`` (a histogram's name covers its ``_sum``,
+        ``_count`` and ``_bucket`` samples), sorted."""
+        wanted = set(names)
+        return sorted(k for k in self.nonfinite
+                      if k[0] in wanted or any(k[0] == n + sfx for n in wanted for sfx in ("_sum", "_count", "_bucket")))
 
     def has(self, name: str) -> bool:
         """Whether any series of sample ``name`` is present."""

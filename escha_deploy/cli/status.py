@@ -3,7 +3,12 @@ endpoint, plan digest and uptime, and beside the plan what the server and the ho
 (the host tier, the host's memory, the device pools) with the alerts, their evidence and fix.
 
 Exit 3 when nothing is there (as ``systemctl is-active``). ``--check``: 0 healthy, 3 an alert
-(named) or nothing running, 5 when the server answers but its metrics do not.
+(named) or nothing running, 5 when the server answers but its metrics do not (or not within
+``--http-timeout``, or too large, or a series it reads is not a number).
+
+Every server is read through ``httpread`` (a total deadline per request, a size cap, a series
+cap); a look's NaN or +/-Inf is written as ``null`` in JSON and ``--record``, with a warning
+naming it, and makes ``--check`` inconclusive; text is printed without control sequences.
 """
 
 from __future__ import annotations
@@ -14,7 +19,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import FormatOpt, OptionalProfileOpt, OutputFormat
+from escha_deploy.httpread import DEFAULT_DEADLINE_S
+
+from .options import FormatOpt, OptionalProfileOpt, OutputFormat, not_nan
+
+#: The longest ``--interval``, seconds (a day): a look a day is the slowest watch that means
+#: anything; ``inf`` would reach ``time.sleep``, which refuses it.
+MAX_INTERVAL_S = 86400.0
+#: The longest ``--window``, seconds (a week of looks).
+MAX_WINDOW_S = 7 * 86400.0
 
 EXAMPLES = """
 Examples:
@@ -38,18 +51,24 @@ def register(app: typer.Typer) -> None:
         format: FormatOpt = OutputFormat.table,
         watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh every --interval seconds "
                                             "(rich live display) until Ctrl-C or --count looks.")] = False,
-        check: Annotated[bool, typer.Option("--check", help="Two looks --interval apart; exit 0 healthy, "
-                                            "3 an alert or nothing running, 5 the server answers but its "
-                                            "metrics do not.")] = False,
-        interval: Annotated[float, typer.Option("--interval", min=0.05, help="Seconds between looks.")] = 5.0,
-        window: Annotated[float, typer.Option("--window", min=1.0, help="Seconds of looks --watch compares "
+        check: Annotated[bool, typer.Option("--check", help="Two looks --interval apart (one when no server's "
+                                            "metrics can be read); exit 0 healthy, 3 an alert or nothing "
+                                            "running, 5 the server answers but its metrics do not.")] = False,
+        interval: Annotated[float, typer.Option("--interval", min=0.05, max=MAX_INTERVAL_S, callback=not_nan,
+                                                help="Seconds between looks.")] = 5.0,
+        window: Annotated[float, typer.Option("--window", min=1.0, max=MAX_WINDOW_S, callback=not_nan,
+                                              help="Seconds of looks --watch compares "
                                               "(counters over this window).")] = 300.0,
+        http_timeout: Annotated[float, typer.Option(
+            "--http-timeout", min=0.1, max=3600.0, callback=not_nan,
+            help="Seconds one request to a server may take in all: connecting, headers and the whole "
+            "/metrics body (not per byte); a slower answer is a named error (--check: exit 5).")] = DEFAULT_DEADLINE_S,
         count: Annotated[int, typer.Option("--count", min=0, help="Stop --watch after this many looks "
                                            "(0: until Ctrl-C).")] = 0,
         record: Annotated[Optional[Path], typer.Option("--record", help="Append each look to FILE, one JSON "
                                                        "object per line.")] = None,
         prefill_tps: Annotated[Optional[float], typer.Option(
-            "--prefill-tps", min=1.0, help="Prefill rate (tokens/s) the load-back-vs-recompute alert compares "
+            "--prefill-tps", min=1.0, max=1e9, callback=not_nan, help="Prefill rate (tokens/s) the load-back-vs-recompute alert compares "
             "with (default: the plan's: bench's last cold prefill, else hicache.prefill_tokens_per_s).")] = None,
     ) -> None:
         """Show the server(s) of a profile and what they do now: host tier, host memory, alerts."""
@@ -67,11 +86,24 @@ def register(app: typer.Typer) -> None:
             raise BadInput("status: --watch and --check do not go together (--check looks twice and exits)")
         if record is not None:
             check_output(record, "--record")
+        from escha_deploy.httpread import Policy
+
+        policy = Policy(deadline_s=http_timeout)
         targets = find_targets(_profile_name(profile), note=info)
         if not targets:
             raise Refused(f"status: nothing running{' for profile ' + _profile_name(profile) if profile else ''}")
-        watchers = [Watcher(t, window_s=window, prefill_tokens_per_s=prefill_tps, since_start=not watch)
-                    for t in targets]
+        watchers = [Watcher(t, window_s=window, prefill_tokens_per_s=prefill_tps, since_start=not watch,
+                            policy=policy) for t in targets]
+        warned: set[str] = set()
+
+        def finite(rows: list[dict]) -> tuple[list[dict], list[str]]:
+            """The rows with NaN/Inf as null (JSON has neither), each named once in a warning."""
+            out, bad = rec.finite_json(rows)
+            for path in bad:
+                if path not in warned:
+                    warned.add(path)
+                    warn(f"status: {path} is not a number (NaN or Inf); shown as null")
+            return out, bad
 
         def look_all() -> list[dict]:
             rows = [w.look()[0] for w in watchers]
@@ -79,6 +111,7 @@ def register(app: typer.Typer) -> None:
                 if w.docker_error:
                     warn(w.docker_error)
                     w.docker_error = None
+            rows, _ = finite(rows)
             if record is not None:
                 rec.append(record, {"t": time.time(), "targets": rows})
             return rows
@@ -87,7 +120,9 @@ def register(app: typer.Typer) -> None:
             _watch(look_all, interval=interval, count=count, fmt=format)
             return
         rows = look_all()
-        if check:
+        # a second look adds window rates; a server whose metrics could not be read at the first
+        # look (not answering, too slow, too large, not a number) gives --check nothing more
+        if check and not all(r["metrics_error"] for r in rows):
             time.sleep(interval)
             rows = look_all()
         if format is OutputFormat.json:
@@ -102,14 +137,20 @@ def register(app: typer.Typer) -> None:
                 raise Refused(*(f"status --check: alert {a}" for a in alerts),
                               hint="each alert's fix is in `escha-deploy status` and docs/launch.md")
             quiet = [f"{r['profile']}: {r['metrics_error']}" for r in rows if r["metrics_error"]]
+            _, nan = finite(rows)
+            quiet += [f"{path}: not a number (NaN or Inf)" for path in nan]
             if quiet:
                 raise Inconclusive(*(f"status --check: {q}" for q in quiet),
-                                   hint="the server must run with --enable-metrics (runtime.enable_metrics)")
+                                   hint="/metrics must answer HTTP 200 with SGLang's series, all numbers, within "
+                                   "--http-timeout (runtime.enable_metrics starts the server with --enable-metrics); "
+                                   "docs/launch.md")
 
 
 def _table(rows: list[dict], console) -> None:
     from rich.table import Table
+    from rich.text import Text
 
+    from escha_deploy.termtext import printable
     from escha_deploy.watch.render import render_row
 
     cols = ("profile", "state", "endpoint", "plan_digest", "uptime_s", "restart_policy")
@@ -118,10 +159,24 @@ def _table(rows: list[dict], console) -> None:
         table.add_column({"plan_digest": "plan", "uptime_s": "uptime s", "restart_policy": "restart"}
                          .get(col, col), overflow="fold")
     for r in rows:
-        table.add_row(*(str(r[k]) if r[k] is not None else "-" for k in cols))
+        table.add_row(*(Text(printable(str(r[k]))) if r[k] is not None else "-" for k in cols))
     console.print(table)
     for r in rows:
-        console.print(render_row(r))
+        console.print(render_row(_printable(r)))
+
+
+def _printable(value):
+    """A row with every string in it without control sequences (``termtext.printable``):
+    labels, names and errors quoted from a server or a state file reach the terminal."""
+    from escha_deploy.termtext import printable
+
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {k: _printable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_printable(v) for v in value]
+    return value
 
 
 def _watch(look_all, *, interval: float, count: int, fmt: OutputFormat) -> None:
@@ -153,7 +208,7 @@ def _watch(look_all, *, interval: float, count: int, fmt: OutputFormat) -> None:
             while True:
                 rows = look_all()
                 n += 1
-                live.update(Group(*(render_row(r) for r in rows),
+                live.update(Group(*(render_row(_printable(r)) for r in rows),
                                   f"look {n} at {iso(time.time())}, every {interval:g} s; Ctrl-C stops"),
                             refresh=True)
                 if count and n >= count:

@@ -143,12 +143,17 @@ def _alive(pid: int) -> bool:
 
 
 def native_pid(loaded: LoadedFleet) -> int | None:
-    """The pid of this fleet's native router, when it runs."""
+    """The pid of this fleet's native router, when it runs. A pid file whose number is not a
+    process this tool could have started (outside 2..``PID_MAX_LIMIT``: 0, -1 and 1 would make
+    ``stop_router``'s ``killpg`` signal a whole process group or init's) counts as none."""
+    from ..launch.native import PID_MAX_LIMIT
+
     try:
-        pid = int(_pid_file(loaded).read_text().strip())
-    except (OSError, ValueError):
+        text = _pid_file(loaded).read_text(errors="replace").strip()
+        pid = int(text) if text.isascii() and text.isdigit() and len(text) <= 10 else 0
+    except OSError:
         return None
-    return pid if _alive(pid) else None
+    return pid if 1 < pid <= PID_MAX_LIMIT and _alive(pid) else None
 
 
 def container_name(loaded: LoadedFleet) -> str:

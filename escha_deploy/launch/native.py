@@ -91,7 +91,16 @@ def tmpfs_root() -> Path | None:
     return None
 
 
+#: The largest pid Linux gives out on 64-bit (``PID_MAX_LIMIT``, include/linux/threads.h: 4 x
+#: 1024 x 1024; ``/proc/sys/kernel/pid_max`` may be set at most that high): a pid outside
+#: 1..PID_MAX_LIMIT, read from a file, names no process (and ``os.kill`` refuses one past a C int
+#: with ``OverflowError``; 0 and negative pids would signal process groups).
+PID_MAX_LIMIT = 4 * 1024 * 1024
+
+
 def _pid_alive(pid: int) -> bool:
+    if not 0 < pid <= PID_MAX_LIMIT:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

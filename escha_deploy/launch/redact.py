@@ -27,6 +27,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from escha_deploy.termtext import printable  # noqa: F401 - the log printers' import
+
 MASK = "***"
 
 #: ServerArgs fields that carry secrets (sglang/srt/server_args.py, "API related" and SSL).
@@ -52,15 +54,6 @@ _AUTH_RE = re.compile(r"(?i)(?P<head>authorization['\"]?\s*[:=]\s*['\"]?(?:[A-Za
 _USERINFO_RE = re.compile(r"(?i)(?P<head>\b[a-z][a-z0-9+.-]*://)[^/@\s'\"]+@")
 #: A credential-named query parameter.
 _QUERY_RE = re.compile(r"(?i)(?P<head>[?&](?:api[-_]?key|key|token|access[-_]token|auth|password|secret)=)[^&#\s'\"]+")
-#: Terminal control sequences: OSC (ESC ] ... BEL or ESC \\), CSI (ESC [ ... final byte), other
-#: two-byte ESC sequences, and every other C0/C1 control character but tab.
-_CONTROL_RE = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b\[[0-?]*[ -/]*[@-~]?|\x1b[@-_]?|[\x00-\x08\x0a-\x1f\x7f-\x9f]")
-
-
-def printable(line: str) -> str:
-    """``line`` without terminal control sequences (see module docstring), for printing."""
-    return _CONTROL_RE.sub("", line) if _CONTROL_RE.search(line) else line
-
 #: Secret values shorter than this are not replaced literally (they would mask common words);
 #: the field patterns still mask them where SGLang prints them.
 MIN_LITERAL = 6

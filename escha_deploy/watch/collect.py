@@ -80,45 +80,54 @@ def read_host(pids: list[int] = (), root: Path = Path("/"), *, cgroup: bool = Tr
 
 
 class MetricsUnavailable(Exception):
-    """The server answered, but not with metrics (``--enable-metrics`` off, 404, bad text)."""
+    """The server answered, but not with metrics (``--enable-metrics`` off, 404, bad text, too
+    large, a series it reads that is not a number)."""
 
 
 class ServerDown(Exception):
-    """Nothing answers at the server's address."""
+    """Nothing answers at the server's address, or not within the deadline."""
 
 
-def http_client(timeout_s: float = 5.0):
-    """One httpx client for every look (its connection and TLS set-up are made once: building
-    a client loads the CA bundle, about 80 ms here). No proxy from the environment: the
-    server is this host's."""
-    import httpx
+def scrape(base_url: str, *, api_key: str | None = None, policy=None) -> ServerReading:
+    """``GET base_url/metrics`` -> ``ServerReading``, read under the HTTP reading policy
+    (``httpread``: ``policy``, the default when None: a total deadline, a size cap, a series
+    cap). Raises ``ServerDown`` when nothing answers (or not within the deadline, or the
+    connection breaks), ``MetricsUnavailable`` when it answers without SGLang metrics: not
+    HTTP 200, not Prometheus text, too large, no ``sglang:`` series, or a series ``status``
+    reads (``names.ALL``) that is NaN or +/-Inf: "not a number" names it, since a total over
+    it means nothing (a series ``status`` does not read may be NaN: SGLang 0.5.19 exports
+    ``sglang:fwd_occupancy`` as NaN before its first forward pass; it is left out)."""
+    import time as _time
 
-    return httpx.Client(timeout=timeout_s, trust_env=False)
-
-
-def scrape(base_url: str, *, api_key: str | None = None, client=None) -> ServerReading:
-    """``GET base_url/metrics`` -> ``ServerReading`` (``client``: ``http_client()``, made here
-    when None). Raises ``ServerDown`` when nothing answers, ``MetricsUnavailable`` when it
-    answers without SGLang metrics."""
-    import httpx
-
+    from escha_deploy import httpread
     from escha_deploy.bench.metrics import Snapshot
 
+    from . import names
+
+    policy = policy or httpread.Policy()
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    client = client or http_client()
+    url = base_url.rstrip("/") + "/metrics"
+    t0 = _time.monotonic()
     try:
-        r = client.get(base_url.rstrip("/") + "/metrics", headers=headers)
-    except httpx.TransportError as exc:
-        raise ServerDown(f"{base_url}: {type(exc).__name__}: {exc}") from None
-    if r.status_code != 200:
-        raise MetricsUnavailable(f"{base_url}/metrics answered HTTP {r.status_code} "
-                                 "(is the server started with --enable-metrics?)")
+        answer = httpread.get(url, policy=policy, headers=headers)
+    except (httpread.Unreachable, httpread.ConnectionLost, httpread.DeadlinePassed) as exc:
+        raise ServerDown(str(exc)) from None
+    except httpread.ReadFailed as exc:
+        raise MetricsUnavailable(str(exc)) from None
+    if (problem := httpread.status_problem(answer)) is not None:
+        raise MetricsUnavailable(f"{answer.url} answered {problem} (is the server started with --enable-metrics?)")
     try:
-        snap = Snapshot.parse(r.text)
-    except ValueError as exc:
-        raise MetricsUnavailable(f"{base_url}/metrics: not Prometheus text ({exc})") from None
-    if not any(k[0].startswith("sglang:") for k in snap.samples):
-        raise MetricsUnavailable(f"{base_url}/metrics has no sglang: series (metrics off?)")
+        snap = Snapshot.parse(answer.text(), answer.url, policy, started=t0)
+    except httpread.ReadFailed as exc:
+        raise MetricsUnavailable(str(exc)) from None
+    if not any(k[0].startswith("sglang:") for k in (*snap.samples, *snap.nonfinite)):
+        raise MetricsUnavailable(f"{answer.url} has no sglang: series (metrics off?)")
+    bad = snap.nonfinite_read((*names.ALL, *names.LATER))
+    if bad:
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise MetricsUnavailable(
+            f"{answer.url}: not a number: " + ", ".join(f"{httpread.series_name(k)} = {snap.nonfinite[k]}"
+                                                      for k in bad[:3]) + more)
     return server_reading(snap)
 
 

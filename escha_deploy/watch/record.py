@@ -7,6 +7,7 @@ duplicate key and bounded nesting; a bad line is named as ``FILE:LINE``.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -20,15 +21,53 @@ MAX_RECORD_BYTES = 256 * 2**20
 RECORD_SCHEMA_VERSION = 1
 
 
-def append(path: str | Path, look: dict[str, Any]) -> None:
-    """Append one look (``{"t", "targets": [...]}``) as a line, flushed to the file."""
-    line = json.dumps({"schema_version": RECORD_SCHEMA_VERSION, **look}, separators=(",", ":"),
-                      allow_nan=False, default=str)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+def finite_json(value: Any, path: str = "") -> tuple[Any, list[str]]:
+    """``value`` (JSON-able: dicts, lists, scalars) with every float that is NaN or +/-Inf
+    replaced by ``None``, and the dotted path of each one replaced (``0.server.requests``).
+    JSON has no such numbers (RFC 8259 section 6), so a look that carries one is written with
+    ``null`` there and the caller warns, naming the path."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None, [path or "(the value)"]
+    if isinstance(value, dict):
+        out, bad = {}, []
+        for k, v in value.items():
+            out[k], b = finite_json(v, f"{path}.{k}" if path else str(k))
+            bad += b
+        return out, bad
+    if isinstance(value, (list, tuple)):
+        items, bad = [], []
+        for i, v in enumerate(value):
+            item, b = finite_json(v, f"{path}.{i}" if path else str(i))
+            items.append(item)
+            bad += b
+        return items, bad
+    return value, []
+
+
+def append(path: str | Path, look: dict[str, Any], option: str = "--record") -> list[str]:
+    """Append one look (``{"t", "targets": [...]}``) as a line, flushed to the file. A NaN or
+    +/-Inf in it is written as ``null``; returns their paths (``finite_json``). Raises
+    ``BadInput`` (exit 2), one line naming ``option`` and the file, when the file cannot be
+    opened or written (a full disk, a read-only file system, ``/dev/full``, a FIFO without a
+    reader: opened without blocking, ``open(2)`` O_NONBLOCK gives ENXIO)."""
+    import fcntl
+
+    from escha_deploy.paths import _cannot_write
+
+    data, bad = finite_json({"schema_version": RECORD_SCHEMA_VERSION, **look})
+    line = json.dumps(data, separators=(",", ":"), allow_nan=False, default=str)
+    buf = (line + "\n").encode()
     try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+            while buf:  # os.write may write part of it
+                buf = buf[os.write(fd, buf):]
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise _cannot_write(option, path, exc) from None
+    return bad
 
 
 def _bounded():

@@ -152,14 +152,15 @@ class Watcher:
 
     def __init__(self, target: Target, *, window_s: float = WINDOW_S, thresholds: Thresholds | None = None,
                  prefill_tokens_per_s: float | None = None, root: Path = Path("/"),
-                 since_start: bool = False) -> None:
+                 since_start: bool = False, policy=None) -> None:
         """``since_start``: the server's counters are taken from their zero (the server's
-        start) rather than over the window; host rates still need two looks."""
+        start) rather than over the window; host rates still need two looks. ``policy``: how
+        ``/metrics`` is read (``httpread.Policy``; its default when None)."""
         target.plan = measured_h2d(target.plan)
         self.target = target
         self.since_start = since_start
         self.docker_error: str | None = None
-        self.http = None  # collect.http_client(), made at the first scrape
+        self.policy = policy
         self.window_s = window_s
         self.th = thresholds if thresholds is not None else (target.plan.thresholds if target.plan else Thresholds())
         self.prefill = prefill_tokens_per_s
@@ -175,9 +176,7 @@ class Watcher:
             err = f"{t.row.get('container') or t.profile}: {t.row.get('state')}, no endpoint"
         else:
             try:
-                if self.http is None:
-                    self.http = collect.http_client()
-                server = collect.scrape(t.url, api_key=t.api_key, client=self.http)
+                server = collect.scrape(t.url, api_key=t.api_key, policy=self.policy)
             except (collect.ServerDown, collect.MetricsUnavailable) as exc:
                 err = ("server not answering: " if isinstance(exc, collect.ServerDown) else "") + str(exc)
         host = collect.read_host(t.pids, self.root, cgroup=t.kind == "native")

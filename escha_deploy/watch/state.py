@@ -12,7 +12,9 @@ import json
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from escha_deploy.profile.models import NAME_PATTERN
 
 from .planview import PlanView
 
@@ -22,16 +24,26 @@ STATE_SCHEMA_VERSION = 1
 class ServeState(BaseModel):
     """One native server: ``pid`` is the ``serve`` process (SGLang runs below it)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", allow_inf_nan=False)
     schema_version: int = STATE_SCHEMA_VERSION
-    pid: int
-    host: str = "127.0.0.1"
-    port: int
-    profile: str
-    plan_digest: str = ""
+    pid: int = Field(description="the serve process (one outside 1..launch.native.PID_MAX_LIMIT runs nowhere)")
+    host: str = Field("127.0.0.1", description="the bind address (0.0.0.0, :: or empty: every interface)")
+    port: int = Field(ge=1, le=65535)
+    profile: str = Field(pattern=NAME_PATTERN, description="a profile name, as a profile's own")
+    plan_digest: str = Field("", pattern=r"^[0-9a-f]{0,128}$")
     api_key_file: str | None = Field(None, description="the key's file; the key itself never")
     started_at: float = Field(description="Unix time, seconds")
     plan: PlanView | None = None
+
+    @field_validator("host")
+    @classmethod
+    def _one_host(cls, v: str) -> str:
+        """A bare host (``netaddr.parse_host``): never a URL, a path or a port."""
+        from escha_deploy.netaddr import parse_host
+
+        if v in ("", "0.0.0.0", "::"):
+            return v
+        return parse_host(v, peer=False).text
 
     @property
     def url(self) -> str:
@@ -71,7 +83,7 @@ def remove_state(port: int, pid: int, folder: Path | None = None) -> None:
 def _alive(pid: int) -> bool:
     from escha_deploy.launch.native import _pid_alive
 
-    return pid > 0 and _pid_alive(pid)
+    return _pid_alive(pid)  # False for a pid outside 1..PID_MAX_LIMIT
 
 
 def find_states(profile: str | None = None, folder: Path | None = None) -> tuple[list[ServeState], list[str]]:
@@ -80,6 +92,7 @@ def find_states(profile: str | None = None, folder: Path | None = None) -> tuple
     from escha_deploy.errors import BadInput
     from escha_deploy.jsonio import loads_json, read_regular
     from escha_deploy.launch.native import runtime_dir
+    from escha_deploy.termtext import shown
 
     d = folder or runtime_dir(make=False)
     found, notes = [], []
@@ -91,8 +104,13 @@ def find_states(profile: str | None = None, folder: Path | None = None) -> tuple
                 raise ValueError("a symbolic link")
             state = ServeState.model_validate(loads_json(read_regular(path, "a serve state file", max_bytes=1 << 20),
                                                          path, "a serve state file"))
-        except (BadInput, ValueError, ValidationError) as exc:
-            notes.append(f"{path}: unreadable state file ({str(exc).splitlines()[0]}); skipped")
+        except ValidationError as exc:
+            e = exc.errors()[0]
+            where = ".".join(str(x) for x in e["loc"]) or "the file"
+            notes.append(shown(f"{path}: unreadable state file ({where}: {e['msg']}); skipped", 400))
+            continue
+        except (BadInput, ValueError) as exc:
+            notes.append(shown(f"{path}: unreadable state file ({str(exc).splitlines()[0]}); skipped", 400))
             continue
         if not _alive(state.pid):
             path.unlink(missing_ok=True)

@@ -1,0 +1,311 @@
+"""The one way escha-deploy reads a server it does not control: ``status`` (``/metrics``),
+``bench`` and ``canary`` (an SGLang server's API), ``fleet status`` (the router's ``/workers``).
+
+Nothing such a server sends is trusted. The policy (``Policy``), for every request:
+
+- **a total deadline** (``Policy.deadline_s``): connecting, the status line and headers and the
+  whole body end within it, or the request ends with ``DeadlinePassed``. httpx's own timeouts
+  are per operation (a read timeout restarts with every byte that arrives, httpx docs
+  "Timeouts"), so a server sending one byte a second would never time out; here the request
+  runs under ``asyncio.timeout``, which cancels it wherever it waits, the header phase
+  included. The synchronous entry point (``get``) runs the same coroutine on its own loop.
+- **a size cap** on the body (``Policy.max_body_bytes``): a ``Content-Length`` above it is
+  refused before the body is read; a body that streams past it (chunked, or a lying length)
+  is refused at the chunk that crosses it, so an endless body costs at most the cap in memory.
+  The cap counts decoded bytes (after ``Content-Encoding``), so a gzip bomb stops there too.
+- **a series cap** on Prometheus text (``metric_samples``: ``MAX_SERIES``), counted while
+  parsing, and the deadline checked while parsing: a valid but huge ``/metrics`` ends with
+  ``TooLarge``, never a parse of millions of series.
+- **numbers are finite**: a sample that is ``NaN`` or ``+/-Inf`` is kept out of the samples
+  and listed by name (``MetricSamples.nonfinite``), for the caller to report as "not a number".
+- **text is printable**: every error line that quotes the server (a reason phrase, an
+  exception from the HTTP stack) goes through ``termtext.shown``: no control sequence from the
+  server reaches the terminal, and no line is longer than 200 characters.
+- no redirect is followed (httpx's default) and no proxy is read from the environment
+  (``trust_env=False``): the caller names the server.
+
+Errors (all ``ReadFailed``, whose ``str`` is one printable line naming the URL):
+``Unreachable`` (cannot connect: refused, reset before an answer, no route),
+``ConnectionLost`` (the connection broke after the request was sent), ``DeadlinePassed``,
+``TooLarge``, ``BadAnswer`` (not HTTP, bad encoding, not JSON). Callers map them to their exit
+codes (``status --check``: 5 inconclusive; ``bench``: 3 at the probe, 4 during the run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .termtext import shown
+
+#: ``status``'s and ``fleet status``'s deadline per request, seconds (``status --http-timeout``).
+#: A real SGLang 0.5.19 ``/metrics`` of a TP 1 server is 74 KB and answers in milliseconds on
+#: loopback; 10 s leaves room for a busy box without letting a stuck one hold a health check.
+DEFAULT_DEADLINE_S = 10.0
+#: Largest body read, bytes (8 MiB): a real SGLang 0.5.19 ``/metrics`` is 74 KB with 489 series
+#: at TP 1 (about 150 bytes a series), so a TP 8 box exporting every rank
+#: (``--enable-metrics-for-all-schedulers``) is about 0.6 MB; this is more than ten times that.
+MAX_BODY_BYTES = 8 * 2**20
+#: Most Prometheus samples read from one answer: about 4,000 on that TP 8 box; more than ten
+#: times that. Parsing this many takes about 0.7 s (``prometheus_client`` 0.26, one core).
+MAX_SERIES = 50_000
+
+
+class ReadFailed(Exception):
+    """A request to a server we do not control did not give a usable answer; ``str`` is one
+    printable line naming the URL."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.url = shown(url, 120)
+        self.reason = shown(reason)
+        super().__init__(f"{self.url}: {self.reason}")
+
+
+class Unreachable(ReadFailed):
+    """Nothing answers at the address (connection refused or reset, no route, name unknown)."""
+
+
+class ConnectionLost(ReadFailed):
+    """The server took the request and closed the connection before the answer ended."""
+
+
+class DeadlinePassed(ReadFailed):
+    """The whole request (connect, headers, body) did not end within the deadline."""
+
+
+class TooLarge(ReadFailed):
+    """The body is larger than the size cap, or the text holds more series than the series cap."""
+
+
+class BadAnswer(ReadFailed):
+    """The server answered with something that is not HTTP, not decodable, or not JSON."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How one request is read: ``deadline_s`` seconds in all (connect to last byte), at most
+    ``max_body_bytes`` bytes of body (decoded), at most ``max_series`` Prometheus samples."""
+
+    deadline_s: float = DEFAULT_DEADLINE_S
+    max_body_bytes: int = MAX_BODY_BYTES
+    max_series: int = MAX_SERIES
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.deadline_s) and self.deadline_s > 0):
+            raise ValueError(f"deadline_s must be a positive number of seconds, not {self.deadline_s!r}")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A whole answer: ``status`` (HTTP status code), ``body`` (decoded bytes, within the cap),
+    ``content_type`` (the header's value, lower case, or ""), ``seconds`` (wall time taken)."""
+
+    url: str
+    status: int
+    body: bytes
+    content_type: str = ""
+    seconds: float = 0.0
+
+    def text(self) -> str:
+        """The body as text (UTF-8; a byte that is not UTF-8 becomes U+FFFD)."""
+        return self.body.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        """The body as JSON through the bounded reader (``jsonio.loads_json``: depth, duplicate
+        keys, NaN refused). Raises ``BadAnswer``."""
+        from .errors import BadInput
+        from .jsonio import loads_json
+
+        try:
+            return loads_json(self.body, self.url, "an answer")
+        except BadInput as exc:
+            raise BadAnswer(self.url, f"not JSON ({exc.problems[0].split(': ', 1)[-1]})") from None
+
+
+@functools.lru_cache(maxsize=1)
+def _ssl_context():
+    """One TLS context for every client (building one loads the CA bundle: about 80 ms)."""
+    import httpx
+
+    return httpx.create_ssl_context()
+
+
+def async_client(policy: Policy = Policy(), **kw: Any):
+    """An ``httpx.AsyncClient`` for servers we do not control: no proxy from the environment,
+    no redirect followed, httpx's per-operation timeouts at the deadline (a backstop: the
+    deadline itself is ``guard``'s). ``kw`` goes to httpx (``base_url``, ``headers``,
+    ``limits``)."""
+    import httpx
+
+    return httpx.AsyncClient(timeout=httpx.Timeout(policy.deadline_s), trust_env=False,
+                             follow_redirects=False, verify=_ssl_context(), **kw)
+
+
+def _exc_text(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@contextlib.asynccontextmanager
+async def guard(url: str, policy: Policy, *, sent: list[bool] | None = None,
+                redact=lambda s: s) -> AsyncIterator[None]:
+    """Run the block under ``policy``'s deadline and turn what httpx raises into one
+    ``ReadFailed``. ``sent``: a one-item list the block sets to ``[True]`` once the server has
+    taken the request (then a broken connection is ``ConnectionLost``, not ``Unreachable``).
+    ``redact`` masks secrets in an exception's text (h11 quotes a refused header whole)."""
+    import asyncio
+
+    import httpx
+
+    try:
+        async with asyncio.timeout(policy.deadline_s):
+            yield
+    except TimeoutError:
+        raise DeadlinePassed(url, f"no whole answer within {policy.deadline_s:g} s") from None
+    except httpx.TimeoutException:
+        raise DeadlinePassed(url, f"no whole answer within {policy.deadline_s:g} s") from None
+    except httpx.ConnectError as exc:
+        raise Unreachable(url, f"cannot connect ({redact(_exc_text(exc))})") from None
+    except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError, httpx.CloseError) as exc:
+        kind = ConnectionLost if (sent and sent[0]) or isinstance(exc, httpx.ReadError) else Unreachable
+        what = "connection lost" if kind is ConnectionLost else "no answer"
+        raise kind(url, f"{what} ({redact(_exc_text(exc))})") from None
+    except httpx.DecodingError as exc:
+        raise BadAnswer(url, f"the body cannot be decoded ({redact(_exc_text(exc))})") from None
+    except httpx.HTTPError as exc:  # the rest of httpx's family: protocol, proxy, unsupported
+        raise BadAnswer(url, redact(_exc_text(exc))) from None
+
+
+class Budget:
+    """The size cap of one body, counted chunk by chunk (``take``); ``TooLarge`` past it."""
+
+    def __init__(self, url: str, max_bytes: int) -> None:
+        self.url, self.max_bytes, self.n = url, max_bytes, 0
+
+    def check_length(self, headers) -> None:
+        """Refuse a declared ``Content-Length`` above the cap before reading the body."""
+        raw = headers.get("content-length")
+        if raw is not None and raw.strip().isdigit() and len(raw.strip()) < 20 and int(raw) > self.max_bytes:
+            raise TooLarge(self.url, f"the answer is {int(raw):,} bytes; at most {self.max_bytes:,} are read")
+
+    def take(self, chunk: bytes | str) -> None:
+        self.n += len(chunk)
+        if self.n > self.max_bytes:
+            raise TooLarge(self.url, f"the answer goes past {self.max_bytes:,} bytes; at most that many are read")
+
+
+async def aread(client, method: str, url: str, *, policy: Policy = Policy(), redact=lambda s: s,
+                **kw: Any) -> Answer:
+    """One request through ``client`` (``async_client``), its whole body read under ``policy``.
+    ``url`` may be relative to the client's ``base_url``; ``kw`` goes to ``client.stream``
+    (``json``, ``headers``). Raises ``ReadFailed``."""
+    shown_url = str(client.base_url).rstrip("/") + url if url.startswith("/") else url
+    t0 = time.monotonic()
+    budget = Budget(shown_url, policy.max_body_bytes)
+    sent = [False]
+    async with guard(shown_url, policy, sent=sent, redact=redact):
+        async with client.stream(method, url, **kw) as r:
+            sent[0] = True
+            budget.check_length(r.headers)
+            parts = []
+            async with contextlib.aclosing(r.aiter_bytes()) as chunks:  # closed at a refusal too
+                async for chunk in chunks:
+                    budget.take(chunk)
+                    parts.append(chunk)
+            return Answer(url=shown_url, status=r.status_code, body=b"".join(parts),
+                          content_type=r.headers.get("content-type", "").lower(),
+                          seconds=time.monotonic() - t0)
+    raise AssertionError("unreachable")  # pragma: no cover - guard re-raises or the block returns
+
+
+def get(url: str, *, policy: Policy = Policy(), headers: dict[str, str] | None = None) -> Answer:
+    """``GET url`` for synchronous callers (``status``, ``fleet status``): ``aread`` on an
+    event loop of its own, with a client made for the call. Raises ``ReadFailed``."""
+
+    async def one() -> Answer:
+        async with async_client(policy) as client:
+            return await aread(client, "GET", url, policy=policy, headers=headers or {})
+
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(one())
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        # close() does not wait for the resolver's worker thread (asyncio.run would): a name
+        # lookup that hangs must not outlive the deadline in this call
+        loop.close()
+
+
+def status_problem(answer: Answer) -> str | None:
+    """Why a non-200 answer is one, in words (``HTTP 503 Service Unavailable``), else None."""
+    if answer.status == 200:
+        return None
+    from http import HTTPStatus
+
+    try:
+        phrase = HTTPStatus(answer.status).phrase
+    except ValueError:
+        phrase = ""
+    return f"HTTP {answer.status}{' ' + phrase if phrase else ''}"
+
+
+# ---- Prometheus text ---------------------------------------------------------------------------
+
+SampleKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
+@dataclass(frozen=True)
+class MetricSamples:
+    """Prometheus text parsed under the policy: ``samples`` maps (sample name, sorted labels)
+    to a finite value; ``nonfinite`` holds the keys whose value was NaN or +/-Inf, with it."""
+
+    samples: dict[SampleKey, float] = field(default_factory=dict)
+    nonfinite: dict[SampleKey, float] = field(default_factory=dict)
+
+
+def series_name(key: SampleKey) -> str:
+    """``name{label="value",...}`` for messages (printable, at most 120 characters)."""
+    name, labels = key
+    inner = ",".join(f'{k}="{v}"' for k, v in labels)
+    return shown(f"{name}{{{inner}}}" if labels else name, 120)
+
+
+def metric_samples(text: str, url: str, policy: Policy = Policy(), *, started: float | None = None) -> MetricSamples:
+    """Parse Prometheus text exposition (``prometheus_client.parser``, the library SGLang
+    writes it with) under ``policy``: at most ``max_series`` samples, and (``started``, a
+    ``time.monotonic()`` value) within the deadline counted from then. Raises ``TooLarge``,
+    ``DeadlinePassed``, or ``BadAnswer`` for text that is not Prometheus text."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    t_end = None if started is None else started + policy.deadline_s
+    out: dict[SampleKey, float] = {}
+    bad: dict[SampleKey, float] = {}
+    n = 0
+    try:
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                n += 1
+                if n > policy.max_series:
+                    raise TooLarge(url, f"more than {policy.max_series:,} series; at most that many are read")
+                if t_end is not None and n % 1000 == 0 and time.monotonic() > t_end:
+                    raise DeadlinePassed(url, f"the answer was not parsed within {policy.deadline_s:g} s")
+                key = (s.name, tuple(sorted(s.labels.items())))
+                v = float(s.value)
+                if math.isfinite(v):
+                    out[key] = v
+                    bad.pop(key, None)
+                else:
+                    bad[key] = v
+                    out.pop(key, None)
+    except ReadFailed:
+        raise
+    except (ValueError, TypeError, IndexError, KeyError) as exc:  # the parser's ways of refusing text
+        raise BadAnswer(url, f"not Prometheus text ({_exc_text(exc)})") from None
+    return MetricSamples(out, bad)

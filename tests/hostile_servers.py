@@ -1,0 +1,207 @@
+"""HOSTILE HTTP servers: test fixtures that answer the way a broken or malicious server does,
+to prove that every client of a server escha-deploy does not control (``status``, ``bench``,
+``canary``, ``fleet status``; ``escha_deploy/httpread.py``) ends within its deadline with one
+named error. They are not SGLang: each speaks just enough HTTP/1.1 over a raw socket to be
+wrong in one way.
+
+Each binds 127.0.0.1 on a port the OS picks, serves every connection in a daemon thread, and
+stops by itself after ``lifetime_s`` (default 60 s) even if the test never stops it; ``stop()``
+ends it at once. Use as a context manager::
+
+    with HostileServer("slow-body") as srv:
+        ...  # srv.url is http://127.0.0.1:PORT
+
+Kinds (``KINDS``):
+
+- ``slow-body``: ``/metrics`` headers at once (chunked), then the body one byte a second;
+- ``slow-headers``: the status line and headers one byte a second;
+- ``huge``: a valid 50 MB ``/metrics`` (about 1.9 million series) with its ``Content-Length``;
+- ``huge-chunked``: the same body chunked, no length announced;
+- ``endless``: a chunked ``/metrics`` body at full speed that never ends;
+- ``nan``: valid SGLang-named series whose values are ``NaN``, ``+Inf`` and ``-Inf``;
+- ``redirect``: ``302 Found`` to another path on the same server, for every request;
+- ``reset-mid-request``: ``/health`` 200, ``/server_info``, ``/model_info`` JSON, and a
+  ``POST`` whose socket is closed before its body is read (a server that crashes mid-request).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+
+KINDS = ("slow-body", "slow-headers", "huge", "huge-chunked", "endless", "nan", "redirect", "reset-mid-request")
+
+#: About 26 bytes a line, so 50 MB is about 1.9 million series.
+_HUGE_BYTES = 50 * 10**6
+
+
+def _huge_body() -> bytes:
+    head = b"# TYPE sglang:token_usage gauge\n"
+    line = b'sglang:token_usage{tp_rank="%07d"} 0.5\n'
+    n = (_HUGE_BYTES - len(head)) // len(line % 0)
+    return head + b"".join(line % i for i in range(n))
+
+
+#: Valid SGLang 0.5.19 series names (watch/names.py) with values that are not numbers.
+NAN_BODY = (
+    "# TYPE sglang:cached_tokens_total counter\n"
+    'sglang:cached_tokens_total{cache_source="device"} NaN\n'
+    'sglang:cached_tokens_total{cache_source="host"} +Inf\n'
+    "# TYPE sglang:prompt_tokens_total counter\n"
+    "sglang:prompt_tokens_total NaN\n"
+    "# TYPE sglang:num_requests_total counter\n"
+    "sglang:num_requests_total -Inf\n"
+    "# TYPE sglang:token_usage gauge\n"
+    'sglang:token_usage{tp_rank="0"} NaN\n'
+    "# TYPE sglang:hicache_host_total_tokens gauge\n"
+    'sglang:hicache_host_total_tokens{tp_rank="0"} +Inf\n'
+    "# TYPE sglang:hicache_host_used_tokens gauge\n"
+    'sglang:hicache_host_used_tokens{tp_rank="0"} NaN\n'
+).encode()
+
+
+class HostileServer:
+    """One hostile server of ``kind`` (``KINDS``) on 127.0.0.1; ``url``; stops after
+    ``lifetime_s`` seconds or at ``stop()``."""
+
+    def __init__(self, kind: str, *, lifetime_s: float = 60.0) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
+        self.kind = kind
+        self.lifetime_s = lifetime_s
+        self._stop = threading.Event()
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self._sock.settimeout(0.2)
+        self.port = self._sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.requests: list[str] = []  # "METHOD PATH" of each request read
+        self._body = _huge_body() if kind in ("huge", "huge-chunked") else b""
+        self._thread = threading.Thread(target=self._serve, name=f"hostile-{kind}", daemon=True)
+        self._t_end = time.monotonic() + lifetime_s
+
+    def start(self) -> "HostileServer":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._sock.close()
+
+    def __enter__(self) -> "HostileServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def _over(self) -> bool:
+        return self._stop.is_set() or time.monotonic() > self._t_end
+
+    def _serve(self) -> None:
+        while not self._over:
+            try:
+                conn, _ = self._sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    # ---- one connection ------------------------------------------------------------------------
+
+    def _read_head(self, conn: socket.socket) -> tuple[str, str, dict[str, str]] | None:
+        conn.settimeout(5)
+        data = b""
+        while b"\r\n\r\n" not in data and len(data) < 65536:
+            chunk = conn.recv(4096)
+            if not chunk:
+                return None
+            data += chunk
+        head = data.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+        method, path = (head[0].split(" ") + ["", ""])[:2]
+        headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in head[1:])}
+        self.requests.append(f"{method} {path}")
+        return method, path, headers
+
+    def _trickle(self, conn: socket.socket, data: bytes) -> None:
+        for i in range(len(data)):
+            if self._over:
+                return
+            conn.sendall(data[i:i + 1])
+            self._stop.wait(1.0)
+
+    def _handle(self, conn: socket.socket) -> None:
+        try:
+            got = self._read_head(conn)
+            if got is None:
+                return
+            method, path, _ = got
+            getattr(self, "_" + self.kind.replace("-", "_"))(conn, method, path)
+        except OSError:
+            pass  # the client gave up: that is the point
+        finally:
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+    def _slow_body(self, conn, method, path) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+        while not self._over:
+            conn.sendall(b"1\r\n#\r\n")
+            self._stop.wait(1.0)
+
+    def _slow_headers(self, conn, method, path) -> None:
+        self._trickle(conn, b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Slow: " + b"a" * 4096 + b"\r\n\r\n")
+
+    def _huge(self, conn, method, path) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(self._body))
+        view = memoryview(self._body)
+        for i in range(0, len(view), 1 << 20):
+            if self._over:
+                return
+            conn.sendall(view[i:i + (1 << 20)])
+
+    def _huge_chunked(self, conn, method, path) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+        view = memoryview(self._body)
+        for i in range(0, len(view), 1 << 16):
+            if self._over:
+                return
+            part = bytes(view[i:i + (1 << 16)])
+            conn.sendall(b"%x\r\n" % len(part) + part + b"\r\n")
+        conn.sendall(b"0\r\n\r\n")
+
+    def _endless(self, conn, method, path) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+        line = b'sglang:token_usage{tp_rank="0"} 0.5\n' * 1800
+        chunk = b"%x\r\n" % len(line) + line + b"\r\n"
+        while not self._over:
+            conn.sendall(chunk)
+
+    def _nan(self, conn, method, path) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n"
+                     b"Connection: close\r\n\r\n" % len(NAN_BODY) + NAN_BODY)
+
+    def _redirect(self, conn, method, path) -> None:
+        conn.sendall(b"HTTP/1.1 302 Found\r\nLocation: %s/elsewhere\r\nContent-Length: 0\r\n"
+                     b"Connection: close\r\n\r\n" % self.url.encode())
+
+    def _reset_mid_request(self, conn, method, path) -> None:
+        answers = {"/health": b"", "/server_info": b'{"version": "0.5.19"}',
+                   "/model_info": b'{"served_model_name": "hostile", "model_type": "llama"}'}
+        if method == "GET" and path in answers:
+            body = answers[path]
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                         b"Connection: close\r\n\r\n" % len(body) + body)
+            return
+        if method == "GET":
+            conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            return
+        # a POST: close at once, its body unread; SO_LINGER 0 sends a reset, as a crashed process's
+        # socket does when data it never read is pending
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
