@@ -135,14 +135,15 @@ def _ssl_context():
     return httpx.create_ssl_context()
 
 
-def async_client(policy: Policy = Policy(), **kw: Any):
+def async_client(policy: Policy = Policy(), *, connect_s: float | None = None, **kw: Any):
     """An ``httpx.AsyncClient`` for servers we do not control: no proxy from the environment,
     no redirect followed, httpx's per-operation timeouts at the deadline (a backstop: the
-    deadline itself is ``guard``'s). ``kw`` goes to httpx (``base_url``, ``headers``,
-    ``limits``)."""
+    deadline itself is ``guard``'s), connecting within ``connect_s`` when given. ``kw`` goes to
+    httpx (``base_url``, ``headers``, ``limits``)."""
     import httpx
 
-    return httpx.AsyncClient(timeout=httpx.Timeout(policy.deadline_s), trust_env=False,
+    timeout = httpx.Timeout(policy.deadline_s, connect=min(connect_s or policy.deadline_s, policy.deadline_s))
+    return httpx.AsyncClient(timeout=timeout, trust_env=False,
                              follow_redirects=False, verify=_ssl_context(), **kw)
 
 

@@ -20,8 +20,9 @@ Kinds (``KINDS``):
 - ``endless``: a chunked ``/metrics`` body at full speed that never ends;
 - ``nan``: valid SGLang-named series whose values are ``NaN``, ``+Inf`` and ``-Inf``;
 - ``redirect``: ``302 Found`` to another path on the same server, for every request;
-- ``reset-mid-request``: ``/health`` 200, ``/server_info``, ``/model_info`` JSON, and a
-  ``POST`` whose socket is closed before its body is read (a server that crashes mid-request).
+- ``reset-mid-request``: ``/health`` 200, ``/server_info``, ``/model_info`` JSON, 404 for the
+  rest and for ``POST /v1/tokenize``, and a ``POST /v1/completions`` whose socket is closed
+  (reset) before its body is read (a server that crashes mid-request).
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ class HostileServer:
 
     # ---- one connection ------------------------------------------------------------------------
 
-    def _read_head(self, conn: socket.socket) -> tuple[str, str, dict[str, str]] | None:
+    def _read_head(self, conn: socket.socket) -> tuple[str, str, dict[str, str], bytes] | None:
         conn.settimeout(5)
         data = b""
         while b"\r\n\r\n" not in data and len(data) < 65536:
@@ -121,11 +122,12 @@ class HostileServer:
             if not chunk:
                 return None
             data += chunk
-        head = data.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+        raw_head, _, rest = data.partition(b"\r\n\r\n")
+        head = raw_head.decode("latin-1").split("\r\n")
         method, path = (head[0].split(" ") + ["", ""])[:2]
         headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in head[1:])}
         self.requests.append(f"{method} {path}")
-        return method, path, headers
+        return method, path, headers, rest
 
     def _trickle(self, conn: socket.socket, data: bytes) -> None:
         for i in range(len(data)):
@@ -139,7 +141,11 @@ class HostileServer:
             got = self._read_head(conn)
             if got is None:
                 return
-            method, path, _ = got
+            method, path, headers, rest = got
+            if path == "/v1/tokenize":  # read its small body, so that closing sends no reset
+                want = int(headers.get("content-length") or 0) - len(rest)
+                while want > 0 and (chunk := conn.recv(min(want, 65536))):
+                    want -= len(chunk)
             getattr(self, "_" + self.kind.replace("-", "_"))(conn, method, path)
         except OSError:
             pass  # the client gave up: that is the point
@@ -199,7 +205,7 @@ class HostileServer:
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
                          b"Connection: close\r\n\r\n" % len(body) + body)
             return
-        if method == "GET":
+        if method == "GET" or path == "/v1/tokenize":  # no tokenizer endpoint: bench sizes by estimate
             conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             return
         # a POST: close at once, its body unread; SO_LINGER 0 sends a reset, as a crashed process's

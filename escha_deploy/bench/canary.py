@@ -239,6 +239,7 @@ async def run_canary(
         shown.append("sglang:load_back_tokens_total +" + ", ".join(
             f"{v} ({p})" for p, v in h.load_back_tokens.items() if v))
     evidence += shown
+    evidence += client.warnings  # what the server's answers made the client leave out
     evidence.append(f"filled {fill.total_tokens} tokens in {fill.requests} prompts")
     proven = bool(shown)
     can_see = (cold.details is not None or dev.details is not None or host.details is not None

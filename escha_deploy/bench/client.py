@@ -18,28 +18,64 @@ a mistaken size cannot run away. Endpoints and shapes are SGLang 0.5.19's
   something was cached) and ``return_token_ids`` for ``choices[0].token_ids`` per chunk;
 - ``GET /metrics`` (``--enable-metrics``), Prometheus text.
 
+Every request is read through ``escha_deploy.httpread`` (the policy for servers we do not
+control): a total deadline per request (``request_timeout_s`` for a completion, not per byte;
+``PROBE_DEADLINE_S`` at most for the small requests), a size cap on every answer, a series cap
+on ``/metrics``, NaN/Inf kept out of the figures (named in ``warnings``), and the server's
+strings (model name, version, error text) stripped of control sequences.
+
 Errors: cannot connect, or not ready, at ``probe`` -> ``Refused`` (exit 3); an HTTP error,
-a timeout or a stream error during the run -> ``Failed`` (exit 4). The API key, if any, goes
-in the ``Authorization`` header and is never printed.
+a timeout, a broken connection or a stream error during the run -> ``Failed`` (exit 4), one
+line each. The API key, if any, goes in the ``Authorization`` header and is never printed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
+from escha_deploy import httpread
 from escha_deploy.errors import BadInput, EschaError, Failed, Refused
+from escha_deploy.termtext import shown
 
-from .metrics import HOST_TOTAL_TOKENS, MAMBA_USAGE, Snapshot
+from .metrics import (
+    BACKUP_TOKENS,
+    CACHED_TOKENS,
+    EVICTED_TOKENS,
+    HOST_TOTAL_TOKENS,
+    HOST_USED_TOKENS,
+    LOAD_BACK_TOKENS,
+    MAMBA_USAGE,
+    PROMPT_TOKENS,
+    Snapshot,
+)
+
 from .models import ServerFacts
 
-#: Default read timeout per request, seconds: an 18K-token cold prefill at the seed's
-#: 1,010 tok/s takes 18 s, and 8 of them queued behind each other about 150 s.
+#: The series the bench and the canary read (``bench.metrics``): one of them NaN or +/-Inf makes
+#: the scrape unusable (a delta over it means nothing).
+READ_SERIES = (CACHED_TOKENS, PROMPT_TOKENS, LOAD_BACK_TOKENS, BACKUP_TOKENS, EVICTED_TOKENS,
+               HOST_TOTAL_TOKENS, HOST_USED_TOKENS, MAMBA_USAGE)
+
+#: Default deadline of one completion, seconds, from sending it to its last byte (not per
+#: byte): an 18K-token cold prefill at the seed's 1,010 tok/s takes 18 s, and 8 of them queued
+#: behind each other about 150 s.
 DEFAULT_REQUEST_TIMEOUT_S = 600.0
+#: Deadline of each small request (``/health``, ``/server_info``, ``/model_info``,
+#: ``/v1/models``, ``/v1/tokenize``, ``/metrics``), seconds, or ``request_timeout_s`` when that
+#: is shorter: each answers in milliseconds on a real server (tokenizing is done in SGLang's
+#: HTTP process, not queued behind the scheduler: ``entrypoints/openai/serving_tokenize.py``).
+PROBE_DEADLINE_S = 30.0
+#: Bytes a streamed completion may send per token asked for: one SSE chunk per token is about
+#: 300 bytes with ``token_ids``, ``usage`` and ``sglext`` (SGLang 0.5.19
+#: ``serving_completions.py``); the cap is ``httpread.MAX_BODY_BYTES`` or this per token,
+#: whichever is larger.
+STREAM_BYTES_PER_TOKEN = 4096
+#: Longest SSE line read, bytes: one chunk is a few hundred bytes.
+MAX_SSE_LINE_BYTES = 1 << 20
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
 #: Default cap on requests per client; a full bench sends about 2 x N + 5, the canary about
 #: 4 + the fill (tens).
@@ -117,19 +153,33 @@ class ServerClient:
         from escha_deploy.launch.redact import Redactor
 
         self._redact = Redactor([api_key] if api_key else [])
-        self._http = httpx.AsyncClient(
-            base_url=self.url,
-            headers=headers,
-            timeout=httpx.Timeout(request_timeout_s, connect=connect_timeout_s),
-            limits=httpx.Limits(max_connections=64),
-        )
+        import httpx
+
+        self.policy = httpread.Policy(deadline_s=request_timeout_s)
+        self.small = httpread.Policy(deadline_s=min(request_timeout_s, PROBE_DEADLINE_S))
+        self._http = httpread.async_client(self.policy, connect_s=connect_timeout_s, base_url=self.url, headers=headers,
+                                           limits=httpx.Limits(max_connections=64))
         self.model = "default"
         self.tokenizer = False
+        #: Things the run should say about the server's answers (NaN metrics, unusable
+        #: /metrics); each once, in the order seen.
+        self.warnings: list[str] = []
 
     def _masked(self, exc: BaseException) -> str:
         """An exception's text with the key masked (h11's LocalProtocolError quotes the whole
-        header value, ``Bearer KEY``)."""
-        return self._redact(str(exc))
+        header value, ``Bearer KEY``), one printable line."""
+        return shown(self._redact(str(exc)))
+
+    def _warn(self, line: str) -> None:
+        if line not in self.warnings:
+            self.warnings.append(line)
+
+    async def _read(self, method: str, path: str, policy: httpread.Policy | None = None,
+                    **kw: Any) -> httpread.Answer:
+        """One whole answer under ``policy`` (``self.small`` by default). Raises
+        ``httpread.ReadFailed``."""
+        return await httpread.aread(self._http, method, path, policy=policy or self.small,
+                                    redact=self._redact, **kw)
 
     async def __aenter__(self) -> "ServerClient":
         return self
@@ -145,14 +195,15 @@ class ServerClient:
                 hint="raise --max-requests if the workload really needs more",
             )
 
-    async def _get(self, path: str) -> httpx.Response | None:
-        """GET ``path``; ``None`` on 404/405 (endpoint absent). Connection errors propagate.
-        Raises ``Refused`` on 401: the server has an API key and refused ours (``_refused_key``)."""
+    async def _get(self, path: str) -> httpread.Answer | None:
+        """GET ``path``; ``None`` on 404/405 (endpoint absent). ``httpread.ReadFailed``
+        propagates. Raises ``Refused`` on 401: the server has an API key and refused ours
+        (``_refused_key``)."""
         self._count()
-        r = await self._http.get(path)
-        if r.status_code == 401:
+        r = await self._read("GET", path)
+        if r.status == 401:
             raise self._refused_key(path, Refused)
-        if r.status_code in (404, 405):
+        if r.status in (404, 405):
             return None
         return r
 
@@ -172,33 +223,43 @@ class ServerClient:
         200). Missing optional endpoints leave the matching fact ``None``/``False``.
         """
         try:
-            health = await self._get("/health")
-        except httpx.TransportError as exc:
+            return await self._probe()
+        except httpread.ReadFailed as exc:
             raise Refused(
-                f"{self.url}: cannot connect ({type(exc).__name__}: {self._masked(exc)})",
+                f"{self.url}: cannot probe the server ({self._redact(str(exc))})",
                 hint="start the server (`escha-deploy up`) or check --endpoint",
             ) from None
-        if health is not None and health.status_code != 200:
-            raise Refused(f"{self.url}/health answered {health.status_code}: server not ready")
+
+    async def _probe(self) -> ServerFacts:
+        try:
+            health = await self._get("/health")
+        except httpread.Unreachable as exc:
+            raise Refused(
+                f"{self.url}: cannot connect ({self._redact(exc.reason)})",
+                hint="start the server (`escha-deploy up`) or check --endpoint",
+            ) from None
+        if health is not None and health.status != 200:
+            raise Refused(f"{self.url}/health answered {health.status}: server not ready")
         info: dict[str, Any] = {}
         r = await self._get("/server_info")
-        if r is not None and r.status_code == 200:
+        if r is not None and r.status == 200:
             info = _json_or_empty(r)
         minfo: dict[str, Any] = {}
         r = await self._get("/model_info")
-        if r is not None and r.status_code == 200:
+        if r is not None and r.status == 200:
             minfo = _json_or_empty(r)
-        model = minfo.get("served_model_name")
+        model = _opt_str(minfo, "served_model_name")
         if not model:
             r = await self._get("/v1/models")
-            data = _json_or_empty(r) if r is not None and r.status_code == 200 else {}
-            cards = data.get("data") or []
-            model = cards[0].get("id") if cards else None
+            data = _json_or_empty(r) if r is not None and r.status == 200 else {}
+            cards = data.get("data")
+            first = cards[0] if isinstance(cards, list) and cards and isinstance(cards[0], dict) else {}
+            model = _opt_str(first, "id")
         self.model = model or "default"
         self.tokenizer = True
         self.tokenizer = (await self.tokenize("ping")) is not None
         snap = await self.metrics()
-        model_type = minfo.get("model_type")
+        model_type = _opt_str(minfo, "model_type")
         hybrid = None
         if model_type:
             hybrid = model_type in HYBRID_MODEL_TYPES
@@ -209,10 +270,10 @@ class ServerClient:
             host_tokens = int(snap.total(HOST_TOTAL_TOKENS))
         return ServerFacts(
             url=self.url,
-            version=info.get("version"),
+            version=_opt_str(info, "version"),
             model=self.model,
             model_type=model_type,
-            architectures=minfo.get("architectures"),
+            architectures=_opt_strs(minfo, "architectures"),
             hybrid=hybrid,
             hicache=_opt_bool(info, "enable_hierarchical_cache"),
             cache_report=_opt_bool(info, "enable_cache_report"),
@@ -222,8 +283,8 @@ class ServerClient:
             max_total_num_tokens=_opt_int(info, "max_total_num_tokens"),
             max_req_input_len=_opt_int(info, "max_req_input_len"),
             host_pool_tokens=host_tokens,
-            hicache_ratio=info.get("hicache_ratio"),
-            hicache_write_policy=info.get("hicache_write_policy"),
+            hicache_ratio=_opt_float(info, "hicache_ratio"),
+            hicache_write_policy=_opt_str(info, "hicache_write_policy"),
             max_mamba_cache_size=_opt_int(info, "max_mamba_cache_size"),
         )
 
@@ -233,29 +294,50 @@ class ServerClient:
         if not self.tokenizer:
             return None
         self._count()
+        # a token is at least one character of UTF-8, and its id at most 11 bytes of JSON
+        policy = httpread.Policy(deadline_s=self.small.deadline_s,
+                                 max_body_bytes=httpread.MAX_BODY_BYTES + 16 * len(text))
         try:
-            r = await self._http.post(
-                "/v1/tokenize",
-                json={"model": self.model, "prompt": text, "add_special_tokens": False},
-            )
-        except httpx.TimeoutException as exc:
-            raise Failed(f"{self.url}/v1/tokenize: no answer ({self._masked(exc)})") from None
-        if r.status_code != 200:
+            r = await self._read("POST", "/v1/tokenize", policy,
+                                 json={"model": self.model, "prompt": text, "add_special_tokens": False})
+        except httpread.ReadFailed as exc:
+            raise Failed(self._redact(str(exc))) from None
+        if r.status != 200:
             return None
         tokens = _json_or_empty(r).get("tokens")
-        if not isinstance(tokens, list) or (tokens and not isinstance(tokens[0], int)):
+        if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
             return None
         return tokens
 
     async def metrics(self) -> Snapshot | None:
-        """One ``/metrics`` scrape, or ``None`` when the server does not export metrics."""
-        r = await self._get("/metrics")
-        if r is None or r.status_code != 200:
+        """One ``/metrics`` scrape, or ``None`` when the server does not export usable metrics
+        (absent, not HTTP 200, not Prometheus text, too large, or a series the bench reads is
+        NaN/Inf: each but the first named once in ``warnings``). Raises ``Failed`` when the
+        server does not answer within the deadline or the connection breaks."""
+        import time as _time
+
+        t0 = _time.monotonic()
+        try:
+            r = await self._get("/metrics")
+        except (httpread.TooLarge, httpread.BadAnswer) as exc:
+            self._warn(f"/metrics not used: {self._redact(exc.reason)}")
+            return None
+        except httpread.ReadFailed as exc:
+            raise Failed(f"/metrics: {self._redact(str(exc))}") from None
+        if r is None or r.status != 200:
             return None
         try:
-            return Snapshot.parse(r.text)
-        except ValueError:
+            snap = Snapshot.parse(r.text(), r.url, self.small, started=t0)
+        except httpread.ReadFailed as exc:
+            self._warn(f"/metrics not used: {self._redact(exc.reason)}")
             return None
+        bad = snap.nonfinite_read(READ_SERIES)
+        if bad:
+            self._warn("/metrics not used: not a number: " + ", ".join(
+                f"{httpread.series_name(k)} = {snap.nonfinite[k]}" for k in bad[:3])
+                + (f" and {len(bad) - 3} more" if len(bad) > 3 else ""))
+            return None
+        return snap
 
     async def complete(
         self,
@@ -285,69 +367,157 @@ class ServerClient:
             body["seed"] = seed
         self._count()
         out = Completion(t_start=time.perf_counter())
-        ids: list[int] = []
-        saw_ids = False
+        acc = _Acc()
+        where = f"{self.url}/v1/completions"
+        policy = httpread.Policy(deadline_s=self.policy.deadline_s,
+                                 max_body_bytes=max(httpread.MAX_BODY_BYTES, STREAM_BYTES_PER_TOKEN * max_tokens))
+        budget = httpread.Budget(where, policy.max_body_bytes)
+        sent = [False]
         try:
-            async with self._http.stream("POST", "/v1/completions", json=body) as r:
-                if r.status_code == 401:
-                    raise self._refused_key("/v1/completions", Failed)
-                if r.status_code != 200:
-                    text = (await r.aread()).decode(errors="replace")[:300]
-                    raise Failed(f"{self.url}/v1/completions answered {r.status_code}: {text}")
-                async for line in r.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        break
-                    chunk = json.loads(data)
-                    if "error" in chunk or chunk.get("object") == "error":
-                        err = chunk.get("error", chunk)
-                        raise Failed(f"{self.url}/v1/completions stream error: {err}")
-                    now = time.perf_counter()
-                    for choice in chunk.get("choices") or []:
-                        piece = choice.get("text") or ""
-                        tids = choice.get("token_ids")
-                        if tids:
-                            saw_ids = True
-                            ids.extend(tids)
-                        if piece or tids:
-                            if out.t_first is None:
-                                out.t_first = now
-                                out.first_chunk_tokens = len(tids) if tids else 1
-                            out.t_last = now
-                            out.chunks.append(now)
-                        out.text += piece
-                        if choice.get("finish_reason"):
-                            out.finish_reason = choice["finish_reason"]
-                    ext = chunk.get("sglext") or {}
-                    if ext.get("cached_tokens_details") is not None:
-                        out.details = ext["cached_tokens_details"]
-                    usage = chunk.get("usage")
-                    if usage:
-                        out.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-                        out.completion_tokens = int(usage.get("completion_tokens") or 0)
-                        ptd = usage.get("prompt_tokens_details")
-                        if ptd is not None and ptd.get("cached_tokens") is not None:
-                            out.usage_cached = int(ptd["cached_tokens"])
-        except httpx.TimeoutException:
+            async with httpread.guard(where, policy, sent=sent, redact=self._redact):
+                async with self._http.stream("POST", "/v1/completions", json=body) as r:
+                    sent[0] = True
+                    if r.status_code == 401:
+                        raise self._refused_key("/v1/completions", Failed)
+                    if r.status_code != 200:
+                        text = await _head(r, 4096)
+                        raise Failed(f"{where} answered {r.status_code}: {shown(self._redact(text), 300)}")
+                    budget.check_length(r.headers)
+                    buf = bytearray()
+                    done = False
+                    async with contextlib.aclosing(r.aiter_bytes()) as pieces:
+                        async for piece in pieces:
+                            budget.take(piece)
+                            buf += piece
+                            while not done and (i := buf.find(b"\n")) >= 0:
+                                line = bytes(buf[:i])
+                                del buf[:i + 1]
+                                done = self._line(line, out, acc, where)
+                            if done:
+                                break
+                            if len(buf) > MAX_SSE_LINE_BYTES:
+                                raise Failed(f"{where}: a stream line longer than {MAX_SSE_LINE_BYTES:,} bytes")
+                    if not done and buf:
+                        self._line(bytes(buf), out, acc, where)
+        except httpread.DeadlinePassed:
             raise Failed(
-                f"{self.url}/v1/completions: no answer within {self.request_timeout_s:g} s",
+                f"{where}: no whole answer within {self.request_timeout_s:g} s",
                 hint="raise --request-timeout, or lower --prefix-tokens / --prefixes",
             ) from None
-        except httpx.TransportError as exc:
-            raise Failed(f"{self.url}/v1/completions: connection lost ({self._masked(exc)})") from None
+        except httpread.ConnectionLost as exc:
+            raise Failed(f"{where}: {self._redact(exc.reason)}",
+                         hint="the server closed the connection mid-request (did it crash? `escha-deploy logs`)") from None
+        except httpread.ReadFailed as exc:
+            raise Failed(f"{where}: {self._redact(exc.reason)}") from None
         out.t_end = time.perf_counter()
-        out.token_ids = ids if saw_ids else None
-        if out.completion_tokens == 0 and saw_ids:
-            out.completion_tokens = len(ids)
+        out.token_ids = acc.ids if acc.saw_ids else None
+        if out.completion_tokens == 0 and acc.saw_ids:
+            out.completion_tokens = len(acc.ids)
         return out
 
+    def _line(self, raw: bytes, out: Completion, acc: "_Acc", where: str) -> bool:
+        """Take one SSE line into ``out``; True at ``data: [DONE]``. Raises ``Failed`` for an
+        error chunk or a chunk that is not SGLang's shape."""
+        line = raw.decode("utf-8", errors="replace").rstrip("\r")
+        if not line.startswith("data:"):
+            return False
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return True
+        try:
+            chunk = json.loads(data)
+        except (ValueError, RecursionError):
+            raise Failed(f"{where}: a stream chunk is not JSON: {shown(self._redact(data), 120)}") from None
+        if not isinstance(chunk, dict):
+            raise Failed(f"{where}: a stream chunk is not a JSON object: {shown(self._redact(data), 120)}")
+        if "error" in chunk or chunk.get("object") == "error":
+            err = chunk.get("error", chunk)
+            raise Failed(f"{where} stream error: {shown(self._redact(str(err)), 300)}")
+        try:
+            _take(chunk, out, acc, time.perf_counter())
+        except (TypeError, ValueError) as exc:
+            raise Failed(f"{where}: a stream chunk is not in SGLang's shape ({shown(str(exc), 120)})") from None
+        return False
 
-def _json_or_empty(r: httpx.Response) -> dict[str, Any]:
+
+@dataclass
+class _Acc:
+    """Token ids of one completion as they stream in."""
+
+    ids: list[int] = field(default_factory=list)
+    saw_ids: bool = False
+
+
+def _count_of(v: Any, what: str) -> int:
+    """A token count or id from an answer: a JSON integer, 0 to 2**53 (JSON's exact integers,
+    RFC 8259 section 6). Raises ``ValueError`` naming ``what``."""
+    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 2**53:
+        return v
+    raise ValueError(f"{what} is not a count: {shown(repr(v), 40)}")
+
+
+def _take(chunk: dict[str, Any], out: Completion, acc: _Acc, now: float) -> None:
+    """One completion chunk (SGLang 0.5.19 ``CompletionStreamResponse``: ``choices[].text``,
+    ``token_ids``, ``finish_reason``; ``usage``; ``sglext.cached_tokens_details``) into ``out``.
+    Raises ``ValueError``/``TypeError`` for a field of another type."""
+    choices = chunk.get("choices") or []
+    if not isinstance(choices, list):
+        raise TypeError("choices is not a list")
+    for choice in choices:
+        if not isinstance(choice, dict):
+            raise TypeError("a choice is not an object")
+        piece = choice.get("text") or ""
+        if not isinstance(piece, str):
+            raise TypeError("choices[].text is not text")
+        tids = choice.get("token_ids")
+        if tids:
+            if not isinstance(tids, list):
+                raise TypeError("choices[].token_ids is not a list")
+            acc.saw_ids = True
+            acc.ids.extend(_count_of(t, "a token id") for t in tids)
+        if piece or tids:
+            if out.t_first is None:
+                out.t_first = now
+                out.first_chunk_tokens = len(tids) if tids else 1
+            out.t_last = now
+            out.chunks.append(now)
+        out.text += piece
+        reason = choice.get("finish_reason")
+        if reason:
+            out.finish_reason = shown(str(reason), 40)
+    ext = chunk.get("sglext") or {}
+    details = ext.get("cached_tokens_details") if isinstance(ext, dict) else None
+    if details is not None:
+        if not isinstance(details, dict):
+            raise TypeError("sglext.cached_tokens_details is not an object")
+        out.details = {str(k): _count_of(v, f"cached_tokens_details.{shown(str(k), 20)}")
+                       for k, v in details.items() if v is not None}
+    usage = chunk.get("usage")
+    if usage:
+        if not isinstance(usage, dict):
+            raise TypeError("usage is not an object")
+        out.prompt_tokens = _count_of(usage.get("prompt_tokens") or 0, "usage.prompt_tokens")
+        out.completion_tokens = _count_of(usage.get("completion_tokens") or 0, "usage.completion_tokens")
+        ptd = usage.get("prompt_tokens_details")
+        if isinstance(ptd, dict) and ptd.get("cached_tokens") is not None:
+            out.usage_cached = _count_of(ptd["cached_tokens"], "usage.prompt_tokens_details.cached_tokens")
+
+
+async def _head(r, limit: int) -> str:
+    """At most ``limit`` bytes of an answer's body, as text (an error page's start)."""
+    got = b""
+    async with contextlib.aclosing(r.aiter_bytes()) as pieces:
+        async for piece in pieces:
+            got += piece
+            if len(got) >= limit:
+                break
+    return got[:limit].decode("utf-8", errors="replace")
+
+
+def _json_or_empty(r: httpread.Answer) -> dict[str, Any]:
     try:
         data = r.json()
-    except ValueError:
+    except httpread.BadAnswer:
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -358,5 +528,28 @@ def _opt_bool(d: dict[str, Any], key: str) -> bool | None:
 
 
 def _opt_int(d: dict[str, Any], key: str) -> int | None:
+    """A whole number the server reported (``None`` when absent or of another type; the JSON
+    reader has already refused NaN and infinities)."""
     v = d.get(key)
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or abs(v) > 2**53:
+        return None
+    return int(v)
+
+
+def _opt_float(d: dict[str, Any], key: str) -> float | None:
+    v = d.get(key)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) <= 1e300 else None
+
+
+def _opt_str(d: dict[str, Any], key: str) -> str | None:
+    """A name the server reported, printable and at most 200 characters; ``None`` when absent
+    or not text."""
+    v = d.get(key)
+    return shown(v) if isinstance(v, str) and v else None
+
+
+def _opt_strs(d: dict[str, Any], key: str) -> list[str] | None:
+    v = d.get(key)
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        return None
+    return [shown(x) for x in v[:16]]

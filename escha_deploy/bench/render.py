@@ -93,13 +93,17 @@ def caption(report: BenchReport) -> str:
 def table(report: BenchReport):
     """A ``rich.table.Table`` of ``rows(report)``."""
     from rich.table import Table
+    from rich.text import Text
 
-    t = Table(title="escha-deploy bench", caption=caption(report))
+    from escha_deploy.termtext import printable
+
+    # Text, not markup: a model name the server reports such as "[link=...]" stays text
+    t = Table(title="escha-deploy bench", caption=Text(printable(caption(report))))
     t.add_column("")
     for label in column_labels(report):
-        t.add_column(label, justify="right")
+        t.add_column(Text(printable(label)), justify="right")
     for name, cells in rows(report):
-        t.add_row(name, *cells)
+        t.add_row(Text(printable(name)), *(Text(printable(c)) for c in cells))
     return t
 
 
@@ -177,4 +181,6 @@ def canary_lines(result: CanaryResult) -> list[str]:
                    f"{a.text.strip()[:80]!r}")
     if result.upstream:
         out.append(f"  see: {result.upstream}")
-    return out
+    from escha_deploy.termtext import printable
+
+    return [printable(line) for line in out]  # evidence quotes the server's labels

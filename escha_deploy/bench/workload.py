@@ -206,6 +206,7 @@ async def run_workload(
     step(f"second pass: same {spec.prefixes} prefixes, new question")
     second = await _pass(client, facts, q2, spec.answer_tokens, spec.seed)
     warnings += device_pool_note(spec, facts, second)
+    warnings += client.warnings  # what the server's answers made the client leave out
     return ServerRun(
         facts=facts, prefill=prefill, decode=decode, first_pass=first, second_pass=second,
         token_counts="server tokenizer" if facts.tokenizer else "estimate",

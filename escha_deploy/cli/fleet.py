@@ -283,14 +283,16 @@ def status_command(file: FleetFileArg, fmt: FormatOpt = OutputFormat.table) -> N
         t = Table(title=f"fleet {loaded.fleet.name}: router {state.url}", title_justify="left")
         for col in ("worker", "healthy", "status", "model", "load"):
             t.add_column(col, no_wrap=True)
+        from rich.markup import escape
+
         seen = {w.url: w for w in state.workers}
         for url in state.expected + [u for u in seen if u not in state.expected]:
             w = seen.get(url)
             if w is None:
-                t.add_row(url, "[red]not registered[/]", "-", "-", "-")
-            else:
-                t.add_row(url, "[green]yes[/]" if w.healthy else "[red]no[/]", w.status or "-", w.model_id or "-",
-                          "-" if w.load is None else str(w.load))
+                t.add_row(escape(url), "[red]not registered[/]", "-", "-", "-")
+            else:  # the router's strings are text, never markup
+                t.add_row(escape(url), "[green]yes[/]" if w.healthy else "[red]no[/]", escape(w.status or "-"),
+                          escape(w.model_id or "-"), "-" if w.load is None else str(w.load))
         out = stdout_console()
         if state.reachable:
             out.print(t)

@@ -79,30 +79,36 @@ def read_key(loaded: LoadedFleet) -> str | None:
     return read_secret(str(loaded.resolve(r.api_key_file)), "router.api_key_file")
 
 
-def http_error_text(exc: Exception) -> str:
-    """One line for an httpx (or JSON) error: its type and first line. httpx's
-    ``raise_for_status`` appends "For more information check: https://developer.mozilla.org/..."
-    on a second line (httpx/_models.py ``Response.raise_for_status``); that line is dropped."""
-    lines = [ln for ln in str(exc).splitlines() if ln.strip() and not ln.startswith("For more information check:")]
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
-
-
-def router_workers(loaded: LoadedFleet, expected: list[str] | None = None, timeout_s: float = 5.0) -> RouterState:
-    """Ask SMG ``GET /workers`` (with the API key when the fleet has one). Never raises."""
-    import httpx
+def router_workers(loaded: LoadedFleet, expected: list[str] | None = None,
+                   timeout_s: float | None = None) -> RouterState:
+    """Ask SMG ``GET /workers`` (with the API key when the fleet has one), read through the
+    policy for servers we do not control (``httpread``: ``timeout_s`` seconds in all, default
+    ``httpread.DEFAULT_DEADLINE_S``; a size cap; no redirect). The router's strings are kept
+    printable; a worker entry of another shape is left out. Never raises."""
+    from .. import httpread
+    from ..termtext import shown
 
     url = router_url(loaded)
     key = read_key(loaded)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
-        resp = httpx.get(f"{url}/workers", headers=headers, timeout=timeout_s)
-        resp.raise_for_status()
-        data = resp.json()
-    except (httpx.HTTPError, ValueError) as exc:
-        return RouterState(url=url, reachable=False, error=http_error_text(exc), expected=expected or [])
-    workers = [WorkerState(url=w.get("url", "?"), healthy=bool(w.get("is_healthy")), status=w.get("status"),
-                           model_id=w.get("model_id"), load=w.get("load"))
-               for w in data.get("workers", [])]
+        answer = httpread.get(f"{url}/workers", headers=headers,
+                              policy=httpread.Policy(deadline_s=timeout_s or httpread.DEFAULT_DEADLINE_S))
+        if (problem := httpread.status_problem(answer)) is not None:
+            raise httpread.BadAnswer(answer.url, f"answered {problem}")
+        data = answer.json()
+    except httpread.ReadFailed as exc:
+        return RouterState(url=url, reachable=False, error=str(exc), expected=expected or [])
+    entries = data.get("workers") if isinstance(data, dict) else None
+    workers = []
+    for w in entries if isinstance(entries, list) else []:
+        if not isinstance(w, dict):
+            continue
+        text = {k: shown(w[k], 120) if isinstance(w.get(k), str) else None for k in ("url", "status", "model_id")}
+        load = w.get("load")
+        workers.append(WorkerState(url=text["url"] or "?", healthy=w.get("is_healthy") is True, status=text["status"],
+                                   model_id=text["model_id"],
+                                   load=load if isinstance(load, int) and not isinstance(load, bool) else None))
     return RouterState(url=url, reachable=True, workers=workers, expected=expected or [])
 
 

@@ -282,13 +282,13 @@ def test_table_shows_pinned_in_gb_as_plan_does(tmp_path, capsys):
 
 
 def test_router_error_is_one_line_without_httpx_hint():
-    """A real httpx error from a real local HTTP server answering 401: the status line only."""
+    """A real local HTTP server answering 401 to the request fleet status makes (httpread.get,
+    as router_workers reads /workers): one line with the status and its phrase, none of the
+    "For more information check:" line httpx's raise_for_status appends."""
     import http.server
     import threading
 
-    import httpx
-
-    from escha_deploy.fleet.router_run import http_error_text
+    from escha_deploy import httpread
 
     class Deny(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -301,15 +301,12 @@ def test_router_error_is_one_line_without_httpx_hint():
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Deny)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        with pytest.raises(httpx.HTTPStatusError) as exc:
-            httpx.get(f"http://127.0.0.1:{srv.server_port}/workers", timeout=5).raise_for_status()
+        answer = httpread.get(f"http://127.0.0.1:{srv.server_port}/workers")
     finally:
         srv.shutdown()
         srv.server_close()
-    assert "For more information check:" in str(exc.value)  # what httpx appends
-    text = http_error_text(exc.value)
-    assert text.startswith("HTTPStatusError: Client error '401 Unauthorized' for url ")
-    assert "\n" not in text and "developer.mozilla.org" not in text
+    text = str(httpread.BadAnswer(answer.url, f"answered {httpread.status_problem(answer)}"))
+    assert text == f"http://127.0.0.1:{srv.server_port}/workers: answered HTTP 401 Unauthorized"
 
 
 def test_a_boxs_memory_is_named_by_where_the_fleet_file_gives_it(tmp_path, capsys):
