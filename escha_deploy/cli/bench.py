@@ -37,8 +37,10 @@ EndpointOpt = Annotated[
     typer.Option("--endpoint", "-e", help="Base URL of an SGLang server, e.g. http://127.0.0.1:30000."),
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the generated prompts; the same seed gives the same tokens.")]
-TimeoutOpt = Annotated[float, typer.Option("--request-timeout", help="Seconds to wait for one response.", min=1, max=86400,
-                                           callback=not_nan)]
+TimeoutOpt = Annotated[float, typer.Option(
+    "--request-timeout", min=1, max=86400, callback=not_nan,
+    help="Seconds one completion may take in all, from sending it to its last byte (not per byte); the "
+    "small requests (/health, /server_info, /v1/tokenize, /metrics) take 30 s at most.")]
 MaxReqOpt = Annotated[int, typer.Option("--max-requests", help="Refuse to send more requests than this.", min=1)]
 ApiKeyOpt = Annotated[
     Optional[str],

@@ -89,7 +89,7 @@ def register(app: typer.Typer) -> None:
         from escha_deploy.httpread import Policy
 
         policy = Policy(deadline_s=http_timeout)
-        targets = find_targets(_profile_name(profile), note=info)
+        targets = find_targets(_profile_name(profile), note=lambda line: info(f"status: {line}"))
         if not targets:
             raise Refused(f"status: nothing running{' for profile ' + _profile_name(profile) if profile else ''}")
         watchers = [Watcher(t, window_s=window, prefill_tokens_per_s=prefill_tps, since_start=not watch,

@@ -178,7 +178,8 @@ def server_reading(snap: Snapshot) -> ServerReading:
 
 
 def _rank_key(r: str) -> tuple[int, str]:
-    return (int(r), r) if r.isdigit() else (1 << 30, r)
+    # isdecimal, not isdigit: int() refuses a superscript digit; 9 digits: no huge int from a label
+    return (int(r), r) if r.isdecimal() and len(r) <= 9 else (1 << 30, r)
 
 
 # ---- two looks -> a window --------------------------------------------------------------------

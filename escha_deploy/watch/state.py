@@ -26,9 +26,10 @@ class ServeState(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="ignore", allow_inf_nan=False)
     schema_version: int = STATE_SCHEMA_VERSION
-    pid: int = Field(description="the serve process (one outside 1..launch.native.PID_MAX_LIMIT runs nowhere)")
+    pid: int = Field(strict=True, description="the serve process (one outside 1..launch.native.PID_MAX_LIMIT "
+                     "runs nowhere)")
     host: str = Field("127.0.0.1", description="the bind address (0.0.0.0, :: or empty: every interface)")
-    port: int = Field(ge=1, le=65535)
+    port: int = Field(strict=True, ge=1, le=65535)
     profile: str = Field(pattern=NAME_PATTERN, description="a profile name, as a profile's own")
     plan_digest: str = Field("", pattern=r"^[0-9a-f]{0,128}$")
     api_key_file: str | None = Field(None, description="the key's file; the key itself never")
