@@ -16,8 +16,9 @@ Nothing such a server sends is trusted. The policy (``Policy``), for every reque
 - **a series cap** on Prometheus text (``metric_samples``: ``MAX_SERIES``), counted while
   parsing, and the deadline checked while parsing: a valid but huge ``/metrics`` ends with
   ``TooLarge``, never a parse of millions of series.
-- **numbers are finite**: a sample that is ``NaN`` or ``+/-Inf`` is kept out of the samples
-  and listed by name (``MetricSamples.nonfinite``), for the caller to report as "not a number".
+- **numbers are finite and exact**: a sample that is ``NaN``, ``+/-Inf`` or beyond
+  ``MAX_SAMPLE`` is kept out of the samples and listed by name (``MetricSamples.nonfinite``),
+  for the caller to report as "not a number" (two such values would sum to ``inf``).
 - **text is printable**: every error line that quotes the server (a reason phrase, an
   exception from the HTTP stack) goes through ``termtext.shown``: no control sequence from the
   server reaches the terminal, and no line is longer than 200 characters.
@@ -54,6 +55,10 @@ MAX_BODY_BYTES = 8 * 2**20
 #: Most Prometheus samples read from one answer: about 4,000 on that TP 8 box; more than ten
 #: times that. Parsing this many takes about 0.7 s (``prometheus_client`` 0.26, one core).
 MAX_SERIES = 50_000
+#: Largest sample value taken, in magnitude: 2**53, where a double stops holding every integer
+#: (IEEE 754 binary64: a 53-bit significand). No counter SGLang exports (tokens, bytes,
+#: seconds, requests) gets there: 2**53 tokens is 9e15.
+MAX_SAMPLE = float(2**53)
 
 
 class ReadFailed(Exception):
@@ -265,7 +270,8 @@ SampleKey = tuple[str, tuple[tuple[str, str], ...]]
 @dataclass(frozen=True)
 class MetricSamples:
     """Prometheus text parsed under the policy: ``samples`` maps (sample name, sorted labels)
-    to a finite value; ``nonfinite`` holds the keys whose value was NaN or +/-Inf, with it."""
+    to a finite value; ``nonfinite`` holds the keys whose value was NaN, +/-Inf or beyond
+    ``MAX_SAMPLE``, with it."""
 
     samples: dict[SampleKey, float] = field(default_factory=dict)
     nonfinite: dict[SampleKey, float] = field(default_factory=dict)
@@ -276,6 +282,14 @@ def series_name(key: SampleKey) -> str:
     name, labels = key
     inner = ",".join(f'{k}="{v}"' for k, v in labels)
     return shown(f"{name}{{{inner}}}" if labels else name, 120)
+
+
+def unusable_text(nonfinite: dict[SampleKey, float], keys: list[SampleKey], shown_at_most: int = 3) -> str:
+    """The words for series whose values are not usable numbers (``MetricSamples.nonfinite``):
+    ``not a usable number (NaN, Inf, or past 2**53): NAME{...} = nan, ... and N more``."""
+    more = f" and {len(keys) - shown_at_most} more" if len(keys) > shown_at_most else ""
+    return ("not a usable number (NaN, Inf, or past 2**53): "
+            + ", ".join(f"{series_name(k)} = {nonfinite[k]:g}" for k in keys[:shown_at_most]) + more)
 
 
 def metric_samples(text: str, url: str, policy: Policy = Policy(), *, started: float | None = None) -> MetricSamples:
@@ -299,7 +313,7 @@ def metric_samples(text: str, url: str, policy: Policy = Policy(), *, started: f
                     raise DeadlinePassed(url, f"the answer was not parsed within {policy.deadline_s:g} s")
                 key = (s.name, tuple(sorted(s.labels.items())))
                 v = float(s.value)
-                if math.isfinite(v):
+                if math.isfinite(v) and abs(v) <= MAX_SAMPLE:
                     out[key] = v
                     bad.pop(key, None)
                 else:

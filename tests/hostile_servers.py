@@ -19,6 +19,7 @@ Kinds (``KINDS``):
 - ``huge-chunked``: the same body chunked, no length announced;
 - ``endless``: a chunked ``/metrics`` body at full speed that never ends;
 - ``nan``: valid SGLang-named series whose values are ``NaN``, ``+Inf`` and ``-Inf``;
+- ``overflow``: finite values whose sum is not (two ``cached_tokens_total`` series of 1e308);
 - ``redirect``: ``302 Found`` to another path on the same server, for every request;
 - ``reset-mid-request``: ``/health`` 200, ``/server_info``, ``/model_info`` JSON, 404 for the
   rest and for ``POST /v1/tokenize``, and a ``POST /v1/completions`` whose socket is closed
@@ -32,7 +33,8 @@ import struct
 import threading
 import time
 
-KINDS = ("slow-body", "slow-headers", "huge", "huge-chunked", "endless", "nan", "redirect", "reset-mid-request")
+KINDS = ("slow-body", "slow-headers", "huge", "huge-chunked", "endless", "nan", "overflow", "redirect",
+         "reset-mid-request")
 
 #: About 26 bytes a line, so 50 MB is about 1.9 million series.
 _HUGE_BYTES = 50 * 10**6
@@ -60,6 +62,16 @@ NAN_BODY = (
     'sglang:hicache_host_total_tokens{tp_rank="0"} +Inf\n'
     "# TYPE sglang:hicache_host_used_tokens gauge\n"
     'sglang:hicache_host_used_tokens{tp_rank="0"} NaN\n'
+).encode()
+
+
+#: Finite values that overflow a float when ``status`` adds them up (cached tokens by tier).
+OVERFLOW_BODY = (
+    "# TYPE sglang:cached_tokens_total counter\n"
+    'sglang:cached_tokens_total{cache_source="device"} 1e308\n'
+    'sglang:cached_tokens_total{cache_source="host"} 1e308\n'
+    "# TYPE sglang:prompt_tokens_total counter\n"
+    "sglang:prompt_tokens_total 1e308\n"
 ).encode()
 
 
@@ -189,9 +201,12 @@ class HostileServer:
         while not self._over:
             conn.sendall(chunk)
 
-    def _nan(self, conn, method, path) -> None:
+    def _nan(self, conn, method, path, body: bytes = NAN_BODY) -> None:
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n"
-                     b"Connection: close\r\n\r\n" % len(NAN_BODY) + NAN_BODY)
+                     b"Connection: close\r\n\r\n" % len(body) + body)
+
+    def _overflow(self, conn, method, path) -> None:
+        self._nan(conn, method, path, OVERFLOW_BODY)
 
     def _redirect(self, conn, method, path) -> None:
         conn.sendall(b"HTTP/1.1 302 Found\r\nLocation: %s/elsewhere\r\nContent-Length: 0\r\n"

@@ -333,9 +333,7 @@ class ServerClient:
             return None
         bad = snap.nonfinite_read(READ_SERIES)
         if bad:
-            self._warn("/metrics not used: not a number: " + ", ".join(
-                f"{httpread.series_name(k)} = {snap.nonfinite[k]}" for k in bad[:3])
-                + (f" and {len(bad) - 3} more" if len(bad) > 3 else ""))
+            self._warn(f"/metrics not used: {httpread.unusable_text(snap.nonfinite, bad)}")
             return None
         return snap
 

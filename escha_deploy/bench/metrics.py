@@ -44,8 +44,9 @@ _Key = tuple[str, tuple[tuple[str, str], ...]]
 class Snapshot:
     """One scrape: sample name plus sorted labels -> value (float, as Prometheus sends it).
 
-    ``nonfinite``: the series whose value was NaN or +/-Inf, kept out of ``samples`` (a NaN
-    summed into a total makes the total NaN; ``nonfinite_read`` names those a reader needs)."""
+    ``nonfinite``: the series whose value was NaN, +/-Inf or beyond ``httpread.MAX_SAMPLE``,
+    kept out of ``samples`` (one summed into a total makes the total NaN or inf;
+    ``nonfinite_read`` names those a reader needs)."""
 
     samples: dict[_Key, float] = field(default_factory=dict)
     nonfinite: dict[_Key, float] = field(default_factory=dict)

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import FormatOpt, OutputFormat
+from .options import FormatOpt, OutputFormat, not_nan
 
 FleetFileArg = Annotated[Path, typer.Argument(help="fleet file (YAML): boxes, groups, router", show_default=False)]
 
@@ -255,11 +255,17 @@ def _print_router_dry_run(desc: dict, fmt: OutputFormat) -> None:
         typer.echo(f"container.{key}: {value}")
 
 
-def status_command(file: FleetFileArg, fmt: FormatOpt = OutputFormat.table) -> None:
+def status_command(
+    file: FleetFileArg,
+    fmt: FormatOpt = OutputFormat.table,
+    http_timeout: Annotated[float, typer.Option(
+        "--http-timeout", min=0.1, max=3600.0, callback=not_nan,
+        help="Seconds the router's answer may take in all (connecting, headers, body; not per byte).")] = 10.0,
+) -> None:
     """Each worker's health as the router sees it (SMG's GET /workers).
 
-    Exit 0 when every worker is healthy, 3 when the router does not answer or a worker is
-    not healthy.
+    Exit 0 when every worker is healthy, 3 when the router does not answer (within
+    --http-timeout, or with an answer too large or not JSON) or a worker is not healthy.
     """
     from ..errors import BadInput, ExitCode
     from ..fleet.model import load_fleet
@@ -270,7 +276,7 @@ def status_command(file: FleetFileArg, fmt: FormatOpt = OutputFormat.table) -> N
     loaded = load_fleet(file)
     if loaded.fleet.router is None:
         raise BadInput(f"{loaded.path}: router: missing; fleet status asks the router")
-    state = router_workers(loaded, worker_urls(loaded, plan_fleet(loaded)))
+    state = router_workers(loaded, worker_urls(loaded, plan_fleet(loaded)), timeout_s=http_timeout)
     if fmt is OutputFormat.json:
         from .output import print_json
 
@@ -297,7 +303,8 @@ def status_command(file: FleetFileArg, fmt: FormatOpt = OutputFormat.table) -> N
         if state.reachable:
             out.print(t)
         else:
-            print(f"router at {state.url} does not answer: {state.error}", file=__import__("sys").stderr)
+            print(f"fleet status: the router at {state.url} does not answer: {state.error}",
+                  file=__import__("sys").stderr)
     if not state.ready:
         raise typer.Exit(int(ExitCode.REFUSED))
 

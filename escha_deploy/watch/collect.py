@@ -94,8 +94,8 @@ def scrape(base_url: str, *, api_key: str | None = None, policy=None) -> ServerR
     cap). Raises ``ServerDown`` when nothing answers (or not within the deadline, or the
     connection breaks), ``MetricsUnavailable`` when it answers without SGLang metrics: not
     HTTP 200, not Prometheus text, too large, no ``sglang:`` series, or a series ``status``
-    reads (``names.ALL``) that is NaN or +/-Inf: "not a number" names it, since a total over
-    it means nothing (a series ``status`` does not read may be NaN: SGLang 0.5.19 exports
+    reads (``names.ALL``) that is NaN, +/-Inf or past ``httpread.MAX_SAMPLE``: "not a number"
+    names it, since a total over it means nothing (a series ``status`` does not read may be NaN: SGLang 0.5.19 exports
     ``sglang:fwd_occupancy`` as NaN before its first forward pass; it is left out)."""
     import time as _time
 
@@ -124,10 +124,7 @@ def scrape(base_url: str, *, api_key: str | None = None, policy=None) -> ServerR
         raise MetricsUnavailable(f"{answer.url} has no sglang: series (metrics off?)")
     bad = snap.nonfinite_read((*names.ALL, *names.LATER))
     if bad:
-        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
-        raise MetricsUnavailable(
-            f"{answer.url}: not a number: " + ", ".join(f"{httpread.series_name(k)} = {snap.nonfinite[k]}"
-                                                      for k in bad[:3]) + more)
+        raise MetricsUnavailable(f"{answer.url}: {httpread.unusable_text(snap.nonfinite, bad)}")
     return server_reading(snap)
 
 

@@ -104,6 +104,8 @@ def render_row(row: dict[str, Any]):
     for a in row.get("alerts", []):
         parts.append(Text.from_markup(f"[bold red]ALERT {a['id']}[/]: {escape(a['title'])}\n"
                                       f"  evidence: {escape(a['evidence'])}\n  fix: {escape(a['fix'])}"))
-    if not row.get("alerts"):
+    if not row.get("alerts") and row.get("metrics_error"):  # nothing read, nothing cleared
+        parts.append(Text("no server alerts judged: its metrics could not be read", style="yellow"))
+    elif not row.get("alerts"):
         parts.append(Text("no alerts", style="green"))
     return Group(*parts)
