@@ -38,9 +38,14 @@ import contextlib
 import functools
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    import ssl
+
+    import httpx
 
 from .termtext import shown
 
@@ -133,14 +138,14 @@ class Answer:
 
 
 @functools.lru_cache(maxsize=1)
-def _ssl_context():
+def _ssl_context() -> ssl.SSLContext:
     """One TLS context for every client (building one loads the CA bundle: about 80 ms)."""
     import httpx
 
     return httpx.create_ssl_context()
 
 
-def async_client(policy: Policy = Policy(), *, connect_s: float | None = None, **kw: Any):
+def async_client(policy: Policy = Policy(), *, connect_s: float | None = None, **kw: Any) -> httpx.AsyncClient:
     """An ``httpx.AsyncClient`` for servers we do not control: no proxy from the environment,
     no redirect followed, httpx's per-operation timeouts at the deadline (a backstop: the
     deadline itself is ``guard``'s), connecting within ``connect_s`` when given. ``kw`` goes to
@@ -159,7 +164,7 @@ def _exc_text(exc: BaseException) -> str:
 
 @contextlib.asynccontextmanager
 async def guard(url: str, policy: Policy, *, sent: list[bool] | None = None,
-                redact=lambda s: s) -> AsyncIterator[None]:
+                redact: Callable[[str], str] = str) -> AsyncIterator[None]:
     """Run the block under ``policy``'s deadline and turn what httpx raises into one
     ``ReadFailed``. ``sent``: a one-item list the block sets to ``[True]`` once the server has
     taken the request (then a broken connection is ``ConnectionLost``, not ``Unreachable``).
@@ -193,7 +198,7 @@ class Budget:
     def __init__(self, url: str, max_bytes: int) -> None:
         self.url, self.max_bytes, self.n = url, max_bytes, 0
 
-    def check_length(self, headers) -> None:
+    def check_length(self, headers: Mapping[str, str]) -> None:
         """Refuse a declared ``Content-Length`` above the cap before reading the body."""
         raw = headers.get("content-length")
         if raw is not None and raw.strip().isdigit() and len(raw.strip()) < 20 and int(raw) > self.max_bytes:
@@ -205,7 +210,8 @@ class Budget:
             raise TooLarge(self.url, f"the answer goes past {self.max_bytes:,} bytes; at most that many are read")
 
 
-async def aread(client, method: str, url: str, *, policy: Policy = Policy(), redact=lambda s: s,
+async def aread(client: httpx.AsyncClient, method: str, url: str, *, policy: Policy = Policy(),
+                redact: Callable[[str], str] = str,
                 **kw: Any) -> Answer:
     """One request through ``client`` (``async_client``), its whole body read under ``policy``.
     ``url`` may be relative to the client's ``base_url``; ``kw`` goes to ``client.stream``
@@ -219,7 +225,8 @@ async def aread(client, method: str, url: str, *, policy: Policy = Policy(), red
             sent[0] = True
             budget.check_length(r.headers)
             parts = []
-            async with contextlib.aclosing(r.aiter_bytes()) as chunks:  # closed at a refusal too
+            # an async generator (httpx/_models.py: Response.aiter_bytes), closed at a refusal too
+            async with contextlib.aclosing(cast("AsyncGenerator[bytes, None]", r.aiter_bytes())) as chunks:
                 async for chunk in chunks:
                     budget.take(chunk)
                     parts.append(chunk)
