@@ -250,10 +250,17 @@ def get(url: str, *, policy: Policy = Policy(), headers: dict[str, str] | None =
     try:
         return loop.run_until_complete(one())
     finally:
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        # close() does not wait for the resolver's worker thread (asyncio.run would): a name
-        # lookup that hangs must not outlive the deadline in this call
-        loop.close()
+        try:  # as asyncio.run ends: cancel what is left (Ctrl-C mid-read), close the generators
+            left = asyncio.all_tasks(loop)
+            for task in left:
+                task.cancel()
+            if left:
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            # close() does not wait for the resolver's worker thread (asyncio.run would): a
+            # name lookup that hangs must not outlive the deadline in this call
+            loop.close()
 
 
 def status_problem(answer: Answer) -> str | None:

@@ -180,8 +180,9 @@ def _printable(value):
 
 
 def _watch(look_all, *, interval: float, count: int, fmt: OutputFormat) -> None:
-    """Redraw every ``interval`` s with rich's Live display, or (``--format json``) write one
-    line per look holding the JSON array of rows: a stream for scripts."""
+    """Redraw every ``interval`` s (from the start of one look to the next) with rich's Live
+    display, or (``--format json``) write one line per look holding the JSON array of rows: a
+    stream for scripts."""
     from rich.console import Group
     from rich.live import Live
 
@@ -197,15 +198,17 @@ def _watch(look_all, *, interval: float, count: int, fmt: OutputFormat) -> None:
             import sys
 
             while True:
+                t0 = time.monotonic()
                 sys.stdout.write(json.dumps(look_all(), separators=(",", ":"), allow_nan=False) + "\n")
                 sys.stdout.flush()
                 n += 1
                 if count and n >= count:
                     return
-                time.sleep(interval)
+                _sleep_rest(interval, t0)
         console = stdout_console()
         with Live(console=console, auto_refresh=False, transient=False) as live:
             while True:
+                t0 = time.monotonic()
                 rows = look_all()
                 n += 1
                 live.update(Group(*(render_row(_printable(r)) for r in rows),
@@ -213,6 +216,13 @@ def _watch(look_all, *, interval: float, count: int, fmt: OutputFormat) -> None:
                             refresh=True)
                 if count and n >= count:
                     return
-                time.sleep(interval)
+                _sleep_rest(interval, t0)
     except KeyboardInterrupt:
         pass
+
+
+def _sleep_rest(interval: float, started: float) -> None:
+    """Sleep what is left of ``interval`` since ``started`` (``time.monotonic()``): looks start
+    every ``interval`` seconds, and one that took as long (a server answering at its deadline)
+    is followed by the next at once."""
+    time.sleep(max(0.0, interval - (time.monotonic() - started)))
