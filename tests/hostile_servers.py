@@ -23,7 +23,10 @@ Kinds (``KINDS``):
 - ``redirect``: ``302 Found`` to another path on the same server, for every request;
 - ``reset-mid-request``: ``/health`` 200, ``/server_info``, ``/model_info`` JSON, 404 for the
   rest and for ``POST /v1/tokenize``, and a ``POST /v1/completions`` whose socket is closed
-  (reset) before its body is read (a server that crashes mid-request).
+  (reset) before its body is read (a server that crashes mid-request);
+- ``escapes``: the same endpoints, whose strings (version, model name, a completion's error
+  page) carry terminal escapes (``ESCAPES``: an OSC title, a CSI colour, a C1 CSI) and rich
+  markup; ``POST /v1/completions`` answers 500 with them.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import threading
 import time
 
 KINDS = ("slow-body", "slow-headers", "huge", "huge-chunked", "endless", "nan", "overflow", "redirect",
-         "reset-mid-request")
+         "reset-mid-request", "escapes")
 
 #: About 26 bytes a line, so 50 MB is about 1.9 million series.
 _HUGE_BYTES = 50 * 10**6
@@ -73,6 +76,11 @@ OVERFLOW_BODY = (
     "# TYPE sglang:prompt_tokens_total counter\n"
     "sglang:prompt_tokens_total 1e308\n"
 ).encode()
+
+
+#: What a terminal would act on: an OSC window title (ended by BEL), a CSI colour, a C1 CSI
+#: clearing the screen, and rich markup that would print as a hyperlink.
+ESCAPES = "\x1b]0;PWNED\x07\x1b[31mred\u009b2J[link=http://127.0.0.1/x]ok[/link]"
 
 
 class HostileServer:
@@ -154,7 +162,11 @@ class HostileServer:
             if got is None:
                 return
             method, path, headers, rest = got
-            if path == "/v1/tokenize":  # read its small body, so that closing sends no reset
+            if method == "POST" and self.kind != "reset-mid-request":  # read it: closing sends no reset
+                want = int(headers.get("content-length") or 0) - len(rest)
+                while want > 0 and (chunk := conn.recv(min(want, 65536))):
+                    want -= len(chunk)
+            elif path == "/v1/tokenize":  # read its small body, so that closing sends no reset
                 want = int(headers.get("content-length") or 0) - len(rest)
                 while want > 0 and (chunk := conn.recv(min(want, 65536))):
                     want -= len(chunk)
@@ -211,6 +223,18 @@ class HostileServer:
     def _redirect(self, conn, method, path) -> None:
         conn.sendall(b"HTTP/1.1 302 Found\r\nLocation: %s/elsewhere\r\nContent-Length: 0\r\n"
                      b"Connection: close\r\n\r\n" % self.url.encode())
+
+    def _escapes(self, conn, method, path) -> None:
+        import json
+
+        answers = {"/health": "", "/server_info": json.dumps({"version": ESCAPES, "hicache_write_policy": ESCAPES}),
+                   "/model_info": json.dumps({"served_model_name": ESCAPES, "model_type": ESCAPES,
+                                              "architectures": [ESCAPES]})}
+        status, body = ("200 OK", answers[path]) if method == "GET" and path in answers else (
+            ("500 Internal Server Error", ESCAPES) if path == "/v1/completions" else ("404 Not Found", ""))
+        data = body.encode()
+        conn.sendall(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                     b"Connection: close\r\n\r\n" % (status.encode(), len(data)) + data)
 
     def _reset_mid_request(self, conn, method, path) -> None:
         answers = {"/health": b"", "/server_info": b'{"version": "0.5.19"}',

@@ -43,3 +43,24 @@ def test_a_hostile_probe_is_refused_within_the_deadline(kind, words):
     (error,) = clean(r.err)
     assert error.startswith(f"error: {srv.url}: cannot probe the server ({srv.url}{words}"), r.err
     assert took <= 2 + 2, f"{took:.2f} s"
+
+
+def test_the_servers_strings_reach_the_terminal_without_escapes():
+    """Version, model name, model type and an error page carrying an OSC title, a CSI colour, a
+    C1 CSI and rich markup: the probe keeps them as plain text, the error line is printable."""
+    import asyncio
+
+    from escha_deploy.bench.client import ServerClient
+
+    async def probe():
+        async with ServerClient(srv.url, request_timeout_s=5) as c:
+            return await c.probe()
+
+    with HostileServer("escapes") as srv:
+        facts = asyncio.run(probe())
+        r = run_main("bench", "-e", srv.url, "--request-timeout", "5")
+    for text in (facts.version, facts.model, facts.model_type, *facts.architectures, facts.hicache_write_policy):
+        assert text == "red2J[link=http://127.0.0.1/x]ok[/link]", text
+    assert r.code == 4 and not any(c in r.text for c in "\x1b\x07\x9b"), r.text
+    (error,) = clean(r.err)
+    assert error == f"error: {srv.url}/v1/completions answered 500: red2J[link=http://127.0.0.1/x]ok[/link]"
