@@ -263,6 +263,13 @@ def get(url: str, *, policy: Policy = Policy(), headers: dict[str, str] | None =
             loop.close()
 
 
+def header_safe(value: str) -> bool:
+    """Whether ``value`` can go in an HTTP header as httpx sends it: printable ASCII (RFC 9110
+    section 5.5 allows Latin-1 but no line break; httpx encodes header values as ASCII and
+    raises ``UnicodeEncodeError`` otherwise, httpx/_models.py ``_normalize_header_value``)."""
+    return value.isascii() and value.isprintable()
+
+
 def status_problem(answer: Answer) -> str | None:
     """Why a non-200 answer is one, in words (``HTTP 503 Service Unavailable``), else None."""
     if answer.status == 200:

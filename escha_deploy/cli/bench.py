@@ -92,8 +92,9 @@ def _header_safe(key: str, where: str) -> None:
     """An HTTP header value is Latin-1 text without line breaks (RFC 9110 section 5.5; httpx
     encodes it as ASCII): refuse any other key in one line that never shows it."""
     from escha_deploy.errors import BadInput
+    from escha_deploy.httpread import header_safe
 
-    if not key.isascii() or not key.isprintable():
+    if not header_safe(key):
         raise BadInput(f"{where}: the key holds a character that cannot go in an HTTP header "
                        "(only printable ASCII); the key is not shown")
 

@@ -299,12 +299,11 @@ def status_command(
             else:  # the router's strings are text, never markup
                 t.add_row(escape(url), "[green]yes[/]" if w.healthy else "[red]no[/]", escape(w.status or "-"),
                           escape(w.model_id or "-"), "-" if w.load is None else str(w.load))
-        out = stdout_console()
-        if state.reachable:
-            out.print(t)
-        else:
-            print(f"fleet status: the router at {state.url} does not answer: {state.error}",
-                  file=__import__("sys").stderr)
+        if not state.reachable:
+            from ..errors import Refused
+
+            raise Refused(f"fleet status: the router at {state.url} does not answer: {state.error}")
+        stdout_console().print(t)
     if not state.ready:
         raise typer.Exit(int(ExitCode.REFUSED))
 

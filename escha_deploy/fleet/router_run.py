@@ -22,7 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from ..capabilities import LABEL_PREFIX
-from ..errors import Failed, Refused
+from ..errors import BadInput, Failed, Refused
 from ..netaddr import url as http_url
 from .model import LoadedFleet
 from .plan import FleetPlan
@@ -74,9 +74,14 @@ def read_key(loaded: LoadedFleet) -> str | None:
     r = loaded.fleet.router
     if r is None or not r.api_key_file:
         return None
+    from ..httpread import header_safe
     from ..launch.prepare import read_secret
 
-    return read_secret(str(loaded.resolve(r.api_key_file)), "router.api_key_file")
+    key = read_secret(str(loaded.resolve(r.api_key_file)), "router.api_key_file")
+    if not header_safe(key):
+        raise BadInput(f"router.api_key_file {r.api_key_file}: the key holds a character that cannot go in an "
+                       "HTTP header (only printable ASCII); the key is not shown")
+    return key
 
 
 def router_workers(loaded: LoadedFleet, expected: list[str] | None = None,

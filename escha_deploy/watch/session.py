@@ -44,12 +44,15 @@ def _read_key(path: str | None) -> str | None:
     from escha_deploy.errors import BadInput
     from escha_deploy.launch.prepare import read_secret
 
+    from escha_deploy.httpread import header_safe
+
     if not path:
         return None
     try:
-        return read_secret(path, "api key file")
+        key = read_secret(path, "api key file")
     except BadInput:
         return None
+    return key if header_safe(key) else None  # not sendable; /metrics needs none
 
 
 def _read_json(path: Path, what: str) -> object:

@@ -43,5 +43,5 @@ def test_a_hostile_router_is_one_line_within_the_deadline(tmp_path, warm, kind, 
     assert "Traceback" not in r.text and r.code == 3, r.text
     lines = [ln for ln in r.err.splitlines() if ln.strip()]
     assert len(lines) == 1 and CLEAN_LINE.match(lines[0]), r.err
-    assert lines[0].startswith(f"fleet status: the router at {srv.url} does not answer: {srv.url}/workers: {words}")
+    assert lines[0].startswith(f"error: fleet status: the router at {srv.url} does not answer: {srv.url}/workers: {words}")
     assert took <= 2 + 2, f"{took:.2f} s"
