@@ -7,7 +7,8 @@ Modules, by role:
 
 - ``prompts``: deterministic prompts from a seed, sized with the server's tokenizer.
 - ``metrics``: Prometheus text from ``/metrics`` into counter snapshots and deltas.
-- ``client``: the one HTTP edge (httpx, bounded timeouts and request count).
+- ``client``: the one HTTP edge (httpx through ``escha_deploy.httpread``: a total deadline per
+  request, size caps, NaN kept out; a bounded request count).
 - ``models``: pydantic results shared by the table, JSON and the chart.
 - ``workload``: the measurements (cold prefill, decode at batch 1, N concurrent prefixes).
 - ``canary``: ask, evict the prefix from the device pool, ask again, compare.
