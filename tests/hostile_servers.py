@@ -20,6 +20,8 @@ Kinds (``KINDS``):
 - ``endless``: a chunked ``/metrics`` body at full speed that never ends;
 - ``nan``: valid SGLang-named series whose values are ``NaN``, ``+Inf`` and ``-Inf``;
 - ``overflow``: finite values whose sum is not (two ``cached_tokens_total`` series of 1e308);
+- ``tiny-seconds``: usable numbers whose quotient is not: 9e15 bytes loaded back in 1e-320 s
+  (a subnormal duration), so the load-back rate is inf;
 - ``redirect``: ``302 Found`` to another path on the same server, for every request;
 - ``reset-mid-request``: ``/health`` 200, ``/server_info``, ``/model_info`` JSON, 404 for the
   rest and for ``POST /v1/tokenize``, and a ``POST /v1/completions`` whose socket is closed
@@ -36,8 +38,8 @@ import struct
 import threading
 import time
 
-KINDS = ("slow-body", "slow-headers", "huge", "huge-chunked", "endless", "nan", "overflow", "redirect",
-         "reset-mid-request", "escapes")
+KINDS = ("slow-body", "slow-headers", "huge", "huge-chunked", "endless", "nan", "overflow", "tiny-seconds",
+         "redirect", "reset-mid-request", "escapes")
 
 #: About 26 bytes a line, so 50 MB is about 1.9 million series.
 _HUGE_BYTES = 50 * 10**6
@@ -81,6 +83,19 @@ OVERFLOW_BODY = (
 #: What a terminal would act on: an OSC window title (ended by BEL), a CSI colour, a C1 CSI
 #: clearing the screen, and rich markup that would print as a hyperlink.
 ESCAPES = "\x1b]0;PWNED\x07\x1b[31mred\u009b2J[link=http://127.0.0.1/x]ok[/link]"
+
+
+#: Usable numbers whose quotient overflows: load-back bytes over a subnormal duration.
+TINY_SECONDS_BODY = (
+    "# TYPE sglang:load_back_bytes_total counter\n"
+    'sglang:load_back_bytes_total{tp_rank="0"} 9e15\n'
+    "# TYPE sglang:load_back_duration_seconds histogram\n"
+    'sglang:load_back_duration_seconds_sum{tp_rank="0"} 1e-320\n'
+    'sglang:load_back_duration_seconds_count{tp_rank="0"} 1\n'
+    'sglang:load_back_duration_seconds_bucket{tp_rank="0",le="+Inf"} 1\n'
+    "# TYPE sglang:cached_tokens_total counter\n"
+    'sglang:cached_tokens_total{cache_source="host"} 5\n'
+).encode()
 
 
 class HostileServer:
@@ -219,6 +234,9 @@ class HostileServer:
 
     def _overflow(self, conn, method, path) -> None:
         self._nan(conn, method, path, OVERFLOW_BODY)
+
+    def _tiny_seconds(self, conn, method, path) -> None:
+        self._nan(conn, method, path, TINY_SECONDS_BODY)
 
     def _redirect(self, conn, method, path) -> None:
         conn.sendall(b"HTTP/1.1 302 Found\r\nLocation: %s/elsewhere\r\nContent-Length: 0\r\n"

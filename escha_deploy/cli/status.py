@@ -97,13 +97,20 @@ def register(app: typer.Typer) -> None:
         warned: set[str] = set()
 
         def finite(rows: list[dict]) -> tuple[list[dict], list[str]]:
-            """The rows with NaN/Inf as null (JSON has neither), each named once in a warning."""
-            out, bad = rec.finite_json(rows)
+            """The rows with NaN/Inf as null (JSON has neither), each named once in a warning as
+            ``PROFILE: key.path``."""
+            out, bad = [], []
+            for row in rows:
+                clean, paths = rec.finite_json(row)
+                out.append(clean)
+                bad += [f"{row.get('profile')}: {path}" for path in paths]
             for path in bad:
                 if path not in warned:
                     warned.add(path)
                     warn(f"status: {path} is not a number (NaN or Inf); shown as null")
             return out, bad
+
+        unproven: list[str] = []  # the last look's values that were not numbers (their paths)
 
         def look_all() -> list[dict]:
             rows = [w.look()[0] for w in watchers]
@@ -111,7 +118,7 @@ def register(app: typer.Typer) -> None:
                 if w.docker_error:
                     warn(w.docker_error)
                     w.docker_error = None
-            rows, _ = finite(rows)
+            rows, unproven[:] = finite(rows)
             if record is not None:
                 rec.append(record, {"t": time.time(), "targets": rows})
             return rows
@@ -137,8 +144,7 @@ def register(app: typer.Typer) -> None:
                 raise Refused(*(f"status --check: alert {a}" for a in alerts),
                               hint="each alert's fix is in `escha-deploy status` and docs/launch.md")
             quiet = [f"{r['profile']}: {r['metrics_error']}" for r in rows if r["metrics_error"]]
-            _, nan = finite(rows)
-            quiet += [f"{path}: not a number (NaN or Inf)" for path in nan]
+            quiet += [f"{path} is not a number (NaN or Inf)" for path in unproven]
             if quiet:
                 raise Inconclusive(*(f"status --check: {q}" for q in quiet),
                                    hint="/metrics must answer HTTP 200 with SGLang's series, all numbers, within "

@@ -125,3 +125,18 @@ def test_a_state_file_profile_with_escapes_never_reaches_the_terminal(runtime):
     r = run_main("status", env=NO_DOCKER)
     assert r.code == 3 and "\x1b" not in r.text and "\x07" not in r.text
     assert f"status: {path}: unreadable state file (profile: String should match pattern" in r.err
+
+
+def test_a_rate_that_overflows_is_null_named_and_unproven(hostile):
+    """Usable numbers whose quotient is not (9e15 bytes in a subnormal 1e-320 s): the load-back
+    rate is inf; --format json writes null there, a warning names it, --check exits 5."""
+    srv, name = hostile("tiny-seconds")
+    r = run_main("status", "--profile", name, "--check", "--interval", "0.05", "--format", "json", env=NO_DOCKER)
+    assert r.code == 5, r.text
+    (row,) = json.loads(r.out, parse_constant=lambda c: pytest.fail(f"{c} in the JSON output"))
+    assert row["server"]["ranks"]["0"]["load_back_gb_per_s"] is None
+    assert (f"warning: status: {name}: server.ranks.0.load_back_gb_per_s is not a number (NaN or Inf); "
+            "shown as null") in r.err.splitlines()
+    assert (f"error: status --check: {name}: server.ranks.0.load_back_gb_per_s is not a number (NaN or Inf)"
+            in r.err.splitlines()), r.err
+    assert all(CLEAN_LINE.match(ln) for ln in r.err.splitlines() if ln.strip()), r.err
