@@ -9,13 +9,13 @@ names), serving a tiny random-weight hybrid Qwen3.5 model made on the machine
 1. ``plan`` of the rig plans the closure's runtime (its release and capabilities, from its
    description: no ``runtime.needs`` override), and ``serve``'s log shows SGLang's pre-flight
    passed on the real GPU with the plan's per-rank host pool bytes;
-2. a prefix pushed out of the 2,048-token device pool by other prompts comes back from the host
-   tier: the response's ``meta_info.cached_tokens_details.host`` > 0 and
-   ``sglang:load_back_tokens_total{pool="kv"}`` (summed over its ``cache_type`` label:
-   ``srt/observability/metrics_collector.py``, counted per completed load in
-   ``srt/mem_cache/unified_radix_cache.py: loading_check``) rises by at least that host hit less
-   one page;
-3. SIGTERM to ``serve``: it exits, and no process of the server's tree (``serve``, SGLang's
+2. ``serve``'s drift check at ready (``launch/drift.py``, the one ``up`` runs) passes on the real
+   server's log and ``/server_info``: no ``drift:`` line, and the line saying how many figures
+   agreed names figures from both; ``/server_info`` read here agrees with the plan too;
+3. a prefix pushed out of the device pool comes back from the host tier (how SGLang decides
+   what is a host hit on a hybrid model, and what its load-back counter counts, is in
+   ``test_a_prefix_pushed_out_of_the_device_pool_comes_back_from_host``);
+4. SIGTERM to ``serve``: it exits, and no process of the server's tree (``serve``, SGLang's
    launcher, scheduler, detokenizer, the watchdog) is left.
 
 Nothing here stands in for SGLang; the closure's departures from a stock install are its own
@@ -25,191 +25,123 @@ temp dir); ``$ESCHA_GPU_REPORT``: a JSON file the figures are added to.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
+from tests.gpu_rig import realserver as rs
+
 pytestmark = pytest.mark.gpu
 
-REPO = Path(__file__).resolve().parents[2]
-PROFILE = REPO / "tests" / "gpu_rig" / "h200-tiny.yaml"
-MAKE_MODEL = REPO / "tests" / "gpu_rig" / "make_model.py"
-#: Time to ready: 34 s with the JIT caches of an earlier run, about 80 s without (H200,
-#: 2026-12-01); the first forward then compiles Triton's GDN kernels (about 47 s).
+PROFILE = rs.RIG / "h200-tiny.yaml"
+#: Time to ready: 34 s with the JIT caches of an earlier run, 165 s without (H200, 2026-12-01,
+#: SGLang's pre-flight included); the first forward then compiles Triton's GDN kernels.
 READY_TIMEOUT_S = 300
 REQUEST_TIMEOUT_S = 240
 PREFIX_TOKENS = 1000
 PAGE = 1  # the rig's page_size
-
-
-def _report(key: str, value) -> None:
-    path = os.environ.get("ESCHA_GPU_REPORT")
-    if not path:
-        return
-    p = Path(path)
-    doc = json.loads(p.read_text()) if p.is_file() else {}
-    doc[key] = value
-    p.write_text(json.dumps(doc, indent=1, default=str))
-
-
-def _closure_description() -> dict:
-    """The closure's runtime description, or skip: no CUDA device, or no closure installed."""
-    try:
-        import torch
-    except ImportError:
-        pytest.skip("no torch: not a GPU machine")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    path = os.environ.get("ESCHA_RUNTIME_DESCRIPTION")
-    if not path or not Path(path).is_file():
-        pytest.skip("no serving closure installed: run `bash scripts/gpu-run.sh` (it installs .closure/ and "
-                    "sets ESCHA_RUNTIME_DESCRIPTION)")
-    desc = json.loads(Path(path).read_text())
-    if desc.get("kind") != "closure":
-        pytest.skip(f"{path} describes no serving closure (kind {desc.get('kind')!r})")
-    return desc
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _model_path() -> Path:
-    import yaml
-
-    return Path(yaml.safe_load(PROFILE.read_text())["model"]["path"])
-
-
-@dataclass
-class Server:
-    proc: subprocess.Popen
-    port: int
-    log: Path
-    seconds_to_ready: float
-    tree: list = field(default_factory=list)  # psutil.Process of serve and its descendants at ready
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-
-def _tree(pid: int) -> list:
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-
-
-def _alive(procs: list) -> list:
-    """Those of ``procs`` still running (same pid and start time; zombies count as gone)."""
-    import psutil
-
-    left = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                left.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return left
+#: SGLang's mamba checkpoint grid on this rig: ``runtime_context.mamba_checkpoint_grid`` =
+#: lcm(``arg_groups/overrides.py: mamba_cache_chunk_size`` = max(FLA chunk 64
+#: (``fla/chunk_delta_h.CHUNK_SIZE``; the model's config sets no ``mamba_chunk_size``), page 1), page 1).
+MAMBA_GRID = 64
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    import httpx
-
-    _closure_description()
-    model = _model_path()
-    if not (model / "config.json").is_file():
-        r = subprocess.run([sys.executable, str(MAKE_MODEL), "tiny", str(model)], capture_output=True, text=True,
-                           timeout=300)
-        assert r.returncode == 0, r.stderr[-3000:]
-    logs = Path(os.environ.get("ESCHA_GPU_LOGS") or tmp_path_factory.mktemp("logs"))
-    logs.mkdir(parents=True, exist_ok=True)
-    log = logs / "serve-tiny.log"
-    port = _free_port()
-    t0 = time.monotonic()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "escha_deploy", "serve", "--profile", str(PROFILE),
-                                 "--set", f"container.port={port}"], stdout=out, stderr=subprocess.STDOUT,
-                                cwd=REPO, env=dict(os.environ))
-    srv = Server(proc=proc, port=port, log=log, seconds_to_ready=0.0)
+    rs.closure_description()
+    rs.make_model(PROFILE, "tiny")
+    log = rs.logs_dir(tmp_path_factory) / "serve-tiny.log"
+    port = rs.free_port()
+    srv = rs.start(rs.serve_cmd(PROFILE, port), log, port)
     try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"serve exited {proc.returncode} before ready:\n{srv.log_text()[-6000:]}")
-            if time.monotonic() - t0 > READY_TIMEOUT_S:
-                pytest.fail(f"not ready in {READY_TIMEOUT_S} s:\n{srv.log_text()[-6000:]}")
-            try:
-                if httpx.get(srv.base + "/health", timeout=3).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        srv.seconds_to_ready = round(time.monotonic() - t0, 1)
-        srv.tree = _tree(proc.pid)
-        _report("real_server/ready", {"seconds": srv.seconds_to_ready, "processes": len(srv.tree)})
+        rs.wait_ready(srv, READY_TIMEOUT_S)
+        rs.report("real_server/ready", {"seconds": srv.seconds_to_ready, "processes": len(srv.tree)})
         yield srv
     finally:
-        for p in _alive(_tree(proc.pid) + srv.tree):  # what a failed test left: nothing may outlive the module
-            try:
-                p.kill()
-            except Exception:
-                pass
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
+        rs.kill_all(srv)
+
+
+def _plan() -> dict:
+    return rs.plan_json(PROFILE)
 
 
 def test_serve_plans_the_closure_and_its_preflight_passes(server):
-    desc = _closure_description()
-    r = subprocess.run([sys.executable, "-m", "escha_deploy", "plan", "--profile", str(PROFILE), "--format", "json"],
-                       capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    plan = json.loads(r.stdout)
+    desc = rs.closure_description()
+    plan = _plan()
     # the closure's description decides the runtime planned: its release and its capabilities
     assert plan["sglang_release"] == desc["sglang_version"] == "0.5.19"
     assert plan["sglang_release_source"].startswith("this runtime"), plan["sglang_release_source"]
     assert sorted(plan["capabilities"]) == sorted(desc["capabilities"]) != []
     text = server.log_text()
-    m = re.search(r"SGLang's pre-flight passed in .*?host pools (\d+) B KV \+ (\d+) B mamba per rank", text)
+    m = re.search(r"SGLang's pre-flight passed in ([\d.]+) s.*?host pools (\d+) B KV \+ (\d+) B mamba per rank", text)
     assert m, text[-4000:]
-    figures = {"preflight_host_kv_bytes": int(m.group(1)), "preflight_host_mamba_bytes": int(m.group(2)),
+    figures = {"preflight_seconds": float(m.group(1)),
+               "preflight_host_kv_bytes": int(m.group(2)), "preflight_host_mamba_bytes": int(m.group(3)),
                "plan_host_kv_bytes": plan["per_rank"]["host_kv_bytes"],
                "plan_host_mamba_bytes": plan["per_rank"]["host_mamba_bytes"]}
-    _report("real_server/preflight", figures)
+    rs.report("real_server/preflight", figures)
     assert (figures["preflight_host_kv_bytes"], figures["preflight_host_mamba_bytes"]) == (
         figures["plan_host_kv_bytes"], figures["plan_host_mamba_bytes"])
 
 
-def _load_back_kv(base: str) -> float:
-    """``sglang:load_back_tokens_total{pool="kv"}`` summed over its other labels (0 before the
-    first load-back: the series appears then)."""
+#: ``serve``'s drift lines (``launch/drift.py: DriftReport.report_lines``): one ``drift:`` warning
+#: per figure that differs, else this line with how many figures agreed.
+AGREED = re.compile(r"serve: the server's sizes are the plan's \((\d+) figures from its log"
+                    r"(?:, (\d+) from /server_info)?\)")
+
+
+def drift_figures(text: str) -> dict:
+    """The drift check's outcome in ``serve``'s log: ``{"drift": [lines], "log": N, "server_info": M}``."""
+    m = AGREED.search(text)
+    return {"drift": [ln for ln in text.splitlines() if "drift:" in ln],
+            "log": int(m.group(1)) if m else 0, "server_info": int(m.group(2) or 0) if m else 0}
+
+
+def server_info_agreement(base: str, plan: dict) -> dict:
+    """``/server_info`` (SGLang: ``entrypoints/http_server.py``; ``/get_server_info`` its older
+    name) beside the plan: ``{figure: [planned, reported]}`` for each figure it reports."""
+    import httpx
+
+    info = None
+    for path in ("/server_info", "/get_server_info"):
+        r = httpx.get(base + path, timeout=60)
+        if r.status_code == 200:
+            info = r.json()
+            break
+    assert isinstance(info, dict), "neither /server_info nor /get_server_info answered"
+    pr = plan["per_rank"]
+    pairs = {"max_total_num_tokens": pr["device_kv_tokens"], "max_mamba_cache_size": pr["device_mamba_slots"]}
+    return {k: [v, info.get(k)] for k, v in pairs.items() if k in info}
+
+
+def test_the_drift_check_passes_on_the_real_log_and_server_info_agrees(server):
+    # serve runs it once the server is ready (native.supervise on_ready): its line is in the log by now
+    deadline, fig = time.monotonic() + 30, {}
+    while time.monotonic() < deadline:
+        fig = drift_figures(server.log_text())
+        if fig["drift"] or fig["log"]:
+            break
+        time.sleep(1)
+    agree = server_info_agreement(server.base, _plan())
+    rs.report("real_server/drift", {**fig, "server_info_vs_plan": agree})
+    assert fig["drift"] == [], fig["drift"]
+    # device KV and mamba, host KV tokens and bytes, host mamba bytes, max running requests, context length
+    assert fig["log"] >= 6, (fig, server.log_text()[-4000:])
+    assert fig["server_info"] >= 1, fig
+    assert agree and all(p == o for p, o in agree.values()), agree
+
+
+def _counter(base: str, name: str, pool: str) -> float:
+    """``sglang:NAME{pool=POOL}`` summed over its other labels (``cache_type``:
+    ``srt/observability/metrics_collector.py``); 0 before the series first appears."""
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
 
     total = 0.0
     for fam in text_string_to_metric_families(httpx.get(base + "/metrics", timeout=30).text):
         for s in fam.samples:
-            if s.name == "sglang:load_back_tokens_total" and s.labels.get("pool") == "kv":
+            if s.name == f"sglang:{name}" and s.labels.get("pool") == pool:
                 total += s.value
     return total
 
@@ -227,45 +159,67 @@ def _generate(base: str, ids: list[int]) -> dict:
 
 
 def _ids(seed: int, n: int) -> list[int]:
-    """``n`` token ids below the tokenizer's vocabulary (2000), distinct per ``seed``."""
+    """``n`` token ids below the tokenizer's vocabulary (2000), distinct per ``seed`` from the
+    first id on (so no two seeds share a radix-tree node)."""
     return [(17 * seed + 31 * k + 7 * (k // 97)) % 1990 + 5 for k in range(n)]
 
 
 def test_a_prefix_pushed_out_of_the_device_pool_comes_back_from_host(server):
+    """How SGLang 0.5.19 serves a hybrid (GDN) model's prefix from host, read in its code:
+
+    - A radix-tree match ends at a node that holds a mamba state (``mem_cache/unified_cache/
+      components/mamba_component.py: create_match_validator``); a request's state is stored at
+      the end of its own sequence, so a second prompt that only shares a prefix matches nothing.
+      That match sets ``mamba_branching_seqlen``, the shared length floored to the checkpoint
+      grid (``finalize_match_result_in_tree_core``: 960 for a 1,000-token prefix, grid 64), and
+      the second request keeps its state there as well (``managers/schedule_batch.py:
+      _mamba_radix_cache_v2_req_prepare_for_extend``, extra_buffer strategy). So: prefix + a,
+      prefix + b (the branch), three other prompts push both out of the 2,048-token device pool
+      (write-through keeps them on host), then prefix + c hits the branch point from host.
+    - ``cached_tokens_details.host`` is the match's ``host_hit_length`` (``schedule_batch.py:
+      split_cached_prefix_by_tier``): the host-backed tokens between the last node valid on the
+      device for every pool and the matched node (``full_component.py:
+      finalize_match_result_in_tree_core``), whether or not their KV is still on the device.
+    - ``load_back_tokens_total{pool="kv"}`` rises by the KV tokens a load actually copied:
+      ``len(op.device_indices)`` (``hybrid_cache/hybrid_cache_controller.py: _num_tokens_by_pool``),
+      the evicted nodes on the path (``full_component.py: build_hicache_transfers``, LOAD_BACK),
+      counted when the load's ack is polled (``unified_radix_cache.py: loading_check``). So the
+      rise is at most the host hit, and equals it when the whole matched prefix had left the
+      device pool, as here (no other prompt shares its first token). ``{pool="mamba"}`` rises
+      by 2 per such load: the node's state restored, and its copy into the request's slot
+      (``mamba_component.py: build_hicache_transfers``).
+    """
     prefix = _ids(0, PREFIX_TOKENS)
-    before = _load_back_kv(server.base)
-    steps = [("prefix + a", _generate(server.base, prefix + _ids(100, 24)))]
+    kv0, mamba0 = _counter(server.base, "load_back_tokens_total", "kv"), _counter(
+        server.base, "load_back_tokens_total", "mamba")
+    steps = [("prefix + a", _generate(server.base, prefix + _ids(100, 24))),
+             ("prefix + b", _generate(server.base, prefix + _ids(300, 24)))]
     # three other 1,000-token prompts: 3,000+ tokens through a 2,048-token device pool
     for i in (1, 2, 3):
         steps.append((f"other {i}", _generate(server.base, _ids(i, PREFIX_TOKENS))))
     again = _generate(server.base, prefix + _ids(200, 24))
     steps.append(("prefix + c", again))
-    host = (again["details"] or {}).get("host", 0)
-    # the counter moves when the load's ack is polled (loading_check): read it until it settles
-    deadline, after = time.monotonic() + 15, before
-    while time.monotonic() < deadline:
-        after = _load_back_kv(server.base)
-        if after - before >= host - PAGE > 0:
+    details = again["details"] or {}
+    host = details.get("host", 0)
+    deadline, kv, mamba = time.monotonic() + 15, kv0, mamba0
+    while time.monotonic() < deadline:  # the counter moves when loading_check polls the ack
+        kv, mamba = (_counter(server.base, "load_back_tokens_total", p) for p in ("kv", "mamba"))
+        if kv - kv0 >= host > 0:
             break
         time.sleep(0.5)
-    _report("real_server/load_back", {"steps": steps, "host_hit": host, "load_back_kv_before": before,
-                                      "load_back_kv_after": after})
-    assert host > 0, steps
-    assert after - before >= host - PAGE, (before, after, steps)
+    expected_hit = PREFIX_TOKENS // MAMBA_GRID * MAMBA_GRID
+    rs.report("real_server/load_back", {"steps": steps, "host_hit": host, "device_hit": details.get("device", 0),
+                                        "expected_host_hit": expected_hit,
+                                        "load_back_kv": kv - kv0, "load_back_mamba": mamba - mamba0})
+    assert (details.get("device", 0), host) == (0, expected_hit), steps
+    assert host - PAGE <= kv - kv0 <= host, (kv0, kv, steps)
+    assert mamba - mamba0 >= 1, (mamba0, mamba)  # the branch point's state came back from host
 
 
 def test_sigterm_leaves_no_process_of_the_server_tree(server):
-    import psutil
-
-    tree = _alive(_tree(server.proc.pid) + server.tree)
-    assert len(tree) >= 3, [p.pid for p in tree]  # serve, SGLang's launcher and its workers
-    t0 = time.monotonic()
-    server.proc.send_signal(signal.SIGTERM)
-    code = server.proc.wait(timeout=90)
-    gone_s = round(time.monotonic() - t0, 1)
-    psutil.wait_procs(tree, timeout=15)
-    left = _alive(tree)
-    _report("real_server/sigterm", {"exit": code, "seconds": gone_s, "tree": len(tree),
-                                    "left": [(p.pid, p.name()) for p in left]})
-    assert code == 0, server.log_text()[-3000:]
-    assert left == [], [(p.pid, p.cmdline()) for p in left]
+    procs = rs.alive(rs.tree(server.proc.pid) + server.tree)
+    assert len(procs) >= 3, [p.pid for p in procs]  # serve, SGLang's launcher and its workers
+    res = rs.sigterm(server)
+    rs.report("real_server/sigterm", res)
+    assert res["exit"] == 0, server.log_text()[-3000:]
+    assert res["left"] == [], res["left"]

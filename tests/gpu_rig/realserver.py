@@ -1,0 +1,286 @@
+"""What the real-server gpu tests share (tests/runtime/test_real_server*_gpu.py): the closure's
+runtime description, ``plan`` and ``serve --print`` of a rig profile, starting the server
+(native ``escha-deploy serve --profile``, or SGLang's own launcher on a given argv for the stock
+tree), readiness, the process tree, a MemAvailable sampler, SIGTERM, and the figures written to
+``$ESCHA_GPU_REPORT`` (a JSON object; ``scripts/gpu_report_to_docs.py`` renders it into
+docs/runtime.md). Nothing here stands in for SGLang.
+
+Units: bytes (``int``); seconds (``float``, monotonic clock).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RIG = REPO / "tests" / "gpu_rig"
+MAKE_MODEL = RIG / "make_model.py"
+MiB = 2**20
+GiB = 2**30
+
+
+def report(key: str, value) -> None:
+    """Add ``key: value`` to the JSON object at ``$ESCHA_GPU_REPORT`` (nothing when unset)."""
+    path = os.environ.get("ESCHA_GPU_REPORT")
+    if not path:
+        return
+    p = Path(path)
+    doc = json.loads(p.read_text()) if p.is_file() else {}
+    doc[key] = value
+    p.write_text(json.dumps(doc, indent=1, default=str))
+
+
+def closure_description() -> dict:
+    """The installed closure's runtime description, or skip: no CUDA device, or no closure."""
+    try:
+        import torch
+    except ImportError:
+        pytest.skip("no torch: not a GPU machine")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    path = os.environ.get("ESCHA_RUNTIME_DESCRIPTION")
+    if not path or not Path(path).is_file():
+        pytest.skip("no serving closure installed: run `bash scripts/gpu-run.sh` (it installs .closure/ and "
+                    "sets ESCHA_RUNTIME_DESCRIPTION)")
+    desc = json.loads(Path(path).read_text())
+    if desc.get("kind") != "closure":
+        pytest.skip(f"{path} describes no serving closure (kind {desc.get('kind')!r})")
+    return desc
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def escha(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m escha_deploy ARGS`` from the checkout, this environment."""
+    return subprocess.run([sys.executable, "-m", "escha_deploy", *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=timeout)
+
+
+def plan_json(profile: Path, sets: list[str] = (), extra: list[str] = ()) -> dict:
+    """``escha-deploy plan --profile P --set S... --format json``, parsed; fails the test on a
+    non-zero exit."""
+    args = ["plan", "--profile", str(profile), *extra]
+    for s in sets:
+        args += ["--set", s]
+    r = escha(*args, "--format", "json")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    return json.loads(r.stdout)
+
+
+def make_model(profile: Path, config: str) -> Path:
+    """The rig model ``profile`` serves (``model.path``), made by make_model.py CONFIG when absent."""
+    import yaml
+
+    model = Path(yaml.safe_load(profile.read_text())["model"]["path"])
+    if not (model / "config.json").is_file():
+        r = subprocess.run([sys.executable, str(MAKE_MODEL), config, str(model)], capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+    return model
+
+
+def logs_dir(tmp_path_factory) -> Path:
+    logs = Path(os.environ.get("ESCHA_GPU_LOGS") or tmp_path_factory.mktemp("logs"))
+    logs.mkdir(parents=True, exist_ok=True)
+    return logs
+
+
+def mem_available() -> int:
+    """``MemAvailable`` of /proc/meminfo, bytes."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("/proc/meminfo has no MemAvailable")
+
+
+class MemSampler:
+    """``MemAvailable`` every ``interval`` seconds in a thread, and the server log's lines as
+    they appear (each with the time it was first seen), so a figure can be read "at" a log line:
+    ``at(pattern)`` is the last sample taken before the line matching ``pattern`` was seen,
+    ``after(pattern)`` the first sample taken once the line after it was seen."""
+
+    def __init__(self, log: Path, interval: float = 0.05) -> None:
+        self.log, self.interval = log, interval
+        self.samples: list[tuple[float, int]] = []
+        self.lines: list[tuple[float, str]] = []
+        self._stop = threading.Event()
+        self._pos = 0
+        self._partial = ""
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> MemSampler:
+        self.samples.append((time.monotonic(), mem_available()))
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _read_log(self, now: float) -> None:
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(self._pos)
+                chunk = f.read()
+        except FileNotFoundError:
+            return
+        self._pos += len(chunk)
+        text = self._partial + chunk.decode(errors="replace")
+        *done, self._partial = text.split("\n")
+        self.lines += [(now, ln) for ln in done]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            now = time.monotonic()
+            self._read_log(now)  # the log first: a line seen now was written before this sample
+            self.samples.append((time.monotonic(), mem_available()))
+            self._stop.wait(self.interval)
+
+    def line_index(self, pattern: str, start: int = 0) -> int | None:
+        rx = re.compile(pattern)
+        return next((i for i in range(start, len(self.lines)) if rx.search(self.lines[i][1])), None)
+
+    def before_time(self, t: float) -> int:
+        """The last sample taken before ``t``."""
+        return [v for ts, v in self.samples if ts < t][-1]
+
+    def after_time(self, t: float) -> int:
+        """The first sample taken at or after ``t``."""
+        return next(v for ts, v in self.samples if ts >= t)
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen
+    port: int
+    log: Path
+    started: float
+    seconds_to_ready: float = 0.0
+    tree: list = field(default_factory=list)  # psutil.Process of the server and its descendants at ready
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def start(cmd: list[str], log: Path, port: int, env: dict | None = None) -> Server:
+    """Start ``cmd`` with its output in ``log`` (new session: SIGTERM goes to it alone)."""
+    out = open(log, "wb")
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env or dict(os.environ),
+                            start_new_session=True)
+    out.close()
+    return Server(proc=proc, port=port, log=log, started=time.monotonic())
+
+
+def serve_cmd(profile: Path, port: int, sets: list[str] = ()) -> list[str]:
+    """Native ``escha-deploy serve --profile P --set container.port=PORT --set S...``."""
+    cmd = [sys.executable, "-m", "escha_deploy", "serve", "--profile", str(profile), "--set", f"container.port={port}"]
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd
+
+
+def wait_ready(srv: Server, timeout: float) -> None:
+    """Until ``/health`` answers 200; fails the test naming the log's tail when the server exits or
+    ``timeout`` seconds pass. Sets ``seconds_to_ready`` and ``tree``."""
+    import httpx
+
+    while True:
+        if srv.proc.poll() is not None:
+            pytest.fail(f"the server exited {srv.proc.returncode} before ready:\n{srv.log_text()[-6000:]}")
+        if time.monotonic() - srv.started > timeout:
+            pytest.fail(f"not ready in {timeout:.0f} s:\n{srv.log_text()[-6000:]}")
+        try:
+            if httpx.get(srv.base + "/health", timeout=3).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    srv.seconds_to_ready = round(time.monotonic() - srv.started, 1)
+    srv.tree = tree(srv.proc.pid)
+
+
+def tree(pid: int) -> list:
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def alive(procs: list) -> list:
+    """Those of ``procs`` still running (same pid and start time; zombies count as gone)."""
+    import psutil
+
+    left = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return left
+
+
+def kill_all(srv: Server) -> None:
+    """What a failed test left: nothing may outlive it."""
+    for p in alive(tree(srv.proc.pid) + srv.tree):
+        try:
+            p.kill()
+        except Exception:
+            pass
+    try:
+        srv.proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def sigterm(srv: Server, wait_s: float = 90) -> dict:
+    """SIGTERM to the server's first process, wait for it and its tree: ``{"exit", "seconds",
+    "tree", "left"}`` (``left``: ``(pid, name)`` of those still running 15 s after it exited)."""
+    import psutil
+
+    procs = alive(tree(srv.proc.pid) + srv.tree)
+    t0 = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    try:
+        code = srv.proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        code = None
+    gone_s = round(time.monotonic() - t0, 1)
+    psutil.wait_procs(procs, timeout=15)
+    left = alive(procs)
+    return {"exit": code, "seconds": gone_s, "tree": len(procs), "left": [(p.pid, p.name()) for p in left]}
+
+
+def settle_mem_available(target: int, within: int, timeout: float = 20) -> int:
+    """MemAvailable once it is back within ``within`` bytes of ``target`` (the kernel returns a
+    dead process's pinned pages asynchronously), or the last reading after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    now = mem_available()
+    while now < target - within and time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = mem_available()
+    return now
