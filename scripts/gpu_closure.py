@@ -10,6 +10,11 @@ patched by escha-deploy's series, on that machine's own torch 2.11 (``scripts/gp
         release, or from another patch series than this checkout's (each difference named, exit 3) or one with a piece missing or altered (one line
         per piece, exit 2); unpack into DEST, write DEST/runtime.json (the description native
         ``serve`` plans with, through ``$ESCHA_RUNTIME_DESCRIPTION``) and DEST/env.sh.
+    python3 scripts/gpu_closure.py install --stock CLOSURE DEST
+        The same, then SGLang's tree put back to the stock 0.5.19 wheel's: the files the series
+        changed restored and the files it added removed (the ``sglang-stock`` piece), with the
+        same trim and departures, for the series' A/B on the real server; its description has
+        no series and no capabilities (``stock: true``).
     python3 scripts/gpu_closure.py check CLOSURE
         The target and piece checks of ``install`` alone.
 
@@ -127,7 +132,10 @@ PIECES = (
     ("flashinfer", "flashinfer.tar.xz", "fi"),
     ("site", "site.tar.xz", "site"),
     ("stubs", "stubs.tar.xz", "stubs"),
+    ("sglang-stock", "sglang-stock.tar.xz", "stock"),
 )
+#: In the ``sglang-stock`` piece: the paths (under ``sg/``) the series added, one a line.
+STOCK_ADDED = "escha-stock-added.txt"
 PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_31_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
              "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64", "any")
 
@@ -332,6 +340,30 @@ def _apply_series(sg: Path, state: Path) -> dict:
     return json.loads((state / "runtime.json").read_text())
 
 
+def _stock_delta(whl: Path, sg: Path, out: Path) -> dict:
+    """What turns the patched tree ``sg`` back into the wheel's: the wheel's copy of every file
+    under ``sg/sglang`` the series changed, and the list of files it added (``STOCK_ADDED``),
+    written under ``out``. Compared before the trim, byte for byte against the wheel."""
+    changed, present = [], set()
+    with zipfile.ZipFile(whl) as z:
+        for info in z.infolist():
+            name = info.filename
+            if not name.startswith("sglang/") or name.endswith("/"):
+                continue
+            present.add(name)
+            stock = z.read(info)
+            mine = sg / name
+            if mine.is_file() and mine.read_bytes() == stock:
+                continue
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
+            (out / name).write_bytes(stock)
+            changed.append(name)
+    added = sorted(str(f.relative_to(sg)) for f in (sg / "sglang").rglob("*")
+                   if f.is_file() and "__pycache__" not in f.parts and str(f.relative_to(sg)) not in present)
+    (out / STOCK_ADDED).write_text("".join(f"{a}\n" for a in added))
+    return {"restored": sorted(changed), "added_by_series": added}
+
+
 def _trim(sg: Path) -> list[str]:
     """Drop ``TRIM_DIRS`` and every ``*.so`` from the patched ``sg/sglang``; the paths dropped."""
     pkg = sg / "sglang"
@@ -365,15 +397,16 @@ def _edit_dispatch(kernel_root: Path) -> list[dict]:
 
 
 def build(out: Path, downloads: Path, record: bool = True) -> dict:
-    """Build the closure into ``out`` (replaced); returns the manifest, also written to
+    """Build the closure into ``out`` (its pieces replaced, its ``cache/`` kept); returns the manifest, also written to
     ``RECORDED`` when ``record``. Raises ``ClosureError``."""
     t0 = time.monotonic()
     wheels = download(downloads, [SGLANG, KERNEL, FLASHINFER, *WHEELS])
     sources = [{"pin": s, "file": p.name, "bytes": p.stat().st_size, "sha256": sha256_file(p)}
                for s, p in wheels.items()]
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.iterdir():  # the pieces of an earlier build; cache/ (the JIT caches a run left) stays
+        if old.is_file() or old.is_symlink():
+            old.unlink()
     pieces = []
     with tempfile.TemporaryDirectory(prefix="escha-closure-") as tmp:
         work = Path(tmp)
@@ -381,6 +414,9 @@ def build(out: Path, downloads: Path, record: bool = True) -> dict:
         sg = work / "sg"
         _unzip_wheel(wheels[SGLANG], sg)
         desc = _apply_series(sg, work / "state")
+        stock = work / "stock"
+        stock.mkdir()
+        delta = _stock_delta(wheels[SGLANG], sg, stock)
         dropped = _trim(sg)
         _pack(out / "sglang.tar.xz", sg, _files_under(sg))
         pieces.append(("sglang", "sglang.tar.xz", {"dropped": dropped}))
@@ -407,6 +443,11 @@ def build(out: Path, downloads: Path, record: bool = True) -> dict:
         (st / "sitecustomize.py").write_text(SITECUSTOMIZE)
         _pack(out / "stubs.tar.xz", st, _files_under(st))
         pieces.append(("stubs", "stubs.tar.xz", {"modules": list(STUBS)}))
+        # the stock tree's files the series changed, and the list of those it added
+        for so in [f for f in _files_under(stock) if f.endswith(".so")]:
+            (stock / so).unlink()  # the trim drops them from both trees
+        _pack(out / "sglang-stock.tar.xz", stock, _files_under(stock))
+        pieces.append(("sglang-stock", "sglang-stock.tar.xz", delta))
     desc.update(kind="closure", python=TARGET["python"], sglang_dir="", departures=list(DEPARTURES),
                 closure_env=dict(ENV))
     (out / "runtime.json").write_text(json.dumps(desc, indent=2) + "\n")
@@ -507,9 +548,28 @@ def check(closure: Path, here: dict | None = None, *, sglang: str | None = None)
     return manifest
 
 
-def install(closure: Path, dest: Path, here: dict | None = None) -> dict:
+def to_stock(dest: Path) -> list[str]:
+    """Put the installed tree ``dest/sg/sglang`` back to the stock wheel's: the ``sglang-stock``
+    piece's files (unpacked in ``dest/stock``) over it, the files the series added removed.
+    Returns the paths removed."""
+    stock = dest / "stock"
+    for rel in _files_under(stock):
+        if rel == STOCK_ADDED:
+            continue
+        target = dest / "sg" / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(stock / rel, target)
+    removed = [ln for ln in (stock / STOCK_ADDED).read_text().splitlines() if ln]
+    for rel in removed:
+        (dest / "sg" / rel).unlink(missing_ok=True)
+    return removed
+
+
+def install(closure: Path, dest: Path, here: dict | None = None, *, stock: bool = False) -> dict:
     """Check, then unpack the closure into ``dest`` and write ``dest/runtime.json`` (its
-    ``sglang_dir`` the unpacked tree) and ``dest/env.sh``. Returns the environment to set."""
+    ``sglang_dir`` the unpacked tree) and ``dest/env.sh``. Returns the environment to set.
+    ``stock``: SGLang's tree put back to the stock wheel's (``to_stock``); the description then
+    has no series and no capabilities and says ``stock: true``."""
     from concurrent.futures import ThreadPoolExecutor
 
     manifest = check(closure, here)
@@ -522,6 +582,9 @@ def install(closure: Path, dest: Path, here: dict | None = None) -> dict:
     with ThreadPoolExecutor(len(PIECES)) as pool:  # lzma and the file writes release the GIL
         list(pool.map(unpack, PIECES))
     desc = json.loads((closure / "runtime.json").read_text())
+    if stock:
+        desc.update(stock=True, series=[], capabilities=[], inventory_digest=None,
+                    removed_series_files=to_stock(dest))
     desc["sglang_dir"] = str((dest / "sg" / "sglang").resolve())
     desc["python"] = "%d.%d.%d" % sys.version_info[:3]
     (dest / "runtime.json").write_text(json.dumps(desc, indent=2) + "\n")
@@ -542,6 +605,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--downloads", type=Path, default=REPO / ".cache" / "closure-dl")
     b.add_argument("--no-record", action="store_true", help=f"do not update {RECORDED.relative_to(REPO)}")
     i = sub.add_parser("install")
+    i.add_argument("--stock", action="store_true", help="SGLang's tree as the stock wheel's (no series)")
     i.add_argument("closure", type=Path)
     i.add_argument("dest", type=Path)
     c = sub.add_parser("check")
@@ -551,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "build":
             build(args.out, args.downloads, record=not args.no_record)
         elif args.cmd == "install":
-            env = install(args.closure, args.dest)
+            env = install(args.closure, args.dest, stock=args.stock)
             print(json.dumps(env))
         else:
             m = check(args.closure)

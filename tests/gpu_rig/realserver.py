@@ -66,19 +66,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def escha(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``python -m escha_deploy ARGS`` from the checkout, this environment."""
+def escha(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python -m escha_deploy ARGS`` from the checkout, in ``env`` (default this environment)."""
     return subprocess.run([sys.executable, "-m", "escha_deploy", *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=timeout)
+                          cwd=REPO, timeout=timeout, env=env)
 
 
-def plan_json(profile: Path, sets: list[str] = (), extra: list[str] = ()) -> dict:
+def plan_json(profile: Path, sets: list[str] = (), extra: list[str] = (), env: dict | None = None) -> dict:
     """``escha-deploy plan --profile P --set S... --format json``, parsed; fails the test on a
     non-zero exit."""
     args = ["plan", "--profile", str(profile), *extra]
     for s in sets:
         args += ["--set", s]
-    r = escha(*args, "--format", "json")
+    r = escha(*args, "--format", "json", env=env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     return json.loads(r.stdout)
 
@@ -284,3 +284,33 @@ def settle_mem_available(target: int, within: int, timeout: float = 20) -> int:
         time.sleep(0.5)
         now = mem_available()
     return now
+
+
+#: ``serve``'s drift lines (``launch/drift.py: DriftReport.report_lines``): one ``drift:`` warning
+#: per figure that differs, else this line with how many figures agreed.
+AGREED = re.compile(r"serve: the server's sizes are the plan's \((\d+) figures from its log"
+                    r"(?:, (\d+) from /server_info)?\)")
+
+
+def drift_figures(text: str) -> dict:
+    """The drift check's outcome in ``serve``'s log: ``{"drift": [lines], "log": N, "server_info": M}``."""
+    m = AGREED.search(text)
+    return {"drift": [ln for ln in text.splitlines() if "drift:" in ln],
+            "log": int(m.group(1)) if m else 0, "server_info": int(m.group(2) or 0) if m else 0}
+
+
+def server_info_agreement(base: str, plan: dict) -> dict:
+    """``/server_info`` (SGLang: ``entrypoints/http_server.py``; ``/get_server_info`` its older
+    name) beside the plan: ``{figure: [planned, reported]}`` for each figure it reports."""
+    import httpx
+
+    info = None
+    for path in ("/server_info", "/get_server_info"):
+        r = httpx.get(base + path, timeout=60)
+        if r.status_code == 200:
+            info = r.json()
+            break
+    assert isinstance(info, dict), "neither /server_info nor /get_server_info answered"
+    pr = plan["per_rank"]
+    pairs = {"max_total_num_tokens": pr["device_kv_tokens"], "max_mamba_cache_size": pr["device_mamba_slots"]}
+    return {k: [v, info.get(k)] for k, v in pairs.items() if k in info}

@@ -85,45 +85,15 @@ def test_serve_plans_the_closure_and_its_preflight_passes(server):
         figures["plan_host_kv_bytes"], figures["plan_host_mamba_bytes"])
 
 
-#: ``serve``'s drift lines (``launch/drift.py: DriftReport.report_lines``): one ``drift:`` warning
-#: per figure that differs, else this line with how many figures agreed.
-AGREED = re.compile(r"serve: the server's sizes are the plan's \((\d+) figures from its log"
-                    r"(?:, (\d+) from /server_info)?\)")
-
-
-def drift_figures(text: str) -> dict:
-    """The drift check's outcome in ``serve``'s log: ``{"drift": [lines], "log": N, "server_info": M}``."""
-    m = AGREED.search(text)
-    return {"drift": [ln for ln in text.splitlines() if "drift:" in ln],
-            "log": int(m.group(1)) if m else 0, "server_info": int(m.group(2) or 0) if m else 0}
-
-
-def server_info_agreement(base: str, plan: dict) -> dict:
-    """``/server_info`` (SGLang: ``entrypoints/http_server.py``; ``/get_server_info`` its older
-    name) beside the plan: ``{figure: [planned, reported]}`` for each figure it reports."""
-    import httpx
-
-    info = None
-    for path in ("/server_info", "/get_server_info"):
-        r = httpx.get(base + path, timeout=60)
-        if r.status_code == 200:
-            info = r.json()
-            break
-    assert isinstance(info, dict), "neither /server_info nor /get_server_info answered"
-    pr = plan["per_rank"]
-    pairs = {"max_total_num_tokens": pr["device_kv_tokens"], "max_mamba_cache_size": pr["device_mamba_slots"]}
-    return {k: [v, info.get(k)] for k, v in pairs.items() if k in info}
-
-
 def test_the_drift_check_passes_on_the_real_log_and_server_info_agrees(server):
     # serve runs it once the server is ready (native.supervise on_ready): its line is in the log by now
     deadline, fig = time.monotonic() + 30, {}
     while time.monotonic() < deadline:
-        fig = drift_figures(server.log_text())
+        fig = rs.drift_figures(server.log_text())
         if fig["drift"] or fig["log"]:
             break
         time.sleep(1)
-    agree = server_info_agreement(server.base, _plan())
+    agree = rs.server_info_agreement(server.base, _plan())
     rs.report("real_server/drift", {**fig, "server_info_vs_plan": agree})
     assert fig["drift"] == [], fig["drift"]
     # device KV and mamba, host KV tokens and bytes, host mamba bytes, max running requests, context length
