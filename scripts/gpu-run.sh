@@ -3,11 +3,19 @@
 # serving closure (.closure/, built by scripts/gpu-closure.sh where PyPI is reachable).
 #
 #   bash scripts/gpu-run.sh [PHASES]       PHASES: comma list, default "serve"
-#     serve   tests/runtime/test_real_server_gpu.py: native `serve --profile` of the tiny rig
-#             (tests/gpu_rig/h200-tiny.yaml) -> ready -> host-tier load-back -> SIGTERM
-#     pools   tests/runtime/test_host_pools_gpu.py: SGLang's host pools on the real GPU
-#     shape   make the shape-true model too (tests/gpu_rig/h200-shape-true.yaml's)
-#     all     serve,pools (the host-pool readings alone can take most of a 10-minute call)
+#     serve     tests/runtime/test_real_server_gpu.py: native `serve --profile` of the tiny rig
+#               (tests/gpu_rig/h200-tiny.yaml) -> ready -> drift check -> host-tier load-back -> SIGTERM
+#     alloc     tests/runtime/test_host_alloc_lifetime_gpu.py: the pinned allocator's lifetime
+#     pinned    tests/runtime/test_real_server_shape_gpu.py on the shape-true rig
+#     register  (tests/gpu_rig/h200-shape-true.yaml), one server start each: pinned memory under
+#               the real server with that allocator, against the plan
+#     stock     the same shape-true argv on the stock SGLang tree (gpu_closure.py install --stock
+#               into /tmp/escha-closure-stock): the series A/B
+#     pools     tests/runtime/test_host_pools_gpu.py: SGLang's host pools on the real GPU
+#     shape     pinned,register,stock
+#     all       serve,alloc,pools,pinned,register,stock (more than one 10-minute call)
+#   Two calls of about 8 minutes hold the whole of it: "serve,alloc,pinned", then "register,stock"
+#   with the first call's jit-triton.tgz copied to .closure/cache/.
 #   PYTEST_K  a pytest -k expression for the selected tests, e.g. PYTEST_K="not torch_caching"
 #
 # Steps: check and unpack the closure into /tmp/escha-closure (gpu_closure.py install: a closure
@@ -28,16 +36,21 @@ T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PHASES="${1:-serve}"
-[ "$PHASES" = all ] && PHASES=serve,pools
+case ",$PHASES," in *,all,*) PHASES="$PHASES,serve,alloc,pools,pinned,register,stock";; esac
+case ",$PHASES," in *,shape,*) PHASES="$PHASES,pinned,register,stock";; esac
 OUT="${OUT:-/tmp/escha-gpu-out}"
 DEADLINE="${DEADLINE:-540}"
 CLOSURE="${CLOSURE:-$ROOT/.closure}"
 DEST=/tmp/escha-closure
+STOCK=/tmp/escha-closure-stock
 RIG=/tmp/escha-rig
 mkdir -p "$OUT" "$RIG/logs"
 exec > >(tee -a "$OUT/run.log") 2>&1
 export ESCHA_GPU_RUN="gpu-run-$$-$T0"  # after tee started: tee does not carry the mark
 has() { case ",$PHASES," in *",$1,"*) return 0;; esac; return 1; }
+shape_runs=""; for r in pinned register stock; do has $r && shape_runs="$shape_runs${shape_runs:+,}$r"; done
+STEPS=""
+step() { STEPS="$STEPS${STEPS:+,}$1=$(el)"; echo "== $1 $(el)s"; }
 
 kill_ours() {  # every process whose environment carries this run's mark, but this shell's ancestors
     local sig="$1" pids=() p
@@ -54,9 +67,14 @@ echo "== gpu-run $ESCHA_GPU_RUN phases=$PHASES deadline=${DEADLINE}s commit $(gi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -2
 python3 -c "import sys, torch, triton; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
 
-echo "== install $(el)s"
+step install
 python3 "$ROOT/scripts/gpu_closure.py" install "$CLOSURE" "$DEST" > "$RIG/install.json" || {
     rc=$?; echo "gpu-run: the closure was not installed (exit $rc)"; exit $rc; }
+if has stock; then
+    python3 "$ROOT/scripts/gpu_closure.py" install --stock "$CLOSURE" "$STOCK" > "$RIG/install-stock.json" || {
+        rc=$?; echo "gpu-run: the stock tree was not installed (exit $rc)"; exit $rc; }
+    export ESCHA_GPU_STOCK_DIR="$STOCK"
+fi
 # shellcheck disable=SC1091
 . "$DEST/env.sh"
 export PYTHONPATH="$PYTHONPATH:$ROOT" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -68,22 +86,29 @@ if [ -f "$CLOSURE/cache/jit-triton.tgz" ]; then
 fi
 echo "runtime: $(python3 -c "import json,os; d=json.load(open(os.environ['ESCHA_RUNTIME_DESCRIPTION'])); print(d['kind'], d['sglang_version'], d['capabilities'])")"
 
-echo "== models $(el)s"
+step models
 rc=0
 make() { [ -f "$RIG/models/$1/config.json" ] || python3 "$ROOT/tests/gpu_rig/make_model.py" "$1" "$RIG/models/$1"; }
 make tiny || rc=4
-if has shape && [ $rc = 0 ]; then make shape-true || rc=4; fi
+if [ -n "$shape_runs" ] && [ $rc = 0 ]; then make shape-true || rc=4; fi
 [ $rc = 0 ] || echo "gpu-run: a model was not made (exit 4): no tests run"
 
 tests=()
 has serve && tests+=(tests/runtime/test_real_server_gpu.py)
+if has alloc; then
+    if [ -f "$ROOT/tests/runtime/test_host_alloc_lifetime_gpu.py" ]; then tests+=(tests/runtime/test_host_alloc_lifetime_gpu.py)
+    else echo "gpu-run: alloc: tests/runtime/test_host_alloc_lifetime_gpu.py is not in this checkout"; fi
+fi
 has pools && tests+=(tests/runtime/test_host_pools_gpu.py)
+[ -n "$shape_runs" ] && tests+=(tests/runtime/test_real_server_shape_gpu.py)
+export ESCHA_GPU_SHAPE_RUNS="$shape_runs"
 if [ $rc = 0 ] && [ ${#tests[@]} -gt 0 ]; then
     left=$(( DEADLINE - $(el) - 45 ))
-    echo "== pytest $(el)s (${left}s left): ${tests[*]}"
+    step pytest
+    echo "pytest: ${left}s left: ${tests[*]} (shape runs: ${shape_runs:-none})"
     if [ "$left" -lt 60 ]; then echo "gpu-run: ${left}s left, too little for the tests"; rc=5; else
         k=(); [ -n "${PYTEST_K:-}" ] && k=(-k "$PYTEST_K")
-        (cd "$ROOT" && timeout --signal=TERM --kill-after=20 "$left" python3 -m pytest -m gpu -q -rsx -p no:cacheprovider \
+        (cd "$ROOT" && timeout --signal=TERM --kill-after=20 "$left" python3 -m pytest -m gpu -q -rsx -p no:cacheprovider --durations=0 \
             --junitxml="$OUT/junit.xml" -o junit_family=xunit2 "${k[@]}" "${tests[@]}")
         rc=$?
         [ $rc = 124 ] || [ $rc = 137 ] && echo "gpu-run: pytest ran past its ${left}s"
@@ -91,14 +116,29 @@ if [ $rc = 0 ] && [ ${#tests[@]} -gt 0 ]; then
 fi
 kill_ours TERM; sleep 3; kill_ours KILL
 
-echo "== outputs $(el)s"
-tar czf "$OUT/logs.tgz" -C "$RIG" logs install.json 2>/dev/null
+step outputs
+tar czf "$OUT/logs.tgz" -C "$RIG" logs $(cd "$RIG" && ls install*.json 2>/dev/null) 2>/dev/null
 tar czf "$OUT/jit-triton.tgz" -C /tmp/escha-cache . 2>/dev/null
-python3 - "$OUT/report.json" "$PHASES" "$rc" "$(el)" <<'PY'
-import json, sys
+python3 - "$OUT/report.json" "$PHASES" "$rc" "$(el)" "$STEPS" "$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)" "$CLOSURE" "$OUT/junit.xml" <<'PY'
+import json, sys, xml.etree.ElementTree as ET
 from pathlib import Path
 p = Path(sys.argv[1]); doc = json.loads(p.read_text()) if p.is_file() else {}
-doc["run"] = {"phases": sys.argv[2], "pytest_exit": int(sys.argv[3]), "seconds": int(sys.argv[4])}
+closure = Path(sys.argv[7])
+size = sum(f.stat().st_size for f in closure.iterdir() if f.is_file()) if closure.is_dir() else None
+tests = {}
+if Path(sys.argv[8]).is_file():
+    for case in ET.parse(sys.argv[8]).getroot().iter("testcase"):
+        out = "failed" if case.find("failure") is not None or case.find("error") is not None else (
+            "skipped" if case.find("skipped") is not None else "passed")
+        tests[case.get("name")] = {"outcome": out, "seconds": round(float(case.get("time", 0)), 1)}
+try:
+    import torch
+    machine = f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"
+except Exception as exc:
+    machine = f"unknown ({exc})"
+doc["run"] = {"phases": sys.argv[2], "pytest_exit": int(sys.argv[3]), "seconds": int(sys.argv[4]),
+              "steps": {k: int(v) for k, v in (s.split("=") for s in sys.argv[5].split(",") if s)},
+              "commit": sys.argv[6], "closure_bytes": size, "machine": machine, "tests": tests}
 p.write_text(json.dumps(doc, indent=1))
 PY
 ls -la "$OUT"

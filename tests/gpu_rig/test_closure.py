@@ -11,6 +11,7 @@ install-time refusals run on a stand-in closure of small files made in a temp di
 from __future__ import annotations
 
 import json
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -214,3 +215,57 @@ def test_install_writes_a_description_native_serve_plans(tmp_path, monkeypatch):
     assert runtime == (RECORDED["runtime"]["capabilities"], f"this runtime ({dest / 'runtime.json'})")
     assert plan.sglang_release_source == f"this runtime ({dest / 'runtime.json'})"
     assert sorted(plan.capabilities) == sorted(RECORDED["runtime"]["capabilities"])
+
+
+def test_stock_delta_and_install_stock_put_the_wheels_tree_back(tmp_path):
+    """``_stock_delta`` against a small wheel (a stand-in for SGLang's: two files, one the series
+    changes) and a tree as ``runtime apply`` leaves it (that file changed, one module added);
+    ``to_stock`` on an installed copy restores the wheel's bytes and removes the added module."""
+
+    whl = tmp_path / "sglang-0.5.19-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr("sglang/__init__.py", "stock init\n")
+        z.writestr("sglang/srt/base.py", "RESERVE = 10\n")
+        z.writestr("sglang-0.5.19.dist-info/METADATA", "Name: sglang\n")
+    sg = tmp_path / "sg"
+    gc._unzip_wheel(whl, sg)
+    (sg / "sglang/srt/base.py").write_text("RESERVE = env()\n")
+    (sg / "sglang/srt/escha_hook.py").write_text("def env(): ...\n")
+    out = tmp_path / "delta"
+    out.mkdir()
+    delta = gc._stock_delta(whl, sg, out)
+    assert delta == {"restored": ["sglang/srt/base.py"], "added_by_series": ["sglang/srt/escha_hook.py"]}
+    dest = tmp_path / "dest"
+    shutil.copytree(sg, dest / "sg")
+    shutil.copytree(out, dest / "stock")
+    assert gc.to_stock(dest) == ["sglang/srt/escha_hook.py"]
+    assert (dest / "sg/sglang/srt/base.py").read_text() == "RESERVE = 10\n"
+    assert not (dest / "sg/sglang/srt/escha_hook.py").exists()
+    assert (dest / "sg/sglang/__init__.py").read_text() == "stock init\n"
+
+
+def test_report_to_docs_renders_a_run_once_and_replaces_it(tmp_path):
+    r2d = load_script("gpu_report_to_docs")
+    docs = tmp_path / "runtime.md"
+    docs.write_text(f"# x\n\n{r2d.BEGIN}\n\n{r2d.END}\n\nafter\n")
+    report = tmp_path / "report.json"
+    doc = {"run": {"commit": "a" * 40, "phases": "register,stock", "seconds": 300, "pytest_exit": 0},
+           "shape/register": {"measured_bytes": 5_400_000_000, "plan_pinned_bytes": 5_366_284_288},
+           "shape/stock": {"measured_bytes": 5_390_000_000, "plan_pinned_bytes": 5_366_284_288,
+                           "guard": {"stock": {"reserve_bytes": 10 * 2**30}, "patched": {"reserve_bytes": 2**31}},
+                           "geometry": [{"event": "build_kv_host_pool", "pool": "P", "size": 3, "problems": []}]}}
+    report.write_text(json.dumps(doc))
+    assert r2d.main([str(report), "--docs", str(docs)]) == 0
+    once = docs.read_text()
+    assert once.count("<!-- run aaaaaaaaaaaa register,stock -->") == 1 and once.endswith("\n\nafter\n")
+    assert "5,400,000,000 B" in once and "+33,715,712 B" in once and "10,737,418,240 B" in once
+    assert "no check ran" in once
+    assert r2d.main([str(report), "--docs", str(docs), "--check"]) == 0
+    doc["run"]["seconds"] = 301
+    report.write_text(json.dumps(doc))
+    assert r2d.main([str(report), "--docs", str(docs), "--check"]) == 1
+    assert r2d.main([str(report), "--docs", str(docs)]) == 0
+    again = docs.read_text()
+    assert again.count("<!-- run aaaaaaaaaaaa") == 1 and "301 s in all" in again
+    docs.write_text("no markers\n")
+    assert r2d.main([str(report), "--docs", str(docs)]) == 2
