@@ -96,9 +96,10 @@ def test_the_drift_check_passes_on_the_real_log_and_server_info_agrees(server):
     agree = rs.server_info_agreement(server.base, _plan())
     rs.report("real_server/drift", {**fig, "server_info_vs_plan": agree})
     assert fig["drift"] == [], fig["drift"]
-    # device KV and mamba, host KV tokens and bytes, host mamba bytes, max running requests, context length
-    assert fig["log"] >= 6, (fig, server.log_text()[-4000:])
-    assert fig["server_info"] >= 1, fig
+    # the log's 8 (launch/drift.py: device KV tokens twice, mamba slots, host KV tokens and GB, host
+    # mamba GB, max running requests, context length) and /server_info's 4 (max_total_num_tokens,
+    # effective_max_running_requests_per_dp, context_length, max_mamba_cache_size)
+    assert (fig["log"], fig["server_info"]) == (8, 4), (fig, server.log_text()[-4000:])
     assert agree and all(p == o for p, o in agree.values()), agree
 
 
