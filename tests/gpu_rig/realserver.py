@@ -231,11 +231,14 @@ def tree(pid: int) -> list:
 
 
 def alive(procs: list) -> list:
-    """Those of ``procs`` still running (same pid and start time; zombies count as gone)."""
+    """Those of ``procs`` still running (same pid and start time; zombies count as gone), each once."""
     import psutil
 
-    left = []
+    left, seen = [], set()
     for p in procs:
+        if p.pid in seen:
+            continue
+        seen.add(p.pid)
         try:
             if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
                 left.append(p)

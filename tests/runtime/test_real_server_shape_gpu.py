@@ -125,14 +125,14 @@ def _trace(path: Path) -> list[dict]:
     return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.is_file() else []
 
 
-def _run(name: str, cmd: list[str], env: dict, tmp_path_factory) -> tuple[rs.Server, dict]:
-    """Start ``cmd``, sample, wait for ready, SIGTERM; the figures common to every run."""
+def _run(name: str, cmd: list[str], port: int, env: dict, tmp_path_factory) -> tuple[rs.Server, dict]:
+    """Start ``cmd`` (its server on ``port``), sample, wait for ready, SIGTERM; the figures common
+    to every run."""
     log = rs.logs_dir(tmp_path_factory) / f"shape-{name}.log"
     trace = log.with_suffix(".geometry.jsonl")
     trace.unlink(missing_ok=True)
     env = dict(env, ESCHA_GPU_GEOMETRY_TRACE=str(trace),
                PYTHONPATH=os.pathsep.join([str(TRACE_SITE), env.get("PYTHONPATH", "")]))
-    port = int(cmd[cmd.index("--port") + 1]) if "--port" in cmd else rs.free_port()
     baseline = rs.mem_available()
     sampler = rs.MemSampler(log)
     srv = rs.start(cmd, log, port, env)
@@ -166,7 +166,7 @@ def test_pinned_memory_under_the_real_server_is_the_plans(allocator, ratio, tmp_
     plan = rs.plan_json(PROFILE, sets, env=env)
     pr = plan["per_rank"]
     port = rs.free_port()
-    srv, fig = _run(allocator, rs.serve_cmd(PROFILE, port, sets), env, tmp_path_factory)
+    srv, fig = _run(allocator, rs.serve_cmd(PROFILE, port, sets), port, env, tmp_path_factory)
     fig.update(plan_pinned_bytes=pr["pinned_bytes"], plan_host_kv_bytes=pr["host_kv_bytes"],
                plan_host_mamba_bytes=pr["host_mamba_bytes"], plan_reserve_bytes=plan["hicache"]["host_reserve_bytes"],
                plan_buffers=[(b["name"], b["pinned_bytes"], b["allocator"]) for b in pr["host_buffers"]])
@@ -231,7 +231,7 @@ def test_the_series_against_the_stock_tree(ratio, tmp_path_factory):
     patched_env = dict(env, **spec["env"])
     guard = {"stock": _guard(stock_env), "patched": _guard(patched_env)}
     plan = rs.plan_json(PROFILE, sets, env=env)
-    srv, fig = _run("stock", spec["argv"], stock_env, tmp_path_factory)
+    srv, fig = _run("stock", spec["argv"], port, stock_env, tmp_path_factory)
     fig.update(guard=guard, plan_pinned_bytes=plan["per_rank"]["pinned_bytes"],
                plan_runtime_check=plan["runtime_check"], argv=spec["argv"])
     fig["ratio_measured_to_plan"] = round(fig["measured_bytes"] / plan["per_rank"]["pinned_bytes"], 4)
