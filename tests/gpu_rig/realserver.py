@@ -317,3 +317,15 @@ def server_info_agreement(base: str, plan: dict) -> dict:
     pr = plan["per_rank"]
     pairs = {"max_total_num_tokens": pr["device_kv_tokens"], "max_mamba_cache_size": pr["device_mamba_slots"]}
     return {k: [v, info.get(k)] for k, v in pairs.items() if k in info}
+
+
+def wait_drift(srv: Server, timeout: float = 30) -> dict:
+    """``drift_figures`` of ``serve``'s log once its check at ready has said something (``serve``
+    runs it after SGLang's ready line, so it can follow ``/health``'s first 200), or as they are
+    after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        fig = drift_figures(srv.log_text())
+        if fig["drift"] or fig["log"] or time.monotonic() > deadline:
+            return fig
+        time.sleep(1)

@@ -86,13 +86,7 @@ def test_serve_plans_the_closure_and_its_preflight_passes(server):
 
 
 def test_the_drift_check_passes_on_the_real_log_and_server_info_agrees(server):
-    # serve runs it once the server is ready (native.supervise on_ready): its line is in the log by now
-    deadline, fig = time.monotonic() + 30, {}
-    while time.monotonic() < deadline:
-        fig = rs.drift_figures(server.log_text())
-        if fig["drift"] or fig["log"]:
-            break
-        time.sleep(1)
+    fig = rs.wait_drift(server)  # serve runs it once the server is ready (native.supervise on_ready)
     agree = rs.server_info_agreement(server.base, _plan())
     rs.report("real_server/drift", {**fig, "server_info_vs_plan": agree})
     assert fig["drift"] == [], fig["drift"]

@@ -125,9 +125,10 @@ def _trace(path: Path) -> list[dict]:
     return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.is_file() else []
 
 
-def _run(name: str, cmd: list[str], port: int, env: dict, tmp_path_factory) -> tuple[rs.Server, dict]:
-    """Start ``cmd`` (its server on ``port``), sample, wait for ready, SIGTERM; the figures common
-    to every run."""
+def _run(name: str, cmd: list[str], port: int, env: dict, tmp_path_factory, *,
+         serve: bool = True) -> tuple[rs.Server, dict]:
+    """Start ``cmd`` (its server on ``port``; ``serve``: ``escha-deploy serve``, whose drift check
+    at ready is waited for), sample, wait for ready, SIGTERM; the figures common to every run."""
     log = rs.logs_dir(tmp_path_factory) / f"shape-{name}.log"
     trace = log.with_suffix(".geometry.jsonl")
     trace.unlink(missing_ok=True)
@@ -140,10 +141,11 @@ def _run(name: str, cmd: list[str], port: int, env: dict, tmp_path_factory) -> t
     try:
         rs.wait_ready(srv, READY_TIMEOUT_S)
         cost = _pool_cost(sampler, srv)
+        drift = rs.wait_drift(srv) if serve else rs.drift_figures(srv.log_text())
         text = srv.log_text()
         figures = {"ready_seconds": srv.seconds_to_ready, "processes": len(srv.tree), "baseline": baseline,
                    **cost, "ready_drop_bytes": baseline - rs.mem_available(),
-                   "escha_buffers": [int(b) for b in ESCHA_BUFFER.findall(text)], "drift": rs.drift_figures(text)}
+                   "escha_buffers": [int(b) for b in ESCHA_BUFFER.findall(text)], "drift": drift}
         figures["sigterm"] = rs.sigterm(srv)
     finally:
         sampler.stop()
@@ -231,7 +233,7 @@ def test_the_series_against_the_stock_tree(ratio, tmp_path_factory):
     patched_env = dict(env, **spec["env"])
     guard = {"stock": _guard(stock_env), "patched": _guard(patched_env)}
     plan = rs.plan_json(PROFILE, sets, env=env)
-    srv, fig = _run("stock", spec["argv"], port, stock_env, tmp_path_factory)
+    srv, fig = _run("stock", spec["argv"], port, stock_env, tmp_path_factory, serve=False)
     fig.update(guard=guard, plan_pinned_bytes=plan["per_rank"]["pinned_bytes"],
                plan_runtime_check=plan["runtime_check"], argv=spec["argv"])
     fig["ratio_measured_to_plan"] = round(fig["measured_bytes"] / plan["per_rank"]["pinned_bytes"], 4)
