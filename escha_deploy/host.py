@@ -251,7 +251,8 @@ def read_draft_inputs(profile, *, draft_path: str | None = None, model_path: str
 
 def gather_plan_inputs(profile, *, platform: Platform | None = None, host_ram: int | None = None,
                        model_path: str | None = None, l3_path: str | None = None,
-                       check_here: bool | None = None, use_findings: bool = True):
+                       check_here: bool | None = None, use_findings: bool = True,
+                       l3_refusals: list[str] | None = None):
     """Everything ``planner.plan`` reads besides the profile, gathered the same way by ``plan``,
     ``up`` and ``serve``: ``(host_facts, model_dir_facts)``.
 
@@ -265,7 +266,9 @@ def gather_plan_inputs(profile, *, platform: Platform | None = None, host_ram: i
     host. ``use_findings``: ``gather_host_facts``'s (doctor's saved findings for this machine).
     Raises ``BadInput`` (exit 2) for an unreadable config.json or a model folder without
     config.json or weights (``folders.check_model_folder``), ``Refused`` (exit 3) for an L3
-    directory that is missing, not writable or short of the cap.
+    directory that is missing, not writable or short of the cap; with ``l3_refusals`` (a list)
+    those lines are appended to it instead, and the plan goes on (`up`'s preflight reports them
+    as its ``L3 folder`` check, beside the others).
     """
     from .arch import read_model_dir
     from .errors import BadInput, Refused
@@ -289,8 +292,10 @@ def gather_plan_inputs(profile, *, platform: Platform | None = None, host_ram: i
             raise BadInput(*problems)
     if l3 and check_here:
         refusals = check_l3_dir(l3_path or l3, profile.hicache.storage_max_size)
-        if refusals:
+        if refusals and l3_refusals is None:
             raise Refused(*refusals)
+        if l3_refusals is not None:
+            l3_refusals.extend(refusals)
         host = host.model_copy(update={"l3_checked": True})
     model_dir = read_folder_facts(field, read_model_dir, path) if path else None
     return host, model_dir

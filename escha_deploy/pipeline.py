@@ -128,7 +128,7 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: Platfor
            l3_path: str | None = None,
            check_here: bool | None = None, origin: str | None = None, env_facts: bool = True,
            secret_paths: bool = True, findings: bool = True, facts_what: str = "the facts file",
-           facts_hint: str | None = None) -> Gathered:
+           facts_hint: str | None = None, l3_refusals: list[str] | None = None) -> Gathered:
     """Gather the plan's inputs one way for ``plan``, ``up``, ``serve``, ``compose`` and ``fleet``.
 
     ``facts_path``: a facts file (``--facts``; ``ESCHA_FACTS`` when not given): the host and
@@ -151,7 +151,8 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: Platfor
     machine (pinned ceiling, allocator, last prefill); ``doctor`` passes False, so that a
     ceiling once seen can be measured again. ``facts_what``/``facts_hint``: how the facts
     file is named in its reader's messages, and how to make a good one (``fleet``: a box's
-    saved facts).
+    saved facts). ``l3_refusals``: a list that collects the L3 directory's refusals instead of
+    raising them (``host.gather_plan_inputs``).
     """
     if secret_paths:
         secret_path_problems(profile)
@@ -176,7 +177,8 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: Platfor
                              for p in exc.problems), hint=exc.hint) from None
         host_only, model_dir = gather_plan_inputs(profile, host_ram=ff.host.mem_total_bytes,
                                                   platform=platform or ff.host.platform, model_path=model_path,
-                                                  l3_path=l3_path, check_here=bool(check_here))
+                                                  l3_path=l3_path, check_here=bool(check_here),
+                                                  l3_refusals=l3_refusals)
         f = ff.findings
         l3 = profile.hicache.storage_dir if profile.hicache.storage_backend_is_file else None
         host = ff.host_facts(platform=platform, l3_dir=l3, l3_free_bytes=host_only.l3_free_bytes if l3 else None,
@@ -193,7 +195,8 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: Platfor
         fkind: ProvenanceKind = "facts_file"
     else:
         host, model_dir = gather_plan_inputs(profile, platform=platform, host_ram=host_ram, model_path=model_path,
-                                             l3_path=l3_path, check_here=check_here, use_findings=findings)
+                                             l3_path=l3_path, check_here=check_here, use_findings=findings,
+                                             l3_refusals=l3_refusals)
         if origin is not None:
             host = host.model_copy(update={"origin": origin})
         if host.gpus is not None:

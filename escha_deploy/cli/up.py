@@ -159,8 +159,14 @@ def print_dry_run(profile: str, overrides: list[str], facts: str | None, fmt: Ou
 
     dry = dry_run(profile, overrides, build=build, facts_path=facts)
     err = dry.error()
-    if dry.prep is None:  # bad input, or a refused folder: no plan to show
+    if dry.prep is None:  # bad input: no plan to show, but every check reached and the rest, named
         assert err is not None
+        checks = dry.all_checks()
+        if fmt is OutputFormat.json:
+            print_json({"profile": profile, "verdict": None, "refusals": [p for e in dry.errors for p in e.problems],
+                        "checks": checks})
+        else:
+            _print_checks(checks, "# up's preflight checks (no plan: the error below comes first)")
         raise err
     data = dry.data()
     if fmt is OutputFormat.json:
@@ -187,11 +193,16 @@ def print_dry_run(profile: str, overrides: list[str], facts: str | None, fmt: Ou
         typer.echo("# server environment (set for SGLang by serve --spec, as serve --print shows it)")
         for k, v in data["env"].items():
             typer.echo(f"{k}={shlex.quote(v)}")
-        typer.echo("# up's preflight checks (the verdict above is the plan's)")
-        for c in data["checks"]:
-            why = "; ".join(c["problems"]) or c["detail"]
-            typer.echo(f"#   {c['state']:<10} {c['name']}" + (f": {why}" if why else ""))
+        _print_checks(data["checks"], "# up's preflight checks (the verdict above is the plan's)")
     for w in dry.warnings():
         info(f"warning: {w}")
     if err is not None:
         raise err
+
+
+def _print_checks(checks: list[dict], title: str) -> None:
+    """``up --dry-run``'s check table on stdout: one line per check, its state and why."""
+    typer.echo(title)
+    for c in checks:
+        why = "; ".join(c["problems"]) or c["detail"]
+        typer.echo(f"#   {c['state']:<10} {c['name']}" + (f": {why}" if why else ""))

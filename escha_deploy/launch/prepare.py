@@ -204,7 +204,7 @@ class Prepared:
     capabilities_source: str = ""
     profile_ref: str = ""
     #: ``refusals`` by the check that made them: ``image``, ``capabilities``, ``plan``,
-    #: ``container settings``, ``model folder`` (what ``up --dry-run`` lists per check)
+    #: ``container settings``, ``model folder``, ``L3 folder`` (what ``up --dry-run`` lists per check)
     refused_by: dict[str, list[str]] = field(default_factory=dict)
     #: whether the daemon had the image: None when no daemon was asked
     image_present: bool | None = None
@@ -269,7 +269,8 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
     capabilities then stay unchecked. ``mounts_here``: the model folder to bind-mount must be a
     folder on this host (default: with ``client``, a launch here). Raises
     ``BadInput`` (exit 2) for bad input, including a flag the runtime would refuse; never
-    raises for an unsafe plan or missing capabilities: those are ``Prepared.refusals``, so
+    raises for an unsafe plan, missing capabilities or an unusable file L3 folder: those are
+    ``Prepared.refusals``, so
     ``up --dry-run`` can show them as ``plan`` does before exiting 3 (``Prepared.refuse``).
     ``spec_file``: where ``up`` will write the spec (the container mounts it). ``runtime``: the
     image's runtime as an earlier ``prepare`` read it (``Prepared.runtime``): ``up`` plans again
@@ -281,7 +282,8 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
     from . import docker as dk
 
     profile = profile or load_profile(profile_ref, overrides)
-    g = gather(profile, facts_path=facts_path, check_here=True)
+    l3_refusals: list[str] = []
+    g = gather(profile, facts_path=facts_path, check_here=True, l3_refusals=l3_refusals)
     rt = runtime or image_runtime(client, profile, need_image=need_image, image_files=image_files)
     by = {k: list(v) for k, v in rt.refused_by.items()}
     plan, launch = plan_launch(profile, g, capabilities=rt.capabilities, release=rt.release,
@@ -297,6 +299,7 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
     if client is not None if mounts_here is None else mounts_here:  # a launch here: the model folder is mounted
         by["model folder"] = [f"model.host_dir / container.model_dir: {m.source} is not a folder on this host"
                               for m in spec.mounts if m.target == profile.model.path and not os.path.isdir(m.source)]
+    by["L3 folder"] = l3_refusals
     by = {k: v for k, v in by.items() if v}
     refusals = [line for lines in by.values() for line in lines]
     return Prepared(profile, plan, launch, spec, dk.create_args(spec), list(launch.argv), warnings, refusals,

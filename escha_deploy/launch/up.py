@@ -443,6 +443,9 @@ CHECKS: list[Check] = [
     Check("plan", lambda ctx: ("ok", f"verdict {ctx.planned().plan.verdict}"), needs=("plan",)),
     Check("container settings", lambda ctx: ("ok", ""), needs=("plan",)),
     Check("model folder", _model_folder, needs=("plan",)),
+    Check("L3 folder", lambda ctx: ("ok", f"{ctx.profile.hicache.storage_dir}: exists, writable, the cap free"),
+          needs=("plan",), not_needed=lambda ctx: None if ctx.profile.hicache.storage_backend_is_file
+          else "no file L3 (hicache.l3)"),
     Check("memlock", _memlock, needs=("plan", "container"),
           not_needed=lambda ctx: f"{CLAMP_MEMLOCK_ENV}=1 clamps memlock (test switch)"
           if os.environ.get(CLAMP_MEMLOCK_ENV) == "1" else None),
@@ -550,6 +553,14 @@ class DryRun:
         internal = [e for e in self.errors if isinstance(e, Internal)]
         cls = type(internal[0]) if internal else type(self.errors[0])
         return cls(*(p for e in self.errors for p in e.problems), hint="; ".join(hints) or None)
+
+    def all_checks(self) -> list[dict]:
+        """Every ``PREFLIGHT`` check as a dict (``CheckResult``): those reached, then the rest
+        ``not run`` because the plan could not be made (``prep`` None: the first error says why)."""
+        seen = {c.name for c in self.checks}
+        rest = [CheckResult(n, "not run", "no plan to check against (the first error says why)")
+                for n in PREFLIGHT if n not in seen]
+        return [asdict(c) for c in [*self.checks, *rest]]
 
     def warnings(self) -> list[str]:
         """One line per check the dry run did not run (never reported as passed)."""

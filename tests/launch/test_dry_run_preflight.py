@@ -115,7 +115,8 @@ def test_launchable_standin_passes_every_check_it_runs(docker_client, standin_im
     assert [c["name"] for c in checks] == list(PREFLIGHT)  # every check of `up`, in its order
     assert {c["name"]: c["state"] for c in checks if c["state"] != "ok"} == {
         "NVIDIA runtime": "not needed", "model folder": "not needed", "doctor probes": "not needed",
-        "api key file": "not needed",  # the stand-in asks for no GPU, mounts no model, sets no key
+        "api key file": "not needed", "L3 folder": "not needed",  # the stand-in asks for no GPU, mounts no
+        # model and no L3 folder, sets no key
         "sglang pre-flight": "not needed",  # no GPU: SGLang's stages read the GPU's platform
         "memlock": "not needed"}  # the tests' memlock switch clamps it
     assert not (tmp_path / "xdg" / "escha-deploy" / "launch").exists()  # no spec file written
