@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -11,15 +12,83 @@ from escha_deploy.netaddr import url as http_url
 from .redact import Redactor, printable
 
 
-def down(profile: str | None, *, timeout_s: int | None = None) -> list[str]:
-    """Stop and remove the profile's containers (all of this tool's when ``profile`` is None):
-    SIGTERM, the stop timeout, then kill; returns once their ports are free. Bind-mounted
-    folders (the L3 directory) and volumes are left alone. Returns the names stopped."""
+def _containers(profile: str | None, *, natives: bool) -> tuple[Any, list]:
+    """``(client, containers)`` of this tool for ``profile``; when native servers were found
+    (``natives``), a daemon that does not answer is no error (``(None, [])``), as for ``status``
+    (``watch.session.find_targets``)."""
+    from escha_deploy.errors import EschaError
+
     from . import docker as dk
 
-    client = dk.connect()
+    try:
+        client = dk.connect()
+    except EschaError:
+        if natives:
+            return None, []
+        raise
+    return client, dk.find(client, profile)
+
+
+def native_servers(profile: str | None) -> list:
+    """The live native ``serve`` processes of ``profile`` (all when None), as ``status``
+    finds them: their state files (``watch.state.find_states``; stale ones removed)."""
+    from escha_deploy.watch.state import find_states
+
+    return find_states(profile)[0]
+
+
+def _stop_native(state, grace_s: float) -> bool:
+    """SIGTERM the native ``serve`` (it forwards the signal to SGLang and, ``grace_s`` after,
+    SIGKILLs what is left: ``native.supervise``), then wait for it to exit, up to ``grace_s``
+    plus 15 s; True when it exited."""
+    import signal
+    import time
+
+    try:
+        os.kill(state.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    end = time.monotonic() + grace_s + 15
+    while time.monotonic() < end:
+        if _exited(state.pid):
+            return True
+        time.sleep(0.1)
+    return _exited(state.pid)
+
+
+def _exited(pid: int) -> bool:
+    """Whether ``pid`` has ended: gone, or a zombie its parent has not reaped yet (proc(5):
+    state ``Z`` in ``/proc/PID/stat``, the field after the parenthesised command name)."""
+    from .native import _pid_alive
+
+    if not _pid_alive(pid):
+        return True
+    try:
+        stat = open(f"/proc/{pid}/stat", encoding="ascii", errors="replace").read()
+    except OSError:
+        return not _pid_alive(pid)
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
+
+
+def down(profile: str | None, *, timeout_s: int | None = None) -> list[str]:
+    """Stop and remove the profile's containers (all of this tool's when ``profile`` is None):
+    SIGTERM, the stop timeout, then kill; returns once their ports are free. Native ``serve``
+    processes of the profile (the servers ``status`` lists by their state files) get SIGTERM
+    and are waited for. Bind-mounted folders (the L3 directory) and volumes are left alone.
+    Returns the names stopped (a native server as ``serve pid N``). Raises ``Failed`` (4) when
+    a port stays busy or a native server does not exit."""
+    from . import docker as dk
+
+    natives = native_servers(profile)
+    client, found = _containers(profile, natives=bool(natives))
     stopped = []
-    for c in dk.find(client, profile):
+    for st in natives:
+        grace = float(timeout_s if timeout_s is not None else 60)
+        if not _stop_native(st, grace):
+            raise Failed(f"down: native serve pid {st.pid} (profile {st.profile}, port {st.port}) "
+                         f"did not exit within {grace + 15:g} s of SIGTERM")
+        stopped.append(f"serve pid {st.pid} (native, port {st.port})")
+    for c in found:
         pub = dk.published(c)
         grace = timeout_s if timeout_s is not None else int(
             c.labels.get(dk.LABEL_STOP_TIMEOUT) or c.attrs["Config"].get("StopTimeout") or 60)
@@ -64,11 +133,16 @@ def status(profile: str | None) -> list[dict[str, Any]]:
 
 
 def logs(profile: str | None, *, follow: bool, tail: int | str = "all", out=None) -> None:
-    """Print the container's log (redacted) to ``out`` (stdout: the log is the result here).
-    Raises ``Refused`` (3) when there is no container."""
+    """Print the server's log (redacted) to ``out`` (stdout: the log is the result here): a
+    native ``serve``'s (its log file, ``native.serve_log_path``) when one of the profile runs,
+    else the container's. Raises ``Refused`` (3) when there is neither."""
     from . import docker as dk
 
     out = out or sys.stdout
+    natives = native_servers(profile)
+    if natives:
+        _native_log(natives[0], follow=follow, tail=tail, out=out)
+        return
     client = dk.connect()
     found = dk.find(client, profile)
     if not found:
@@ -80,6 +154,38 @@ def logs(profile: str | None, *, follow: bool, tail: int | str = "all", out=None
             out.flush()
     except KeyboardInterrupt:
         pass
+
+
+def _native_log(state, *, follow: bool, tail: int | str, out) -> None:
+    """A native server's log file: the last ``tail`` lines (or all), then, with ``follow``,
+    what it appends while that ``serve`` runs (polled every 0.2 s). Already redacted by
+    ``serve``. Raises ``Refused`` (3) when the file is not there (a ``serve`` of an older
+    version, which kept no log file)."""
+    import time
+
+    from .native import _pid_alive, serve_log_path
+
+    path = serve_log_path(state.port)
+    try:
+        f = open(path, encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise Refused(f"logs: native serve pid {state.pid} (profile {state.profile}) keeps no log at {path} "
+                      f"({exc.strerror or exc})", hint="its output goes to the terminal it runs in") from None
+    with f:
+        lines = f.readlines()
+        shown = lines if tail == "all" else (lines[-int(tail):] if int(tail) else [])
+        out.write("".join(shown))
+        out.flush()
+        try:
+            while follow and _pid_alive(state.pid):
+                chunk = f.read()
+                if chunk:
+                    out.write(chunk)
+                    out.flush()
+                else:
+                    time.sleep(0.2)
+        except KeyboardInterrupt:
+            pass
 
 
 def container_secrets(container) -> list[str]:
@@ -121,11 +227,21 @@ def facts_from_container(container) -> dict[str, Any]:
 
 
 def diagnose_container(profile: str | None, container=None):
-    """The diagnosis of a container of this tool (or ``container`` itself): its whole log
-    (redacted) and its state. Raises ``Refused`` (3) when there is no container."""
+    """The diagnosis of a native server of ``profile`` (its log file) or else a container of
+    this tool (or ``container`` itself): its whole log (redacted) and its state. Raises ``Refused`` (3) when there is no container."""
     from . import docker as dk
     from .diagnose import Facts, diagnose
 
+    if container is None and (natives := native_servers(profile)):
+        from .native import serve_log_path
+
+        path = serve_log_path(natives[0].port)
+        try:
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError as exc:
+            raise Refused(f"logs: native serve pid {natives[0].pid} keeps no log at {path} "
+                          f"({exc.strerror or exc})") from None
+        return diagnose(lines, Facts())  # already redacted by serve; it is running: no exit code
     if container is None:
         client = dk.connect()
         found = dk.find(client, profile)

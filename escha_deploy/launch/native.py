@@ -58,6 +58,10 @@ from .redact import Redactor, printable
 #: Lines kept for the diagnosis (the printed tail is diagnose.TAIL_LINES of these).
 KEEP_LINES = 400
 
+#: Bytes a native server's log file (``serve_log_path``) grows to before it is moved to
+#: ``.1`` (the one older file kept) and begun again: two files at most, on tmpfs.
+LOG_MAX_BYTES = 32 << 20
+
 
 @dataclass
 class Outcome:
@@ -144,6 +148,48 @@ def runtime_dir(*, make: bool = True) -> Path:
     if d.is_symlink() or st.st_uid != os.getuid():
         raise Refused(f"serve: {d} is not this user's private directory; refusing to use it")
     return d
+
+
+def serve_log_path(port: int) -> Path:
+    """Where a native ``serve`` on ``port`` copies its server's redacted output
+    (``<runtime_dir>/serve-<port>.log``, mode 0600, beside its state file), for ``logs``; the
+    file older than ``LOG_MAX_BYTES`` is ``serve-<port>.log.1``."""
+    return runtime_dir() / f"serve-{port}.log"
+
+
+class _LogFile:
+    """The redacted server output written to ``path`` as well (mode 0600; begun empty; at
+    ``LOG_MAX_BYTES`` moved to ``path.1`` and begun again). A write that fails (tmpfs full)
+    stops the copy; the terminal still gets every line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.f: IO[str] | None = None
+        self._open()
+
+    def _open(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        self.f = os.fdopen(fd, "w", encoding="utf-8", errors="replace")
+
+    def write(self, line: str) -> None:
+        if self.f is None:
+            return
+        try:
+            if self.f.tell() + len(line) > LOG_MAX_BYTES:
+                self.f.close()
+                os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+                self._open()
+            assert self.f is not None
+            self.f.write(line)
+            self.f.flush()
+        except OSError:
+            self.close()
+
+    def close(self) -> None:
+        if self.f is not None:
+            with contextlib.suppress(OSError):
+                self.f.close()
+            self.f = None
 
 
 @contextlib.contextmanager
@@ -300,6 +346,7 @@ def supervise(
     grace_s: float = GRACE_S,
     cgroup_root: Path = Path("/"),
     on_ready: Callable[[list[str]], None] | None = None,
+    log_path: Path | None = None,
 ) -> Outcome:
     """Run ``argv`` as a supervised child and return how it ended (see module docstring).
 
@@ -317,6 +364,8 @@ def supervise(
     ``on_ready``: called once, in a thread of its own (the output keeps flowing), with every
     line (redacted) up to and including the first ``READY_LINE``: ``serve``'s drift check. It
     must not raise; whatever it raises is printed as one line and does not stop the server.
+    ``log_path``: a file that gets the redacted output too (``serve_log_path``: what ``logs``
+    reads for a native server).
     Raises ``OSError`` when the child cannot be started at all (the caller reports it).
     """
     out = out or sys.stderr
@@ -328,6 +377,7 @@ def supervise(
         cmd += [config_flag, str(cfg)]
     kept: deque[str] = deque(maxlen=KEEP_LINES)
     forwarded: list[int] = []
+    log = _LogFile(log_path) if log_path is not None else None
     from escha_deploy.host import read_oom_kill_count
 
     oom_before = read_oom_kill_count(cgroup_root)
@@ -368,6 +418,8 @@ def supervise(
             kept.append(line)
             out.write(printable(line) + "\n")
             out.flush()
+            if log is not None:
+                log.write(printable(line) + "\n")
             if startup is not None:
                 startup.append(line)
             if READY_LINE in line:
@@ -419,6 +471,8 @@ def supervise(
         dog.close(grace_s + 10)  # the watchdog ends what is left of the tree, then exits
         reader.join(timeout=5)
         dog.out.close()
+        if log is not None:
+            log.close()
         if tmpdir is not None:
             shutil.rmtree(tmpdir, ignore_errors=True)
     if dog.error is not None:

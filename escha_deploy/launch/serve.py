@@ -291,7 +291,7 @@ def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dr
     from .check import check_here
     from .diagnose import Facts
     from .docker import SERVE_MODE_ENV
-    from .native import server_lock, supervise, sweep_secret_dirs, tmpfs_root
+    from .native import serve_log_path, server_lock, supervise, sweep_secret_dirs, tmpfs_root
 
     in_container = os.environ.get(SERVE_MODE_ENV) == "container"
 
@@ -339,7 +339,8 @@ def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dr
                                 secret_root=root, lock_fd=lock_fd,
                                 grace_s=float(launch.container.stop_timeout_s),
                                 on_ready=drift_at_ready(launch, planned, api_key, report)
-                                if planned is not None else None)
+                                if planned is not None else None,
+                                log_path=None if in_container else serve_log_path(launch.container.port_host))
         except OSError as exc:
             raise Failed(f"serve: cannot start {argv[0] if argv else 'the server'}: {exc}") from None
         finally:
