@@ -51,8 +51,11 @@ def _guard(p: Plan) -> dict[str, str]:
         # a reading below the reserve leaves nothing: 0, as the plan prints it (never a negative size)
         "one reading's share per rank": fmt_gib_gb(max(g.share_per_rank_bytes, 0)) if g else "-",
         "stock check at the chosen pools": (rc.stock or "-") if rc else "no host pools",
+        # a ratio <= 0 is auto-size's refusal ("No host memory is left for HiCache after the 10 GiB
+        # reserve", mem_cache/hicache_auto_size.py): no host tier, never a negative ratio
         "auto-size would pick": ("-" if not g or g.auto_size is None else
-                                 f"ratio {g.auto_size.ratio:g}" + (" (refused)" if g.auto_size.refused else "")),
+                                 "none (refused: no host memory left after the reserve)" if g.auto_size.refused
+                                 else f"ratio {g.auto_size.ratio:g}"),
         "HiCache": "off" if not p.hicache.enabled else (f"--hicache-size {p.hicache.size_gb}" if p.hicache.size_gb
                                                           else f"--hicache-ratio {p.hicache.ratio:g}"),
         "pinned total": fmt_gib_gb(p.pinned_total_bytes),

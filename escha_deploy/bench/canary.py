@@ -205,7 +205,7 @@ async def run_canary(
 
     cold = prompt = None
     for attempt in range(3):
-        step(f"canary: cold ask ({opts.prompt_tokens} tokens)")
+        step(f"cold ask ({opts.prompt_tokens} tokens)")
         prompt = await make_prompt(opts.seed, "canary", attempt, opts.prompt_tokens, tok,
                                    "canary")
         cold = await client.complete(prompt.payload, opts.answer_tokens, seed=opts.seed)
@@ -214,16 +214,16 @@ async def run_canary(
         evidence.append(f"canary prompt {attempt} was already cached; took another")
     assert cold is not None and prompt is not None
 
-    step("canary: device-hit ask")
+    step("device-hit ask")
     dev = await client.complete(prompt.payload, opts.answer_tokens, seed=opts.seed)
 
     for i in range(fill.requests):
-        step(f"canary: filling the device pool ({i + 1}/{fill.requests}, "
+        step(f"filling the device pool ({i + 1}/{fill.requests}, "
              f"{fill.prompt_tokens} tokens each)")
         fp = await make_prompt(opts.seed, f"fill-{attempt}", i, fill.prompt_tokens, tok)
         await client.complete(fp.payload, 1, seed=opts.seed)
 
-    step("canary: host-tier ask")
+    step("host-tier ask")
     before = await client.metrics() if facts.metrics else None
     host = await client.complete(prompt.payload, opts.answer_tokens, seed=opts.seed)
     after = await client.metrics() if facts.metrics else None

@@ -141,7 +141,7 @@ def _canary(endpoint: str, prof: Profile) -> None:
     key = (read_secret(prof.container.api_key_file, "container.api_key_file")
            if prof.container.api_key_file else None)
     info(f"up: running the restore canary against {endpoint}")
-    canary_check(endpoint, step=info, api_key=key)  # each step already begins "canary: "
+    canary_check(endpoint, step=lambda s: info(f"canary: {s}"), api_key=key)  # the one "canary: " prefix
 
 
 def print_dry_run(profile: str, overrides: list[str], facts: str | None, fmt: OutputFormat, *,

@@ -159,3 +159,11 @@ def test_up_canary_progress_lines_have_one_prefix(standin, capsys):
     up_canary(srv.url, load_profile("rtx5060ti-tp2-fp8"))  # `up` hands it the profile it loaded
     err = capsys.readouterr().err
     assert "canary: cold ask" in err and "canary: canary:" not in err
+
+
+def test_canary_command_progress_lines_have_one_prefix(standin, cli):
+    """`escha-deploy canary`'s progress lines (not a terminal: plain lines), against a STAND-IN
+    server, read "canary: cold ask", never "canary: canary: cold ask"."""
+    srv = standin(**POOLS)
+    r = cli("canary", "-e", srv.url, "--prompt-tokens", "2000", "--fill-tokens", "30000")
+    assert "canary: cold ask" in r.err and "canary: canary:" not in r.err, r.err

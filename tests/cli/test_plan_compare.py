@@ -76,3 +76,12 @@ def test_compare_help_says_what_is_printed(cli):
     assert "Also plan SGLang release A" not in text
     assert "--compare A Instead of the plan, print how it compares with the plan for SGLang release A" in text
     assert "each release's verdict reasons" in text
+
+
+def test_compare_auto_size_refusal_reads_none_not_a_negative_ratio(cli):
+    """On the 16 GiB WSL2 VM 0.5.23's auto-size leaves no host memory after its reserve: the
+    row said "ratio -0.4... (refused)"; it says none."""
+    r = cli("plan", "--profile", "rtx5060ti-tp2", "--compare", "0.5.23", "--host-ram", "16GiB", "--wsl2", "-f", "json")
+    row = _rows(json.loads(r.out))["auto-size would pick"]
+    assert row["a"] == "none (refused: no host memory left after the reserve)", row
+    assert not re.search(r"ratio -", r.out)
