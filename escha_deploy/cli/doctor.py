@@ -32,10 +32,12 @@ def render_table(report) -> None:
 
     table = Table(title=f"doctor{' --profile ' + report.profile if report.profile else ''}",
                   show_lines=False, title_justify="left")
-    table.add_column("check", no_wrap=True)
+    # every column wraps at word boundaries and folds a word longer than the column (a path, a
+    # URL): rich's default overflow, "ellipsis", cut such a word at 80 columns
+    table.add_column("check", overflow="fold")
     table.add_column("status", no_wrap=True)
-    table.add_column("seen")
-    table.add_column("fix")
+    table.add_column("seen", overflow="fold")
+    table.add_column("fix", overflow="fold")
     for c in report.checks:
         table.add_row(c.id, f"[{_STYLE[c.status]}]{c.status}[/]", escape(c.detail), escape(c.fix or ""))
     console = stdout_console()
