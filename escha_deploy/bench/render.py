@@ -14,6 +14,7 @@ from escha_deploy.errors import BadInput
 from escha_deploy.paths import write_output
 
 from .models import BenchReport, CachedFigure, CanaryResult, PassResult, ServerRun
+from .workload import warm_marks
 
 #: How to get matplotlib, said when it is missing.
 CHART_INSTALL_HINT = (
@@ -65,15 +66,25 @@ def _pass(p: PassResult) -> str:
     return f"{p.wall_s:.1f} s" if p.wall_s >= 1 else f"{p.wall_s:.2f} s"
 
 
+#: How a cell measured on an already-warm cache is marked (table and chart); the caption says why.
+WARM_MARK = "WARM CACHE"
+
+
+def _warm(marks: dict[str, str], name: str) -> str:
+    return f" [{WARM_MARK}: {marks[name]}]" if name in marks else ""
+
+
 def rows(report: BenchReport) -> list[tuple[str, list[str]]]:
     """The table as (row name, one cell per run), in the seed's order, then the extras."""
     w = report.workload
     group = f"{w.prefixes} x {_k(w.prefix_tokens)} distinct prefixes, concurrent"
     runs: list[ServerRun] = report.runs
+    warm = [warm_marks(r, w) for r in runs]
     return [
-        ("cold prefill", [f"{r.prefill.tokens_per_s:,.0f} tok/s" for r in runs]),
+        ("cold prefill", [f"{r.prefill.tokens_per_s:,.0f} tok/s" + _warm(m, "cold prefill")
+                          for r, m in zip(runs, warm, strict=True)]),
         ("decode, bs1", [f"{r.decode.tokens_per_s:.1f} tok/s" for r in runs]),
-        (f"{group}, first pass", [_pass(r.first_pass) for r in runs]),
+        (f"{group}, first pass", [_pass(r.first_pass) + _warm(m, "first pass") for r, m in zip(runs, warm, strict=True)]),
         (f"{group}, second pass", [_pass(r.second_pass) for r in runs]),
         ("second pass, cached share", [_share(r.second_pass.cached) for r in runs]),
         ("second pass, host-tier tokens", [_host(r.second_pass.cached) for r in runs]),
@@ -87,6 +98,9 @@ def caption(report: BenchReport) -> str:
     parts = [f"seed {w.seed}", f"tokens counted by {' / '.join(sorted(counts))}"]
     if report.box:
         parts.append(f"box: {report.box}")
+    if any(warm_marks(r, w) for r in report.runs):
+        parts.append(f"{WARM_MARK}: the server already held these prompts (same --seed run before on it), "
+                     "so that figure is no cold measurement; rerun with another --seed or after a restart")
     return "; ".join(parts)
 
 
@@ -141,23 +155,31 @@ def chart(report: BenchReport, path: Path) -> Path:
         ("cold prefill, tok/s", [r.prefill.tokens_per_s for r in report.runs]),
         ("decode bs1, tok/s", [r.decode.tokens_per_s for r in report.runs]),
     ]
-    for ax, (title, values) in zip(axes[:2], panels, strict=True):
-        ax.bar(labels, values, color=colors[: len(values)])
+    warm = [warm_marks(r, w) for r in report.runs]
+    for k, (ax, (title, values)) in enumerate(zip(axes[:2], panels, strict=True)):
+        bars = ax.bar(labels, values, color=colors[: len(values)])
         ax.set_title(title)
         ax.margins(y=0.12)
         for x, v in enumerate(values):
-            ax.annotate(f"{v:,.0f}" if v >= 100 else f"{v:.1f}", (x, v), ha="center",
-                        va="bottom")
+            hot = k == 0 and "cold prefill" in warm[x]
+            if hot:  # measured on a warm cache: hatched and labelled on the bar
+                bars[x].set_hatch("//")
+            ax.annotate((f"{v:,.0f}" if v >= 100 else f"{v:.1f}") + (f"\n{WARM_MARK}" if hot else ""), (x, v),
+                        ha="center", va="bottom", color="#b00020" if hot else "black")
     ax = axes[2]
     n = len(report.runs)
     width = 0.8 / n
     for i, (label, r) in enumerate(zip(labels, report.runs, strict=True)):
         xs = [j + (i - (n - 1) / 2) * width for j in range(2)]
         vals = [r.first_pass.wall_s, r.second_pass.wall_s]
-        ax.bar(xs, vals, width=width, label=label, color=colors[i % len(colors)])
-        for x, v in zip(xs, vals, strict=True):
-            ax.annotate(f"{v:.2f} s" if v < 1 else f"{v:.1f} s", (x, v), ha="center",
-                        va="bottom")
+        bars = ax.bar(xs, vals, width=width, label=label, color=colors[i % len(colors)])
+        hot = "first pass" in warm[i]
+        if hot:
+            bars[0].set_hatch("//")
+        for j, (x, v) in enumerate(zip(xs, vals, strict=True)):
+            mark = hot and j == 0
+            ax.annotate((f"{v:.2f} s" if v < 1 else f"{v:.1f} s") + (f"\n{WARM_MARK}" if mark else ""), (x, v),
+                        ha="center", va="bottom", color="#b00020" if mark else "black")
     ax.margins(y=0.12)
     ax.set_xticks([0, 1], ["first pass", "second pass"])
     ax.set_title(f"{w.prefixes} x {_k(w.prefix_tokens)} prefixes, wall s")

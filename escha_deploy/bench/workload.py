@@ -136,6 +136,32 @@ async def _pass(
     )
 
 
+def prefill_was_warm(cached_tokens: int | None) -> bool:
+    """Whether the cold prefill's prompt was already cached (more than ``COLD_SLACK_TOKENS``
+    of it): its tok/s then measures a cache hit, not a prefill."""
+    return cached_tokens is not None and cached_tokens > COLD_SLACK_TOKENS
+
+
+def first_pass_was_warm(first: PassResult, spec: WorkloadSpec) -> bool:
+    """Whether the first pass's distinct prefixes were already cached (more than
+    ``COLD_SLACK_TOKENS`` per prefix): its wall time then is not a cold pass."""
+    c = first.cached
+    return c.share is not None and bool(c.cached_tokens) and (c.cached_tokens or 0) > COLD_SLACK_TOKENS * spec.prefixes
+
+
+def warm_marks(run: ServerRun, spec: WorkloadSpec) -> dict[str, str]:
+    """The measurements of ``run`` made on an already-warm cache (a contaminated pass: the same
+    ``--seed`` run before on that server), by name (``cold prefill``, ``first pass``), each with
+    its evidence; what the table and the chart mark besides the warning on stderr."""
+    out = {}
+    if prefill_was_warm(run.prefill.cached_tokens):
+        out["cold prefill"] = f"{run.prefill.cached_tokens:,} of {run.prefill.prompt_tokens:,} tokens cached"
+    if first_pass_was_warm(run.first_pass, spec):
+        out["first pass"] = (f"{run.first_pass.cached.cached_tokens:,} of {run.first_pass.prompt_tokens:,} "
+                             "tokens cached")
+    return out
+
+
 async def run_workload(
     client: ServerClient, facts: ServerFacts, spec: WorkloadSpec, step: Step = lambda _: None
 ) -> ServerRun:
@@ -162,7 +188,7 @@ async def run_workload(
     cold = await make_prompt(spec.seed, "cold", 0, spec.prefill_tokens, tok)
     c = await client.complete(cold.payload, 1, seed=spec.seed)
     cached = c.cached_total()
-    if cached is not None and cached > COLD_SLACK_TOKENS:
+    if prefill_was_warm(cached):
         warnings.append(
             f"cold prefill: the server already held {cached} of {c.prompt_tokens} tokens "
             "(same --seed run before on this server?): use another --seed or restart it"
@@ -196,9 +222,8 @@ async def run_workload(
 
     step(f"first pass: {spec.prefixes} concurrent distinct prefixes")
     first = await _pass(client, facts, q1, spec.answer_tokens, spec.seed)
-    if first.cached.share is not None and first.cached.cached_tokens and (
-        first.cached.cached_tokens > COLD_SLACK_TOKENS * spec.prefixes
-    ):
+    if first_pass_was_warm(first, spec):
+        assert first.cached.share is not None
         warnings.append(
             f"first pass: {first.cached.share:.0%} of the prompt tokens were already cached "
             "(same --seed run before on this server?): use another --seed or restart it"

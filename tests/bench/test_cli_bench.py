@@ -120,3 +120,31 @@ def test_a_chart_that_cannot_be_written_is_refused_before_the_run(cli, standin, 
     assert res.err.splitlines() == [f"error: --chart {chart}: cannot write: {reason}"]
     assert srv.state.paths == []  # refused before any request
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "xdg-cache") == ["dir.png", "file"]
+
+
+def test_a_warm_cache_pass_is_marked_in_the_table_and_the_chart(cli, standin, tmp_path, monkeypatch):
+    """The same --seed twice on one STAND-IN server: the second run's cold prefill and first pass
+    hit the cache. The warning was on stderr only; the table's cells, its caption and the
+    chart's bars now say WARM CACHE too. A first run on a fresh server is not marked."""
+    mpl = pytest.importorskip("matplotlib")
+    mpl.use("Agg")
+    import matplotlib.pyplot as plt
+
+    srv = standin(device_tokens=50_000, host_tokens=50_000)
+    first = cli("bench", "-e", srv.url, *SMALL)
+    assert first.code == 0 and "WARM CACHE" not in first.out, first.out
+    figures = []
+    real_close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    res = cli("bench", "-e", srv.url, *SMALL, "--chart", str(tmp_path / "b.png"))
+    monkeypatch.setattr(plt, "close", real_close)
+    assert res.code == 0, res.err
+    assert "already held" in res.err  # the warning stays
+    prefill = next(line for line in res.out.splitlines() if "cold prefill" in line)
+    assert "WARM CACHE" in prefill and "tokens cached" in prefill, res.out
+    assert "the server already held these prompts" in " ".join(res.out.split())
+    (fig,) = figures
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert any("WARM CACHE" in t for t in texts), texts
+    assert any(p.get_hatch() == "//" for p in fig.axes[0].patches)
+    real_close(fig)
