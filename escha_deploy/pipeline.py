@@ -349,6 +349,17 @@ def decide(profile: Profile, g: Gathered, *, capabilities: Collection[str] | Non
                           capabilities=None if capabilities is None else frozenset(capabilities),
                           hicache_source=hicache_source, release=release.version, release_source=release.source)
     result = result.model_copy(update={"fact_sources": g.sources})
+    if result.verdict == "unsafe":
+        from escha_deploy.planner.fit import host_fit
+
+        def replan(host):
+            return plan_profile(profile, host, model_dir=g.model_dir, draft=g.draft, ratio=ratio,
+                                hicache_size_gb=hicache_size_gb,
+                                capabilities=None if capabilities is None else frozenset(capabilities),
+                                hicache_source=hicache_source, release=release.version,
+                                release_source=release.source)
+
+        result = result.model_copy(update={"host_fit": host_fit(profile, result, g.host, replan)})
     if check_argv:  # plan --compare leaves it to the comparison, which names the flags the release refuses
         result = result.model_copy(update={"argv_check": check_rendered_argv(result, profile)})
     if not digest:

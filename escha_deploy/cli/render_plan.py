@@ -159,5 +159,7 @@ def render_plan(p: Plan) -> None:
 
     for reason in p.reasons:  # reasons quote config sections like [wsl2]: not markup
         con.print(f"  - {escape(reason)}", soft_wrap=True)
+    if p.host_fit is not None:
+        con.print(f"  host: {escape(p.host_fit.line)}", soft_wrap=True)
     for w in p.warnings:
         con.print(f"  [yellow]warning[/]: {escape(w)}", soft_wrap=True)

@@ -187,6 +187,25 @@ class DevicePlan(BaseModel):
     fits: bool
 
 
+class HostFit(BaseModel):
+    """Where an unsafe plan would fit as the profile stands (``planner.fit.host_fit``).
+
+    ``assumed_mem_total_bytes``/``assumed_platform``: the host the profile says it was sized for
+    (``hardware.host_ram``, ``hardware.platform``; None/"any" when it does not say);
+    ``mem_total_bytes``: the host planned; ``fits_from_mem_total_bytes``: the smallest MemTotal
+    (on a 1 GiB grid, same platform, no cgroup limit) with which the same profile plans ``ok``;
+    None when no memory size up to ``FIT_SEARCH_MAX_BYTES`` does (the reasons are not about
+    memory). ``line``: the sentence ``plan`` prints."""
+
+    model_config = ConfigDict(frozen=True)
+
+    assumed_mem_total_bytes: int | None
+    assumed_platform: str
+    mem_total_bytes: int
+    fits_from_mem_total_bytes: int | None
+    line: str
+
+
 class Finding(BaseModel):
     model_config = ConfigDict(frozen=True)
     severity: Literal["error", "warning"]
@@ -282,6 +301,9 @@ class Plan(BaseModel):
     host_hit_cost: HostHitCost | None = Field(
         None, description="load-back of a cached prefix from host RAM vs recompute (planner/restore_cost.py); "
         "None with HiCache off")
+    host_fit: HostFit | None = Field(
+        None, description="an unsafe plan: the host the profile was sized for (hardware.host_ram) and the smallest "
+        "MemTotal with which it fits as it is (planner.fit); null for a safe plan")
     fact_sources: list[FactSource] = Field(
         default_factory=list, description="where each host fact the plan read came from, with its kind of source "
         "(proc, cgroup, nvml, facts_file, findings, ...): pipeline.gather's; not digested")

@@ -112,6 +112,15 @@ class EschaModel(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
+@dataclass(frozen=True)
+class OmitWhenUnset:
+    """Field metadata: ``profile_to_data`` leaves the key out while it is ``None``. For keys
+    added after launch specs were digested and rendered: a profile that does not set the key
+    keeps its plan digest (``launch_spec.launch_digest`` is over ``profile_to_data``), so a
+    running server does not read as stale after an upgrade, and its rendered profile (the
+    Kubernetes ConfigMap) stays as it was. ``profiles show --keys`` still lists the key."""
+
+
 class Hardware(EschaModel):
     gpu_name: Annotated[str, Field(description="GPU model, e.g. 'GeForce RTX 5060 Ti'")]
     gpu_count: Annotated[StrictInt, Field(gt=0, le=MAX_GPUS, description="GPUs in the box")]
@@ -121,15 +130,13 @@ class Hardware(EschaModel):
         Literal["linux", "wsl2", "any"],
         Field(description="the platform this profile is written for; plans use the host's"),
     ] = "any"
-
-
-@dataclass(frozen=True)
-class OmitWhenUnset:
-    """Field metadata: ``profile_to_data`` leaves the key out while it is ``None``. For keys
-    added after launch specs were digested and rendered: a profile that does not set the key
-    keeps its plan digest (``launch_spec.launch_digest`` is over ``profile_to_data``), so a
-    running server does not read as stale after an upgrade, and its rendered profile (the
-    Kubernetes ConfigMap) stays as it was. ``profiles show --keys`` still lists the key."""
+    host_ram: Annotated[
+        Size | None,
+        Field(gt=0, description="the host memory this profile was sized for: MemTotal as the server's kernel sees "
+              "it (under WSL2 the VM's, e.g. 16GiB of a 32 GB Windows host); plans use the host's own, and a plan "
+              "that is unsafe says from which MemTotal the profile fits as it is; none: not stated"),
+        OmitWhenUnset(),
+    ] = None
 
 
 class DraftModel(EschaModel):

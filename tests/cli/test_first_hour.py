@@ -65,3 +65,39 @@ def test_dry_run_without_a_plan_still_names_every_check(cli, monkeypatch, tmp_pa
     assert set(rows) == set(PREFLIGHT), r.out
     assert rows["plan"] == "not run"
     assert f"{bad}:2: the facts file is not JSON" in r.err
+
+
+SHIPPED = ["rtx5060ti-tp2", "rtx5060ti-tp2-fp8", "linux-tp2-l3"]
+
+
+def test_each_shipped_profile_says_the_host_it_assumes_and_fits_it(cli):
+    """linux-tp2-l3 did not say what host it assumes (and is unsafe on a 64 GiB box): every
+    shipped profile names its MemTotal (hardware.host_ram) and plans ok on that host."""
+    from escha_deploy.profile import load_profile
+
+    for name in SHIPPED:
+        prof = load_profile(name)
+        assert prof.hardware.host_ram, name
+        platform = "--linux" if prof.hardware.platform == "linux" else "--wsl2"
+        r = cli("plan", "-p", name, "--host-ram", f"{prof.hardware.host_ram}B", platform, "-f", "json")
+        assert json.loads(r.out)["verdict"] == "ok", (name, r.err)
+
+
+def test_plan_on_a_smaller_host_says_the_smallest_ram_it_fits(cli):
+    """On a 64 GiB Linux box linux-tp2-l3 is unsafe; the plan names the host it is sized for and
+    the smallest MemTotal that fits as it is, and that size is the edge: 1 GiB less is unsafe."""
+    r = cli("plan", "-p", "linux-tp2-l3", "--host-ram", "64GiB", "--linux")
+    assert r.code == 3
+    text = " ".join(r.out.split())
+    assert ("host: linux-tp2-l3 is sized for a linux host with MemTotal 94.00 GiB (hardware.host_ram); this plan's "
+            "host has 64.00 GiB; as it is, it fits from MemTotal 65.00 GiB") in text, text
+    assert "use hicache_size <= 29" in text  # what to change on this host, from the reasons
+    fit = json.loads(cli("plan", "-p", "linux-tp2-l3", "--host-ram", "64GiB", "--linux", "-f", "json").out)["host_fit"]
+    edge = fit["fits_from_mem_total_bytes"]
+    assert edge == 65 << 30
+    assert json.loads(cli("plan", "-p", "linux-tp2-l3", "--host-ram", f"{edge}B", "--linux", "-f", "json").out)[
+        "verdict"] == "ok"
+    assert json.loads(cli("plan", "-p", "linux-tp2-l3", "--host-ram", f"{edge - (1 << 30)}B", "--linux",
+                          "-f", "json").out)["verdict"] == "unsafe"
+    ok = json.loads(cli("plan", "-p", "linux-tp2-l3", "--host-ram", "94GiB", "--linux", "-f", "json").out)
+    assert ok["host_fit"] is None
