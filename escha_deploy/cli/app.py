@@ -16,6 +16,7 @@ VERB_MODULES: tuple[str, ...] = (
     "down",
     "status",
     "logs",
+    "ask",
     "diagnose",
     "compose",
     "serve",
@@ -38,7 +39,7 @@ PANEL_MEASURE = "Measure"
 #: registers only the module that serves ``command``, so ``plan`` does not build the other verbs'
 #: parameters (tests/cli/test_startup.py checks this map against what the modules register).
 COMMANDS: dict[str, str] = {
-    "up": "up", "down": "down", "status": "status", "logs": "logs", "diagnose": "diagnose", "compose": "compose",
+    "up": "up", "down": "down", "status": "status", "logs": "logs", "ask": "ask", "diagnose": "diagnose", "compose": "compose",
     "serve": "serve", "plan": "plan", "profiles": "profiles", "doctor": "doctor",
     "runtime": "runtime", "build": "build", "bench": "bench", "canary": "bench", "fleet": "fleet",
 }

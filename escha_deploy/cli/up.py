@@ -15,6 +15,9 @@ from .options import DEFAULT_PROFILE, DryRunOpt, FactsOpt, FormatOpt, OutputForm
 if TYPE_CHECKING:
     from escha_deploy.profile import Profile
 
+#: The prompt `up` suggests to `escha-deploy ask`.
+FIRST_ASK = "Say hello in five words."
+
 EXAMPLES = """
 Examples:
 
@@ -83,7 +86,7 @@ def register(app: typer.Typer) -> None:
                     res = start(profile, overrides, timeout_s=timeout, build=build, report=report,
                                 facts_path=facts, ready=mine, loaded=prof)
                     follow = not detach and mine.container is not None
-                    _print_result(res, format)
+                    _print_result(res, format, prof)
                     if canary:
                         _canary(res.endpoint, prof)
                     if follow:
@@ -120,14 +123,23 @@ def _profile_name(profile: str, overrides: list[str]) -> str:
     return profile_name(profile, overrides) or profile
 
 
-def _print_result(res, fmt: OutputFormat) -> None:
+def _print_result(res, fmt: OutputFormat, prof: Profile) -> None:
+    """The ready server: one line on stdout (or the JSON object), then on stderr the first
+    request to send (``launch.first_request``: curl and the OpenAI client, the key read from its
+    file); the JSON carries it as ``first_request`` (``curl``, ``python``)."""
+    from escha_deploy.launch.first_request import for_profile
+
     from .output import info, print_json
 
+    first = for_profile(prof, res.endpoint)
     if fmt is OutputFormat.json:
-        print_json(res.__dict__)
+        print_json({**res.__dict__, "first_request": {"curl": first.curl, "python": first.python}})
     else:
         info(f"up: {res.note}" if res.note else f"up: ready in {res.ready_seconds:.1f} s")
         typer.echo(f"{res.profile}\t{res.state}\t{res.endpoint}\t{res.container}")
+        for line in first.lines():
+            info(line)
+        info(f'or: escha-deploy ask -p {prof.name} "{FIRST_ASK}"')
 
 
 def _canary(endpoint: str, prof: Profile) -> None:
@@ -168,9 +180,13 @@ def print_dry_run(profile: str, overrides: list[str], facts: str | None, fmt: Ou
         else:
             _print_checks(checks, "# up's preflight checks (no plan: the error below comes first)")
         raise err
+    from escha_deploy.launch.first_request import endpoint_of, for_profile
+
     data = dry.data()
+    spec = dry.prep.spec
+    first = for_profile(dry.prep.profile, endpoint_of(spec.port_host_ip, spec.port_host))
     if fmt is OutputFormat.json:
-        print_json(data)
+        print_json({**data, "first_request": {"curl": first.curl, "python": first.python}})
     else:
         import shlex
 
@@ -194,6 +210,8 @@ def print_dry_run(profile: str, overrides: list[str], facts: str | None, fmt: Ou
         for k, v in data["env"].items():
             typer.echo(f"{k}={shlex.quote(v)}")
         _print_checks(data["checks"], "# up's preflight checks (the verdict above is the plan's)")
+        typer.echo("# once `up` is ready, the " + first.lines()[0].removesuffix(":"))
+        typer.echo(first.curl)
     for w in dry.warnings():
         info(f"warning: {w}")
     if err is not None:

@@ -220,10 +220,9 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
     client, prep, sfile = ctx.client, ctx.prep, ctx.spec_file
     assert prep is not None
     spec = prep.spec
-    from escha_deploy.netaddr import url as http_url
+    from .first_request import endpoint_of
 
-    endpoint = http_url("127.0.0.1" if spec.port_host_ip in ("0.0.0.0", "127.0.0.1") else spec.port_host_ip,
-                        spec.port_host)  # an IPv6 bind address bracketed (RFC 3986)
+    endpoint = endpoint_of(spec.port_host_ip, spec.port_host)  # an IPv6 bind address bracketed (RFC 3986)
     if (running := ctx.running) is not None:
         return UpResult(prep.profile.name, running.name, endpoint, "running", None, [],
                         note=f"already running (container {running.name}); nothing to do")

@@ -1,7 +1,7 @@
 """STAND-IN for the patched SGLang image in launch tests: a tiny HTTP server (stdlib only).
 
 It plays `escha-deploy serve` + SGLang 0.5.19 where no GPU exists: prints startup lines in
-SGLang 0.5.19's real formats (each cited below), then answers GET /health and POST /generate.
+SGLang 0.5.19's real formats (each cited below), then answers GET /health, POST /generate and POST /v1/chat/completions (a fixed answer).
 Behaviour comes from /etc/standin/config.json, baked into the image by the tests:
   mode: ok | crash (the host-memory check's ValueError, exit 1) | no_generate (/health 200,
         /generate 503: sglang#22779's symptom) | server_key (requests must carry
@@ -89,13 +89,24 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         n = int(self.headers.get("Content-Length") or 0)
-        self.rfile.read(n)
-        if self.path != "/generate":
+        raw = self.rfile.read(n)
+        if self.path not in ("/generate", "/v1/chat/completions"):
             return self._send(404, {"error": "not found"})
         if CFG.get("mode") == "server_key" and self.headers.get("Authorization") != "Bearer " + CFG["server_key"]:
             return self._send(401, {"error": "Unauthorized"})
         if CFG.get("mode") == "no_generate":
             return self._send(503, {"error": "stand-in: not serving"})
+        if self.path == "/v1/chat/completions":  # the shape of entrypoints/openai/protocol.py ChatCompletionResponse
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError:
+                return self._send(400, {"error": "stand-in: body is not JSON"})
+            return self._send(200, {"id": "standin", "object": "chat.completion", "created": int(time.time()),
+                                    "model": body.get("model"),
+                                    "choices": [{"index": 0, "finish_reason": "length",
+                                                 "message": {"role": "assistant", "content": "stand-in: hello"}}],
+                                    "usage": {"prompt_tokens": 8, "completion_tokens": 3, "total_tokens": 11,
+                                              "prompt_tokens_details": None}})
         self._send(200, {"text": "!", "meta_info": {"completion_tokens": 1}})
 
 
