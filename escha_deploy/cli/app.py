@@ -21,6 +21,7 @@ VERB_MODULES: tuple[str, ...] = (
     "compose",
     "serve",
     "plan",
+    "model",
     "profiles",
     "doctor",
     "runtime",
@@ -40,7 +41,7 @@ PANEL_MEASURE = "Measure"
 #: parameters (tests/cli/test_startup.py checks this map against what the modules register).
 COMMANDS: dict[str, str] = {
     "up": "up", "down": "down", "status": "status", "logs": "logs", "ask": "ask", "diagnose": "diagnose", "compose": "compose",
-    "serve": "serve", "plan": "plan", "profiles": "profiles", "doctor": "doctor",
+    "serve": "serve", "plan": "plan", "model": "model", "profiles": "profiles", "doctor": "doctor",
     "runtime": "runtime", "build": "build", "bench": "bench", "canary": "bench", "fleet": "fleet",
 }
 

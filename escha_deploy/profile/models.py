@@ -156,6 +156,25 @@ class DraftModel(EschaModel):
     ] = None
 
 
+class Checkpoint(EschaModel):
+    """The published checkpoint a profile was sized for (``model.checkpoint``): what `escha-deploy
+    model pull PROFILE` fetches into ``model.host_dir``. ``repo`` is the hub repository id
+    (OWNER/NAME), null where none is published (a fork's own weights); ``source`` says where the
+    id comes from, or why there is none."""
+
+    repo: Annotated[
+        str | None,
+        Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=200,
+              description="hub repository id (OWNER/NAME) of the weights; null: none is published"),
+    ]
+    revision: Annotated[
+        str | None, Field(max_length=200, description="branch, tag or commit to pull (default: main); the lock "
+                          "file beside the weights pins the commit it resolved to")
+    ] = None
+    source: Annotated[str, Field(min_length=1, max_length=1000,
+                                 description="where the repository id comes from, or why none is published")]
+
+
 class ModelSection(EschaModel):
     path: Annotated[str, Field(description="model path as the server sees it (--model-path)"), SGLangFlag("--model-path")]
     host_dir: Annotated[
@@ -177,6 +196,12 @@ class ModelSection(EschaModel):
         str | None, Field(description="--quantization (e.g. awq_marlin; escha_w2 needs w2-weights)"), SGLangFlag("--quantization")
     ] = None
     trust_remote_code: Annotated[bool, Field(description="--trust-remote-code"), SGLangFlag("--trust-remote-code")] = False
+    checkpoint: Annotated[
+        Checkpoint | None,
+        Field(description="the published checkpoint this profile was sized for: {repo, revision, source}; "
+              "`escha-deploy model pull PROFILE` fetches it into host_dir and pins it (escha-model.lock.json)"),
+        OmitWhenUnset(),
+    ] = None
     draft: Annotated[
         DraftModel | None,
         Field(description="the speculative-decoding draft model: {path, host_dir} (--speculative-draft-model-path); "

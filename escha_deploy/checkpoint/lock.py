@@ -1,0 +1,150 @@
+"""The lock file `escha-deploy model pull` writes beside the weights, and its checks.
+
+``<folder>/escha-model.lock.json`` pins what was pulled: the repository id, the revision asked
+for and the commit it resolved to, and per file its size (bytes) and hash as the hub records it
+(``sha256`` of the bytes for a Git LFS file, the LFS object id; ``git_sha1`` of the Git blob,
+``sha1(b"blob <size>\\0" + bytes)``, for a small file kept in Git: the hub's ``blobId``). `model
+verify` re-checks a folder against it; `plan` says the weights are "unpinned" until one exists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: The lock file's name, in the model folder.
+LOCK_NAME = "escha-model.lock.json"
+LOCK_SCHEMA_VERSION = 1
+#: Bytes read at a time while hashing.
+CHUNK = 8 << 20
+
+
+class LockedFile(BaseModel):
+    """One pulled file: ``name`` relative to the folder, ``size`` in bytes, and one hash."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    size: int = Field(ge=0)
+    sha256: str | None = Field(None, description="hex sha256 of the bytes (a Git LFS file)")
+    git_sha1: str | None = Field(None, description="hex sha1 of the Git blob (a file kept in Git)")
+
+
+class ModelLock(BaseModel):
+    """``escha-model.lock.json``: what `model pull` fetched and verified."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    schema_version: int = LOCK_SCHEMA_VERSION
+    repo: str = Field(description="the hub repository id, e.g. Qwen/Qwen3.5-27B")
+    revision: str = Field(description="the revision asked for (a branch, tag or commit)")
+    commit: str = Field(description="the commit it resolved to (X-Repo-Commit, the model info's sha)")
+    endpoint: str = Field(description="the hub it came from (HF_ENDPOINT)")
+    pulled_at: str = Field(description="ISO 8601 UTC")
+    files: list[LockedFile]
+
+    def pin(self) -> str:
+        """``REPO@COMMIT`` (the first 12 hex digits)."""
+        return f"{self.repo}@{self.commit[:12]}"
+
+
+def lock_path(folder: str | Path) -> Path:
+    return Path(folder) / LOCK_NAME
+
+
+def read_lock(folder: str | Path) -> ModelLock | None:
+    """The folder's lock file, or None when there is none. Raises ``BadInput`` (2) naming the
+    file when it is not a lock file (bounded JSON reader, then the model)."""
+    from escha_deploy.errors import BadInput
+    from escha_deploy.jsonio import loads_json, read_regular
+
+    p = lock_path(folder)
+    raw = read_regular(p, "a model lock file", missing_ok=True, max_bytes=16 << 20)
+    if raw is None:
+        return None
+    try:
+        return ModelLock.model_validate(loads_json(raw, p, "a model lock file"))
+    except ValueError as exc:
+        first = str(exc).splitlines()[1:2] or [str(exc)]
+        raise BadInput(f"{p}: not a model lock file ({first[0].strip()})") from None
+
+
+def write_lock(folder: str | Path, lock: ModelLock) -> Path:
+    """Write the lock file atomically (``paths.replace_file``)."""
+    from escha_deploy.paths import replace_file
+
+    p = lock_path(folder)
+    replace_file(p, (lock.model_dump_json(indent=2) + "\n").encode())
+    return p
+
+
+def git_blob_sha1(path: Path) -> str:
+    """The Git blob id of a file: sha1 of ``b"blob <size>\\0"`` and its bytes."""
+    h = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_problem(folder: Path, f: LockedFile) -> str | None:
+    """Why ``folder/f.name`` is not the file the lock records (missing, not a regular file,
+    its size, its hash), naming it; None when it is."""
+    p = folder / f.name
+    if not p.is_file() or p.is_symlink() and not os.path.isfile(os.path.realpath(p)):
+        return f"{p}: missing"
+    size = p.stat().st_size
+    if size != f.size:
+        return f"{p}: {size:,} bytes, the hub records {f.size:,}"
+    if f.sha256 is not None:
+        got = sha256_of(p)
+        if got != f.sha256:
+            return f"{p}: sha256 {got[:16]}... differs from the hub's {f.sha256[:16]}..."
+    elif f.git_sha1 is not None:
+        got = git_blob_sha1(p)
+        if got != f.git_sha1:
+            return f"{p}: git blob {got[:12]} differs from the hub's {f.git_sha1[:12]}"
+    return None
+
+
+def verify_folder(folder: str | Path) -> tuple[ModelLock, list[str]]:
+    """Every file the folder's lock file records, re-checked (``file_problem``): ``(lock,
+    problems)``. Raises ``BadInput`` (2) when the folder has no lock file."""
+    from escha_deploy.errors import BadInput
+
+    p = Path(folder)
+    lock = read_lock(p)
+    if lock is None:
+        raise BadInput(f"{p}: no {LOCK_NAME} here (`escha-deploy model pull` writes it)")
+    return lock, [x for f in lock.files if (x := file_problem(p, f)) is not None]
+
+
+def pin_state(folder: str | Path | None) -> str:
+    """What `plan` says of the weights' pin: ``pinned REPO@COMMIT (lock file)`` or
+    ``unpinned`` (no folder here, or no lock file: `model pull` pins it); an unreadable lock
+    file reads as unpinned, with its reason."""
+    from escha_deploy.errors import BadInput
+
+    if folder is None or not os.path.isdir(folder):
+        return "unpinned (no model folder here; `escha-deploy model pull` pins one)"
+    try:
+        lock = read_lock(folder)
+    except BadInput as exc:
+        return f"unpinned ({exc.problems[0]})"
+    if lock is None:
+        return f"unpinned (no {LOCK_NAME} in {folder}; `escha-deploy model pull` pins it)"
+    return f"pinned {lock.pin()} ({lock_path(folder)})"
+
+
+def dumps(lock: ModelLock) -> str:
+    return json.dumps(lock.model_dump(mode="json"), indent=2)
