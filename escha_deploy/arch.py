@@ -318,6 +318,78 @@ class ModelDirFacts(BaseModel):
         default=None, description="tokens: the context length SGLang derives from config.json "
         "(derived_context_length); None when config.json names none")
     context_length_key: str | None = Field(default=None, description="the config.json key it came from")
+    tensor_bytes: int | None = Field(
+        default=None, description="bytes of the tensors the model loads, from the safetensors headers: "
+        "dtype size x shape, the MTP tensors apart (safetensors_header_weights); None when a header could not "
+        "be read that way (then safetensors_bytes, the file sizes, stand in)")
+    mtp_tensor_bytes: int | None = Field(default=None, description="bytes of the MTP tensors (names with 'mtp')")
+    header_note: str = Field(default="", description="why the headers were not used, when they were not")
+
+
+#: Bits per element of each safetensors dtype (the format's ``Dtype``: huggingface/safetensors
+#: ``safetensors/src/tensor.rs``), for tensor bytes = bits x elements / 8.
+SAFETENSORS_DTYPE_BITS = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16, "U16": 16, "F16": 16,
+    "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "F64": 64, "I64": 64, "U64": 64, "F4": 4, "F6_E2M3": 6,
+    "F6_E3M2": 6, "C64": 64,
+}
+
+
+def _header_of(path: Path) -> dict:
+    """The JSON header of one safetensors file (8-byte little-endian length, then the JSON
+    object). Raises ``ValueError`` saying why for anything else."""
+    import json
+
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        size = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if not 0 < size <= MAX_SAFETENSORS_HEADER:
+            raise ValueError(f"{path.name}: no safetensors header (header length {size})")
+        raw = fh.read(size)
+    try:
+        header = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError(f"{path.name}: its safetensors header is not JSON") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path.name}: its safetensors header is not a JSON object")
+    return header
+
+
+def safetensors_header_weights(files: list[Path]) -> tuple[int, int]:
+    """``(model_bytes, mtp_bytes)`` of the tensors in ``files``, from their headers alone: per
+    tensor ``SAFETENSORS_DTYPE_BITS[dtype] x prod(shape) / 8`` (rounded up), what the tensor
+    holds, never the header or padding the file sizes include; tensors whose name contains
+    ``mtp`` counted apart (SGLang's target skips them, a NEXTN draft loads them:
+    ``MTP_ONE_LAYER_ARCHITECTURES``). Raises ``ValueError`` naming the file and tensor for a
+    header of another shape, an unknown dtype, or a shape whose bytes differ from its
+    ``data_offsets`` span."""
+    model = mtp = 0
+    for f in files:
+        for name, info in _header_of(f).items():
+            if name == "__metadata__":
+                continue
+            if not isinstance(info, dict):
+                raise ValueError(f"{f.name}: tensor {name!r} is not described by an object")
+            dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+            bits = SAFETENSORS_DTYPE_BITS.get(dtype) if isinstance(dtype, str) else None
+            if bits is None:
+                raise ValueError(f"{f.name}: tensor {name!r} has dtype {dtype!r}, not one of the format's")
+            if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                      for d in shape):
+                raise ValueError(f"{f.name}: tensor {name!r} has no valid shape")
+            n = 1
+            for d in shape:
+                n *= d
+            nbytes = (n * bits + 7) // 8
+            if (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
+                    and offsets[1] - offsets[0] != nbytes):
+                raise ValueError(f"{f.name}: tensor {name!r}: {dtype} x {shape} is {nbytes} bytes, its data_offsets "
+                                 f"span {offsets[1] - offsets[0]}")
+            if "mtp" in name:
+                mtp += nbytes
+            else:
+                model += nbytes
+    return model, mtp
 
 
 def read_model_dir(path: str | Path) -> ModelDirFacts | None:
@@ -344,8 +416,17 @@ def read_model_dir(path: str | Path) -> ModelDirFacts | None:
             context = {"context_length": ctx[0], "context_length_key": ctx[1]}
     from .jsonio import is_regular_file
 
-    sizes = [f.stat().st_size for f in p.glob("*.safetensors") if is_regular_file(f)]
-    return ModelDirFacts(path=str(p), arch=arch, safetensors_bytes=sum(sizes) if sizes else None, **context)
+    shards = sorted(f for f in p.glob("*.safetensors") if is_regular_file(f))
+    sizes = [f.stat().st_size for f in shards]
+    measured: dict = {}
+    if shards:
+        try:
+            model, mtp = safetensors_header_weights(shards)
+            measured = {"tensor_bytes": model, "mtp_tensor_bytes": mtp}
+        except (OSError, ValueError) as exc:
+            measured = {"header_note": str(exc)}
+    return ModelDirFacts(path=str(p), arch=arch, safetensors_bytes=sum(sizes) if sizes else None, **context,
+                         **measured)
 
 
 #: Architectures whose draft SGLang 0.5.19 builds from the model's own MTP layers, with one

@@ -246,8 +246,10 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: Platfor
                               kind=fkind if host.host_allocator else "default"))
     if model_dir is not None:
         # read now from the folder's config.json and safetensors headers
-        sources.append(FactSource(fact="model", value=_fmt_bytes(model_dir.safetensors_bytes) + " of safetensors",
-                                  source=f"the model folder {model_dir.path}", kind="measurement"))
+        value = (_fmt_bytes(model_dir.tensor_bytes) + " of tensors (safetensors headers)" if model_dir.tensor_bytes
+                 else _fmt_bytes(model_dir.safetensors_bytes) + " of safetensors files")
+        sources.append(FactSource(fact="model", value=value, source=f"the model folder {model_dir.path}",
+                                  kind="measurement"))
     else:
         from escha_deploy.planner import profile_weights_per_rank
 
@@ -348,7 +350,10 @@ def decide(profile: Profile, g: Gathered, *, capabilities: Collection[str] | Non
                           hicache_size_gb=hicache_size_gb,
                           capabilities=None if capabilities is None else frozenset(capabilities),
                           hicache_source=hicache_source, release=release.version, release_source=release.source)
-    result = result.model_copy(update={"fact_sources": g.sources})
+    from escha_deploy.checkpoint.lock import pin_state
+
+    result = result.model_copy(update={"fact_sources": g.sources,
+                                       "model_pin": pin_state(g.model_dir.path if g.model_dir else None)})
     if result.verdict == "unsafe":
         from escha_deploy.planner.fit import host_fit
 

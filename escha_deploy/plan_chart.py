@@ -88,8 +88,8 @@ def draw(plan: Plan, path: str) -> bytes:
     ax.set_xlabel("host memory, GB (1e9 bytes)")
     ratio = plan.hicache.ratio if plan.hicache.ratio is not None else plan.hicache.requested
     ax.set_title(f"{plan.profile}: TP {plan.tp_size}, {plan.platform}, HiCache "
-                 f"{'ratio ' + str(ratio) if plan.hicache.enabled else 'off'}, verdict {plan.verdict}",
-                 loc="left", fontsize=10)
+                 f"{'ratio ' + str(ratio) if plan.hicache.enabled else 'off'}, verdict {plan.verdict}\n"
+                 f"weights from {weights_words(plan)}", loc="left", fontsize=10)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.36), ncol=2, fontsize=8, frameon=False)
     fig.tight_layout()
     buf = io.BytesIO()
@@ -107,3 +107,12 @@ def require_matplotlib() -> None:
     if importlib.util.find_spec("matplotlib") is None:
         raise BadInput("--chart: matplotlib is not installed",
                        hint=f"install the {EXTRA!r} extra: pip install 'escha-deploy[{EXTRA}]'")
+
+
+def weights_words(plan) -> str:
+    """Which source fed the weights in the budget, and whether they are pinned, in a few words
+    (the chart's title; the table's weights row says the same)."""
+    src = {"headers": "the safetensors headers", "file sizes": "the safetensors file sizes",
+           "estimate": "the profile's estimate"}[plan.weights_source]
+    pin = plan.model_pin.split(" (")[0] if plan.model_pin else "unpinned"
+    return f"{src}, {pin}"

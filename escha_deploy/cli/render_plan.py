@@ -14,6 +14,7 @@ def _b(n: int | None) -> str:
 def render_plan(p: Plan) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.markup import escape
 
     con = Console(highlight=False)
     colour = {"ok": "green", "hicache_off": "yellow", "unsafe": "red"}[p.verdict]
@@ -23,6 +24,8 @@ def render_plan(p: Plan) -> None:
     con.print(f"[bold]{p.profile}[/]  TP {p.tp_size}, {p.platform} host ({p.host_source}), KV {p.kv_cache_dtype}, "
               f"page {p.page_size}, HiCache {chosen}  ({hc.requested})")
     con.print(f"SGLang {p.sglang_release} ({p.sglang_release_source or 'the default release'})")
+    con.print(f"weights: {p.weights_source} ({escape(p.weights_source_detail)}); {escape(p.model_pin or 'unpinned')}",
+              soft_wrap=True)
 
     t = Table(title="Per rank (GB = 1e9 B)", title_justify="left")
     t.add_column("pool")
@@ -34,7 +37,8 @@ def render_plan(p: Plan) -> None:
         t.add_row("device mamba", f"{r.device_mamba_slots} slots (+1) x {r.mamba_bytes_per_slot:,} B", _b(r.device_mamba_bytes))
     if r.device_int2_hp_bytes:
         t.add_row("device INT2 bf16 arena", "sink + recent windows", _b(r.device_int2_hp_bytes))
-    t.add_row("weights", "", _b(r.weights_bytes))
+    t.add_row("weights", {"headers": "safetensors headers (tensor bytes)", "file sizes": "safetensors file sizes",
+                          "estimate": "the profile's estimate (no model folder)"}[p.weights_source], _b(r.weights_bytes))
     if r.draft_weights_bytes:
         t.add_row("draft weights", "loaded before the pools are sized", _b(r.draft_weights_bytes))
     if r.device_draft_kv_bytes:

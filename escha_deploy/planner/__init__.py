@@ -897,7 +897,14 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
     if profile.runtime.mamba_ssm_dtype:
         arch = arch.model_copy(update={"mamba_ssm_dtype": profile.runtime.mamba_ssm_dtype})
     counted = draft_count(profile, draft)
-    if model_dir and model_dir.safetensors_bytes:
+    if model_dir and model_dir.tensor_bytes:
+        # the headers' tensor bytes, MTP tensors apart: the target skips them (qwen3_5.py, qwen3_next.py:
+        # load_weights), and a NEXTN draft of the model's own folder counts them as its weights
+        total, tp = model_dir.tensor_bytes, profile.runtime.tp_size
+        mtp = f"; MTP tensors apart: {fmt_gb(model_dir.mtp_tensor_bytes)}" if model_dir.mtp_tensor_bytes else ""
+        wsrc = (f"safetensors headers in {model_dir.path}: {fmt_gb(total)} of tensors (dtype x shape{mtp}) / tp {tp}")
+        weights = total // tp
+    elif model_dir and model_dir.safetensors_bytes:
         total, tp = model_dir.safetensors_bytes, profile.runtime.tp_size
         wsrc = f"safetensors in {model_dir.path}: {fmt_gb(total)} / tp {tp}"
         if draft is not None and draft.own_folder and counted.weights_bytes and draft.weights_bytes:
@@ -932,6 +939,10 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
     p = c.pools
     sf = profile.safety
     return Plan(
+        weights_source=("headers" if model_dir and model_dir.tensor_bytes else
+                        "file sizes" if model_dir and model_dir.safetensors_bytes else "estimate"),
+        weights_source_detail=wsrc + (f" (the headers: {model_dir.header_note})"
+                                      if model_dir and model_dir.header_note and not model_dir.tensor_bytes else ""),
         host_hit_cost=_host_hit_cost(c),
         profile=profile.name, sglang_release=c.inp.release, sglang_release_source=release_source, tp_size=c.ranks, platform=host.platform, host_source=host.source,
         hybrid=arch.is_hybrid, kv_cache_dtype=profile.runtime.kv_cache.dtype, page_size=c.sizing.page_size,

@@ -301,6 +301,14 @@ class Plan(BaseModel):
     host_hit_cost: HostHitCost | None = Field(
         None, description="load-back of a cached prefix from host RAM vs recompute (planner/restore_cost.py); "
         "None with HiCache off")
+    weights_source: Literal["headers", "file sizes", "estimate"] = Field(
+        "estimate", description="what fed the weights in the device budget: the model folder's safetensors headers "
+        "(tensor bytes, dtype x shape), its safetensors file sizes (a header that could not be read so), or the "
+        "profile's estimate (model.weights_total; no folder here)")
+    weights_source_detail: str = Field("", description="the weights' source in words, with its figures")
+    model_pin: str = Field("", description="whether the weights are pinned: 'pinned REPO@COMMIT (lock file)' "
+                           "once `model pull` wrote escha-model.lock.json beside them, else 'unpinned (why)'; "
+                           "filled where the facts were gathered (pipeline.decide)")
     host_fit: HostFit | None = Field(
         None, description="an unsafe plan: the host the profile was sized for (hardware.host_ram) and the smallest "
         "MemTotal with which it fits as it is (planner.fit); null for a safe plan")
