@@ -125,7 +125,7 @@ def verify_folder(folder: str | Path) -> tuple[ModelLock, list[str]]:
     p = Path(folder)
     lock = read_lock(p)
     if lock is None:
-        raise BadInput(f"{p}: no {LOCK_NAME} here (`escha-deploy model pull` writes it)")
+        raise BadInput(f"{p}: no {LOCK_NAME} here (`escha-deploy model pull PROFILE` writes it)")
     return lock, [x for f in lock.files if (x := file_problem(p, f)) is not None]
 
 
@@ -136,13 +136,13 @@ def pin_state(folder: str | Path | None) -> str:
     from escha_deploy.errors import BadInput
 
     if folder is None or not os.path.isdir(folder):
-        return "unpinned (no model folder here; `escha-deploy model pull` pins one)"
+        return "unpinned (no model folder here; `escha-deploy model pull PROFILE` pins one)"
     try:
         lock = read_lock(folder)
     except BadInput as exc:
         return f"unpinned ({exc.problems[0]})"
     if lock is None:
-        return f"unpinned (no {LOCK_NAME} in {folder}; `escha-deploy model pull` pins it)"
+        return f"unpinned (no {LOCK_NAME} in {folder}; `escha-deploy model pull PROFILE` pins it)"
     return f"pinned {lock.pin()} ({lock_path(folder)})"
 
 

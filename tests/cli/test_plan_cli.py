@@ -218,12 +218,12 @@ def test_ratio_replaces_a_profile_files_hicache_size_and_says_where_it_was(cli):
     d = json.loads(r.out)
     assert (d["hicache"]["ratio"], d["hicache"]["size_gb"], d["hicache"]["requested"]) == (1.0, None, "hicache_ratio 1.0 (--ratio)")
     assert d["warnings"][0].startswith("--ratio 1 replaces the profile's hicache_size 30 (")
-    assert "profiles/linux-tp2-l3.yaml:47)" in d["warnings"][0]
+    assert "profiles/linux-tp2-l3.yaml:50)" in d["warnings"][0]
     # without --ratio the size is the profile file's, and the label names its line, not "command line"
     plain = json.loads(cli("plan", "-p", "linux-tp2-l3", "--host-ram", "128GiB", "-f", "json").out)
     assert plain["hicache"]["size_gb"] == 30
     assert plain["hicache"]["requested"].startswith("hicache_size 30 GB per rank (")
-    assert plain["hicache"]["requested"].endswith("profiles/linux-tp2-l3.yaml:47)")
+    assert plain["hicache"]["requested"].endswith("profiles/linux-tp2-l3.yaml:50)")
     sized = json.loads(cli("plan", "-p", "linux-tp2-l3", "--hicache-size", "8", "--host-ram", "128GiB", "-f", "json").out)
     assert sized["hicache"]["requested"] == "hicache_size 8 GB per rank (--hicache-size)"
     via_set = json.loads(cli("plan", "-p", "rtx5060ti-tp2-fp8", "--set", "hicache.hicache_size=2", "--host-ram", "64GiB",
