@@ -357,7 +357,7 @@ def decide(profile: Profile, g: Gathered, *, capabilities: Collection[str] | Non
     if result.verdict == "unsafe":
         from escha_deploy.planner.fit import host_fit
 
-        def replan(host):
+        def replan(host: HostFacts) -> Plan:
             return plan_profile(profile, host, model_dir=g.model_dir, draft=g.draft, ratio=ratio,
                                 hicache_size_gb=hicache_size_gb,
                                 capabilities=None if capabilities is None else frozenset(capabilities),
