@@ -137,3 +137,18 @@ def test_disk_space_is_checked_before_the_first_byte(cli, hub, tmp_path, monkeyp
     r = cli("model", "pull", REPO, "--to", str(dest))
     assert r.code == 3 and "needs" in r.err and "free (shutil.disk_usage)" in r.err, r.err
     assert not any(m == "GET" and p.endswith(".safetensors") for m, p, _ in hub.requests)
+
+
+def test_each_shipped_profile_names_its_checkpoint_or_says_none_is_published(cli, hub, tmp_path):
+    """rtx5060ti-tp2's W2 weights are the fork's own: no repository, and `model pull` says so
+    (exit 2) with the profile's reason; the others name a hub repository id and its source."""
+    from escha_deploy.profile import list_profiles, load_profile
+
+    for name in list_profiles():
+        cp = load_profile(name).model.checkpoint
+        assert cp is not None and cp.source, name
+        assert (cp.repo is None) == (name == "rtx5060ti-tp2"), (name, cp.repo)
+        assert "Qwen/Qwen3.5-27B" in cp.source  # the checkpoint SGLang's wheel names
+    r = cli("model", "pull", "rtx5060ti-tp2", "--to", str(tmp_path / "w2"))
+    assert r.code == 2 and "model pull: rtx5060ti-tp2: model.checkpoint.repo is null (none published" in r.err
+    assert not any("/resolve/" in p for _, p, _ in hub.requests)
