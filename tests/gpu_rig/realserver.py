@@ -101,13 +101,30 @@ def logs_dir(tmp_path_factory) -> Path:
     return logs
 
 
-def mem_available() -> int:
-    """``MemAvailable`` of /proc/meminfo, bytes."""
+def meminfo() -> dict[str, int]:
+    """/proc/meminfo's ``MemTotal`` and ``MemAvailable``, bytes."""
+    out: dict[str, int] = {}
     with open("/proc/meminfo") as f:
         for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("/proc/meminfo has no MemAvailable")
+            key = line.split(":", 1)[0]
+            if key in ("MemTotal", "MemAvailable"):
+                out[key] = int(line.split()[1]) * 1024
+    if len(out) != 2:
+        raise RuntimeError("/proc/meminfo lacks MemTotal or MemAvailable")
+    return out
+
+
+def mem_available() -> int:
+    """``MemAvailable`` of /proc/meminfo, bytes."""
+    return meminfo()["MemAvailable"]
+
+
+def mem_used() -> int:
+    """``MemTotal - MemAvailable``, bytes: what the machine's processes hold. A GPU machine whose
+    memory is hot-plugged as it is used (a VM that starts small) raises MemTotal while a big
+    allocation runs, so a drop in MemAvailable alone under-reads it; the used figure does not."""
+    m = meminfo()
+    return m["MemTotal"] - m["MemAvailable"]
 
 
 class MemSampler:
@@ -119,14 +136,21 @@ class MemSampler:
     def __init__(self, log: Path, interval: float = 0.05) -> None:
         self.log, self.interval = log, interval
         self.samples: list[tuple[float, int]] = []
+        #: ``(time, MemTotal - MemAvailable)``, taken with each sample (see ``mem_used``)
+        self.used: list[tuple[float, int]] = []
         self.lines: list[tuple[float, str]] = []
         self._stop = threading.Event()
         self._pos = 0
         self._partial = ""
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def _sample(self) -> None:
+        t, m = time.monotonic(), meminfo()
+        self.samples.append((t, m["MemAvailable"]))
+        self.used.append((t, m["MemTotal"] - m["MemAvailable"]))
+
     def start(self) -> MemSampler:
-        self.samples.append((time.monotonic(), mem_available()))
+        self._sample()
         self._thread.start()
         return self
 
@@ -150,7 +174,7 @@ class MemSampler:
         while not self._stop.is_set():
             now = time.monotonic()
             self._read_log(now)  # the log first: a line seen now was written before this sample
-            self.samples.append((time.monotonic(), mem_available()))
+            self._sample()
             self._stop.wait(self.interval)
 
     def line_index(self, pattern: str, start: int = 0) -> int | None:
@@ -164,6 +188,14 @@ class MemSampler:
     def after_time(self, t: float) -> int:
         """The first sample taken at or after ``t``."""
         return next(v for ts, v in self.samples if ts >= t)
+
+    def used_before(self, t: float) -> int:
+        """``MemTotal - MemAvailable`` of the last sample taken before ``t``."""
+        return [v for ts, v in self.used if ts < t][-1]
+
+    def used_after(self, t: float) -> int:
+        """``MemTotal - MemAvailable`` of the first sample taken at or after ``t``."""
+        return next(v for ts, v in self.used if ts >= t)
 
 
 @dataclass

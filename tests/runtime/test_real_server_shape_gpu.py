@@ -10,11 +10,14 @@ sets it from its phases):
 - ``pinned``, ``register``: native ``serve --profile``, the allocator X chosen as the product
   chooses it: doctor's saved findings (``findings.py``: ``host_allocator``, what doctor's
   host-mapped store probe picks; written here for this host into a fresh ``XDG_CACHE_HOME`` in
-  place of a probe run) make the plan render ``ESCHA_HICACHE_HOST_ALLOCATOR=X``. MemAvailable is sampled every 50 ms beside the
-  server's log: the drop from the last sample before the line ahead of ``Allocating ...
-  hierarchical KV host pool`` (SGLang logs it before allocating: ``pool_host/base.py``) to the
-  first sample once the line after ``Allocating ... hierarchical Mamba cache`` appeared
-  (``pool_host/mamba.py``, also logged before its buffers) is the pinned pools' cost; it must be
+  place of a probe run) make the plan render ``ESCHA_HICACHE_HOST_ALLOCATOR=X``. /proc/meminfo is sampled every 50 ms beside the
+  server's log: the rise of ``MemTotal - MemAvailable`` from the last sample before the line ahead
+  of ``Allocating ... hierarchical KV host pool`` (SGLang logs it before allocating:
+  ``pool_host/base.py``) to the first sample once ``Tree cache initialized`` appeared (after the
+  mamba pool's buffers, which ``pool_host/mamba.py`` also logs before allocating) is the pinned
+  pools' cost (MemTotal is in the figure because the H200 machine's memory grows while a large
+  buffer is pinned: on 2026-12-01 the MemAvailable drop alone read 4.10 GB for 5.37 GB pinned,
+  and the window then ended before the mamba pool's conv buffer); it must be
   within 3 % and within 64 MiB of the plan's per-rank pinned bytes. With ``pinned`` every buffer
   SGLang asks for is logged by the series (``HiCache host buffer: N bytes from cudaHostAlloc
   (escha).``): each is under the 4 GiB cap (``escha_host_alloc.PINNED_MAX_BYTES``) and together
@@ -71,6 +74,8 @@ NOISE = 128 * rs.MiB
 PINNED_CAP = PINNED_MAX_BYTES
 KV_LINE = r"Allocating \w+ hierarchical KV host pool: \d+ tokens"
 MAMBA_LINE = r"Allocating [\d.]+ GB host memory for hierarchical Mamba cache"
+#: logged once the host pools are attached (mem_cache/unified_radix_cache.py)
+TREE_LINE = r"Tree cache initialized"
 ESCHA_BUFFER = re.compile(r"HiCache host buffer: (\d+) bytes from cudaHostAlloc \(escha\)")
 
 
@@ -104,20 +109,31 @@ def _allocator_env(allocator: str, tmp: Path) -> dict:
 
 
 def _pool_cost(sampler: rs.MemSampler, srv: rs.Server) -> dict:
-    """The MemAvailable drop across the host pools' allocation (see the module docstring)."""
+    """The memory the host pools' allocation takes (see the module docstring): from the last
+    sample before the line ahead of ``Allocating ... hierarchical KV host pool`` to the first
+    sample once ``Tree cache initialized`` appeared (SGLang logs each ``Allocating`` line before
+    it allocates, and the mamba pool's second buffer after its line: mem_cache/unified_radix_cache.py
+    attaches the host pools, then logs the tree). Read as ``MemTotal - MemAvailable`` (``mem_used``:
+    the H200 machine's memory grows while a large buffer is pinned, which hides part of a
+    MemAvailable drop); the MemAvailable drop alone is reported beside it."""
     deadline = time.monotonic() + 30
     while True:
         i_kv = sampler.line_index(KV_LINE)
         i_mb = sampler.line_index(MAMBA_LINE, (i_kv or 0) + 1) if i_kv is not None else None
-        if i_mb is not None and i_mb + 1 < len(sampler.lines):
+        i_end = sampler.line_index(TREE_LINE, (i_mb or 0) + 1) if i_mb is not None else None
+        if i_end is not None:
             break
         assert time.monotonic() < deadline, f"no host pool lines in the log:\n{srv.log_text()[-4000:]}"
         time.sleep(0.5)
     assert i_kv > 0
-    before = sampler.before_time(sampler.lines[i_kv - 1][0])
-    after = sampler.after_time(sampler.lines[i_mb + 1][0])
-    return {"mem_available_before": before, "mem_available_after": after, "measured_bytes": before - after,
-            "seconds": round(sampler.lines[i_mb + 1][0] - sampler.lines[i_kv - 1][0], 2),
+    t0, t1 = sampler.lines[i_kv - 1][0], sampler.lines[i_end][0]
+    before, after = sampler.before_time(t0), sampler.after_time(t1)
+    used_before, used_after = sampler.used_before(t0), sampler.used_after(t1)
+    return {"mem_available_before": before, "mem_available_after": after,
+            "mem_available_drop_bytes": before - after,
+            "mem_used_before": used_before, "mem_used_after": used_after,
+            "measured_bytes": used_after - used_before,
+            "seconds": round(t1 - t0, 2),
             "kv_line": sampler.lines[i_kv][1].strip()[-120:], "mamba_line": sampler.lines[i_mb][1].strip()[-120:]}
 
 
