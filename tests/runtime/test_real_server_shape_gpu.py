@@ -76,6 +76,8 @@ KV_LINE = r"Allocating \w+ hierarchical KV host pool: \d+ tokens"
 MAMBA_LINE = r"Allocating [\d.]+ GB host memory for hierarchical Mamba cache"
 #: logged once the host pools are attached (mem_cache/unified_radix_cache.py)
 TREE_LINE = r"Tree cache initialized"
+#: seconds after ``TREE_LINE`` at which the window's end sample is read
+SETTLE_S = 3.0
 ESCHA_BUFFER = re.compile(r"HiCache host buffer: (\d+) bytes from cudaHostAlloc \(escha\)")
 
 
@@ -126,7 +128,11 @@ def _pool_cost(sampler: rs.MemSampler, srv: rs.Server) -> dict:
         assert time.monotonic() < deadline, f"no host pool lines in the log:\n{srv.log_text()[-4000:]}"
         time.sleep(0.5)
     assert i_kv > 0
-    t0, t1 = sampler.lines[i_kv - 1][0], sampler.lines[i_end][0]
+    # The end sample is SETTLE_S after the tree's line: the machine's meminfo can lag a pin by
+    # a moment (no request is sent before this returns, so nothing else allocates meanwhile).
+    t0, t1 = sampler.lines[i_kv - 1][0], sampler.lines[i_end][0] + SETTLE_S
+    while sampler.used[-1][0] < t1:
+        time.sleep(0.1)
     before, after = sampler.before_time(t0), sampler.after_time(t1)
     used_before, used_after = sampler.used_before(t0), sampler.used_after(t1)
     return {"mem_available_before": before, "mem_available_after": after,
@@ -134,6 +140,7 @@ def _pool_cost(sampler: rs.MemSampler, srv: rs.Server) -> dict:
             "mem_used_before": used_before, "mem_used_after": used_after,
             "measured_bytes": used_after - used_before,
             "seconds": round(t1 - t0, 2),
+            "used_trace": [(round(ts - t0, 2), v) for ts, v in sampler.used[::10] if t0 - 1 <= ts <= t1 + 1],
             "kv_line": sampler.lines[i_kv][1].strip()[-120:], "mamba_line": sampler.lines[i_mb][1].strip()[-120:]}
 
 
