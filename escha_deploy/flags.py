@@ -22,6 +22,16 @@ CONTAINER_L3_DIR = "/var/lib/escha/hicache"
 #: Loopback names a proxy must never see: SGLang's warmup request goes to the server's own
 #: --host (0.0.0.0 in a container) through any http_proxy it inherits (sglang#9814).
 NO_PROXY = "localhost,127.0.0.1,0.0.0.0,::1"
+#: SGLang's cap on one cudaHostRegister call, in GiB despite its name (``srt/environ.py``:
+#: ``SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB = EnvInt(256)``; ``pool_host/common.py:
+#: _cuda_host_register`` multiplies it by 1024**3), in 0.5.19 and 0.5.23 alike.
+ENV_REGISTER_CHUNK = "SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB"
+#: The chunk ``server_env`` sets, and the buffer size above which it sets it: 16 GiB, half of the
+#: one call that failed with rc=1 although memlock was unlimited (34,760,392,704 B, a 32 GiB
+#: pool; sglang PR #39744, whose fix halves a failing chunk and retries). The default (256 GiB)
+#: registers any buffer of these profiles in one call; ``linux-tp2-l3`` registers a 21.3 GB KV
+#: buffer per rank.
+REGISTER_CHUNK_GIB = 16
 
 
 def merged_no_proxy(environ: Mapping[str, str]) -> str:
@@ -161,6 +171,20 @@ def file_l3_store(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINE
     return l3_dir or (profile.hicache.storage_dir or ""), profile.hicache.storage_max_size
 
 
+def register_chunk_gib(plan: Plan) -> int | None:
+    """``REGISTER_CHUNK_GIB`` when one of the plan's host buffers on the cudaHostRegister path
+    (``HostBuffer.allocator == "register"``, per rank) is larger than it, else ``None`` (SGLang's
+    default stands). SGLang splits a buffer at whole copy pages of its layout
+    (``registration_granularity_bytes``: a KV page in page-first layouts, one mamba slot), each
+    far below 16 GiB; a layer-first KV buffer is still one call (``pool_host/mha.py:
+    init_kv_buffer``)."""
+    limit = REGISTER_CHUNK_GIB * 2**30
+    if plan.hicache.enabled and any(b.allocator == "register" and b.requested_bytes > limit
+                                    for b in plan.per_rank.host_buffers):
+        return REGISTER_CHUNK_GIB
+    return None
+
+
 def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L3_DIR) -> dict[str, str]:
     """Environment the runtime reads for ``plan`` (no secrets).
 
@@ -173,6 +197,8 @@ def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L
       microsoft/WSL#12467, NVIDIA/nccl#1637); ``NO_PROXY`` for loopback (sglang#9814);
     - the L3 file backend's directory and cap (``SGLANG_HICACHE_FILE_BACKEND_*``, ``file_l3_store``);
     - ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1`` when ``runtime.allow_longer_context_length``;
+    - ``SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB`` (``register_chunk_gib``) when a host buffer on the
+      cudaHostRegister path is larger than ``REGISTER_CHUNK_GIB``;
     - Mooncake's master and global segment (``MOONCAKE_MASTER``, ``MOONCAKE_GLOBAL_SEGMENT_SIZE``,
       read by ``srt/mem_cache/storage/mooncake_store/mooncake_store.py``).
     """
@@ -182,6 +208,9 @@ def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L
         env[ENV_HOST_RESERVE] = str(hc.host_reserve_bytes)
     if hc.enabled and hc.host_allocator:
         env[ENV_HOST_ALLOCATOR] = hc.host_allocator
+    chunk = register_chunk_gib(plan)
+    if chunk is not None:
+        env[ENV_REGISTER_CHUNK] = str(chunk)
     rt = profile.runtime
     if rt.kv_cache.dtype == "int2":
         i2 = rt.kv_cache.int2

@@ -205,8 +205,31 @@ class LaunchSpec(BaseModel):
 SECRET_API_KEY_PATH = "/run/secrets/escha_api_key"
 SECRET_HF_TOKEN_PATH = "/run/secrets/escha_hf_token"
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"
-#: SGLang's cache (P2P access check results, triton cache) survives restarts in a volume-like
-#: host folder only when the user mounts one; see docs/launch.md.
+#: Where the container's just-in-time caches live: a named volume (``jit_cache_volume``), so the
+#: kernels FlashInfer, Triton, torch extensions (SGLang's HiCache hash extension,
+#: ``mem_cache/cpp_utils/native_hash.py``) and SGLang itself compile on first use land in a
+#: writable folder and survive restarts, whatever the image's home folder allows (a read-only
+#: ``~/.cache/flashinfer`` stopped servers in ai-dynamo/dynamo PR #11154 and
+#: Center-for-AI-Innovation/LLMFlux#124). Dockerfile.hicache creates it world-writable, so a
+#: new volume copies that mode.
+CONTAINER_JIT_CACHE = "/var/cache/escha-jit"
+#: The variables that point each library's cache into it: FlashInfer's base folder (its cache is
+#: ``$FLASHINFER_WORKSPACE_BASE/.cache/flashinfer``, ``flashinfer/jit/env.py``), Triton's
+#: (``triton/runtime/cache.py``), torch's extension builds (``torch/utils/cpp_extension.py:
+#: _get_build_directory``) and SGLang's (``srt/environ.py: SGLANG_CACHE_DIR``, default
+#: ``~/.cache/sglang``: the P2P check results, compiled-kernel caches).
+JIT_CACHE_ENV = {
+    "FLASHINFER_WORKSPACE_BASE": CONTAINER_JIT_CACHE,
+    "TRITON_CACHE_DIR": f"{CONTAINER_JIT_CACHE}/triton",
+    "TORCH_EXTENSIONS_DIR": f"{CONTAINER_JIT_CACHE}/torch_extensions",
+    "SGLANG_CACHE_DIR": f"{CONTAINER_JIT_CACHE}/sglang",
+}
+
+
+def jit_cache_volume(profile_name: str) -> str:
+    """``escha-<profile>-jit``: the named volume ``up`` and ``compose`` mount at
+    ``CONTAINER_JIT_CACHE`` (one per profile, as the container)."""
+    return f"{container_name(profile_name)}-jit"
 
 
 def launch_digest(profile_data: dict[str, Any], facts: LaunchFacts, argv: Sequence[str], env: dict[str, str],
@@ -301,12 +324,13 @@ def container_spec(profile: Profile, *, platform: str, digest: str | None = None
         mounts.append(Mount(source=c.hf_cache_dir, target=CONTAINER_HF_CACHE))
     if hc.enabled and hc.storage_dir:
         mounts.append(Mount(source=hc.storage_dir, target=flags.CONTAINER_L3_DIR))
+    mounts.append(Mount(source=jit_cache_volume(profile.name), target=CONTAINER_JIT_CACHE, kind="volume"))
     secret_files: dict[str, str] = {}
     if c.api_key_file:
         secret_files[SECRET_API_KEY_PATH] = c.api_key_file
     if c.hf_token_file:
         secret_files[SECRET_HF_TOKEN_PATH] = c.hf_token_file
-    cenv = {"NO_PROXY": flags.NO_PROXY, "no_proxy": flags.NO_PROXY}
+    cenv = {"NO_PROXY": flags.NO_PROXY, "no_proxy": flags.NO_PROXY, **JIT_CACHE_ENV}
     gpus: str | list[str] = "all"
     if isinstance(c.gpus, list):
         if platform == "wsl2":

@@ -15,6 +15,7 @@ Examples:
 
 \b
   escha-deploy diagnose server.log
+  escha-deploy diagnose server.log --profile linux-tp2-l3 --kernel-log
   docker logs my-sglang 2>&1 | escha-deploy diagnose - --exit-code 137
   escha-deploy logs --profile rtx5060ti-tp2-fp8 --diagnose
 """
@@ -38,6 +39,15 @@ def register(app: typer.Typer) -> None:
             "when not given, else unknown.")] = None,
         wsl2: Annotated[Optional[bool], typer.Option(
             "--wsl2/--no-wsl2", help="Whether the server ran under WSL2; unknown when not given.")] = None,
+        profile: Annotated[Optional[str], typer.Option(
+            "--profile", "-p", help="The profile the server ran: its launch as `up` renders it for this machine "
+            "decides which fixes are already in effect (none is printed), and HiCache and the platform when not "
+            "given.")] = None,
+        sets: Annotated[Optional[list[str]], typer.Option(
+            "--set", help="KEY=VALUE overrides of --profile, as the launch had them.")] = None,
+        kernel_log: Annotated[bool, typer.Option(
+            "--kernel-log/--no-kernel-log", help="Also read this machine's kernel log (dmesg, else journalctl -k) "
+            "for the GPU's lines: Xid errors, a GPU lost from the bus, WSL2's dxgkrnl failures.")] = False,
         fmt: FormatOpt = OutputFormat.table,
     ) -> None:
         """Explain a server log: cause, evidence lines and fix for each known failure."""
@@ -65,16 +75,47 @@ def register(app: typer.Typer) -> None:
                     cut = regular and os.fstat(fh.fileno()).st_size > MAX_LOG_BYTES
         except OSError as exc:
             raise BadInput(f"{file}: {exc.strerror or exc}") from None
-        facts = Facts(exit_code=exit_code, oom_kill=oom_killed, hicache_enabled=hicache,
-                      platform=None if wsl2 is None else "wsl2" if wsl2 else "linux")
+        given: dict[str, object] = {"exit_code": exit_code, "oom_kill": oom_killed}
+        if hicache is not None:
+            given["hicache_enabled"] = hicache
+        if wsl2 is not None:
+            given["platform"] = "wsl2" if wsl2 else "linux"
+        known = launch_known(profile, sets or []) if profile else {}
+        facts = Facts(**{"platform": None, **known, **given})
         redact = Redactor()  # a log from anywhere may hold a key (SGLang's server_args= line)
         lines = text.splitlines()
-        diag = diagnose([redact(line) for line in lines], facts)
+        kernel: list[str] = []
+        how = ""
+        if kernel_log:
+            from escha_deploy.doctor.kernel_log import gpu_lines
+
+            kernel, how = gpu_lines()
+            if not kernel and how.startswith("the kernel log could not"):
+                typer.echo(f"warning: diagnose: {how}", err=True)
+        diag = diagnose([redact(line) for line in lines + kernel], facts)
         n = len(lines)
         emit(diag, fmt, source=f"{n:,} line{'s' if n != 1 else ''} of "
              + ("standard input" if file == "-" else file)
-             + (f" (its last {MAX_LOG_BYTES // 2**20} MiB)" if cut else ""))
+             + (f" (its last {MAX_LOG_BYTES // 2**20} MiB)" if cut else "")
+             + (f", and {len(kernel)} GPU line{'s' if len(kernel) != 1 else ''} of `{how}`" if kernel_log and kernel
+                else ", and no GPU line in the kernel log" if kernel_log and how and not how.startswith("the kernel")
+                else "")
+             + (f"; fixes checked against {profile}'s launch" if profile else ""))
         raise typer.Exit(int(ExitCode.OK if diag.conclusive else ExitCode.INCONCLUSIVE))
+
+
+def launch_known(profile_ref: str, sets: list[str]) -> dict[str, object]:
+    """``diagnose.Facts`` fields from ``profile_ref``'s launch as `up` would render it on this
+    machine (``pipeline.plan_here``, then the launch spec): what it sets, HiCache, the platform,
+    the largest registered host buffer. Bad input (the profile) raises as `plan` does."""
+    from escha_deploy.launch.diagnose import launch_facts
+    from escha_deploy.launch_spec import build_launch_spec
+    from escha_deploy.pipeline import plan_here
+    from escha_deploy.profile import load_profile
+
+    prof = load_profile(profile_ref, sets)
+    plan, _runtime = plan_here(profile_ref, sets, prof=prof)
+    return launch_facts(plan, build_launch_spec(plan, prof))
 
 
 #: The most of a log read (its end): the causes are in the last lines, and /dev/zero or a

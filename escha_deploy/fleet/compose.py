@@ -86,6 +86,7 @@ def render_box(loaded: LoadedFleet, fp: FleetPlan, name: str) -> dict[str, Any]:
     bp = fp.box_plan(name)
     services: dict[str, Any] = {}
     secrets: dict[str, Any] = {}
+    volumes: dict[str, Any] = {}  # named volumes the services mount (the JIT cache), declared at the top
     inst = next((i for i in fleet.instances() if name in i.boxes), None)
     labels = {f"{LABEL_PREFIX}fleet": fleet.name, f"{LABEL_PREFIX}managed-by": "escha-deploy",
               f"{LABEL_PREFIX}box": name}
@@ -106,6 +107,7 @@ def render_box(loaded: LoadedFleet, fp: FleetPlan, name: str) -> dict[str, Any]:
         svc["labels"] = dict(sorted({**svc["labels"], **labels, f"{LABEL_PREFIX}instance": inst.name}.items()))
         services["sglang"] = svc
         secrets.update(doc.get("secrets", {}))
+        volumes.update(doc.get("volumes", {}))
     r = fleet.router
     if r is not None and r.box == name:
         args = router_args(loaded, fp, urls=worker_urls(loaded, fp))
@@ -129,6 +131,8 @@ def render_box(loaded: LoadedFleet, fp: FleetPlan, name: str) -> dict[str, Any]:
             svc["secrets"] = [{"source": ROUTER_SECRET, "target": CONTAINER_KEY_PATH.rsplit("/", 1)[-1]}]
         services["smg"] = svc
     doc: dict[str, Any] = {"services": services}
+    if volumes:
+        doc["volumes"] = volumes
     if secrets:
         doc["secrets"] = secrets
     return doc

@@ -138,6 +138,9 @@ def render(spec: ContainerSpec, *, build: bool = True, context: str = ".") -> di
         "start_period": "1800s",
     }
     doc: dict[str, Any] = {"services": {"sglang": svc}}
+    named = sorted({m.source for m in spec.mounts if m.kind == "volume"})
+    if named:  # compose creates a named volume only when the file declares it
+        doc["volumes"] = {n: {"name": n} for n in named}
     if secrets:
         doc["secrets"] = secrets
     return doc
@@ -146,7 +149,21 @@ def render(spec: ContainerSpec, *, build: bool = True, context: str = ".") -> di
 def dump(doc: dict[str, Any], profile: str) -> str:
     """YAML text with the header comment (PyYAML, insertion order kept)."""
     build = "build" in doc["services"]["sglang"]
-    return _header(profile, build) + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=100)
+    return (_header(profile, build) + _volumes_note(doc)
+            + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=100))
+
+
+def _volumes_note(doc: dict[str, Any]) -> str:
+    """Header lines naming the named volumes the file declares (the JIT cache), so the reader
+    knows what `docker compose up` creates and keeps."""
+    from escha_deploy.launch_spec import CONTAINER_JIT_CACHE
+
+    names = list(doc.get("volumes", {}))
+    if not names:
+        return ""
+    return (f"#\n# Named volume {', '.join(names)}: mounted at {CONTAINER_JIT_CACHE}, where FlashInfer, Triton,\n"
+            "# torch extensions (SGLang's HiCache hash extension) and SGLang keep what they compile on\n"
+            "# first use: writable whatever the image's home allows, and kept across restarts.\n")
 
 
 @dataclass

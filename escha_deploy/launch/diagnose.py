@@ -49,13 +49,16 @@ SERVER_ARGS_SCAN = 65536
 #: Longest line kept for printing (evidence and tail); the rest is counted, not shown.
 SHOW_CHARS = 2000
 
-Kind = Literal["killed", "host-memory", "gpu-memory", "arch", "collective", "cuda-graph", "model-folder", "startup",
-               "launch", "event"]
+Kind = Literal["killed", "host-memory", "gpu-memory", "device", "radix-cache", "arch", "collective", "cuda-graph",
+               "model-folder", "startup", "launch", "event"]
 
 KINDS: dict[str, str] = {
     "killed": "the process was killed by a signal (the kernel's OOM killer, docker kill, a supervisor)",
     "host-memory": "host memory: SGLang's own check, pinned or registered allocation failures",
     "gpu-memory": "GPU memory: the static pools, out-of-memory, illegal accesses",
+    "device": "the GPU itself or its driver (an Xid in the kernel log, a GPU lost from the bus, WSL2's GPU "
+              "paravirtualization): not a configuration problem",
+    "radix-cache": "SGLang's prefix cache finding its own tree corrupt under load (eviction assertions)",
     "arch": "kernel image and GPU architecture mismatches",
     "collective": "collectives between the GPUs: NCCL transports, peer access, watchdog timeouts",
     "cuda-graph": "CUDA graph capture",
@@ -92,6 +95,12 @@ class Facts(BaseModel):
     generate_ok: bool | None = Field(default=None, description="the tiny generate succeeded")
     daemon_gone: bool = Field(default=False, description="the Docker daemon went away during the wait")
     http_status: int | None = Field(default=None, description="the status the server answered the probe with")
+    launch: frozenset[str] | None = Field(default=None, description="what the rendered launch already sets "
+                                          "(``launch_settings``): its argv flags, its environment as NAME and "
+                                          "NAME=VALUE, its container settings (ipc=host, memlock=-1); None: "
+                                          "unknown (a log read on its own)")
+    register_buffer: tuple[str, int] | None = Field(default=None, description="the plan's largest host buffer "
+                                                    "on the cudaHostRegister path, per rank: (name, bytes)")
 
     @property
     def signal(self) -> int | None:
@@ -179,7 +188,11 @@ class Signature:
     contains, which ``needles`` finds.
     ``when``: facts that must hold, ``{name: value}`` or ``{name: (v1, v2)}`` for one of;
     names are ``Facts`` fields or ``signal``. ``unless``: ids of rows above whose match already
-    explains this one."""
+    explains this one. ``fix_if_set``: ``(setting, fix)`` pairs: when the launch already has the
+    setting (``Facts.launch``: a flag, NAME or NAME=VALUE of its environment, a container
+    setting such as ``ipc=host``), that fix replaces ``fix``, so the advice never says to set
+    what is set (``fix_for``). ``{p2p}``, ``{chunk}``, ``{alloc}``, ``{hicache}``, ``{radix}``
+    and ``{register}`` in a fix are filled from the facts (``_fills``)."""
 
     id: str
     kind: Kind
@@ -191,6 +204,7 @@ class Signature:
     sglang_advice: str = ""
     conclusive: bool = True
     unless: tuple[str, ...] = ()  # rows (ids) above that, when matched, explain this line better
+    fix_if_set: tuple[tuple[str, str], ...] = ()
 
     def holds(self, f: Facts) -> bool | None:
         """True when every ``when`` fact holds, False when one does not, None when none fails
@@ -223,8 +237,7 @@ SETTLE: dict[str, str] = {
 
 _PLAN = "`escha-deploy plan` prints the pinned total and the largest safe ratio"
 #: P2P off in profile keys (what renders NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce)
-_P2P_OFF = ("set container.nccl_p2p_disable: true (NCCL_P2P_DISABLE=1) and runtime.disable_custom_all_reduce: "
-            "true (--disable-custom-all-reduce)")
+_P2P_OFF = "{p2p}"
 
 
 def _image_archs() -> str:
@@ -244,6 +257,18 @@ def _image_archs() -> str:
 
 
 _ARCHS = _image_archs()
+#: cudaHostRegister's failure in 0.5.19's and 0.5.23's pool_host/common.py (_cuda_host_register):
+#: ``cudaHostRegister failed (rc=RC, TEXT) at offset=O size=S (total=T, chunk_limit=C)``;
+#: groups: rc, offset, size. The offset/size part is optional (older builds end after rc).
+_HOST_REGISTER = r"cudaHostRegister failed \(rc=(\d+)(?:, [^)]*\))?(?: at offset=(\d+) size=(\d+))?"
+#: What to do when the GPU is lost: not a configuration fix, and never a restart loop.
+_GPU_LOST_FIX = (
+    "nothing in the profile causes or fixes this, and restarting the server does not help (the card stays lost "
+    "until the machine is powered off; do not loop restarts on it): power the machine off and on (a warm "
+    "reboot often leaves the card lost), then check the card's power cables and PSU, reseat it, try another PCIe slot or "
+    "PCIe Gen 3/4 in the firmware, update the motherboard firmware and the NVIDIA driver; `nvidia-smi -q` "
+    "and `dmesg | grep -i xid` show whether it recurs, and capping clocks (`nvidia-smi -lgc`) or power "
+    "(`nvidia-smi -pl`) tells a power fault from a failing card")
 _WSLCONFIG = "under WSL2 raise memory= under [wsl2] in %UserProfile%\\.wslconfig and run `wsl --shutdown`"
 
 SIGNATURES: tuple[Signature, ...] = (
@@ -337,14 +362,15 @@ SIGNATURES: tuple[Signature, ...] = (
         "computes the real budget",
     ),
     Signature(
-        "host-register-failed", "host-memory",
-        r"cudaHostRegister failed \(rc=(\d+)",
-        "cudaHostRegister refused to pin a HiCache host pool (CUDA error {1}); under WSL2 the pinned "
-        "ceiling is far below RAM, on Linux the locked-memory limit (memlock) or a cgroup limit is the "
-        "usual cause",
-        "Linux: run with --ulimit memlock=-1 (escha-deploy up does); WSL2: memlock does not lift the "
-        "ceiling (microsoft/WSL#8447): `escha-deploy doctor` measures it and `plan` keeps the pools under it",
-        "sglang/srt/mem_cache/pool_host/common.py:162",
+        "host-register-failed", "host-memory", _HOST_REGISTER,
+        "cudaHostRegister refused to pin {3} bytes of a HiCache host pool in one call (CUDA error {1}). Besides "
+        "a locked-memory limit (and, under WSL2, a pinned ceiling far below RAM whatever memlock says, "
+        "microsoft/WSL#8447), one large call can fail by itself: a 32 GiB call failed with rc=1 while memlock "
+        "was unlimited and a 4 KiB call at the same pointer worked (sglang PR #39744). SGLang registers in "
+        "calls of at most SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB GiB (default 256; srt/environ.py, "
+        "pool_host/common.py: _cuda_host_register), so a smaller buffer is one call",
+        "{register}",
+        "sglang/srt/mem_cache/pool_host/common.py:162; sglang PR #39744",
     ),
     Signature(
         "pinned-alloc-failed", "host-memory",
@@ -364,6 +390,94 @@ SIGNATURES: tuple[Signature, ...] = (
         "allocator, or pinned host memory)",
         "check the device budget in `escha-deploy plan`; if HiCache is on, lower hicache.hicache_ratio",
         "CUDA cudaErrorMemoryAllocation; quoted in https://github.com/microsoft/WSL/issues/8447",
+    ),
+    # --- the GPU itself ------------------------------------------------------------------------
+    Signature(
+        "gpu-lost", "device",
+        r"Xid \(PCI:([0-9A-Fa-f:.]+)\): 79\b",
+        "the GPU at PCI {1} fell off the bus (Xid 79): the driver lost the device, and every CUDA call "
+        "after it fails (\"unspecified launch failure\", \"GPU is lost\"). This is the card, its power or "
+        "its PCIe link, not the launch configuration (NVIDIA/open-gpu-kernel-modules#1151, #1247: consumer "
+        "Blackwell cards under LLM load)",
+        _GPU_LOST_FIX,
+        "NVIDIA driver (NVRM) Xid 79; quoted in https://github.com/NVIDIA/open-gpu-kernel-modules/issues/1151",
+    ),
+    Signature(
+        "gpu-lost", "device",
+        r"Xid \(PCI:([0-9A-Fa-f:.]+)\): (119|120|154)\b",
+        "the driver lost contact with the GPU at PCI {1} (Xid {2}: 119 is a GSP firmware RPC timeout, 120 a "
+        "GSP error, 154 a recovery action that needs a GPU reset or a reboot): the device, its firmware or "
+        "the driver failed, not the launch configuration",
+        _GPU_LOST_FIX,
+        "NVIDIA driver (NVRM) Xid 119/154; quoted in https://github.com/NVIDIA/open-gpu-kernel-modules/issues/1045",
+    ),
+    Signature(
+        "gpu-lost", "device",
+        r"GPU has fallen off the bus|Unable to determine the device handle for GPU ?(\S*): GPU is lost",
+        "the GPU fell off the bus: the driver lost the device, and every CUDA call after it fails; this is "
+        "the card, its power or its PCIe link, not the launch configuration",
+        _GPU_LOST_FIX,
+        "NVIDIA driver (NVRM) and nvidia-smi; quoted in https://github.com/NVIDIA/open-gpu-kernel-modules/issues/1151",
+    ),
+    Signature(
+        "wsl2-gpu-resident", "device",
+        r"dxgkio_make_resident: Ioctl failed: (-\d+)",
+        "WSL2's GPU paravirtualization (dxgkrnl) refused to make GPU memory resident ({1}; -12 is ENOMEM) "
+        "while nvidia-smi still shows memory free: the Windows side keeps a hidden share of each GPU, so "
+        "the server's CUDA calls then fail with \"CUDA driver error: device not ready\" (microsoft/WSL#41176)",
+        "leave more of each GPU to Windows: lower runtime.mem_fraction_static (0.88 to 0.80 removed it in "
+        "microsoft/WSL#41176; `escha-deploy plan` under WSL2 lowers SGLang's default by "
+        "safety.wsl2_mem_fraction_drop only when runtime.mem_fraction_static is unset); keep "
+        "PYTORCH_CUDA_ALLOC_CONF free of expandable_segments:True under WSL2 (its VMM calls take the same "
+        "path); a display on another GPU frees the hidden share",
+        "WSL2 dxgkrnl (drivers/hv/dxgkrnl/ioctl.c); quoted in https://github.com/microsoft/WSL/issues/41176",
+    ),
+    Signature(
+        "wsl2-gpu-resident", "device",
+        r"CUDA driver error: device not ready",
+        "under WSL2 \"device not ready\" is the GPU paravirtualization failing, not the card: dxgkrnl could "
+        "not make memory resident (microsoft/WSL#41176), or Windows reset the GPU after one kernel ran past "
+        "its TdrDelay (2 s by default)",
+        "lower runtime.mem_fraction_static (0.88 to 0.80 removed it in microsoft/WSL#41176) and read "
+        "`dmesg | grep dxgkio_make_resident`; for resets, raise TdrDelay under "
+        "HKLM\\System\\CurrentControlSet\\Control\\GraphicsDrivers on Windows and reboot",
+        "CUDA driver CUDA_ERROR_NOT_READY; quoted in https://github.com/microsoft/WSL/issues/41176",
+        when={"platform": "wsl2"},
+    ),
+    # --- the prefix (radix) cache -----------------------------------------------------------------
+    Signature(
+        "radix-cache-assert", "radix-cache",
+        r"evict leaf node invalid",
+        "SGLang's mamba radix cache found a leaf it was evicting still locked (an assertion in "
+        "mamba_radix_cache.py: _evict_leaf_node, called from evict_mamba): a hybrid model's cache under load, "
+        "with HiCache on in sglang#21379. That class (MambaRadixCache) is what builds before 0.5.19 used; "
+        "0.5.19 and 0.5.23 build the unified radix tree for hybrid models (mem_cache/registry.py, its "
+        "unified radix cache factory), so this image runs an older SGLang",
+        "run SGLang 0.5.19 or later (runtime.base_image, or runtime.sglang_version where the profile needs no "
+        "patch series); {radix}",
+        "sglang/srt/mem_cache/mamba_radix_cache.py:818 (_evict_leaf_node); sglang#21379",
+    ),
+    Signature(
+        "radix-cache-assert", "radix-cache",
+        r"parent does not have child key",
+        "SGLang's radix cache found its own tree corrupt while deleting a leaf (an assertion in "
+        "_delete_tombstone_leaf or _delete_leaf): a node sits under a key its parent does not have. With a "
+        "page size above 1 a page-rounded match can leave an empty node (key ()) that eviction later trips "
+        "on (sglang PR #28692), and a split node can keep a stale key (PR #36696). These messages come from "
+        "the cache classes builds before 0.5.19 used for hybrid models (MambaRadixCache)",
+        "run SGLang 0.5.19 or later (runtime.base_image, or runtime.sglang_version where the profile needs no "
+        "patch series); {radix}",
+        "sglang/srt/mem_cache/mamba_radix_cache.py:1366 (_delete_tombstone_leaf); sglang PR #36696, #28692",
+    ),
+    Signature(
+        "radix-cache-assert", "radix-cache",
+        r'unified_tree_core\.py", line \d+, in (_remove_leaf_from_parent|_should_cascade_evict_component)$',
+        "SGLang's unified radix tree failed one of its own eviction assertions in {1} (a node missing under "
+        "its parent's key, or a locked node chosen for eviction): the tree is corrupt, the same class of "
+        "fault as sglang#21379 and PR #36696 in the older mamba radix cache; not memory, not the launch",
+        "{radix}",
+        "sglang/srt/mem_cache/unified_cache/unified_tree_core.py (_remove_leaf_from_parent: assert v == node; "
+        "_should_cascade_evict_component: assert cd.lock_ref == 0), 0.5.19 and 0.5.23; sglang#21379",
     ),
     # --- GPU memory ----------------------------------------------------------------------------
     Signature(
@@ -395,6 +509,10 @@ SIGNATURES: tuple[Signature, ...] = (
         "(auto picks it on WSL2), or retry with HiCache off (--set hicache.enabled=false) to isolate",
         "CUDA cudaErrorIllegalAddress; quoted in https://github.com/sgl-project/sglang/issues/18785 (HiCache)",
         when={"hicache_enabled": True, "platform": "wsl2"},
+        fix_if_set=(("ESCHA_HICACHE_HOST_ALLOCATOR=pinned",
+                     "the launch already allocates the host pools with cudaHostAlloc, so registered memory is not "
+                     "the cause: retry with HiCache off (--set hicache.enabled=false) to isolate, and report the "
+                     "image's SGLang commit (`docker image inspect` label io.escha.sglang)"),),
     ),
     Signature(
         "illegal-memory-access", "gpu-memory",
@@ -459,12 +577,15 @@ SIGNATURES: tuple[Signature, ...] = (
         "run with ipc=host or shm_size of at least 16 GB (escha-deploy up sets ipc=host; a hand-written "
         "docker run needs --ipc=host --ulimit memlock=-1)",
         "NCCL shm transport; quoted in https://github.com/NVIDIA/nccl/issues/342",
+        fix_if_set=(("ipc=host", "the container already shares the host's IPC namespace, so its /dev/shm is the "
+                     "host's: `df -h /dev/shm` on the host, free it (stale nccl-* segments of a killed server) or "
+                     "enlarge it (`mount -o remount,size=16G /dev/shm`); as a last resort NCCL_SHM_DISABLE=1"),),
     ),
     Signature(
         "peer-access", "collective",
         r"peer access is not supported between these two devices",
         "the GPUs have no CUDA peer access (consumer cards, WSL2), and custom all-reduce needs it",
-        f"{_P2P_OFF}; as a last resort NCCL_SHM_DISABLE=1",
+        _P2P_OFF,
         "CUDA cudaErrorPeerAccessUnsupported; quoted in https://github.com/sgl-project/sglang/issues/4814",
     ),
     Signature(
@@ -482,7 +603,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "a collective ({1}) between the ranks did not finish before torch's NCCL timeout: one rank hung or "
         "died, or the GPUs' peer-to-peer path claims to work but does not move data",
         f"read every rank's first error; on consumer cards {_P2P_OFF}; "
-        "`escha-deploy doctor --profile PROFILE` runs an all-reduce smoke test",
+        "`escha-deploy doctor --profile PROFILE` runs an all-reduce smoke test{hicache}",
         "torch ProcessGroupNCCL watchdog; quoted in https://github.com/hiyouga/LlamaFactory/issues/7396",
     ),
     Signature(
@@ -491,7 +612,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "SGLang's {1} watchdog fired: one forward batch took longer than --watchdog-timeout (default 300 s), "
         "usually a hang in a collective or a kernel",
         f"read the lines before it for the stuck rank; on consumer cards {_P2P_OFF}; "
-        "`escha-deploy doctor --profile PROFILE` runs an all-reduce smoke test",
+        "`escha-deploy doctor --profile PROFILE` runs an all-reduce smoke test{hicache}",
         "sglang/srt/utils/watchdog.py:154",
     ),
     Signature(
@@ -564,6 +685,9 @@ SIGNATURES: tuple[Signature, ...] = (
         "override (SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN; SGLang warns of incorrect outputs past the trained "
         "length); `escha-deploy plan` checks this against the model folder",
         "sglang/srt/configs/model_config.py:871 (ModelConfig._derive_context_length)",
+        fix_if_set=(("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "the launch already passes SGLang's override, "
+                     "which this server did not read (an image whose environment drops it?): set "
+                     "runtime.context_length to at most {2}"),),
     ),
     Signature(
         "mamba-no-buffer-page", "startup",
@@ -654,6 +778,53 @@ SIGNATURES: tuple[Signature, ...] = (
         "set NO_PROXY/no_proxy=localhost,127.0.0.1,0.0.0.0,::1 (escha-deploy sets it in the container) "
         "or unset the proxy variables",
         "sglang/srt/entrypoints/http_server.py:2221 (_execute_server_warmup); sglang#9814",
+        fix_if_set=(("NO_PROXY", "the launch already exempts the loopback names from the proxy, yet the warmup "
+                     "got 502/403: unset http_proxy, https_proxy and all_proxy where `escha-deploy up` runs (the "
+                     "container inherits them), or check for a proxy the image itself configures"),),
+    ),
+    Signature(
+        "hicache-hash-extension", "launch",
+        r"Failed to load HiCache native hash extension",
+        "SGLang could not build or load its HiCache hash extension: with an L3 storage backend it compiles "
+        "hash_binding.cpp on first use (mem_cache/cpp_utils/native_hash.py: _load_native_hash_module, through "
+        "torch.utils.cpp_extension.load), which needs a C++ compiler, OpenSSL's <openssl/sha.h> and libcrypto "
+        "(-lcrypto), and a writable torch extensions folder (TORCH_EXTENSIONS_DIR, default "
+        "~/.cache/torch_extensions). Startup and health checks pass; the scheduler dies on the first request "
+        "long enough to reach the store (Tanguille/cluster PR #4213)",
+        "run an image that has them: Dockerfile.hicache installs libssl-dev (as SGLang's own runtime image "
+        "does since sglang PR #31064), and `escha-deploy runtime verify` in the image and `up`'s first-use "
+        "check build the extension before the server starts; or turn the L3 store off (hicache.l3.kind: none)",
+        "sglang/srt/mem_cache/cpp_utils/native_hash.py:42 (_load_native_hash_module); "
+        "https://github.com/Tanguille/cluster/pull/4213",
+    ),
+    Signature(
+        "jit-cache-not-writable", "launch",
+        r"(?:Read-only file system|Permission denied): '([^']*flashinfer_cubin[^']*)'",
+        "FlashInfer could not write {1}: its kernels for this GPU are not in the image's installed "
+        "flashinfer_cubin package, so it fetches or builds them into that package's own folder, which the "
+        "server's user cannot write (flashinfer-ai/flashinfer#2834; ai-dynamo/dynamo PR #11154 on sm120)",
+        "run an image whose flashinfer-cubin (or flashinfer-jit-cache) package has this GPU's architecture, or "
+        "whose server user owns that folder; `escha-deploy doctor` lists the GPUs' architectures",
+        "CPython OSError errno 13/30; quoted in https://github.com/flashinfer-ai/flashinfer/issues/2834 and "
+        "https://github.com/ai-dynamo/dynamo/pull/11154",
+    ),
+    Signature(
+        "jit-cache-not-writable", "launch",
+        r"(?:Read-only file system|Permission denied): '([^']*(?:flashinfer|torch_extensions|triton|sglang)[^']*)'",
+        "a kernel library could not write its just-in-time cache at {1}: FlashInfer, Triton, torch extensions "
+        "and SGLang's own JIT kernels compile on first use into the home folder's .cache (FlashInfer's "
+        "cubins tree too), and the folder is read-only or not the server user's (ai-dynamo/dynamo PR #11154, "
+        "Center-for-AI-Innovation/LLMFlux#124)",
+        "give the server a writable cache folder: `escha-deploy up` and `compose` mount the named volume "
+        "escha-PROFILE-jit at /var/cache/escha-jit and point FlashInfer, Triton, torch extensions and SGLang's "
+        "cache there (an older launch or a hand-written one lacks it: launch again with `escha-deploy up`); "
+        "natively, make ~/.cache writable by the user that runs serve",
+        "CPython OSError errno 30/13; quoted in https://github.com/Center-for-AI-Innovation/LLMFlux/issues/124 "
+        "and https://github.com/ai-dynamo/dynamo/pull/11154",
+        fix_if_set=(("FLASHINFER_WORKSPACE_BASE", "the launch already points the caches at the named volume "
+                     "escha-PROFILE-jit (/var/cache/escha-jit), so the folder above is outside it: a library that "
+                     "ignores those variables, or a volume another user created; `docker volume rm` it to start "
+                     "empty, or make the server user own it"),),
     ),
     Signature(
         "runtime-module-missing", "launch",
@@ -684,8 +855,8 @@ SIGNATURES: tuple[Signature, ...] = (
         "raise RLIMIT_MEMLOCK (rootless Docker, an unprivileged LXC container, some nested setups), and the "
         "pinned HiCache pools need memlock unlimited",
         "run rootful Docker, or give the daemon CAP_SYS_RESOURCE (systemd: LimitMEMLOCK=infinity in "
-        "docker.service); --ulimit memlock=-1 cannot help while the daemon itself may not raise the limit; "
-        "`escha-deploy doctor` probes it (docker.memlock)",
+        "docker.service); the launch's unlimited memlock ulimit cannot help while the daemon itself may not "
+        "raise the limit; `escha-deploy doctor` probes it (docker.memlock)",
         "runc libcontainer (setupRlimits); seen from this machine's daemon; quoted in "
         "https://github.com/tubearchivist/tubearchivist/issues/393 (Proxmox LXC)",
     ),
@@ -751,6 +922,126 @@ SIGNATURES: tuple[Signature, ...] = (
         when={"http_status": 401},
     ),
 )
+
+_GiB = 2**30
+
+
+def launch_settings(spec, *, native: bool = False) -> frozenset[str]:
+    """What a rendered launch (``launch_spec.LaunchSpec``) already sets, as the strings a fix
+    would name: each argv flag (``--disable-custom-all-reduce``) and, for a flag followed by a
+    value, ``--flag=value``; each environment variable as NAME and NAME=VALUE (the server's and
+    the container's); and, in a container (``native`` False), ``ipc=MODE``, ``shm_size=BYTES``
+    and each ulimit as ``NAME=SOFT`` (``memlock=-1``). ``Facts.launch`` carries it."""
+    out: set[str] = set()
+    argv = list(spec.argv)
+    for i, a in enumerate(argv):
+        if a.startswith("--"):
+            out.add(a)
+            if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                out.add(f"{a}={argv[i + 1]}")
+    env = dict(spec.env)
+    c = spec.container
+    if not native:
+        env.update(c.environment)
+        if c.ipc_mode:
+            out.add(f"ipc={c.ipc_mode}")
+        if c.shm_size_bytes:
+            out.add(f"shm_size={c.shm_size_bytes}")
+        out.update(f"{name}={soft}" for name, (soft, _hard) in c.ulimits.items())
+    for k, v in env.items():
+        out.update((k, f"{k}={v}"))
+    return frozenset(out)
+
+
+def launch_facts(plan, spec, *, native: bool = False) -> dict[str, object]:
+    """``Facts`` fields from a launch: what it already sets (``launch_settings``), HiCache and
+    the platform as planned, and the plan's largest host buffer on the cudaHostRegister path
+    per rank (``planner.result.HostBuffer`` with allocator ``register``; None without one).
+    ``plan``: a ``planner.result.Plan``; ``spec``: its ``launch_spec.LaunchSpec``."""
+    reg = [b for b in plan.per_rank.host_buffers if b.allocator == "register"] if plan.hicache.enabled else []
+    big = max(reg, key=lambda b: b.requested_bytes, default=None)
+    return {"launch": launch_settings(spec, native=native), "hicache_enabled": plan.hicache.enabled,
+            "platform": plan.platform,
+            "register_buffer": (big.name, big.requested_bytes) if big is not None else None}
+
+
+def _fills(f: Facts) -> dict[str, str]:
+    """The parts of fixes that depend on what the launch already does (``Signature.fix``'s
+    ``{p2p}``, ``{chunk}``, ``{alloc}``, ``{hicache}``, ``{radix}``, ``{register}``): each names
+    only settings the launch does not have (``Facts.launch``; unknown counts as not set)."""
+    from ..flags import ENV_REGISTER_CHUNK, REGISTER_CHUNK_GIB
+
+    have = f.launch or frozenset()
+    parts = []
+    if "NCCL_P2P_DISABLE=1" not in have:
+        parts.append("container.nccl_p2p_disable: true (NCCL_P2P_DISABLE=1)")
+    if "--disable-custom-all-reduce" not in have:
+        parts.append("runtime.disable_custom_all_reduce: true (--disable-custom-all-reduce)")
+    p2p = ("set " + " and ".join(parts) if parts else
+           "peer-to-peer is already off in this launch (NCCL's P2P transport and custom all-reduce), so it is "
+           "not that") + "; as a last resort NCCL_SHM_DISABLE=1 (NCCL over sockets, slower)"
+    buf = f.register_buffer
+    size = (f" (the plan's largest on this path: {buf[0]}, {buf[1] / 1e9:.2f} GB = {buf[1] / _GiB:.2f} GiB per "
+            "rank)" if buf else "")
+    chunk_set = next((t.split("=", 1)[1] for t in have if t.startswith(ENV_REGISTER_CHUNK + "=")), None)
+    if chunk_set:
+        chunk = (f"the launch already registers in calls of at most {chunk_set} GiB and one still failed: lower "
+                 f"hicache.hicache_size or hicache.hicache_ratio{size}, or leave more GPU memory free (a lower "
+                 "runtime.mem_fraction_static; PR #39744's failure had the GPUs about 75 % full)")
+    else:
+        chunk = (f"register in smaller calls: escha-deploy renders {ENV_REGISTER_CHUNK}={REGISTER_CHUNK_GIB} when "
+                 f"the plan's largest buffer on this path is above {REGISTER_CHUNK_GIB} GiB{size}; below that, "
+                 "lower hicache.hicache_size or hicache.hicache_ratio")
+    if "--hicache-mem-layout=layer_first" in have:
+        chunk += ("; in the layer_first layout SGLang registers the KV buffer in one call whatever the chunk "
+                  "(pool_host/mha.py: init_kv_buffer passes a granularity only for page-first layouts): "
+                  "hicache.hicache_mem_layout: page_first")
+    if "ESCHA_HICACHE_HOST_ALLOCATOR=pinned" in have:
+        alloc = ("the pools are already allocated with cudaHostAlloc in this launch, where each buffer must stay "
+                 "within 4 GiB (sglang#7666): lower hicache.hicache_size or hicache.hicache_ratio")
+    else:
+        alloc = ("or allocate the pools with cudaHostAlloc instead of registering them (an image with capability "
+                 "hicache-host-allocator and ESCHA_HICACHE_HOST_ALLOCATOR=pinned; `escha-deploy doctor` picks it "
+                 "where registered memory fails), each buffer within 4 GiB (sglang#7666) through "
+                 "hicache.hicache_size or hicache.hicache_ratio")
+    hicache = ""
+    if f.hicache_enabled or "--enable-hierarchical-cache" in have:
+        hicache = ("; with HiCache on a rank can also hang in HiCache's host transfers (the cache controller's "
+                   "write-back and load-back streams) or on a host pool its GPU cannot use: retry with "
+                   "hicache.enabled: false to isolate, lower hicache.hicache_ratio (`escha-deploy plan` prints the "
+                   "safe one), and let `escha-deploy doctor --profile PROFILE` probe the host allocator "
+                   "(CanUseHostPointerForRegisteredMem)")
+    radix = []
+    if f.hicache_enabled is not False or "--enable-hierarchical-cache" in have:
+        radix.append("with HiCache on (sglang#21379) retry with hicache.enabled: false")
+    if "--page-size=1" not in have:
+        radix.append("runtime.page_size: 1 (a page-rounded prefix match can leave the empty node eviction trips "
+                     "on, sglang PR #28692)")
+    radix.append("runtime.disable_radix_cache: true avoids the tree at the cost of prefix reuse (HiCache needs "
+                 "the radix cache, so it goes off too); a restart clears the tree until it corrupts again (sglang "
+                 "PR #36696 fixes one cause; no supported release has it)")
+    if "memlock=-1" in have:
+        register = f"memlock is already unlimited in this launch, so the size of the one call is the suspect: {chunk}"
+    else:
+        register = f"give the server an unlimited memlock ulimit (`escha-deploy up` and `compose` do), then: {chunk}"
+    if f.platform != "linux":
+        register = ("under WSL2 `escha-deploy doctor` measures the pinned ceiling and `plan` keeps the pools under "
+                    "it" + ("; otherwise " if f.platform is None else "; ") + register)
+    register += f"; {alloc}"
+    return {"p2p": p2p, "chunk": chunk, "alloc": alloc, "hicache": hicache, "radix": "; ".join(radix),
+            "register": register}
+
+
+def fix_for(sig: Signature, f: Facts, found: re.Match[str] | None = None) -> str:
+    """The fix ``sig`` prints for facts ``f``: its ``fix_if_set`` text when the launch already
+    has that setting, else its ``fix``; with ``_fills`` and the pattern's groups filled in."""
+    text = sig.fix
+    if f.launch is not None:
+        text = next((alt for setting, alt in sig.fix_if_set if setting in f.launch), text)
+    for k, v in _fills(f).items():
+        text = text.replace("{" + k + "}", v)
+    return _fill(text, found)
+
 
 _TRACEBACK_START = "Traceback (most recent call last):"
 #: Lines of the first traceback a crash-loop match prints.
@@ -842,6 +1133,10 @@ def _fact_evidence(sig: Signature, f: Facts) -> list[str]:
                         None: "the cgroup's oom_kill count was not read"}[f.oom_kill])
         else:
             out.append(f"{name} = {getattr(f, name)}")
+    if sig.id == "host-register-failed" and f.register_buffer:
+        name, size = f.register_buffer
+        out.append(f"the plan's largest host buffer on the cudaHostRegister path: {name}, {size:,} B "
+                   f"({size / 1e9:.2f} GB, {size / _GiB:.2f} GiB) per rank")
     if sig.kind == "killed" and f.pinned_total_bytes:
         out.append(f"the plan pins {f.pinned_total_bytes / 1e9:.2f} GB of host memory (all ranks)")
     return out
@@ -887,7 +1182,7 @@ def _unsettled(sig: Signature, f: Facts, found: re.Match[str] | None, line: str 
         explanation="the cause depends on " + ", ".join(unknown) + ", which this log does not show: "
         + "; ".join(f"{cond(r)}: {_fill(r.cause, found)}" for r in alts),
         fix="settle it (" + "; ".join(SETTLE[n] for n in unknown) + "), then: "
-        + "; ".join(f"{cond(r)}: {_fill(r.fix, found)}" for r in alts),
+        + "; ".join(f"{cond(r)}: {fix_for(r, f, found)}" for r in alts),
         source=sig.source, conclusive=False)
 
 
@@ -1074,7 +1369,7 @@ def diagnose(lines: Sequence[str], facts: Facts | None = None) -> Diagnosis:
             continue
         evidence += _fact_evidence(sig, facts)
         matches.append(Match(id=sig.id, kind=sig.kind, line=line, evidence=evidence,
-                             explanation=_fill(sig.cause, found), fix=_fill(sig.fix, found), source=sig.source,
+                             explanation=_fill(sig.cause, found), fix=fix_for(sig, facts, found), source=sig.source,
                              sglang_advice=sig.sglang_advice, conclusive=sig.conclusive))
     matches = order_matches(matches, where)
     rep = _repeating_traceback(text)

@@ -289,7 +289,7 @@ def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dr
     from escha_deploy import flags
 
     from .check import check_here
-    from .diagnose import Facts
+    from .diagnose import Facts, launch_settings
     from .docker import SERVE_MODE_ENV
     from .native import serve_log_path, server_lock, supervise, sweep_secret_dirs, tmpfs_root
 
@@ -335,7 +335,8 @@ def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dr
         try:
             outcome = supervise(argv, env=env, secrets=[s for s in (api_key, hf_token) if s],
                                 config_flag=flags.CONFIG_FLAG, config_secrets=flags.secret_config(api_key),
-                                facts=Facts(hicache_enabled=launch.hicache_enabled, platform=launch.facts.platform),
+                                facts=Facts(hicache_enabled=launch.hicache_enabled, platform=launch.facts.platform,
+                                            launch=launch_settings(launch, native=not in_container)),
                                 secret_root=root, lock_fd=lock_fd,
                                 grace_s=float(launch.container.stop_timeout_s),
                                 on_ready=drift_at_ready(launch, planned, api_key, report)

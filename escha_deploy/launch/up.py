@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from escha_deploy.errors import BadInput, EschaError, Failed, Internal, Refused
+from escha_deploy.launch_spec import CONTAINER_JIT_CACHE
 
 from .prepare import Prepared, planned_sizes, prepare, read_secret
 from . import guard, image_preflight
@@ -606,6 +607,10 @@ def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, time
 
     spec = prep.spec
     report("info", f"up: started {c.name} ({c.short_id}) from {spec.image}; waiting for {endpoint}")
+    jit = next((m for m in spec.mounts if m.kind == "volume" and m.target == CONTAINER_JIT_CACHE), None)
+    if jit is not None:
+        report("info", f"up: kernels compiled on first use (FlashInfer, Triton, torch extensions, SGLang) go to the "
+                       f"named volume {jit.source} at {jit.target}, kept across restarts")
     pump = LogPump(c)
     probe = Probe(endpoint, api_key)
     timeout = float(timeout_s if timeout_s is not None else prep.profile.container.ready_timeout_s)
@@ -638,7 +643,7 @@ def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, time
     finally:
         probe.close()
     if not res.ready:
-        from .diagnose import Facts, diagnose  # the failure path's log reader (rules and models)
+        from .diagnose import Facts, diagnose, launch_facts  # the failure path's log reader (rules and models)
 
         time.sleep(0.2)
         pump.take()
@@ -649,8 +654,9 @@ def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, time
             dk.stop(c, spec.stop_timeout_s)
             pump.take()
         # daemon_gone, oom_kill and http_status are read by the diagnosis table's event rows
-        diag = diagnose(pump.all, Facts(exit_code=end.exit_code, hicache_enabled=prep.plan.hicache.enabled,
-                                        platform=prep.plan.platform,
+        # launch_facts: what this launch already sets (no fix may say to set it), HiCache, the
+        # platform and the plan's largest registered host buffer
+        diag = diagnose(pump.all, Facts(**launch_facts(prep.plan, prep.launch), exit_code=end.exit_code,
                                         timed_out=res.reason == "timed out",
                                         health_ok=res.health_ok, generate_ok=res.generate_ok,
                                         daemon_gone=end.daemon_gone, oom_kill=end.oom_killed,

@@ -132,6 +132,20 @@ QUOTES: dict[str, list[tuple[str, str]]] = {
         ("https://github.com/NVIDIA/nvidia-docker/issues/1786",
          "nvidia-container-cli: initialization error: WSL environment detected but no adapters were found: unknown"),
     ],
+    "gpu-lost": [
+        ("https://github.com/NVIDIA/open-gpu-kernel-modules/issues/1151",
+         "NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus."),
+        ("https://github.com/NVIDIA/open-gpu-kernel-modules/issues/1010",
+         "april 24 16:22:15 robin-linux-x3d kernel: NVRM: Xid (PCI:0000:01:00): 79, pid=6755, name=vivaldi-bin, GPU "
+         "has fallen off the bus."),
+    ],
+    "wsl2-gpu-resident": [
+        ("https://github.com/microsoft/WSL/issues/41176", "misc dxg: dxgk: dxgkio_make_resident: Ioctl failed: -12"),
+    ],
+    "jit-cache-not-writable": [
+        ("https://github.com/flashinfer-ai/flashinfer/issues/2834",
+         "`Permission denied: '/usr/local/lib/python3.10/dist-packages/flashinfer_cubin/cubins/flashinfer'`"),
+    ],
     "child-failed": [
         ("https://github.com/sgl-project/sglang/issues/5096",
          "ERROR 2025-04-05T00:01:19.209237575Z [2025-04-05 00:01:19] Received sigquit from a child process. It "
@@ -144,7 +158,10 @@ JSON_BODY = {"unauthorized": "error"}
 
 #: Rows tested against what the real part prints on this machine (test functions below).
 REAL_PART = {"runtime-module-missing", "address-in-use", "zmq-address-in-use", "docker-daemon-gone",
-             "python-memory-error"}
+             "python-memory-error",
+             # the unified tree's bare asserts, raised by the wheel's own functions in each release
+             # (tests/launch/test_diagnose_field_reports.py)
+             "radix-cache-assert"}
 
 _REF = re.compile(r"((?:sglang|transformers|torch)/[\w/]+\.py):(\d+)")
 
