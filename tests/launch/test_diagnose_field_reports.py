@@ -365,3 +365,57 @@ def test_the_jit_cache_is_a_named_volume_with_the_caches_pointed_at_it(name):
     doc = render(spec.container)
     assert doc["volumes"] == {jit_cache_volume(name): {"name": jit_cache_volume(name)}}
     assert "ipc=host" in launch_settings(spec) and "memlock=-1" in launch_settings(spec)
+
+
+# --- the kernel log and the command ---------------------------------------------------------------------
+
+
+def test_kernel_log_reads_this_machines_log_or_says_why():
+    """The real dmesg (or journalctl -k) of this machine: only GPU lines are kept, and when no
+    reader may read the log the reason names each."""
+    from escha_deploy.doctor.kernel_log import GPU_LINE, gpu_lines
+
+    lines, how = gpu_lines()
+    assert how in ("dmesg", "journalctl -k -b --no-pager -q") or how.startswith("the kernel log could not")
+    assert all(GPU_LINE.search(ln) for ln in lines)
+    none, why = gpu_lines(readers=[("escha-no-such-reader",), ("false",)])
+    assert none == [] and "escha-no-such-reader" in why and "false: exit 1" in why
+
+
+def _standin_dmesg(folder: Path) -> Path:
+    """A stand-in for ``dmesg`` on a box whose driver lost a GPU (no GPU here): a real
+    executable printing the lines NVIDIA/open-gpu-kernel-modules#1151 quotes, between
+    WSL2's harmless boot-time dxgkrnl line (microsoft/WSL#40715) and an unrelated one."""
+    exe = folder / "dmesg"
+    exe.write_text("#!/bin/sh\n"
+                   "echo '[    1.27] misc dxg: dxgk: dxgkio_query_adapter_info: Ioctl failed: -22'\n"
+                   "echo '[  649.39] docker0: port 1(veth02953fd) entered forwarding state'\n"
+                   "echo '[ 2012.01] NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.'\n")
+    exe.chmod(0o755)
+    return exe
+
+
+def test_diagnose_command_reads_the_kernel_log_and_the_profiles_launch(cli, tmp_path, monkeypatch):
+    """The server's log has only the CUDA error; --kernel-log finds the Xid in the kernel log
+    (here the stand-in dmesg first on PATH) and names the GPU lost, exit 0. --profile renders
+    the profile's launch: the host-register fix then says what that launch already does."""
+    log = tmp_path / "server.log"
+    log.write_text(TS + "Scheduler hit an exception: Traceback (most recent call last):\n"
+                   "torch.AcceleratorError: CUDA error: unspecified launch failure\n")
+    assert cli("diagnose", str(log)).code == 5
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    _standin_dmesg(bindir)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    r = cli("diagnose", str(log), "--kernel-log")
+    assert r.code == 0 and "[gpu-lost]" in r.out and "1 GPU line of `dmesg`" in r.out, r.out + r.err
+    assert "dxgkio_query_adapter_info" not in r.out
+    case = next(c for c in _reports() if c["id"] == "report-host-register-one-large-call")
+    log.write_text(case["files"]["server.log"])
+    bare = cli("diagnose", str(log))
+    assert bare.code == 0 and "renders SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB=16" in bare.out
+    fitted = cli("diagnose", str(log), "--profile", "linux-tp2-l3")
+    assert fitted.code == 0 and "linux-tp2-l3's launch" in fitted.out
+    assert "already registers in calls of at most 16 GiB" in fitted.out and "memlock=-1" not in fitted.out
+    assert "host KV buffer (K and V)" in fitted.out  # the plan's buffer, named
+    assert cli("diagnose", str(log), "--profile", str(tmp_path / "none.yaml")).code == 2
