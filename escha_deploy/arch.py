@@ -324,6 +324,8 @@ class ModelDirFacts(BaseModel):
         "be read that way (then safetensors_bytes, the file sizes, stand in)")
     mtp_tensor_bytes: int | None = Field(default=None, description="bytes of the MTP tensors (names with 'mtp')")
     header_note: str = Field(default="", description="why the headers were not used, when they were not")
+    quant_method: str | None = Field(default=None, description="config.json's quantization_config.quant_method "
+                                     "(or compression_config's), as SGLang's model config reads it; None: none")
 
 
 #: Bits per element of each safetensors dtype (the format's ``Dtype``: huggingface/safetensors
@@ -392,6 +394,21 @@ def safetensors_header_weights(files: list[Path]) -> tuple[int, int]:
     return model, mtp
 
 
+
+def quant_method_of(config: dict) -> tuple[str, str] | None:
+    """``(field, value)``: the quantization method a config.json names, where SGLang 0.5.19 looks
+    (``srt/configs/model_config.py: _parse_quant_hf_config``: ``quantization_config``, else
+    ``compression_config``), as ``quantization_config.quant_method``; None when it names none
+    (no such section, or a section without a string ``quant_method``: modelopt's, detected
+    by SGLang from other keys)."""
+    for section in ("quantization_config", "compression_config"):
+        qc = config.get(section)
+        if isinstance(qc, dict):
+            m = qc.get("quant_method")
+            return (f"{section}.quant_method", m) if isinstance(m, str) and m else None
+    return None
+
+
 def read_model_dir(path: str | Path) -> ModelDirFacts | None:
     """Read ``config.json`` and the safetensors sizes of a model directory; ``None`` when the
     directory does not exist here. Raises ``BadInput`` naming the file for a config.json that
@@ -414,6 +431,9 @@ def read_model_dir(path: str | Path) -> ModelDirFacts | None:
             raise ValueError(f"{cfg}: {exc}") from None
         if ctx:
             context = {"context_length": ctx[0], "context_length_key": ctx[1]}
+        qm = quant_method_of(config) if isinstance(config, dict) else None
+        if qm is not None:
+            context["quant_method"] = qm[1]
     from .jsonio import is_regular_file
 
     shards = sorted(f for f in p.glob("*.safetensors") if is_regular_file(f))

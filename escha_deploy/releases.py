@@ -144,6 +144,19 @@ class QuantizationNotLoadable(_Model):
     source: str
 
 
+class QuantizationMethods(_Model):
+    """Every quantization method name the release registers anywhere
+    (``srt/layers/quantization/__init__.py``: ``BASE_QUANTIZATION_METHODS``, the ``update`` of each
+    platform's branch, ``CPU_QUANTIZATION_METHODS``). A model whose config.json names a
+    ``quantization_config.quant_method`` outside it is refused by SGLang's model config
+    (``srt/configs/model_config.py: _verify_quantization``: "Unknown quantization method") on any
+    platform; a name inside it may still be remapped on CUDA (``override_quantization_method``),
+    so only names outside it are refused by ``plan``."""
+
+    known: tuple[str, ...]
+    source: str
+
+
 class Release(_Model):
     """The hand-written facts of one SGLang release (``releases/X.Y.Z/facts.yaml``).
     ``nvfp4_prefill``: the release's NVFP4 backend resolution, None where it has none."""
@@ -158,6 +171,7 @@ class Release(_Model):
     draft_kv_cell: DraftKvCell
     nvfp4_prefill: Nvfp4Prefill | None = None
     quantization_not_loadable: QuantizationNotLoadable | None = None
+    quantization_methods: QuantizationMethods | None = None
 
 
 class _Index(_Model):

@@ -59,6 +59,10 @@ class ProfileNeeds:
     pinned_buffer_bytes: tuple[int, ...] = ()
     #: One KV page per rank (page_size x device bytes per token): the restore probe's small copy.
     kv_page_bytes: int | None = None
+    #: What the plan commits on the host, all ranks (bytes): the pinned pools, the server
+    #: processes, the OS reserve and an L3 store's memory (``planner.result.Budget``); the page
+    #: cache floor is left out (it can be dropped). None when not planned.
+    commit_bytes: int | None = None
 
     @property
     def profile_arg(self) -> str:
@@ -408,9 +412,34 @@ def host_checks(f: DoctorFacts, page_cache_floor: int = PAGE_CACHE_FLOOR_BYTES) 
             *check_gpus(f), *check_probes(f), *check_nccl(f)]
 
 
+def check_wsl_commit(f: DoctorFacts, need: ProfileNeeds) -> list[Check]:
+    """Under WSL2, each readable .wslconfig whose ``memory=`` is below what the plan commits on
+    the host (``ProfileNeeds.commit_bytes``): the plan is made against the VM's MemTotal, and
+    pinned pools are committed Windows memory the VM never gives back (microsoft/WSL#8447), so
+    a ``memory=`` below the commit (one not in effect yet, or about to be applied by the next
+    `wsl --shutdown`) leaves the server without room. A warning: MemTotal is what the VM has."""
+    if f.platform != "wsl2" or not need.commit_bytes:
+        return []
+    rows = []
+    for w in f.wslconfig:
+        if w.encoding_problem or w.error or not w.memory_bytes:
+            continue
+        if need.commit_bytes > w.memory_bytes:
+            rows.append(warn("profile.wsl_commit",
+                             f"{need.name} commits {_gib(need.commit_bytes)} of host memory (pinned pools, server "
+                             f"processes, OS reserve) and {w.path} allows the VM memory={w.memory_text} "
+                             f"({_gib(w.memory_bytes)}): once that setting is in effect the plan does not fit",
+                             f"raise memory= under [wsl2] in {w.path} and run `wsl --shutdown`, or lower "
+                             f"hicache.hicache_ratio (`escha-deploy plan --profile {need.profile_arg}`)", profile=True))
+        else:
+            rows.append(ok("profile.wsl_commit", f"{need.name} commits {_gib(need.commit_bytes)}, within "
+                           f"memory={w.memory_text} of {w.path}", profile=True))
+    return rows
+
+
 def profile_checks(f: DoctorFacts, need: ProfileNeeds) -> list[Check]:
     """Whether this box satisfies ``need``, check by check (``profile=True``: a fail exits 3)."""
-    rows: list[Check] = []
+    rows: list[Check] = [*check_wsl_commit(f, need)]
     if f.memlock_probe is not None and f.memlock_probe.ok is False:
         from escha_deploy.launch.docker import MEMLOCK_DAEMON_FIX
 

@@ -50,7 +50,9 @@ def needs_from_profile(ref: str, overrides: Sequence[str] = ()) -> ProfileNeeds:
     problems = tuple(result.reasons) if result.verdict == "unsafe" else ()
     pinned = result.per_rank.pinned_bytes if result.hicache.enabled else None
     buffers = tuple(b.requested_bytes for b in result.per_rank.host_buffers)
-    return ProfileNeeds(pinned_buffer_bytes=buffers,
+    b = result.budget
+    commit = result.pinned_total_bytes + b.server_processes_bytes + b.os_reserve_bytes + b.l3_store_bytes
+    return ProfileNeeds(pinned_buffer_bytes=buffers, commit_bytes=commit,
                         kv_page_bytes=result.page_size * result.per_rank.device_kv_bytes_per_token,name=profile.name, gpu_count=hw.gpu_count, gpu_vram_bytes=hw.gpu_vram,
                         gpu_name=hw.gpu_name, tp_size=profile.runtime.tp_size,
                         hicache_enabled=profile.hicache.enabled, pinned_per_rank_bytes=pinned or None,

@@ -338,6 +338,16 @@ def step_device_budget(c: _Ctx) -> None:
     vram, hidden, ctx, free = _free_before_weights(c)
     mfs, mfs_source, default = _mem_fraction(c)
     static = int(free * mfs)
+    drop = c.inp.profile.safety.wsl2_mem_fraction_drop
+    cc = c.inp.profile.hardware.compute_capability or ""
+    if (rt.mem_fraction_static is not None and c.inp.host.platform == "wsl2" and cc.startswith("12.") and drop > 0
+            and mfs > round(default - drop, 3)):
+        # _mem_fraction lowers only SGLang's default; a fraction the profile sets is taken as is
+        c.warnings.append(
+            f"runtime.mem_fraction_static {mfs:g} is above the {round(default - drop, 3):g} this plan would use under "
+            f"WSL2 (SGLang's default {default:g} minus safety.wsl2_mem_fraction_drop {drop:g}): the Windows side keeps "
+            "a hidden share of each GPU, and allocations past it fail as 'CUDA driver error: device not ready' "
+            "(microsoft/WSL#41176: 0.88 failed, 0.80 worked); unset it or lower it under WSL2")
     # SGLang sizes the KV and mamba pools from what the weights leave of the static budget
     # (kv_cache_configurator.py: _profile_available_bytes); the request-to-token table is
     # allocated beside them, out of the room the fraction leaves (memory_pool.py: ReqToTokenPool).

@@ -193,6 +193,16 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
         for name in ("prefix_tokens", "recent_tokens"):
             if getattr(i2, name) % n_q:
                 error(f"runtime.kv_cache.int2.{name}", f"must be a multiple of the INT2 page ({n_q})")
+    qm = model_dir.quant_method if model_dir is not None else None
+    methods = release.quantization_methods if release is not None else None
+    if qm and model_dir is not None and release is not None and methods is not None and qm.lower() not in methods.known:
+        # the list is the release's (catalog/releases/X.Y.Z/facts.yaml: quantization_methods)
+        error("model.host_dir",
+              f"{model_dir.path}/config.json: quantization_config.quant_method {qm!r} is no quantization method "
+              f"SGLang {release.version} knows (its {len(methods.known)}: {', '.join(methods.known)}; "
+              "layers/quantization/__init__.py): its model config refuses it at startup "
+              "(configs/model_config.py: _verify_quantization, 'Unknown quantization method'); use a checkpoint "
+              "quantized with one of them")
     q = profile.model.quantization
     if q and release is not None and release.quantization_not_loadable and q in release.quantization_not_loadable.methods:
         error("model.quantization",
