@@ -118,10 +118,15 @@ def register(app: typer.Typer) -> None:
             "--base-wheel", help="Read the clean base files from this stock wheel instead of "
             "the copies apply saved.")] = None,
         fork_dir: ForkOpt = None,
+        first_use: Annotated[bool, typer.Option(
+            "--first-use/--no-first-use", help="Also check what the server builds after ready for the L3 backends "
+            "the series' profiles turn on: a C++ compiler, <openssl/sha.h> and -lcrypto for SGLang's HiCache hash "
+            "extension (built here, and with torch present built and loaded by SGLang's own loader), and writable "
+            "JIT cache folders.")] = False,
         fmt: FormatOpt = OutputFormat.table,
     ) -> None:
         """Check the installed sglang equals base + deltas; name every missing, extra and
-        changed file (exit 3 on any)."""
+        changed file (exit 3 on any). With --first-use, also what SGLang compiles on first use."""
         from escha_deploy.cli.output import print_json
         from escha_deploy.errors import Refused
         from escha_deploy.runtime import inventory as inv
@@ -144,6 +149,9 @@ def register(app: typer.Typer) -> None:
         if not result.drift.ok:
             raise Refused(*result.drift.lines(),
                           hint="reinstall sglang and run `escha-deploy runtime apply`")
+        if first_use:
+            first_use_or_refuse(python)
+
 
     @runtime.command("inventory")
     def inventory_cmd(
@@ -397,3 +405,19 @@ def _print_description(desc, fmt: OutputFormat) -> None:
     ]
     for k, v in rows:
         print(f"{k}: {v}")
+
+
+def first_use_or_refuse(python: Optional[str]) -> None:
+    """``runtime verify --first-use``: the first-use check (``runtime/first_use.py``) with an L3
+    backend on, in this environment; prints one ``first use:`` line per check passed, raises
+    ``Refused`` (exit 3) with every problem, one line each."""
+    from escha_deploy.errors import Refused
+    from escha_deploy.runtime import first_use as fu
+
+    result = fu.check(l3=True, python=python)
+    problems = [p for row in result["checks"] for p in row["problems"]]  # type: ignore[union-attr]
+    if problems:
+        raise Refused(*[f"first use: {p}" for p in problems],
+                      hint="Dockerfile.hicache installs g++ and libssl-dev; rebuild the image (`escha-deploy build`)")
+    for row in result["checks"]:  # type: ignore[union-attr]
+        print(f"first use: {row['name']}: {row['detail']}")

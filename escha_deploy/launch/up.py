@@ -29,7 +29,7 @@ from escha_deploy.errors import BadInput, EschaError, Failed, Internal, Refused
 from escha_deploy.launch_spec import CONTAINER_JIT_CACHE
 
 from .prepare import Prepared, planned_sizes, prepare, read_secret
-from . import guard, image_preflight
+from . import first_use_check, guard, image_preflight
 from .doctor_probe import doctor_in_image, fresh_findings_saved
 from .image_build import build_image
 from .logpump import LogPump
@@ -454,6 +454,8 @@ CHECKS: list[Check] = [
                                                                   report=ctx.report, failed=ctx.failed),
           needs=("daemon", "plan"), not_needed=lambda ctx: image_preflight.not_needed(ctx.planned()),
           without_daemon="; it runs at `up`, in a container of the image"),
+    Check("first use", lambda ctx: first_use_check.check(ctx.client, ctx.planned(), dry=ctx.dry),
+          needs=("daemon", "plan", "container")),
     Check("existing container", _existing_container, needs=("daemon", "plan")),
     Check("port", _port, needs=("daemon", "plan")),
     Check("api key file", _api_key_file, refuses=2,

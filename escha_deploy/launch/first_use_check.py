@@ -1,0 +1,91 @@
+"""`up`'s ``first use`` check: what the server builds after "ready", checked before it starts.
+
+Runs ``runtime/first_use.py`` (standard library only, given as ``python -c`` source, so the
+check is this `up`'s whatever escha-deploy the image carries) in a throw-away container of the
+profile's image with the launch's JIT cache volume and its environment (``launch_spec.
+JIT_CACHE_ENV``): the cache folders must be writable there, and with an L3 storage backend
+SGLang's HiCache hash extension must build (a C++ compiler, ``<openssl/sha.h>``, ``-lcrypto``)
+in the volume, where the server finds it; with torch in the image SGLang's own loader builds
+it there now, so the first long request does not. A missing part is `up`'s exit 3, one line
+each, naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from escha_deploy.errors import Refused
+from escha_deploy.launch_spec import CONTAINER_JIT_CACHE
+
+from .prepare import Prepared
+
+#: The hint of a refusal.
+HINT = ("build the image from Dockerfile.hicache (`escha-deploy build`), which installs g++ and libssl-dev, or "
+        "install them in your image; `escha-deploy runtime verify --first-use` in the image checks the same")
+
+
+def needs_l3(prep: Prepared) -> bool:
+    """Whether the launch turns an L3 storage backend on (HiCache with ``--hicache-storage-backend``)."""
+    hc = prep.plan.hicache
+    return bool(hc.enabled and hc.storage_backend)
+
+
+def in_image(client, prep: Prepared, *, timeout_s: float = 900) -> dict:
+    """The first-use answer (``first_use.check``'s dict) from a throw-away container of
+    ``prep``'s image: its JIT cache volume and environment, no GPU, no network, no other mount;
+    ``{"ok": None, "not_run": why}`` when the container gave no answer."""
+    from escha_deploy.runtime import first_use
+
+    from . import docker as dk
+    from .image_preflight import ENTRYPOINT
+
+    mounts = [m for m in prep.args.get("mounts", []) if m["target"] == CONTAINER_JIT_CACHE]
+    args = {k: v for k, v in prep.args.items() if k in ("image", "security_opt", "init", "cap_add", "cap_drop")}
+    command = [prep.argv[0], Path(first_use.__file__).read_text()]
+    env = {**prep.args.get("environment", {}), first_use.L3_ENV: "1" if needs_l3(prep) else "0"}
+    args.update(entrypoint=ENTRYPOINT, command=command, environment=env,
+                labels={**prep.args.get("labels", {}), dk.LABEL_MANAGED_BY: "escha-deploy-first-use"},
+                network_mode="none", detach=True, mounts=mounts, device_requests=[])
+    from docker.errors import DockerException
+
+    try:
+        c = client.containers.create(**dk.to_docker({**args, "ulimits": []}))
+    except DockerException as exc:
+        return {"ok": None, "not_run": f"its container could not be created: {exc}"[:400]}
+    try:
+        c.start()
+        code = c.wait(timeout=timeout_s)["StatusCode"]
+        out = c.logs(stdout=True, stderr=False).decode(errors="replace")
+        err = c.logs(stdout=False, stderr=True).decode(errors="replace")
+    except DockerException as exc:
+        return {"ok": None, "not_run": f"its container did not run: {exc}"[:400]}
+    finally:
+        c.remove(force=True)
+    for line in reversed(out.splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                break
+    last = (err.strip().splitlines() or ["no output"])[-1]
+    return {"ok": None, "not_run": f"the container of {prep.spec.image} gave no answer (exit {code}): {last}"[:400]}
+
+
+def check(client, prep: Prepared, *, dry: bool) -> tuple[str, str]:
+    """`up`'s ``first use`` check: ``(state, detail)``, or raises ``Refused`` (exit 3) naming
+    every missing part. Not run when the image is not here."""
+    what = "the HiCache hash extension (L3 store) and " if needs_l3(prep) else ""
+    if dry:
+        return "not run", (f"`up` builds {what}checks the JIT cache folders in a container of {prep.spec.image} "
+                           "with the launch's JIT cache volume; `escha-deploy runtime verify --first-use` in the "
+                           "image checks the same")
+    if prep.image_present is False:
+        return "not run", f"it runs at `up`, in a container of {prep.spec.image}, which is not present"
+    res = in_image(client, prep)
+    if res.get("ok") is None:
+        return "not run", str(res.get("not_run"))
+    problems = [p for row in res["checks"] for p in row["problems"]]
+    if problems:
+        raise Refused(*[f"first use: {p}" for p in problems], hint=HINT)
+    return "ok", "; ".join(f"{row['name']}: {row['detail']}" for row in res["checks"])
