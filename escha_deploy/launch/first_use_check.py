@@ -20,6 +20,9 @@ from escha_deploy.launch_spec import CONTAINER_JIT_CACHE
 
 from .prepare import Prepared
 
+#: The label naming the profile a first-use container checks (not the profile's own label: it
+#: is not the profile's server, which `down`, `status` and `up`'s stale check look for).
+FIRST_USE_OF = "io.escha.first-use-of"
 #: The hint of a refusal.
 HINT = ("build the image from Dockerfile.hicache (`escha-deploy build`), which installs g++ and libssl-dev, or "
         "install them in your image; `escha-deploy runtime verify --first-use` in the image checks the same")
@@ -31,21 +34,22 @@ def needs_l3(prep: Prepared) -> bool:
     return bool(hc.enabled and hc.storage_backend)
 
 
-def in_image(client, prep: Prepared, *, timeout_s: float = 900) -> dict:
+def in_image(client, prep: Prepared, *, volume: bool = True, timeout_s: float = 900) -> dict:
     """The first-use answer (``first_use.check``'s dict) from a throw-away container of
-    ``prep``'s image: its JIT cache volume and environment, no GPU, no network, no other mount;
+    ``prep``'s image: its environment and (``volume``) its JIT cache volume, no GPU, no
+    network, no other mount, none of the launch's labels (it is not the profile's server);
     ``{"ok": None, "not_run": why}`` when the container gave no answer."""
     from escha_deploy.runtime import first_use
 
     from . import docker as dk
     from .image_preflight import ENTRYPOINT
 
-    mounts = [m for m in prep.args.get("mounts", []) if m["target"] == CONTAINER_JIT_CACHE]
+    mounts = [m for m in prep.args.get("mounts", []) if m["target"] == CONTAINER_JIT_CACHE] if volume else []
     args = {k: v for k, v in prep.args.items() if k in ("image", "security_opt", "init", "cap_add", "cap_drop")}
     command = [prep.argv[0], Path(first_use.__file__).read_text()]
     env = {**prep.args.get("environment", {}), first_use.L3_ENV: "1" if needs_l3(prep) else "0"}
     args.update(entrypoint=ENTRYPOINT, command=command, environment=env,
-                labels={**prep.args.get("labels", {}), dk.LABEL_MANAGED_BY: "escha-deploy-first-use"},
+                labels={dk.LABEL_MANAGED_BY: "escha-deploy-first-use", FIRST_USE_OF: prep.profile.name},
                 network_mode="none", detach=True, mounts=mounts, device_requests=[])
     from docker.errors import DockerException
 
@@ -75,17 +79,14 @@ def in_image(client, prep: Prepared, *, timeout_s: float = 900) -> dict:
 def check(client, prep: Prepared, *, dry: bool) -> tuple[str, str]:
     """`up`'s ``first use`` check: ``(state, detail)``, or raises ``Refused`` (exit 3) naming
     every missing part. Not run when the image is not here."""
-    what = "the HiCache hash extension (L3 store) and " if needs_l3(prep) else ""
-    if dry:
-        return "not run", (f"`up` builds {what}checks the JIT cache folders in a container of {prep.spec.image} "
-                           "with the launch's JIT cache volume; `escha-deploy runtime verify --first-use` in the "
-                           "image checks the same")
     if prep.image_present is False:
         return "not run", f"it runs at `up`, in a container of {prep.spec.image}, which is not present"
-    res = in_image(client, prep)
+    # the dry run makes no volume: it checks the image's own cache folders; `up` checks in the volume
+    res = in_image(client, prep, volume=not dry)
     if res.get("ok") is None:
         return "not run", str(res.get("not_run"))
     problems = [p for row in res["checks"] for p in row["problems"]]
     if problems:
         raise Refused(*[f"first use: {p}" for p in problems], hint=HINT)
-    return "ok", "; ".join(f"{row['name']}: {row['detail']}" for row in res["checks"])
+    where = "" if not dry else " (in the image's own folders: `up` checks in the launch's JIT cache volume)"
+    return "ok", "; ".join(f"{row['name']}: {row['detail']}" for row in res["checks"]) + where

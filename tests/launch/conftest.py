@@ -199,6 +199,11 @@ def no_leaks(docker_client):
     yield
     after = _inventory(docker_client)
     leaked = [ids - b for ids, b in zip(after, before)]
+    for cid in leaked[0]:
+        try:
+            docker_client.containers.get(cid).remove(force=True)
+        except Exception:
+            pass
     # the JIT cache volume `up` mounts (launch_spec.jit_cache_volume) is kept across `down` by
     # design, as the L3 folder is: removed here, not a leak
     for vid in list(leaked[2]):
@@ -207,11 +212,6 @@ def no_leaks(docker_client):
             if vol.name.endswith("-jit"):
                 vol.remove(force=True)
                 leaked[2].discard(vid)
-        except Exception:
-            pass
-    for cid in leaked[0]:
-        try:
-            docker_client.containers.get(cid).remove(force=True)
         except Exception:
             pass
     assert not any(leaked), f"left behind: containers {leaked[0]}, networks {leaked[1]}, volumes {leaked[2]}"
