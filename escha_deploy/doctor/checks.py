@@ -404,12 +404,31 @@ def check_nccl(f: DoctorFacts) -> list[Check]:
                  "raise /dev/shm (--ipc=host), then try NCCL_SHM_DISABLE=1; rerun with NCCL_DEBUG=INFO to see transports")]
 
 
+def check_kernel_log(f: DoctorFacts) -> list[Check]:
+    """The GPU's lines in the kernel log (``gpu.kernel_log``), read through the diagnosis
+    table's device rows (launch/diagnose.py: gpu-lost, wsl2-gpu-resident): a GPU lost from the
+    bus or a GSP timeout is the card, its power or its link, not the configuration; nothing when
+    the log could not be read (the reason is shown)."""
+    from escha_deploy.launch.diagnose import Facts, diagnose
+
+    if not f.kernel_log:
+        return []
+    if f.kernel_log.startswith(("the kernel log could not", "not read")):
+        return [unknown("gpu.kernel_log", f.kernel_log, "run `escha-deploy doctor` as root, or read "
+                        "`dmesg | grep -i xid` yourself")]
+    found = [m for m in diagnose(f.kernel_gpu_lines, Facts(platform=f.platform)).matches if m.kind == "device"]
+    if not found:
+        return [ok("gpu.kernel_log", f"no GPU error in the kernel log ({f.kernel_log})")]
+    return [warn("gpu.kernel_log", f"{m.explanation}; the kernel log ({f.kernel_log}) has: {m.line}", m.fix)
+            for m in found]
+
+
 def host_checks(f: DoctorFacts, page_cache_floor: int = PAGE_CACHE_FLOOR_BYTES) -> list[Check]:
     """The checks that need no profile, in report order (``page_cache_floor``: bytes, the
     profile's safety policy when one was given)."""
     return [check_platform(f), *check_memory(f, page_cache_floor), check_memlock(f), check_shm(f), *check_docker(f),
             *check_daemon_memlock(f), *check_wslconfig(f),
-            *check_gpus(f), *check_probes(f), *check_nccl(f)]
+            *check_gpus(f), *check_kernel_log(f), *check_probes(f), *check_nccl(f)]
 
 
 def check_wsl_commit(f: DoctorFacts, need: ProfileNeeds) -> list[Check]:

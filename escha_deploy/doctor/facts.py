@@ -77,6 +77,10 @@ class DoctorFacts(BaseModel):
     probes: ProbeFacts = Field(default_factory=ProbeFacts)
     kernel_archs: dict = Field(default_factory=dict, description="the image's sglang-kernel/torch architectures "
                                "(kernel_archs.image_kernel_archs)")
+    kernel_gpu_lines: list[str] = Field(default_factory=list, description="the kernel log's GPU lines (Xid, a GPU "
+                                        "off the bus, WSL2's dxgkrnl residency failures; doctor/kernel_log.py)")
+    kernel_log: str = Field(default="", description="what read the kernel log (dmesg, journalctl -k), or why it "
+                            "could not be read")
 
 
 def _reason(exc: BaseException) -> str:
@@ -88,10 +92,18 @@ def gather_facts(root: Path = Path("/"), environ: Mapping[str, str] | None = Non
                  gpus: Callable[[], GpuInventory] = gpu_inventory,
                  networking_mode: Callable[[], str | None] = read_wsl_networking_mode,
                  image: Callable[[], ImageFacts | None] | None = None,
-                 memlock_probe: Callable[[], MemlockProbe] | None = None) -> DoctorFacts:
+                 memlock_probe: Callable[[], MemlockProbe] | None = None,
+                 kernel: Callable[[], tuple[list[str], str]] | None = None) -> DoctorFacts:
     """Read the host under ``root``; ``docker``, ``gpus``, ``networking_mode`` (asked only on
     WSL2) and ``image`` (the server image's digest, when given) are the sources to ask (tests
-    pass recorded answers). Never raises for a missing file: the reason goes in ``*_error``."""
+    pass recorded answers). ``kernel``: the kernel log's GPU lines (default: this machine's,
+    ``kernel_log.gpu_lines``, only when ``root`` is ``/``). Never raises for a missing file:
+    the reason goes in ``*_error``."""
+    from .kernel_log import gpu_lines
+
+    if kernel is None:
+        kernel = gpu_lines if root == Path("/") else (lambda: ([], f"not read ({root} is not this machine's root)"))
+    kernel_lines, kernel_how = kernel()
     try:
         memory, memory_error = read_memory(root), None
     except (OSError, KeyError, ValueError) as exc:
@@ -118,4 +130,6 @@ def gather_facts(root: Path = Path("/"), environ: Mapping[str, str] | None = Non
         memlock_probe=memlock_probe() if memlock_probe is not None else None,
         wslconfig=read_wslconfig(root) if platform == "wsl2" else [],
         kernel_archs=image_kernel_archs(),
+        kernel_gpu_lines=kernel_lines,
+        kernel_log=kernel_how,
     )
