@@ -5,8 +5,8 @@
   string (bare asserts), the wheel's own function run until it raises, its real traceback; kernel
   and CUDA lines that no wheel prints are quoted from the public report (test_diagnose_table.py's
   ``QUOTES``).
-- The logs rebuilt from each report's quoted lines (``tests/corpus/cases/diagnose-reports.yaml``,
-  which the corpus also runs through the CLI): each names its row, conclusively.
+- The logs rebuilt from each report's quoted lines (``tests/launch/fixtures/diagnose-reports.yaml``),
+  through the CLI and the table: each names its row, conclusively (exit 0).
 - Advice that fits the box: for every row and every shipped profile's rendered launch (Linux and
   WSL2), no printed fix names a flag, an environment setting or a container setting the launch
   already has; and each fix names something that changes the outcome.
@@ -37,7 +37,7 @@ from escha_deploy.profile import list_profiles, load_profile
 from escha_deploy.units import GiB
 
 ROOT = Path(__file__).resolve().parents[2]
-REPORTS = ROOT / "tests" / "corpus" / "cases" / "diagnose-reports.yaml"
+REPORTS = ROOT / "tests" / "launch" / "fixtures" / "diagnose-reports.yaml"
 TS = "[2026-12-01 10:00:00 TP0] "
 HOSTS = {"linux": described_host(128 * GiB, "linux"), "wsl2": described_host(32 * GiB, "wsl2")}
 
@@ -240,9 +240,13 @@ LAUNCHES = list(_launches())
 
 
 @pytest.mark.parametrize("case", _reports(), ids=lambda c: c["id"])
-def test_each_report_names_its_row_conclusively(case):
-    """A log on its own (what `escha-deploy diagnose FILE` reads): the report's row, proven,
-    with its fix; the corpus runs the same file through the CLI for exit 0."""
+def test_each_report_names_its_row_conclusively(case, cli, tmp_path):
+    """A log on its own, through `escha-deploy diagnose FILE`: exit 0 with the report's row and
+    a fix; then the table: the row, proven."""
+    for name, text in case["files"].items():
+        (tmp_path / name).write_text(text)
+    r = cli(*[a.replace("{d}", str(tmp_path)) for a in case["argv"]])
+    assert r.code == case["exit"] == 0 and case["fragment"] in r.out and "fix:" in r.out, r.out + r.err
     row = case["fragment"].strip("[]")
     d = diagnose(_log(case), Facts(platform=None))
     assert d.conclusive, d.lines()
