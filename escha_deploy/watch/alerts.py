@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from .planview import PlanView
-from .reading import HostReading, HostWindow, ServerWindow
+from .reading import HostReading, HostWindow, ServerWindow, rank_name
 from .thresholds import Thresholds
 
 GB = 1e9
@@ -71,11 +71,11 @@ def inert_host_tier(w: ServerWindow, th: Thresholds, endpoint: str | None = None
     if not (sum(backup.values()) > 0 and evicted > 0 and used > 0
             and sum(load.values()) == 0 and host_hits == 0):
         return ""
-    ranks = ",".join(w.ranks)
+    ranks = ", ".join(rank_name(r) for r in w.ranks)
     return Alert(
         id="inert_host_tier", title="host tier allocated and never hit",
         evidence=(f"over {_n(w.requests)} requests with {_n(w.cached_total)} cached tokens "
-                  f"(ranks {ranks} summed): hicache_backup_tokens_total {_pools(backup)}, "
+                  f"({ranks} summed): hicache_backup_tokens_total {_pools(backup)}, "
                   f"evicted_tokens_total +{_n(evicted)}, hicache_host_used_tokens {_n(used)} of "
                   f"{_n(total)}, but load_back_tokens_total {_pools(load)} and "
                   f'cached_tokens_total{{cache_source="host"}} +0'),
@@ -162,7 +162,7 @@ def memory_event(hw: HostWindow | None, host: HostReading | None, container_even
 
 def kv_dropped(w: ServerWindow) -> Alert | str:
     """Device KV freed without a host backup (``hicache_dropped_tokens_total`` rose)."""
-    rows = [f'rank {r}: {{reason/pool="{k}"}} +{_n(v)}' for r, rw in w.ranks.items()
+    rows = [f'{rank_name(r)}: {{reason/pool="{k}"}} +{_n(v)}' for r, rw in w.ranks.items()
             for k, v in sorted(rw.dropped_tokens.items()) if v > 0]
     if not rows:
         return ""
@@ -191,7 +191,7 @@ def load_back_slower_than_recompute(w: ServerWindow, plan: PlanView | None,
         if spt is not None and spt > recompute:
             gbps = rw.load_back_gb_per_s
             ref = f" against {plan.h2d_bytes_per_s / GB:.1f} GB/s measured" if plan and plan.h2d_bytes_per_s else ""
-            slow.append(f"rank {r}: {_n(rw.load_back_tokens.get('kv', 0))} KV tokens loaded back in "
+            slow.append(f"{rank_name(r)}: {_n(rw.load_back_tokens.get('kv', 0))} KV tokens loaded back in "
                         f"{rw.load_back_seconds:.3f} s ({spt * 1e6:.1f} us/token"
                         + (f", {gbps:.2f} GB/s{ref}" if gbps else "") + ")")
     if not slow:

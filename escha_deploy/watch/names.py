@@ -10,9 +10,11 @@ The ``/metrics`` route is a ``prometheus_client`` multiprocess registry
 (``srt/utils/common.py`` ``add_prometheus_middleware``): it carries no process or host figure,
 so RSS, MemAvailable, page cache and swap come from the host (``watch.procfs``).
 
-Scheduler-side series carry ``tp_rank`` (``SchedulerMetricsCollector.create_context``: exported
+Scheduler-side series carry ``tp_rank`` (``SchedulerMetricsCollector.init_new``: exported
 by attention-TP rank 0 unless ``--enable-metrics-for-all-schedulers``); tokenizer-side series
-(cached and prompt tokens, requests) carry none.
+(cached and prompt tokens, requests) carry none; radix-cache series carry ``cache_type`` and, in
+0.5.19, no ``tp_rank``: every rank records them and ``/metrics`` exports their sum over the ranks
+(``reading.ALL_RANKS``); 0.5.23 labels them per rank.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ MAMBA_USAGE = "sglang:mamba_usage"  # gauge, hybrid models (0..1)
 HOST_USED_TOKENS = "sglang:hicache_host_used_tokens"  # gauge, HiCache only
 HOST_TOTAL_TOKENS = "sglang:hicache_host_total_tokens"  # gauge, HiCache only
 
-# radix cache side (RadixCacheMetricsCollector): per tp_rank
+# radix cache side (RadixCacheMetricsCollector): label cache_type; 0.5.19: summed over ranks, 0.5.23: per tp_rank
 EVICTED_TOKENS = "sglang:evicted_tokens_total"  # counter: device slots freed by eviction
 LOAD_BACK_TOKENS = "sglang:load_back_tokens_total"  # counter, label pool: host -> device
 LOAD_BACK_BYTES = "sglang:load_back_bytes_total"  # counter, all pools
@@ -75,6 +77,19 @@ def release_metrics(version: str | None = None) -> dict[str, dict]:
     if not path.is_file():
         raise ValueError(f"{path}: no metric catalog for this release (scripts/gen_metric_names.py)")
     return json.loads(path.read_text(encoding="utf-8"))["metrics"]
+
+
+def known_metric_names() -> frozenset[str]:
+    """Every ``sglang:`` name some supported release's catalog defines (cached per process)."""
+    global _KNOWN
+    if _KNOWN is None:
+        from escha_deploy.releases import supported_releases
+
+        _KNOWN = frozenset(m for v in supported_releases() for m in release_metrics(v))
+    return _KNOWN
+
+
+_KNOWN: frozenset[str] | None = None
 
 
 def missing_in_release(version: str | None = None) -> list[str]:

@@ -22,13 +22,26 @@ from .procfs import Psi
 
 GB = 1e9
 
+#: The key of series that carry no ``tp_rank``: SGLang's sum over the ranks. In 0.5.19 every
+#: rank's radix cache records ``RadixCacheMetricsCollector``'s counters labelled only
+#: ``cache_type`` (``mem_cache/base_prefix_cache.py: BasePrefixCache.init_metrics_collector``),
+#: and the ``/metrics`` route's ``prometheus_client.multiprocess.MultiProcessCollector`` adds
+#: the ranks' counters of one label set into one series (0.5.23 labels them per rank:
+#: ``metrics_collector.py: radix_cache_metric_labels``). The view shows them as "all ranks",
+#: never under rank 0 nor split per rank.
+ALL_RANKS = "all"
+
 
 class RankReading(BaseModel):
-    """One scheduler's (``tp_rank``'s) series, summed over their other labels. Tokens are
-    token counts, bytes bytes, seconds seconds; usage gauges are fractions 0..1; None: the
-    series is not exported (HiCache off, not a hybrid model)."""
+    """One scheduler's (``tp_rank``'s) series, summed over their other labels, or (key
+    ``ALL_RANKS``) the series SGLang exports without ``tp_rank``, summed over the ranks by its
+    multiprocess registry. Tokens are token counts, bytes bytes, seconds seconds; usage gauges
+    are fractions 0..1; None: the series is not exported (HiCache off, not a hybrid model).
+    ``exported``: the fields whose series this key has (a counter absent here is 0 in its
+    field but not a figure SGLang gave for this key)."""
 
     model_config = ConfigDict(frozen=True)
+    exported: list[str] = Field(default_factory=list)
     host_used_tokens: float | None = None
     host_total_tokens: float | None = None
     host_mamba_used_states: float | None = Field(None, description="SGLang 0.5.23+")
@@ -57,6 +70,9 @@ class ServerReading(BaseModel):
     prompt_tokens: float = 0.0
     requests: float = 0.0
     ranks: dict[str, RankReading] = Field(default_factory=dict)
+    unknown_series: list[str] = Field(
+        default_factory=list,
+        description="sglang: series no supported release's catalog (metrics.json) defines, by name")
 
 
 class CgroupReading(BaseModel):
@@ -128,7 +144,7 @@ def _by_rank(snap: Snapshot, name: str, label: str | None = None) -> dict[str, d
         key = d.get(label, "") if label else ""
         if label == "reason":
             key = f"{d.get('reason', '')}/{d.get('pool', '')}"
-        r = out.setdefault(d.get("tp_rank", "0"), {})
+        r = out.setdefault(d.get("tp_rank", ALL_RANKS), {})
         r[key] = r.get(key, 0.0) + v
     return out
 
@@ -171,10 +187,36 @@ def server_reading(snap: Snapshot) -> ServerReading:
         for k, t in labelled.items():
             if r in t:
                 fields[k] = dict(t[r])
-        out[r] = RankReading(**fields)
+        out[r] = RankReading(**fields, exported=sorted(fields))
     return ServerReading(hicache=snap.has(n.HOST_TOTAL_TOKENS), cached_tokens=cached,
                          prompt_tokens=snap.total(n.PROMPT_TOKENS),
-                         requests=snap.total(n.NUM_REQUESTS), ranks=out)
+                         requests=snap.total(n.NUM_REQUESTS), ranks=out,
+                         unknown_series=unknown_series(snap))
+
+
+_SUFFIXES = ("_bucket", "_sum", "_count", "_created")
+
+
+def unknown_series(snap: Snapshot) -> list[str]:
+    """The ``sglang:`` metric names in ``snap`` that no supported release's catalog defines
+    (a histogram's ``_bucket``/``_sum``/``_count`` samples are named by the histogram). A
+    release added later may export more; the view names them and reads the rest."""
+    from .names import known_metric_names
+
+    known = known_metric_names()
+    out = set()
+    for nm, _ in snap.samples:
+        if not nm.startswith("sglang:") or nm in known:
+            continue
+        base = next((nm[: -len(x)] for x in _SUFFIXES if nm.endswith(x)), nm)
+        if base not in known:
+            out.add(base)
+    return sorted(out)
+
+
+def rank_name(r: str) -> str:
+    """How the view names a rank key: ``rank 0``, or ``all ranks`` (``ALL_RANKS``)."""
+    return "all ranks" if r == ALL_RANKS else f"rank {r}"
 
 
 def _rank_key(r: str) -> tuple[int, str]:
@@ -239,6 +281,7 @@ class ServerWindow(BaseModel):
     prompt_tokens: float
     cached_tokens: dict[str, float]
     ranks: dict[str, RankWindow]
+    unknown_series: list[str] = Field(default_factory=list)
 
     def share(self, source: str) -> float | None:
         """Share (0..1) of the window's cached prompt tokens that came from ``source``
@@ -276,7 +319,7 @@ def server_window(new: ServerReading, old: ServerReading | None, seconds: float 
         requests=_inc(new.requests, old.requests if old else None),
         prompt_tokens=_inc(new.prompt_tokens, old.prompt_tokens if old else None),
         cached_tokens=_inc_map(new.cached_tokens, old.cached_tokens if old else None),
-        ranks=ranks)
+        ranks=ranks, unknown_series=new.unknown_series)
 
 
 class HostWindow(BaseModel):

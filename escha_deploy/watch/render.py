@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .reading import ALL_RANKS, rank_name
+
 
 def _gb(b: float | None) -> str:
     return "-" if b is None else f"{b / 1e9:,.2f} GB"
@@ -18,7 +20,9 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
 
 
-def _pools(d: dict[str, float]) -> str:
+def _pools(d: dict[str, float] | None) -> str:
+    if d is None:
+        return "-"
     return " ".join(f"{k} {_n(v)}" for k, v in sorted(d.items()) if v) or "0"
 
 
@@ -46,11 +50,13 @@ def render_row(row: dict[str, Any]):
                           f"device {_pct(sh['device'])}, host {_pct(sh['host'])}, storage {_pct(sh['storage'])}"))
         ranks = srv["ranks"]
         tot = srv["total"]
-        t = Table(title="host tier and device pools, per tp_rank", title_justify="left", box=None,
-                  pad_edge=False)
+        title = "host tier and device pools, per tp_rank"
+        if ALL_RANKS in ranks:
+            title += " (all ranks: series SGLang exports summed over the ranks)"
+        t = Table(title=title, title_justify="left", box=None, pad_edge=False)
         t.add_column("")
         for r in ranks:
-            t.add_column(f"rank {r}", overflow="fold")
+            t.add_column(rank_name(r), overflow="fold")
         multi = len(ranks) > 1
         if multi:
             t.add_column("total " + ",".join(map(str, tot["summed_ranks"])), overflow="fold")
@@ -80,6 +86,9 @@ def render_row(row: dict[str, Any]):
         for label, cell, total in lines:
             t.add_row(label, *(cell(v) for v in ranks.values()), *((total,) if multi else ()))
         parts.append(t)
+        if srv.get("unknown_series"):
+            parts.append(Text("series no supported release defines (not read): "
+                              + ", ".join(srv["unknown_series"]), style="yellow"))
     h = row.get("host")
     if h:
         psi = h["psi"]

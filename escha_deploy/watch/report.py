@@ -1,9 +1,11 @@
 """One look at a running server as data: ``status --format json``'s object and what the live
 view draws (pure). Bytes are bytes, rates per second, shares 0..1, GB/s = 1e9 B/s.
 
-Per rank figures are SGLang's per ``tp_rank`` series; ``total`` sums them and names the ranks
-it sums (``summed_ranks``): token counts summed count each rank's copy of a token (a TP rank
-holds its own slice of every cached token).
+Per rank figures are SGLang's per ``tp_rank`` series; the key ``all`` (``reading.ALL_RANKS``)
+holds the series SGLang exports without ``tp_rank``, already summed over the ranks (0.5.19's
+radix-cache counters): a figure not exported for a key is None there, never 0 or a share of
+the sum. ``total`` sums the keys and names them (``summed_ranks``): token counts summed count
+each rank's copy of a token (a TP rank holds its own slice of every cached token).
 """
 
 from __future__ import annotations
@@ -12,10 +14,25 @@ from typing import Any
 
 from .alerts import Evaluation
 from .planview import PlanView
-from .reading import HostWindow, Sample, ServerWindow
+from .reading import ALL_RANKS, HostWindow, Sample, ServerWindow
+
+#: Figures computed from a counter (the field it is read from), None where the key lacks it.
+_FROM = {"load_back_tokens": "load_back_tokens", "load_back_bytes": "load_back_bytes",
+         "load_back_seconds": "load_back_seconds", "load_back_gb_per_s": "load_back_bytes",
+         "backup_tokens": "backup_tokens", "backup_bytes": "backup_bytes",
+         "dropped_tokens": "dropped_tokens", "evicted_tokens": "evicted_tokens"}
 
 
 def _rank(r: str, w: ServerWindow, plan: PlanView | None) -> dict[str, Any]:
+    out = _rank_figures(r, w, plan)
+    exported = set(w.ranks[r].now.exported)
+    out = {k: (None if k in _FROM and _FROM[k] not in exported else v) for k, v in out.items()}
+    if r == ALL_RANKS:  # the plan's pools are per rank; the sum carries no host-pool gauge
+        out.update(planned_host_mamba_slots=None, planned_host_tokens=None, planned_host_bytes=None)
+    return out
+
+
+def _rank_figures(r: str, w: ServerWindow, plan: PlanView | None) -> dict[str, Any]:
     rw = w.ranks[r]
     now = rw.now
     fill = (now.host_used_tokens / now.host_total_tokens
@@ -51,17 +68,18 @@ def server_section(w: ServerWindow, plan: PlanView | None) -> dict[str, Any]:
     for k in ("load_back_tokens", "backup_tokens", "dropped_tokens"):
         agg: dict[str, float] = {}
         for v in ranks.values():
-            for kk, x in v[k].items():
+            for kk, x in (v[k] or {}).items():
                 agg[kk] = agg.get(kk, 0.0) + x
         total[k] = agg
-    rates = [v["load_back_gb_per_s"] for v in ranks.values() if v["load_back_gb_per_s"] is not None]
+    rates = [v["load_back_gb_per_s"] for r, v in ranks.items()
+             if v["load_back_gb_per_s"] is not None and r != ALL_RANKS]  # per rank only where exported so
     total["load_back_gb_per_s_slowest_rank"] = min(rates) if rates else None
     return {
         "hicache": w.hicache,
         "window": {"seconds": w.seconds, "since_start": w.since_start, "requests": w.requests,
                    "prompt_tokens": w.prompt_tokens, "cached_tokens": w.cached_tokens,
                    "share": {s: w.share(s) for s in ("device", "host", "storage")}},
-        "ranks": ranks, "total": total,
+        "ranks": ranks, "total": total, "unknown_series": list(w.unknown_series),
     }
 
 

@@ -28,7 +28,11 @@ the real server's *response shapes*, read from the 0.5.19 wheel (``sglang/srt/..
   ``observability/metrics_collector.py``: ``sglang:cached_tokens_total{cache_source}``,
   ``sglang:prompt_tokens_total``, ``sglang:load_back_tokens_total{pool}``,
   ``sglang:hicache_backup_tokens_total{pool}``, ``sglang:evicted_tokens_total``,
-  ``sglang:hicache_host_total_tokens`` / ``_used_tokens`` (HiCache only), ``sglang:mamba_usage``.
+  ``sglang:hicache_host_total_tokens`` / ``_used_tokens`` (HiCache only), ``sglang:mamba_usage``,
+  each family with SGLang's type and label names (``_Metrics`` says which collector labels
+  what; tests/watch/test_standin_exposition.py compares them with a real 0.5.19 exposition and
+  the TP 2 references built from the wheels). ``tp_size``, ``metrics_all_schedulers`` and
+  ``release`` ("0.5.19" or "0.5.23") choose how the ranks appear.
 
 Behaviour is a *model*, not SGLang: a word-level tokenizer (ids from CRC32), a two-tier LRU
 prefix cache (device pool, host pool) instead of a radix tree, sleeps for compute time at
@@ -108,7 +112,9 @@ class StandinConfig:
     max_req_input_len: int = 131_072
     write_policy: str = "write_through"
     hybrid: bool = True
-    tp_ranks_exported: int = 1
+    tp_size: int = 1  # ranks whose radix caches count (summed into one series on 0.5.19)
+    metrics_all_schedulers: bool = False  # --enable-metrics-for-all-schedulers: every rank's gauges
+    release: str = "0.5.19"  # "0.5.23": radix-cache and scheduler series labelled per rank
     prune_on_evict: bool = False
     corrupt_host_restore: bool = False
     corrupt_device_hit: bool = False
@@ -151,16 +157,39 @@ def _lcp(a: tuple, b: tuple) -> int:
 
 
 class _Metrics:
+    """The stand-in's ``/metrics``, labelled as SGLang labels each collector (checked against a
+    real 0.5.19 exposition and the CPU-built TP 2 references, tests/watch/test_standin_exposition.py):
+
+    - tokenizer series (``TokenizerMetricsCollector``): ``model_name``, ``engine_type``;
+    - scheduler series (``SchedulerMetricsCollector.init_new``): those plus ``tp_rank``,
+      ``pp_rank``, ``moe_ep_rank`` (0.5.23: and ``dp_rank``), exported by TP rank 0 only unless
+      ``--enable-metrics-for-all-schedulers`` (``metrics_all_schedulers``);
+    - radix-cache series (``RadixCacheMetricsCollector``): every rank's cache records them. In
+      0.5.19 their only label is ``cache_type`` (``BasePrefixCache.init_metrics_collector``), so
+      the multiprocess registry sums the ranks into one series (``radix`` adds ``amount`` once
+      per rank); 0.5.23 labels them per rank (``radix_cache_metric_labels``: ``tp_rank``,
+      ``pp_rank``, ``dp_rank``).
+    """
+
     def __init__(self, cfg: StandinConfig) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+        self.cfg = cfg
         self.registry = CollectorRegistry()
+        later = cfg.release != "0.5.19"
         tok = ["model_name", "engine_type"]
-        sched = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
+        sched = tok + ["tp_rank", "pp_rank", "moe_ep_rank"] + (["dp_rank"] if later else [])
+        radix = ["cache_type"] + (["tp_rank", "pp_rank", "dp_rank"] if later else [])
         r = self.registry
         self.base = {"model_name": cfg.model, "engine_type": "unified"}
-        self.ranks = [dict(self.base, tp_rank=str(t), pp_rank="0", moe_ep_rank="0")
-                      for t in range(cfg.tp_ranks_exported)]
+        exporting = range(cfg.tp_size) if cfg.metrics_all_schedulers else range(1)
+        self.ranks = [dict(self.base, tp_rank=str(t), pp_rank="0", moe_ep_rank="0",
+                           **({"dp_rank": "0"} if later else {})) for t in exporting]
+        cache_type = ("UnifiedRadixCache" if cfg.hybrid else "HiRadixCache") if cfg.hicache else "RadixCache"
+        #: (label set, how many ranks' counts it carries)
+        self.radix_series = ([({"cache_type": cache_type, "tp_rank": str(t), "pp_rank": "0", "dp_rank": "0"}, 1)
+                              for t in range(cfg.tp_size)] if later
+                             else [({"cache_type": cache_type}, cfg.tp_size)])
         self.prompt = Counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.",
                               tok + ["is_streaming"], registry=r)
         self.gen = Counter("sglang:generation_tokens_total", "Number of generation tokens.",
@@ -171,13 +200,13 @@ class _Metrics:
         self.requests = Counter("sglang:num_requests_total", "Number of requests processed.",
                                 tok + ["is_streaming"], registry=r)
         self.evicted = Counter("sglang:evicted_tokens_total", "Device KV token slots freed.",
-                               sched, registry=r)
+                               radix, registry=r)
         self.load_back = Counter("sglang:load_back_tokens_total",
                                  "Tokens loaded back from host DRAM (L2) to GPU, by host pool.",
-                                 sched + ["pool"], registry=r)
+                                 radix + ["pool"], registry=r)
         self.backup = Counter("sglang:hicache_backup_tokens_total",
                               "Tokens backed up from GPU to host DRAM (L2), by host pool.",
-                              sched + ["pool"], registry=r)
+                              radix + ["pool"], registry=r)
         self.mamba = Gauge("sglang:mamba_usage", "The token usage for Mamba layers.", sched,
                            registry=r)
         self.token_usage = Gauge("sglang:token_usage", "The token usage.", sched, registry=r)
@@ -187,19 +216,19 @@ class _Metrics:
                             sched, registry=r)
         self.load_back_bytes = Counter("sglang:load_back_bytes_total",
                                        "Bytes loaded back from local host DRAM (L2) to GPU.",
-                                       sched, registry=r)
+                                       radix, registry=r)
         self.load_back_s = Histogram("sglang:load_back_duration_seconds",
                                      "Time taken to load KV cache from CPU back to GPU in seconds.",
-                                     sched, registry=r,
+                                     radix, registry=r,
                                      buckets=[0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0])
         self.backup_bytes = Counter("sglang:hicache_backup_bytes_total",
-                                    "Bytes backed up from GPU to local host DRAM (L2).", sched,
+                                    "Bytes backed up from GPU to local host DRAM (L2).", radix,
                                     registry=r)
         self.dropped = Counter("sglang:hicache_dropped_tokens_total",
                                "The number of device KV tokens destroyed without a host backup.",
-                               sched + ["reason", "pool"], registry=r)
+                               radix + ["reason", "pool"], registry=r)
         if cfg.hicache:
-            for lab in self.ranks:
+            for lab, _ in self.radix_series:
                 for pool in (("kv", "mamba") if cfg.hybrid else ("kv",)):
                     self.dropped.labels(**lab, reason="host_pressure", pool=pool).inc(0)
         self.host_total = self.host_used = None
@@ -219,19 +248,32 @@ class _Metrics:
             self.running.labels(**lab).set(0)
             self.queued.labels(**lab).set(0)
 
-    def per_rank(self, counter, amount: float, **extra: str) -> None:
+    def radix(self, counter, amount: float, **extra: str) -> None:
+        """Every rank's radix cache counts ``amount`` (its own shard of the same tokens)."""
         if amount > 0:
-            for lab in self.ranks:
-                counter.labels(**lab, **extra).inc(amount)
+            for lab, n_ranks in self.radix_series:
+                counter.labels(**lab, **extra).inc(amount * n_ranks)
+
+    def radix_observe(self, hist, seconds: float) -> None:
+        for lab, n_ranks in self.radix_series:
+            for _ in range(n_ranks):
+                hist.labels(**lab).observe(seconds)
 
     def set_all(self, gauge, value: float) -> None:
         for lab in self.ranks:
             gauge.labels(**lab).set(value)
 
     def text(self) -> bytes:
+        """The exposition without prometheus_client's ``*_created`` series: SGLang's multiprocess
+        export (``MultiProcessCollector``) has none."""
         from prometheus_client import generate_latest
 
-        return generate_latest(self.registry)
+        out = []
+        for line in generate_latest(self.registry).decode().splitlines(keepends=True):
+            name = line.split()[2] if line.startswith("#") else line.split("{")[0].split(" ")[0]
+            if not name.endswith("_created"):
+                out.append(line)
+        return "".join(out).encode()
 
 
 class StandinServer:
@@ -310,10 +352,10 @@ class StandinServer:
             return False
         st.host[key] = True
         if self.metrics:
-            self.metrics.per_rank(self.metrics.backup, len(key), pool="kv")
-            self.metrics.per_rank(self.metrics.backup_bytes, len(key) * cfg.kv_bytes_per_token)
+            self.metrics.radix(self.metrics.backup, len(key), pool="kv")
+            self.metrics.radix(self.metrics.backup_bytes, len(key) * cfg.kv_bytes_per_token)
             if cfg.hybrid:
-                self.metrics.per_rank(self.metrics.backup, 1, pool="mamba")
+                self.metrics.radix(self.metrics.backup, 1, pool="mamba")
         return True
 
     def _insert(self, key: tuple) -> None:
@@ -328,11 +370,11 @@ class StandinServer:
         while self._used(st.device) > cfg.device_tokens and len(st.device) > 1:
             victim, _ = st.device.popitem(last=False)
             if self.metrics:
-                self.metrics.per_rank(self.metrics.evicted, len(victim))
+                self.metrics.radix(self.metrics.evicted, len(victim))
             if cfg.hicache and cfg.drop_without_backup:
                 st.host.pop(victim, None)
                 if self.metrics:
-                    self.metrics.per_rank(self.metrics.dropped, len(victim), reason="host_pressure",
+                    self.metrics.radix(self.metrics.dropped, len(victim), reason="host_pressure",
                                           pool="kv")
             elif cfg.hicache and cfg.prune_on_evict:
                 st.host.pop(victim, None)  # sglang#33713: pruned, not demoted
@@ -352,12 +394,11 @@ class StandinServer:
             hit = self._match(key)
             m = self.metrics
             if hit.host and m:
-                m.per_rank(m.load_back, hit.host, pool="kv")
+                m.radix(m.load_back, hit.host, pool="kv")
                 if cfg.hybrid:
-                    m.per_rank(m.load_back, 1, pool="mamba")
-                m.per_rank(m.load_back_bytes, hit.host * cfg.kv_bytes_per_token)
-                for lab in m.ranks:
-                    m.load_back_s.labels(**lab).observe(hit.host / cfg.load_back_tps)
+                    m.radix(m.load_back, 1, pool="mamba")
+                m.radix(m.load_back_bytes, hit.host * cfg.kv_bytes_per_token)
+                m.radix_observe(m.load_back_s, hit.host / cfg.load_back_tps)
             self._insert(key)
             if m:
                 m.set_all(m.running, self.state.in_flight)
@@ -521,7 +562,7 @@ def _make_handler(srv: StandinServer):
                     "max_mamba_cache_size": None, "stream_interval": cfg.stream_interval,
                     "max_total_num_tokens": cfg.device_tokens,
                     "max_req_input_len": cfg.max_req_input_len,
-                    "internal_states": [{}], "version": "0.5.19", "kv_events": None,
+                    "internal_states": [{}], "version": cfg.release, "tp_size": cfg.tp_size, "kv_events": None,
                 })
             if self.path in ("/model_info", "/get_model_info"):
                 return self._json(200, {
@@ -588,7 +629,7 @@ def _make_handler(srv: StandinServer):
             if sections & {"all", "queues"}:
                 load["queues"] = {"waiting": 0, "grammar": 0, "paused": 0, "retracted": 0, "prealloc_ready": 0}
             self._json(200, {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
-                             "version": "0.5.19", "accelerator": None, "num_accelerators": cfg.tp_ranks_exported,
+                             "version": "0.5.19", "accelerator": None, "num_accelerators": cfg.tp_size,
                              "loads": [load]})
 
         def _flush(self) -> None:

@@ -51,7 +51,7 @@ def test_delta_between_scrapes():
 def test_standin_exposition_parses_with_the_real_names(standin):
     import httpx
 
-    srv = standin(tp_ranks_exported=2)
+    srv = standin(tp_size=2)
     s = Snapshot.parse(httpx.get(srv.url + "/metrics").text)
     assert s.has(HOST_TOTAL_TOKENS) and s.total(HOST_TOTAL_TOKENS) == srv.cfg.host_tokens
 

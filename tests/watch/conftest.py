@@ -37,7 +37,7 @@ def box(runtime):
         srv = StandinServer(StandinConfig(**{**FAST, **kw})).start()
         servers.append(srv)
         name = f"watch-{uuid.uuid4().hex[:8]}"
-        view = PlanView(**{"profile": name, "tp_size": srv.cfg.tp_ranks_exported, "hicache_enabled": srv.cfg.hicache,
+        view = PlanView(**{"profile": name, "tp_size": srv.cfg.tp_size, "hicache_enabled": srv.cfg.hicache,
                            "host_kv_tokens": srv.cfg.host_tokens, "host_kv_bytes": srv.cfg.host_tokens * 4096,
                            "page_cache_floor_bytes": 1, **(plan or {})})
         port = int(srv.url.rsplit(":", 1)[1])

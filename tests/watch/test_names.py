@@ -3,7 +3,7 @@
 The release's catalog (``catalog/releases/0.5.19/metrics.json``) is regenerated from the real
 wheel's ``srt/observability/metrics_collector.py`` here and must equal the committed file; every
 name ``watch.names`` reads and every series the stand-in (tests/bench/standin_sglang.py) exports
-must be in it, with the labels the wheel gives it. Marked ``wheel``: needs the wheel file.
+must be in it (their types and label names: test_standin_exposition.py). Marked ``wheel``: needs the wheel file.
 """
 
 from __future__ import annotations
@@ -89,20 +89,17 @@ def _standin_families(cfg: StandinConfig) -> dict[str, set[str]]:
 SMALL = dict(device_tokens=10, host_tokens=100, prefill_tps=1e9, load_back_tps=1e9)
 
 
-@pytest.mark.parametrize("cfg", [StandinConfig(**SMALL), StandinConfig(**SMALL, hybrid=False, tp_ranks_exported=2),
+@pytest.mark.parametrize("cfg", [StandinConfig(**SMALL), StandinConfig(**SMALL, hybrid=False, tp_size=2),
                                  StandinConfig(**SMALL, drop_without_backup=True), StandinConfig(**SMALL, hicache=False)],
                          ids=["hybrid", "tp2", "drops", "no-hicache"])
-def test_standin_exports_only_release_names_with_their_labels(cfg):
+def test_standin_exports_only_release_names(cfg):
+    """Names only: each family's type and label names are compared with SGLang's own
+    expositions in test_standin_exposition.py."""
     cat = names.release_metrics()
     fams = _standin_families(cfg)
     assert fams, "the stand-in exported nothing"
-    for name, labels in fams.items():
+    for name in fams:
         assert name in cat, f"the stand-in exports {name}, which SGLang 0.5.19 does not define"
-        if not labels:
-            continue  # no series yet
-        common = {"model_name", "engine_type"} | (
-            set() if cat[name]["collector"] == "TokenizerMetricsCollector" else {"tp_rank", "pp_rank", "moe_ep_rank"})
-        assert labels == common | set(cat[name]["extra_labels"]), name
 
 
 def test_later_names_belong_to_their_release_only():

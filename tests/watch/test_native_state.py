@@ -26,7 +26,7 @@ CHILD = textwrap.dedent(f'''\
     sys.path.insert(0, {str(HERE.parent / "bench")!r})
     from standin_sglang import StandinConfig, StandinServer
     argv = sys.argv[1:]
-    StandinServer(StandinConfig(tp_ranks_exported=2)).start(int(argv[argv.index("--port") + 1]))
+    StandinServer(StandinConfig(tp_size=2, metrics_all_schedulers=True)).start(int(argv[argv.index("--port") + 1]))
     print("ready", flush=True)
     while True:
         time.sleep(0.1)
@@ -71,7 +71,7 @@ def test_serve_writes_the_state_file_status_reads_and_removes_it(tmp_path):
         (row,) = json.loads(r.out)
         assert row["kind"] == "native" and row["endpoint"] == f"http://127.0.0.1:{port}"
         assert row["plan"]["host_kv_tokens"] > 0 and row["plan"]["page_cache_floor_bytes"] > 0  # the real plan
-        assert set(row["server"]["ranks"]) == {"0", "1"} and row["metrics_error"] is None
+        assert set(row["server"]["ranks"]) == {"0", "1", "all"} and row["metrics_error"] is None  # all: 0.5.19 radix counters
         assert p.pid in row["host"]["server_pids"] and len(row["host"]["server_pids"]) >= 2  # serve + its child
     finally:
         p.send_signal(signal.SIGTERM)

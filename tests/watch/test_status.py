@@ -64,9 +64,9 @@ def test_healthy_box_exits_0_and_shows_the_host_share_the_standin_produced(box):
     assert w["since_start"] and w["requests"] == 30
     assert w["cached_tokens"]["host"] == produced["host"] and w["cached_tokens"]["device"] == produced["device"]
     assert w["share"]["host"] == pytest.approx(produced["host"] / (produced["host"] + produced["device"]))
-    rank = row["server"]["ranks"]["0"]
-    assert rank["load_back_tokens"]["kv"] == produced["host"]
-    assert rank["load_back_gb_per_s"] == pytest.approx(4096 * 1e9 / 1e9, rel=1e-6)  # bytes/token x tokens/s
+    rank, every = row["server"]["ranks"]["0"], row["server"]["ranks"]["all"]  # 0.5.19: radix counters summed
+    assert every["load_back_tokens"]["kv"] == produced["host"] and rank["load_back_tokens"] is None
+    assert every["load_back_gb_per_s"] == pytest.approx(4096 * 1e9 / 1e9, rel=1e-6)  # bytes/token x tokens/s
     assert rank["host_total_tokens"] == 20_000 and rank["planned_host_tokens"] == 20_000
     assert row["host"]["mem_available_bytes"] > 0 and os.getpid() in row["host"]["server_pids"]
     assert row["alerts"] == [] and "inert_host_tier" not in row["not_evaluated"]
@@ -157,11 +157,12 @@ def test_record_is_read_back_through_the_bounded_reader(box, tmp_path):
 
 
 def test_watch_draws_the_live_view(box):
-    srv, name = box(device_tokens=500, host_tokens=20_000, tp_ranks_exported=2)
+    srv, name = box(device_tokens=500, host_tokens=20_000, tp_size=2, metrics_all_schedulers=True)
     load(srv.url, rounds=2)
     r = run_main("status", "--profile", name, "--watch", "--count", "2", "--interval", "0.05", env=NO_DOCKER)
     assert r.code == 0, r.err
-    for text in ("host tier and device pools, per tp_rank", "rank 0", "rank 1", "total 0,1", "MemAvailable",
+    for text in ("host tier and device pools, per tp_rank", "rank 0", "rank 1", "all ranks", "total 0,1,all",
+                 "MemAvailable",
                  "look 2"):
         assert text in r.out, text
 
@@ -193,7 +194,7 @@ def test_measured_bandwidth_from_doctors_findings_beside_the_achieved(box, tmp_p
     srv, name = box(device_tokens=500, host_tokens=20_000)
     load(srv.url, rounds=2)
     r, rows = status(name, *CHECK)
-    rank = rows[0]["server"]["ranks"]["0"]
+    rank = rows[0]["server"]["ranks"]["all"]
     assert rank["measured_h2d_gb_per_s"] == 24.5 and rank["load_back_gb_per_s"] > 0
     assert rows[0]["plan"]["h2d_bytes_per_s"] == 24.5e9
 
@@ -220,7 +221,7 @@ def test_a_container_that_is_not_running_is_exit_3(monkeypatch):
 
 #: The nested shape of a ``status --format json`` row: scripts read these keys.
 SHAPE = {
-    "server": {"hicache", "window", "ranks", "total"},
+    "server": {"hicache", "window", "ranks", "total", "unknown_series"},
     "window": {"seconds", "since_start", "requests", "prompt_tokens", "cached_tokens", "share"},
     "share": {"device", "host", "storage"},
     "rank": {"host_used_tokens", "host_total_tokens", "host_fill", "host_mamba_used_states",
@@ -239,7 +240,7 @@ SHAPE = {
 
 
 def test_json_shape(box):
-    srv, name = box(device_tokens=500, host_tokens=20_000, tp_ranks_exported=2, never_load_back=True)
+    srv, name = box(device_tokens=500, host_tokens=20_000, tp_size=2, metrics_all_schedulers=True, never_load_back=True)
     load(srv.url)
     r, rows = status(name, *CHECK)
     row = rows[0]
@@ -247,8 +248,8 @@ def test_json_shape(box):
     s = row["server"]
     assert set(s) == SHAPE["server"] and set(s["window"]) == SHAPE["window"]
     assert set(s["window"]["share"]) == SHAPE["share"] and set(s["total"]) == SHAPE["total"]
-    assert set(s["ranks"]) == {"0", "1"} and all(set(v) == SHAPE["rank"] for v in s["ranks"].values())
-    assert s["total"]["summed_ranks"] == [0, 1]
+    assert set(s["ranks"]) == {"0", "1", "all"} and all(set(v) == SHAPE["rank"] for v in s["ranks"].values())
+    assert s["total"]["summed_ranks"] == [0, 1, "all"]
     assert set(row["host"]) == SHAPE["host"]
     assert row["alerts"] and all(set(a) == SHAPE["alert"] for a in row["alerts"])
     json.dumps(rows, allow_nan=False)  # strict JSON: no NaN or Infinity anywhere
