@@ -17,8 +17,22 @@ Steps (one server, temperature 0, a fixed ``seed``; the server's deterministic m
    the host tier too (0.5.19 ``managers/scheduler.py`` ``flush_cache`` calls
    ``tree_cache.reset()``; ``mem_cache/hiradix_cache.py`` ``reset`` clears the host pool), and
    there would be nothing left to restore.
-   The device pool is LRU and the canary was touched last, so the fill must exceed the pool
-   less the canary: by default ``max_total_num_tokens - canary + 10 %`` (``/server_info``).
+   The fill is sized from what the server reports (``/server_info``): the whole device pool
+   plus 10 % (``max_total_num_tokens``; not "pool less the canary": a radix node the canary
+   shares or one the scheduler holds is not the LRU leaf the arithmetic assumes), in whole
+   pages (``page_size``), in more prompts than the device has mamba slots
+   (``max_mamba_cache_size``: each finished filler keeps a mamba state, so the canary's state
+   leaves too), each asked as often as ``radix_eviction_policy`` needs to rank it above the
+   canary (``mem_cache/evict_policy.py``: ``lfu`` orders by ``hit_count``, ``slru`` protects a
+   node hit twice; the canary was asked twice). The ``sglang:evicted_tokens_total`` counter then
+   says whether the device pool let go of the canary's tokens; when it did not, the fill goes on
+   (up to ``max_fill_requests``), and the verdict names the figures when it never does.
+   On a hybrid model the second (device-hit) ask is also what lets a later hit reach the
+   canary at all: the radix cache matches only up to a node holding a mamba state, a request's
+   state is kept at the end of its own sequence, and a request matching KV beyond the last
+   state makes SGLang keep one at the branching point (the last ``mamba_cache_chunk_size``-
+   aligned position of the hit: ``mem_cache/unified_cache/components/mamba_component.py``,
+   ``mamba_branching_seqlen``); that state is what the host tier backs up.
    Under ``write_through`` every filler is also written to the host pool, so the host pool must
    hold canary + fill or it drops the canary too; that is checked and said up front.
 4. ``host``: ask the canary again, with ``/metrics`` scraped before and after.
@@ -37,12 +51,12 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from escha_deploy.errors import BadInput, Inconclusive, Refused
 
 from .client import Completion, ServerClient
-from .metrics import CACHED_TOKENS, LOAD_BACK_TOKENS, Snapshot, delta
+from .metrics import CACHED_TOKENS, EVICTED_TOKENS, LOAD_BACK_TOKENS, Snapshot, delta
 from .models import Answer, CanaryResult, ServerFacts
 from .prompts import make_prompt
 from .workload import COLD_SLACK_TOKENS
@@ -69,9 +83,16 @@ EXPLAIN_DEVICE = (
     "#39526) or a server without deterministic mode"
 )
 
-#: Share of the device pool added to the fill beyond "pool minus canary", for page rounding
-#: and tokens the scheduler holds back.
+#: Share of the device pool added to the fill beyond the whole pool, for page rounding and
+#: tokens the scheduler holds back.
 FILL_MARGIN = 0.10
+
+#: Asks per filler under each ``radix_eviction_policy`` (SGLang 0.5.19
+#: ``mem_cache/evict_policy.py``) so that fillers are evicted after the canary, which was asked
+#: twice: ``lfu`` evicts the lowest ``hit_count`` first, ``slru`` keeps a node hit twice
+#: (``protected_threshold`` 2) behind every node hit once; ``lru`` and ``priority`` (equal
+#: priorities) go by last access, and the canary was touched before every filler.
+ASKS_PER_FILLER = {"lru": 1, "priority": 1, "lfu": 3, "slru": 3}
 
 Step = Callable[[str], None]
 
@@ -80,12 +101,14 @@ Step = Callable[[str], None]
 class CanaryOptions:
     """Sizes of the canary. Tokens are the server's tokens.
 
+    ``prompt_tokens``: ``None`` takes ``DEFAULT_PROMPT_TOKENS``, or half the device pool when
+    that is smaller (``canary_tokens``).
     ``fill_tokens``: ``None`` derives it from ``/server_info`` (see the module docstring).
     ``hybrid``: ``None`` takes the server's model type (``ServerFacts.hybrid``).
     """
 
     seed: int = 0
-    prompt_tokens: int = 4096
+    prompt_tokens: int | None = None
     answer_tokens: int = 32
     fill_tokens: int | None = None
     fill_prompt_tokens: int = 16_384
@@ -93,22 +116,49 @@ class CanaryOptions:
     hybrid: bool | None = None
 
 
+#: The canary prefix when neither the options nor the server's pool say otherwise, tokens.
+DEFAULT_PROMPT_TOKENS = 4096
+
+
+def canary_tokens(facts: ServerFacts, opts: CanaryOptions) -> int:
+    """The canary prefix in tokens: ``opts.prompt_tokens`` when given, else
+    ``DEFAULT_PROMPT_TOKENS`` capped at half the device pool (``max_total_num_tokens // 2``: the
+    fill must fit beside it in the host pool) and at ``max_req_input_len - answer_tokens - 16``,
+    in whole pages, at least 64."""
+    if opts.prompt_tokens is not None:
+        return opts.prompt_tokens
+    n = DEFAULT_PROMPT_TOKENS
+    if facts.max_total_num_tokens is not None:
+        n = min(n, facts.max_total_num_tokens // 2)
+    if facts.max_req_input_len is not None:
+        n = min(n, facts.max_req_input_len - opts.answer_tokens - 16)
+    page = max(1, facts.page_size or 1)
+    return max(64, n // page * page)
+
+
 @dataclass(frozen=True)
 class FillPlan:
-    """How many filler prompts of how many tokens, and the warnings that go with it."""
+    """How many filler prompts of how many tokens, asked how many times each, and the
+    warnings that go with it. ``host_short``: why the host pool cannot hold the canary through
+    this fill (None: it can, or its size is unknown)."""
 
     requests: int
     prompt_tokens: int
     total_tokens: int
     notes: tuple[str, ...]
+    asks: int = 1
+    host_short: str | None = None
 
 
 def plan_fill(facts: ServerFacts, opts: CanaryOptions) -> FillPlan:
     """Size the fill that pushes the canary out of the device pool (pure).
 
-    ``total = fill_tokens`` if given, else ``max_total_num_tokens - prompt_tokens +
-    ceil(FILL_MARGIN * max_total_num_tokens)``. Per filler:
-    ``min(fill_prompt_tokens, max_req_input_len - answer_tokens - 16)``. Raises ``BadInput``
+    ``total = fill_tokens`` if given, else ``max_total_num_tokens +
+    ceil(FILL_MARGIN * max_total_num_tokens)``, in the fewest prompts of at most
+    ``min(fill_prompt_tokens, max_req_input_len - answer_tokens - 16, max_total_num_tokens // 2)``
+    tokens, split evenly and rounded up to whole
+    ``page_size`` pages; more fillers than ``max_mamba_cache_size``; ``asks`` from
+    ``ASKS_PER_FILLER`` for the server's ``eviction_policy``. Raises ``BadInput``
     when the pool size is unknown and no ``fill_tokens`` is given, or when the fill needs more
     than ``max_fill_requests`` prompts.
     """
@@ -122,17 +172,30 @@ def plan_fill(facts: ServerFacts, opts: CanaryOptions) -> FillPlan:
             "(/server_info max_total_num_tokens); give --fill-tokens"
         )
     else:
-        total = max(1, pool - opts.prompt_tokens) + math.ceil(FILL_MARGIN * pool)
-    per = opts.fill_prompt_tokens
+        total = pool + math.ceil(FILL_MARGIN * pool)
+    page = max(1, facts.page_size or 1)
+    cap = opts.fill_prompt_tokens
     if facts.max_req_input_len is not None:
-        per = min(per, facts.max_req_input_len - opts.answer_tokens - 16)
-    per = max(16, per)
-    requests = math.ceil(total / per)
+        cap = min(cap, facts.max_req_input_len - opts.answer_tokens - 16)
+    if pool is not None:
+        cap = min(cap, pool // 2)  # no filler as large as the pool it is to churn
+    requests = math.ceil(total / max(16, cap))
+    per = max(16, math.ceil(total / requests))
     if facts.max_mamba_cache_size is not None and requests <= facts.max_mamba_cache_size:
         requests = facts.max_mamba_cache_size + 1
         per = max(16, math.ceil(total / requests))
         notes.append(f"{requests} fillers, one more than the {facts.max_mamba_cache_size} "
                      "device mamba slots")
+    per = math.ceil(per / page) * page  # whole pages: a partial page is not cached
+    policy_name = facts.eviction_policy or "lru"
+    asks = ASKS_PER_FILLER.get(policy_name)
+    if asks is None:
+        asks = 3
+        notes.append(f"radix_eviction_policy {policy_name!r} is not one the canary knows; "
+                     "each filler is asked 3 times")
+    elif asks > 1:
+        notes.append(f"each filler asked {asks} times: radix_eviction_policy {policy_name} keeps "
+                     "the canary (asked twice) ahead of nodes hit less often")
     if requests > opts.max_fill_requests:
         raise BadInput(
             f"--fill-tokens: {total} tokens need {requests} prompts of {per} tokens, more than "
@@ -142,16 +205,31 @@ def plan_fill(facts: ServerFacts, opts: CanaryOptions) -> FillPlan:
     if host is None and facts.hicache_ratio is not None and pool is not None:
         host = int(facts.hicache_ratio * pool)
     policy = facts.hicache_write_policy or "write_through"
+    short = None
+    canary = canary_tokens(facts, opts)
     if host is not None and policy.startswith("write_through") and (
-        opts.prompt_tokens + requests * per > host
+        canary + requests * per > host
     ):
-        notes.append(
-            f"host pool {host} tokens < canary {opts.prompt_tokens} + fill {requests * per} "
-            f"under {policy}: the host tier may drop the canary too (expect inconclusive; "
-            "a hicache_ratio above 1 + the fill margin avoids it)"
-        )
+        short = (f"host pool {host} tokens < canary {canary} + fill {requests * per} "
+                 f"under {policy}: the host tier drops the canary too (a hicache_ratio above "
+                 f"{1 + FILL_MARGIN:.2f} plus the canary's share of the pool avoids it)")
+        notes.append(short)
     return FillPlan(requests=requests, prompt_tokens=per, total_tokens=requests * per,
-                    notes=tuple(notes))
+                    notes=tuple(notes), asks=asks, host_short=short)
+
+
+def evicted_per_rank(after: Snapshot, before: Snapshot, facts: ServerFacts) -> float:
+    """Device KV tokens evicted between two scrapes, per rank. A labelled counter has no series
+    before its first increment (``prometheus_client``), so an absent one counts 0.
+    SGLang 0.5.19 exports ``sglang:evicted_tokens_total`` labelled ``cache_type`` only, every
+    rank's count summed into it by the multiprocess registry (``BasePrefixCache.
+    init_metrics_collector``), so the sum is divided by ``tp_size``; 0.5.23 labels it per
+    ``tp_rank`` and ``Snapshot.total`` keeps rank 0."""
+    if not after.has(EVICTED_TOKENS):
+        return 0.0
+    d = delta(after, before, EVICTED_TOKENS)
+    per_rank_labelled = bool(after.labels_of(EVICTED_TOKENS, "tp_rank"))
+    return d if per_rank_labelled else d / max(1, facts.tp_size or 1)
 
 
 def _same(a: Completion, b: Completion) -> bool:
@@ -193,6 +271,8 @@ async def run_canary(
             "--enable-hierarchical-cache",
             hint="start the profile with HiCache on (`escha-deploy up`) and run the canary again",
         )
+    opts = replace(opts, prompt_tokens=canary_tokens(facts, opts))
+    assert opts.prompt_tokens is not None
     fill = plan_fill(facts, opts)
     hybrid = opts.hybrid if opts.hybrid is not None else facts.hybrid
     tok = client.tokenize if facts.tokenizer else None
@@ -217,11 +297,25 @@ async def run_canary(
     step("device-hit ask")
     dev = await client.complete(prompt.payload, opts.answer_tokens, seed=opts.seed)
 
-    for i in range(fill.requests):
-        step(f"filling the device pool ({i + 1}/{fill.requests}, "
-             f"{fill.prompt_tokens} tokens each)")
-        fp = await make_prompt(opts.seed, f"fill-{attempt}", i, fill.prompt_tokens, tok)
-        await client.complete(fp.payload, 1, seed=opts.seed)
+    before_fill = await client.metrics() if facts.metrics else None
+    sent = 0
+    evicted: float | None = None
+    target = opts.prompt_tokens  # the canary's prompt must leave the device pool
+    while True:
+        for i in range(sent, sent + fill.requests):
+            step(f"filling the device pool ({i + 1}/{fill.requests}, "
+                 f"{fill.prompt_tokens} tokens each)")
+            fp = await make_prompt(opts.seed, f"fill-{attempt}", i, fill.prompt_tokens, tok)
+            for _ in range(fill.asks):
+                await client.complete(fp.payload, 1, seed=opts.seed)
+        sent += fill.requests
+        if before_fill is None:
+            break
+        evicted = evicted_per_rank(await client.metrics(), before_fill, facts)
+        if evicted >= target or sent + fill.requests > opts.max_fill_requests:
+            break
+        evidence.append(f"after {sent} fillers the device pool had evicted {evicted:.0f} tokens "
+                        f"per rank, fewer than the canary's {target}: filling again")
 
     step("host-tier ask")
     before = await client.metrics() if facts.metrics else None
@@ -240,7 +334,9 @@ async def run_canary(
             f"{v} ({p})" for p, v in h.load_back_tokens.items() if v))
     evidence += shown
     evidence += client.warnings  # what the server's answers made the client leave out
-    evidence.append(f"filled {fill.total_tokens} tokens in {fill.requests} prompts")
+    evidence.append(f"filled {sent * fill.prompt_tokens} tokens in {sent} prompts"
+                    + (f", each asked {fill.asks} times" if fill.asks > 1 else "")
+                    + (f"; sglang:evicted_tokens_total +{evicted:.0f} per rank" if evicted is not None else ""))
     proven = bool(shown)
     can_see = (cold.details is not None or dev.details is not None or host.details is not None
                or before is not None)
@@ -248,7 +344,7 @@ async def run_canary(
     def result(verdict: str, reason: str, upstream: str | None = None) -> CanaryResult:
         return CanaryResult(
             url=facts.url, verdict=verdict, reason=reason, evidence=evidence, answers=answers,
-            fill_requests=fill.requests, fill_tokens=fill.total_tokens, hybrid=hybrid,
+            fill_requests=sent, fill_tokens=sent * fill.prompt_tokens, hybrid=hybrid,
             deterministic=facts.deterministic, upstream=upstream,
         )
 
@@ -265,9 +361,17 @@ async def run_canary(
     if not can_see:
         return result("inconclusive", "no way to see which tier answered: the server gave no "
                       "cache breakdown and has no /metrics (start it with --enable-metrics)")
+    if evicted is not None and evicted < target:
+        return result("inconclusive", f"the device pool evicted {evicted:.0f} tokens per rank "
+                      f"while {sent * fill.prompt_tokens} filler tokens went through it "
+                      f"(pool {facts.max_total_num_tokens}, radix_eviction_policy "
+                      f"{facts.eviction_policy or 'unknown'}), fewer than the canary's {target}: "
+                      "the canary never left the device pool; raise --max-fill-requests or --fill-tokens")
     if (h.device_tokens or 0) * 2 >= opts.prompt_tokens:
         return result("inconclusive", f"the prefix was still in the device pool after filling "
-                      f"{fill.total_tokens} tokens: raise --fill-tokens")
+                      f"{sent * fill.prompt_tokens} tokens: raise --fill-tokens")
+    if fill.host_short is not None:
+        return result("inconclusive", fill.host_short)
     if hybrid:
         return result("inconclusive", EXPLAIN_33713, ISSUE_33713)
     return result("inconclusive", "no host-tier hit: the prefix was recomputed (the host pool "

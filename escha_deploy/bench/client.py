@@ -286,6 +286,9 @@ class ServerClient:
             hicache_ratio=_opt_float(info, "hicache_ratio"),
             hicache_write_policy=_opt_str(info, "hicache_write_policy"),
             max_mamba_cache_size=_opt_int(info, "max_mamba_cache_size"),
+            page_size=_opt_int(info, "page_size"),
+            eviction_policy=_opt_str(info, "radix_eviction_policy"),
+            tp_size=_opt_int(info, "tp_size"),
         )
 
     async def tokenize(self, text: str) -> list[int] | None:

@@ -59,6 +59,10 @@ class ServerFacts(_Model):
     hicache_ratio: float | None = None
     hicache_write_policy: str | None = None
     max_mamba_cache_size: int | None = Field(None, description="device mamba slots, if set")
+    page_size: int | None = Field(None, description="tokens per KV page (/server_info page_size)")
+    eviction_policy: str | None = Field(
+        None, description="/server_info radix_eviction_policy: lru, lfu, slru, priority (0.5.19)")
+    tp_size: int | None = Field(None, description="/server_info tp_size")
 
     @property
     def label(self) -> str:

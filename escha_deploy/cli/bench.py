@@ -309,9 +309,9 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         endpoint: Annotated[str, typer.Option("--endpoint", "-e", help="Base URL of an SGLang server with HiCache on.")],
         seed: SeedOpt = 0,
-        prompt_tokens: Annotated[str, typer.Option("--prompt-tokens", help="Tokens of the canary prefix (K = 1000).")] = "4096",
+        prompt_tokens: Annotated[Optional[str], typer.Option("--prompt-tokens", help="Tokens of the canary prefix (K = 1000; default: 4096, or half the device pool when that is smaller, from /server_info).")] = None,
         answer_tokens: Annotated[int, typer.Option("--answer-tokens", help="Tokens of each answer compared.", min=1, max=MAX_TOKENS)] = 32,
-        fill_tokens: Annotated[Optional[str], typer.Option("--fill-tokens", help="Tokens of other prompts that push the canary out of the device pool (default: device pool - canary + 10 %, from /server_info).")] = None,
+        fill_tokens: Annotated[Optional[str], typer.Option("--fill-tokens", help="Tokens of other prompts that push the canary out of the device pool (default: the device pool + 10 %, from /server_info; repeated until sglang:evicted_tokens_total shows the canary left).")] = None,
         max_fill_requests: Annotated[int, typer.Option("--max-fill-requests", help="Refuse a fill that needs more prompts than this.", min=1)] = 64,
         hybrid: Annotated[Optional[bool], typer.Option("--hybrid/--not-hybrid", help="Whether the model is hybrid (mamba/GDN); default: from the server's model type.", show_default=False)] = None,
         request_timeout: TimeoutOpt = 600.0,
@@ -337,8 +337,8 @@ def register(app: typer.Typer) -> None:
 
         check_endpoint(endpoint)
         api_key = _api_key(ctx, api_key, api_key_file)
-        ctok = _tokens(prompt_tokens, "--prompt-tokens")
-        if ctok < 64:
+        ctok = _tokens(prompt_tokens, "--prompt-tokens") if prompt_tokens is not None else None
+        if ctok is not None and ctok < 64:
             raise BadInput(f"--prompt-tokens: at least 64 tokens, so the question has a body to "
                            f"ask about (got {prompt_tokens!r})")
         opts = CanaryOptions(
