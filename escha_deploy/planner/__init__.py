@@ -617,16 +617,69 @@ def step_choose_hicache(c: _Ctx) -> None:
         runtime = (f"stock SGLang {c.inp.release}" if not c.inp.capabilities & set(SERIES_CAPABILITIES) else
                    f"stock SGLang {c.inp.release}: {_no_series(c)}" if _series_missing(c) else
                    f"SGLang {c.inp.release} with this series, which does not change the hybrid restore path")
+        rt, hc0 = c.inp.profile.runtime, c.inp.profile.hicache
+        inert = hybrid_host_hits_inert(c.inp.release, rt.mamba_radix_cache_strategy, rt.page_size or 1,
+                                       hc0.hicache_write_policy, list(rt.extra_args or []))
         c.warnings.append(
-            f"hicache: on this runtime ({runtime}) host-tier hits for a hybrid GDN model may be inert (the unified "
-            "cache prunes mamba state on device eviction, so nothing loads back: sglang#33713) or restore wrong "
-            "state (a fluent, wrong answer with full cached_tokens: sglang#39830); run `escha-deploy up --canary` "
-            "to prove a prefix restored from host RAM answers as it did the first time")
+            f"hicache: on this runtime ({runtime}) host-tier hits for a hybrid GDN model "
+            + (f"may be inert (sglang#33713: {'; '.join(inert)}) or " if inert else "can ")
+            + "restore wrong state (a fluent, wrong answer with full cached_tokens: sglang#39830); run "
+            "`escha-deploy up --canary` to prove a prefix restored from host RAM answers as it did the first time")
     c.hicache = HiCachePlan(
         enabled=True, ratio=None if size else ratio, size_gb=size, requested=requested,
         mem_layout=hc.hicache_mem_layout, io_backend=hc.hicache_io_backend,
         storage_backend=hc.hicache_storage_backend, host_allocator=allocator,
     )
+
+
+#: The hybrid configuration whose host-tier hits a real server loaded back: SGLang 0.5.19,
+#: mamba_radix_cache_strategy extra_buffer (resolved from auto), page size 1, write_through, no
+#: speculative decoding (an H200 at TP 1, 2026-12-01: cached_tokens_details.host 960,
+#: load_back_tokens_total kv 958 / mamba 2).
+HYBRID_LOADED_BACK = {"release": "0.5.19", "strategy": "extra_buffer", "page_size": 1,
+                      "write_policy": "write_through"}
+
+
+def hybrid_host_hits_inert(release: str, strategy: str, page_size: int, write_policy: str,
+                           extra_args: list[str]) -> list[str]:
+    """Why host-tier hits of a hybrid model may be inert in this configuration, one reason per
+    way it departs from ``HYBRID_LOADED_BACK``; empty: the configuration a real server loaded
+    back. Reasons read in SGLang 0.5.19's code say where; the others say they were not tried.
+
+    - ``auto`` resolves to ``extra_buffer`` when the overlap scheduler is on or the page is > 1,
+      else ``no_buffer`` (``arg_groups/overrides.py``, the ``mamba_radix_cache_strategy``
+      resolution);
+    - ``no_buffer`` keeps a mamba state only at the end of each request's own sequence
+      (``mem_cache/unified_cache/components/mamba_component.py: prepare_for_caching_req``); the
+      state at a shared prefix's branching point is tracked only by the extra buffer
+      (``managers/schedule_batch.py``, ``mamba_branching_seqlen``), so a later request sharing
+      only the prefix finds no state to resume from, on device or host;
+    - ``write_back``: a new branching state reaches the host by write-through only ("write-back
+      eviction may discard the device-only state", ``mamba_component.py``).
+    """
+    out = []
+    if release != HYBRID_LOADED_BACK["release"]:
+        out.append(f"SGLang {release} was not tried on a real server")
+    overlap_off = "--disable-overlap-schedule" in extra_args
+    resolved = strategy if strategy != "auto" else (
+        "extra_buffer" if (not overlap_off or page_size > 1) else "no_buffer")
+    if resolved == "no_buffer":
+        out.append("mamba_radix_cache_strategy no_buffer" + (" (auto, with the overlap scheduler off)"
+                                                               if strategy == "auto" else "")
+                   + " keeps a mamba state only at the end of each request, never at a shared "
+                   "prefix's branching point (mamba_component.py: prepare_for_caching_req)")
+    elif resolved != "extra_buffer":
+        out.append(f"mamba_radix_cache_strategy {resolved} was not tried on a real server")
+    if page_size != HYBRID_LOADED_BACK["page_size"]:
+        out.append(f"page size {page_size} was not tried on a real server")
+    if write_policy == "write_back":
+        out.append("under write_back a new branching state reaches the host only by write-through "
+                   "(mamba_component.py: write-back eviction may discard it)")
+    elif write_policy != HYBRID_LOADED_BACK["write_policy"]:
+        out.append(f"hicache_write_policy {write_policy} was not tried on a real server")
+    if any(a == "--speculative-algorithm" or a.startswith("--speculative-algorithm=") for a in extra_args):
+        out.append("speculative decoding with a hybrid host tier was not tried on a real server")
+    return out
 
 
 def step_host_pools(c: _Ctx) -> None:

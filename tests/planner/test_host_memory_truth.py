@@ -245,7 +245,32 @@ def test_b25_stock_runtime_hybrid_hicache_warns_and_offers_the_canary(cli):
     d = json.loads(r.out)
     assert r.code == 0 and d["hicache"]["enabled"] and d["hybrid"]
     w = [x for x in d["warnings"] if "up --canary" in x]
-    assert len(w) == 1 and "stock SGLang 0.5.19" in w[0] and "sglang#39830" in w[0] and "sglang#33713" in w[0]
+    assert len(w) == 1 and "stock SGLang 0.5.19" in w[0] and "sglang#39830" in w[0]
+    # 0.5.19, extra_buffer (auto, overlap on), page 1, write_through: a real server loaded back
+    assert "sglang#33713" not in w[0] and "may be inert" not in w[0]
+
+
+@pytest.mark.parametrize("sets,says", [
+    (["hicache.hicache_write_policy=write_back"], "under write_back a new branching state reaches the host only"),
+    (["runtime.mamba_radix_cache_strategy=no_buffer"], "no_buffer keeps a mamba state only at the end of each request"),
+    (["runtime.extra_args=[--disable-overlap-schedule]"], "no_buffer (auto, with the overlap scheduler off)"),
+    (["runtime.page_size=8", "runtime.mamba_radix_cache_strategy=extra_buffer"], "page size 8 was not tried"),
+    (["runtime.extra_args=[--speculative-algorithm, NEXTN]"], "speculative decoding with a hybrid host tier"),
+])
+def test_the_inert_warning_names_the_configuration_it_applies_to(sets, says):
+    prof = load_profile("rtx5060ti-tp2-fp8", ["runtime.needs=[]", *sets])
+    w = [x for x in plan(prof, described_host(64 * GiB)).warnings if "up --canary" in x]
+    assert len(w) == 1 and "may be inert (sglang#33713: " in w[0] and says in w[0] and "sglang#39830" in w[0]
+
+
+def test_the_inert_reasons_by_configuration():
+    from escha_deploy.planner import hybrid_host_hits_inert
+
+    assert hybrid_host_hits_inert("0.5.19", "auto", 1, "write_through", []) == []
+    assert hybrid_host_hits_inert("0.5.19", "extra_buffer", 1, "write_through", []) == []
+    assert hybrid_host_hits_inert("0.5.23", "auto", 1, "write_through", []) == [
+        "SGLang 0.5.23 was not tried on a real server"]
+    assert len(hybrid_host_hits_inert("0.5.19", "no_buffer", 1, "write_back", [])) == 2
 
 
 def test_b25_no_restore_warning_without_a_host_tier_or_a_hybrid_model():
