@@ -4,7 +4,8 @@ The bench does not start servers itself; it asks a launcher through ``Launcher``
 interface below, so the docker code stays in ``escha_deploy.launch`` (the
 core never imports docker). ``load_launcher`` finds the launcher's implementation at
 ``escha_deploy.launch.bench_launcher`` (a callable returning a ``Launcher``); until that exists,
-``--hicache-ab`` refuses with exit 3 and says so.
+``--hicache-ab`` refuses with exit 3 and says so. ``--launcher`` picks Docker (``up``/``down``)
+or the native path (``serve --profile`` as a child); ``auto`` takes Docker when a daemon answers.
 
 What the launcher must do in ``start(profile, hicache=...)``: start the profile with
 ``hicache.enabled`` forced to ``hicache`` (nothing else changed, so the two runs differ only in
@@ -42,8 +43,9 @@ class Launcher(Protocol):
         ...
 
 
-def load_launcher() -> Launcher:
-    """The launcher's ``bench_launcher()``; ``Refused`` (exit 3) until it is wired."""
+def load_launcher(kind: str = "auto") -> Launcher:
+    """The launcher's ``bench_launcher(kind)`` (``docker``, ``native`` or ``auto``: Docker when
+    a daemon answers, else ``serve --profile`` natively); ``Refused`` (exit 3) until it is wired."""
     try:
         mod = importlib.import_module("escha_deploy.launch")
     except ImportError:
@@ -55,7 +57,7 @@ def load_launcher() -> Launcher:
             "(escha_deploy.launch.bench_launcher is missing)",
             hint="start the two servers yourself and use --endpoint URL_OFF --compare URL_ON",
         )
-    launcher = factory()
+    launcher = factory(kind)
     if not isinstance(launcher, Launcher):
         raise TypeError(f"escha_deploy.launch.bench_launcher() returned {launcher!r}, "
                         "which lacks start(profile, hicache=) / stop()")

@@ -202,6 +202,9 @@ def register(app: typer.Typer) -> None:
             "workload on both.")] = False,
         profile: Annotated[Optional[str], typer.Option(
             "--profile", "-p", help="Profile for --hicache-ab.")] = None,
+        launcher: Annotated[str, typer.Option(
+            "--launcher", help="How --hicache-ab starts its servers: docker (up/down), native "
+            "(escha-deploy serve --profile as a child), or auto (docker when a daemon answers).")] = "auto",
         seed: SeedOpt = 0,
         prefixes: Annotated[int, typer.Option("--prefixes", help="Concurrent distinct prefixes.", min=1, max=256)] = 8,
         prefix_tokens: Annotated[str, typer.Option("--prefix-tokens", help="Tokens per prefix (K = 1000).")] = "18K",
@@ -242,6 +245,10 @@ def register(app: typer.Typer) -> None:
             problems.append("--endpoint: required (or use --hicache-ab --profile NAME)")
         if profile and not hicache_ab:
             problems.append("--profile is only used with --hicache-ab")
+        if launcher not in ("auto", "docker", "native"):
+            problems.append(f"--launcher: docker, native or auto (got {launcher!r})")
+        elif launcher != "auto" and not hicache_ab:
+            problems.append("--launcher is only used with --hicache-ab")
         if chart is not None and chart.suffix.lower() != ".png":
             problems.append(f"--chart: expected a .png path, got {str(chart)!r}")
         elif chart is not None:
@@ -282,7 +289,7 @@ def register(app: typer.Typer) -> None:
             if hicache_ab:
                 from escha_deploy.bench.ab import load_launcher, run_ab
 
-                report = asyncio.run(run_ab(load_launcher(), profile, spec, steps, **kw))
+                report = asyncio.run(run_ab(load_launcher(launcher), profile, spec, steps, **kw))
             else:
                 from escha_deploy.bench.workload import bench_endpoint
 

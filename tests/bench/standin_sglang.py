@@ -772,7 +772,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--config", default="{}")
     ap.add_argument("--set", action="append", default=[],
                     help="profile overrides as `escha-deploy serve` gets them; only "
-                    "hicache.enabled=true|false is read (what --hicache-ab changes)")
+                    "hicache.enabled=true|false (what --hicache-ab changes) and container.port=N are read")
     ap.add_argument("--spec", default=None, help="launch spec JSON; only hicache_enabled is read")
     a, _rest = ap.parse_known_args(argv)  # e.g. `serve --profile NAME` from a container command
     cfg = StandinConfig(**json.loads(a.config))
@@ -783,6 +783,8 @@ def main(argv: list[str] | None = None) -> None:
         key, _, value = item.partition("=")
         if key == "hicache.enabled":
             cfg.hicache = value.strip().lower() in ("1", "true", "yes", "on")
+        if key == "container.port":  # the port `serve --profile` binds (bench's native launcher sets it)
+            a.port = int(value)
     if cfg.metrics and importlib.util.find_spec("prometheus_client") is None:
         cfg.metrics = False
         print("stand-in: prometheus_client missing, /metrics off", flush=True)

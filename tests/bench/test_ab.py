@@ -4,6 +4,7 @@ stand-in servers (the docker launcher is tested in tests/launch)."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -71,7 +72,7 @@ def test_cli_hicache_ab_uses_the_wired_launcher(cli, monkeypatch):
     import escha_deploy.launch as launch_pkg
 
     launcher = StandinLauncher()
-    monkeypatch.setattr(launch_pkg, "bench_launcher", lambda: launcher, raising=False)
+    monkeypatch.setattr(launch_pkg, "bench_launcher", lambda kind="auto": launcher, raising=False)
     res = cli("bench", "--hicache-ab", "--profile", "p", "--prefixes", "3", "--prefix-tokens",
               "1000", "--prefill-tokens", "2000", "--decode-tokens", "20", "--format", "json")
     assert res.code == 0, res.err
@@ -80,3 +81,50 @@ def test_cli_hicache_ab_uses_the_wired_launcher(cli, monkeypatch):
     data = json.loads(res.out)
     assert data["mode"] == "hicache-ab" and len(data["runs"]) == 2
     assert [c[0] for c in launcher.calls] == ["start", "stop", "start", "stop"]
+
+
+STANDIN = Path(__file__).with_name("standin_sglang.py")
+
+
+def test_the_native_launcher_runs_serve_off_then_on_and_stops_each(tmp_path):
+    """``NativeBenchLauncher`` with the STAND-IN server's script in place of ``escha-deploy``
+    (no GPU here: the real ``serve --profile`` runs in tests/bench/test_ab_gpu.py): the same
+    argv ``serve`` gets, HiCache off then on, each process gone after its run."""
+    import sys
+
+    from escha_deploy.launch import NativeBenchLauncher
+
+    launcher = NativeBenchLauncher(command=[sys.executable, str(STANDIN)], log_dir=str(tmp_path),
+                                   ready_timeout_s=60, stop_timeout_s=30)
+    seen = []
+    real_start = launcher.start
+
+    def start(profile, *, hicache):
+        url = real_start(profile, hicache=hicache)
+        seen.append(launcher._proc)
+        return url
+
+    launcher.start = start  # type: ignore[method-assign]
+    report = asyncio.run(ab.run_ab(launcher, "p", SPEC))
+    assert [r.facts.hicache for r in report.runs] == [False, True]
+    assert all(p.poll() is not None for p in seen) and len(seen) == 2
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["serve-hicache-off.log", "serve-hicache-on.log"]
+
+
+def test_the_native_launcher_names_a_serve_that_exits_before_ready(tmp_path):
+    import sys
+
+    from escha_deploy.launch import NativeBenchLauncher
+
+    launcher = NativeBenchLauncher(command=[sys.executable, "-c", "import sys; print('no such profile: p'); sys.exit(2)"],
+                                   log_dir=str(tmp_path), ready_timeout_s=30)
+    with pytest.raises(Refused, match="refused it \\(exit 2\\): no such profile: p"):
+        launcher.start("p", hicache=True)
+
+
+def test_auto_takes_native_without_a_daemon(monkeypatch):
+    from escha_deploy import launch
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    assert isinstance(launch.bench_launcher("auto"), launch.NativeBenchLauncher)
+    assert isinstance(launch.bench_launcher("docker"), launch.DockerBenchLauncher)
