@@ -23,24 +23,22 @@ import sys
 
 import pytest
 
-from runtime.test_real_server_gpu import MAKE_MODEL, PROFILE, REPO, _closure_description, _model_path, _report
+from tests.gpu_rig import realserver as rs
 
 pytestmark = pytest.mark.gpu
 
+PROFILE = rs.RIG / "h200-tiny.yaml"
+
 
 def test_hicache_ab_natively_on_the_rig(tmp_path):
-    _closure_description()
-    model = _model_path()
-    if not (model / "config.json").is_file():
-        r = subprocess.run([sys.executable, str(MAKE_MODEL), "tiny", str(model)], capture_output=True, text=True,
-                           timeout=300)
-        assert r.returncode == 0, r.stderr[-3000:]
+    rs.closure_description()
+    rs.make_model(PROFILE, "tiny")
     out = tmp_path / "ab.json"
     r = subprocess.run(
         [sys.executable, "-m", "escha_deploy", "bench", "--hicache-ab", "--launcher", "native", "--profile", str(PROFILE),
          "--prefixes", "3", "--prefix-tokens", "900", "--prefill-tokens", "1000", "--decode-tokens", "32",
          "--request-timeout", "300", "--format", "json"],
-        capture_output=True, text=True, cwd=REPO, timeout=560, env=dict(os.environ))
+        capture_output=True, text=True, cwd=rs.REPO, timeout=560, env=dict(os.environ))
     out.write_text(r.stdout)
     assert r.returncode == 0, r.stderr[-4000:]
     report = json.loads(r.stdout)
@@ -49,7 +47,7 @@ def test_hicache_ab_natively_on_the_rig(tmp_path):
     figures = {label: {"first_s": run["first_pass"]["wall_s"], "second_s": run["second_pass"]["wall_s"],
                        "second_cached": run["second_pass"]["cached"], "prefill_ttft_s": run["prefill"]["ttft_s"]}
                for label, run in (("off", off), ("on", on))}
-    _report("bench/hicache_ab_tiny", figures)
+    rs.report("bench/hicache_ab_tiny", figures)
     assert (off["second_pass"]["cached"]["host_tokens"] or 0) == 0
     assert (on["second_pass"]["cached"]["host_tokens"] or 0) > 0 or any(
         v > 0 for v in (on["second_pass"]["cached"]["load_back_tokens"] or {}).values())

@@ -1,6 +1,6 @@
 """``status`` on the real server, TP 1 (marked ``gpu``).
 
-A fresh GPU-rig server (the ``server`` fixture of tests/runtime/test_real_server_gpu.py: native
+A fresh GPU-rig server (started as tests/runtime/test_real_server_gpu.py starts one: native
 ``serve --profile tests/gpu_rig/h200-tiny.yaml``, SGLang 0.5.19, a 2,048-token device pool, host
 pool at ratio 2) gets a load that reaches the host tier: 4 distinct 900-token prefixes asked
 twice in turn (3,600 tokens: the first pass pushes each out of the device pool before its
@@ -26,9 +26,27 @@ import sys
 
 import pytest
 
-from runtime.test_real_server_gpu import REPO, _report, server  # noqa: F401  (the fixture)
+from tests.gpu_rig import realserver as rs
 
 pytestmark = pytest.mark.gpu
+
+PROFILE = rs.RIG / "h200-tiny.yaml"
+READY_TIMEOUT_S = 300
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A fresh rig server for this module (as tests/runtime/test_real_server_gpu.py starts one)."""
+    rs.closure_description()
+    rs.make_model(PROFILE, "tiny")
+    log = rs.logs_dir(tmp_path_factory) / "serve-tiny-%s.log" % __name__.rsplit(".", 1)[-1]
+    port = rs.free_port()
+    srv = rs.start(rs.serve_cmd(PROFILE, port), log, port)
+    try:
+        rs.wait_ready(srv, READY_TIMEOUT_S)
+        yield srv
+    finally:
+        rs.kill_all(srv)
 
 PREFIXES, TOKENS = 4, 900
 VOCAB = 2048  # the tiny model's (tests/gpu_rig/make_model.py)
@@ -36,11 +54,11 @@ VOCAB = 2048  # the tiny model's (tests/gpu_rig/make_model.py)
 
 def _status(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "escha_deploy", "status", "--profile", "h200-tiny", *args],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+                          capture_output=True, text=True, cwd=rs.REPO, timeout=120)
 
 
 @pytest.fixture(scope="module")
-def loaded(server):  # noqa: F811
+def loaded(server):
     import httpx
 
     rng = random.Random(7)
@@ -58,7 +76,7 @@ def loaded(server):  # noqa: F811
                 got["host"] += int(d.get("host") or 0)
                 got["requests"] += 1
         metrics = c.get("/metrics").text
-    _report("status/load", got)
+    rs.report("status/load", got)
     assert got["host"] > 0, got  # the load reached the host tier
     return got, metrics
 
@@ -82,7 +100,7 @@ def test_the_view_equals_the_responses_and_the_metrics(loaded):
     assert every["load_back_gb_per_s"] and every["load_back_gb_per_s"] > 0
     assert row["host"]["mem_available_bytes"] > 0 and row["host"]["server_rss_bytes"] > 0
     assert s["unknown_series"], "the real 0.5.19 exposition has series no catalog defines; they are named"
-    _report("status/view", {"ranks": s["ranks"], "window": w, "host": {k: row["host"][k] for k in
+    rs.report("status/view", {"ranks": s["ranks"], "window": w, "host": {k: row["host"][k] for k in
                                                                       ("mem_available_bytes", "server_rss_bytes")}})
 
 
