@@ -12,6 +12,9 @@
 #     stock     the same shape-true argv on the stock SGLang tree (gpu_closure.py install --stock
 #               into /tmp/escha-closure-stock): the series A/B
 #     pools     tests/runtime/test_host_pools_gpu.py: SGLang's host pools on the real GPU
+#     canary    tests/bench/test_canary_gpu.py (tiny rig): the default canary, first requests after ready
+#     status    tests/watch/test_status_gpu.py (tiny rig): status --watch/--check/--record under load
+#     ab        tests/bench/test_ab_gpu.py (tiny rig): bench --hicache-ab, native launcher
 #     shape     pinned,register,stock
 #     all       serve,alloc,pools,pinned,register,stock (more than one 10-minute call)
 #   Two calls of about 8 minutes hold the whole of it: "serve,alloc,pinned", then "register,stock"
@@ -100,6 +103,11 @@ if has alloc; then
     else echo "gpu-run: alloc: tests/runtime/test_host_alloc_lifetime_gpu.py is not in this checkout"; fi
 fi
 has pools && tests+=(tests/runtime/test_host_pools_gpu.py)
+# day two on the tiny rig, each a fresh server: the canary as the first requests after ready,
+# status through a load that reaches the host tier, bench --hicache-ab with the native launcher
+has canary && tests+=(tests/bench/test_canary_gpu.py)
+has status && tests+=(tests/watch/test_status_gpu.py)
+has ab && tests+=(tests/bench/test_ab_gpu.py)
 [ -n "$shape_runs" ] && tests+=(tests/runtime/test_real_server_shape_gpu.py)
 export ESCHA_GPU_SHAPE_RUNS="$shape_runs"
 if [ $rc = 0 ] && [ ${#tests[@]} -gt 0 ]; then
