@@ -33,7 +33,7 @@ def server(tmp_path_factory):
     """A fresh rig server for this module (as tests/runtime/test_real_server_gpu.py starts one)."""
     rs.closure_description()
     rs.make_model(PROFILE, "tiny")
-    log = rs.logs_dir(tmp_path_factory) / "serve-tiny-%s.log" % __name__.rsplit(".", 1)[-1]
+    log = rs.logs_dir(tmp_path_factory) / ("serve-tiny-%s.log" % __name__.rsplit(".", 1)[-1])
     port = rs.free_port()
     srv = rs.start(rs.serve_cmd(PROFILE, port), log, port)
     try:
