@@ -94,17 +94,54 @@ def secret_flag(token: str) -> str | None:
     return None
 
 
+#: A key as its issuer prints it, by its prefix: OpenAI's ``sk-`` (``sk-proj-``), publishable and
+#: restricted ``pk-``/``rk-``, Hugging Face's ``hf_``, GitHub's ``ghp_`` ``gho_`` ``ghu_`` ``ghs_``
+#: ``ghr_`` ``github_pat_``, GitLab's ``glpat-``, Slack's ``xoxb-`` ...; at least 10 characters
+#: after the prefix, up to a separator (space, quote, ``,;:/?#&=``, brackets).
+_PREFIXED = r"(?:sk|pk|rk|hf|ghp|gho|ghu|ghs|ghr|github_pat|glpat|xox[abeoprs])[-_][^\s'\"`,;:/?#&=<>(){}\[\]|\\]{10,}"
+PREFIXED_KEY_RE = re.compile(r"(?<![A-Za-z0-9_-])" + _PREFIXED)
+#: A run of letters and digits inside a word (between ``-_.~+/=``): where a generated key shows.
+_RUN_RE = re.compile(r"[A-Za-z0-9]{12,}")
+#: Letter-digit switches in one run from which it reads as generated, not written (a random
+#: base62 run of 12 has about 6; ``Qwen3_5ForCausalLM2024``'s longest run has 2).
+MIN_SWITCHES = 4
+
+
+def generated(word: str) -> bool:
+    """Whether ``word`` holds a run that reads as generated rather than written: 12 or more
+    letters and digits with ``MIN_SWITCHES`` letter-digit switches (``a8F3kQ9zL2mN``, a hex
+    digest) — a key's shape, where a model name, a version or a snake_case name has none."""
+    for run in _RUN_RE.findall(word):
+        switches = sum(a.isdigit() != b.isdigit() for a, b in zip(run, run[1:]))
+        if switches >= MIN_SWITCHES:
+            return True
+    return False
+
+
+def key_shaped(word: str) -> bool:
+    """Whether ``word`` (no spaces) has a key's shape: an issuer's prefix (``PREFIXED_KEY_RE``:
+    ``sk-...``, ``hf_...``, ``ghp_...``) or a generated run (``generated``)."""
+    return bool(PREFIXED_KEY_RE.search(word)) or generated(word)
+
+
 def url_credential(token: str) -> str | None:
     """What credential a URL in ``token`` carries (``"user:password@ or KEY@"``, ``"a
-    credential query parameter: ..."``), else None: refused in every URL-taking flag (the catalog's
-    ``--otlp-traces-endpoint``, ``--load-publish-endpoint``, ...) and anywhere else in
-    ``runtime.extra_args``, since the argv is printed."""
+    credential query parameter: ..."``, ``"a key in its path, query or fragment"``), else None:
+    refused in every URL-taking flag (the catalog's ``--otlp-traces-endpoint``,
+    ``--load-publish-endpoint``, ...) and anywhere else in ``runtime.extra_args``, since the argv
+    is printed. A key in the path (``http://host:4317/KEY``) or the fragment (``/#KEY``) is
+    known by its shape (``key_shaped``), as no name says what it is."""
     if "://" not in token:
         return None
     if _ANY_USERINFO_RE.search(token):
         return "user:password@ or KEY@"
     if _CREDENTIAL_QUERY_RE.search(token):
         return "a credential query parameter: ?token=, ?api_key=, ..."
+    for url in re.findall(r"[A-Za-z][A-Za-z0-9+.-]*://\S+", token):
+        rest = url.split("://", 1)[1]
+        cut = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
+        if any(key_shaped(part) for part in re.split(r"[/?#&=;]", rest[cut:]) if part):
+            return "a key-shaped part in its path, query or fragment"
     return None
 
 

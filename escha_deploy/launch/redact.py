@@ -15,7 +15,14 @@ so the line reads ``[2026-11-29 16:20:00] server_args={'model_path': ..., 'api_k
    (SGLang's ``--config`` YAML: ``api-key: KEY``; ``api_key=KEY``; ``SGLANG_API_KEY=KEY``),
    the credential after ``Authorization:`` (``Basic ...`` as well as ``Bearer ...``), a URL's
    user and password (``scheme://user:pass@host``) and a credential-named query parameter
-   (``?api_key=KEY``, ``&token=KEY``).
+   (``?api_key=KEY``, ``&token=KEY``);
+6. keys by their shape, whatever names them (``secretargs.key_shaped``): an issuer's prefix
+   anywhere (``sk-...``, a line that is only the key included; ``ghp_...``), the value of a
+   credential-named pair (``token=KEY``, ``secret=``, ``session=``), every value of a cookie
+   header (``Cookie: session=KEY; theme=x``, ``Set-Cookie: id=KEY; Path=/``, its attributes
+   kept), and a generated-looking word after a key-like name (``key``, ``token``, ``secret``,
+   ``auth``, ``session``, ``credential``, ``password`` in the name: ``X-Token KEY``,
+   ``session_key: KEY``), so a count (``#new-token: 8192``) is left as it is.
 
 ``printable`` drops terminal control sequences (ANSI CSI and OSC escapes, other C0 and C1
 control characters but tab) from a log line about to be printed: a log may carry an OSC
@@ -27,6 +34,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from escha_deploy.secretargs import PREFIXED_KEY_RE, generated, key_shaped
 from escha_deploy.termtext import printable  # noqa: F401 - the log printers' import
 
 MASK = "***"
@@ -54,6 +62,27 @@ _AUTH_RE = re.compile(r"(?i)(?P<head>authorization['\"]?\s*[:=]\s*['\"]?(?:[A-Za
 _USERINFO_RE = re.compile(r"(?i)(?P<head>\b[a-z][a-z0-9+.-]*://)[^/@\s'\"]+@")
 #: A credential-named query parameter.
 _QUERY_RE = re.compile(r"(?i)(?P<head>[?&](?:api[-_]?key|key|token|access[-_]token|auth|password|secret)=)[^&#\s'\"]+")
+#: A credential-named pair whose value is masked whatever it looks like (``token=KEY``,
+#: ``auth_token=KEY``): the name alone or after a credential word, and ``=`` (``#new-token: 8192``,
+#: a count, and ``eos_token=...`` are not one).
+_PAIR_RE = re.compile(
+    r"(?i)(?P<head>(?<![A-Za-z0-9.#_-])(?:(?:access|auth|refresh|id|bearer|session|api|csrf|xsrf|oauth|client)[-_])?"
+    r"(?:token|secret|session|sessionid|session[-_]id|passwd|pwd|credentials?|apikey)\s*=\s*)(?!(?:None|null|~)(?![^\s,;}\])]))(?P<val>[^\s'\",;}\])&#]+)")
+#: What an issuer's prefixed key starts with (``secretargs.PREFIXED_KEY_RE``), in a lower-cased
+#: line: the full pattern runs only on a line that holds one.
+_PREFIX_HINT_RE = re.compile(r"(?:sk|pk|rk|hf|gh[pousr]|github_pat|glpat|xox[a-z])[-_]")
+#: A cookie header (``Cookie:``, ``Set-Cookie:``) up to the end of the line or a quote.
+_COOKIE_RE = re.compile(r"(?i)(?P<head>\b(?:set-)?cookie['\"]?\s*[:=]\s*)(?P<val>[^'\"\n]*)")
+_COOKIE_PAIR_RE = re.compile(r"(?P<name>[^=;\s]+)=(?P<val>[^;]*)")
+#: Cookie attributes (RFC 6265, section 4.1.1), whose values are not secrets.
+_COOKIE_ATTRS = frozenset({"path", "domain", "expires", "max-age", "samesite", "priority"})
+#: A key-like name and the word after it (``:``, ``=`` or spaces between): masked when the word
+#: is key-shaped (``secretargs.key_shaped``).
+_NAMED_WORD_RE = re.compile(
+    r"(?i)(?P<head>(?:key|token|secret|auth|session|credential|passw)[A-Za-z0-9_.-]*['\"]?"
+    r"(?:\s*[:=]\s*|\s+)['\"]?)(?P<val>[^\s'\",;}\])&#]+)")
+_PAIR_HINT_RE = re.compile(r"token|secret|session|passwd|pwd|credential|apikey")
+_NAME_HINT_RE = re.compile(r"key|token|secret|auth|session|credential|passw")
 #: Secret values shorter than this are not replaced literally (they would mask common words);
 #: the field patterns still mask them where SGLang prints them.
 MIN_LITERAL = 6
@@ -89,4 +118,25 @@ class Redactor:
             text = _USERINFO_RE.sub(lambda m: m.group("head") + MASK + "@", text)
         if "=" in text and ("?" in text or "&" in text):
             text = _QUERY_RE.sub(lambda m: m.group("head") + MASK, text)
-        return _BEARER_RE.sub(lambda m: m.group(1) + MASK, text)
+        text = _BEARER_RE.sub(lambda m: m.group(1) + MASK, text)
+        return _by_shape(text, low)
+
+
+def _by_shape(text: str, low: str) -> str:
+    """Pattern 6 of the module docstring: keys by their shape. ``low``: ``text`` lower-cased
+    (before the other patterns: the names it looks for are not masked by them)."""
+    if _PREFIX_HINT_RE.search(low):
+        text = PREFIXED_KEY_RE.sub(MASK, text)
+    if "=" in text and _PAIR_HINT_RE.search(low):
+        text = _PAIR_RE.sub(lambda m: m.group("head") + MASK, text)
+    if "cookie" in low:
+        text = _COOKIE_RE.sub(lambda m: m.group("head") + _COOKIE_PAIR_RE.sub(
+            lambda c: c.group(0) if c.group("name").strip().lower() in _COOKIE_ATTRS
+            else f"{c.group('name')}={MASK if c.group('val') else ''}", m.group("val")), text)
+    # only a line holding a generated-looking run can hold such a word (a cheap test first: a
+    # server's log is mostly lines that name tokens, with none)
+    if _NAME_HINT_RE.search(low) and generated(text):
+        text = _NAMED_WORD_RE.sub(
+            lambda m: m.group("head") + (MASK if m.group("val") != MASK and key_shaped(m.group("val"))
+                                         else m.group("val")), text)
+    return text

@@ -657,8 +657,12 @@ def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, time
             pump.take()
         # daemon_gone, oom_kill and http_status are read by the diagnosis table's event rows
         # launch_facts: what this launch already sets (no fix may say to set it), HiCache, the
-        # platform and the plan's largest registered host buffer
-        diag = diagnose(pump.all, Facts(**launch_facts(prep.plan, prep.launch), exit_code=end.exit_code,
+        # platform and the plan's largest registered host buffer; the log's lines masked first,
+        # as `logs` and `serve` mask them: the evidence is printed
+        from .redact import Redactor
+
+        redact = Redactor([api_key or ""])
+        diag = diagnose([redact(ln) for ln in pump.all], Facts(**launch_facts(prep.plan, prep.launch), exit_code=end.exit_code,
                                         timed_out=res.reason == "timed out",
                                         health_ok=res.health_ok, generate_ok=res.generate_ok,
                                         daemon_gone=end.daemon_gone, oom_kill=end.oom_killed,

@@ -421,3 +421,36 @@ def test_logs_masks_a_key_the_server_logged_bare(docker_client, standin_image, t
         assert "stand-in: serving with key ***" in run_cli("logs", "--profile", name).stdout
     finally:
         assert run_cli("down", "--profile", name).returncode == 0
+
+
+@pytest.mark.parametrize("url", [f"http://127.0.0.1:4317/{KEY}", f"http://127.0.0.1:4317/#{KEY}",
+                                 f"http://127.0.0.1:4317/v1/traces#k={KEY}", f"grpc://127.0.0.1:4317/v1/{KEY}/traces",
+                                 "http://127.0.0.1:4317/a8F3kQ9zL2mN7pR4tV6wX1yB"])
+def test_a_url_flag_with_a_key_in_its_path_or_fragment_is_refused_unprinted(tmp_path, url):
+    """``--otlp-traces-endpoint`` with the key as a path segment or the fragment: known by its
+    shape (an issuer's prefix, or a generated run), since no name says it is one; every printing
+    command (``profiles show`` too) refuses it, naming the item, never the key."""
+    sets = ["--set", f'runtime.extra_args=[--otlp-traces-endpoint, "{url}"]', *BASE_SETS]
+    secret = url.rsplit("/", 1)[-1].split("=")[-1].lstrip("#") if KEY not in url else KEY
+    for cmd in printing_commands(P, sets, tmp_path / "c.yaml"):
+        r = run_main(*cmd, env={"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+        assert r.code == 2, (cmd, r.text)
+        assert "runtime.extra_args: item 1: a URL with a password in it (a key-shaped part" in r.err, (cmd, r.err)
+        assert secret not in r.text and secret[4:] not in r.text, cmd
+    assert not (tmp_path / "c.yaml").exists()
+    assert extra_args_problems(["--otlp-traces-endpoint", "http://127.0.0.1:4317/v1/traces#top"]) == []
+
+
+def test_diagnose_masks_keys_by_their_shape_in_every_evidence_line(tmp_path):
+    """The key where no name says it is one: ``token=KEY``, a line that is only the key, a
+    cookie's value; on the evidence line itself and on the lines around it."""
+    log = tmp_path / "server.log"
+    log.write_text("\n".join([
+        KEY, f"GET /v1/models token={KEY}", f"Cookie: session={KEY}",
+        "ValueError: Not enough host memory available. Requesting 2.58 GB but only have 1.12 GB free. "
+        f"Please reduce the size of the hierarchical cache. token={KEY} Cookie: session={KEY}",
+        KEY, f"Set-Cookie: sid={KEY}; Path=/", ""]))
+    for fmt in ("table", "json"):
+        r = run_main("diagnose", str(log), "--format", fmt)
+        assert r.code == 0 and "host-memory-check" in r.out, r.text
+        assert KEY not in r.text and KEY[3:] not in r.text, r.text

@@ -27,3 +27,35 @@ def test_hf_token_and_bearer():
 
 def test_short_values_are_not_replaced_literally():
     assert Redactor(["ab"])("about tab") == "about tab"
+
+
+#: A generated key with no telling prefix (24 letters and digits, many switches between them)
+GEN = "a8F3kQ9zL2mN7pR4tV6wX1yB"
+
+
+def test_keys_by_their_shape():
+    """A key nobody named: an issuer's prefix anywhere (the line that is only the key), the value of
+    ``token=`` and other credential pairs, every cookie value, a generated word after a key-like
+    name."""
+    r = Redactor()
+    assert r(KEY) == "***" and r(f"  {KEY}\t") == "  ***\t" and r(f"seen {KEY}, retrying") == "seen ***, retrying"
+    assert r(f"GET /v1/models token={KEY}") == "GET /v1/models token=***"
+    assert r("token=plainword1") == "token=***" and r("auth_token=x9") == "auth_token=***"
+    assert r(f"Cookie: session={KEY}") == "Cookie: session=***"
+    assert r(f"cookie: theme=dark; sid={GEN}") == "cookie: theme=***; sid=***"
+    assert r(f"Set-Cookie: id={GEN}; Path=/; Max-Age=60; HttpOnly") == "Set-Cookie: id=***; Path=/; Max-Age=60; HttpOnly"
+    assert r(f"x-auth-token: {GEN}") == "x-auth-token: ***" and r(f"session_key {GEN}") == "session_key ***"
+    assert r(f'{{"password": "{GEN}"}}') == '{"password": "***"}' and r(f"secret={GEN}") == "secret=***"
+    assert r("ghp_" + "A1b2" * 9) == "***"
+
+
+def test_shapes_leave_a_servers_counts_and_names_alone():
+    """SGLang's own lines name tokens, keys and sessions without a secret: counts, cache keys,
+    model names, flags with ordinary values are kept as they are (the diagnosis reads them)."""
+    r = Redactor()
+    for line in ("Prefill batch. #new-seq: 1, #new-token: 8192, #cached-token: 0, token usage: 0.00, #queue-req: 0",
+                 "Decode batch. #running-req: 1, #token: 3352, token usage: 0.01, cuda graph: True",
+                 "max_prefill_tokens=16384 num_tokens=8192 eos_token=<|im_end|> pad_token_id=0",
+                 "the key cache of layer 3 uses 1.2 GB; session ended", "session=None token=null",
+                 "model=Qwen3.5-27B-FP8 arch=Qwen3_5ForCausalLM key=value sk-learn 1.3"):
+        assert r(line) == line
