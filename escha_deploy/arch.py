@@ -36,6 +36,10 @@ HYBRID_GDN_MODEL_TYPES = frozenset(
 #: Largest layer count, head count or head dim accepted.
 MAX_DIM = 16384
 
+#: The GDN fields a hybrid model needs besides ``full_attention_interval`` (``ModelArch``).
+HYBRID_FIELDS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+                 "linear_conv_kernel_dim")
+
 
 class ModelArch(BaseModel):
     """The architecture fields the planner needs, named as in the HF config.json.
@@ -74,6 +78,13 @@ class ModelArch(BaseModel):
         if self.full_attention_interval is not None and self.num_hidden_layers < self.full_attention_interval:
             raise ValueError(f"num_hidden_layers {self.num_hidden_layers} is below full_attention_interval "
                              f"{self.full_attention_interval}: no layer would be full attention")
+        # a hybrid model's GDN state is sized from every linear_* field (SGLang's
+        # srt/configs/mamba_utils.py: Mamba2StateShape.create, as rank_shapes mirrors it); one set
+        # to null (a profile's --set, where config.json is not read) left rank_shapes multiplying None
+        missing = [k for k in HYBRID_FIELDS if getattr(self, k) is None]
+        if self.full_attention_interval is not None and missing:
+            raise ValueError(f"a hybrid GDN model (full_attention_interval {self.full_attention_interval}) needs "
+                             f"{', '.join(missing)}: its mamba state is sized from them")
         return self
 
     @property
@@ -267,8 +278,7 @@ def arch_from_config(config: object) -> ModelArch:
         if "full_attention_interval" not in text:
             # 0.5.19 reads it through **kwargs; without it attribute access fails at load.
             raise ValueError("config.json of a hybrid GDN model lacks full_attention_interval")
-        for k in ("full_attention_interval", "linear_num_key_heads", "linear_num_value_heads",
-                  "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim"):
+        for k in ("full_attention_interval", *HYBRID_FIELDS):
             if text.get(k) is None:
                 raise ValueError(f"config.json of a hybrid GDN model lacks {k}")
             fields[k] = text[k]

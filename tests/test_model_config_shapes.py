@@ -126,3 +126,19 @@ def test_a_hybrid_model_without_a_full_attention_layer_is_refused(cli, tmp_path)
                            "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4})
     r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--set", f"model.host_dir={d}", "--host-ram", "64GiB")
     assert r.code == 2 and "config.json: num_hidden_layers 2 is below full_attention_interval 4" in r.err, r.err
+
+
+@pytest.mark.parametrize("field", ["linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                                   "linear_value_head_dim", "linear_conv_kernel_dim"])
+def test_a_hybrid_architecture_with_a_gdn_field_null_is_refused(cli, field):
+    """A hybrid GDN architecture (full_attention_interval set) with one linear_* field set to null,
+    planned without a model folder: rank_shapes multiplied None (TypeError traceback, exit 1)."""
+    r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--set", f"model.architecture.{field}=null", "--host-ram", "64GiB",
+            "--linux")
+    assert r.code == 2 and "Traceback" not in r.err, r.err
+    assert f"model.architecture: a hybrid GDN model (full_attention_interval 4) needs {field}" in r.err, r.err
+    # a plain transformer (no full_attention_interval) needs none of them
+    r = cli("plan", "-p", "linux-tp2-l3", "--set", "runtime.needs=[]", "--set", "model.architecture.full_attention_interval=null",
+            "--set", f"model.architecture.{field}=null", "--set", "runtime.max_mamba_cache_size=null",
+            "--host-ram", "256GiB", "--linux")
+    assert r.code in (0, 3) and "Traceback" not in r.err and "a hybrid GDN model" not in r.err, r.err
