@@ -157,9 +157,24 @@ class QuantizationMethods(_Model):
     source: str
 
 
+class AttentionRegistry(_Model):
+    """What the release's model runner refuses when it builds the attention backend
+    (``srt/layers/attention/attention_registry.py``), by the card's compute capability major:
+    ``fa3_majors``: the majors ``create_flashattention_v3_backend`` accepts for a non-MLA model
+    (its assert: ``major == 8 and not use_mla_backend or major == 9``); ``hybrid_gdn_backends``:
+    per Blackwell major (``is_blackwell()``: 10, 11, 12), the full-attention backends
+    ``attn_backend_wrapper`` accepts for prefill and decode on a hybrid GDN model (12:
+    ``get_platform().is_sm120``; 10 and 11 the other branch)."""
+
+    fa3_majors: tuple[int, ...]
+    hybrid_gdn_backends: dict[int, tuple[str, ...]]
+    source: str
+
+
 class Release(_Model):
     """The hand-written facts of one SGLang release (``releases/X.Y.Z/facts.yaml``).
-    ``nvfp4_prefill``: the release's NVFP4 backend resolution, None where it has none."""
+    ``nvfp4_prefill``: the release's NVFP4 backend resolution, None where it has none.
+    ``attention_registry``: the model runner's attention-backend checks (``AttentionRegistry``)."""
 
     version: Annotated[str, Field(pattern=_VERSION)]
     source: str
@@ -172,6 +187,7 @@ class Release(_Model):
     nvfp4_prefill: Nvfp4Prefill | None = None
     quantization_not_loadable: QuantizationNotLoadable | None = None
     quantization_methods: QuantizationMethods | None = None
+    attention_registry: AttentionRegistry | None = None
 
 
 class _Index(_Model):

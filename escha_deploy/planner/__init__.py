@@ -364,6 +364,7 @@ def step_device_budget(c: _Ctx) -> None:
     budgeted = need - c.sizing.page_size * (c.sizing.device_kv_per_token + c.sizing.draft_kv_per_token)
     c.device = DevicePlan(
         vram_bytes=vram, hidden_bytes=hidden, cuda_context_bytes=ctx, free_before_weights_bytes=free,
+        compute_capability=c.inp.profile.hardware.compute_capability,
         mem_fraction_static=mfs, mem_fraction_static_source=mfs_source,
         sglang_default_mem_fraction_static=default, sglang_reserved_bytes=reserved,
         static_budget_bytes=static, static_need_bytes=need, activation_room_bytes=room, fits=budgeted <= static,

@@ -185,6 +185,8 @@ class DevicePlan(BaseModel):
     static_need_bytes: int = Field(description="weights + device pools (a counted speculative draft's included)")
     activation_room_bytes: int
     fits: bool
+    compute_capability: str | None = Field(None, description="the card's compute capability the plan judged "
+                                           "(hardware.compute_capability, e.g. \"12.0\"); None when unknown")
 
 
 class HostFit(BaseModel):

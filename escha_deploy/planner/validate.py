@@ -88,6 +88,51 @@ def resolved_mamba_strategy(profile: Profile, arch: ModelArch) -> tuple[str | No
     return None, None
 
 
+def model_runner_backend_problems(release: Release, arch: ModelArch, attention_backend: str | None,
+                                  extra_args: Sequence[str], capability: str | None) -> list[str]:
+    """What the release's model runner refuses when it builds the attention backend on a card of
+    compute capability ``capability`` (``"12.0"``; None: unknown, nothing refused), after the
+    weights load (``Release.attention_registry``): the first refusal SGLang meets, as a list of
+    at most one line. Only the backends the profile names are judged (``attention_backend``, and
+    ``--prefill-attention-backend`` / ``--decode-attention-backend`` in ``extra_args``, which
+    SGLang's ``attention_backends_of`` prefers for their phase); one left to SGLang is its
+    choice, which its pre-flight reports.
+
+    Order as SGLang builds them (``model_runner_components/attention_backend_setup.py:
+    _build_resolved_backend``): each phase's factory first (``attention_registry.py:
+    create_flashattention_v3_backend`` asserts SM 8.x or 9.x for fa3), then
+    ``attn_backend_wrapper`` on a hybrid GDN model (on Blackwell, prefill and decode must be in
+    the major's set: sm_120 allows triton, trtllm_mha and flashinfer)."""
+    rule = release.attention_registry
+    if rule is None or not capability:
+        return []
+    try:
+        major = int(capability.split(".")[0])
+    except ValueError:
+        return []
+    prefill = extra_arg(extra_args, "--prefill-attention-backend") or attention_backend
+    decode = extra_arg(extra_args, "--decode-attention-backend") or attention_backend
+    sm = f"sm_{capability.replace('.', '')}"
+    if "fa3" in (prefill, decode) and major not in rule.fa3_majors:
+        return [f"fa3 (FlashAttention v3) needs an SM 8.x or 9.x GPU and this one is {sm}: SGLang {release.version} "
+                "refuses it when the model runner builds the attention backend, after the weights load "
+                "(layers/attention/attention_registry.py: create_flashattention_v3_backend, \"FlashAttention v3 "
+                "Backend requires SM>=80 and SM<=90\"); use triton or flashinfer"]
+    allowed = rule.hybrid_gdn_backends.get(major)
+    if arch.is_hybrid and allowed is not None:
+        bad = [f"{phase}{b}" for phase, b in (("prefill ", prefill), ("decode ", decode))
+               if b is not None and b not in allowed]
+        if prefill == decode and bad:
+            bad = [str(prefill)]
+        if bad:
+            return [f"a hybrid GDN model on {sm} takes only the {', '.join(allowed)} attention backends, not "
+                    f"{' and '.join(bad)}: SGLang {release.version} refuses it when the model runner builds the "
+                    "attention backend, after the weights load (layers/attention/attention_registry.py: "
+                    "attn_backend_wrapper, \"Only ... backends are supported on Blackwell GPUs for hybrid GDN "
+                    "models\")"]
+    return []
+
+
 def _nvfp4_backend_problems(rule: Nvfp4Prefill, attention_backend: str | None, extra_args: Sequence[str],
                             capability: str | None) -> list[str]:
     """What the release's NVFP4 backend resolution refuses (``Nvfp4Prefill``), one line each."""
@@ -269,6 +314,9 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
         error("runtime.attention_backend",
               "trtllm_mha prefill on sm_120 does not support an fp8_e4m3 KV cache: SGLang refuses it at startup "
               "(arg_groups/attention_hook.py: handle_attention_backend_compatibility); use triton or flashinfer")
+    if release is not None and release.attention_registry is not None:
+        for message in model_runner_backend_problems(release, arch, rt.attention_backend, rt.extra_args, cc):
+            error("runtime.attention_backend", message)
     if dtype == "nvfp4" and release is not None and release.nvfp4_prefill is not None:
         for message in _nvfp4_backend_problems(release.nvfp4_prefill, rt.attention_backend, rt.extra_args, cc):
             error("runtime.kv_cache.dtype", f"nvfp4 on SGLang {release.version}: {message}: SGLang refuses it at "

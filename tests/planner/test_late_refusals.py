@@ -232,3 +232,41 @@ def test_a_quantization_the_model_config_does_not_know_is_refused(cli, release, 
     hit = any(reason.startswith(f"model.quantization: SGLang {release} parses --quantization {method} but has no such")
               for reason in d["reasons"])
     assert hit is refused, d["reasons"]
+
+
+@pytest.mark.parametrize("release", ["0.5.19", "0.5.23"])
+@pytest.mark.parametrize("backend, refused", [
+    ("fa3", "runtime.attention_backend: fa3 (FlashAttention v3) needs an SM 8.x or 9.x GPU and this one is sm_120: "
+            "SGLang {release} refuses it when the model runner builds the attention backend, after the weights "
+            "load (layers/attention/attention_registry.py: create_flashattention_v3_backend"),
+    ("fa4", "runtime.attention_backend: a hybrid GDN model on sm_120 takes only the triton, trtllm_mha, flashinfer "
+            "attention backends, not fa4: SGLang {release} refuses it when the model runner builds the attention "
+            "backend, after the weights load (layers/attention/attention_registry.py: attn_backend_wrapper"),
+])
+def test_model_runner_attention_backend_on_sm120_hybrid_is_refused(cli, release, backend, refused):
+    """attention_registry.py (0.5.19 and 0.5.23): fa3's factory asserts SM 8.x/9.x, and
+    attn_backend_wrapper allows a hybrid GDN model only triton, trtllm_mha and flashinfer on
+    sm_120; both raise after the weights load, so plan refuses them first (exit 3, the key named).
+    SGLang's own refusal: tests/launch/test_sglang_preflight.py (the pre-flight's model-runner stage)."""
+    r, d = _plan_cli(cli, f"runtime.attention_backend={backend}", f"runtime.sglang_version={release}")
+    assert r.code == 3 and d["verdict"] == "unsafe"
+    assert any(reason.startswith(refused.format(release=release)) for reason in d["reasons"]), d["reasons"]
+
+
+@pytest.mark.parametrize("sets", [
+    ("runtime.attention_backend=triton",), ("runtime.attention_backend=flashinfer",),
+    ("runtime.attention_backend=trtllm_mha", "runtime.kv_cache.dtype=bf16"),
+    ("runtime.attention_backend=fa3", "hardware.compute_capability=\"8.9\""),  # Ada: fa3's factory takes it
+    ("runtime.attention_backend=fa4", "hardware.compute_capability=\"9.0\""),  # not Blackwell: no wrapper check
+])
+def test_model_runner_attention_backends_sglang_builds_are_not_refused(cli, sets):
+    r, d = _plan_cli(cli, *sets)
+    assert not any("attention_registry.py" in reason for reason in d["reasons"]), d["reasons"]
+
+
+def test_model_runner_backend_split_names_the_phase(cli):
+    """--prefill-attention-backend and --decode-attention-backend each reach the wrapper's check
+    (SGLang's attention_backends_of: the phase's flag, else --attention-backend)."""
+    r, d = _plan_cli(cli, "runtime.attention_backend=triton",
+                     "runtime.extra_args=[--decode-attention-backend=torch_native]")
+    assert r.code == 3 and any("not decode torch_native: SGLang" in reason for reason in d["reasons"]), d["reasons"]
