@@ -151,12 +151,14 @@ class LaunchNeeds(BaseModel):
 
 class PreflightFigures(BaseModel):
     """The plan's figures SGLang's pre-flight sizing stages take (``launch.sglang_preflight``:
-    KV cache configurator, host pools), so ``serve --spec`` runs all five stages. Digested.
+    KV cache configurator, host pools) and the card the model-runner stage judges, so ``serve --spec``
+    runs all six stages. Digested.
 
     ``free_before_weights_bytes``: GPU memory free per rank before the weights load (VRAM less
     the CUDA context and WSL2's hidden part; ``plan.device``); ``weights_bytes``: weights per
     rank (``plan.per_rank``: the target's and a counted speculative draft's, both loaded before
-    the pools are sized); ``host_budget_bytes``: the host memory, for the whole box, that
+    the pools are sized); ``compute_capability``: the card's (``"12.0"``; ``plan.device``), which
+    the model-runner stage judges the attention backend against; ``host_budget_bytes``: the host memory, for the whole box, that
     SGLang's host-pool check (``srt/mem_cache/pool_host/base.py: host_memory_budget_bytes``, split
     over the box's ranks) has at pool-building time as the plan models it (available less the
     reserve of the check that applies, ``plan.runtime_check``); None when HiCache is off."""
@@ -165,6 +167,7 @@ class PreflightFigures(BaseModel):
     free_before_weights_bytes: int
     weights_bytes: int
     host_budget_bytes: int | None = None
+    compute_capability: str | None = None
 
 
 class LaunchSpec(BaseModel):
@@ -275,7 +278,7 @@ def preflight_from_plan(plan: Plan) -> PreflightFigures:
     # a counted draft's weights are loaded before the pools are sized too (planner.draft)
     return PreflightFigures(free_before_weights_bytes=int(plan.device.free_before_weights_bytes),
                             weights_bytes=int(plan.per_rank.weights_bytes + plan.per_rank.draft_weights_bytes),
-                            host_budget_bytes=host)
+                            host_budget_bytes=host, compute_capability=plan.device.compute_capability)
 
 
 def spec_json(spec: LaunchSpec) -> str:

@@ -244,12 +244,12 @@ def sglang_preflight(launch: LaunchSpec, argv: list[str], env: dict[str, str], r
         return
     if not argv or "-m" not in argv:
         return
-    from .sglang_preflight import STAGES
+    from .sglang_preflight import SIZING, STAGES
 
-    stages = STAGES if device else STAGES[:3]
+    stages = STAGES if device else tuple(s for s in STAGES if s not in SIZING)
     report("info", f"serve: SGLang's pre-flight ({', '.join(stages)}; no weights, no NCCL)")
     if not device:
-        report("info", f"serve: SGLang's pre-flight: {' and '.join(STAGES[3:])} skipped (the launch spec "
+        report("info", f"serve: SGLang's pre-flight: {' and '.join(SIZING)} skipped (the launch spec "
                        "records no pre-flight figures: written by an escha-deploy before they were recorded)")
     res = run(argv[0], server_flags_of(argv), env, device=device)
     if res.ok is None:

@@ -39,6 +39,14 @@ the stages SGLang's ``launch_server`` runs first, and stops at the first refusal
    nnodes``), or against ``device["host_budget"]`` bytes when the request gives the described
    host's figure (the tests and a GPU machine that is not the target box).
 
+6. **model runner**: the checks SGLang's ``ModelRunner`` makes when it builds the attention
+   backend after the weights load (``_model_runner``): ``model_runner_components/
+   attention_backend_setup.py``'s resolution and build, each phase's factory in
+   ``layers/attention/attention_registry.py`` and ``attn_backend_wrapper`` (the hybrid
+   linear-attention wrapper), on the model config of stage 2 and the card's compute capability
+   (``device["capability"]``, the plan's; else this machine's reading), the backend classes
+   stood in (their constructors take the device pools).
+
 Stages 4 and 5 run only when the request carries ``device`` (`up`'s check and native ``serve``
 take it from the plan; ``serve --spec`` from the figures the plan recorded in the launch spec,
 ``LaunchSpec.preflight``, host budget included; a spec written before they were recorded runs
@@ -76,7 +84,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-STAGES = ("argument resolution", "model config", "attention backend", "KV cache configurator", "host pools")
+STAGES = ("argument resolution", "model config", "attention backend", "KV cache configurator", "host pools",
+          "model runner")
+#: The sizing stages (4 and 5): run only with the plan's device figures.
+SIZING = STAGES[3:5]
 
 #: ``0`` skips SGLang's own pre-flight before the server starts (``serve``, and `up`'s check
 #: ``sglang pre-flight``), ``1`` runs it even where the GPU test switch (``ESCHA_SKIP_GPU_PREFLIGHT=1``) is set: SGLang's
@@ -170,7 +181,7 @@ def _site(exc: BaseException) -> tuple[str, str]:
 def _stage_of(path: str, current: str) -> str:
     """The stage a refusal belongs to, from the SGLang file that raised it (the sizing stages are
     the stage they ran in, whatever file raised)."""
-    if current in STAGES[3:]:
+    if current in STAGES[3:]:  # the sizing stages and the model runner's: the stage they ran in
         return current
     if path.startswith(("srt/configs/", "srt/utils/hf_transformers")):
         return "model config"
@@ -186,6 +197,9 @@ STAGE_FLAGS = {
     "KV cache configurator": ("--mem-fraction-static", "--max-total-tokens", "--max-mamba-cache-size",
                               "--mamba-full-memory-ratio", "--max-running-requests", "--context-length"),
     "host pools": ("--hicache-size", "--hicache-ratio", "--hicache-mem-layout"),
+    # the model runner's attention-backend checks read the runner's resolved backend names
+    # (runner.prefill_attention_backend_str ...), which these flags set
+    "model runner": ("--attention-backend", "--prefill-attention-backend", "--decode-attention-backend"),
 }
 
 
@@ -582,6 +596,160 @@ def _host_pools_sized_buffer_info(sa: Any, kvc: Any, kv: dict[str, Any], *, modu
     return out
 
 
+class _BuiltBackend:
+    """Stage 6's stand-in for an attention backend class of SGLang: constructing it records the
+    class and what it was built over (nothing allocated, no kernel loaded); ``str`` shows the tree
+    SGLang would build (``HybridLinearAttnBackend(TritonAttnBackend, GDNAttnBackend, 16 full-attention
+    layers)``)."""
+
+    def __init__(self, name: str, *args: Any, **kwargs: Any) -> None:
+        self.name = name
+        self.parts = [a for a in (*args, *kwargs.values()) if isinstance(a, _BuiltBackend)]
+        layers = [a for a in args if isinstance(a, list)]
+        self.layers = len(layers[0]) if layers else None
+
+    def __str__(self) -> str:
+        inner = [str(p) for p in self.parts] + ([f"{self.layers} full-attention layers"] if self.layers else [])
+        return f"{self.name}({', '.join(inner)})" if inner else self.name
+
+
+def _backend_classes(functions: list[Any]) -> list[tuple[str, str]]:
+    """``(module, class)`` for each attention backend class ``functions`` import where they run
+    (``from sglang.srt.layers.attention.X import YBackend`` inside the function, as SGLang's
+    registry does), read from their source: what stage 6 stands in."""
+    import ast
+    import inspect
+    import textwrap
+
+    out: list[tuple[str, str]] = []
+    for fn in functions:
+        for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(fn)))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sglang.srt.layers.attention"):
+                out += [(node.module or "", a.name) for a in node.names if a.name.endswith("Backend")]
+    return list(dict.fromkeys(out))
+
+
+class _StandInOnImport:
+    """A ``sys.meta_path`` finder for stage 6: a module of ``targets`` that SGLang's call imports is
+    loaded by the ordinary finders, then ``after(module)`` stands in its backend classes (so only
+    what SGLang's own call imports is imported)."""
+
+    def __init__(self, targets: dict[str, list[str]], after: Any) -> None:
+        self.targets, self.after = targets, after
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name not in self.targets:
+            return None
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return None
+        loader, after = spec.loader, self.after
+
+        class _Then:  # the module's own loader, then the stand-ins
+            def create_module(self, s: Any) -> Any:
+                return loader.create_module(s)
+
+            def exec_module(self, module: Any) -> None:
+                loader.exec_module(module)
+                after(module)
+
+        spec.loader = _Then()  # type: ignore[assignment]
+        return spec
+
+
+def _model_runner(sa: Any, mc: Any, capability: str | None, kv_cache_dtype: Any = None) -> dict[str, Any]:
+    """Stage 6: the checks SGLang's model runner makes when it builds the attention backend after
+    the weights load (``model_executor/model_runner.py: ModelRunner.init_attention_backends``),
+    run without weights on the model config ``mc`` and the card's compute capability
+    ``capability`` (``"12.0"``; None: SGLang's platform reading of this machine). SGLang's own functions, in its
+    order: ``attention_backend_setup.py: resolve_attention_backend_strs`` (the prefill and decode
+    backends), then ``_build_resolved_backend`` (the path without two-batch overlap or PD
+    multiplexing): each phase's factory in ``layers/attention/attention_registry.py``
+    (``create_flashattention_v3_backend``'s SM check, the MLA/non-MLA checks, ...) and
+    ``attn_backend_wrapper`` (the hybrid linear-attention wrapper: which full-attention
+    backends a hybrid GDN model may use on Blackwell, sm_120 apart; the linear-attention kernel
+    choice, ``linear/utils.py: resolve_linear_attn_backends``).
+
+    What is stood in for the call, and put back: the model runner (a namespace with the fields
+    these functions read: ``model_config``, ``server_args``, ``use_mla_backend`` as
+    ``ModelRunner.__init__`` derives it, not a draft worker); the attention backend classes the
+    factories and the wrapper construct (``_backend_classes``: their constructors take the
+    device pools, which need the device, so their own checks are not run here); the readings of
+    the card (``capability``, else SGLang's own ``get_platform().device_capability``, so that
+    every reader agrees with the platform's answer) (``utils.get_device_capability`` as the
+    registry imported it, ``utils.is_blackwell``: major 10, 11 or 12, the image's CUDA being
+    >= 12.8, and ``runtime_context.override_platform``'s ``is_sm90``/``is_sm100``/``is_sm120``/
+    ``is_blackwell``/``device_capability``). Returns ``model_runner_backend`` (the backend tree
+    SGLang would build) and the two backend names."""
+    import types
+
+    from sglang.srt.configs.model_config import AttentionArch
+    from sglang.srt.layers.attention import attention_registry as registry
+    from sglang.srt.model_executor.model_runner_components import attention_backend_setup as setup
+    from sglang.srt.runtime_context import publish
+
+    publish(sa, role="scheduler")  # what the scheduler process does with the resolved arguments
+    runner = types.SimpleNamespace(
+        model_config=mc, server_args=sa, use_mla_backend=mc.attention_arch == AttentionArch.MLA, is_draft_worker=False,
+        draft_attention_backend=None, device="cuda", gpu_id=0, init_new_workspace=False, kv_cache_dtype=kv_cache_dtype,
+        spec_algorithm=None)
+    resolved = setup.resolve_attention_backend_strs(model_runner=runner)
+    runner.prefill_attention_backend_str, runner.decode_attention_backend_str = resolved.prefill, resolved.decode
+    factories = [registry.ATTENTION_BACKENDS[b] for b in dict.fromkeys((resolved.prefill, resolved.decode))
+                 if b in registry.ATTENTION_BACKENDS]
+    targets: dict[str, list[str]] = {}
+    for module, name in _backend_classes([*factories, registry.attn_backend_wrapper, setup._build_resolved_backend]):  # noqa: SLF001
+        targets.setdefault(module, []).append(name)
+    stand_ins: list[tuple[Any, str, Any]] = []
+    swapped: list[tuple[Any, str, Any]] = []  # (module, class name, SGLang's class): put back at the end
+
+    def stand_in(mod: Any) -> None:
+        for name in targets.get(mod.__name__, ()):
+            swapped.append((mod, name, mod.__dict__.get(name, _ABSENT)))
+            setattr(mod, name, lambda *a, _n=name, **k: _BuiltBackend(_n, *a, **k))
+
+    for module in targets:  # already imported: stood in now; the rest when SGLang's call imports them
+        if module in sys.modules:
+            stand_in(sys.modules[module])
+    finder = _StandInOnImport(targets, stand_in)
+    restore_platform = None
+    from sglang.srt.runtime_context import get_platform
+
+    card = tuple(int(x) for x in capability.split(".")[:2]) if capability else get_platform().device_capability
+    if card and card[0] is not None:
+        from sglang.srt import utils as sglang_utils
+        from sglang.srt.runtime_context import override_platform
+
+        major, minor = int(card[0]), int(card[1] or 0)
+        stand_ins += [(registry, "get_device_capability", lambda *a, **k: (major, minor)),
+                      (sglang_utils, "is_blackwell", lambda: major in (10, 11, 12))]
+        restore_platform = override_platform(is_cuda=True, is_sm90=major == 9, is_sm100=major == 10,
+                                             is_sm120=major == 12, is_blackwell=major in (10, 11, 12),
+                                             device_capability=(major, minor))
+    saved = [(obj, name, getattr(obj, name, _ABSENT)) for obj, name, _ in stand_ins]
+    for obj, name, value in stand_ins:
+        setattr(obj, name, value)
+    if restore_platform is not None:
+        restore_platform.install()
+    sys.meta_path.insert(0, finder)
+    try:
+        built = setup._build_resolved_backend(model_runner=runner, resolved=resolved,  # noqa: SLF001
+                                              init_new_workspace=False)
+    finally:
+        sys.meta_path.remove(finder)
+        if restore_platform is not None:
+            restore_platform.restore()
+        for obj, name, value in reversed(saved + swapped):
+            if value is _ABSENT:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, value)
+    return {"model_runner_backend": str(built), "model_runner_prefill_backend": resolved.prefill,
+            "model_runner_decode_backend": resolved.decode}
+
+
 def sglang_side(argv: list[str], device: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the stages on ``argv`` (the flags after ``-m sglang.launch_server``) in this process;
     the sizing stages when ``device`` gives the plan's figures (module docstring). Returns the
@@ -646,8 +814,9 @@ def _sglang_side(argv: list[str], device: dict[str, Any] | None) -> dict[str, An
         answers["context_length"] = getattr(mc, "context_len", None)
         answers["architecture"] = (getattr(mc.hf_config, "architectures", None) or [None])[0]
         skipped = sizing_unsupported(sa) if device else None
+        kvc = None
         if skipped:
-            out["skipped"] = f"{' and '.join(STAGES[3:])}: {skipped}"
+            out["skipped"] = f"{' and '.join(SIZING)}: {skipped}"
         elif device:
             stage = "KV cache configurator"
             t3 = time.monotonic()
@@ -661,6 +830,12 @@ def _sglang_side(argv: list[str], device: dict[str, Any] | None) -> dict[str, An
                 with contextlib.redirect_stderr(err):
                     answers.update(_host_pools(sa, kvc, kv, device))
                 seconds["host pools"] = round(time.monotonic() - t4, 3)
+        stage = "model runner"
+        t5 = time.monotonic()
+        with contextlib.redirect_stderr(err):
+            answers.update(_model_runner(sa, mc, (device or {}).get("capability"),
+                                         getattr(kvc, "kv_cache_dtype", None) if kvc is not None else None))
+        seconds["model runner"] = round(time.monotonic() - t5, 3)
         out["stage"] = stage
         out["answers"] = {k: v if isinstance(v, (int, float, str, bool, type(None))) else str(v)
                           for k, v in answers.items()}
@@ -765,7 +940,7 @@ def server_flags_of(argv: list[str]) -> list[str]:
 
 
 def run(python: str, argv: list[str], env: dict[str, str] | None = None, *,
-        timeout_s: float = TIMEOUT_S, device: dict[str, int] | None = None) -> PreflightResult:
+        timeout_s: float = TIMEOUT_S, device: dict[str, Any] | None = None) -> PreflightResult:
     """Run the pre-flight for ``argv`` (the server's flags) with ``python`` (SGLang's interpreter)
     and ``env`` (the server's environment); ``device`` (``device_figures``) adds the sizing
     stages. Never raises for SGLang's answer; a pre-flight that could not run (no such
@@ -773,36 +948,44 @@ def run(python: str, argv: list[str], env: dict[str, str] | None = None, *,
     return run_many(python, [argv], env, timeout_s=timeout_s, devices=[device])[0]
 
 
-def device_figures(plan: Any, host_budget: int | None = None) -> dict[str, int]:
+def device_figures(plan: Any, host_budget: int | None = None) -> dict[str, Any]:
     """The sizing stages' input from an escha-deploy ``Plan``: ``free_before_weights`` (bytes per
     rank: VRAM less the CUDA context and WSL2's hidden part, ``plan.device``) and ``weights``
     (bytes per rank loaded before the pools are sized: the target's and a counted draft's,
     ``plan.per_rank``), both as the launch spec records them (``launch_spec.preflight_from_plan``,
-    one place for the figures); ``host_budget`` (bytes for the whole box) only when the
-    host-pool check should be against a described host rather than this one's free memory."""
+    one place for the figures); ``capability``: the card's compute capability the plan judged
+    (``"12.0"``, absent when unknown), which the model-runner stage answers for the card's
+    readings; ``host_budget`` (bytes for the whole box) only when the host-pool check should be
+    against a described host rather than this one's free memory."""
     from escha_deploy.launch_spec import preflight_from_plan
 
     figures = preflight_from_plan(plan)
-    out = {"free_before_weights": int(figures.free_before_weights_bytes), "weights": int(figures.weights_bytes)}
+    out: dict[str, Any] = {"free_before_weights": int(figures.free_before_weights_bytes),
+                           "weights": int(figures.weights_bytes)}
+    if figures.compute_capability:
+        out["capability"] = figures.compute_capability
     if host_budget is not None:
         out["host_budget"] = int(host_budget)
     return out
 
 
-def spec_device(figures: Any) -> dict[str, int] | None:
+def spec_device(figures: Any) -> dict[str, Any] | None:
     """The sizing stages' input from a launch spec's ``preflight`` (``launch_spec.PreflightFigures``,
     bytes; the plan's figures as ``device_figures`` gives them, with the recorded host budget);
     None for a spec that records none (those stages are then skipped)."""
     if figures is None:
         return None
-    out = {"free_before_weights": int(figures.free_before_weights_bytes), "weights": int(figures.weights_bytes)}
+    out: dict[str, Any] = {"free_before_weights": int(figures.free_before_weights_bytes),
+                           "weights": int(figures.weights_bytes)}
+    if figures.compute_capability:
+        out["capability"] = figures.compute_capability
     if figures.host_budget_bytes is not None:
         out["host_budget"] = int(figures.host_budget_bytes)
     return out
 
 
 def run_many(python: str, argvs: list[list[str]], env: dict[str, str] | None = None, *,
-             timeout_s: float = TIMEOUT_S, devices: list[dict[str, int] | None] | None = None) -> list[PreflightResult]:
+             timeout_s: float = TIMEOUT_S, devices: list[dict[str, Any] | None] | None = None) -> list[PreflightResult]:
     """``run`` for several argvs in one SGLang process (SGLang imported once): one result each;
     ``devices``: the sizing stages' figures per argv (None: those stages are not run)."""
     t0 = time.monotonic()

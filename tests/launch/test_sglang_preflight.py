@@ -101,7 +101,8 @@ def test_pre_flight_accepts_the_shipped_profiles_and_refuses_at_each_stage(cli, 
     for name in ("rtx5060ti-tp2-fp8", "linux-tp2-l3", "rtx5060ti-tp2"):
         r = results[name]
         assert r.ok is True, (name, r)
-        assert r.stage == "host pools" and r.answers["attention_backend"], r
+        assert r.stage == "model runner" and r.answers["attention_backend"], r
+        assert r.answers["model_runner_backend"].startswith("HybridLinearAttnBackend("), r.answers
         assert r.answers["architecture"] == "Qwen3_5ForCausalLM"
         a = r.answers  # SGLang's sizing: a KV pool, mamba slots, and host pools larger than the device's
         assert a["max_total_num_tokens"] > 0 and a["kv_pool_bytes"] == a["max_total_num_tokens"] * a["kv_bytes_per_token"]
@@ -129,7 +130,7 @@ def test_pre_flight_accepts_the_shipped_profiles_and_refuses_at_each_stage(cli, 
     mine = results["this machine"]
     assert (mine.ok, mine.stage, mine.site) == (False, "host pools", HOST_REFUSAL[3]), mine
     pp = results["pp"]
-    assert (pp.ok, pp.stage) == (True, "attention backend") and "--pp-size 2" in pp.skipped, pp
+    assert (pp.ok, pp.stage) == (True, "model runner") and "--pp-size 2" in pp.skipped, pp
     for case, (stage, typ, message, site, flag) in want.items():
         r = results[case]
         assert (r.ok, r.stage, r.type, r.site) == (False, stage, typ, site), (case, r)
@@ -236,7 +237,7 @@ def test_sizing_stages_give_the_plans_figures_and_the_releases_refusals(cli, tmp
                                           devices=[devices[c] for c in cases])))
     for name in sets:
         r, per_rank = results[name], planned[name]["per_rank"]
-        assert r.ok is True and r.stage == "host pools" and not r.skipped, (name, r)
+        assert r.ok is True and r.stage == "model runner" and not r.skipped, (name, r)
         got = {k: r.answers[k] for k in PLAN_KEYS}
         want = {k: per_rank[v] for k, v in PLAN_KEYS.items()}
         with capsys.disabled():
@@ -250,7 +251,7 @@ def test_sizing_stages_give_the_plans_figures_and_the_releases_refusals(cli, tmp
         assert (r.ok, r.stage, r.type, r.site) == (False, stage, typ, site), (case, r)
         assert message in r.message and flag in r.flags, (case, r)
     pp = results["pp"]
-    assert (pp.ok, pp.stage) == (True, "attention backend") and "--pp-size 2" in pp.skipped, pp
+    assert (pp.ok, pp.stage) == (True, "model runner") and "--pp-size 2" in pp.skipped, pp
 
 
 FAULT_RUNNER = ROOT / "tests" / "launch" / "preflight_fault.py"
@@ -328,3 +329,54 @@ def test_native_serve_exits_1_on_a_harness_fault_and_names_no_profile_key(tmp_pa
     assert "Traceback" not in proc.stderr and "starting SGLang" not in proc.stderr
     log = Path(err[0].rsplit("the traceback is in ", 1)[1])
     assert "KeyError: 'planted harness fault'" in log.read_text()
+
+
+#: SGLang's refusals when its model runner builds the attention backend for the fp8 profile's
+#: hybrid GDN model on its sm_120 card (``layers/attention/attention_registry.py``; the same code in
+#: 0.5.19 and 0.5.23), by ``--attention-backend``: (type, message, file:function). fa3's factory
+#: refuses before the wrapper is reached; fa4's factory builds, and the wrapper refuses it.
+RUNNER_REFUSALS = {
+    "fa3": ("AssertionError", "FlashAttention v3 Backend requires SM>=80 and SM<=90",
+            "srt/layers/attention/attention_registry.py:create_flashattention_v3_backend"),
+    "fa4": ("AssertionError", "backends are supported on Blackwell GPUs for hybrid GDN models. Got prefill=fa4, "
+            "decode=fa4", "srt/layers/attention/attention_registry.py:attn_backend_wrapper"),
+}
+
+
+@pytest.mark.parametrize("release", sorted(RELEASE_SIZING))
+def test_model_runner_stage_refuses_the_attention_backend_sglang_refuses_on_the_card(cli, tmp_path, release):
+    """Stage 6 (``_model_runner``) runs SGLang's own attention-backend construction checks without
+    weights, on the plan's compute capability (``hardware.compute_capability`` 12.0 for
+    ``rtx5060ti-tp2-fp8``): fa3 and fa4 are refused with SGLang's message and site, naming
+    ``--attention-backend``; triton and flashinfer build the hybrid linear-attention backend over
+    the model's 16 full-attention layers; on an sm_89 card (the capability alone changed) fa3 and
+    fa4 pass the same checks, so the card's capability is what refuses them."""
+    python = RELEASE_SIZING[release][0]
+    if not python.exists():
+        pytest.fail(f"no flag-catalog venv at {python} (.ci/check-flag-catalog.sh {release} makes it)")
+    base, dev = rendered(cli, "rtx5060ti-tp2-fp8", model_folder(tmp_path, "rtx5060ti-tp2-fp8"),
+                         f"runtime.sglang_version={release}")
+    assert dev["capability"] == "12.0", dev
+    backends = ("fa3", "fa4", "triton", "flashinfer")
+    cases = {b: [*base, "--attention-backend", b] for b in backends}
+    devices = {b: dev for b in backends}
+    for b in ("fa3", "fa4"):
+        cases[f"{b} on sm_89"] = cases[b]
+        devices[f"{b} on sm_89"] = {**dev, "capability": "8.9"}
+    results = dict(zip(cases, pf.run_many(str(python), list(cases.values()), site_env(),
+                                          devices=[devices[c] for c in cases])))
+    for b, (typ, message, site) in RUNNER_REFUSALS.items():
+        r = results[b]
+        assert (r.ok, r.stage, r.type, r.site, r.fault) == (False, "model runner", typ, site, ""), (b, r)
+        assert message in r.message and r.flags == ["--attention-backend"], (b, r)
+        assert "attention_registry.py" in pf.refusal_line(r, pf.profile_keys_for(r.flags, []))
+    for b in ("triton", "flashinfer"):
+        r = results[b]
+        assert r.ok is True and r.stage == "model runner", (b, r)
+        built = {"triton": "TritonAttnBackend", "flashinfer": "FlashInferAttnBackend"}[b]
+        assert r.answers["model_runner_backend"] == f"HybridLinearAttnBackend({built}, GDNAttnBackend, " \
+                                                    "16 full-attention layers)", r.answers
+    for b in ("fa3", "fa4"):
+        r = results[f"{b} on sm_89"]
+        assert r.ok is True and r.stage == "model runner", (b, r)
+        assert r.answers["model_runner_backend"].startswith("HybridLinearAttnBackend(FlashAttentionBackend, "), r.answers

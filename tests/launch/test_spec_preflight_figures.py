@@ -28,7 +28,8 @@ def test_the_spec_carries_the_plans_figures_in_its_digest(prep, tmp_path):
     dev = spec_device(spec.preflight)
     assert dev is not None
     # the figures native `serve` and `up`'s check take from the plan, plus the plan's host budget
-    assert {k: dev[k] for k in ("free_before_weights", "weights")} == device_figures(prep.plan)
+    assert {k: dev[k] for k in ("free_before_weights", "weights", "capability")} == device_figures(prep.plan)
+    assert dev["capability"] == "12.0"  # the card's, for the model-runner stage (hardware.compute_capability)
     rc = prep.plan.runtime_check
     reserve = rc.patched_reserve_bytes if rc.applies == "patched" else rc.stock_reserve_bytes
     assert dev["host_budget"] == rc.available_bytes - reserve > 0
