@@ -11,6 +11,11 @@
   profile key's flag, not a secret, not the argv's own ``--model-path``/``--host``/``--port``),
   with its values from the catalog's type and choices (a switch alone; each choice; an int's
   default, 0, 1 and 64; a float's default and 0.5; a JSON value ``{}``/``[]``).
+- ``RUNNER``: the model runner's attention-backend checks drawn together (about a third of the cases): the
+  attention backend against the card's compute capability and the model's layer types (hybrid
+  GDN or dense), which ``layers/attention/attention_registry.py`` judges jointly
+  (``create_flashattention_v3_backend``, ``attn_backend_wrapper``); drawn one key at a time they
+  rarely meet.
 - ``folder_values``: what a generated model folder varies beyond the architecture keys:
   ``max_position_embeddings`` (short and long), ``rope_scaling`` (none, YaRN), attention heads.
 """
@@ -51,6 +56,14 @@ HAND: dict[str, tuple[str, ...]] = {
     "model.architecture.full_attention_interval": ("null", "2", "4"),
     "runtime.needs": ("[]",),
     "container.gpus": ("all", "[0,1]", "[0]"),
+}
+
+#: The keys the model runner's attention-backend checks read together, and their values
+#: (``attention_registry.py``: fa3's SM 8.x/9.x; a hybrid GDN model's backends on Blackwell).
+RUNNER: dict[str, tuple[str, ...]] = {
+    "runtime.attention_backend": ("triton", "flashinfer", "trtllm_mha", "fa3", "fa4", "torch_native", "flex_attention"),
+    "hardware.compute_capability": HAND["hardware.compute_capability"],
+    "model.architecture.full_attention_interval": ("null", "4"),
 }
 
 #: Values not drawn for a key, and why.

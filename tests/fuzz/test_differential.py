@@ -56,7 +56,7 @@ from escha_deploy.releases import default_release, supported_releases
 from escha_deploy.units import GiB
 from tests.launch.test_sglang_preflight import VENV_PY, site_env
 from tests.script_module import load_script
-from tests.fuzz.strategy import NOT_DRAWN, extra_flags, folder_values, key_values, plausible_values
+from tests.fuzz.strategy import NOT_DRAWN, RUNNER, extra_flags, folder_values, key_values, plausible_values
 from tests.oracle.cases import Case, _load_unchecked, _release_overrides, config_json, stock_argv
 
 pytestmark = pytest.mark.wheel
@@ -83,9 +83,13 @@ def _case(profile: str) -> st.SearchStrategy[dict]:
     plausible = plausible_values(profile)
     return st.fixed_dictionaries({
         "profile": st.just(profile),
-        "sets": st.dictionaries(st.sampled_from(sorted(KEYS)), st.none(), min_size=1, max_size=3).flatmap(
+        "sets": st.tuples(st.dictionaries(st.sampled_from(sorted(KEYS)), st.none(), min_size=1, max_size=3).flatmap(
             lambda keys: st.fixed_dictionaries({k: st.one_of(st.sampled_from(KEYS[k]), *[st.sampled_from(plausible[k])] * 2)
                                                 for k in keys})),
+            # the model runner's backend x card x layer types, drawn together (strategy.RUNNER): 130 of the 340
+            # distinct cases of 400 draws carry all three
+            st.one_of(*[st.just({})] * 3, st.fixed_dictionaries({k: st.sampled_from(v) for k, v in RUNNER.items()})),
+        ).map(lambda t: {**t[0], **t[1]}),
         "folder": st.one_of(st.just({}), st.fixed_dictionaries(
             {k: st.sampled_from(v) for k, v in folder_values.items()}).map(_folder)),
         "extra_slot": st.integers(0, 2).map(lambda n: n > 0),  # about two thirds carry an extra_args flag
