@@ -663,8 +663,8 @@ def _model_runner(sa: Any, mc: Any, capability: str | None, kv_cache_dtype: Any 
     """Stage 6: the checks SGLang's model runner makes when it builds the attention backend after
     the weights load (``model_executor/model_runner.py: ModelRunner.init_attention_backends``),
     run without weights on the model config ``mc`` and the card's compute capability
-    ``capability`` (``"12.0"``; None: SGLang's platform reading of this machine). SGLang's own functions, in its
-    order: ``attention_backend_setup.py: resolve_attention_backend_strs`` (the prefill and decode
+    ``capability`` (``"12.0"``; None: SGLang's platform reading of this machine). SGLang's own
+    functions, in its order: ``attention_backend_setup.py: resolve_attention_backend_strs`` (the prefill and decode
     backends), then ``_build_resolved_backend`` (the path without two-batch overlap or PD
     multiplexing): each phase's factory in ``layers/attention/attention_registry.py``
     (``create_flashattention_v3_backend``'s SM check, the MLA/non-MLA checks, ...) and
@@ -677,11 +677,10 @@ def _model_runner(sa: Any, mc: Any, capability: str | None, kv_cache_dtype: Any 
     ``ModelRunner.__init__`` derives it, not a draft worker); the attention backend classes the
     factories and the wrapper construct (``_backend_classes``: their constructors take the
     device pools, which need the device, so their own checks are not run here); the readings of
-    the card (``capability``, else SGLang's own ``get_platform().device_capability``, so that
-    every reader agrees with the platform's answer) (``utils.get_device_capability`` as the
-    registry imported it, ``utils.is_blackwell``: major 10, 11 or 12, the image's CUDA being
+    the card, answered from ``capability`` or else SGLang's own ``get_platform().device_capability``
+    so that every reader agrees: ``utils.get_device_capability`` as the registry imported it, ``utils.is_blackwell``: major 10, 11 or 12, the image's CUDA being
     >= 12.8, and ``runtime_context.override_platform``'s ``is_sm90``/``is_sm100``/``is_sm120``/
-    ``is_blackwell``/``device_capability``). Returns ``model_runner_backend`` (the backend tree
+    ``is_blackwell``/``device_capability``. Returns ``model_runner_backend`` (the backend tree
     SGLang would build) and the two backend names."""
     import types
 
