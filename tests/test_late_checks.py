@@ -139,7 +139,7 @@ def test_the_trace_is_of_todays_shipped_argv(gen):
         traced = trace["profiles"][name]
         assert (traced["argv"], traced["device"]) == (gen.traced_argv(argv), device), \
             f"{name}: serve's argv or device figures changed since startup-trace.json; rerun scripts/gen_late_checks.py --trace"
-        assert traced["ok"] is True and traced["stage"] == "host pools"
+        assert traced["ok"] is True and traced["stage"] == "model runner"
 
 
 def test_annotations_carry_over_by_key(gen):

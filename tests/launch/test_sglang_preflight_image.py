@@ -179,12 +179,12 @@ def test_serve_spec_in_the_image_refuses_at_each_stage_before_the_server_starts(
         print(f"\n[sglang pre-flight in {image}] {len(cases)} `serve --spec` runs in one container, {AT_ONCE} at "
               f"a time, beside up's check: {serve_s:.1f} s in all; "
               + ", ".join(f"{k} {v[2]:.1f} s" for k, v in results.items())
-              + f"; {len(sized)} argvs through all five stages in one throw-away container (up's check): "
+              + f"; {len(sized)} argvs through all six stages in one throw-away container (up's check): "
               f"{many_s:.1f} s, SGLang's own stages {results_many[0].seconds.get('total')} s for the first")
 
     for profile in ("linux-tp2-l3", "rtx5060ti-tp2"):
         a = answers[profile]
-        assert a["ok"] is True and a["stage"] == "host pools", (profile, a["not_run"], a)
+        assert a["ok"] is True and a["stage"] == "model runner", (profile, a["not_run"], a)
         assert a["answers"]["max_total_num_tokens"] > 0 and a["answers"]["host_kv_bytes"] > 0, (profile, a)
         assert a["answers"]["architecture"] == "Qwen3_5ForCausalLM", (profile, a)
     a = answers["parse"]
