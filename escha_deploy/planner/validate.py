@@ -351,6 +351,15 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
                      f"{rt.max_running_requests} requests but {mamba_slots} mamba slots at {per_req} "
                      f"per request: SGLang caps it to {cap} (kv_cache_configurator.py: resolve_max_num_reqs)")
 
+    if rt.max_total_tokens is not None and rt.max_total_tokens // 2 == 0:
+        # kv_cache_configurator.py: resolve_max_num_reqs caps the running requests at
+        # token_capacity // 2, then raises RuntimeError ("... too small to serve any requests")
+        # when that leaves none (after the weights have loaded)
+        error("runtime.max_total_tokens",
+              f"{rt.max_total_tokens} token leaves no request: SGLang caps the running requests at "
+              "max_total_tokens // 2 = 0 and stops at startup (kv_cache_configurator.py: "
+              "resolve_max_num_reqs); use at least 2")
+
     # Speculative decoding and torch.compile on hybrid models (runtime.extra_args).
     spec = speculative_algorithm(rt.extra_args)
     if spec:

@@ -270,3 +270,14 @@ def test_model_runner_backend_split_names_the_phase(cli):
     r, d = _plan_cli(cli, "runtime.attention_backend=triton",
                      "runtime.extra_args=[--decode-attention-backend=torch_native]")
     assert r.code == 3 and any("not decode torch_native: SGLang" in reason for reason in d["reasons"]), d["reasons"]
+
+
+def test_max_total_tokens_of_one_leaves_no_request(cli):
+    """SGLang 0.5.19's kv_cache_configurator.py: resolve_max_num_reqs caps the running requests at
+    max_total_tokens // 2 and raises when that is 0 (found by the differential fuzz as a miss:
+    SGLang refused, plan did not); 2 tokens leave one request."""
+    r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--set", "runtime.max_total_tokens=1", "--host-ram", "64GiB", "--linux")
+    assert r.code == 3, r.out + r.err
+    assert "max_total_tokens // 2 = 0" in r.out and "resolve_max_num_reqs" in r.out, r.out
+    r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--set", "runtime.max_total_tokens=2", "--host-ram", "64GiB", "--linux")
+    assert "max_total_tokens // 2 = 0" not in r.out + r.err, r.out
