@@ -351,10 +351,11 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
                      f"{rt.max_running_requests} requests but {mamba_slots} mamba slots at {per_req} "
                      f"per request: SGLang caps it to {cap} (kv_cache_configurator.py: resolve_max_num_reqs)")
 
-    if rt.max_total_tokens is not None and rt.max_total_tokens // 2 == 0:
+    if arch.is_hybrid and rt.max_total_tokens is not None and rt.max_total_tokens // 2 == 0:
         # kv_cache_configurator.py: resolve_max_num_reqs caps the running requests at
-        # token_capacity // 2, then raises RuntimeError ("... too small to serve any requests")
-        # when that leaves none (after the weights have loaded)
+        # token_capacity // 2, then, for a hybrid (mamba-ish) model only, raises RuntimeError
+        # ("Hybrid (mamba/linear-attention) state cache is too small to serve any requests")
+        # when that leaves none (after the weights have loaded); a dense model is not refused there
         error("runtime.max_total_tokens",
               f"{rt.max_total_tokens} token leaves no request: SGLang caps the running requests at "
               "max_total_tokens // 2 = 0 and stops at startup (kv_cache_configurator.py: "

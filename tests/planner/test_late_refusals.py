@@ -274,10 +274,15 @@ def test_model_runner_backend_split_names_the_phase(cli):
 
 def test_max_total_tokens_of_one_leaves_no_request(cli):
     """SGLang 0.5.19's kv_cache_configurator.py: resolve_max_num_reqs caps the running requests at
-    max_total_tokens // 2 and raises when that is 0 (found by the differential fuzz as a miss:
-    SGLang refused, plan did not); 2 tokens leave one request."""
+    max_total_tokens // 2 and, on a hybrid model, raises when that is 0 (found by the differential
+    fuzz as a miss: SGLang refused, plan did not); 2 tokens leave one request. A dense model is
+    not refused there (linux-tp2-l3 made dense: no full_attention_interval, no mamba slots)."""
     r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--set", "runtime.max_total_tokens=1", "--host-ram", "64GiB", "--linux")
     assert r.code == 3, r.out + r.err
     assert "max_total_tokens // 2 = 0" in r.out and "resolve_max_num_reqs" in r.out, r.out
     r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--set", "runtime.max_total_tokens=2", "--host-ram", "64GiB", "--linux")
+    assert "max_total_tokens // 2 = 0" not in r.out + r.err, r.out
+    r = cli("plan", "-p", "linux-tp2-l3", "--set", "runtime.needs=[]", "--set",
+            "model.architecture.full_attention_interval=null", "--set", "runtime.max_mamba_cache_size=null",
+            "--set", "runtime.max_total_tokens=1", "--host-ram", "256GiB", "--linux")
     assert "max_total_tokens // 2 = 0" not in r.out + r.err, r.out
