@@ -26,6 +26,7 @@ import dataclasses
 import json
 import os
 import time
+import docker.errors
 from pathlib import Path
 
 import pytest
@@ -173,7 +174,11 @@ def test_serve_spec_in_the_image_refuses_at_each_stage_before_the_server_starts(
             log = c.exec_run(["cat", f"/tmp/out/{slug}.log"]).output.decode(errors="replace")
             results[case] = (int(code), log, float(end) - float(start))
     finally:
-        c.remove(force=True)
+        try:
+            c.remove(force=True)
+        except docker.errors.APIError as e:  # already being removed: keep the test's own error
+            if e.status_code not in (404, 409):
+                raise
     answers = {case: dataclasses.asdict(r) for case, r in zip(sized, results_many)}
     with capsys.disabled():
         print(f"\n[sglang pre-flight in {image}] {len(cases)} `serve --spec` runs in one container, {AT_ONCE} at "
