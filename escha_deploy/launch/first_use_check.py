@@ -42,7 +42,7 @@ def in_image(client, prep: Prepared, *, volume: bool = True, timeout_s: float = 
     from escha_deploy.runtime import first_use
 
     from . import docker as dk
-    from .image_preflight import ENTRYPOINT
+    from .image_preflight import ENTRYPOINT, run_once
 
     mounts = [m for m in prep.args.get("mounts", []) if m["target"] == CONTAINER_JIT_CACHE] if volume else []
     args = {k: v for k, v in prep.args.items() if k in ("image", "security_opt", "init", "cap_add", "cap_drop")}
@@ -51,21 +51,10 @@ def in_image(client, prep: Prepared, *, volume: bool = True, timeout_s: float = 
     args.update(entrypoint=ENTRYPOINT, command=command, environment=env,
                 labels={dk.LABEL_MANAGED_BY: "escha-deploy-first-use", FIRST_USE_OF: prep.profile.name},
                 network_mode="none", detach=True, mounts=mounts, device_requests=[])
-    from docker.errors import DockerException
-
-    try:
-        c = client.containers.create(**dk.to_docker({**args, "ulimits": []}))
-    except DockerException as exc:
-        return {"ok": None, "not_run": f"its container could not be created: {exc}"[:400]}
-    try:
-        c.start()
-        code = c.wait(timeout=timeout_s)["StatusCode"]
-        out = c.logs(stdout=True, stderr=False).decode(errors="replace")
-        err = c.logs(stdout=False, stderr=True).decode(errors="replace")
-    except DockerException as exc:
-        return {"ok": None, "not_run": f"its container did not run: {exc}"[:400]}
-    finally:
-        c.remove(force=True)
+    ran = run_once(client, args, timeout_s)
+    if isinstance(ran, str):
+        return {"ok": None, "not_run": ran}
+    code, out, err = ran
     for line in reversed(out.splitlines()):
         if line.startswith("{"):
             try:

@@ -164,22 +164,11 @@ def in_image_many(client, prep: Prepared, requests: list[tuple[list[str], dict[s
     args.update(entrypoint=ENTRYPOINT, command=[argv[0], Path(pf.__file__).read_text()], environment=env,
                 labels={**prep.args.get("labels", {}), dk.LABEL_MANAGED_BY: "escha-deploy-preflight"},
                 network_mode="none", detach=True, mounts=mounts)
-    from docker.errors import DockerException
-
-    try:
-        c = client.containers.create(**dk.to_docker({**args, "ulimits": []}))  # it pins nothing: no memlock
-    except DockerException as exc:
-        return [PreflightResult(ok=None, not_run=f"its container could not be created: {exc}"[:400])] * n
-    try:
-        c.start()
-        code = c.wait(timeout=timeout_s)["StatusCode"]
-        out = c.logs(stdout=True, stderr=False).decode(errors="replace")
-        err = c.logs(stdout=False, stderr=True).decode(errors="replace")
-    except DockerException as exc:
-        return [PreflightResult(ok=None, not_run=f"its container did not run: {exc}"[:400],
-                                wall_s=time.monotonic() - t0)] * n
-    finally:
-        c.remove(force=True)
+    ran = run_once(client, args, timeout_s)
+    if isinstance(ran, str):
+        return [PreflightResult(ok=None, not_run=ran, wall_s=0.0 if ran.startswith(NOT_CREATED)
+                                else time.monotonic() - t0)] * n
+    code, out, err = ran
     return pf.parse_answers(out, n, t0, f"the pre-flight container of {prep.spec.image} gave", code, err)
 
 
@@ -205,3 +194,32 @@ def check(client, prep: Prepared, *, dry: bool, report: Report = quiet, failed: 
         report("info", f"up: SGLang's pre-flight {passed_line(res)}")
         prep.args["environment"] = {**prep.args.get("environment", {}), PREFLIGHT_ENV: "0"}
     return "ok", passed_line(res)
+
+
+#: The two reasons ``run_once`` gives for a container that gave no answer.
+NOT_CREATED, NOT_RUN = "its container could not be created", "its container did not run"
+
+
+def run_once(client, args: dict, timeout_s: float) -> tuple[int, str, str] | str:
+    """Create, start and wait for one throw-away container of ``args`` (docker-py ``create``
+    arguments as ``launch.docker.to_docker`` takes them, without ulimits: it pins nothing), then
+    remove it. Returns ``(exit code, stdout, stderr)``, or the reason it gave no answer (one line,
+    at most 400 characters). Used by the image's SGLang pre-flight and by up's first-use check."""
+    from docker.errors import DockerException
+
+    from . import docker as dk
+
+    try:
+        c = client.containers.create(**dk.to_docker({**args, "ulimits": []}))
+    except DockerException as exc:
+        return f"{NOT_CREATED}: {exc}"[:400]
+    try:
+        c.start()
+        code = c.wait(timeout=timeout_s)["StatusCode"]
+        out = c.logs(stdout=True, stderr=False).decode(errors="replace")
+        err = c.logs(stdout=False, stderr=True).decode(errors="replace")
+    except DockerException as exc:
+        return f"{NOT_RUN}: {exc}"[:400]
+    finally:
+        c.remove(force=True)
+    return code, out, err
