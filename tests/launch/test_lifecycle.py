@@ -82,10 +82,12 @@ def test_up_ready_drift_logs_status_restart_down(docker_client, standin_image, t
         assert "The server is fired up and ready to roll!" in lg.stdout
         # restart after ready: kill the server inside; on-failure brings it back
         # the killer skips itself (its own command line names server.py too) and says what it killed
+        # before it kills: when the server is the container's main process the container stops
+        # and Docker kills the exec with it (exit 137), so only what it printed tells
         killed = c.exec_run(["python3", "-c", "import os;k=[p for p in os.listdir('/proc') if p.isdigit()"
                              " and int(p)!=os.getpid() and b'server.py' in open(f'/proc/{p}/cmdline','rb').read()];"
-                             "[os.kill(int(p),9) for p in k];print(k)"])
-        assert killed.exit_code == 0 and killed.output.strip() not in (b"", b"[]"), killed
+                             "print(k,flush=True);[os.kill(int(p),9) for p in k]"])
+        assert killed.exit_code in (0, 137) and killed.output.strip() not in (b"", b"[]"), killed
         deadline = time.time() + 60  # a loaded CI machine: the supervisor's exit, then Docker's restart
         while time.time() < deadline:
             c.reload()
