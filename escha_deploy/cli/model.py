@@ -67,7 +67,7 @@ def register(app: typer.Typer) -> None:
             if token_path else None
         if repo is None:
             raise BadInput(f"model pull: {target}: model.checkpoint.repo is null ({rev})",
-                           hint="pull a repository by id: escha-deploy model pull OWNER/NAME --to DIR")
+                           hint="pull a repository by id: `escha-deploy model pull OWNER/NAME --to DIR`")
         parse_ref(repo)  # the repository id's shape, one line when wrong
         res = pull(repo, rev, folder, token=token, offline=offline, update=update, report=info)
         if format is OutputFormat.json:
@@ -119,7 +119,7 @@ def _target(target: str, overrides: list[str]) -> tuple[str | None, str | None, 
         from escha_deploy.errors import BadInput
 
         raise BadInput(f"model pull: profile {prof.name} names no checkpoint (model.checkpoint)",
-                       hint="pull a repository by id: escha-deploy model pull OWNER/NAME --to DIR")
+                       hint="pull a repository by id: `escha-deploy model pull OWNER/NAME --to DIR`")
     if cp.repo is None:
         return None, cp.source, prof.model.host_dir, token
     return cp.repo, cp.revision, prof.model.host_dir, token
