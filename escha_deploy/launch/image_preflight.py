@@ -183,7 +183,8 @@ def check(client, prep: Prepared, *, dry: bool, report: Report = quiet, failed: 
         why = ("which is not present" if prep.image_present is False else
                f"once the checks before it pass: {', '.join(names[:-1]) + ' and ' if names[1:] else ''}{names[-1]} failed")
         return "not run", f"it runs at `up`, in a container of {image}, {why}"
-    res = in_image(client, prep)
+    # the container's deadline: 300 s, or ESCHA_SGLANG_PREFLIGHT_TIMEOUT where that is longer
+    res = in_image(client, prep, timeout_s=max(300.0, pf.timeout_from_env()))
     if res.ok is None:
         if not dry:
             report("warning", f"up: SGLang's pre-flight did not run in {image}: {res.not_run}")

@@ -231,9 +231,11 @@ def sglang_preflight(launch: LaunchSpec, argv: list[str], env: dict[str, str], r
     that set the input, or ``Internal`` (exit 1) for a fault of the pre-flight's own code
     (``image_preflight.failure``: its traceback in a log file, no profile key named); an
     interpreter without a working SGLang (a build-only image) is
-    reported and the server starts as before. ``ESCHA_SGLANG_PREFLIGHT=0`` skips it."""
+    reported and the server starts as before. ``ESCHA_SGLANG_PREFLIGHT=0`` skips it;
+    ``ESCHA_SGLANG_PREFLIGHT_TIMEOUT`` (seconds, default 240) is how long it may take.
+    Raises ``BadInput`` (exit 2) for a timeout that is not a number of seconds."""
     from .image_preflight import failure, passed_line
-    from .sglang_preflight import run, server_flags_of
+    from .sglang_preflight import run, server_flags_of, timeout_from_env
 
     from .check import SKIP_GPU_PREFLIGHT_ENV as skip_gpu
 
@@ -251,7 +253,7 @@ def sglang_preflight(launch: LaunchSpec, argv: list[str], env: dict[str, str], r
     if not device:
         report("info", f"serve: SGLang's pre-flight: {' and '.join(SIZING)} skipped (the launch spec "
                        "records no pre-flight figures: written by an escha-deploy before they were recorded)")
-    res = run(argv[0], server_flags_of(argv), env, device=device)
+    res = run(argv[0], server_flags_of(argv), env, device=device, timeout_s=timeout_from_env())
     if res.ok is None:
         report("warning", f"serve: SGLang's pre-flight did not run: {res.not_run}; starting without its answer")
         return

@@ -98,6 +98,29 @@ REQUEST_ENV = "ESCHA_PREFLIGHT_REQUEST"
 
 #: How long the pre-flight may take (importing SGLang takes 8-15 s on a 2-core machine).
 TIMEOUT_S = 240.0
+#: Seconds the pre-flight may take instead of ``TIMEOUT_S`` (``timeout_from_env``): a box that
+#: imports torch and SGLang slowly (WSL2 reading a Windows drive, a loaded machine) waits longer
+#: rather than starting without SGLang's answer.
+TIMEOUT_ENV = "ESCHA_SGLANG_PREFLIGHT_TIMEOUT"
+
+
+def timeout_from_env(environ: dict[str, str] | None = None) -> float:
+    """The pre-flight's deadline in seconds: ``ESCHA_SGLANG_PREFLIGHT_TIMEOUT`` when set (a plain
+    decimal number of seconds, more than 0 and at most 3600, read by ``units.parse_number``), else
+    ``TIMEOUT_S``. Raises ``escha_deploy.errors.BadInput`` (exit 2) naming the variable."""
+    from escha_deploy.errors import BadInput
+    from escha_deploy.units import parse_number
+
+    raw = (os.environ if environ is None else environ).get(TIMEOUT_ENV)
+    if raw is None or not raw.strip():
+        return TIMEOUT_S
+    try:
+        value = float(parse_number(raw))
+    except ValueError as e:
+        raise BadInput(f"{TIMEOUT_ENV}: {e}") from None
+    if not 0 < value <= 3600:
+        raise BadInput(f"{TIMEOUT_ENV}: expected seconds in (0, 3600] (got {raw.strip()!r})")
+    return value
 
 # --------------------------------------------------------------------------- SGLang's side
 
