@@ -1,8 +1,10 @@
 """``canary`` with its default options as the first requests on a fresh real server (marked ``gpu``).
 
-The server is the GPU rig's: native ``escha-deploy serve --profile tests/gpu_rig/h200-tiny.yaml``
-(SGLang 0.5.19 from the serving closure, a tiny random-weight hybrid Qwen3.5 model: 2,048 device
-tokens, 16 mamba slots, host pool at ratio 2, page 1, ``write_through``), started for this module
+The server is the GPU rig's: native ``escha-deploy serve --profile tests/gpu_rig/h200-RIG.yaml``
+for each rig in ``$ESCHA_GPU_CANARY_RIGS`` (default ``tiny,shape-true``): SGLang 0.5.19 from the
+serving closure; ``tiny``, a random-weight hybrid Qwen3.5 model with 2,048 device tokens, 16 mamba
+slots, host pool at ratio 2, page 1, ``write_through``; ``shape-true``, one TP-2 rank of
+``rtx5060ti-tp2-fp8``'s shapes at its own device pool and ratio), started for each rig
 as tests/runtime/test_real_server_gpu.py starts its own (tests/gpu_rig/realserver.py), so nothing has been asked of
 it before the canary. The canary sizes its prefix and its fill from ``/server_info`` and
 ``/metrics`` and must reach the host tier on the first try: PASS, with the host hit shown by the
@@ -15,6 +17,7 @@ Run on the GPU machine after ``scripts/gpu-run.sh`` has installed the closure (i
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -24,18 +27,22 @@ from tests.gpu_rig import realserver as rs
 
 pytestmark = pytest.mark.gpu
 
-PROFILE = rs.RIG / "h200-tiny.yaml"
-READY_TIMEOUT_S = 300
+RIGS = [r for r in os.environ.get("ESCHA_GPU_CANARY_RIGS", "tiny,shape-true").split(",") if r]
+#: ready took 158 s on the shape-true rig without caches (its first forward compiles Triton's GDN kernels)
+READY_TIMEOUT_S = 360
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """A fresh rig server for this module (as tests/runtime/test_real_server_gpu.py starts one)."""
+@pytest.fixture(scope="module", params=RIGS)
+def server(request, tmp_path_factory):
+    """A fresh rig server per rig (as tests/runtime/test_real_server_gpu.py starts one)."""
+    rig = request.param
+    profile = rs.RIG / f"h200-{rig}.yaml"
     rs.closure_description()
-    rs.make_model(PROFILE, "tiny")
-    log = rs.logs_dir(tmp_path_factory) / ("serve-tiny-%s.log" % __name__.rsplit(".", 1)[-1])
+    rs.make_model(profile, rig)
+    log = rs.logs_dir(tmp_path_factory) / f"serve-{rig}-canary.log"
     port = rs.free_port()
-    srv = rs.start(rs.serve_cmd(PROFILE, port), log, port)
+    srv = rs.start(rs.serve_cmd(profile, port), log, port)
+    srv.rig = rig
     try:
         rs.wait_ready(srv, READY_TIMEOUT_S)
         yield srv
@@ -48,7 +55,7 @@ def test_default_canary_passes_first_on_a_fresh_server(server):
                        capture_output=True, text=True, cwd=rs.REPO, timeout=480)
     assert r.stdout.strip(), r.stderr[-4000:]
     result = json.loads(r.stdout)
-    rs.report("canary/first_run", {k: result[k] for k in ("verdict", "reason", "evidence", "fill_requests",
+    rs.report(f"canary/first_run/{server.rig}", {k: result[k] for k in ("verdict", "reason", "evidence", "fill_requests",
                                                         "fill_tokens")})
     assert r.returncode == 0 and result["verdict"] == "pass", (result["reason"], result["evidence"])
     host = result["answers"][2]

@@ -114,6 +114,52 @@ def meminfo() -> dict[str, int]:
     return out
 
 
+def meminfo_all() -> dict[str, int]:
+    """Every /proc/meminfo field; sizes in bytes (the ``kB`` ones times 1024), counts as they are."""
+    out: dict[str, int] = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            parts = rest.split()
+            if parts:
+                out[key] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
+    return out
+
+
+def smaps_rollup(pid: int) -> dict[str, int]:
+    """/proc/PID/smaps_rollup's fields in bytes (``Rss``, ``Pss``, ``Anonymous``, ``Locked``, ...);
+    empty when the process is gone or unreadable."""
+    out: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                parts = rest.split()
+                if len(parts) == 2 and parts[1] == "kB":
+                    out[key] = int(parts[0]) * 1024
+    except OSError:
+        pass
+    return out
+
+
+def smaps_by_mapping(pid: int) -> dict[str, int]:
+    """Resident bytes per mapping name of /proc/PID/smaps (``[anon]`` for unnamed mappings, the
+    path or ``[heap]``/``[stack]`` otherwise), summed over the mappings of one name."""
+    out: dict[str, int] = {}
+    name = "[anon]"
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                head = line.split(None, 5)
+                if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+                    name = head[5].strip() if len(head) > 5 and head[5].strip() else "[anon]"
+                elif line.startswith("Rss:"):
+                    out[name] = out.get(name, 0) + int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return out
+
+
 def mem_available() -> int:
     """``MemAvailable`` of /proc/meminfo, bytes."""
     return meminfo()["MemAvailable"]
@@ -143,11 +189,43 @@ class MemSampler:
         self._pos = 0
         self._partial = ""
         self._thread = threading.Thread(target=self._run, daemon=True)
+        #: every meminfo field with each sample (``meminfo_all``), for where a window's bytes went
+        self.full: list[tuple[float, dict[str, int]]] = []
+        #: ``(time, {pid: (name, smaps_rollup)})`` of the watched tree, every ``rollup_every`` samples
+        self.rollups: list[tuple[float, dict[int, tuple[str, dict[str, int]]]]] = []
+        self.rollup_every = 5
+        #: ``key: (time, {pid: (name, smaps_by_mapping)})`` taken when a line matching
+        #: ``snap_on[key]`` is first seen (SGLang logs the pools' lines before allocating them)
+        self.snap_on: dict[str, str] = {}
+        self.snaps: dict[str, tuple[float, dict[int, tuple[str, dict[str, int]]]]] = {}
+        self.root_pid: int | None = None
+        self._n = 0
+
+    def watch(self, pid: int) -> MemSampler:
+        """Take per-process readings of ``pid`` and its descendants from now on."""
+        self.root_pid = pid
+        return self
+
+    def tree_readings(self, read) -> dict[int, tuple[str, dict[str, int]]]:
+        """``read(pid)`` for the watched process and each descendant, with its name."""
+        if self.root_pid is None:
+            return {}
+        out = {}
+        for p in tree(self.root_pid):
+            try:
+                out[p.pid] = (p.name(), read(p.pid))
+            except Exception:
+                continue
+        return out
 
     def _sample(self) -> None:
-        t, m = time.monotonic(), meminfo()
+        t, m = time.monotonic(), meminfo_all()
         self.samples.append((t, m["MemAvailable"]))
         self.used.append((t, m["MemTotal"] - m["MemAvailable"]))
+        self.full.append((t, m))
+        self._n += 1
+        if self.root_pid is not None and self._n % self.rollup_every == 0:
+            self.rollups.append((t, self.tree_readings(smaps_rollup)))
 
     def start(self) -> MemSampler:
         self._sample()
@@ -169,6 +247,9 @@ class MemSampler:
         text = self._partial + chunk.decode(errors="replace")
         *done, self._partial = text.split("\n")
         self.lines += [(now, ln) for ln in done]
+        for key, pattern in self.snap_on.items():
+            if key not in self.snaps and any(re.search(pattern, ln) for ln in done):
+                self.snaps[key] = (time.monotonic(), self.tree_readings(smaps_by_mapping))
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -188,6 +269,14 @@ class MemSampler:
     def after_time(self, t: float) -> int:
         """The first sample taken at or after ``t``."""
         return next(v for ts, v in self.samples if ts >= t)
+
+    def full_before(self, t: float) -> dict[str, int]:
+        """Every meminfo field of the last sample taken before ``t``."""
+        return [m for ts, m in self.full if ts < t][-1]
+
+    def full_after(self, t: float) -> dict[str, int]:
+        """Every meminfo field of the first sample taken at or after ``t``."""
+        return next(m for ts, m in self.full if ts >= t)
 
     def used_before(self, t: float) -> int:
         """``MemTotal - MemAvailable`` of the last sample taken before ``t``."""

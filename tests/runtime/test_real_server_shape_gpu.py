@@ -135,13 +135,47 @@ def _pool_cost(sampler: rs.MemSampler, srv: rs.Server) -> dict:
         time.sleep(0.1)
     before, after = sampler.before_time(t0), sampler.after_time(t1)
     used_before, used_after = sampler.used_before(t0), sampler.used_after(t1)
-    return {"mem_available_before": before, "mem_available_after": after,
+    explain = _where_it_went(sampler, t0, sampler.lines[i_end][0], t1)
+    return {"where": explain,"mem_available_before": before, "mem_available_after": after,
             "mem_available_drop_bytes": before - after,
             "mem_used_before": used_before, "mem_used_after": used_after,
             "measured_bytes": used_after - used_before,
             "seconds": round(t1 - t0, 2),
             "used_trace": [(round(ts - t0, 2), v) for ts, v in sampler.used[::10] if t0 - 1 <= ts <= t1 + 1],
             "kv_line": sampler.lines[i_kv][1].strip()[-120:], "mamba_line": sampler.lines[i_mb][1].strip()[-120:]}
+
+
+def _where_it_went(sampler: rs.MemSampler, t0: float, t_tree: float, t1: float) -> dict:
+    """Where the window's bytes went, for a reading off the plan: the window ended at the tree's
+    line itself (no settling time); each /proc/meminfo field that moved by 8 MiB or more; each
+    server process's smaps_rollup change (Rss, Anonymous, Locked, Pss); and per process the
+    mappings whose resident bytes moved by 4 MiB or more, from the snapshot taken when the KV
+    pool's line appeared to one taken now."""
+    out: dict = {"measured_at_tree_line_bytes": sampler.used_after(t_tree) - sampler.used_before(t0)}
+    m0, m1 = sampler.full_before(t0), sampler.full_after(t1)
+    out["meminfo_delta"] = {k: m1[k] - m0[k] for k in m0 if k in m1 and abs(m1[k] - m0[k]) >= 8 * rs.MiB}
+    r0 = [r for ts, r in sampler.rollups if ts < t0]
+    r1 = [r for ts, r in sampler.rollups if ts >= t1]
+    if r0 and r1:
+        a, b = r0[-1], r1[0]
+        out["process_delta"] = {
+            str(pid): {"name": b[pid][0], **{k: b[pid][1].get(k, 0) - a.get(pid, ("", {}))[1].get(k, 0)
+                                             for k in ("Rss", "Anonymous", "Locked", "Pss", "Shared_Clean",
+                                                       "Private_Dirty")}}
+            for pid in b}
+    snap = sampler.snaps.get("kv")
+    if snap:
+        now = sampler.tree_readings(rs.smaps_by_mapping)
+        per: dict = {}
+        for pid, (name, maps) in now.items():
+            was = snap[1].get(pid, ("", {}))[1]
+            moved = {k: maps.get(k, 0) - was.get(k, 0) for k in set(maps) | set(was)}
+            big = sorted(((k, v) for k, v in moved.items() if abs(v) >= 4 * rs.MiB), key=lambda kv: -abs(kv[1]))
+            if big:
+                per[f"{pid} {name}"] = {"total_delta": sum(moved.values()), "mappings": big[:12]}
+        out["mappings_delta_since_kv_line"] = per
+        out["snapshot_seconds_after_kv_line"] = round(snap[0] - t0, 2)
+    return out
 
 
 def _trace(path: Path) -> list[dict]:
@@ -159,8 +193,9 @@ def _run(name: str, cmd: list[str], port: int, env: dict, tmp_path_factory, *,
                PYTHONPATH=os.pathsep.join([str(TRACE_SITE), env.get("PYTHONPATH", "")]))
     baseline = rs.mem_available()
     sampler = rs.MemSampler(log)
+    sampler.snap_on = {"kv": KV_LINE}
     srv = rs.start(cmd, log, port, env)
-    sampler.start()
+    sampler.watch(srv.proc.pid).start()
     try:
         rs.wait_ready(srv, READY_TIMEOUT_S)
         cost = _pool_cost(sampler, srv)
