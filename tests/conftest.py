@@ -7,11 +7,19 @@ fails naming any that would not run as printed (tests/hints.py).
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+#: Under pytest-xdist (.ci/test runs ``-n N``) each worker is a copy of the suite of its own, as two
+#: runs on one machine are: its worker id joins ``ESCHA_TEST_RUN`` (the names, tags and labels of
+#: what the tests make on the Docker daemon, tests/launch/conftest.py) before any test module reads it.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if XDIST_WORKER and not os.environ.get("ESCHA_TEST_RUN", "").endswith(XDIST_WORKER):
+    os.environ["ESCHA_TEST_RUN"] = f"{os.environ.get('ESCHA_TEST_RUN') or f'r{os.getppid()}'}{XDIST_WORKER}"
 
 sys.path.insert(0, str(Path(__file__).parent))
 import session_state  # noqa: E402,F401  (first: the session's own state folders, before any test or subprocess)
@@ -122,19 +130,34 @@ FAIL_ON_SKIP_ENV = "ESCHA_FAIL_ON_SKIP"
 _bad_skips: list[str] = []
 
 
-def pytest_runtest_logreport(report):
-    import os
+#: What the xdist workers found (``pytest_testnodedown``): their printed-command problems; the
+#: controller reports them as its own, so a worker's finding fails the run.
+_worker_hints: list[str] = []
 
+
+def pytest_runtest_logreport(report):
     if os.environ.get(FAIL_ON_SKIP_ENV) != "1" or not report.skipped or hasattr(report, "wasxfail"):
         return
     if "gpu" in report.keywords:
+        return
+    if XDIST_WORKER:  # the controller sees every worker's report and keeps the list
         return
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
     _bad_skips.append(f"{report.nodeid}: {reason}")
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: no error where xdist is not installed (the GPU machine)
+def pytest_testnodedown(node, error):
+    """xdist's controller: a worker ended; keep what its session found (``workeroutput``)."""
+    _worker_hints.extend(getattr(node, "workeroutput", {}).get("escha_hint_problems", []))
+
+
 def pytest_sessionfinish(session, exitstatus):
     bad_hints = hints.problems()
+    if XDIST_WORKER and hasattr(session.config, "workeroutput"):  # handed to the controller
+        session.config.workeroutput["escha_hint_problems"] = bad_hints
+        return
+    bad_hints = [*bad_hints, *_worker_hints]
     if bad_hints:
         tr = session.config.pluginmanager.get_plugin("terminalreporter")
         if tr is not None:
