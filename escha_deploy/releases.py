@@ -157,6 +157,18 @@ class QuantizationMethods(_Model):
     source: str
 
 
+class HybridLoadBack(_Model):
+    """A hybrid configuration whose host-tier hits a real server of this release was seen to load
+    back (a measurement, named in ``source``): the resolved ``mamba_radix_cache_strategy``, the
+    page size (tokens) and ``hicache_write_policy``. The plan's inert-host-hit warning is silent
+    on it (``planner.hybrid_host_hits_inert``)."""
+
+    strategy: str
+    page_size: Annotated[int, Field(ge=1)]
+    write_policy: str
+    source: str
+
+
 class AttentionRegistry(_Model):
     """What the release's model runner refuses when it builds the attention backend
     (``srt/layers/attention/attention_registry.py``), by the card's compute capability major:
@@ -174,7 +186,9 @@ class AttentionRegistry(_Model):
 class Release(_Model):
     """The hand-written facts of one SGLang release (``releases/X.Y.Z/facts.yaml``).
     ``nvfp4_prefill``: the release's NVFP4 backend resolution, None where it has none.
-    ``attention_registry``: the model runner's attention-backend checks (``AttentionRegistry``)."""
+    ``attention_registry``: the model runner's attention-backend checks (``AttentionRegistry``).
+    ``hybrid_host_hits_loaded_back``: the hybrid configuration a real server of this release
+    loaded host-tier hits back in (``HybridLoadBack``), None where none was tried."""
 
     version: Annotated[str, Field(pattern=_VERSION)]
     source: str
@@ -188,6 +202,7 @@ class Release(_Model):
     quantization_not_loadable: QuantizationNotLoadable | None = None
     quantization_methods: QuantizationMethods | None = None
     attention_registry: AttentionRegistry | None = None
+    hybrid_host_hits_loaded_back: HybridLoadBack | None = None
 
 
 class _Index(_Model):

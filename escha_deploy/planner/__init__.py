@@ -633,19 +633,12 @@ def step_choose_hicache(c: _Ctx) -> None:
     )
 
 
-#: The hybrid configuration whose host-tier hits a real server loaded back: SGLang 0.5.19,
-#: mamba_radix_cache_strategy extra_buffer (resolved from auto), page size 1, write_through, no
-#: speculative decoding (an H200 at TP 1, 2026-12-01: cached_tokens_details.host 960,
-#: load_back_tokens_total kv 958 / mamba 2).
-HYBRID_LOADED_BACK = {"release": "0.5.19", "strategy": "extra_buffer", "page_size": 1,
-                      "write_policy": "write_through"}
-
-
 def hybrid_host_hits_inert(release: str, strategy: str, page_size: int, write_policy: str,
                            extra_args: list[str]) -> list[str]:
     """Why host-tier hits of a hybrid model may be inert in this configuration, one reason per
-    way it departs from ``HYBRID_LOADED_BACK``; empty: the configuration a real server loaded
-    back. Reasons read in SGLang 0.5.19's code say where; the others say they were not tried.
+    way it departs from the configuration a real server of ``release`` loaded back (its release
+    data's ``hybrid_host_hits_loaded_back``; a release with none was not tried); empty: that
+    configuration. Reasons read in SGLang 0.5.19's code say where; the others say they were not tried.
 
     - ``auto`` resolves to ``extra_buffer`` when the overlap scheduler is on or the page is > 1,
       else ``no_buffer`` (``arg_groups/overrides.py``, the ``mamba_radix_cache_strategy``
@@ -659,7 +652,8 @@ def hybrid_host_hits_inert(release: str, strategy: str, page_size: int, write_po
       eviction may discard the device-only state", ``mamba_component.py``).
     """
     out = []
-    if release != HYBRID_LOADED_BACK["release"]:
+    seen = load_release(release).hybrid_host_hits_loaded_back
+    if seen is None:
         out.append(f"SGLang {release} was not tried on a real server")
     overlap_off = "--disable-overlap-schedule" in extra_args
     resolved = strategy if strategy != "auto" else (
@@ -669,14 +663,14 @@ def hybrid_host_hits_inert(release: str, strategy: str, page_size: int, write_po
                                                                if strategy == "auto" else "")
                    + " keeps a mamba state only at the end of each request, never at a shared "
                    "prefix's branching point (mamba_component.py: prepare_for_caching_req)")
-    elif resolved != "extra_buffer":
+    elif seen is not None and resolved != seen.strategy:
         out.append(f"mamba_radix_cache_strategy {resolved} was not tried on a real server")
-    if page_size != HYBRID_LOADED_BACK["page_size"]:
+    if seen is not None and page_size != seen.page_size:
         out.append(f"page size {page_size} was not tried on a real server")
     if write_policy == "write_back":
         out.append("under write_back a new branching state reaches the host only by write-through "
                    "(mamba_component.py: write-back eviction may discard it)")
-    elif write_policy != HYBRID_LOADED_BACK["write_policy"]:
+    elif seen is not None and write_policy != seen.write_policy:
         out.append(f"hicache_write_policy {write_policy} was not tried on a real server")
     if any(a == "--speculative-algorithm" or a.startswith("--speculative-algorithm=") for a in extra_args):
         out.append("speculative decoding with a hybrid host tier was not tried on a real server")
