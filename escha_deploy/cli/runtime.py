@@ -328,43 +328,45 @@ def register(app: typer.Typer) -> None:
 
     @runtime.command("rebase")
     def rebase_cmd(
-        check: Annotated[str, typer.Option(
-            "--check", metavar="VERSION", help="The SGLang release to check our series (and --fork-dir's "
-            "commits) against; read-only.")],
+        check: Annotated[Optional[str], typer.Option(
+            "--check", metavar="VERSION", help="The SGLang release to check a series (and --fork-dir's "
+            "commits) against; read-only. The series: that release's own when one is committed "
+            "(runtime_patches/VERSION/), else the one our patches are made for; --series-of picks.")] = None,
+        onto: Annotated[Optional[str], typer.Option(
+            "--onto", metavar="VERSION", help="Write our series re-derived for this SGLang release: each "
+            "hunk carried over, found where it moved, or taken from the release's rebase.yaml "
+            "(catalog/releases/VERSION/), with its outcome and reason in the patch.")] = None,
         wheel: Annotated[Optional[Path], typer.Option(
             "--wheel", help="That release's wheel (offline: `pip download --no-deps sglang==VERSION`). "
             "Default: sglang-VERSION-*.whl here or in .cache/wheels.")] = None,
         fork_dir: Annotated[Optional[Path], typer.Option(
             "--fork-dir", help="A fork's `git format-patch` commits to check too (their own chain).")] = None,
+        series_of: Annotated[Optional[str], typer.Option(
+            "--series-of", metavar="RELEASE", help="--check: the series committed for this release "
+            "instead.")] = None,
+        resolutions: Annotated[Optional[Path], typer.Option(
+            "--resolutions", help="--onto: the rebase.yaml to read. Default: the release's in the "
+            "catalog.")] = None,
+        output: Annotated[Optional[Path], typer.Option(
+            "--output", "-o", help="--onto: the folder to write the series into (made when missing; "
+            "its parent must exist). Default: runtime_patches/VERSION of the checkout here.")] = None,
         fmt: FormatOpt = OutputFormat.table,
     ) -> None:
-        """Which of our patches and a fork's commits apply to another SGLang release's wheel, which
-        fail (file and hunk), which it already has. Exit 0 when all apply, 3 otherwise."""
-        import dataclasses
+        """Check a series against another SGLang release's wheel (--check: which patches and fork
+        commits apply, fail with file and hunk, or are already there; exit 0 when all apply, 3
+        otherwise), or write our series rebased onto it (--onto)."""
+        from escha_deploy.errors import BadInput
 
-        from escha_deploy.cli.output import print_json
-        from escha_deploy.errors import Refused
-        from escha_deploy.runtime.patching import series_dir
-        from escha_deploy.runtime.rebase import rebase_check
-        from escha_deploy.runtime.series import read_series
-
-        result = rebase_check(check, wheel, read_series(series_dir()), fork_dir)
-        if fmt == OutputFormat.json:
-            print_json({**dataclasses.asdict(result), "ok": result.ok})
-        else:
-            print(f"SGLang {result.release} ({Path(result.wheel).name}):")
-            for v in result.verdicts:
-                print(f"  {v.source} {v.label}: {v.status}"
-                      + ("" if v.status != "already" else " (its changes are in the release)"))
-                for f in v.failures:
-                    print(f"    {f.line()}")
-            for line in result.unreadable:
-                print(f"  cannot check: {line}")
-        if not result.ok:
-            failing = [f"{v.label} ({v.status}: {', '.join(sorted({f.file for f in v.failures})) or 'in the release'})"
-                       for v in result.verdicts if v.status != "applies"]
-            raise Refused(f"SGLang {result.release}: " + ("; ".join(failing) or "some fork files cannot be checked"),
-                          hint="rebase those onto the release (docs/runtime.md, \"Upgrading SGLang\")")
+        if (check is None) == (onto is None):
+            raise BadInput("runtime rebase: give one of --check VERSION or --onto VERSION")
+        if onto is not None:
+            if series_of is not None or fork_dir is not None:
+                raise BadInput("runtime rebase --onto: --series-of and --fork-dir go with --check")
+            _rebase_onto(onto, wheel, resolutions, output, fmt)
+            return
+        if resolutions is not None or output is not None:
+            raise BadInput("runtime rebase --check: --resolutions and --output go with --onto")
+        _rebase_check(check, wheel, fork_dir, series_of, fmt)  # type: ignore[arg-type]
 
     @runtime.command("describe")
     def describe_cmd(
@@ -382,6 +384,82 @@ def register(app: typer.Typer) -> None:
         if desc is None:
             raise Refused(f"{path}: no runtime description (a stock runtime, no capabilities)")
         _print_description(desc, fmt)
+
+
+def _rebase_check(check: str, wheel: Optional[Path], fork_dir: Optional[Path],
+                  series_of: Optional[str], fmt: OutputFormat) -> None:
+    import dataclasses
+
+    from escha_deploy.cli.output import print_json
+    from escha_deploy.errors import Refused
+    from escha_deploy.runtime.patching import rebased_releases, series_dir
+    from escha_deploy.runtime.rebase import rebase_check
+    from escha_deploy.runtime.series import read_series
+
+    if series_of is None:
+        series_of = check if check in rebased_releases() else None
+    result = rebase_check(check, wheel, read_series(series_dir(series_of)), fork_dir)
+    if fmt == OutputFormat.json:
+        print_json({**dataclasses.asdict(result), "ok": result.ok})
+    else:
+        print(f"SGLang {result.release} ({Path(result.wheel).name}):")
+        for v in result.verdicts:
+            print(f"  {v.source} {v.label}: {v.status}"
+                  + ("" if v.status != "already" else " (its changes are in the release)"))
+            for f in v.failures:
+                print(f"    {f.line()}")
+        for line in result.unreadable:
+            print(f"  cannot check: {line}")
+    if not result.ok:
+        failing = [f"{v.label} ({v.status}: {', '.join(sorted({f.file for f in v.failures})) or 'in the release'})"
+                   for v in result.verdicts if v.status != "applies"]
+        raise Refused(f"SGLang {result.release}: " + ("; ".join(failing) or "some fork files cannot be checked"),
+                      hint=f"`escha-deploy runtime rebase --onto {result.release}` writes our series for it "
+                      "(docs/runtime.md, \"Upgrading SGLang\")")
+
+
+def _rebase_onto(version: str, wheel: Optional[Path], resolutions: Optional[Path],
+                 output: Optional[Path], fmt: OutputFormat) -> None:
+    from escha_deploy.cli.output import info, print_json
+    from escha_deploy.errors import BadInput
+    from escha_deploy.releases import releases_dir, series_release
+    from escha_deploy.runtime.patching import series_dir
+    from escha_deploy.runtime.rebase import RESOLUTIONS, load_resolutions, rebase_onto, write_rebased
+    from escha_deploy.runtime.series import read_series
+
+    if version == series_release():
+        raise BadInput(f"--onto {version}: our series is made for {version}; nothing to rebase")
+    if output is None:
+        if not (Path.cwd() / "runtime_patches" / "series").is_file():
+            raise BadInput("--output: no runtime_patches/ of a checkout here to write into",
+                           hint="run it in the escha-deploy checkout, or pass --output DIR")
+        output = Path.cwd() / "runtime_patches" / version
+    res_file = resolutions or releases_dir() / version / RESOLUTIONS
+    if resolutions is not None and not resolutions.is_file():
+        raise BadInput(f"--resolutions {resolutions}: no such file")
+    result = rebase_onto(version, wheel, read_series(series_dir()), series_release(),
+                         load_resolutions(res_file))
+    written = write_rebased(result, output)
+    if fmt == OutputFormat.json:
+        print_json({"release": result.release, "from": result.source_release, "wheel": result.wheel,
+                    "output": str(output), "patches": [
+                        {"name": p.name, "hunks": [dataclasses_asdict(o) for o in p.outcomes]}
+                        for p in result.patches]})
+    else:
+        print(f"SGLang {result.release}: our series for {result.source_release}, rebased "
+              f"({Path(result.wheel).name}):")
+        for p in result.patches:
+            print(f"  {p.name}")
+            for o in p.outcomes:
+                print(f"    {o.line()}")
+    info(f"wrote {len(written)} files to {output}; review the diff, then `escha-deploy runtime "
+         f"rebase --check {version}`")
+
+
+def dataclasses_asdict(obj) -> dict:
+    import dataclasses
+
+    return dataclasses.asdict(obj)
 
 
 def _print_description(desc, fmt: OutputFormat) -> None:

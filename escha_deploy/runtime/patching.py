@@ -34,18 +34,57 @@ if TYPE_CHECKING:
     # imported where a description is built: the models import pydantic, which `verify` skips
     from escha_deploy.runtime.description import RuntimeDescription, SeriesEntry
 
-def series_dir() -> Path:
-    """``runtime_patches/`` (shipped in the wheel as ``escha_deploy/_data/runtime_patches``)."""
+def series_dir(release: str | None = None) -> Path:
+    """The series folder for SGLang ``release``: ``runtime_patches/`` (shipped in the wheel as
+    ``escha_deploy/_data/runtime_patches``) for the release our series is made for
+    (``releases.series_release``) and for ``None``; ``runtime_patches/<release>/`` for a release
+    ``runtime rebase --onto`` wrote a series for. Raises ``Refused`` naming both releases when
+    ``release`` has no series."""
     from escha_deploy.paths import runtime_patches_dir
 
-    return runtime_patches_dir()
+    root = runtime_patches_dir()
+    if release is None:
+        return root
+    rebased = root / release
+    if (rebased / "series").is_file():
+        return rebased
+    from escha_deploy.releases import series_release  # pydantic: not on `verify`'s path
+
+    if release == series_release():
+        return root
+    raise Refused(
+        f"no patch series for SGLang {release}: ours is made for {series_release()}"
+        + (f" and rebased onto {', '.join(rebased_releases())}" if rebased_releases() else ""),
+        hint=f"`escha-deploy runtime rebase --onto {release}` writes one (docs/runtime.md, "
+        "\"Upgrading SGLang\")")
 
 
-def committed_base_path(tag: str | None) -> Path | None:
-    """``runtime_patches/base/<tag>.json`` when committed for this wheel tag, else ``None``."""
+def rebased_releases() -> list[str]:
+    """The releases with a series of their own under ``runtime_patches/<release>/``, sorted."""
+    from escha_deploy.paths import runtime_patches_dir
+
+    root = runtime_patches_dir()
+    return sorted(p.name for p in root.iterdir() if (p / "series").is_file())
+
+
+def series_release_of(version: str | None) -> str | None:
+    """The release whose series an install of sglang ``version`` gets: ``version`` when
+    ``runtime_patches/<version>/`` holds a series, else ``None`` (the series our patches are
+    made for, as before any rebase: its base inventory then tells a stock wheel of another
+    release by its drift)."""
+    return version if version and version in rebased_releases() else None
+
+
+def committed_base_path(tag: str | None, release: str | None = None) -> Path | None:
+    """``base/<tag>.json`` of ``release``'s series folder (``series_dir``) when committed for
+    this wheel tag, else ``None`` (also when the release has no series)."""
     if not tag:
         return None
-    p = series_dir() / "base" / f"{tag}.json"
+    try:
+        folder = series_dir(release)
+    except Refused:
+        return None
+    p = folder / "base" / f"{tag}.json"
     return p if p.is_file() else None
 
 
@@ -54,22 +93,23 @@ def has_fork(fork_dir: Path | None) -> bool:
     return fork_dir is not None and Path(fork_dir).is_dir() and any(Path(fork_dir).glob("*.patch"))
 
 
-def fork_with_series(fork_dir: Path):
-    """Our series and the fork commits of ``fork_dir``, resolved into one order
-    (``fork.load_fork``)."""
+def fork_with_series(fork_dir: Path, release: str | None = None):
+    """Our series for ``release`` (``series_dir``) and the fork commits of ``fork_dir``,
+    resolved into one order (``fork.load_fork``)."""
     from escha_deploy.runtime.fork import load_fork as _load
 
-    return _load(Path(fork_dir), read_series(series_dir(), "series"))
+    return _load(Path(fork_dir), read_series(series_dir(release), "series"))
 
 
-def load_patches(overlay_dir: Path | None, fork_dir: Path | None = None) -> list[Patch]:
-    """Our series (interleaved with the fork commits of ``fork_dir`` as its declaration
-    orders them, when there are any), then the overlays of ``overlay_dir`` (if given and
-    present)."""
+def load_patches(overlay_dir: Path | None, fork_dir: Path | None = None,
+                 release: str | None = None) -> list[Patch]:
+    """Our series for ``release`` (``series_dir``; ``None``: the release it is made for),
+    interleaved with the fork commits of ``fork_dir`` as its declaration orders them when
+    there are any, then the overlays of ``overlay_dir`` (if given and present)."""
     if has_fork(fork_dir):
-        patches = fork_with_series(fork_dir).order
+        patches = fork_with_series(fork_dir, release).order
     else:
-        patches = read_series(series_dir(), "series")
+        patches = read_series(series_dir(release), "series")
     if overlay_dir is not None and Path(overlay_dir).is_dir():
         patches += read_series(Path(overlay_dir), "overlay")
     names = [p.name for p in patches]
@@ -220,7 +260,8 @@ def apply(
     """
     pkg = located.package_dir
     base = inv.scan(pkg)
-    committed = committed_base_path(located.wheel_tag)
+    release = series_release_of(located.version)
+    committed = committed_base_path(located.wheel_tag, release)
     if committed is not None:
         _, committed_files = inv.read_inventory(committed)
         drift = inv.compare(base, committed_files)
@@ -235,8 +276,8 @@ def apply(
         print(f"no committed base inventory for {base_id(located, base_ref)}: recorded the one "
               f"found, digest {base_digest}", file=sys.stderr)
 
-    fork = fork_with_series(fork_dir) if has_fork(fork_dir) else None
-    patches = load_patches(overlay_dir, fork_dir)
+    fork = fork_with_series(fork_dir, release) if has_fork(fork_dir) else None
+    patches = load_patches(overlay_dir, fork_dir, release)
     names = [p.name for p in patches]
     caps = capabilities_of(patches)
     problems = (_check_expected(expect_capabilities, caps, "capabilities")
@@ -366,7 +407,7 @@ def verify(
     the base inventory, or the patches differ from those the description records.
     """
     state_dir = Path(state_dir)
-    committed = committed_base_path(located.wheel_tag)
+    committed = committed_base_path(located.wheel_tag, series_release_of(located.version))
     if committed is not None:
         header, base = inv.read_inventory(committed)
     elif (state_dir / "base-inventory.json").is_file():
@@ -381,7 +422,7 @@ def verify(
         overlay_dir = state_dir / "overlays"
     if fork_dir is None and (state_dir / "fork").is_dir():
         fork_dir = state_dir / "fork"
-    patches = load_patches(overlay_dir, fork_dir)
+    patches = load_patches(overlay_dir, fork_dir, series_release_of(located.version))
     if recorded is not None:
         now = [(p.name, p.sha256) for p in patches]
         if recorded != now:

@@ -65,6 +65,8 @@ class Patch:
     capabilities: tuple[str, ...]
     header: dict[str, str]
     files: tuple[FilePatch, ...] = field(default=())
+    #: The text before the first ``--- `` line (the header and its prose), as written.
+    header_text: str = field(default="", compare=False)
 
     @property
     def touched(self) -> list[str]:
@@ -189,7 +191,9 @@ def parse_patch(data: bytes, name: str, source: str = "series") -> Patch:
     if unknown:
         raise BadInput(f"{name}: unknown capabilities {', '.join(unknown)} "
                        f"(known: {', '.join(CAPABILITIES)})")
-    return Patch(name, source, hashlib.sha256(data).hexdigest(), caps, header, tuple(files))
+    header_text = b"".join(lines[:i]).decode("utf-8", "replace")
+    return Patch(name, source, hashlib.sha256(data).hexdigest(), caps, header, tuple(files),
+                 header_text)
 
 
 def read_series(directory: Path, source: str = "series") -> list[Patch]:

@@ -38,8 +38,18 @@ def test_the_series_applies_to_0_5_19(cli):
     assert [v["status"] for v in out["verdicts"]] == ["applies"] * 3 and out["ok"]
 
 
-def test_the_series_fails_on_0_5_23_naming_file_and_hunk(cli):
+def test_the_0_5_23_series_applies_to_0_5_23(cli):
+    """``--check`` takes the release's own series (runtime_patches/0.5.23/) when committed."""
     r, out = _check(cli, "0.5.23")
+    assert r.code == 0, r.err
+    assert [v["name"] for v in out["verdicts"]] == [
+        "0001-hicache-host-reserve.patch", "0002-hicache-host-allocator.patch",
+        "0003-transfer-geometry-check.patch"]
+    assert all(v["status"] == "applies" for v in out["verdicts"]) and out["ok"]
+
+
+def test_the_0_5_19_series_fails_on_0_5_23_naming_file_and_hunk(cli):
+    r, out = _check(cli, "0.5.23", "--series-of", "0.5.19")
     assert r.code == 3
     failing = {v["name"]: {f["file"] for f in v["failures"]} for v in out["verdicts"]}
     assert all(v["status"] == "fails" for v in out["verdicts"])
