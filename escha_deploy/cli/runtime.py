@@ -265,11 +265,17 @@ def register(app: typer.Typer) -> None:
                                hint="run it in the checkout you build from, or pass --output DIR")
             output = ctx / "runtime_fork"
         output_folder(output, "--output", make=False)  # before the checks, not after
-        fi = patching.fork_with_series(directory)
-        deltas = None
+        release = None
         if base_wheel is not None:
             if not base_wheel.is_file():
                 raise BadInput(f"--base-wheel {base_wheel}: no such file")
+            from escha_deploy.runtime.fork import check_fork_release
+
+            release = inv.wheel_version(base_wheel)
+            check_fork_release(directory, release)
+        fi = patching.fork_with_series(directory, patching.series_release_of(release))
+        deltas = None
+        if base_wheel is not None:
             deltas, _ = patching.compute_deltas(
                 fi.order, lambda rel: inv.read_wheel_file(base_wheel, rel))
         if output.resolve() != directory.resolve():

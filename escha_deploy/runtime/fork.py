@@ -250,6 +250,9 @@ class Declaration:
     commits: dict[str, list[str]] = field(default_factory=dict)
     drop: list[str] = field(default_factory=list)
     overlaps: list[dict] = field(default_factory=list)
+    #: The SGLang release the fork branch is on (``git format-patch vX.Y.Z..BRANCH``); None when
+    #: not declared: the release our series is made for (``fork_release``).
+    release: str | None = None
     positions: dict = field(default_factory=dict)
     file: str = DECLARATION
 
@@ -283,10 +286,17 @@ def read_declaration(path: Path) -> Declaration:
     data = data or {}
     problems = []
     if not isinstance(data, dict):
-        raise BadInput(f"{path}:1: expected a mapping with commits, drop, overlaps")
+        raise BadInput(f"{path}:1: expected a mapping with release, commits, drop, overlaps")
     for key in data:
-        if key not in ("commits", "drop", "overlaps"):
-            problems.append(f"{decl.where(key)}: unknown key (expected commits, drop, overlaps)")
+        if key not in ("release", "commits", "drop", "overlaps"):
+            problems.append(f"{decl.where(key)}: unknown key (expected release, commits, drop, overlaps)")
+    if "release" in data:
+        rel = data["release"]
+        if not (isinstance(rel, str) and re.fullmatch(r"\d+\.\d+\.\d+", rel)):
+            problems.append(f"{decl.where('release')}: expected the SGLang release the fork branch is "
+                            f"on, X.Y.Z (the tag of `git format-patch vX.Y.Z..BRANCH`), got {rel!r}")
+        else:
+            decl.release = rel
     commits = data.get("commits") or {}  # BaseLoader: an empty value is ""
     if not isinstance(commits, dict):
         problems.append(f"{decl.where('commits')}: expected a mapping of commit hash to a "
@@ -334,6 +344,42 @@ class ForkImport:
     order: list[Patch]
     dropped: list[str]
     capabilities: dict[str, tuple[str, ...]]
+
+
+def fork_release(directory: Path) -> tuple[str, bool]:
+    """``(release, declared)``: the SGLang release a fork directory's commits are made for, from
+    its ``escha-fork.yaml`` ``release:``; when not declared, the release our series is made for
+    (``releases.series_release``: forks were exported against it before the key existed) and
+    ``declared`` False. Raises ``BadInput`` for a malformed declaration."""
+    decl = read_declaration(Path(directory) / DECLARATION)
+    if decl.release is not None:
+        return decl.release, True
+    from escha_deploy.releases import series_release
+
+    return series_release(), False
+
+
+def check_fork_release(directory: Path, runtime_release: str | None) -> None:
+    """Refuse (``Refused``, exit 3, one line naming both releases) fork commits made for another
+    SGLang release than ``runtime_release`` (the installed or targeted one; its ``X.Y.Z``
+    prefix counts, so ``0.5.19.post1`` is 0.5.19). ``None`` (release unknown) checks nothing.
+    A commit made against another tag changes lines that release does not have, or worse,
+    applies and changes what that release changed since (``runtime rebase --check`` says which)."""
+    if not runtime_release:
+        return
+    m = re.match(r"\d+\.\d+\.\d+", runtime_release)
+    if m is None:
+        return
+    made_for, declared = fork_release(directory)
+    if made_for == m.group(0):
+        return
+    how = "declared as release" if declared else "no release: declared, so the one our series is made for"
+    raise Refused(
+        f"{Path(directory) / DECLARATION}: the fork's commits are made for SGLang {made_for} ({how}); "
+        f"this runtime is SGLang {m.group(0)}",
+        hint=f"rebase the fork branch onto v{m.group(0)}, export it with `git format-patch "
+        f"v{m.group(0)}..BRANCH`, set `release: {m.group(0)}` in {DECLARATION} (`escha-deploy runtime "
+        f"rebase --check {m.group(0)} --fork-dir DIR` shows which commits need it)")
 
 
 def fork_patch_files(directory: Path) -> list[Path]:

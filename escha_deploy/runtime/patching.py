@@ -276,6 +276,10 @@ def apply(
         print(f"no committed base inventory for {base_id(located, base_ref)}: recorded the one "
               f"found, digest {base_digest}", file=sys.stderr)
 
+    if has_fork(fork_dir):
+        from escha_deploy.runtime.fork import check_fork_release
+
+        check_fork_release(Path(fork_dir), located.version)  # type: ignore[arg-type]
     fork = fork_with_series(fork_dir, release) if has_fork(fork_dir) else None
     patches = load_patches(overlay_dir, fork_dir, release)
     names = [p.name for p in patches]
@@ -422,6 +426,10 @@ def verify(
         overlay_dir = state_dir / "overlays"
     if fork_dir is None and (state_dir / "fork").is_dir():
         fork_dir = state_dir / "fork"
+    if has_fork(fork_dir):
+        from escha_deploy.runtime.fork import check_fork_release
+
+        check_fork_release(Path(fork_dir), located.version)  # type: ignore[arg-type]
     patches = load_patches(overlay_dir, fork_dir, series_release_of(located.version))
     if recorded is not None:
         now = [(p.name, p.sha256) for p in patches]

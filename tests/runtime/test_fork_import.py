@@ -374,3 +374,65 @@ def test_a_file_that_is_not_a_format_patch_mail_is_refused(fork, tmp_path, capsy
     rc, _, err = _import(capsys, d)
     assert rc == 3
     assert "error: 0009-notes.patch:1: not a `git format-patch` file" in err
+
+
+def _wheel23() -> Path:
+    found = sorted((Path(__file__).resolve().parents[2] / ".cache" / "wheels").glob("sglang-0.5.23-cp311-*.whl"))
+    if not found:
+        pytest.skip("no sglang 0.5.23 cp311 wheel under .cache/wheels")
+    return found[0]
+
+
+def test_commits_made_for_0_5_19_are_refused_on_0_5_23_naming_both(fork, tmp_path, capsys):
+    """The export declares no release: it is made for the one our series is made for (0.5.19).
+    Applied to an unpacked 0.5.23 wheel (a real one), and imported against its wheel: exit 3,
+    one line naming both releases, nothing written."""
+    import zipfile
+
+    _, h = fork
+    d = _dir(fork, tmp_path, "good", _decl(h, "drop-fork"))
+    site = tmp_path / "site23"
+    with zipfile.ZipFile(_wheel23()) as z:
+        z.extractall(site)
+    before = (site / "sglang/srt/mem_cache/pool_host/base.py").read_bytes()
+    capsys.readouterr()
+    rc = run("runtime", "apply", "--sglang-dir", str(site / "sglang"), "--state-dir", str(tmp_path / "st"),
+             "--fork-dir", str(d))
+    err = capsys.readouterr().err
+    assert rc == 3, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert lines == [f"error: {d / DECLARATION}: the fork's commits are made for SGLang 0.5.19 (no release: "
+                     "declared, so the one our series is made for); this runtime is SGLang 0.5.23"], err
+    assert (site / "sglang/srt/mem_cache/pool_host/base.py").read_bytes() == before
+    assert not (tmp_path / "st" / "runtime.json").exists()
+    rc, _, err = _import(capsys, d, "--base-wheel", str(_wheel23()), "--output", str(tmp_path / "out"))
+    assert rc == 3 and "made for SGLang 0.5.19" in err and "this runtime is SGLang 0.5.23" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_commits_declared_for_0_5_23_are_refused_on_0_5_19(fork, tmp_path, site, capsys):
+    _, h = fork
+    d = _dir(fork, tmp_path, "good", "release: 0.5.23\n" + _decl(h, "drop-fork"))
+    capsys.readouterr()
+    rc = run("runtime", "apply", "--sglang-dir", str(site / "sglang"), "--state-dir", str(tmp_path / "st"),
+             "--fork-dir", str(d))
+    err = capsys.readouterr().err
+    assert rc == 3, err
+    assert (f"error: {d / DECLARATION}: the fork's commits are made for SGLang 0.5.23 (declared as "
+            "release); this runtime is SGLang 0.5.19") in err
+    assert "release: 0.5.19" in err  # the hint says what to declare after rebasing
+
+
+def test_commits_declared_for_the_runtime_release_apply(fork, tmp_path, site):
+    _, h = fork
+    d = _dir(fork, tmp_path, "good", "release: 0.5.19\n" + _decl(h, "drop-fork"))
+    assert run("runtime", "apply", "--sglang-dir", str(site / "sglang"), "--state-dir", str(tmp_path / "st"),
+               "--fork-dir", str(d)) == 0
+
+
+def test_a_malformed_release_is_bad_input_naming_the_line(fork, tmp_path, capsys):
+    _, h = fork
+    d = _dir(fork, tmp_path, "good", _decl(h, "drop-fork") + "release: v0.5.19\n")
+    rc, _, err = _import(capsys, d, "--base-wheel", str(_wheel23()), "--output", str(tmp_path / "out"))
+    assert rc == 2, err
+    assert f"{DECLARATION}:" in err and "release: expected the SGLang release the fork branch is on, X.Y.Z" in err
