@@ -404,6 +404,14 @@ def _rebase_check(check: str, wheel: Optional[Path], fork_dir: Optional[Path],
 
     if series_of is None:
         series_of = check if check in rebased_releases() else None
+    else:
+        from escha_deploy.errors import BadInput
+        from escha_deploy.releases import series_release
+
+        known = [series_release(), *rebased_releases()]
+        if series_of not in known:
+            raise BadInput(f"--series-of {series_of}: no patch series for that release (there are: "
+                           f"{', '.join(known)})")
     result = rebase_check(check, wheel, read_series(series_dir(series_of)), fork_dir)
     if fmt == OutputFormat.json:
         print_json({**dataclasses.asdict(result), "ok": result.ok})

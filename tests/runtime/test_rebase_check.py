@@ -102,3 +102,15 @@ def test_a_wheel_of_another_release_is_bad_input(cli):
     r = cli("runtime", "rebase", "--check", "0.5.23", "--wheel", str(_wheel("0.5.19")))
     assert r.code == 2
     assert "is sglang 0.5.19, not 0.5.23" in r.err
+
+
+def test_series_of_a_release_without_one_is_bad_input(cli):
+    r = cli("runtime", "rebase", "--check", "0.5.23", "--wheel", str(_wheel("0.5.23")), "--series-of", "0.5.21")
+    assert r.code == 2
+    assert "--series-of 0.5.21: no patch series for that release (there are: 0.5.19, 0.5.23)" in r.err
+
+
+def test_check_and_onto_are_one_or_the_other(cli):
+    assert cli("runtime", "rebase").code == 2
+    r = cli("runtime", "rebase", "--check", "0.5.23", "--onto", "0.5.23")
+    assert r.code == 2 and "give one of --check VERSION or --onto VERSION" in r.err
