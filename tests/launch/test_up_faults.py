@@ -107,8 +107,13 @@ def test_signal_while_waiting_stops_and_keeps_the_container(docker_client, stand
     before = l3_state(l3)
     proc = start_up(image, *l3_sets(l3), *(["--detach"] if mode == "detach" else []))
     try:
-        assert_l3_mounted(wait_container(docker_client), l3)
-        time.sleep(0.5)  # in the ready wait
+        c = wait_container(docker_client)
+        assert_l3_mounted(c, l3)
+        # in the ready wait, once the server has logged (a loaded machine can take seconds to
+        # start its Python): what `logs` must show afterwards is there before the signal
+        deadline = time.time() + 60
+        while b"Load weight begin" not in c.logs() and time.time() < deadline:
+            time.sleep(0.2)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == code, err
@@ -151,14 +156,16 @@ def test_two_up_at_once_one_starts_one_refuses(docker_client, standin_image, tmp
 
 
 def test_second_up_while_first_waits_names_it_and_leaves_it_alone(docker_client, standin_image, no_leaks):
-    image = standin_image("escha-standin:slow", startup_s=4)
+    # 20 s to ready: the second `up` (plan, checks, the lock) must run while the first still
+    # waits, also on a loaded machine (with 4 s the first was ready and the second found it running)
+    image = standin_image("escha-standin:slow20", startup_s=20)
     first = start_up(image, "--detach")
     try:
         c = wait_container(docker_client)
         second = run_cli("up", "--profile", P, "--set", f"container.image={image}", "--detach")
         assert second.returncode == 3, second.stderr
         assert f"another `up` (pid {first.pid}) is starting profile {STANDIN_NAME}" in second.stderr
-        _, err = first.communicate(timeout=60)
+        _, err = first.communicate(timeout=120)
         assert first.returncode == 0, err
         assert docker_client.containers.get(NAME).id == c.id  # not replaced as stale
     finally:
