@@ -22,7 +22,7 @@ def same_key_fleet(folder: Path, replica_key: str) -> Path:
     path = folder / "same.yaml"
     path.write_text(yaml.safe_dump({
         "name": "lab",
-        "boxes": [{"name": "a", "address": "10.0.0.5", "profile": PROFILE, "host_ram": "64GiB", "platform": "linux",
+        "boxes": [{"name": "a", "address": "127.0.0.1", "profile": PROFILE, "host_ram": "64GiB", "platform": "linux",
                    "set": ["container.expose=true", f"container.api_key_file={replica_key}"]}],
         "router": {"box": "a", "api_key_file": "router.key"},
     }, sort_keys=False))

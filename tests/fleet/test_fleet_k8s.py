@@ -62,17 +62,22 @@ def check_lws(obj: dict, schema: dict) -> list[str]:
 
 def fleet_file(tmp: Path, l3: bool = False) -> Path:
     (tmp / "router.key").write_text("k\n")
+    # one loopback address per box: Kubernetes takes one container.port for every box (SMG's
+    # --service-discovery-port), so boxes that serve HTTP need their own addresses. r2 and l3a are
+    # the replicas on other machines that compose could not reach: not loopback (the router's own
+    # machine, fleet.plan._reachability_problems) but RFC 5737's documentation range, which
+    # nothing here connects to (plan and render only)
     boxes = [
-        {"name": "r1", "address": "10.0.0.1", "profile": PROFILE, "host_ram": "64GiB"},
-        {"name": "r2", "address": "10.0.0.2", "profile": PROFILE, "host_ram": "16GiB", "platform": "wsl2"},
-        {"name": "n0", "address": "10.0.0.10", "profile": PROFILE, "host_ram": "64GiB"},
-        {"name": "n1", "address": "10.0.0.11", "profile": PROFILE, "host_ram": "64GiB"},
-        {"name": "n2", "address": "10.0.0.12", "profile": PROFILE, "host_ram": "64GiB"},
-        {"name": "n3", "address": "10.0.0.13", "profile": PROFILE, "host_ram": "64GiB"},
+        {"name": "r1", "address": "127.0.0.1", "profile": PROFILE, "host_ram": "64GiB"},
+        {"name": "r2", "address": "192.0.2.2", "profile": PROFILE, "host_ram": "16GiB", "platform": "wsl2"},
+        {"name": "n0", "address": "127.0.0.2", "profile": PROFILE, "host_ram": "64GiB"},
+        {"name": "n1", "address": "127.0.0.3", "profile": PROFILE, "host_ram": "64GiB"},
+        {"name": "n2", "address": "127.0.0.4", "profile": PROFILE, "host_ram": "64GiB"},
+        {"name": "n3", "address": "127.0.0.5", "profile": PROFILE, "host_ram": "64GiB"},
     ]
     groups = [{"name": "chat", "boxes": ["r1", "r2"]}, {"name": "big", "nodes": 2, "boxes": ["n0", "n1", "n2", "n3"]}]
     if l3:
-        boxes.append({"name": "l3a", "address": "10.0.0.20", "profile": "linux-tp2-l3", "host_ram": "128GiB"})
+        boxes.append({"name": "l3a", "address": "192.0.2.20", "profile": "linux-tp2-l3", "host_ram": "128GiB"})
         groups.append({"name": "longctx", "boxes": ["l3a"]})
     doc = {"name": "lab", "boxes": boxes, "groups": groups,
            "router": {"box": "r1", "api_key_file": "router.key"},

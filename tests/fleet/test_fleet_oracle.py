@@ -41,7 +41,7 @@ PROFILE = "rtx5060ti-tp2-fp8"
 
 def instance(tmp: Path, parallel: str, extra: list[str] | None = None):
     sets = [f"runtime.extra_args={json.dumps(extra)}"] if extra else []
-    doc = {"name": "o", "boxes": [{"name": f"n{i}", "address": f"10.0.0.{10 + i}", "profile": PROFILE,
+    doc = {"name": "o", "boxes": [{"name": f"n{i}", "address": "127.0.0.1", "profile": PROFILE,
                                    "host_ram": "64GiB", "nic": "eth0", "set": sets} for i in range(2)],
            "groups": [{"name": "big", "nodes": 2, "boxes": ["n0", "n1"], "parallel": parallel}]}
     path = tmp / f"fleet-{parallel}.yaml"
@@ -50,7 +50,7 @@ def instance(tmp: Path, parallel: str, extra: list[str] | None = None):
     fp = plan_fleet(loaded)
     inst = loaded.fleet.instances()[0]
     nodes = render_nodes(inst, [fp.box_plan(b).plan for b in inst.boxes], [fp.profile(b) for b in inst.boxes],
-                         ["10.0.0.10", "10.0.0.11"], ["eth0", "eth0"])
+                         ["127.0.0.1", "127.0.0.1"], ["eth0", "eth0"])
     return fp, nodes
 
 
@@ -85,6 +85,6 @@ def test_sglang_accepts_every_node_and_refuses_what_fleet_refuses(tmp_path):
     assert results["dp-across-nodes"]["site"].endswith("validation_hook.py:check_server_args")
     pp0, tp1 = results["pp-node0"], results["tp-node1"]
     assert (pp0["tp_size"], pp0["pp_size"], pp0["nnodes"], pp0["node_rank"]) == (2, 2, 2, 0)
-    assert (tp1["tp_size"], tp1["pp_size"], tp1["node_rank"], tp1["dist_init_addr"]) == (4, 1, 1, "10.0.0.10:20000")
+    assert (tp1["tp_size"], tp1["pp_size"], tp1["node_rank"], tp1["dist_init_addr"]) == (4, 1, 1, "127.0.0.1:20000")
     # SGLang turns the overlap scheduler off itself for PP (overrides.py), as multinode.py says
     assert pp0["disable_overlap_schedule"] is True

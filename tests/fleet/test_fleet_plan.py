@@ -54,9 +54,13 @@ def three_boxes(tmp: Path, *, wsl_mode: str | None = "nat", groups=None) -> Path
     return write_fleet(tmp, {
         "name": "lab",
         "boxes": [
-            {"name": "wsl-a", "address": "192.168.1.20", "profile": PROFILE, "facts": "wsl-a.json"},
-            {"name": "lin-b", "address": "192.168.1.21", "profile": PROFILE, "facts": "lin-b.json", "nic": "eth0"},
-            {"name": "lin-c", "address": "192.168.1.22", "profile": PROFILE, "host_ram": "64GiB", "platform": "linux"},
+            # one machine's loopback, a container.port each: every box may serve HTTP (rank 0 or a
+            # replica), and two servers on one address and port are refused
+            {"name": "wsl-a", "address": "127.0.0.1", "profile": PROFILE, "facts": "wsl-a.json"},
+            {"name": "lin-b", "address": "127.0.0.1", "profile": PROFILE, "facts": "lin-b.json", "nic": "eth0",
+             "set": ["container.port=30001"]},
+            {"name": "lin-c", "address": "127.0.0.1", "profile": PROFILE, "host_ram": "64GiB", "platform": "linux",
+             "set": ["container.port=30002"]},
         ],
         **({"groups": groups} if groups is not None else {}),
     })
@@ -146,8 +150,8 @@ def test_different_image_digests_in_one_instance_are_refused(tmp_path):
     save_report(tmp_path, "lin-b", "linux-host")
     save_report(tmp_path, "lin-d", "linux-host", image=IMAGE_B)
     fleet_file = write_fleet(tmp_path, {"name": "lab", "boxes": [
-        {"name": "lin-b", "address": "10.0.0.1", "profile": PROFILE, "facts": "lin-b.json"},
-        {"name": "lin-d", "address": "10.0.0.2", "profile": PROFILE, "facts": "lin-d.json"}],
+        {"name": "lin-b", "address": "127.0.0.1", "profile": PROFILE, "facts": "lin-b.json"},
+        {"name": "lin-d", "address": "127.0.0.1", "profile": PROFILE, "facts": "lin-d.json"}],
         "groups": [{"name": "big", "nodes": 2, "boxes": ["lin-b", "lin-d"]}]})
     fp = plan_fleet(load_fleet(fleet_file))
     assert fp.verdict == "unsafe"
@@ -156,9 +160,9 @@ def test_different_image_digests_in_one_instance_are_refused(tmp_path):
 
 def test_an_unsafe_box_makes_the_fleet_exit_3(tmp_path, capsys):
     fleet_file = write_fleet(tmp_path, {"name": "lab", "boxes": [
-        {"name": "ok-box", "address": "10.0.0.1", "profile": PROFILE, "host_ram": "64GiB"},
-        {"name": "tiny", "address": "10.0.0.2", "profile": PROFILE, "host_ram": "8GiB", "platform": "wsl2",
-         "set": ["hicache.hicache_ratio=4"]}]})
+        {"name": "ok-box", "address": "127.0.0.1", "profile": PROFILE, "host_ram": "64GiB"},
+        {"name": "tiny", "address": "127.0.0.1", "profile": PROFILE, "host_ram": "8GiB", "platform": "wsl2",
+         "set": ["hicache.hicache_ratio=4", "container.port=30001"]}]})
     code, out, err = run_cli(capsys, "fleet", "plan", str(fleet_file), "--format", "json")
     fp = json.loads(out)
     assert code == 3 and fp["verdict"] == "unsafe"
@@ -211,11 +215,11 @@ def test_every_problem_of_a_fleet_file_is_reported_with_its_line(tmp_path, capsy
         "name: lab\n"
         "boxes:\n"
         "  - name: a\n"
-        "    address: 10.0.0.1\n"
+        "    address: 127.0.0.1\n"
         "    profile: rtx5060ti-tp2-fp9\n"
         "    host_rma: 64GiB\n"
         "  - name: b\n"
-        "    address: 10.0.0.2\n"
+        "    address: 127.0.0.1\n"
         f"    profile: {PROFILE}\n"
         "    host_ram: 64GiB\n"
         "    set:\n"
@@ -223,7 +227,7 @@ def test_every_problem_of_a_fleet_file_is_reported_with_its_line(tmp_path, capsy
         "      - container.prot=31000\n"
         "    platform: macos\n"
         "  - name: c\n"
-        "    address: 10.0.0.3\n"
+        "    address: 127.0.0.1\n"
         "    profile: mine.yaml\n"
         "    host_ram: 64GiB\n")
     code, out, err = run_cli(capsys, "fleet", "plan", str(path))
@@ -253,7 +257,7 @@ def test_a_doctor_report_and_a_facts_file_plan_alike_in_plan_and_fleet(tmp_path,
     assert code == 0, err and json.loads(written.read_text())["schema_version"] == 1
     for facts in ("wsl-a.json", written.name):
         fleet_file = write_fleet(tmp_path, {"name": "one", "boxes": [
-            {"name": "wsl-a", "address": "192.168.1.20", "profile": PROFILE, "facts": facts}]})
+            {"name": "wsl-a", "address": "127.0.0.1", "profile": PROFILE, "facts": facts}]})
         code, out, err = run_cli(capsys, "fleet", "plan", str(fleet_file), "--format", "json")
         assert code == 0, err
         [b] = json.loads(out)["boxes"]
@@ -314,9 +318,9 @@ def test_a_boxs_memory_is_named_by_where_the_fleet_file_gives_it(tmp_path, capsy
     names it as FILE:LINE boxes.NAME.host_ram (in the refusal, the reasons and the JSON); a
     saved report is named by its file."""
     fleet_file = write_fleet(tmp_path, {"name": "lab", "boxes": [
-        {"name": "ok-box", "address": "10.0.0.1", "profile": PROFILE, "host_ram": "64GiB"},
-        {"name": "tiny", "address": "10.0.0.2", "profile": PROFILE, "host_ram": "8GiB", "platform": "wsl2",
-         "set": ["hicache.hicache_ratio=4"]}]})
+        {"name": "ok-box", "address": "127.0.0.1", "profile": PROFILE, "host_ram": "64GiB"},
+        {"name": "tiny", "address": "127.0.0.1", "profile": PROFILE, "host_ram": "8GiB", "platform": "wsl2",
+         "set": ["hicache.hicache_ratio=4", "container.port=30001"]}]})
     code, out, err = run_cli(capsys, "fleet", "plan", str(fleet_file), "--format", "json")
     assert code == 3 and "--host-ram" not in out + err
     line = next(i for i, t in enumerate(fleet_file.read_text().splitlines(), 1) if "8GiB" in t)
@@ -333,14 +337,14 @@ def test_a_boxs_memory_is_named_by_where_the_fleet_file_gives_it(tmp_path, capsy
 
 
 def test_two_servers_on_one_address_and_port_are_the_files_mistake(tmp_path, capsys):
-    """Two replicas on 10.0.0.5 with the same container.port: one would not bind, and the router
+    """Two replicas on 127.0.0.1 with the same container.port: one would not bind, and the router
     would list one worker twice. Exit 2, one line at the second box's address naming both."""
-    box = {"address": "10.0.0.5", "profile": PROFILE, "host_ram": "64GiB", "platform": "linux"}
+    box = {"address": "127.0.0.1", "profile": PROFILE, "host_ram": "64GiB", "platform": "linux"}
     path = write_fleet(tmp_path, {"name": "lab", "boxes": [{"name": "a", **box}, {"name": "b", **box}]})
     code, out, err = run_cli(capsys, "fleet", "plan", str(path))
     assert code == 2
     assert err.splitlines() == [
-        f"error: {path}:9: boxes.1.address: box b and box a ({path}:4) both serve on 10.0.0.5:30000: the second "
+        f"error: {path}:9: boxes.1.address: box b and box a ({path}:4) both serve on 127.0.0.1:30000: the second "
         "server cannot bind the port and the router would get one worker twice; give each box its own address, "
         "or one of them another container.port"]
     code, out, err = run_cli(capsys, "fleet", "compose", str(path), "--out", str(tmp_path / "out"))
@@ -349,11 +353,11 @@ def test_two_servers_on_one_address_and_port_are_the_files_mistake(tmp_path, cap
 
 def test_one_address_with_two_ports_or_a_second_node_is_planned(tmp_path, capsys):
     """Two servers on one machine with their own ports, and the rank-1 node of a multi-node
-    instance (it serves no HTTP) at the same address as a replica, are fine."""
-    box = {"address": "10.0.0.5", "profile": PROFILE, "host_ram": "64GiB", "platform": "linux"}
+    instance (it serves no HTTP) at the same address and container.port as a replica, are fine."""
+    box = {"address": "127.0.0.1", "profile": PROFILE, "host_ram": "64GiB", "platform": "linux"}
     path = write_fleet(tmp_path, {"name": "lab", "boxes": [
         {"name": "a", **box}, {"name": "b", **box, "set": ["container.port=30001"]},
-        {"name": "n0", **box, "address": "10.0.0.6"}, {"name": "n1", **box}],
+        {"name": "n0", **box, "set": ["container.port=30002"]}, {"name": "n1", **box}],
         "groups": [{"name": "chat", "boxes": ["a", "b"]}, {"name": "big", "nodes": 2, "boxes": ["n0", "n1"]}]})
     code, out, err = run_cli(capsys, "fleet", "plan", str(path), "--format", "json")
     assert code == 0, err

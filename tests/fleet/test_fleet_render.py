@@ -26,15 +26,18 @@ def write(tmp: Path, *, parallel: str = "pp", extra: list[str] | None = None) ->
     (tmp / "api.key").write_text("k-123\n")
     replica_set = ["container.expose=true", f"container.api_key_file={tmp / 'api.key'}"]
     node_set = [f"runtime.extra_args={json.dumps(extra)}"] if extra else []
+    # one loopback address per box (127.0.0.0/8), none of them 127.0.0.1, where the router reaches
+    # its own box's worker: the boxes share one container.port, as `fleet render k8s` requires
+    # (SMG's discovery takes one --service-discovery-port)
     doc = {
         "name": "lab",
         "boxes": [
-            {"name": "r1", "address": "10.0.0.1", "profile": PROFILE, "host_ram": "16GiB", "platform": "wsl2",
+            {"name": "r1", "address": "127.0.0.2", "profile": PROFILE, "host_ram": "16GiB", "platform": "wsl2",
              "set": replica_set},
-            {"name": "r2", "address": "10.0.0.2", "profile": PROFILE, "host_ram": "64GiB", "set": replica_set},
-            {"name": "n0", "address": "10.0.0.10", "profile": PROFILE, "host_ram": "64GiB", "nic": "eth0",
+            {"name": "r2", "address": "127.0.0.3", "profile": PROFILE, "host_ram": "64GiB", "set": replica_set},
+            {"name": "n0", "address": "127.0.0.4", "profile": PROFILE, "host_ram": "64GiB", "nic": "eth0",
              "set": node_set},
-            {"name": "n1", "address": "10.0.0.11", "profile": PROFILE, "host_ram": "14GiB", "nic": "enp3s0",
+            {"name": "n1", "address": "127.0.0.5", "profile": PROFILE, "host_ram": "14GiB", "nic": "enp3s0",
              "set": node_set},
         ],
         "groups": [{"name": "chat", "boxes": ["r1", "r2"]},
@@ -69,7 +72,7 @@ def test_per_node_argv_passes_the_flag_catalog(tmp_path, parallel, tp, pp):
         assert not check.errors, check.error_lines()
         assert {"--nnodes", "--node-rank", "--dist-init-addr"} <= {f.flag for f in check.flags}
         assert flag(n.argv, "--nnodes") == "2" and flag(n.argv, "--node-rank") == str(n.node_rank)
-        assert flag(n.argv, "--dist-init-addr") == "10.0.0.10:20000"
+        assert flag(n.argv, "--dist-init-addr") == "127.0.0.4:20000"
         assert flag(n.argv, "--tp-size") == tp and n.argv.count("--tp-size") == 1
         assert (flag(n.argv, "--pp-size") if pp else "--pp-size" not in n.argv) == (pp or True)
         assert n.env["NCCL_IB_DISABLE"] == "1"
@@ -102,6 +105,10 @@ def test_a_replica_the_router_cannot_reach_is_refused(tmp_path, capsys):
     path = write(tmp_path)
     doc = yaml.safe_load(path.read_text())
     doc["boxes"][0]["set"] = []
+    # r1 on another machine: a loopback address is the router's own machine, where it reaches any
+    # published port (fleet.plan._reachability_problems), so this one is not loopback; 192.0.2.1 is
+    # RFC 5737's documentation range, and nothing here connects to it (plan and render only)
+    doc["boxes"][0]["address"] = "192.0.2.1"
     path.write_text(yaml.safe_dump(doc))
     fp = plan_fleet(load_fleet(path))
     assert fp.verdict == "unsafe" and fp.problems == []  # Kubernetes pods are reachable: k8s renders
@@ -118,7 +125,7 @@ def test_a_replica_the_router_cannot_reach_is_refused(tmp_path, capsys):
 
 def test_the_router_reaches_its_own_boxs_worker_at_loopback(tmp_path):
     """The router's box (r2) serves a replica that is not exposed: its port is published on
-    127.0.0.1, which takes no connection addressed to 10.0.0.2, so the router (host networking)
+    127.0.0.1, which takes no connection addressed to 127.0.0.3, so the router (host networking)
     is given 127.0.0.1; the other box's replica is exposed and reached at its address."""
     path = write(tmp_path)
     doc = yaml.safe_load(path.read_text())
@@ -133,10 +140,10 @@ def test_the_router_reaches_its_own_boxs_worker_at_loopback(tmp_path):
     cmd = r2["smg"]["command"]
     urls = cmd[cmd.index("--worker-urls") + 1:cmd.index("--policy")]
     # r1's replica, r2's own (loopback), the multi-node instance's rank 0 (binds its address)
-    assert urls == ["http://10.0.0.1:30000", "http://127.0.0.1:30000", "http://10.0.0.10:30000"]
+    assert urls == ["http://127.0.0.2:30000", "http://127.0.0.1:30000", "http://127.0.0.4:30000"]
     assert docs["r1"]["services"]["sglang"]["ports"] == ["0.0.0.0:30000:30000"]
     n0 = docs["n0"]["services"]["node0"]
-    assert n0["network_mode"] == "host" and flag(n0["command"], "--host") == "10.0.0.10"
+    assert n0["network_mode"] == "host" and flag(n0["command"], "--host") == "127.0.0.4"
 
 
 def test_compose_files_per_box(tmp_path, capsys):
@@ -155,12 +162,12 @@ def test_compose_files_per_box(tmp_path, capsys):
     smg = docs["compose.r2.yaml"]["services"]["smg"]
     assert smg["network_mode"] == "host" and "k-123" not in (out / "compose.r2.yaml").read_text()
     assert smg["command"][smg["command"].index("--worker-urls") + 1:][:3] == [
-        "http://10.0.0.1:30000", "http://127.0.0.1:30000", "http://10.0.0.10:30000"]  # r2: the router's box
+        "http://127.0.0.2:30000", "http://127.0.0.1:30000", "http://127.0.0.4:30000"]  # r2: the router's box
     n0, n1 = docs["compose.n0.yaml"]["services"]["node0"], docs["compose.n1.yaml"]["services"]["node1"]
     assert n0["network_mode"] == n1["network_mode"] == "host"
     assert "ports" not in n0 and "ports" not in n1
     assert "test" in n0["healthcheck"] and n1["healthcheck"] == {"disable": True}
-    assert flag(n0["command"], "--host") == "10.0.0.10" and flag(n1["command"], "--node-rank") == "1"
+    assert flag(n0["command"], "--host") == "127.0.0.4" and flag(n1["command"], "--node-rank") == "1"
     if shutil.which("docker-compose") is None:
         pytest.skip("Debian's docker-compose not installed (.ci/test installs it)")
     for f in files:

@@ -57,8 +57,8 @@ def fleet(tmp_path) -> str:
     doc = {"name": "lab", "boxes": [
         {"name": "r1", "address": "127.0.0.1", "profile": PROFILE, "host_ram": "64GiB",
          "set": [f"container.image={MISSING}", "container.port=31234"]},
-        {"name": "n0", "address": "10.0.0.10", "profile": PROFILE, "host_ram": "64GiB"},
-        {"name": "n1", "address": "10.0.0.11", "profile": PROFILE, "host_ram": "64GiB"}],
+        {"name": "n0", "address": "127.0.0.1", "profile": PROFILE, "host_ram": "64GiB"},
+        {"name": "n1", "address": "127.0.0.1", "profile": PROFILE, "host_ram": "64GiB"}],
         "groups": [{"name": "chat", "boxes": ["r1"]}, {"name": "big", "nodes": 2, "boxes": ["n0", "n1"]}]}
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(doc))
