@@ -338,73 +338,6 @@ class ModelDirFacts(BaseModel):
                                      "(or compression_config's), as SGLang's model config reads it; None: none")
 
 
-#: Bits per element of each safetensors dtype (the format's ``Dtype``: huggingface/safetensors
-#: ``safetensors/src/tensor.rs``), for tensor bytes = bits x elements / 8.
-SAFETENSORS_DTYPE_BITS = {
-    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16, "U16": 16, "F16": 16,
-    "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "F64": 64, "I64": 64, "U64": 64, "F4": 4, "F6_E2M3": 6,
-    "F6_E3M2": 6, "C64": 64,
-}
-
-
-def _header_of(path: Path) -> dict:
-    """The JSON header of one safetensors file (8-byte little-endian length, then the JSON
-    object). Raises ``ValueError`` saying why for anything else."""
-    import json
-
-    with open(path, "rb") as fh:
-        head = fh.read(8)
-        size = int.from_bytes(head, "little") if len(head) == 8 else -1
-        if not 0 < size <= MAX_SAFETENSORS_HEADER:
-            raise ValueError(f"{path.name}: no safetensors header (header length {size})")
-        raw = fh.read(size)
-    try:
-        header = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise ValueError(f"{path.name}: its safetensors header is not JSON") from None
-    if not isinstance(header, dict):
-        raise ValueError(f"{path.name}: its safetensors header is not a JSON object")
-    return header
-
-
-def safetensors_header_weights(files: list[Path]) -> tuple[int, int]:
-    """``(model_bytes, mtp_bytes)`` of the tensors in ``files``, from their headers alone: per
-    tensor ``SAFETENSORS_DTYPE_BITS[dtype] x prod(shape) / 8`` (rounded up), what the tensor
-    holds, never the header or padding the file sizes include; tensors whose name contains
-    ``mtp`` counted apart (SGLang's target skips them, a NEXTN draft loads them:
-    ``MTP_ONE_LAYER_ARCHITECTURES``). Raises ``ValueError`` naming the file and tensor for a
-    header of another shape, an unknown dtype, or a shape whose bytes differ from its
-    ``data_offsets`` span."""
-    model = mtp = 0
-    for f in files:
-        for name, info in _header_of(f).items():
-            if name == "__metadata__":
-                continue
-            if not isinstance(info, dict):
-                raise ValueError(f"{f.name}: tensor {name!r} is not described by an object")
-            dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-            bits = SAFETENSORS_DTYPE_BITS.get(dtype) if isinstance(dtype, str) else None
-            if bits is None:
-                raise ValueError(f"{f.name}: tensor {name!r} has dtype {dtype!r}, not one of the format's")
-            if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
-                                                      for d in shape):
-                raise ValueError(f"{f.name}: tensor {name!r} has no valid shape")
-            n = 1
-            for d in shape:
-                n *= d
-            nbytes = (n * bits + 7) // 8
-            if (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
-                    and offsets[1] - offsets[0] != nbytes):
-                raise ValueError(f"{f.name}: tensor {name!r}: {dtype} x {shape} is {nbytes} bytes, its data_offsets "
-                                 f"span {offsets[1] - offsets[0]}")
-            if "mtp" in name:
-                mtp += nbytes
-            else:
-                model += nbytes
-    return model, mtp
-
-
-
 def quant_method_of(config: dict) -> tuple[str, str] | None:
     """``(field, value)``: the quantization method a config.json names, where SGLang 0.5.19 looks
     (``srt/configs/model_config.py: _parse_quant_hf_config``: ``quantization_config``, else
@@ -421,8 +354,11 @@ def quant_method_of(config: dict) -> tuple[str, str] | None:
 
 def read_model_dir(path: str | Path) -> ModelDirFacts | None:
     """Read ``config.json`` and the safetensors sizes of a model directory; ``None`` when the
-    directory does not exist here. Raises ``BadInput`` naming the file for a config.json that
-    cannot be read or is not JSON (``jsonio``), ``ValueError`` for one that lacks a field."""
+    directory does not exist here. The tensor bytes come from the checked headers
+    (``safetensors_header_weights``); when a shard's header does not pass, ``tensor_bytes`` is
+    None, the file sizes stand in, and ``header_note`` is the header's one-line error, naming
+    the file. Raises ``BadInput`` naming the file for a config.json that cannot be read or is
+    not JSON (``jsonio``), ``ValueError`` for one that lacks a field."""
     from .jsonio import loads_json, read_regular
 
     p = Path(path)
@@ -444,6 +380,7 @@ def read_model_dir(path: str | Path) -> ModelDirFacts | None:
         qm = quant_method_of(config) if isinstance(config, dict) else None
         if qm is not None:
             context["quant_method"] = qm[1]
+    from .errors import BadInput
     from .jsonio import is_regular_file
 
     shards = sorted(f for f in p.glob("*.safetensors") if is_regular_file(f))
@@ -453,8 +390,10 @@ def read_model_dir(path: str | Path) -> ModelDirFacts | None:
         try:
             model, mtp = safetensors_header_weights(shards)
             measured = {"tensor_bytes": model, "mtp_tensor_bytes": mtp}
-        except (OSError, ValueError) as exc:
-            measured = {"header_note": str(exc)}
+        except BadInput as exc:  # a header that does not pass: its one line, and the file sizes stand in
+            measured = {"header_note": exc.message}
+        except OSError as exc:
+            measured = {"header_note": f"{exc.filename or p}: cannot read: {exc.strerror or exc}"}
     return ModelDirFacts(path=str(p), arch=arch, safetensors_bytes=sum(sizes) if sizes else None, **context,
                          **measured)
 
@@ -563,15 +502,17 @@ def _tensor_problem(info: object, data_len: int) -> str | None:
     return None
 
 
-def safetensors_tensor_bytes(path: str | Path, contains: str) -> int:
-    """Bytes of the tensors of one safetensors file whose name contains ``contains``, from its
-    header alone (the format: an 8-byte little-endian header length ``n``, ``n`` bytes of a JSON
-    object of ``name: {dtype, shape, data_offsets: [begin, end]}``, then the data section, whose
-    offsets count from its start). Every tensor of the header is checked, not only those
-    counted (``_tensor_problem``): its offsets inside the data section the file really holds,
-    its byte count equal to dtype x shape. Raises ``BadInput`` naming the file (and the
+def safetensors_header(path: str | Path) -> dict[str, dict]:
+    """The tensors of one safetensors file, from its header alone: ``{name: {"dtype", "shape",
+    "data_offsets": [begin, end]}}`` (``__metadata__`` left out), as the file's JSON has them.
+    The format: an 8-byte little-endian header length ``n``, ``n`` bytes of a JSON object, then
+    the data section, whose offsets count from its start. Every tensor is checked
+    (``_tensor_problem``): its offsets inside the data section the file really holds, its byte
+    count ``end - begin`` equal to dtype x shape, so a tensor's bytes are its offsets' span.
+    The one reader of safetensors headers here. Raises ``BadInput`` naming the file (and the
     tensor) for a header length that is 0, above ``MAX_SAFETENSORS_HEADER`` or past the end of
-    the file, a header that is not a JSON object, or a tensor entry that does not fit."""
+    the file, a header that is not a JSON object, or a tensor entry that does not fit;
+    ``OSError`` when the file cannot be read."""
     from .errors import BadInput
     from .jsonio import loads_json
 
@@ -592,16 +533,45 @@ def safetensors_tensor_bytes(path: str | Path, contains: str) -> int:
     if not isinstance(header, dict):
         raise BadInput(f"{p}: a safetensors header must be a JSON object")
     data_len = file_size - 8 - size
-    total = 0
+    tensors: dict[str, dict] = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
         problem = _tensor_problem(info, data_len)
         if problem is not None:
             raise BadInput(f"{p}: safetensors header: tensor {name!r} {problem}")
+        tensors[name] = info
+    return tensors
+
+
+def safetensors_tensor_bytes(path: str | Path, contains: str) -> int:
+    """Bytes of the tensors of one safetensors file whose name contains ``contains``, from its
+    checked header (``safetensors_header``: every tensor of it is checked, not only those
+    counted). Raises as ``safetensors_header``."""
+    total = 0
+    for name, info in safetensors_header(path).items():
         if contains in name:
-            total += info["data_offsets"][1] - info["data_offsets"][0]
+            begin, end = info["data_offsets"]
+            total += end - begin
     return total
+
+
+def safetensors_header_weights(files: list[Path]) -> tuple[int, int]:
+    """``(model_bytes, mtp_bytes)`` of the tensors in ``files``, from their checked headers
+    (``safetensors_header``): per tensor its data_offsets span, equal there to
+    ``SAFETENSORS_DTYPE_BITS[dtype] x prod(shape) / 8``, what the tensor holds, never the header
+    or padding the file sizes include; tensors whose name contains ``mtp`` counted apart
+    (SGLang's target skips them, a NEXTN draft loads them: ``MTP_ONE_LAYER_ARCHITECTURES``).
+    Raises as ``safetensors_header``, for the first file that does not pass."""
+    model = mtp = 0
+    for f in files:
+        for name, info in safetensors_header(f).items():
+            begin, end = info["data_offsets"]
+            if "mtp" in name:
+                mtp += end - begin
+            else:
+                model += end - begin
+    return model, mtp
 
 
 def read_draft_dir(path: str | Path, model_folder: str | Path | None = None) -> DraftFacts | None:

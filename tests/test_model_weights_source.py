@@ -35,7 +35,29 @@ def test_a_header_that_does_not_add_up_falls_back_to_file_sizes_and_says_why(tmp
     d = _folder(tmp_path, {"config.json": checkpoint()["config.json"], "model.safetensors": bad})
     facts = read_model_dir(d)
     assert facts.tensor_bytes is None and facts.safetensors_bytes == len(bad)
-    assert "model.safetensors: tensor 'w': BF16 x [4, 8] is 64 bytes, its data_offsets span 32" == facts.header_note
+    assert facts.header_note == f"{d / 'model.safetensors'}: safetensors header: tensor 'w' holds 32 bytes but " \
+        "BF16 x [4, 8] is 64"
+
+
+def test_a_header_whose_offsets_run_past_the_file_is_refused_naming_the_file(tmp_path, cli):
+    """A tensor whose data_offsets end past the file's data (a truncated shard, or a header that
+    lies): dtype x shape agrees with the offsets, so only the check against the file's length
+    catches it (safetensors' Metadata::validate, MetadataIncompleteBuffer). The headers are
+    refused, naming the file, the tensor and the data the file holds; the file sizes stand in,
+    in read_model_dir and in plan's weights source."""
+    from escha_deploy.arch import read_model_dir
+
+    good = safetensors({"w": ("BF16", [4, 4])})  # 32 data bytes
+    cut = good[:-16]  # the header still says [0, 32]
+    d = _folder(tmp_path, {"config.json": checkpoint()["config.json"], "model.safetensors": cut})
+    facts = read_model_dir(d)
+    want = (f"{d / 'model.safetensors'}: safetensors header: tensor 'w' has data_offsets [0, 32] past the end "
+            "of the file's data (16 bytes)")
+    assert facts.tensor_bytes is None and facts.header_note == want
+    assert facts.safetensors_bytes == len(cut)
+    plan = json.loads(cli("plan", "-p", "rtx5060ti-tp2-fp8", "--host-ram", "16GiB", "--wsl2",
+                          "--set", f"model.host_dir={d}", "-f", "json").out)
+    assert plan["weights_source"] == "file sizes" and f"(the headers: {want})" in plan["weights_source_detail"]
 
 
 def test_plan_says_which_source_fed_the_budget_and_the_pin(cli, tmp_path):
@@ -54,7 +76,9 @@ def test_plan_says_which_source_fed_the_budget_and_the_pin(cli, tmp_path):
     (d / "model-00001-of-00002.safetensors").write_bytes(b"\xff" * 8)  # not a safetensors file
     fs = json.loads(cli("plan", "-p", "rtx5060ti-tp2-fp8", "--host-ram", "16GiB", "--wsl2",
                         "--set", f"model.host_dir={d}", "-f", "json").out)
-    assert fs["weights_source"] == "file sizes" and "no safetensors header" in fs["weights_source_detail"]
+    assert fs["weights_source"] == "file sizes"
+    shard = d / "model-00001-of-00002.safetensors"
+    assert f"(the headers: {shard}: not a safetensors file (header length " in fs["weights_source_detail"]
 
 
 def test_plan_chart_title_names_the_weights_source(tmp_path):
