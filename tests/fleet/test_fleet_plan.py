@@ -91,8 +91,9 @@ def test_three_boxes_agree_with_plan_per_box(tmp_path, capsys):
     assert code == 0, err
     fp = json.loads(out)
     assert [b["box"] for b in fp["boxes"]] == ["wsl-a", "lin-b", "lin-c"]
-    single = {"wsl-a": ("--facts", str(tmp_path / "wsl-a.json")), "lin-b": ("--facts", str(tmp_path / "lin-b.json")),
-              "lin-c": ("--host-ram", "64GiB", "--linux")}
+    single = {"wsl-a": ("--facts", str(tmp_path / "wsl-a.json")),
+              "lin-b": ("--facts", str(tmp_path / "lin-b.json"), "--set", "container.port=30001"),
+              "lin-c": ("--host-ram", "64GiB", "--linux", "--set", "container.port=30002")}  # each box's `set`
     for b in fp["boxes"]:
         code, out, err = run_cli(capsys, "plan", "-p", PROFILE, *single[b["box"]], "--format", "json")
         assert code == 0, err
