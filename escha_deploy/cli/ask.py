@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import FormatOpt, OptionalProfileOpt, OutputFormat, SetOpt
+from .options import FormatOpt, OptionalProfileOpt, OutputFormat, SetOpt, number_option
 
 EXAMPLES = """
 Examples:
@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
         api_key_file: Annotated[Optional[Path], typer.Option(
             "--api-key-file", help="File holding the API key (default: the profile's container.api_key_file, "
             "or the key the running server was started with).")] = None,
-        max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, max=1 << 20,
+        max_tokens: Annotated[int, typer.Option("--max-tokens", parser=number_option(1, 1 << 20, integer=True),
                                                 help="Tokens to generate at most.")] = 256,
         format: FormatOpt = OutputFormat.table,
     ) -> None:

@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import FormatOpt, OutputFormat, not_nan
+from .options import FormatOpt, OutputFormat, number_option
 
 BENCH_EXAMPLES = """
 Examples:
@@ -36,12 +36,12 @@ EndpointOpt = Annotated[
     Optional[str],
     typer.Option("--endpoint", "-e", help="Base URL of an SGLang server, e.g. http://127.0.0.1:30000."),
 ]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the generated prompts; the same seed gives the same tokens.")]
+SeedOpt = Annotated[int, typer.Option("--seed", parser=number_option(integer=True), help="Seed of the generated prompts; the same seed gives the same tokens.")]
 TimeoutOpt = Annotated[float, typer.Option(
-    "--request-timeout", min=1, max=86400, callback=not_nan,
+    "--request-timeout", parser=number_option(1, 86400),
     help="Seconds one completion may take in all, from sending it to its last byte (not per byte); the "
     "small requests (/health, /server_info, /v1/tokenize, /metrics) take 30 s at most.")]
-MaxReqOpt = Annotated[int, typer.Option("--max-requests", help="Refuse to send more requests than this.", min=1)]
+MaxReqOpt = Annotated[int, typer.Option("--max-requests", help="Refuse to send more requests than this.", parser=number_option(1, integer=True))]
 ApiKeyOpt = Annotated[
     Optional[str],
     # Hidden: this option exists to read ESCHA_API_KEY and to refuse a key typed on the command
@@ -100,14 +100,18 @@ def _header_safe(key: str, where: str) -> None:
 
 
 def _tokens(value: str, name: str) -> int:
-    """"18K" -> 18000, "18000" -> 18000 (K = 1000 tokens)."""
+    """"18K" -> 18000, "1.5K" -> 1500, "18000" -> 18000 (K = 1000 tokens). The number is read by
+    ``units.parse_number``, the one strict reading of every numeric option (a whole number
+    without K; no ``1_5``, ``0x10``, ``inf``, ``nan``). Raises ``BadInput`` naming ``name``."""
     from escha_deploy.errors import BadInput
+    from escha_deploy.units import parse_number
 
-    v = value.strip().lower().replace("_", "").replace(",", "")
+    v = value.strip()
+    kilo = v[-1:] in ("k", "K")
     try:
-        n = int(float(v[:-1]) * 1000) if v.endswith("k") else int(v[:20])
-    except (ValueError, OverflowError):
-        raise BadInput(f"{name}: expected a token count such as 18K or 18000, got {value[:40]!r}") from None
+        n = int(parse_number(v[:-1]) * 1000) if kilo else int(parse_number(v, integer=True))
+    except ValueError as exc:
+        raise BadInput(f"{name}: expected a token count such as 18K or 18000, got {value[:40]!r}: {exc}") from None
     if n < 1:
         raise BadInput(f"{name}: must be at least 1 token (got {value[:40]!r})")
     if n > MAX_TOKENS:
@@ -206,11 +210,11 @@ def register(app: typer.Typer) -> None:
             "--launcher", help="How --hicache-ab starts its servers: docker (up/down), native "
             "(escha-deploy serve --profile as a child), or auto (docker when a daemon answers).")] = "auto",
         seed: SeedOpt = 0,
-        prefixes: Annotated[int, typer.Option("--prefixes", help="Concurrent distinct prefixes.", min=1, max=256)] = 8,
+        prefixes: Annotated[int, typer.Option("--prefixes", help="Concurrent distinct prefixes.", parser=number_option(1, 256, integer=True))] = 8,
         prefix_tokens: Annotated[str, typer.Option("--prefix-tokens", help="Tokens per prefix (K = 1000).")] = "18K",
         prefill_tokens: Annotated[Optional[str], typer.Option("--prefill-tokens", help="Tokens of the cold-prefill prompt (default: --prefix-tokens).")] = None,
-        decode_tokens: Annotated[int, typer.Option("--decode-tokens", help="Tokens generated at batch 1.", min=2, max=MAX_TOKENS)] = 256,
-        answer_tokens: Annotated[int, typer.Option("--answer-tokens", help="Tokens generated per prefix request.", min=1, max=MAX_TOKENS)] = 16,
+        decode_tokens: Annotated[int, typer.Option("--decode-tokens", help="Tokens generated at batch 1.", parser=number_option(2, MAX_TOKENS, integer=True))] = 256,
+        answer_tokens: Annotated[int, typer.Option("--answer-tokens", help="Tokens generated per prefix request.", parser=number_option(1, MAX_TOKENS, integer=True))] = 16,
         chart: Annotated[Optional[Path], typer.Option("--chart", help="Also write a PNG chart here (needs matplotlib: pip install '.[chart]' from the escha-deploy checkout).")] = None,
         box: Annotated[Optional[str], typer.Option("--box", help="Name the machine in the table caption, e.g. '2 x RTX 5060 Ti 12 GB, TP 2, WSL2'.")] = None,
         request_timeout: TimeoutOpt = 600.0,
@@ -317,9 +321,9 @@ def register(app: typer.Typer) -> None:
         endpoint: Annotated[str, typer.Option("--endpoint", "-e", help="Base URL of an SGLang server with HiCache on.")],
         seed: SeedOpt = 0,
         prompt_tokens: Annotated[Optional[str], typer.Option("--prompt-tokens", help="Tokens of the canary prefix (K = 1000; default: 4096, or half the device pool when that is smaller, from /server_info).")] = None,
-        answer_tokens: Annotated[int, typer.Option("--answer-tokens", help="Tokens of each answer compared.", min=1, max=MAX_TOKENS)] = 32,
+        answer_tokens: Annotated[int, typer.Option("--answer-tokens", help="Tokens of each answer compared.", parser=number_option(1, MAX_TOKENS, integer=True))] = 32,
         fill_tokens: Annotated[Optional[str], typer.Option("--fill-tokens", help="Tokens of other prompts that push the canary out of the device pool (default: the device pool + 10 %, from /server_info; repeated until sglang:evicted_tokens_total shows the canary left).")] = None,
-        max_fill_requests: Annotated[int, typer.Option("--max-fill-requests", help="Refuse a fill that needs more prompts than this.", min=1)] = 64,
+        max_fill_requests: Annotated[int, typer.Option("--max-fill-requests", help="Refuse a fill that needs more prompts than this.", parser=number_option(1, integer=True))] = 64,
         hybrid: Annotated[Optional[bool], typer.Option("--hybrid/--not-hybrid", help="Whether the model is hybrid (mamba/GDN); default: from the server's model type.", show_default=False)] = None,
         request_timeout: TimeoutOpt = 600.0,
         max_requests: MaxReqOpt = 500,

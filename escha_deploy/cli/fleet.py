@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import FormatOpt, OutputFormat, not_nan
+from .options import FormatOpt, OutputFormat, number_option
 
 FleetFileArg = Annotated[Path, typer.Argument(help="fleet file (YAML): boxes, groups, router", show_default=False)]
 
@@ -259,7 +259,7 @@ def status_command(
     file: FleetFileArg,
     fmt: FormatOpt = OutputFormat.table,
     http_timeout: Annotated[float, typer.Option(
-        "--http-timeout", min=0.1, max=3600.0, callback=not_nan,
+        "--http-timeout", parser=number_option(0.1, 3600.0),
         help="Seconds the router's answer may take in all (connecting, headers, body; not per byte).")] = 10.0,
 ) -> None:
     """Each worker's health as the router sees it (SMG's GET /workers).

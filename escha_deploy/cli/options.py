@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Callable
 from typing import Annotated, Optional
 
@@ -65,16 +64,6 @@ FactsOpt = Annotated[
 ]
 
 
-def not_nan(value: float | None) -> float | None:
-    """Callback for a float option with ``min``/``max``: click's ``FloatRange`` lets ``nan``
-    through (every comparison with NaN is false), so refuse it here; exit 2 as for any bad
-    option value."""
-    if value is not None and math.isnan(value):
-        raise typer.BadParameter(f"{value} is not a number")
-    return value
-
-
-
 def number_option(least: float | None = None, most: float | None = None, *,
                   integer: bool = False) -> Callable[[str], float | int]:
     """A ``parser=`` for a numeric option: ``units.parse_number`` (the profile keys' reading:
@@ -93,7 +82,7 @@ def number_option(least: float | None = None, most: float | None = None, *,
         if (least is not None and value < least) or (most is not None and value > most):
             lo = "" if least is None else f"{least:g}<="  # click's own wording for a range
             hi = "" if most is None else f"<={most:g}"
-            raise typer.BadParameter(f"{text.strip()} is not in the range {lo}x{hi}")
+            raise typer.BadParameter(f"{str(text).strip()} is not in the range {lo}x{hi}")
         return value
 
     return parse

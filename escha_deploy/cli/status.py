@@ -21,7 +21,7 @@ import typer
 
 from escha_deploy.httpread import DEFAULT_DEADLINE_S
 
-from .options import FormatOpt, OptionalProfileOpt, OutputFormat, not_nan
+from .options import FormatOpt, OptionalProfileOpt, OutputFormat, number_option
 
 #: The longest ``--interval``, seconds (a day): a look a day is the slowest watch that means
 #: anything; ``inf`` would reach ``time.sleep``, which refuses it.
@@ -54,21 +54,21 @@ def register(app: typer.Typer) -> None:
         check: Annotated[bool, typer.Option("--check", help="Two looks --interval apart (one when no server's "
                                             "metrics can be read); exit 0 healthy, 3 an alert or nothing "
                                             "running, 5 the server answers but its metrics do not.")] = False,
-        interval: Annotated[float, typer.Option("--interval", min=0.05, max=MAX_INTERVAL_S, callback=not_nan,
+        interval: Annotated[float, typer.Option("--interval", parser=number_option(0.05, MAX_INTERVAL_S),
                                                 help="Seconds between looks.")] = 5.0,
-        window: Annotated[float, typer.Option("--window", min=1.0, max=MAX_WINDOW_S, callback=not_nan,
+        window: Annotated[float, typer.Option("--window", parser=number_option(1.0, MAX_WINDOW_S),
                                               help="Seconds of looks --watch compares "
                                               "(counters over this window).")] = 300.0,
         http_timeout: Annotated[float, typer.Option(
-            "--http-timeout", min=0.1, max=3600.0, callback=not_nan,
+            "--http-timeout", parser=number_option(0.1, 3600.0),
             help="Seconds one request to a server may take in all: connecting, headers and the whole "
             "/metrics body (not per byte); a slower answer is a named error (--check: exit 5).")] = DEFAULT_DEADLINE_S,
-        count: Annotated[int, typer.Option("--count", min=0, help="Stop --watch after this many looks "
+        count: Annotated[int, typer.Option("--count", parser=number_option(0, integer=True), help="Stop --watch after this many looks "
                                            "(0: until Ctrl-C).")] = 0,
         record: Annotated[Optional[Path], typer.Option("--record", help="Append each look to FILE, one JSON "
                                                        "object per line.")] = None,
         prefill_tps: Annotated[Optional[float], typer.Option(
-            "--prefill-tps", min=1.0, max=1e9, callback=not_nan, help="Prefill rate (tokens/s) the load-back-vs-recompute alert compares "
+            "--prefill-tps", parser=number_option(1.0, 1e9), help="Prefill rate (tokens/s) the load-back-vs-recompute alert compares "
             "with (default: the plan's: bench's last cold prefill, else hicache.prefill_tokens_per_s).")] = None,
     ) -> None:
         """Show the server(s) of a profile and what they do now: host tier, host memory, alerts."""
