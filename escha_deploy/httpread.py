@@ -1,5 +1,6 @@
 """The one way escha-deploy reads a server it does not control: ``status`` (``/metrics``),
-``bench`` and ``canary`` (an SGLang server's API), ``fleet status`` (the router's ``/workers``).
+``bench`` and ``canary`` (an SGLang server's API), ``fleet status`` (the router's ``/workers``),
+``up``'s ready wait (``/health``, ``/generate``, ``/server_info``: ``launch/ready.py``).
 
 Nothing such a server sends is trusted. The policy (``Policy``), for every request:
 
@@ -237,12 +238,20 @@ async def aread(client: httpx.AsyncClient, method: str, url: str, *, policy: Pol
 
 
 def get(url: str, *, policy: Policy = Policy(), headers: dict[str, str] | None = None) -> Answer:
-    """``GET url`` for synchronous callers (``status``, ``fleet status``): ``aread`` on an
-    event loop of its own, with a client made for the call. Raises ``ReadFailed``."""
+    """``GET url`` for synchronous callers (``status``, ``fleet status``): ``request``."""
+    return request("GET", url, policy=policy, headers=headers)
+
+
+def request(method: str, url: str, *, policy: Policy = Policy(), headers: dict[str, str] | None = None,
+            content: bytes | None = None) -> Answer:
+    """One request for synchronous callers (``status``, ``fleet status``, ``up``'s ready wait:
+    ``launch/ready.py``): ``aread`` on an event loop of its own, with a client made for the
+    call, so the whole answer comes within ``policy.deadline_s`` seconds or not at all.
+    ``content``: the request body (bytes), sent as is. Raises ``ReadFailed``."""
 
     async def one() -> Answer:
         async with async_client(policy) as client:
-            return await aread(client, "GET", url, policy=policy, headers=headers or {})
+            return await aread(client, method, url, policy=policy, headers=headers or {}, content=content)
 
     import asyncio
 

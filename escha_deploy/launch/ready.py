@@ -6,8 +6,8 @@ relaunch on the same ports, /health said 200 while requests hung), so ready mean
 1. ``GET /health`` returns 200 (``sglang/srt/entrypoints/http_server.py`` ``health``);
 2. ``POST /generate`` with one prompt and ``max_new_tokens`` 1 returns 200 with a ``text``.
 
-The probe talks to 127.0.0.1 with ``trust_env=False``, so no proxy variable can route it
-elsewhere (sglang#9814). While waiting, the server's log lines are matched against its startup
+The probe reads through ``httpread`` (a total deadline per request, a size cap on the body, no
+proxy from the environment, so no proxy variable can route it elsewhere: sglang#9814). While waiting, the server's log lines are matched against its startup
 phases (``PHASES``) to feed a progress display.
 """
 
@@ -17,6 +17,10 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from escha_deploy import httpread
 
 #: The ready wait polls at once, then after FIRST_POLL_S, each wait BACKOFF times the last, up
 #: to POLL_S (seconds): 0.02, 0.03, 0.045, 0.068, 0.1, 0.1, ... A server that is up within a
@@ -26,7 +30,8 @@ from dataclasses import dataclass
 FIRST_POLL_S = 0.02
 BACKOFF = 1.5
 POLL_S = 0.1
-#: Per-request timeouts (seconds): /health is cheap; the first generate may compile kernels.
+#: Per-request deadlines (seconds, the whole answer: ``httpread.Policy.deadline_s``): /health is
+#: cheap; the first generate may compile kernels.
 HEALTH_TIMEOUT_S = 2.0
 GENERATE_TIMEOUT_S = 60.0
 #: Seconds for one ``/server_info`` answer (it asks every scheduler for its internal state).
@@ -82,42 +87,43 @@ class ReadyResult:
 
 
 class Probe:
-    """HTTP checks against one server on loopback.
+    """HTTP checks against one server on loopback, read through the project's one reading
+    policy for servers we do not control (``httpread``): each request has a total deadline
+    (connecting, headers and the whole body; not per byte, so a server that sends one byte a
+    second cannot hold the ready wait), a size cap on the body, no proxy read from the
+    environment (sglang#9814) and no redirect followed.
 
-    Uses the standard library's ``http.client``: it never reads proxy variables (sglang#9814)
-    and costs nothing to import, where httpx's import took about 0.2 s of `up`'s 1.3 s on the
-    stand-in here (``python -X importtime``, 2026-11-29; the benchmark in docs/launch.md).
+    ``health_s``, ``generate_s``, ``server_info_s``: each request's deadline, seconds
+    (default ``HEALTH_TIMEOUT_S``, ``GENERATE_TIMEOUT_S``, ``SERVER_INFO_TIMEOUT_S``).
     """
 
-    def __init__(self, base_url: str, api_key: str | None = None) -> None:
-        from urllib.parse import urlsplit
-
-        u = urlsplit(base_url)
-        self._host, self._port = u.hostname or "127.0.0.1", u.port or 80
+    def __init__(self, base_url: str, api_key: str | None = None, *, health_s: float = HEALTH_TIMEOUT_S,
+                 generate_s: float = GENERATE_TIMEOUT_S, server_info_s: float = SERVER_INFO_TIMEOUT_S) -> None:
+        self._base = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._deadlines = {"health": health_s, "generate": generate_s, "server_info": server_info_s}
         self.last_status: int | None = None
 
     def close(self) -> None:
         pass
 
-    def _request(self, method: str, path: str, body: bytes | None, timeout: float) -> tuple[int, bytes]:
-        import http.client
+    def _request(self, method: str, path: str, body: bytes | None, deadline_s: float) -> "httpread.Answer":
+        """The whole answer to one request; raises ``httpread.ReadFailed`` (no whole answer
+        within ``deadline_s`` seconds, none at all, or one past the size cap)."""
+        from escha_deploy import httpread
 
-        conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
-        try:
-            headers = dict(self._headers)
-            if body is not None:
-                headers["Content-Type"] = "application/json"
-            conn.request(method, path, body=body, headers=headers)
-            r = conn.getresponse()
-            return r.status, r.read()
-        finally:
-            conn.close()
+        headers = dict(self._headers)
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        return httpread.request(method, self._base + path, policy=httpread.Policy(deadline_s=deadline_s),
+                                headers=headers, content=body)
 
     def health(self) -> bool:
+        from escha_deploy.httpread import ReadFailed
+
         try:
-            return self._request("GET", "/health", None, HEALTH_TIMEOUT_S)[0] == 200
-        except OSError:
+            return self._request("GET", "/health", None, self._deadlines["health"]).status == 200
+        except ReadFailed:
             return False
 
     def generate(self) -> bool:
@@ -125,25 +131,28 @@ class Probe:
         (sglang/srt/entrypoints/http_server.py ``generate_request``)."""
         import json
 
+        from escha_deploy.httpread import ReadFailed
+
         body = json.dumps({"text": "Hello", "sampling_params": {"max_new_tokens": 1, "temperature": 0}})
         try:
-            status, data = self._request("POST", "/generate", body.encode(), GENERATE_TIMEOUT_S)
-            self.last_status = status
-            return status == 200 and "text" in json.loads(data)
-        except (OSError, ValueError):
+            answer = self._request("POST", "/generate", body.encode(), self._deadlines["generate"])
+            self.last_status = answer.status
+            got = answer.json() if answer.status == 200 else None  # the bounded JSON reader (jsonio)
+        except ReadFailed:
             return False
+        return isinstance(got, dict) and "text" in got
 
     def server_info(self) -> dict | None:
         """SGLang's ``/server_info`` as a JSON object (sglang/srt/entrypoints/http_server.py
         ``server_info``), else its deprecated alias ``/get_server_info``; None when neither
         answers 200 with an object (a server without them, or not reachable)."""
-        import json
+        from escha_deploy.httpread import ReadFailed
 
         for path in ("/server_info", "/get_server_info"):
             try:
-                status, data = self._request("GET", path, None, SERVER_INFO_TIMEOUT_S)
-                info = json.loads(data) if status == 200 else None
-            except (OSError, ValueError):
+                answer = self._request("GET", path, None, self._deadlines["server_info"])
+                info = answer.json() if answer.status == 200 else None  # the bounded JSON reader (jsonio)
+            except ReadFailed:
                 continue
             if isinstance(info, dict):
                 return info

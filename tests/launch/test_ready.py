@@ -154,3 +154,42 @@ def test_up_log_pump_pause_ends_when_the_server_logs_that_it_listens():
         assert pump.following()
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("kind", ["slow-headers", "slow-body"])
+def test_a_server_sending_a_byte_a_second_cannot_hold_a_probe(kind):
+    """up's ready probe reads through httpread: each request ends within its deadline in all,
+    not per byte. With a per-read timeout (http.client's), a server sending one byte a second
+    held /health for as long as it kept sending (the hostile server: a 4 KB header line)."""
+    from escha_deploy import httpread
+    from hostile_servers import HostileServer
+
+    httpread._ssl_context()  # httpx imported and its TLS context built before any clock starts
+    with HostileServer(kind) as srv:
+        probe = Probe(srv.url, health_s=1.0, generate_s=1.0, server_info_s=1.0)
+        t0 = time.monotonic()
+        assert probe.health() is False
+        assert time.monotonic() - t0 < 1.0 + 2.0
+        t0 = time.monotonic()
+        assert probe.generate() is False
+        assert time.monotonic() - t0 < 1.0 + 2.0
+        t0 = time.monotonic()
+        assert probe.server_info() is None  # /server_info, then /get_server_info: one deadline each
+        assert time.monotonic() - t0 < 2 * 1.0 + 2.0
+        res = wait_ready(probe, timeout_s=1.5, alive=lambda: True)
+        assert not res.ready and res.reason == "timed out"
+        assert srv.requests[:2] == ["GET /health", "POST /generate"]
+
+
+def test_a_generate_answer_that_is_not_an_object_is_not_ready():
+    """/generate answering 200 with JSON that is no object (``5``) is not ready (``"text" in 5``
+    raised TypeError before)."""
+    srv = _Server(ready_after=0)
+    try:
+        probe = Probe(srv.url)
+        assert probe.generate() is True
+        srv.httpd.RequestHandlerClass.do_POST = lambda self: (  # type: ignore[method-assign]
+            self.rfile.read(int(self.headers.get("Content-Length") or 0)), self._send(200, b"5"))
+        assert probe.generate() is False and probe.last_status == 200
+    finally:
+        srv.close()
