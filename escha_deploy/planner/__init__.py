@@ -261,7 +261,14 @@ def step_device_pools(c: _Ctx) -> None:
         # (KVCacheConfigurator._handle_max_mamba_cache, DefaultPoolConfigurator.calculate_pool_sizes);
         # the draft's weights are loaded by then and come out of it too (planner.draft).
         rest = _static_budget(c) - c.inp.weights_bytes - d.weights_bytes
-        if c.inp.arch.is_hybrid and slots is None:
+        if c.inp.arch.is_hybrid and slots is None and not per_slot:
+            # no linear-attention layer (full_attention_interval 1): no state to size slots by;
+            # SGLang asserts one above 0 bytes and stops (validate names the key)
+            slots = 0
+            c.decide("device_pools", "mamba slots (SGLang auto)", slots,
+                     "no linear-attention layer: 0 B of mamba state per slot (KVCacheConfigurator._handle_max_mamba_cache "
+                     "asserts it is above 0)")
+        elif c.inp.arch.is_hybrid and slots is None:
             r = MAMBA_FULL_MEMORY_RATIO
             slots = max(int((rest * r / (1 + r) - per_slot) // per_slot), 0)
             c.decide("device_pools", "mamba slots (SGLang auto)", slots,

@@ -115,7 +115,13 @@ def host_pools_at_ratio(dev: DevicePools, ratio: float) -> HostPools:
 
 
 def host_pools_at_size(dev: DevicePools, size_gb: int) -> HostPools:
-    """Per-rank host pools at ``--hicache-size size_gb`` (GB = 1e9, per rank)."""
+    """Per-rank host pools at ``--hicache-size size_gb`` (GB = 1e9, per rank).
+
+    A hybrid model with no linear-attention layer (``full_attention_interval`` 1, slots set by
+    ``runtime.max_mamba_cache_size``) has 0 B of mamba state per slot: SGLang's split gives its
+    mamba pool 0 GB, and ``MambaPoolHost.__init__`` (``host_size > 0`` false) sizes it by ratio
+    instead, at 0 B a slot; the bytes are 0 either way, so the slot count is kept at the
+    device pool's plus the padding slot rather than modelled (dividing by the 0 B crashed)."""
     if dev.mamba_slots:
         total = dev.kv_bytes + dev.mamba_bytes
         kv_gb = size_gb * dev.kv_bytes / total
@@ -123,7 +129,12 @@ def host_pools_at_size(dev: DevicePools, size_gb: int) -> HostPools:
     else:
         kv_gb, mamba_gb = float(size_gb), 0.0
     kv_tokens = _round_pages(int(kv_gb * 1e9 // dev.host_kv_bytes_per_token), dev.kv_page_size)
-    slots = _round_pages(int(mamba_gb * 1e9 // dev.mamba_bytes_per_slot), 1) if dev.mamba_slots else 0
+    if not dev.mamba_slots:
+        slots = 0
+    elif not dev.mamba_bytes_per_slot:
+        slots = _round_pages(dev.mamba_slots, 1)
+    else:
+        slots = _round_pages(int(mamba_gb * 1e9 // dev.mamba_bytes_per_slot), 1)
     return _with_buffers(dev, HostPools(
         kv_tokens=kv_tokens, kv_bytes=kv_tokens * dev.host_kv_bytes_per_token,
         mamba_slots=slots, mamba_bytes=slots * dev.mamba_bytes_per_slot,

@@ -326,7 +326,17 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
             error("runtime.enable_mixed_chunk",
                   "mixed chunk corrupts mamba checkpoints on hybrid models without sglang#39526 "
                   "(sglang#39342): set false, or add the mamba-mixed-chunk-fix overlay to runtime.needs")
-        if not mamba_slots:
+        if not arch.linear_layer_ids() and rt.max_mamba_cache_size is None:
+            # kv_cache_configurator.py: _handle_max_mamba_cache sizes the slots from the mamba
+            # state of one request (mamba_utils.py: mamba_cache_per_req, x the linear-attention
+            # layers) and asserts it is above 0: with no such layer it is 0, and SGLang stops
+            # (an explicit --max-mamba-cache-size takes the other branch, which does not divide)
+            error("model.architecture.full_attention_interval",
+                  f"{arch.full_attention_interval} makes every one of the {arch.num_hidden_layers} layers full "
+                  "attention: a hybrid model with no linear-attention layer has no mamba state to size its slots "
+                  "by, and SGLang stops at startup (kv_cache_configurator.py: _handle_max_mamba_cache asserts "
+                  "stage_per_req > 0); set runtime.max_mamba_cache_size, or a full_attention_interval above 1")
+        elif not mamba_slots:
             # kv_cache_configurator.py: _handle_max_mamba_cache raises "Not enough GPU memory for
             # hybrid (mamba/linear-attention) state cache" when it computes no slot.
             error("runtime.max_mamba_cache_size",

@@ -286,3 +286,38 @@ def test_max_total_tokens_of_one_leaves_no_request(cli):
             "model.architecture.full_attention_interval=null", "--set", "runtime.max_mamba_cache_size=null",
             "--set", "runtime.max_total_tokens=1", "--host-ram", "256GiB", "--linux")
     assert "max_total_tokens // 2 = 0" not in r.out + r.err, r.out
+
+
+def test_hybrid_model_without_a_linear_layer_needs_its_mamba_slots_set(cli):
+    """full_attention_interval 1 makes every layer full attention: the mamba state of one request
+    is 0 bytes, and SGLang's kv_cache_configurator.py: _handle_max_mamba_cache asserts
+    ``stage_per_req > 0`` when it sizes the slots itself (0.5.19 and 0.5.23); plan divided by it
+    (ZeroDivisionError: float floor division by zero, found by the differential fuzz). With
+    runtime.max_mamba_cache_size set SGLang takes the explicit branch, and so does plan."""
+    base = ("plan", "-p", "rtx5060ti-tp2-fp8", "--host-ram", "64GiB", "--linux", "--format", "json",
+            "--set", "model.architecture.full_attention_interval=1")
+    r = cli(*base, "--set", "runtime.max_mamba_cache_size=null")
+    assert r.code == 3 and "Traceback" not in r.err, r.out + r.err
+    reasons = json.loads(r.out)["reasons"]
+    assert [x for x in reasons if "full_attention_interval" in x] == [
+        "model.architecture.full_attention_interval: 1 makes every one of the 64 layers full attention: a hybrid "
+        "model with no linear-attention layer has no mamba state to size its slots by, and SGLang stops at startup "
+        "(kv_cache_configurator.py: _handle_max_mamba_cache asserts stage_per_req > 0); set "
+        "runtime.max_mamba_cache_size, or a full_attention_interval above 1"], reasons
+    assert not any("no mamba state slot fits" in x for x in reasons), reasons
+    r = cli(*base, "--set", "runtime.max_mamba_cache_size=16")
+    assert r.code == 0, r.out + r.err
+
+
+def test_hybrid_model_without_a_linear_layer_sizes_its_host_pools_by_size(cli):
+    """The same model with its slots set (linux-tp2-l3: max_mamba_cache_size 16) and HiCache by
+    --hicache-size: the host pools divided the mamba share by 0 B a slot (ZeroDivisionError, the
+    differential fuzz's case). SGLang's split (hybrid_pool_assembler.py: _split_hicache_size)
+    gives the mamba pool 0 GB, and its bytes are 0; the KV pool takes the whole size."""
+    r = cli("plan", "-p", "linux-tp2-l3", "--host-ram", "256GiB", "--linux", "--format", "json",
+            "--set", "model.architecture.full_attention_interval=1", "--set", "runtime.max_total_tokens=65536",
+            "--set", "hicache.storage_max_size=1GB")
+    assert r.code == 0 and "Traceback" not in r.err, r.out + r.err
+    per_rank = json.loads(r.out)["per_rank"]
+    assert per_rank["mamba_bytes_per_slot"] == 0 and per_rank["host_mamba_bytes"] == 0, per_rank
+    assert per_rank["host_kv_bytes"] == per_rank["pinned_bytes"] > 29e9, per_rank  # hicache_size 30 GB, all KV
