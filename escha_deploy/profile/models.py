@@ -236,9 +236,26 @@ KvDtype = Literal["auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "int2",
                   "mxfp8", "nvfp4", "fp4_mx_block16"]
 
 
+#: KV dtypes a release's ``--kv-cache-dtype`` lists that its own code refuses, with SGLang's
+#: reason: 0.5.19 lists ``fp4_e2m1`` (server_args.py) and refuses it when the model runner
+#: resolves the dtype, after the weights load (srt/mem_cache/kv_cache_dtype.py:
+#: ``configure_kv_cache_dtype``); 0.5.23 no longer lists it.
+REFUSED_KV_DTYPES = {
+    "fp4_e2m1": "SGLang refuses it: '--kv-cache-dtype=fp4_e2m1 is deprecated. Use --kv-cache-dtype=fp4_mx_block16.' "
+                "(srt/mem_cache/kv_cache_dtype.py: configure_kv_cache_dtype); use fp4_mx_block16",
+}
+
+
 class KvCache(EschaModel):
     dtype: Annotated[KvDtype, Field(description="--kv-cache-dtype (int2 needs the int2-kv capability)"), SGLangFlag("--kv-cache-dtype")] = "auto"
     int2: Annotated[Int2Options, Field(description="INT2 layout, used when dtype is int2")] = Int2Options()
+
+    @field_validator("dtype", mode="before")
+    @classmethod
+    def _refused_by_sglang(cls, value: Any) -> Any:
+        if isinstance(value, str) and value in REFUSED_KV_DTYPES:
+            raise ValueError(f"{value}: {REFUSED_KV_DTYPES[value]}")
+        return value
 
 
 class Runtime(EschaModel):
