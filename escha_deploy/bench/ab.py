@@ -57,7 +57,9 @@ def load_launcher(kind: str = "auto") -> Launcher:
             "(escha_deploy.launch.bench_launcher is missing)",
             hint="start the two servers yourself and use --endpoint URL_OFF --compare URL_ON",
         )
-    launcher = factory(kind)
+    from escha_deploy.doctor.doctor_probe import doctor_in_image
+
+    launcher = factory(kind, doctor_probe=doctor_in_image)
     if not isinstance(launcher, Launcher):
         raise TypeError(f"escha_deploy.launch.bench_launcher() returned {launcher!r}, "
                         "which lacks start(profile, hicache=) / stop()")

@@ -150,7 +150,7 @@ class ServerClient:
         self.max_requests = max_requests
         self.sent = 0
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        from escha_deploy.launch.redact import Redactor
+        from escha_deploy.redact import Redactor
 
         self._redact = Redactor([api_key] if api_key else [])
         import httpx

@@ -27,7 +27,7 @@ A pull, in order, nothing written before the checks that can refuse it:
 
 Offline (``offline`` or ``HF_HUB_OFFLINE=1``): no request is sent; the folder is checked against
 its lock file, as `model verify` does. The token comes from a file (``container.hf_token_file``
-or ``--token-file``) and is never printed: messages go through ``launch.redact``.
+or ``--token-file``) and is never printed: messages go through ``redact``.
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def pull(repo: str, rev: str | None, folder: str | Path, *, token: str | None = 
          update: bool = False, report: Report = lambda _: None, progress: bool = True) -> PullResult:
     """Pull ``repo`` at ``rev`` into ``folder`` (module docstring). Raises ``BadInput`` (2)
     or ``Refused`` (3), one line naming the repository, revision, file or folder."""
-    from escha_deploy.launch.redact import Redactor
+    from escha_deploy.redact import Redactor
 
     dest = Path(folder)
     mask = Redactor([token] if token else [])

@@ -126,7 +126,7 @@ def register(app: typer.Typer) -> None:
         labels = {LABEL_ESCHA: __version__}  # the CLI the image's `serve --spec` runs
         if patches is not None:
             from escha_deploy.runtime.description import LABEL_FORK
-            from escha_deploy.runtime.fork import fork_label
+            from escha_deploy.runtime.patching import fork_label
 
             args["FORK_DIR"] = fork_dir
             if fork_label(patches):  # provenance of the fork's commits, non-ASCII kept

@@ -61,6 +61,7 @@ def register(app: typer.Typer) -> None:
         failed, not needed, not run) and exits as `up` would (3 refused, 2 bad input); it
         creates nothing.
         """
+        from escha_deploy.doctor.doctor_probe import doctor_in_image
         from escha_deploy.launch.up import up as start
 
         from .output import info, report
@@ -84,7 +85,7 @@ def register(app: typer.Typer) -> None:
                     # loaded once: `up` plans it, --canary reads its API key file
                     prof = load_profile(profile, overrides)
                     res = start(profile, overrides, timeout_s=timeout, build=build, report=report,
-                                facts_path=facts, ready=mine, loaded=prof)
+                                facts_path=facts, ready=mine, loaded=prof, doctor_probe=doctor_in_image)
                     follow = not detach and mine.container is not None
                     _print_result(res, format, prof)
                     if canary:

@@ -29,8 +29,9 @@ def up_box(loaded: LoadedFleet, fp: FleetPlan, name: str, *, timeout_s: float | 
     """``launch.up.up`` (what ``escha-deploy up`` calls) for box ``name``, with its profile and
     its ``set`` overrides; returns its ``UpResult``. A node of a multi-node instance is refused:
     its container comes from ``fleet compose`` (one service per node with the node's rank)."""
+    from ..doctor.doctor_probe import doctor_in_image
     from ..launch.up import up
 
     ref, sets, facts = box_profile(loaded, fp, name)
     kwargs = {"report": report} if report is not None else {}
-    return up(ref, sets, timeout_s=timeout_s, facts_path=facts, **kwargs)
+    return up(ref, sets, timeout_s=timeout_s, facts_path=facts, doctor_probe=doctor_in_image, **kwargs)

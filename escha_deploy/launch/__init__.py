@@ -20,6 +20,8 @@ Kept import-light: docker-py is imported only when a launcher is used.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .progress import Report, stderr
 
 
@@ -27,19 +29,24 @@ class DockerBenchLauncher:
     """``Launcher`` for ``bench --hicache-ab``: ``start(profile, hicache=)`` runs ``up`` with
     ``hicache.enabled`` forced (nothing else changed) and returns the endpoint once ready;
     ``stop()`` runs ``down`` for that profile and returns once its container is gone.
-    ``up``'s progress goes to ``report`` (default: stderr).
+    ``up``'s progress goes to ``report`` (default: stderr). ``doctor_probe``: doctor's probes
+    in the image, which ``up`` runs (``launch.up.DoctorProbe``; the bench passes
+    ``doctor.doctor_probe.doctor_in_image``; without it, a profile that requests GPUs with no
+    fresh findings saved stops at ``up``'s ``doctor probes`` check, exit 1).
     Errors are ``EschaError`` subclasses from ``up`` (``Refused`` 3, ``Failed`` 4)."""
 
-    def __init__(self, overrides: tuple[str, ...] = (), report: Report = stderr) -> None:
+    def __init__(self, overrides: tuple[str, ...] = (), report: Report = stderr, *,
+                 doctor_probe: Callable[..., bool] | None = None) -> None:
         self.overrides = tuple(overrides)
         self.report = report
+        self.doctor_probe = doctor_probe
         self._profile: str | None = None
 
     def start(self, profile: str, *, hicache: bool) -> str:
         from .up import up
 
         res = up(profile, [*self.overrides, f"hicache.enabled={'true' if hicache else 'false'}"],
-                 report=self.report)
+                 report=self.report, doctor_probe=self.doctor_probe)
         self._profile = res.profile
         return res.endpoint
 
@@ -164,14 +171,16 @@ def docker_reachable(timeout_s: float = 5.0) -> bool:
     return True
 
 
-def bench_launcher(kind: str = "auto") -> DockerBenchLauncher | NativeBenchLauncher:
+def bench_launcher(kind: str = "auto", *, doctor_probe: Callable[..., bool] | None = None,
+                   ) -> DockerBenchLauncher | NativeBenchLauncher:
     """The launcher ``escha-deploy bench --hicache-ab`` uses (``bench.ab.load_launcher``):
-    ``docker`` (``up``/``down``), ``native`` (``serve --profile`` as a child), or ``auto``:
-    Docker when a daemon answers, else native. Raises ``ValueError`` for another ``kind``."""
+    ``docker`` (``up``/``down``, with ``doctor_probe``: doctor's probes in the image), ``native``
+    (``serve --profile`` as a child), or ``auto``: Docker when a daemon answers, else native.
+    Raises ``ValueError`` for another ``kind``."""
     if kind == "auto":
         kind = "docker" if docker_reachable() else "native"
     if kind == "docker":
-        return DockerBenchLauncher()
+        return DockerBenchLauncher(doctor_probe=doctor_probe)
     if kind == "native":
         return NativeBenchLauncher()
     raise ValueError(f"launcher {kind!r}: docker, native or auto")

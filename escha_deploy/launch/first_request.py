@@ -139,7 +139,7 @@ def ask(endpoint: str, prompt: str, *, model: str | None = None, api_key: str | 
     message."""
     import httpx
 
-    from .redact import Redactor
+    from escha_deploy.redact import Redactor
 
     mask = Redactor([api_key] if api_key else [])
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}

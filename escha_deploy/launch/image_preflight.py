@@ -64,7 +64,7 @@ def internal_error(res: PreflightResult, report: Report = quiet) -> Internal:
 def _masked(text: str) -> str:
     """``text`` with key-shaped values masked (``redact.Redactor``'s patterns): a traceback may
     quote an argv value."""
-    from .redact import Redactor
+    from escha_deploy.redact import Redactor
 
     return Redactor()(text)
 

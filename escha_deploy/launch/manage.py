@@ -9,7 +9,7 @@ from typing import Any
 from escha_deploy.errors import Failed, Refused
 from escha_deploy.netaddr import url as http_url
 
-from .redact import Redactor, printable
+from escha_deploy.redact import Redactor, printable
 
 
 def _containers(profile: str | None, *, natives: bool) -> tuple[Any, list]:
@@ -31,8 +31,8 @@ def _containers(profile: str | None, *, natives: bool) -> tuple[Any, list]:
 
 def native_servers(profile: str | None) -> list:
     """The live native ``serve`` processes of ``profile`` (all when None), as ``status``
-    finds them: their state files (``watch.state.find_states``; stale ones removed)."""
-    from escha_deploy.watch.state import find_states
+    finds them: their state files (``serve_state.find_states``; stale ones removed)."""
+    from escha_deploy.launch.serve_state import find_states
 
     return find_states(profile)[0]
 

@@ -53,7 +53,7 @@ from typing import IO
 from escha_deploy.errors import ExitCode
 
 from .diagnose import Diagnosis, Facts, diagnose
-from .redact import Redactor, printable
+from escha_deploy.redact import Redactor, printable
 
 #: Lines kept for the diagnosis (the printed tail is diagnose.TAIL_LINES of these).
 KEEP_LINES = 400

@@ -233,7 +233,7 @@ class Prepared:
         --spec`` sets for SGLang in the container, as ``serve --print`` shows it; redacted)."""
         from escha_deploy.secretargs import redact_argv
 
-        from .redact import Redactor
+        from escha_deploy.redact import Redactor
 
         r = Redactor()
         return {

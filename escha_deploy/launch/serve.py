@@ -33,7 +33,7 @@ from .check import SKIP_GPU_PREFLIGHT_ENV  # noqa: F401 - the documented test sw
 from .sglang_preflight import PREFLIGHT_ENV  # noqa: F401 - the switch (documented there), re-exported
 from .prepare import read_secret
 from .progress import Report, quiet
-from .redact import Redactor
+from escha_deploy.redact import Redactor
 
 if TYPE_CHECKING:
     from escha_deploy.launch_spec import LaunchSpec
@@ -192,7 +192,7 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
                                                  "preflight_device": device})
         require_capabilities(caps, profile.runtime.needs, where, native=False if in_container else None)
         return 3
-    from escha_deploy.watch.planview import plan_view
+    from escha_deploy.launch.planview import plan_view
 
     from .prepare import planned_sizes
 
@@ -348,18 +348,18 @@ def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dr
             raise Failed(f"serve: cannot start {argv[0] if argv else 'the server'}: {exc}") from None
         finally:
             if state is not None:
-                from escha_deploy.watch.state import remove_state
+                from escha_deploy.launch.serve_state import remove_state
 
                 remove_state(state.port, state.pid)
     return outcome.exit_code
 
 
 def _write_state(launch: LaunchSpec, view):
-    """Native: the state file ``status`` finds this server by (``watch.state``)."""
+    """Native: the state file ``status`` finds this server by (``serve_state``)."""
     import time
 
-    from escha_deploy.watch.planview import PlanView
-    from escha_deploy.watch.state import ServeState, write_state
+    from escha_deploy.launch.planview import PlanView
+    from escha_deploy.launch.serve_state import ServeState, write_state
 
     if view is None:  # serve --spec: the spec's own figures
         view = PlanView(profile=launch.profile, plan_digest=launch.plan_digest, tp_size=max(launch.needs.gpus, 1),

@@ -30,7 +30,6 @@ from escha_deploy.launch_spec import CONTAINER_JIT_CACHE
 
 from .prepare import Prepared, planned_sizes, prepare, read_secret
 from . import first_use_check, guard, image_preflight
-from .doctor_probe import doctor_in_image, fresh_findings_saved
 from .image_build import build_image
 from .logpump import LogPump
 from .progress import Report, quiet
@@ -38,6 +37,12 @@ from .progress import Report, quiet
 if TYPE_CHECKING:
     from escha_deploy.launch_spec import LaunchSpec
     from escha_deploy.profile import Profile
+
+#: Doctor's GPU probes in the profile's image (``doctor.doctor_probe.doctor_in_image``):
+#: ``probe(client, prepared, report=report) -> bool``, True when they measured this host now
+#: (the facts changed, so `up` plans again). Doctor sits above launch in the import contract
+#: (.importlinter), so `up` takes it from its caller instead of importing it.
+DoctorProbe = Callable[..., bool]
 
 #: Test switch for sandboxes whose Docker cannot raise RLIMIT_MEMLOCK (no CAP_SYS_RESOURCE:
 #: runc fails with "error setting rlimit type 8"): memlock becomes this process's hard limit.
@@ -59,6 +64,17 @@ class UpResult:
     note: str = ""
 
 
+def fresh_findings_saved() -> bool:
+    """True when doctor's saved findings for this host are younger than a day
+    (``findings.MAX_AGE``): `up` then reuses them instead of probing in the image."""
+    from escha_deploy.findings import load_findings
+    from escha_deploy.host import host_id
+    from escha_deploy.paths import doctor_findings_path
+
+    saved = load_findings(doctor_findings_path(), host_id=host_id())
+    return saved is not None and saved.is_fresh()
+
+
 def spec_path(container: str) -> Path:
     """The host file ``up`` writes a container's ``LaunchSpec`` to (under the user cache
     directory; overwritten by the next ``up`` of that profile)."""
@@ -68,14 +84,14 @@ def spec_path(container: str) -> Path:
 
 
 def plan_view_path(spec_file: Path) -> Path:
-    """Where ``up`` keeps the plan's figures for ``status`` (``watch.planview``), beside the spec."""
+    """Where ``up`` keeps the plan's figures for ``status`` (``planview``), beside the spec."""
     return spec_file.with_suffix(".plan.json")
 
 
 def write_plan_view(plan, plan_digest: str, spec_file: Path, watch=None) -> None:
     """The plan figures ``status`` compares the running server with (``CONTAINER.plan.json``)."""
     from escha_deploy.paths import replace_file
-    from escha_deploy.watch.planview import plan_view
+    from escha_deploy.launch.planview import plan_view
 
     replace_file(plan_view_path(spec_file), plan_view(plan, plan_digest, watch).model_dump_json(indent=2).encode())
 
@@ -193,7 +209,7 @@ def read_api_key(profile) -> str | None:
 def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | None = None,
        build: bool = False, report: Report = quiet, facts_path: str | None = None,
        on_phase: Callable[[str], None] | None = None, ready: guard.Ready | None = None,
-       loaded: Profile | None = None) -> UpResult:
+       loaded: Profile | None = None, doctor_probe: DoctorProbe | None = None) -> UpResult:
     """Start the profile's server and return once it is ready (see module docstring).
 
     ``facts_path``: plan from a facts file instead of this machine. ``report`` receives
@@ -208,6 +224,9 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
     ``guard.signals_raise`` scope (opened before this call) covers the time after the return
     (the CLI's log follow). ``loaded``: ``profile_ref`` with ``overrides`` when the caller loaded
     it already (the CLI, which reads its API key for ``--canary``): it is loaded once.
+    ``doctor_probe``: doctor's probes in the image (``DoctorProbe``), run by the ``doctor
+    probes`` check when GPUs are requested and no fresh findings are saved (None: that check
+    fails with ``Internal``, exit 1, when it is needed; every command passes doctor's).
     """
     from escha_deploy.profile import load_profile
 
@@ -216,7 +235,7 @@ def up(profile_ref: str, overrides: Sequence[str] = (), *, timeout_s: float | No
     # the profile first: a bad one is the user's to fix (exit 2) whether or not Docker answers
     profile = loaded or load_profile(profile_ref, overrides)
     ctx = Preflight(profile_ref, tuple(overrides), profile, build=build, facts_path=facts_path, dry=False,
-                    report=report)
+                    report=report, doctor_probe=doctor_probe)
     run_preflight(ctx)
     client, prep, sfile = ctx.client, ctx.prep, ctx.spec_file
     assert prep is not None
@@ -276,6 +295,7 @@ class Preflight:
     stale: list = field(default_factory=list)
     api_key: str | None = None
     failed: list[str] = field(default_factory=list)
+    doctor_probe: DoctorProbe | None = None
 
     @property
     def spec_file(self) -> Path:
@@ -388,7 +408,9 @@ def _doctor_probes(ctx: Preflight) -> Outcome:
     # first plan: when they measure now, the facts changed, so the pipeline runs again on them
     # (the profile loaded and the image read once: the first plan's runtime)
     first = ctx.planned()
-    if doctor_in_image(ctx.client, first, report=ctx.report):
+    if ctx.doctor_probe is None:
+        raise Internal("up: no doctor probe was given to the preflight (launch.up.up's doctor_probe)")
+    if ctx.doctor_probe(ctx.client, first, report=ctx.report):
         ctx.prep = prepare(ctx.profile_ref, ctx.overrides, client=ctx.client, profile=ctx.profile,
                            spec_file=str(ctx.spec_file), runtime=first.runtime)
         ctx.prep.refuse()
@@ -659,7 +681,7 @@ def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, time
         # launch_facts: what this launch already sets (no fix may say to set it), HiCache, the
         # platform and the plan's largest registered host buffer; the log's lines masked first,
         # as `logs` and `serve` mask them: the evidence is printed
-        from .redact import Redactor
+        from escha_deploy.redact import Redactor
 
         redact = Redactor([api_key or ""])
         diag = diagnose([redact(ln) for ln in pump.all], Facts(**launch_facts(prep.plan, prep.launch), exit_code=end.exit_code,
@@ -667,7 +689,7 @@ def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, time
                                         health_ok=res.health_ok, generate_ok=res.generate_ok,
                                         daemon_gone=end.daemon_gone, oom_kill=end.oom_killed,
                                         http_status=res.http_status))
-        from .redact import printable
+        from escha_deploy.redact import printable
 
         for ln in diag.lines():
             report("info", printable(ln))

@@ -24,7 +24,7 @@ from pydantic.fields import FieldInfo
 from ..arch import ModelArch
 from ..capabilities import IMAGE_HICACHE, CapabilityName
 from ..units import MAX_HICACHE_GB, hicache_gb_field, parse_size, size_field
-from ..watch import thresholds as _th
+from . import thresholds as _th
 
 
 @dataclass(frozen=True)

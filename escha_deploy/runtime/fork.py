@@ -524,11 +524,3 @@ def load_fork(directory: Path, series: list[Patch]) -> ForkImport:
                   if c.file in dropped_fork])
     return ForkImport(directory, commits, order, dropped, caps)
 
-
-def fork_label(patches: list[Patch]) -> str:
-    """The ``io.escha.runtime.fork`` label: JSON list of ``{commit, subject, author, date}`` of
-    the fork commits among ``patches``, in order (``""`` when none). Non-ASCII is kept."""
-    from escha_deploy.runtime.description import fork_label_of
-    from escha_deploy.runtime.patching import series_entry
-
-    return fork_label_of([series_entry(p) for p in patches])

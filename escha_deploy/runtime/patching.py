@@ -173,6 +173,15 @@ def series_entry(p: Patch) -> SeriesEntry:
                        capabilities=list(p.capabilities), **extra)
 
 
+def fork_label(patches: list[Patch]) -> str:
+    """The ``io.escha.runtime.fork`` label: JSON list of ``{commit, subject, author, date}`` of
+    the fork commits among ``patches``, in order (``""`` when none). Non-ASCII is kept.
+    (Here, beside ``series_entry``, not in ``fork``: ``fork`` imports nothing of ``patching``.)"""
+    from escha_deploy.runtime.description import fork_label_of
+
+    return fork_label_of([series_entry(p) for p in patches])
+
+
 @dataclass
 class ApplyResult:
     description: RuntimeDescription

@@ -2,16 +2,16 @@
 and the fix. Pure: readings and windows in, ``Alert`` list out.
 
 Thresholds are ``Thresholds`` fields, set by the profile's ``watch`` section; the defaults and
-their sources are in ``watch.thresholds``.
+their sources are in ``profile.thresholds``.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .planview import PlanView
+from escha_deploy.launch.planview import PlanView
 from .reading import HostReading, HostWindow, ServerWindow, rank_name
-from .thresholds import Thresholds
+from escha_deploy.profile.thresholds import Thresholds
 
 GB = 1e9
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .alerts import Evaluation
-from .planview import PlanView
+from escha_deploy.launch.planview import PlanView
 from .reading import ALL_RANKS, HostWindow, Sample, ServerWindow
 
 #: Figures computed from a counter (the field it is read from), None where the key lacks it.

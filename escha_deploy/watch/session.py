@@ -13,7 +13,7 @@ from typing import Any
 
 from . import collect
 from .alerts import Thresholds, evaluate
-from .planview import PlanView
+from escha_deploy.launch.planview import PlanView
 from .reading import Sample, host_window, server_window
 from .report import build
 
@@ -69,7 +69,7 @@ def _read_json(path: Path, what: str) -> object:
 
 def native_targets(profile: str | None) -> tuple[list[Target], list[str]]:
     """Targets from native ``serve`` state files (stale ones removed, noted)."""
-    from .state import find_states
+    from escha_deploy.launch.serve_state import find_states
 
     states, notes = find_states(profile)
     out = []

@@ -72,7 +72,7 @@ def test_cli_hicache_ab_uses_the_wired_launcher(cli, monkeypatch):
     import escha_deploy.launch as launch_pkg
 
     launcher = StandinLauncher()
-    monkeypatch.setattr(launch_pkg, "bench_launcher", lambda kind="auto": launcher, raising=False)
+    monkeypatch.setattr(launch_pkg, "bench_launcher", lambda kind="auto", **_: launcher, raising=False)
     res = cli("bench", "--hicache-ab", "--profile", "p", "--prefixes", "3", "--prefix-tokens",
               "1000", "--prefill-tokens", "2000", "--decode-tokens", "20", "--format", "json")
     assert res.code == 0, res.err

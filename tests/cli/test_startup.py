@@ -83,7 +83,7 @@ def test_help_and_json_plan_skip_rich_and_the_verbs_not_run():
 #: a dry run, and NVML.
 NOT_FOR_A_DESCRIBED_PLAN = ("escha_deploy.launch_spec", "escha_deploy.factsfile", "escha_deploy.findings",
                             "escha_deploy.facts.file", "escha_deploy.facts.findings",
-                            "escha_deploy.runtime.description", "escha_deploy.launch.redact", "pynvml")
+                            "escha_deploy.runtime.description", "escha_deploy.redact", "pynvml")
 STANDIN = str(Path(__file__).resolve().parents[1] / "launch" / "standin" / "profile.yaml")
 
 

@@ -391,7 +391,7 @@ def test_diagnose_masks_every_spelling_and_strips_terminal_escapes(tmp_path):
         r = run_main("diagnose", str(log), "--format", fmt)
         assert r.code == 0 and "host-memory-check" in r.out, r.text
         assert KEY not in r.text and "\x1b" not in r.text and "\x07" not in r.text, r.text
-    from escha_deploy.launch.redact import Redactor, printable
+    from escha_deploy.redact import Redactor, printable
 
     red = Redactor()
     assert [red(ln) for ln in log.read_text().splitlines()[:5]] == [

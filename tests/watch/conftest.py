@@ -11,8 +11,8 @@ import uuid
 import pytest
 
 from bench.standin_sglang import StandinConfig, StandinServer
-from escha_deploy.watch.planview import PlanView
-from escha_deploy.watch.state import ServeState, write_state
+from escha_deploy.launch.planview import PlanView
+from escha_deploy.launch.serve_state import ServeState, write_state
 
 #: Rates that keep a request well under a millisecond of modelled compute.
 FAST = dict(prefill_tps=1e7, decode_tps=1e6, load_back_tps=1e9)

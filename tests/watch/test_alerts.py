@@ -9,7 +9,7 @@ import pytest
 
 from escha_deploy.watch import alerts as al
 from escha_deploy.watch.collect import read_host
-from escha_deploy.watch.planview import PlanView
+from escha_deploy.launch.planview import PlanView
 from escha_deploy.watch.reading import (HostReading, RankReading, ServerReading, host_window,
                                         server_window)
 
@@ -169,7 +169,7 @@ def test_watch_thresholds_are_profile_fields_outside_the_plan_digest():
     from escha_deploy.planner import plan
     from escha_deploy.profile import load_profile
     from escha_deploy.units import GiB
-    from escha_deploy.watch.planview import plan_view
+    from escha_deploy.launch.planview import plan_view
 
     digests = []
     for sets in ([], ["watch.inert_min_requests=5", "watch.psi_some_avg10=50"]):
@@ -204,7 +204,7 @@ def test_restore_cost_inputs_come_from_the_plan():
     from escha_deploy.planner import plan
     from escha_deploy.profile import load_profile
     from escha_deploy.units import GiB
-    from escha_deploy.watch.planview import plan_view
+    from escha_deploy.launch.planview import plan_view
 
     p = plan(load_profile("rtx5060ti-tp2", ["hicache.prefill_tokens_per_s=20000"]), described_host(16 * GiB, "wsl2"))
     view = plan_view(p)

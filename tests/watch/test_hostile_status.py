@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from escha_deploy.watch.record import read_record
-from escha_deploy.watch.state import ServeState, write_state
+from escha_deploy.launch.serve_state import ServeState, write_state
 from hostile_servers import HostileServer
 from inproc import CLEAN_LINE, run_main
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from escha_deploy.watch.record import read_record
-from escha_deploy.watch.state import ServeState, find_states, write_state
+from escha_deploy.launch.serve_state import ServeState, find_states, write_state
 from inproc import run_main
 
 #: The keys ``status --format json`` printed before the live view; they stay.

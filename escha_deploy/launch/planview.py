@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .thresholds import Thresholds
+from escha_deploy.profile.thresholds import Thresholds
 
 if TYPE_CHECKING:  # importing the planner costs 0.3 s at start-up; status needs only the model
     from escha_deploy.planner.result import Plan

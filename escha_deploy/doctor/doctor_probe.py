@@ -1,25 +1,15 @@
 """Doctor's GPU probes in the profile's image, as `up` runs them before it plans the server that
-starts (its preflight's ``doctor probes`` check), and whether saved findings make them unneeded."""
+starts (its preflight's ``doctor probes`` check). Doctor sits above launch in the import contract
+(.importlinter), so `up` does not import this module: its callers (the CLI's `up`, `fleet up
+--box`, `bench --hicache-ab`) hand ``doctor_in_image`` to ``launch.up.up``."""
 
 from __future__ import annotations
 
 import json
 
 from escha_deploy.errors import Inconclusive, Refused
-
-from .prepare import Prepared
-from .progress import Report, quiet
-
-
-def fresh_findings_saved() -> bool:
-    """True when doctor's saved findings for this host are younger than a day
-    (``findings.MAX_AGE``): `up` then reuses them instead of probing in the image."""
-    from escha_deploy.findings import load_findings
-    from escha_deploy.host import host_id
-    from escha_deploy.paths import doctor_findings_path
-
-    saved = load_findings(doctor_findings_path(), host_id=host_id())
-    return saved is not None and saved.is_fresh()
+from escha_deploy.launch.prepare import Prepared
+from escha_deploy.launch.progress import Report, quiet
 
 
 def doctor_in_image(client, prep: Prepared, *, timeout_s: float = 600, report: Report = quiet) -> bool:
@@ -31,13 +21,14 @@ def doctor_in_image(client, prep: Prepared, *, timeout_s: float = 600, report: R
     server is created. Returns True when the probes ran now (the findings changed), False when
     saved findings were fresh. Only reached where Docker has a GPU runtime (not testable here).
     """
-    from escha_deploy.doctor.facts import ProbeFacts
-    from escha_deploy.doctor.run import probe_findings
     from escha_deploy.findings import save_findings
     from escha_deploy.host import host_id
+    from escha_deploy.launch import docker as dk
+    from escha_deploy.launch.up import fresh_findings_saved
     from escha_deploy.paths import doctor_findings_path
 
-    from . import docker as dk
+    from .facts import ProbeFacts
+    from .run import probe_findings
 
     hid = host_id()
     if fresh_findings_saved():
