@@ -408,6 +408,17 @@ def plan_launch(profile: Profile, g: Gathered, *, capabilities: Collection[str] 
                         sources=sources, spec_file=spec_file, facts_file=facts_file)
 
 
+def hicache_off_warning(plan: Plan) -> str | None:
+    """The one warning a launch gives when the plan turned HiCache off (verdict ``hicache_off``:
+    the server is launchable without it), the same line from ``up`` (``launch/prepare.py``),
+    ``serve --profile`` (``launch/serve.py``) and ``compose --facts`` (``launch/compose.py``):
+    ``plan: HiCache is off (REASONS)``, the plan's reasons joined by ``; ``. None for any other
+    verdict."""
+    if plan.verdict != "hicache_off":
+        return None
+    return "plan: HiCache is off (" + "; ".join(plan.reasons) + ")"
+
+
 def launch_facts(plan: Plan, g: Gathered) -> LaunchFacts:
     """The fact values ``plan`` assumed, as the digest covers them (no sources, no times,
     no readings of a moment such as MemAvailable)."""

@@ -222,8 +222,8 @@ def compose_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_fi
     from pathlib import Path
 
     from escha_deploy.errors import Refused
-    from escha_deploy.pipeline import (check_extra_args, gather, plan_launch, profile_file, render_container,
-                                       secret_path_problems)
+    from escha_deploy.pipeline import (check_extra_args, gather, hicache_off_warning, plan_launch, profile_file,
+                                       render_container, secret_path_problems)
     from escha_deploy.profile import load_profile
 
     profile = load_profile(profile_ref, overrides)
@@ -238,8 +238,8 @@ def compose_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_fi
             sets = "".join(f" --set {o}" for o in overrides)
             raise Refused(*plan.refusal_lines(), hint=(
                 f"`escha-deploy plan --profile {profile_ref}{sets} --facts {facts_file}` shows the budget"))
-        if plan.verdict == "hicache_off":
-            warnings.append(f"plan: HiCache is off for the box in {facts_file} (" + "; ".join(plan.reasons) + ")")
+        if (off := hicache_off_warning(plan)) is not None:
+            warnings.append(off)
         spec = launch.container
     else:
         check_extra_args(profile)

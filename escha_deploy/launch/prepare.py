@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from escha_deploy.errors import BadInput, Refused
-from escha_deploy.pipeline import gather, plan_launch, profile_file, shown_path
+from escha_deploy.pipeline import gather, hicache_off_warning, plan_launch, profile_file, shown_path
 
 if TYPE_CHECKING:
     from escha_deploy.facts.provenance import ProvenanceKind
@@ -292,8 +292,8 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
     if plan.verdict == "unsafe":
         by["plan"] = plan.refusal_lines()
     warnings = [f"plan: {w}" for w in plan.warnings]
-    if plan.verdict == "hicache_off":
-        warnings.insert(0, "plan: HiCache is off for this host (" + "; ".join(plan.reasons) + ")")
+    if (off := hicache_off_warning(plan)) is not None:
+        warnings.insert(0, off)
     spec = launch.container
     by["container settings"] = dk.check_spec(spec)
     if client is not None if mounts_here is None else mounts_here:  # a launch here: the model folder is mounted

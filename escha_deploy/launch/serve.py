@@ -138,7 +138,7 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
     capabilities then go to stderr with exit 3. Natively, a second ``serve`` on the same port
     is refused (3, ``native.server_lock``), and nothing of the server or its secrets file
     outlives this process (``native`` module)."""
-    from escha_deploy.pipeline import gather, plan_launch
+    from escha_deploy.pipeline import gather, hicache_off_warning, plan_launch
     from escha_deploy.profile import load_profile
     from escha_deploy.runtime.description import require_capabilities
 
@@ -172,8 +172,8 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
                                capabilities_kind="runtime_description" if caps is not None else "default")
     if plan.verdict == "unsafe" and not dry_run:
         raise Refused(*plan.refusal_lines())
-    if plan.verdict == "hicache_off":
-        report("warning", "plan: HiCache is off here (" + "; ".join(plan.reasons) + ")")
+    if (off := hicache_off_warning(plan)) is not None:
+        report("warning", off)
     report("info", f"serve: {profile.name}: plan digest {launch.plan_digest} ({plan.verdict}), planned here")
     # the container settings `up` refuses (docker.check_spec), natively the one about binding
     # beyond loopback without an API key: exit 3 before anything starts, --print included
