@@ -29,13 +29,10 @@ from .facts.file import (FACTS_SCHEMA_VERSION, MAX_FACT_BYTES, FactsFile, GpuRec
                          inventory_from_records, records_from_inventory)
 from .facts.runtime import RuntimeFacts
 from .findings import DoctorFindings
-from .paths import FACTS_ENV  # noqa: F401  (re-exported: defined in paths, which builds no model)
+from .paths import CONTAINER_FACTS_PATH, FACTS_ENV  # noqa: F401  (re-exported: defined in paths, which builds no model)
 
 if TYPE_CHECKING:
     from .facts.host import HostFacts
-
-#: Where ``compose --facts FILE`` mounts the file in the container.
-CONTAINER_FACTS_PATH = "/etc/escha/facts.json"
 
 
 def load_facts_file(path: str | Path, what: str = "the facts file", hint: str | None = None) -> FactsFile:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .facts.provenance import FactSource  # re-exported: the launch spec carries them (`sources`)
-from .facts.file import GpuRecord
+from .facts.gpus import GpuRecord
 
 if TYPE_CHECKING:
     from .planner.result import Plan
@@ -309,8 +309,7 @@ def container_spec(profile: Profile, *, platform: str, digest: str | None = None
     ``spec_file``, ``overrides``, ``profile_file``, ``facts_file``: as ``build_launch_spec``."""
     from . import __version__, flags
     from .capabilities import LABEL_PREFIX
-    from .factsfile import CONTAINER_FACTS_PATH
-    from .paths import FACTS_ENV
+    from .paths import CONTAINER_FACTS_PATH, FACTS_ENV
 
     c = profile.container
     hc = profile.hicache

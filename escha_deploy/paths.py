@@ -17,6 +17,9 @@ from .jsonio import read_json  # noqa: F401
 #: The environment variable naming a facts file (``factsfile``); compose sets it to the file's
 #: path inside the container. Here rather than in ``factsfile`` so reading it builds no model.
 FACTS_ENV = "ESCHA_FACTS"
+#: Where ``compose --facts FILE`` mounts the file in the container (here, beside ``FACTS_ENV``,
+#: so the launch spec renders the mount without importing ``factsfile``'s models).
+CONTAINER_FACTS_PATH = "/etc/escha/facts.json"
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 _REPO_ROOT = PACKAGE_DIR.parent
@@ -63,6 +66,18 @@ def facts_file(given: str | None) -> tuple[str | None, str]:
 def doctor_findings_path() -> Path:
     """``escha-deploy/doctor.json`` under the user cache directory."""
     return cache_dir() / "doctor.json"
+
+
+def spec_path(container: str) -> Path:
+    """The host file ``up`` writes a container's ``LaunchSpec`` to (under the user cache
+    directory; overwritten by the next ``up`` of that profile). Here, not in ``launch.up``, so
+    ``status`` finds it without importing `up`'s preflight."""
+    return cache_dir() / "launch" / f"{container}.json"
+
+
+def plan_view_path(spec_file: Path) -> Path:
+    """Where ``up`` keeps the plan's figures for ``status`` (``launch.planview``), beside the spec."""
+    return spec_file.with_suffix(".plan.json")
 
 
 def _cannot_write(option: str, path: str | Path, err: int | OSError) -> Exception:

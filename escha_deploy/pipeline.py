@@ -32,7 +32,8 @@ from escha_deploy.facts.provenance import FactSource, ProvenanceKind
 
 if TYPE_CHECKING:
     from escha_deploy.arch import DraftFacts, ModelDirFacts
-    from escha_deploy.facts.file import FactsFile, GpuRecord
+    from escha_deploy.facts.file import FactsFile
+    from escha_deploy.facts.gpus import GpuRecord
     from escha_deploy.facts.host import Platform
     from escha_deploy.facts.runtime import RuntimeFacts
     from escha_deploy.flagcheck import FlagCheckResult

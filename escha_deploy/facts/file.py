@@ -10,27 +10,22 @@ own: an int is no string, no bool, no float).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
 from .findings import DoctorFindings
-from .gpus import GpuInfo, GpuInventory
+from .gpus import MAX_FACT_BYTES, GpuIndexKey, GpuInfo, GpuInventory, GpuRecord  # noqa: F401 (re-exported)
 from .host import HostFacts, Platform
 from .runtime import RuntimeFacts
 
 #: The facts-file schema this escha-deploy reads and writes.
 FACTS_SCHEMA_VERSION = 1
-#: The largest byte count a fact may hold: the profile's cap on any size (``units.MAX_SIZE``,
-#: 1 PiB), so a described host of 1e30 bytes is refused as a profile size of 1e30 is.
-MAX_FACT_BYTES = 2**50
-#: A GPU index as a key of ``p2p``/``topology`` (``"1"``).
-GpuIndexKey = Annotated[str, StringConstraints(strict=True, pattern=r"^[0-9]{1,4}$")]
 
 
-# HostSection and FactsFile are defer_build (pydantic ``ConfigDict.defer_build``): ``up`` and
-# ``serve`` import this module for ``GpuRecord`` (the launch spec's GPU records) and build the
-# facts-file validators only when a facts file is read or written.
+# HostSection and FactsFile are defer_build (pydantic ``ConfigDict.defer_build``): the
+# facts-file validators are built only when a facts file is read or written. ``GpuRecord`` (the
+# launch spec's GPU records too) is ``facts.gpus``'s, so a launch spec imports none of this.
 class HostSection(BaseModel):
     """What the server's Linux kernel reports (``/proc/meminfo``, the cgroup files). Under
     WSL2 ``mem_total_bytes`` is the VM's MemTotal, not the Windows host's RAM."""
@@ -48,31 +43,6 @@ class HostSection(BaseModel):
     wsl_networking_mode: StrictStr | None = Field(
         default=None, exclude_if=lambda v: v is None,
         description="`wslinfo --networking-mode` (nat, mirrored, ...); null: not WSL2 or unknown")
-
-
-class GpuRecord(BaseModel):
-    """One GPU as NVML reports it (``nvmlDeviceGetMemoryInfo``, ``nvmlDeviceGetCudaComputeCapability``,
-    ``nvmlDeviceGetPciInfo``). Only ``index`` is required, so a hand-written file can list what it
-    knows. The planner reads brand and P2P status (``gpu_facts.peer_access``: the launch flags
-    follow them); all of it is part of the digest."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-    index: StrictInt = Field(ge=0, le=4095, description="CUDA/NVML device index")
-    name: StrictStr | None = Field(default=None, description="nvmlDeviceGetName, e.g. NVIDIA GeForce RTX 5060 Ti")
-    uuid: StrictStr | None = Field(default=None, description="nvmlDeviceGetUUID (GPU-...)")
-    pci_bus_id: StrictStr | None = Field(default=None, description="nvmlDeviceGetPciInfo busId")
-    memory_total_bytes: StrictInt | None = Field(default=None, gt=0, le=MAX_FACT_BYTES,
-                                           description="nvmlDeviceGetMemoryInfo total (bytes)")
-    compute_capability: StrictStr | None = Field(default=None, description='major.minor, e.g. "12.0"')
-    driver_version: StrictStr | None = Field(default=None, description="nvmlSystemGetDriverVersion")
-    brand: StrictStr | None = Field(default=None, description="nvmlDeviceGetBrand as a word (GeForce, NVIDIA RTX, ...)")
-    architecture: StrictStr | None = Field(default=None, description="nvmlDeviceGetArchitecture as a word")
-    pci_device_id: StrictInt | None = Field(default=None, description="nvmlPciInfo_t.pciDeviceId (device << 16 | vendor)")
-    pci_subsystem_id: StrictInt | None = Field(default=None, description="nvmlPciInfo_t.pciSubSystemId")
-    p2p: dict[GpuIndexKey, StrictStr] = Field(default_factory=dict, description="other GPU index -> "
-                                        "nvmlDeviceGetP2PStatus (read) as a word: ok, not supported, ...")
-    topology: dict[GpuIndexKey, StrictStr] = Field(default_factory=dict, description="other GPU index -> "
-                                             "nvmlDeviceGetTopologyCommonAncestor as a word")
 
 
 class FactsFile(BaseModel):

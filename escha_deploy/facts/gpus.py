@@ -1,5 +1,6 @@
 """The GPUs as the planner reads them: NVML's inventory (``GpuInventory``, one ``GpuInfo`` per
-GPU, P2P status and topology per pair) and which architectures a kernel build runs on
+GPU, P2P status and topology per pair), one GPU as a facts file and the launch spec record it
+(``GpuRecord``; ``facts.file`` converts between the two) and which architectures a kernel build runs on
 (``runs_on``). Pure: no I/O; ``nvml.query_nvml`` and ``doctor.gpu`` fill the inventory,
 ``doctor.kernel_archs`` reads the architectures out of a library's fat binary.
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, StringConstraints
 
 
 #: A pair of GPU indexes as ``p2p``/``topology`` keys: ``"0-1"``.
@@ -69,6 +70,38 @@ class GpuInventory(BaseModel):
     def count(self) -> int:
         """How many GPUs the inventory lists."""
         return len(self.gpus)
+
+
+#: The largest byte count a fact may hold: the profile's cap on any size (``units.MAX_SIZE``,
+#: 1 PiB), so a described host of 1e30 bytes is refused as a profile size of 1e30 is.
+MAX_FACT_BYTES = 2**50
+#: A GPU index as a key of ``p2p``/``topology`` (``"1"``).
+GpuIndexKey = Annotated[str, StringConstraints(strict=True, pattern=r"^[0-9]{1,4}$")]
+
+
+class GpuRecord(BaseModel):
+    """One GPU as NVML reports it (``nvmlDeviceGetMemoryInfo``, ``nvmlDeviceGetCudaComputeCapability``,
+    ``nvmlDeviceGetPciInfo``). Only ``index`` is required, so a hand-written file can list what it
+    knows. The planner reads brand and P2P status (``gpu_facts.peer_access``: the launch flags
+    follow them); all of it is part of the digest."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    index: StrictInt = Field(ge=0, le=4095, description="CUDA/NVML device index")
+    name: StrictStr | None = Field(default=None, description="nvmlDeviceGetName, e.g. NVIDIA GeForce RTX 5060 Ti")
+    uuid: StrictStr | None = Field(default=None, description="nvmlDeviceGetUUID (GPU-...)")
+    pci_bus_id: StrictStr | None = Field(default=None, description="nvmlDeviceGetPciInfo busId")
+    memory_total_bytes: StrictInt | None = Field(default=None, gt=0, le=MAX_FACT_BYTES,
+                                           description="nvmlDeviceGetMemoryInfo total (bytes)")
+    compute_capability: StrictStr | None = Field(default=None, description='major.minor, e.g. "12.0"')
+    driver_version: StrictStr | None = Field(default=None, description="nvmlSystemGetDriverVersion")
+    brand: StrictStr | None = Field(default=None, description="nvmlDeviceGetBrand as a word (GeForce, NVIDIA RTX, ...)")
+    architecture: StrictStr | None = Field(default=None, description="nvmlDeviceGetArchitecture as a word")
+    pci_device_id: StrictInt | None = Field(default=None, description="nvmlPciInfo_t.pciDeviceId (device << 16 | vendor)")
+    pci_subsystem_id: StrictInt | None = Field(default=None, description="nvmlPciInfo_t.pciSubSystemId")
+    p2p: dict[GpuIndexKey, StrictStr] = Field(default_factory=dict, description="other GPU index -> "
+                                        "nvmlDeviceGetP2PStatus (read) as a word: ok, not supported, ...")
+    topology: dict[GpuIndexKey, StrictStr] = Field(default_factory=dict, description="other GPU index -> "
+                                             "nvmlDeviceGetTopologyCommonAncestor as a word")
 
 
 def runs_on(archs: Mapping[str, Sequence[int]], cc: str) -> bool:

@@ -48,12 +48,14 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from escha_deploy.errors import ExitCode
 
-from .diagnose import Diagnosis, Facts, diagnose
 from escha_deploy.redact import Redactor, printable
+
+if TYPE_CHECKING:  # the diagnosis is imported when a server failed (status reads only the state)
+    from .diagnose import Diagnosis, Facts
 
 #: Lines kept for the diagnosis (the printed tail is diagnose.TAIL_LINES of these).
 KEEP_LINES = 400
@@ -488,6 +490,8 @@ def supervise(
         return Outcome(code, forwarded[0], lines, exit_code=exit_code_for(code))
     if code == 0:
         return Outcome(code, None, lines, exit_code=0)
+    from .diagnose import Facts, diagnose
+
     f = (facts or Facts()).model_copy(update={"exit_code": code})
     oom_after = read_oom_kill_count(cgroup_root)
     if f.oom_kill is None and oom_before is not None and oom_after is not None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from escha_deploy.errors import BadInput, EschaError, Failed, Internal, Refused
 from escha_deploy.launch_spec import CONTAINER_JIT_CACHE
+from escha_deploy.paths import plan_view_path, spec_path  # noqa: F401 (re-exported: up writes both)
 
 from .prepare import Prepared, planned_sizes, prepare, read_secret
 from . import first_use_check, guard, image_preflight
@@ -73,19 +74,6 @@ def fresh_findings_saved() -> bool:
 
     saved = load_findings(doctor_findings_path(), host_id=host_id())
     return saved is not None and saved.is_fresh()
-
-
-def spec_path(container: str) -> Path:
-    """The host file ``up`` writes a container's ``LaunchSpec`` to (under the user cache
-    directory; overwritten by the next ``up`` of that profile)."""
-    from escha_deploy.paths import cache_dir
-
-    return cache_dir() / "launch" / f"{container}.json"
-
-
-def plan_view_path(spec_file: Path) -> Path:
-    """Where ``up`` keeps the plan's figures for ``status`` (``planview``), beside the spec."""
-    return spec_file.with_suffix(".plan.json")
 
 
 def write_plan_view(plan, plan_digest: str, spec_file: Path, watch=None) -> None:

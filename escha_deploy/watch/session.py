@@ -88,7 +88,7 @@ def container_targets(profile: str | None) -> list[Target]:
     nothing running is ``Refused``, a daemon not answering is the daemon's error)."""
     from escha_deploy.launch import docker as dk
     from escha_deploy.launch.manage import status as rows_of
-    from escha_deploy.launch.up import plan_view_path, spec_path
+    from escha_deploy.paths import plan_view_path, spec_path
 
     rows = rows_of(profile)
     client = dk.connect()

@@ -96,6 +96,28 @@ def test_described_plan_imports_no_spec_facts_findings_or_nvml(tmp_path):
     assert {"escha_deploy.profile", "escha_deploy.planner", "escha_deploy.flagcheck"} <= mods
 
 
+def test_json_plan_renders_its_spec_without_the_facts_file_models(tmp_path):
+    """`plan --format json` renders the launch spec (its digest) but reads no facts file: the
+    spec's GPU records are ``facts.gpus``'s, its facts mount path is ``paths``'s."""
+    code, mods = modules_after(*PLAN, env={"XDG_CACHE_HOME": str(tmp_path)})
+    assert code == 0 and "escha_deploy.launch_spec" in mods
+    unused = {"escha_deploy.factsfile", "escha_deploy.facts.file", "escha_deploy.findings",
+              "escha_deploy.facts.findings", "escha_deploy.facts.runtime"}
+    assert not mods & unused, sorted(mods & unused)
+
+
+def test_status_with_nothing_running_imports_neither_up_nor_the_diagnosis(tmp_path):
+    """`status` reads the containers and native servers; it runs none of `up`'s preflight and
+    diagnoses nothing, so those modules stay out (no daemon here: it answers 3 or 4)."""
+    code, mods = modules_after("status", env={"XDG_CACHE_HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(tmp_path),
+                                              "DOCKER_HOST": f"unix://{tmp_path / 'no-daemon.sock'}"})
+    assert code in (3, 4), code
+    assert "escha_deploy.watch.session" in mods
+    unused = {"escha_deploy.launch.up", "escha_deploy.launch.diagnose", "escha_deploy.launch.sglang_preflight",
+              "escha_deploy.launch.guard", "escha_deploy.pipeline", "escha_deploy.planner"}
+    assert not mods & unused, sorted(mods & unused)
+
+
 def test_live_plan_without_findings_builds_no_findings_model_and_a_gpuless_profile_skips_nvml(tmp_path):
     # this host, no saved doctor findings (an empty cache folder): the findings module is read
     # for the file's path, but its models are built only when there is a file to validate
