@@ -13,6 +13,9 @@ Pairs (the references are fixed; docs/performance.md explains each):
 - ``up``: ``up --detach`` of the stand-in server image (tests/launch/standin/) to ready against
   ``docker run -d`` of the same image and port plus a 0.1 s poll (benchmarks/ref_up.sh); the
   containers are removed between runs, outside the timing, under the team's Docker lock.
+- ``plan-before`` (with ``--before REF``): the same ``plan`` from commit REF's escha_deploy/
+  and profiles/ (``git archive``, bytecode compiled, put first on ``PYTHONPATH``) against the
+  import line, in the same rounds as ``plan``: a change measured before and after side by side.
 - ``floors`` (no goal; what the libraries cost before escha-deploy runs a line): the import line
   plus one pydantic model built and validated, and the import line plus ``import docker``, each
   against the import line.
@@ -128,6 +131,24 @@ def plan_pair() -> Pair:
                 [str(b / "escha-deploy"), *PLAN_ARGS],
                 "`python3 -c '" + IMPORT_LINE + "'`", [str(b / "python3"), "-c", IMPORT_LINE],
                 goal_ratio=1.5, goal_abs_s=0.25)
+
+
+def plan_before_pair(ref: str, work: Path) -> Pair:
+    """``plan`` as commit ``ref`` runs it: its escha_deploy/ and profiles/ unpacked into
+    ``work`` (``git archive``), bytecode compiled as the checkout's is, and put first on
+    ``PYTHONPATH`` (ahead of the venv's install), against the import line in the same venv."""
+    work.mkdir(parents=True)
+    arch = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "escha_deploy", "profiles"],
+                          check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(work)], input=arch, check=True)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(work / "escha_deploy")], check=True)
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", ref], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    b = python_bin()
+    return Pair("plan-before", f"the same `plan` at commit {commit} (`--before {ref}`)",
+                [str(b / "escha-deploy"), *PLAN_ARGS],
+                "same import line", [str(b / "python3"), "-c", IMPORT_LINE],
+                goal_ratio=1.5, goal_abs_s=0.25, env={"PYTHONPATH": str(work)})
 
 
 def help_pair() -> Pair:
@@ -327,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma list of pairs: plan, wheel, help, verify, up, floors")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/performance.md")
     ap.add_argument("--json", type=Path, help="also write every time to this JSON file")
+    ap.add_argument("--before", metavar="REF", help="also time `plan` at commit REF (pair plan-before), "
+                    "in the same rounds as the checkout's")
     args = ap.parse_args(argv)
     if args.rounds < 9:
         ap.error("--rounds: at least 9 pairs")
@@ -349,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         for key in only:
             if key == "plan":
                 pairs.append(plan_pair())
+                if args.before:
+                    pairs.append(plan_before_pair(args.before, work / "before"))
             elif key == "help":
                 pairs.append(help_pair())
             elif key == "floors":
