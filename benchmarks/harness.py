@@ -104,8 +104,15 @@ class Pair:
         }
 
 
+#: What a timing is: ``wall`` (hyperfine's wall clock, the default) or ``cpu`` (the run's user
+#: plus system CPU seconds, as hyperfine reports them: on a machine others load, a process
+#: waiting for a core adds wall time, not CPU time). ``--cpu`` sets it.
+MEASURE = "wall"
+
+
 def hyperfine(cmds: list[list[str]], prepare: list[str] | None, env: dict | None) -> list[float]:
-    """Wall-clock seconds of one run of each command, timed by hyperfine without a shell."""
+    """Seconds of one run of each command (``MEASURE``: wall clock, or user + system CPU),
+    timed by hyperfine without a shell."""
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "h.json"
         argv = ["hyperfine", "-N", "--runs", "1", "--style", "none", "--export-json", str(out)]
@@ -116,7 +123,10 @@ def hyperfine(cmds: list[list[str]], prepare: list[str] | None, env: dict | None
                            env={**os.environ, **(env or {})})
         if r.returncode != 0:
             sys.exit(f"bench: hyperfine failed for {[shlex.join(c) for c in cmds]}:\n{r.stderr[-2000:]}")
-        return [res["times"][0] for res in json.loads(out.read_text())["results"]]
+        results = json.loads(out.read_text())["results"]
+        if MEASURE == "cpu":
+            return [res["user"] + res["system"] for res in results]
+        return [res["times"][0] for res in results]
 
 
 # --- set-up of each pair ----------------------------------------------------------------------
@@ -348,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma list of pairs: plan, wheel, help, verify, up, floors")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/performance.md")
     ap.add_argument("--json", type=Path, help="also write every time to this JSON file")
+    ap.add_argument("--cpu", action="store_true", help="time user + system CPU seconds instead of "
+                    "the wall clock (a machine others load)")
     ap.add_argument("--before", metavar="REF", help="also time `plan` at commit REF (pair plan-before), "
                     "in the same rounds as the checkout's")
     args = ap.parse_args(argv)
@@ -355,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--rounds: at least 9 pairs")
     if shutil.which("hyperfine") is None:
         sys.exit("bench: hyperfine is not installed (Debian: apt-get install hyperfine)")
+    global MEASURE
+    MEASURE = "cpu" if args.cpu else "wall"
     only = [k.strip() for k in args.only.split(",") if k.strip()]
     unknown = set(only) - {"plan", "wheel", "help", "verify", "up", "floors"}
     if unknown:
@@ -408,6 +422,9 @@ def main(argv: list[str] | None = None) -> int:
             if lock is not None:
                 lock.close()
     m["load_end"] = os.getloadavg()
+    if args.cpu:
+        extra.append("Times are CPU seconds (user + system, `--cpu`), not wall clock: the machine was "
+                     "shared, and a process waiting for a core adds wall time only.")
     if m["dont_write_bytecode"]:
         extra.append("PYTHONDONTWRITEBYTECODE was set here; the harness compiled the checkout's "
                      "bytecode first, as a first run would cache it on a user's machine.")

@@ -74,3 +74,13 @@ def test_a_floor_has_no_goal_and_renders_a_dash(h):
          "hyperfine": "hf", "docker": "dk", "sha256sum": "s"}
     row = h.render(m, [s], [])
     assert "| none (a floor) | - |" in row
+
+
+@pytest.mark.skipif(shutil.which("hyperfine") is None, reason="hyperfine not installed")
+def test_cpu_time_leaves_out_the_time_asleep(h, monkeypatch):
+    """``--cpu`` times user + system CPU: a command that sleeps 0.2 s costs far less CPU than
+    wall time, one that spins 0.2 s about as much."""
+    monkeypatch.setattr(h, "MEASURE", "cpu")
+    spin = [sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass"]
+    asleep, busy = h.hyperfine([["sleep", "0.2"], spin], None, None)
+    assert asleep < 0.05 and busy >= 0.2
