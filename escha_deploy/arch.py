@@ -13,7 +13,9 @@ directory (config.json, safetensors sizes). Sources, all in the 0.5.19 wheel und
   ``(HV / tp, V, K)`` in the SSM dtype, fp32 by default).
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: pydantic would evaluate every string annotation
+# of these models at class creation (typing._eval_type), about half of this module's import
+# time, on every command that plans (docs/performance.md).
 
 import os
 from pathlib import Path

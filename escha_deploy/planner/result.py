@@ -5,7 +5,9 @@ These are plain data (JSON via ``model_dump(mode="json")``); ``plan --format jso
 Bytes are ``int``; ratios are floats; GB in names means 1e9 bytes.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: pydantic would evaluate every string annotation
+# of these models at class creation (typing._eval_type), about half of this module's import
+# time, on every command that plans (docs/performance.md).
 
 from typing import Literal
 

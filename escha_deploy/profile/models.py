@@ -11,7 +11,9 @@ reference profile ``profiles/rtx5060ti-tp2.yaml`` (a test checks the docs). A ru
 the profile alone goes in ``profile.rules``.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: pydantic would evaluate every string annotation
+# of these models at class creation (typing._eval_type), about half of this module's import
+# time, on every command that plans (docs/performance.md).
 
 import typing
 from dataclasses import dataclass
