@@ -540,7 +540,7 @@ class Safety(EschaModel):
 
 class Watch(EschaModel):
     """``status``'s alert thresholds (docs/launch.md "Watching a running box"); the defaults'
-    sources are in ``escha_deploy/watch/thresholds.py``."""
+    sources are in ``escha_deploy/profile/thresholds.py``."""
 
     inert_min_requests: Annotated[StrictInt, Field(
         ge=1, le=1_000_000, description="finished requests with reuse a window needs before a host tier that is "
