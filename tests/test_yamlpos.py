@@ -51,11 +51,13 @@ def test_one_parse_is_fast():
     """A shipped profile parses in well under the 14-26 ms the pure-Python double parse took."""
     f = REPO / "profiles" / "rtx5060ti-tp2.yaml"
     load_yaml_with_positions(f)
-    t0 = time.perf_counter()
+    # this process's CPU time, not the wall clock: beside other test workers on two cores the
+    # wall clock read 7.3 ms for what takes under 5 ms of CPU
+    t0 = time.process_time()
     for _ in range(20):
         load_yaml_with_positions(f)
-    per_file = (time.perf_counter() - t0) / 20
-    assert per_file < 0.005, f"{per_file * 1000:.1f} ms per file"
+    per_file = (time.process_time() - t0) / 20
+    assert per_file < 0.005, f"{per_file * 1000:.1f} ms of CPU per file"
 
 
 def test_billion_laughs_fails_fast_in_one_line():

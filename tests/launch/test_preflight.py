@@ -19,7 +19,10 @@ from escha_deploy.launch_spec import launch_digest, spec_json
 from .conftest import STANDIN_PROFILE, run_cli
 from .test_native import fake_sglang, secret_files, serve_args, serve_env  # noqa: F401 (fixtures)
 
-ME = f"process {os.getpid()} ({psutil.Process().name()})"
+def me() -> str:
+    """This process as the port check names it, read when asked: pytest-xdist renames its workers
+    (setproctitle), so a name read at import can be stale by the time a test runs."""
+    return f"process {os.getpid()} ({psutil.Process().name()})"
 
 
 @pytest.fixture
@@ -34,7 +37,7 @@ def test_held_port_is_refused_naming_port_and_owner(held_port):
     with pytest.raises(Refused) as e:
         port_free("127.0.0.1", held_port)
     (msg,) = e.value.args
-    assert msg.startswith(f"container.port: port {held_port} on 127.0.0.1 is already in use by {ME}")
+    assert msg.startswith(f"container.port: port {held_port} on 127.0.0.1 is already in use by {me()}")
     assert "Address already in use" in msg
 
 
@@ -56,7 +59,7 @@ def test_serve_does_not_start_the_child_on_a_held_port(fake_sglang, secret_files
     assert r.returncode == 3, r.stdout + r.stderr
     assert "argv=" not in r.stdout + r.stderr  # the stand-in SGLang never ran
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1 and f"port {held_port} on 127.0.0.1 is already in use by {ME}" in errors[0]
+    assert len(errors) == 1 and f"port {held_port} on 127.0.0.1 is already in use by {me()}" in errors[0]
     assert "Traceback" not in r.stderr
 
 
