@@ -338,6 +338,10 @@ class ModelDirFacts(BaseModel):
     header_note: str = Field(default="", description="why the headers were not used, when they were not")
     quant_method: str | None = Field(default=None, description="config.json's quantization_config.quant_method "
                                      "(or compression_config's), as SGLang's model config reads it; None: none")
+    num_attention_heads: int | None = Field(default=None, description="config.json's query heads (all ranks; "
+                                            "the text config's num_attention_heads); None when it names none")
+    v_head_dim: int | None = Field(default=None, description="config.json's v_head_dim; None when absent or 0, "
+                                   "where SGLang's model config takes head_dim (srt/configs/model_config.py)")
 
 
 def quant_method_of(config: dict) -> tuple[str, str] | None:
@@ -382,6 +386,11 @@ def read_model_dir(path: str | Path) -> ModelDirFacts | None:
         qm = quant_method_of(config) if isinstance(config, dict) else None
         if qm is not None:
             context["quant_method"] = qm[1]
+        text = _text_config(config)
+        for key in ("num_attention_heads", "v_head_dim"):
+            value = text.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                context[key] = value
     from .errors import BadInput
     from .jsonio import is_regular_file
 

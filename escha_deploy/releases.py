@@ -183,12 +183,43 @@ class AttentionRegistry(_Model):
     source: str
 
 
+class TrtllmMhaPages(_Model):
+    """The page sizes the release's trtllm_mha attention backend takes. While SGLang resolves its
+    arguments, a page size outside ``snap_pages`` becomes ``snap_to`` when any phase uses
+    trtllm_mha (``srt/arg_groups/overrides.py: _mla_backend_page_constraints``); when the model
+    runner builds the backend, after the weights load, a page of ``gen_min_page`` or more on a
+    card whose major is not in ``xqa_majors`` (``is_xqa_impl``: ``is_sm90`` or ``is_sm120``)
+    needs trtllm-gen's dynamic tokens-per-page kernels: more query heads than KV heads per
+    attention-TP rank, equal QK and V head dims and a power-of-2 page, else ValueError
+    (``srt/layers/attention/trtllm_mha_backend.py: TRTLLMHAAttnBackend.__init__``)."""
+
+    snap_pages: tuple[int, ...]
+    snap_to: int
+    gen_min_page: int
+    xqa_majors: tuple[int, ...]
+    source: str
+
+
+class MixedChunkPrefillGraph(_Model):
+    """The prefill CUDA graph backends the release's prefill graph runner takes with
+    ``--enable-mixed-chunk`` (``srt/model_executor/runner/prefill_cuda_graph_runner.py:
+    PrefillCudaGraphRunner.__init__`` asserts the resolved ``cuda_graph_config.prefill.backend``
+    is one of ``backends`` when it captures the prefill graph, after the weights load;
+    ``disabled`` builds no such runner: ``cuda_graph_setup.py: capture_prefill_graph``)."""
+
+    backends: tuple[str, ...]
+    source: str
+
+
 class Release(_Model):
     """The hand-written facts of one SGLang release (``releases/X.Y.Z/facts.yaml``).
     ``nvfp4_prefill``: the release's NVFP4 backend resolution, None where it has none.
     ``attention_registry``: the model runner's attention-backend checks (``AttentionRegistry``).
     ``hybrid_host_hits_loaded_back``: the hybrid configuration a real server of this release
-    loaded host-tier hits back in (``HybridLoadBack``), None where none was tried."""
+    loaded host-tier hits back in (``HybridLoadBack``), None where none was tried.
+    ``trtllm_mha_pages``: trtllm_mha's page sizes (``TrtllmMhaPages``).
+    ``mixed_chunk_prefill_graph``: the prefill graph backends mixed chunk takes
+    (``MixedChunkPrefillGraph``)."""
 
     version: Annotated[str, Field(pattern=_VERSION)]
     source: str
@@ -203,6 +234,8 @@ class Release(_Model):
     quantization_methods: QuantizationMethods | None = None
     attention_registry: AttentionRegistry | None = None
     hybrid_host_hits_loaded_back: HybridLoadBack | None = None
+    trtllm_mha_pages: TrtllmMhaPages | None = None
+    mixed_chunk_prefill_graph: MixedChunkPrefillGraph | None = None
 
 
 class _Index(_Model):

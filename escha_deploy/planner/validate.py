@@ -88,21 +88,86 @@ def resolved_mamba_strategy(profile: Profile, arch: ModelArch) -> tuple[str | No
     return None, None
 
 
+def _flag_int(extra_args: Sequence[str], flag: str, default: int) -> int:
+    """An integer flag of ``runtime.extra_args`` (``default`` when absent or not an integer: the
+    flag catalog's check refuses that argv)."""
+    value = extra_arg(extra_args, flag)
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default
+
+
+def attention_tp_size(tp_size: int, extra_args: Sequence[str]) -> int:
+    """The attention tensor-parallel width SGLang derives (``srt/runtime_context.py:
+    derive_attention_widths``): ``tp_size // attn_dp // attn_cp``, where attn_dp is
+    ``--attn-dp-size`` (0.5.23) or, with ``--enable-dp-attention``, ``--dp-size``, else 1, and
+    attn_cp is ``--attn-cp-size`` (1 unless given)."""
+    attn_dp = _flag_int(extra_args, "--attn-dp-size", 0) or (
+        _flag_int(extra_args, "--dp-size", 1) if extra_arg(extra_args, "--enable-dp-attention") == "true" else 1)
+    return max(tp_size // max(attn_dp, 1) // max(_flag_int(extra_args, "--attn-cp-size", 1), 1), 1)
+
+
+def _trtllm_mha_page_problem(release: Release, page_size: int | None, major: int, sm: str, arch: ModelArch,
+                             model_dir: ModelDirFacts | None, attn_tp: int) -> tuple[str, str, str] | None:
+    """``TRTLLMHAAttnBackend.__init__``'s page-size check (``Release.trtllm_mha_pages``) on the
+    page SGLang resolves for trtllm_mha: ``(severity, field, message)`` or None. An error where
+    the plan knows the query heads (the model folder's config.json); where it does not, and
+    only the heads decide, a warning that says what SGLang checks."""
+    rule = release.trtllm_mha_pages
+    if rule is None or page_size is None:
+        return None
+    page = page_size if page_size in rule.snap_pages else rule.snap_to  # overrides.py: _mla_backend_page_constraints
+    if page < rule.gen_min_page or major in rule.xqa_majors:
+        return None
+    heads = model_dir.num_attention_heads if model_dir is not None else None
+    kv = max(1, arch.num_key_value_heads // attn_tp)  # srt/configs/model_config.py: get_num_kv_heads
+    v_head_dim = (model_dir.v_head_dim if model_dir is not None else None) or arch.head_dim
+    site = (f"SGLang {release.version} refuses it when the model runner builds the attention backend, after the "
+            "weights load (layers/attention/trtllm_mha_backend.py: TRTLLMHAAttnBackend.__init__, \"requires "
+            f"trtllm-gen's dynamic tokens-per-page kernels\"); use runtime.page_size {rule.snap_to} or less")
+    pow2 = page & (page - 1) == 0
+    if heads is None and pow2 and arch.head_dim == v_head_dim:
+        return ("warning", "runtime.page_size",
+                f"trtllm_mha (runtime.attention_backend) with page_size {page} on {sm} (no XQA kernels) runs "
+                "trtllm-gen's dynamic tokens-per-page kernels, which need more query heads than KV heads per "
+                f"attention-TP rank ({kv} KV heads here); the plan does not know the query heads without the model "
+                f"folder's config.json (num_attention_heads): if they are fewer than {2 * kv * attn_tp} in all, {site}")
+    q = heads // attn_tp if heads is not None else None
+    why = [w for w, bad in ((f"{q}/{kv} query heads per KV head (GQA needs more than 1)", q is not None and q // kv <= 1),
+                            (f"head_dim {arch.head_dim} and v_head_dim {v_head_dim} differ", arch.head_dim != v_head_dim),
+                            (f"page {page} is not a power of 2", not pow2)) if bad]
+    if not why:
+        return None
+    return ("error", "runtime.page_size",
+            f"trtllm_mha (runtime.attention_backend) with page_size {page} on {sm} (no XQA kernels) runs trtllm-gen's "
+            f"dynamic tokens-per-page kernels, which need GQA, equal QK/V head dims and a power-of-2 page, and "
+            f"{'; '.join(why)}: {site}")
+
+
 def model_runner_backend_problems(release: Release, arch: ModelArch, attention_backend: str | None,
-                                  extra_args: Sequence[str], capability: str | None) -> list[str]:
+                                  extra_args: Sequence[str], capability: str | None, *,
+                                  page_size: int | None = None, tp_size: int = 1,
+                                  model_dir: ModelDirFacts | None = None) -> list[tuple[str, str, str]]:
     """What the release's model runner refuses when it builds the attention backend on a card of
     compute capability ``capability`` (``"12.0"``; None: unknown, nothing refused), after the
-    weights load (``Release.attention_registry``): the first refusal SGLang meets, as a list of
-    at most one line. Only the backends the profile names are judged (``attention_backend``, and
+    weights load (``Release.attention_registry``, ``Release.trtllm_mha_pages``): the first
+    refusal SGLang meets as ``(severity, field, message)``, an error, after any warnings for a
+    check whose input the plan lacks (trtllm_mha's query heads without the model folder). Only
+    the backends the profile names are judged (``attention_backend``, and
     ``--prefill-attention-backend`` / ``--decode-attention-backend`` in ``extra_args``, which
     SGLang's ``attention_backends_of`` prefers for their phase); one left to SGLang is its
     choice, which its pre-flight reports.
+    ``page_size``: the plan's page (tokens); ``tp_size``: ``runtime.tp_size``; ``model_dir``:
+    the model folder's config.json (its query heads and ``v_head_dim``), None when not read.
 
     Order as SGLang builds them (``model_runner_components/attention_backend_setup.py:
-    _build_resolved_backend``): each phase's factory first (``attention_registry.py:
-    create_flashattention_v3_backend`` asserts SM 8.x or 9.x for fa3), then
-    ``attn_backend_wrapper`` on a hybrid GDN model (on Blackwell, prefill and decode must be in
-    the major's set: sm_120 allows triton, trtllm_mha and flashinfer)."""
+    _build_resolved_backend``): each phase's factory first, decode before prefill when they
+    differ (``attention_registry.py: create_flashattention_v3_backend`` asserts SM 8.x or 9.x
+    for fa3; ``create_trtllm_mha_backend`` constructs ``TRTLLMHAAttnBackend``, whose
+    ``__init__`` checks the page size off XQA cards), then ``attn_backend_wrapper`` on a hybrid
+    GDN model (on Blackwell, prefill and decode must be in the major's set: sm_120 allows
+    triton, trtllm_mha and flashinfer)."""
     rule = release.attention_registry
     if rule is None or not capability:
         return []
@@ -113,11 +178,20 @@ def model_runner_backend_problems(release: Release, arch: ModelArch, attention_b
     prefill = extra_arg(extra_args, "--prefill-attention-backend") or attention_backend
     decode = extra_arg(extra_args, "--decode-attention-backend") or attention_backend
     sm = f"sm_{capability.replace('.', '')}"
-    if "fa3" in (prefill, decode) and major not in rule.fa3_majors:
-        return [f"fa3 (FlashAttention v3) needs an SM 8.x or 9.x GPU and this one is {sm}: SGLang {release.version} "
-                "refuses it when the model runner builds the attention backend, after the weights load "
-                "(layers/attention/attention_registry.py: create_flashattention_v3_backend, \"FlashAttention v3 "
-                "Backend requires SM>=80 and SM<=90\"); use triton or flashinfer"]
+    warned: list[tuple[str, str, str]] = []  # SGLang goes on building when the heads allow it
+    for backend in dict.fromkeys((decode, prefill)):
+        if backend == "fa3" and major not in rule.fa3_majors:
+            return [*warned, ("error", "runtime.attention_backend",
+                     f"fa3 (FlashAttention v3) needs an SM 8.x or 9.x GPU and this one is {sm}: SGLang "
+                     f"{release.version} refuses it when the model runner builds the attention backend, after the "
+                     "weights load (layers/attention/attention_registry.py: create_flashattention_v3_backend, "
+                     "\"FlashAttention v3 Backend requires SM>=80 and SM<=90\"); use triton or flashinfer")]
+        if backend == "trtllm_mha":
+            found = _trtllm_mha_page_problem(release, page_size, major, sm, arch, model_dir,
+                                             attention_tp_size(tp_size, extra_args))
+            if found is not None and found[0] == "error":
+                return [found]
+            warned += [found] if found is not None else []
     allowed = rule.hybrid_gdn_backends.get(major)
     if arch.is_hybrid and allowed is not None:
         bad = [f"{phase}{b}" for phase, b in (("prefill ", prefill), ("decode ", decode))
@@ -125,12 +199,70 @@ def model_runner_backend_problems(release: Release, arch: ModelArch, attention_b
         if prefill == decode and bad:
             bad = [str(prefill)]
         if bad:
-            return [f"a hybrid GDN model on {sm} takes only the {', '.join(allowed)} attention backends, not "
-                    f"{' and '.join(bad)}: SGLang {release.version} refuses it when the model runner builds the "
-                    "attention backend, after the weights load (layers/attention/attention_registry.py: "
-                    "attn_backend_wrapper, \"Only ... backends are supported on Blackwell GPUs for hybrid GDN "
-                    "models\")"]
-    return []
+            return [*warned, ("error", "runtime.attention_backend",
+                     f"a hybrid GDN model on {sm} takes only the {', '.join(allowed)} attention backends, not "
+                     f"{' and '.join(bad)}: SGLang {release.version} refuses it when the model runner builds the "
+                     "attention backend, after the weights load (layers/attention/attention_registry.py: "
+                     "attn_backend_wrapper, \"Only ... backends are supported on Blackwell GPUs for hybrid GDN "
+                     "models\")")]
+    return warned
+
+
+def explicit_prefill_graph_backend(disable_prefill_cuda_graph: bool,
+                                   extra_args: Sequence[str]) -> tuple[str, str] | None:
+    """The prefill CUDA graph backend the profile sets and the flag that set it, as SGLang
+    resolves it (``srt/arg_groups/cuda_graph_hook.py: parse_cuda_graph_config``, highest first):
+    ``--cuda-graph-config``'s ``prefill.backend``, ``--cuda-graph-backend-prefill``,
+    ``--disable-prefill-cuda-graph`` (``runtime.disable_prefill_cuda_graph``) or
+    ``--disable-cuda-graph`` (both ``disabled``). None when none is set: SGLang's default
+    (breakable on CUDA) and its compatibility cascade (``apply_cuda_graph_compatibility``, which
+    runs only then) decide."""
+    import json
+
+    raw = extra_arg(extra_args, "--cuda-graph-config")
+    try:
+        prefill = json.loads(raw).get("prefill") if raw else None
+    except (ValueError, AttributeError):  # not a JSON object: the flag check refuses the argv
+        prefill = None
+    if isinstance(prefill, dict) and isinstance(prefill.get("backend"), str):
+        return str(prefill["backend"]), "--cuda-graph-config prefill.backend"
+    backend = extra_arg(extra_args, "--cuda-graph-backend-prefill")
+    if backend is not None and backend != "true":
+        return backend, "--cuda-graph-backend-prefill"
+    if disable_prefill_cuda_graph:
+        return "disabled", "runtime.disable_prefill_cuda_graph"
+    if extra_arg(extra_args, "--disable-cuda-graph") == "true":
+        return "disabled", "--disable-cuda-graph"
+    return None
+
+
+def mixed_chunk_prefill_graph_problem(release: Release, enable_mixed_chunk: bool, attention_backend: str | None,
+                                      disable_prefill_cuda_graph: bool, extra_args: Sequence[str]) -> str | None:
+    """What the release's prefill CUDA graph runner refuses with ``--enable-mixed-chunk``
+    (``Release.mixed_chunk_prefill_graph``): one line, or None. SGLang 0.5.19 asserts the
+    resolved prefill graph backend is breakable when it captures the prefill graph, after the
+    weights load (0.5.23: breakable or full; its parser takes nothing else but disabled).
+
+    Judged only where the profile sets the backend (``explicit_prefill_graph_backend``) and
+    mixed chunk survives argument resolution: not with ``--speculative-algorithm`` (its hook
+    clears or refuses mixed chunk, and an EAGLE target on tc_piecewise skips the prefill graph:
+    ``cuda_graph_setup.py: capture_prefill_graph``), ``--dllm-algorithm`` (``dllm_hook.py``
+    clears it) or the ``dual_chunk_flash_attn`` backend (``attention_hook.py`` clears it)."""
+    rule = release.mixed_chunk_prefill_graph
+    if rule is None or not enable_mixed_chunk or attention_backend == "dual_chunk_flash_attn":
+        return None
+    if extra_arg(extra_args, "--speculative-algorithm") or extra_arg(extra_args, "--dllm-algorithm"):
+        return None
+    found = explicit_prefill_graph_backend(disable_prefill_cuda_graph, extra_args)
+    if found is None or found[0] == "disabled" or found[0] in rule.backends:
+        return None
+    backend, flag = found
+    return (f"mixed chunk (--enable-mixed-chunk) needs the {' or '.join(rule.backends)} prefill CUDA graph "
+            f"backend, and runtime.extra_args sets {backend} ({flag}): SGLang {release.version} stops with an "
+            "AssertionError when it captures the prefill CUDA graph, after the weights load "
+            "(model_executor/runner/prefill_cuda_graph_runner.py: PrefillCudaGraphRunner.__init__, \"Mixed chunk "
+            "prefill requires ...\"); set runtime.enable_mixed_chunk false, or use "
+            f"--cuda-graph-backend-prefill {rule.backends[0]} or disabled")
 
 
 def _nvfp4_backend_problems(rule: Nvfp4Prefill, attention_backend: str | None, extra_args: Sequence[str],
@@ -315,8 +447,15 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
               "trtllm_mha prefill on sm_120 does not support an fp8_e4m3 KV cache: SGLang refuses it at startup "
               "(arg_groups/attention_hook.py: handle_attention_backend_compatibility); use triton or flashinfer")
     if release is not None and release.attention_registry is not None:
-        for message in model_runner_backend_problems(release, arch, rt.attention_backend, rt.extra_args, cc):
-            error("runtime.attention_backend", message)
+        for severity, field, message in model_runner_backend_problems(
+                release, arch, rt.attention_backend, rt.extra_args, cc, page_size=page_size, tp_size=tp,
+                model_dir=model_dir):
+            (error if severity == "error" else warn)(field, message)
+    if release is not None:
+        mixed = mixed_chunk_prefill_graph_problem(release, rt.enable_mixed_chunk, rt.attention_backend,
+                                                  rt.disable_prefill_cuda_graph, rt.extra_args)
+        if mixed is not None:
+            error("runtime.enable_mixed_chunk", mixed)
     if dtype == "nvfp4" and release is not None and release.nvfp4_prefill is not None:
         for message in _nvfp4_backend_problems(release.nvfp4_prefill, rt.attention_backend, rt.extra_args, cc):
             error("runtime.kv_cache.dtype", f"nvfp4 on SGLang {release.version}: {message}: SGLang refuses it at "

@@ -321,3 +321,71 @@ def test_hybrid_model_without_a_linear_layer_sizes_its_host_pools_by_size(cli):
     per_rank = json.loads(r.out)["per_rank"]
     assert per_rank["mamba_bytes_per_slot"] == 0 and per_rank["host_mamba_bytes"] == 0, per_rank
     assert per_rank["host_kv_bytes"] == per_rank["pinned_bytes"] > 29e9, per_rank  # hicache_size 30 GB, all KV
+
+
+TRTLLM_128_ON_SM100 = ("runtime.attention_backend=trtllm_mha", "runtime.page_size=128",
+                       "hardware.compute_capability=\"10.0\"")
+
+
+@pytest.mark.parametrize("release", ["0.5.19", "0.5.23"])
+def test_trtllm_mha_page_128_off_xqa_without_gqa_is_refused(cli, tmp_path, release):
+    """trtllm_mha_backend.py: TRTLLMHAAttnBackend.__init__ (0.5.19 and 0.5.23): page 128 on a card
+    without XQA kernels (sm_100) needs more query heads than KV heads per rank; the model folder's
+    config.json with 4 query heads over 4 KV heads at TP 2 gives 2/2, which SGLang refuses after
+    the weights load, so plan refuses it first (exit 3, runtime.page_size named). 24 query heads
+    pass, and so does page 64 or an sm_120 card (XQA). The statements themselves:
+    tests/planner/test_model_runner_sites.py."""
+    from tests.launch.test_sglang_preflight import model_folder
+
+    folders = {}
+    for heads in (4, 24):
+        (tmp_path / str(heads)).mkdir()
+        folders[heads] = model_folder(tmp_path / str(heads), FP8, num_attention_heads=heads)
+
+    def reasons(heads: int, *sets: str) -> tuple[int, list[str]]:
+        r, d = _plan_cli(cli, f"runtime.sglang_version={release}", f"model.host_dir={folders[heads]}", *sets)
+        return r.code, [x for x in d["reasons"] if "TRTLLMHAAttnBackend.__init__" in x]
+
+    code, found = reasons(4, *TRTLLM_128_ON_SM100)
+    assert code == 3 and len(found) == 1, found
+    assert found[0].startswith("runtime.page_size: trtllm_mha (runtime.attention_backend) with page_size 128 on "
+                               "sm_100") and "2/2 query heads per KV head" in found[0] and f"SGLang {release}" in found[0]
+    assert reasons(24, *TRTLLM_128_ON_SM100)[1] == []
+    assert reasons(4, *TRTLLM_128_ON_SM100[:2], "hardware.compute_capability=\"12.0\"",
+                   "runtime.kv_cache.dtype=bf16")[1] == []
+    assert reasons(4, TRTLLM_128_ON_SM100[0], "runtime.page_size=64", TRTLLM_128_ON_SM100[2])[1] == []
+
+
+def test_trtllm_mha_page_128_off_xqa_without_the_model_folder_is_warned(cli):
+    """No config.json: the plan does not know the query heads, so it says what SGLang checks
+    (fewer than 8 query heads in all, with 4 KV heads at TP 2, are refused) and refuses nothing."""
+    r, d = _plan_cli(cli, *TRTLLM_128_ON_SM100)
+    warned = [w for w in d["warnings"] if "TRTLLMHAAttnBackend.__init__" in w]
+    assert len(warned) == 1 and "if they are fewer than 8 in all" in warned[0], d["warnings"]
+    assert not any("TRTLLMHAAttnBackend" in x for x in d["reasons"]), d["reasons"]
+
+
+DENSE_L3 = ("runtime.needs=[]", "model.architecture.full_attention_interval=null", "runtime.max_mamba_cache_size=null")
+
+
+@pytest.mark.parametrize("release, backend, refused", [
+    ("0.5.19", "full", True), ("0.5.19", "tc_piecewise", True), ("0.5.19", "breakable", False),
+    ("0.5.19", "disabled", False), ("0.5.23", "full", False), ("0.5.23", "breakable", False),
+])
+def test_mixed_chunk_with_a_prefill_graph_backend_sglang_asserts_against_is_refused(cli, release, backend, refused):
+    """prefill_cuda_graph_runner.py: PrefillCudaGraphRunner.__init__ asserts, when it captures the
+    prefill CUDA graph after the weights load, that mixed chunk runs on the breakable backend
+    (0.5.19; 0.5.23: breakable or full): one line naming runtime.enable_mixed_chunk and the flag
+    that set the backend, exit 3. A dense model (the hybrid one needs the mixed-chunk overlay)."""
+    r = cli("plan", "-p", "linux-tp2-l3", "--host-ram", "256GiB", "--linux", "-f", "json",
+            *[a for s in (*DENSE_L3, f"runtime.sglang_version={release}", "runtime.enable_mixed_chunk=true",
+                          f"runtime.extra_args=[--cuda-graph-backend-prefill={backend}]") for a in ("--set", s)])
+    d = json.loads(r.out)
+    found = [x for x in d["reasons"] if "PrefillCudaGraphRunner.__init__" in x]
+    if not refused:
+        assert found == [], found
+        return
+    assert r.code == 3 and len(found) == 1, d["reasons"]
+    assert found[0].startswith(f"runtime.enable_mixed_chunk: mixed chunk (--enable-mixed-chunk) needs the breakable "
+                               f"prefill CUDA graph backend, and runtime.extra_args sets {backend} "
+                               f"(--cuda-graph-backend-prefill): SGLang {release} stops"), found
