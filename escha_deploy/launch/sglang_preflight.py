@@ -45,7 +45,9 @@ the stages SGLang's ``launch_server`` runs first, and stops at the first refusal
    ``layers/attention/attention_registry.py`` and ``attn_backend_wrapper`` (the hybrid
    linear-attention wrapper), on the model config of stage 2 and the card's compute capability
    (``device["capability"]``, the plan's; else this machine's reading), the backend classes
-   stood in (their constructors take the device pools).
+   stood in (their constructors take the device pools); of their constructors' own checks, the
+   ones ``CONSTRUCTOR_CHECKS`` names run, as SGLang's statements compiled from its file
+   (trtllm_mha's page size off XQA cards).
 
 Stages 4 and 5 run only when the request carries ``device`` (`up`'s check and native ``serve``
 take it from the plan; ``serve --spec`` from the figures the plan recorded in the launch spec,
@@ -652,6 +654,48 @@ def _backend_classes(functions: list[Any]) -> list[tuple[str, str]]:
     return list(dict.fromkeys(out))
 
 
+#: The backend constructors whose checks stage 6 runs although the constructor itself cannot run
+#: here (it takes the device pools): per class, the statements of its ``__init__`` that make the
+#: check, picked by their source (``_constructor_check``). ``TRTLLMHAAttnBackend``: ``is_xqa_impl``
+#: (sm_90 or sm_120) and the page-size check off XQA (page >= 128 needs GQA, equal QK/V head dims
+#: and a power-of-2 page: ``layers/attention/trtllm_mha_backend.py``).
+CONSTRUCTOR_CHECKS: dict[str, tuple[str, ...]] = {
+    "TRTLLMHAAttnBackend": ("self.is_xqa_impl =", "if self.page_size >= "),
+}
+
+
+def _constructor_check(cls: Any, starts: tuple[str, ...]) -> Any:
+    """SGLang's own statements of ``cls.__init__`` whose source starts with one of ``starts``,
+    compiled from ``cls``'s file (its name and line numbers kept, so what they raise is SGLang's,
+    at its own line) as ``cls.__init__(self, model_runner, config)`` over the globals of ``cls``'s
+    module (what they read: ``get_platform()``, ``get_parallel()``), ``config`` being the model
+    config the constructor reads (``model_runner.model_config``). None when the class has no
+    such statements (another release): then nothing is checked."""
+    import ast
+    import inspect
+
+    path = inspect.getsourcefile(cls)
+    if path is None:
+        return None
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    tree = ast.parse(source, path)
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls.__name__), None)
+    init = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None) if node else None
+    body = [s for s in init.body if (ast.get_source_segment(source, s) or "").startswith(starts)] if init else []
+    if init is None or node is None or len(body) < len(starts):
+        return None
+    shell = ast.parse(f"class {cls.__name__}:\n    def __init__(self, model_runner, config):\n        pass\n")
+    klass = shell.body[0]
+    assert isinstance(klass, ast.ClassDef) and isinstance(klass.body[0], ast.FunctionDef)
+    klass.body[0].body = body
+    ast.copy_location(klass, node)
+    ast.copy_location(klass.body[0], init)
+    namespace = dict(vars(sys.modules[cls.__module__]))
+    exec(compile(ast.fix_missing_locations(shell), path, "exec"), namespace)
+    return namespace[cls.__name__].__init__
+
+
 class _StandInOnImport:
     """A ``sys.meta_path`` finder for stage 6: a module of ``targets`` that SGLang's call imports is
     loaded by the ordinary finders, then ``after(module)`` stands in its backend classes (so only
@@ -699,7 +743,9 @@ def _model_runner(sa: Any, mc: Any, capability: str | None, kv_cache_dtype: Any 
     these functions read: ``model_config``, ``server_args``, ``use_mla_backend`` as
     ``ModelRunner.__init__`` derives it, not a draft worker); the attention backend classes the
     factories and the wrapper construct (``_backend_classes``: their constructors take the
-    device pools, which need the device, so their own checks are not run here); the readings of
+    device pools, which need the device, so their own checks are not run here, but for the
+    statements ``CONSTRUCTOR_CHECKS`` names, which ``_constructor_check`` compiles out of SGLang's
+    file and runs on the resolved page size and the model config); the readings of
     the card, answered from ``capability`` or else SGLang's own ``get_platform().device_capability``
     so that every reader agrees: ``utils.get_device_capability`` as the registry imported it, ``utils.is_blackwell``: major 10, 11 or 12, the image's CUDA being
     >= 12.8, and ``runtime_context.override_platform``'s ``is_sm90``/``is_sm100``/``is_sm120``/
@@ -727,10 +773,18 @@ def _model_runner(sa: Any, mc: Any, capability: str | None, kv_cache_dtype: Any 
     stand_ins: list[tuple[Any, str, Any]] = []
     swapped: list[tuple[Any, str, Any]] = []  # (module, class name, SGLang's class): put back at the end
 
+    def built(name: str, real: Any, *a: Any, **k: Any) -> _BuiltBackend:
+        check = _constructor_check(real, CONSTRUCTOR_CHECKS[name]) \
+            if name in CONSTRUCTOR_CHECKS and isinstance(real, type) else None
+        if check is not None:  # the constructor's own check, on the resolved page size and the model config
+            check(types.SimpleNamespace(page_size=sa.page_size), runner, mc)
+        return _BuiltBackend(name, *a, **k)
+
     def stand_in(mod: Any) -> None:
         for name in targets.get(mod.__name__, ()):
-            swapped.append((mod, name, mod.__dict__.get(name, _ABSENT)))
-            setattr(mod, name, lambda *a, _n=name, **k: _BuiltBackend(_n, *a, **k))
+            real = mod.__dict__.get(name, _ABSENT)
+            swapped.append((mod, name, real))
+            setattr(mod, name, lambda *a, _n=name, _r=real, **k: built(_n, _r, *a, **k))
 
     for module in targets:  # already imported: stood in now; the rest when SGLang's call imports them
         if module in sys.modules:

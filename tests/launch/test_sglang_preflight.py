@@ -380,3 +380,42 @@ def test_model_runner_stage_refuses_the_attention_backend_sglang_refuses_on_the_
         r = results[f"{b} on sm_89"]
         assert r.ok is True and r.stage == "model runner", (b, r)
         assert r.answers["model_runner_backend"].startswith("HybridLinearAttnBackend(FlashAttentionBackend, "), r.answers
+
+
+@pytest.mark.parametrize("release", sorted(RELEASE_SIZING))
+def test_model_runner_stage_runs_trtllm_mhas_page_check_on_the_model_config(cli, tmp_path, release):
+    """Stage 6 runs ``TRTLLMHAAttnBackend.__init__``'s own page-size statements (compiled from
+    SGLang's file; the constructor itself takes the device pools) on the resolved page size, the
+    model folder's config.json and the card: page 128 with trtllm_mha on sm_100 (no XQA kernels)
+    and 4 query heads over 4 KV heads at TP 2 is refused with SGLang's message, at its file and
+    function, naming --page-size; 24 query heads, page 64, or an sm_90 card (XQA) build it."""
+    python = RELEASE_SIZING[release][0]
+    if not python.exists():
+        pytest.fail(f"no flag-catalog venv at {python} (.ci/check-flag-catalog.sh {release} makes it)")
+    folders = {}
+    for heads in (4, 24):
+        (tmp_path / str(heads)).mkdir()
+        folders[heads] = model_folder(tmp_path / str(heads), "rtx5060ti-tp2-fp8", num_attention_heads=heads)
+
+    def case(heads: int, page: int, capability: str) -> tuple[list[str], dict[str, int]]:
+        """What serve --print renders with 24 query heads (a plan that passes), on ``heads``'s folder."""
+        base, dev = rendered(cli, "rtx5060ti-tp2-fp8", folders[24], f"runtime.sglang_version={release}",
+                             "runtime.attention_backend=trtllm_mha", f"runtime.page_size={page}",
+                             f"hardware.compute_capability=\"{capability}\"", "runtime.kv_cache.dtype=bf16")
+        assert dev["capability"] == capability and base[base.index("--page-size") + 1] == str(page), (base, dev)
+        return [str(folders[heads]) if x == str(folders[24]) else x for x in base], dev
+
+    cases = {"gqa 2/2 on sm_100": case(4, 128, "10.0"), "gqa 12/2 on sm_100": case(24, 128, "10.0"),
+             "page 64 on sm_100": case(4, 64, "10.0"), "xqa on sm_90": case(4, 128, "9.0")}
+    results = dict(zip(cases, pf.run_many(str(python), [c[0] for c in cases.values()], site_env(),
+                                          devices=[c[1] for c in cases.values()])))
+    r = results["gqa 2/2 on sm_100"]
+    assert (r.ok, r.stage, r.type, r.site, r.fault) == (
+        False, "model runner", "ValueError", "srt/layers/attention/trtllm_mha_backend.py:__init__", ""), r
+    assert "trtllm_mha with page_size=128 requires trtllm-gen's dynamic tokens-per-page kernels" in r.message, r
+    assert "got 2/2" in r.message and r.flags == ["--page-size"], r
+    assert "runtime.page_size" in pf.refusal_line(r, pf.profile_keys_for(r.flags, []))
+    for case in ("gqa 12/2 on sm_100", "page 64 on sm_100", "xqa on sm_90"):
+        r = results[case]
+        assert r.ok is True and r.stage == "model runner", (case, r)
+        assert r.answers["model_runner_backend"].startswith("HybridLinearAttnBackend(TRTLLMHAAttnBackend, "), r.answers
