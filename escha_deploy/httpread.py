@@ -39,7 +39,7 @@ import contextlib
 import functools
 import math
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -253,6 +253,22 @@ def request(method: str, url: str, *, policy: Policy = Policy(), headers: dict[s
         async with async_client(policy) as client:
             return await aread(client, method, url, policy=policy, headers=headers or {}, content=content)
 
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _on_a_loop_of_its_own(one)
+    # called from code running on an event loop (bench's load loop starts servers through `up`,
+    # whose ready wait reads here): a second loop cannot run in this thread, so on a thread of its own
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="httpread") as pool:
+        return pool.submit(_on_a_loop_of_its_own, one).result()
+
+
+def _on_a_loop_of_its_own(one: Callable[[], Coroutine[Any, Any, Answer]]) -> Answer:
+    """``one()`` run to its end on a new event loop in this thread, closed after it."""
     import asyncio
 
     loop = asyncio.new_event_loop()

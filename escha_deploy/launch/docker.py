@@ -153,6 +153,11 @@ def to_docker(args: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the daemon
 
 
+#: Seconds one Docker API call may take once the daemon answered (docker-py's per-request
+#: read timeout; its own default is 60).
+API_TIMEOUT_S = 60
+
+
 def connect(timeout_s: float = 10.0):
     """A docker-py client for the daemon in the environment (DOCKER_HOST or the socket).
 

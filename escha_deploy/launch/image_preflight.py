@@ -207,20 +207,25 @@ def run_once(client, args: dict, timeout_s: float) -> tuple[int, str, str] | str
     remove it. Returns ``(exit code, stdout, stderr)``, or the reason it gave no answer (one line,
     at most 400 characters). Used by the image's SGLang pre-flight and by up's first-use check."""
     from docker.errors import DockerException
+    from requests.exceptions import RequestException  # docker-py's transport: a read timeout is one
 
     from . import docker as dk
 
+    no_answer = (DockerException, RequestException)
     try:
         c = client.containers.create(**dk.to_docker({**args, "ulimits": []}))
-    except DockerException as exc:
+    except no_answer as exc:
         return f"{NOT_CREATED}: {exc}"[:400]
     try:
         c.start()
         code = c.wait(timeout=timeout_s)["StatusCode"]
         out = c.logs(stdout=True, stderr=False).decode(errors="replace")
         err = c.logs(stdout=False, stderr=True).decode(errors="replace")
-    except DockerException as exc:
+    except no_answer as exc:
         return f"{NOT_RUN}: {exc}"[:400]
     finally:
-        c.remove(force=True)
+        try:
+            c.remove(force=True)
+        except no_answer:
+            pass  # the daemon removes nothing it did not answer for; the reason above stands
     return code, out, err

@@ -345,6 +345,10 @@ def _docker_daemon(ctx: Preflight) -> Outcome:
     from . import docker as dk
 
     ctx.client = dk.connect(timeout_s=3) if ctx.dry else dk.connect()
+    # 3 s tells a dry run quickly that no daemon answers; the calls after it (a throw-away
+    # container's create, start and logs) get the daemon's usual time: a loaded daemon took more
+    # than 3 s to create one and the dry run ended in a traceback
+    ctx.client.api.timeout = dk.API_TIMEOUT_S
     return "ok", ""
 
 

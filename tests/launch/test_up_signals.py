@@ -51,9 +51,9 @@ def one_try(image: str, name: str, port: int, sig: signal.Signals, delay_s: floa
                 proc.send_signal(sig)
                 break
         else:
-            proc.wait(timeout=60)
+            proc.wait(timeout=180)  # a loaded machine (the suite's workers beside another copy)
             return None, "".join(seen)
-        _, rest = proc.communicate(timeout=60)
+        _, rest = proc.communicate(timeout=180)
         return proc.returncode, "".join(seen) + rest
     finally:
         if proc.poll() is None:
