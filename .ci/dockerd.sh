@@ -50,7 +50,13 @@ start)
         rm -f /var/run/docker.pid
         # setsid: the daemon outlives the calling shell; --data-root stays Debian's default
         # 9>&-: the daemon must not inherit the lock, or every later call waits for it forever
-        setsid dockerd --host unix:///var/run/docker.sock >"$log" 2>&1 < /dev/null 9>&- &
+        # env -u: not the calling run's own folders. A test session points XDG_RUNTIME_DIR at a
+        # folder of its own that it removes at exit (tests/session_state.py); runc keeps its exec
+        # files under XDG_RUNTIME_DIR, so a daemon started from one session broke every
+        # `docker exec` and container start of the runs after it ("OCI runtime exec failed: open
+        # /dev/shm/escha-test-...-run-.../runc-process...: no such file or directory")
+        env -u XDG_RUNTIME_DIR -u XDG_CACHE_HOME -u TMPDIR \
+            setsid dockerd --host unix:///var/run/docker.sock >"$log" 2>&1 < /dev/null 9>&- &
         echo $! > "$pidfile"
     fi
     for _ in $(seq 1 120); do
