@@ -134,8 +134,15 @@ class _Scope:
         self.what = "up: still cleaning up"
         self.deferred: list[int] | None = None
 
-    def handler(self, signum: int, _frame: object) -> None:
+    def handler(self, signum: int, frame: object) -> None:
         if self.armed and self.deferred is None:
+            if _in_a_finalizer(frame):
+                # An exception raised here would be printed as "Exception ignored in ..." and
+                # dropped (a __del__ or weakref.finalize callback, such as an event loop's or a
+                # socket's, ran when the signal came), leaving `up` following the log with the
+                # signal spent. The same signal again in 50 ms, when the finalizer has returned.
+                threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
+                return
             self.armed = False  # the first signal is obeyed once; every later one only noted
             raise Signalled(signum)
         if self.deferred is not None:
@@ -144,6 +151,19 @@ class _Scope:
 
 
 _scope: _Scope | None = None
+
+
+def _in_a_finalizer(frame: object) -> bool:
+    """Whether ``frame`` (a signal handler's: where the main thread was) runs inside a finalizer,
+    where Python prints and drops any exception: a ``__del__`` method or a ``weakref.finalize``
+    callback on the stack."""
+    f = frame
+    while f is not None:
+        code = getattr(f, "f_code", None)
+        if code is not None and (code.co_name == "__del__" or code.co_filename.endswith("weakref.py")):
+            return True
+        f = getattr(f, "f_back", None)
+    return False
 
 
 @contextlib.contextmanager
