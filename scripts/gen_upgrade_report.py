@@ -63,23 +63,17 @@ def compare(name: str, host: list[str], a: str, b: str) -> dict:
     """The comparison's JSON, from the CLI as a user runs it."""
     from escha_deploy.cli.main import main
 
+    from unittest import mock
+
     out = io.StringIO()
-    with tempfile.TemporaryDirectory() as tmp:
-        saved = {k: os.environ.get(k) for k in ("XDG_CACHE_HOME", "ESCHA_RUNTIME_DESCRIPTION")}
-        os.environ["XDG_CACHE_HOME"] = tmp
-        os.environ["ESCHA_RUNTIME_DESCRIPTION"] = str(Path(tmp) / "no-runtime.json")
-        code = 0
+    code = 0
+    with tempfile.TemporaryDirectory() as tmp, mock.patch.dict(os.environ, {
+            "XDG_CACHE_HOME": tmp, "ESCHA_RUNTIME_DESCRIPTION": str(Path(tmp) / "no-runtime.json")}):
         try:
             with contextlib.redirect_stdout(out):
                 main(["plan", "--profile", name, "--sglang-version", b, "--compare", a, *host, "--format", "json"])
         except SystemExit as exc:
             code = int(exc.code or 0)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
     if code not in (0, 3) or not out.getvalue().strip():
         raise SystemExit(f"error: plan --profile {name} --compare {a} --sglang-version {b}: exit {code}")
     return json.loads(out.getvalue())
