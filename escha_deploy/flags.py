@@ -95,6 +95,13 @@ def server_args(plan: Plan, profile: Profile, *, host: str = "0.0.0.0", port: in
         a += ["--quantization", m.quantization]
     if m.trust_remote_code:
         a += ["--trust-remote-code"]
+    if rt.speculative is not None:
+        sp = rt.speculative
+        a += ["--speculative-algorithm", sp.algorithm]
+        for flag, value in (("--speculative-num-steps", sp.num_steps), ("--speculative-eagle-topk", sp.eagle_topk),
+                            ("--speculative-num-draft-tokens", sp.num_draft_tokens)):
+            if value is not None:
+                a += [flag, str(value)]
     if m.draft is not None:
         a += ["--speculative-draft-model-path", draft_path or m.draft.path]
     if rt.context_length:

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from ..netaddr import host_port
 from ..planner.result import Plan
-from ..profile.rules import extra_arg
+from ..profile.rules import extra_arg, speculative_algorithm
 from ..profile import Profile
 from .model import Instance
 
@@ -56,9 +56,9 @@ def instance_problems(inst: Instance, plans: list[Plan], profiles: list[Profile]
         if dp and dp != "1" and not _extra(prof, "--enable-dp-attention"):
             out.append(f"{name}: runtime.extra_args sets --dp-size {dp} without --enable-dp-attention: SGLang "
                        "refuses multi-node data parallel without DP attention; use replicas behind the router")
-        spec = _extra(prof, "--speculative-algorithm")
+        spec = speculative_algorithm(prof)
         if spec and inst.group.parallel == "pp":
-            out.append(f"{name}: runtime.extra_args sets --speculative-algorithm {spec}: SGLang refuses pipeline "
+            out.append(f"{name}: runtime.speculative.algorithm is {spec}: SGLang refuses pipeline "
                        "parallelism with speculative decoding; set parallel: tp on the group")
         if _extra(prof, "--nnodes") or _extra(prof, "--node-rank") or _extra(prof, "--dist-init-addr"):
             out.append(f"{name}: runtime.extra_args sets a multi-node flag; the fleet renders those")

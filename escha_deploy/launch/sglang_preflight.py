@@ -1125,6 +1125,7 @@ def profile_keys_for(flags: list[str], extra_args: list[str]) -> list[str]:
     ``extra_args`` carries it, else the profile key whose ``SGLangFlag`` metadata names it, else
     ``the plan (--flag)`` for a value the planner computes (``--max-total-tokens`` ...)."""
     from escha_deploy.profile import Profile, sglang_flag
+    from escha_deploy.yamlpos import model_in
 
     by_flag: dict[str, str] = {}
 
@@ -1133,7 +1134,7 @@ def profile_keys_for(flags: list[str], extra_args: list[str]) -> list[str]:
             meta = sglang_flag(info)
             if meta is not None and meta.flag:
                 by_flag.setdefault(meta.flag, prefix + name)
-            ann = info.annotation
+            ann = model_in(info.annotation)  # a section, optional ones (runtime.speculative) included
             if isinstance(ann, type) and hasattr(ann, "model_fields"):
                 walk(ann, f"{prefix}{name}.")
 

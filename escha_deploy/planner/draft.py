@@ -69,7 +69,7 @@ class DraftCount:
 def draft_count(profile: Profile, draft: DraftFacts | None) -> DraftCount:
     """The one decision on the draft (module docstring). ``draft``: what ``model.draft``'s folder
     says (``None``: no key, or the folder is not on this machine)."""
-    alg = speculative_algorithm(profile.runtime.extra_args)
+    alg = speculative_algorithm(profile)
     key = profile.model.draft
     tp = profile.runtime.tp_size
     if alg is None or alg in NO_DRAFT_MODEL:

@@ -79,7 +79,7 @@ def resolved_mamba_strategy(profile: Profile, arch: ModelArch) -> tuple[str | No
         return None, None
     if strategy != "auto":
         return strategy, None
-    spec = speculative_algorithm(profile.runtime.extra_args)
+    spec = speculative_algorithm(profile)
     if spec in EAGLE_STYLE and not profile.runtime.disable_radix_cache:
         return "extra_buffer_lazy", (
             f"auto with --speculative-algorithm {spec} on a hybrid model: SGLang's auto picks extra_buffer, "
@@ -511,7 +511,7 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
               "resolve_max_num_reqs); use at least 2")
 
     # Speculative decoding and torch.compile on hybrid models (runtime.extra_args).
-    spec = speculative_algorithm(rt.extra_args)
+    spec = speculative_algorithm(profile)
     if spec:
         if arch.is_hybrid and spec in EAGLE_STYLE and rt.mamba_radix_cache_strategy == "extra_buffer":
             error("runtime.mamba_radix_cache_strategy",

@@ -142,8 +142,8 @@ class Hardware(EschaModel):
 
 
 class DraftModel(EschaModel):
-    """A speculative-decoding draft model's folder (``runtime.extra_args`` names the algorithm,
-    ``--speculative-algorithm EAGLE3``). Like ``model``: ``path`` is the folder as the server sees
+    """A speculative-decoding draft model's folder (``runtime.speculative.algorithm`` names the
+    algorithm). Like ``model``: ``path`` is the folder as the server sees
     it, ``host_dir`` the host folder mounted read-only there (a container) or loaded (natively)."""
 
     path: Annotated[str, Field(min_length=1, max_length=4096,
@@ -207,7 +207,7 @@ class ModelSection(EschaModel):
     draft: Annotated[
         DraftModel | None,
         Field(description="the speculative-decoding draft model: {path, host_dir} (--speculative-draft-model-path); "
-              "the algorithm stays in runtime.extra_args (--speculative-algorithm); none: no draft folder named, "
+              "the algorithm is runtime.speculative.algorithm; none: no draft folder named, "
               "and the plan says a draft is not counted"),
         OmitWhenUnset(),
     ] = None
@@ -258,6 +258,34 @@ class KvCache(EschaModel):
         if isinstance(value, str) and value in REFUSED_KV_DTYPES:
             raise ValueError(f"{value}: {REFUSED_KV_DTYPES[value]}")
         return value
+
+
+#: ``--speculative-algorithm`` values SGLang 0.5.19 and 0.5.23 know built in
+#: (``srt/speculative/spec_info.py: SpeculativeAlgorithm``; NEXTN is its alias of EAGLE,
+#: ``arg_groups/speculative_hook.py: _resolve_speculative_algorithm_alias``).
+SpeculativeAlgorithmName = Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK"]
+
+
+class Speculative(EschaModel):
+    """Speculative decoding: the algorithm and the draft's shape, each key one SGLang flag. The
+    draft's folder is ``model.draft``. Unset keys are left to SGLang, which picks them under the
+    EAGLE family (``arg_groups/speculative_hook.py: _auto_choose_speculative_params``: 3 steps,
+    top-k 1, 4 draft tokens for the Qwen3.x models) and sets ``--max-running-requests`` to 48
+    when that is unset (``_handle_eagle_family``, ``_handle_ngram``, ...)."""
+
+    algorithm: Annotated[
+        SpeculativeAlgorithmName,
+        Field(description="--speculative-algorithm (NEXTN drafts with the model's own MTP layers: name the "
+              "model's own folder in model.draft)"), SGLangFlag("--speculative-algorithm")]
+    num_steps: Annotated[StrictInt | None, Field(gt=0, le=64, description="--speculative-num-steps; unset: SGLang's"),
+                         SGLangFlag("--speculative-num-steps")] = None
+    eagle_topk: Annotated[StrictInt | None, Field(gt=0, le=64, description="--speculative-eagle-topk; unset: SGLang's"),
+                          SGLangFlag("--speculative-eagle-topk")] = None
+    num_draft_tokens: Annotated[
+        StrictInt | None, Field(gt=0, le=1024, description="--speculative-num-draft-tokens: tokens verified per "
+                                "step; SGLang keeps a mamba state per draft token per request on a hybrid model "
+                                "(kv_cache_configurator.py: _handle_max_mamba_cache); unset: SGLang's"),
+        SGLangFlag("--speculative-num-draft-tokens")] = None
 
 
 class Runtime(EschaModel):
@@ -315,6 +343,11 @@ class Runtime(EschaModel):
     ] = None
     enable_cache_report: Annotated[bool, Field(description="--enable-cache-report (bench needs it)"), SGLangFlag("--enable-cache-report")] = True
     enable_metrics: Annotated[bool, Field(description="--enable-metrics (bench and the canary read it)"), SGLangFlag("--enable-metrics")] = True
+    speculative: Annotated[
+        Speculative | None,
+        Field(description="speculative decoding {algorithm, num_steps, eagle_topk, num_draft_tokens}; none: off"),
+        OmitWhenUnset(),
+    ] = None
     extra_args: Annotated[
         list[str], Field(description="raw SGLang flags appended last; checked against the flag catalog; "
                          "no secrets (--api-key: use container.api_key_file)")

@@ -125,10 +125,12 @@ def extra_arg(args: Sequence[str], flag: str) -> str | None:
     return found
 
 
-def speculative_algorithm(args: Sequence[str]) -> str | None:
-    """``--speculative-algorithm`` from ``runtime.extra_args``, upper-cased as SGLang reads it."""
-    alg = extra_arg(args, "--speculative-algorithm")
-    return alg.upper() if alg and alg != "true" else None
+def speculative_algorithm(profile: Profile) -> str | None:
+    """``runtime.speculative.algorithm`` (``--speculative-algorithm``) as SGLang reads it (upper
+    case, ``arg_groups/speculative_hook.py: handle_speculative_decoding``); None: no speculation.
+    The flag in ``runtime.extra_args`` is refused as the key's (``extra-args-not-a-key-flag``)."""
+    spec = profile.runtime.speculative
+    return spec.algorithm.upper() if spec is not None else None
 
 
 def _weights(profile: Profile) -> list[Problem]:
@@ -247,11 +249,11 @@ def profile_only_warnings(profile: Profile) -> list[tuple[tuple[str, ...], str]]
     into ``hicache.l3``; one warning names the key to write instead."""
     hc = profile.hicache
     out: list[tuple[tuple[str, ...], str]] = []
-    if profile.model.draft is not None and speculative_algorithm(profile.runtime.extra_args) is None:
+    if profile.model.draft is not None and speculative_algorithm(profile) is None:
         # SGLang builds a draft worker only for a speculative algorithm (managers/scheduler.py:
         # Scheduler.maybe_init_draft_worker returns at once when spec_algorithm.is_none())
-        out.append((("model", "draft"), "no --speculative-algorithm in runtime.extra_args: SGLang loads no draft "
-                    "model, and the plan counts none; add e.g. --speculative-algorithm EAGLE3"))
+        out.append((("model", "draft"), "no runtime.speculative.algorithm (--speculative-algorithm): SGLang loads "
+                    "no draft model, and the plan counts none; set e.g. runtime.speculative: {algorithm: EAGLE3}"))
     read = [k for k in hc._flat_keys if k not in hc._ignored_keys]
     if read:
         shape = ("{kind: file, dir: DIR, max_size: SIZE}" if hc.hicache_storage_backend == "file"

@@ -21,11 +21,11 @@ from escha_deploy.fleet.plan import plan_fleet
 PROFILE = "rtx5060ti-tp2-fp8"
 
 
-def write(tmp: Path, *, parallel: str = "pp", extra: list[str] | None = None) -> Path:
+def write(tmp: Path, *, parallel: str = "pp", extra: list[str] | None = None, sets: list[str] | None = None) -> Path:
     (tmp / "router.key").write_text("k-123\n")
     (tmp / "api.key").write_text("k-123\n")
     replica_set = ["container.expose=true", f"container.api_key_file={tmp / 'api.key'}"]
-    node_set = [f"runtime.extra_args={json.dumps(extra)}"] if extra else []
+    node_set = ([f"runtime.extra_args={json.dumps(extra)}"] if extra else []) + list(sets or [])
     # one loopback address per box (127.0.0.0/8), none of them 127.0.0.1, where the router reaches
     # its own box's worker: the boxes share one container.port, as `fleet render k8s` requires
     # (SMG's discovery takes one --service-discovery-port)
@@ -85,19 +85,19 @@ def test_per_node_argv_passes_the_flag_catalog(tmp_path, parallel, tp, pp):
     assert small.hicache.ratio < fp.box_plan("n0").plan.hicache.ratio
 
 
-@pytest.mark.parametrize("extra,parallel,want", [
-    (["--dp-size", "2"], "pp", "SGLang refuses multi-node data parallel without DP attention"),
-    (["--speculative-algorithm", "EAGLE"], "pp", "SGLang refuses pipeline parallelism with speculative decoding"),
-    (["--nnodes", "3"], "tp", "the fleet renders those"),
+@pytest.mark.parametrize("extra,sets,parallel,want", [
+    (["--dp-size", "2"], [], "pp", "SGLang refuses multi-node data parallel without DP attention"),
+    ([], ["runtime.speculative.algorithm=EAGLE"], "pp", "SGLang refuses pipeline parallelism with speculative decoding"),
+    (["--nnodes", "3"], [], "tp", "the fleet renders those"),
 ])
-def test_what_sglang_refuses_is_refused_with_the_reason(tmp_path, extra, parallel, want):
-    fp = plan_fleet(load_fleet(write(tmp_path, parallel=parallel, extra=extra)))
+def test_what_sglang_refuses_is_refused_with_the_reason(tmp_path, extra, sets, parallel, want):
+    fp = plan_fleet(load_fleet(write(tmp_path, parallel=parallel, extra=extra, sets=sets)))
     assert fp.verdict == "unsafe"
     assert any(want in p and p.startswith("big-0:") for p in fp.problems), fp.problems
 
 
 def test_speculative_decoding_with_tp_across_nodes_is_not_refused(tmp_path):
-    fp = plan_fleet(load_fleet(write(tmp_path, parallel="tp", extra=["--speculative-algorithm", "EAGLE"])))
+    fp = plan_fleet(load_fleet(write(tmp_path, parallel="tp", sets=["runtime.speculative.algorithm=EAGLE"])))
     assert not any("speculative" in p for p in fp.problems)
 
 

@@ -150,7 +150,7 @@ def test_the_draft_folder_is_a_need_serve_checks(tmp_path):
     import json
 
     draft = tmp_path / "draft"
-    sets = ["runtime.extra_args=[\"--speculative-algorithm\", \"EAGLE3\"]", "model.draft.path=/drafts/e3",
+    sets = ["runtime.speculative.algorithm=EAGLE3", "model.draft.path=/drafts/e3",
             f"model.draft.host_dir={draft}"]
     prof = load_profile("rtx5060ti-tp2-fp8", sets)
     p = plan(prof, described_host(32 * GiB, "linux"))

@@ -175,10 +175,10 @@ def test_an_interpreter_without_sglang_is_not_run_and_says_why():
 
 
 def test_keys_come_from_the_profile_metadata_and_extra_args():
-    keys = pf.profile_keys_for(["--attention-backend", "--max-total-tokens", "--speculative-algorithm"],
-                               ["--speculative-algorithm", "NEXTN"])
-    assert keys == ["runtime.attention_backend", "runtime.max_total_tokens",
-                    "runtime.extra_args item '--speculative-algorithm'"]
+    keys = pf.profile_keys_for(["--attention-backend", "--max-total-tokens", "--speculative-num-draft-tokens",
+                                "--enable-torch-compile"], ["--enable-torch-compile"])
+    assert keys == ["runtime.attention_backend", "runtime.max_total_tokens", "runtime.speculative.num_draft_tokens",
+                    "runtime.extra_args item '--enable-torch-compile'"]
 
 
 VENV_0523 = ROOT / ".cache" / "flagcat-venv-0.5.23" / "bin" / "python"

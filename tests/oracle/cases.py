@@ -310,7 +310,7 @@ SPECULATIVE_CASES = [
     Case(id="spec-eagle3-dense-draft", profile="rtx5060ti-tp2-fp8",
          overrides=(f"model.architecture={DENSE_ARCH}", "runtime.max_total_tokens=null",
                     "runtime.max_mamba_cache_size=null", "hicache.enabled=false",
-                    'runtime.extra_args=["--speculative-algorithm", "EAGLE3"]', "model.draft.path=/drafts/eagle3"),
+                    "runtime.speculative.algorithm=EAGLE3", "model.draft.path=/drafts/eagle3"),
          draft={"weights": 10**9, "config": {
              "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
              "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128, "hidden_size": 5120,

@@ -24,7 +24,7 @@ from escha_deploy.profile import load_profile, profile_to_data
 
 GiB, MiB = 2**30, 2**20
 PROFILE = "rtx5060ti-tp2-fp8"  # 2 x 12 GiB, TP 2, fp8 KV, mem_fraction_static 0.825
-EAGLE3 = 'runtime.extra_args=["--speculative-algorithm", "EAGLE3"]'
+EAGLE3 = "runtime.speculative.algorithm=EAGLE3"
 DENSE = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 64,
          "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128, "hidden_size": 5120,
          "max_position_embeddings": 40960}
@@ -115,7 +115,7 @@ def test_nextn_on_the_models_own_mtp_layers(tmp_path):
         fh.write(struct.pack("<Q", len(header)) + header)
         fh.truncate(8 + len(header) + mtp + rest)
     total = 8 + len(header) + mtp + rest
-    sets = [f"model.host_dir={m}", 'runtime.extra_args=["--speculative-algorithm", "NEXTN"]',
+    sets = [f"model.host_dir={m}", "runtime.speculative.algorithm=NEXTN",
             "runtime.mamba_radix_cache_strategy=extra_buffer_lazy"]
     _, none = planned(sets)
     g, p = planned(sets + ["model.draft.path=/models/Qwen3.x-27B-GPTQ-Int4", f"model.draft.host_dir={m}"])
@@ -145,7 +145,7 @@ def test_a_draft_without_a_speculative_algorithm_is_an_inert_key(tmp_path):
     draft = folder(tmp_path, "d", EAGLE3_DRAFT, 10**9)
     _, p = planned(["model.draft.path=/drafts/e3", f"model.draft.host_dir={draft}"])
     assert p.per_rank.draft_weights_bytes == 0
-    assert any(f.field == "model.draft" and "no --speculative-algorithm" in f.message for f in p.findings)
+    assert any(f.field == "model.draft" and "no runtime.speculative.algorithm" in f.message for f in p.findings)
 
 
 def test_a_bad_safetensors_header_in_the_models_own_folder_names_the_key(tmp_path):

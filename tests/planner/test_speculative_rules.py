@@ -18,7 +18,7 @@ def _plan(cli, *sets: str):
 
 @pytest.mark.parametrize("alg", ["NEXTN", "EAGLE", "eagle3"])
 def test_explicit_extra_buffer_with_eagle_style_speculation_is_refused(cli, alg):
-    r, d = _plan(cli, f'runtime.extra_args=["--speculative-algorithm", "{alg}"]',
+    r, d = _plan(cli, f"runtime.speculative.algorithm={alg.upper()}",
                  "runtime.mamba_radix_cache_strategy=extra_buffer")
     assert r.code == 3, r.err
     line = next(x for x in d["reasons"] if x.startswith("runtime.mamba_radix_cache_strategy:"))
@@ -26,7 +26,7 @@ def test_explicit_extra_buffer_with_eagle_style_speculation_is_refused(cli, alg)
 
 
 def test_auto_with_speculation_renders_extra_buffer_lazy_with_a_decision(cli):
-    spec = 'runtime.extra_args=["--speculative-algorithm=NEXTN"]'
+    spec = "runtime.speculative.algorithm=NEXTN"
     r, d = _plan(cli, spec, "runtime.mamba_radix_cache_strategy=auto")
     assert r.code == 0, r.err
     dec = [x for x in d["decisions"] if x["rule"] == "mamba radix cache strategy"]
@@ -45,7 +45,7 @@ def test_auto_without_speculation_is_left_to_sglang(cli):
 
 
 def test_the_draft_model_is_said_to_be_outside_the_plan(cli):
-    r, d = _plan(cli, 'runtime.extra_args=["--speculative-algorithm", "NEXTN"]',
+    r, d = _plan(cli, "runtime.speculative.algorithm=NEXTN",
                  "runtime.mamba_radix_cache_strategy=extra_buffer_lazy")
     assert r.code == 0, r.err
     assert any("draft model's weights and KV cache are not in this plan" in w for w in d["warnings"]), d["warnings"]
