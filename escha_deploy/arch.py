@@ -442,6 +442,77 @@ class DraftFacts(BaseModel):
     weights_source: str = ""
     num_layers: int | None = None
     layers_source: str = ""
+    #: ``ModelConfig.num_nextn_predict_layers`` of the draft as SGLang builds it
+    #: (``model_config.py: _config_draft_model`` sets 1 for ``MTP_ONE_LAYER_ARCHITECTURES``;
+    #: else the config's own, 0 when absent): HiCache packs the draft's KV into the target's host
+    #: pool when it is set under EAGLE/NEXTN (``base_spec_worker.py: _can_pack_hicache_mtp``).
+    nextn_layers: int = 0
+    #: The draft's own KV geometry (its text config): total KV heads and elements per head, for a
+    #: sidecar host pool (``hybrid_pool_assembler.py: build_full_draft_pools``); None: not named.
+    kv_heads: int | None = None
+    head_dim: int | None = None
+
+
+def draft_kv_geometry(config: object) -> tuple[int | None, int | None, int]:
+    """``(num_key_value_heads, head_dim, nextn_layers)`` of a draft's config.json as SGLang reads
+    them (``head_dim`` else ``hidden_size // num_attention_heads``; ``nextn_layers`` as
+    ``DraftFacts.nextn_layers``); None where the config names neither."""
+    text = _text_config(config)
+    assert isinstance(config, dict)
+    archs = config.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+
+    def whole(key: str) -> int | None:
+        v = text.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+    heads = whole("num_key_value_heads") or whole("num_attention_heads")
+    head_dim = whole("head_dim")
+    if head_dim is None and whole("hidden_size") and whole("num_attention_heads"):
+        head_dim = text["hidden_size"] // text["num_attention_heads"]
+    nextn = 1 if arch in MTP_ONE_LAYER_ARCHITECTURES else (whole("num_nextn_predict_layers") or 0)
+    return heads, head_dim, nextn
+
+
+def draft_folder_mismatch(draft_dir: str | Path, model_dir: str | Path, *, mtp: bool) -> str | None:
+    """Why the draft folder cannot draft for the model folder, one line naming both, or None:
+    an MTP draft (``mtp``: NEXTN, or a draft config with MTP layers) of another architecture than
+    the model's (SGLang builds the MTP draft from the draft config's architecture,
+    ``model_config.py: _config_draft_model``), a draft with more layers than the model, or a
+    vocabulary of another size (the draft proposes token ids the target verifies:
+    ``speculative/eagle_worker_v2.py`` shares the target's embedding and LM head). Reads both
+    config.json files (text configs); a folder without one says nothing here."""
+    from .jsonio import loads_json, read_regular
+
+    def text_of(folder: str | Path) -> tuple[str | None, dict] | None:
+        cfg = Path(folder) / "config.json"
+        raw = read_regular(cfg, "config.json", missing_ok=True)
+        if raw is None:
+            return None
+        config = loads_json(raw, cfg, "config.json")
+        if not isinstance(config, dict):
+            return None
+        archs = config.get("architectures")
+        arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+        return arch, _text_config(config)
+
+    d, m = text_of(draft_dir), text_of(model_dir)
+    if d is None or m is None:
+        return None
+    (d_arch, dt), (m_arch, mt) = d, m
+    both = f"the draft folder {draft_dir} and the model folder {model_dir}"
+    if mtp and d_arch and m_arch and d_arch != m_arch:
+        return (f"{both} are of other architectures ({d_arch} and {m_arch}): an MTP draft is built from the "
+                "model's own architecture (model_config.py: _config_draft_model); name the model's own folder")
+    dl, ml = dt.get("num_hidden_layers"), mt.get("num_hidden_layers")
+    if isinstance(dl, int) and isinstance(ml, int) and dl > ml:
+        return (f"{both}: the draft has more layers ({dl}) than the model ({ml}); a draft is the smaller model "
+                "(are the two folders swapped?)")
+    dv, mv = dt.get("vocab_size"), mt.get("vocab_size")
+    if isinstance(dv, int) and isinstance(mv, int) and dv != mv:
+        return (f"{both} have vocabularies of {dv:,} and {mv:,} tokens: the target verifies the draft's token ids "
+                "in its own vocabulary; use a draft trained for this model")
+    return None
 
 
 def draft_num_layers(config: object) -> tuple[int, str] | None:
@@ -602,11 +673,14 @@ def read_draft_dir(path: str | Path, model_folder: str | Path | None = None) -> 
     if model_folder is not None and os.path.isdir(model_folder):
         own = os.path.samefile(p, model_folder)
     layers: tuple[int, str] | None = None
+    geometry: tuple[int | None, int | None, int] = (None, None, 0)
     cfg = p / "config.json"
     raw = read_regular(cfg, "the draft model's config.json", missing_ok=True)
     if raw is not None:
         try:
-            layers = draft_num_layers(loads_json(raw, cfg, "the draft model's config.json"))
+            config = loads_json(raw, cfg, "the draft model's config.json")
+            layers = draft_num_layers(config)
+            geometry = draft_kv_geometry(config)
         except ValueError as exc:
             raise ValueError(f"{cfg}: {exc}") from None
     files = sorted(f for f in p.glob("*.safetensors") if is_regular_file(f))
@@ -620,4 +694,5 @@ def read_draft_dir(path: str | Path, model_folder: str | Path | None = None) -> 
         weights = sum(f.stat().st_size for f in files)
         wsrc = f"safetensors in {p}"
     return DraftFacts(path=str(p), own_folder=own, weights_bytes=weights, weights_source=wsrc,
-                      num_layers=layers[0] if layers else None, layers_source=layers[1] if layers else "")
+                      num_layers=layers[0] if layers else None, layers_source=layers[1] if layers else "",
+                      kv_heads=geometry[0], head_dim=geometry[1], nextn_layers=geometry[2])

@@ -246,7 +246,18 @@ def read_draft_inputs(profile, *, draft_path: str | None = None, model_path: str
     path = draft_path or draft.host_dir
     if not path:
         return None
-    return read_folder_facts(field, read_draft_dir, path, model_path or profile.model.host_dir)
+    model = model_path or profile.model.host_dir
+    facts = read_folder_facts(field, read_draft_dir, path, model)
+    if facts is not None and not facts.own_folder and model and os.path.isdir(model):
+        from .arch import draft_folder_mismatch
+        from .errors import BadInput
+        from .profile.rules import speculative_algorithm
+
+        mtp = speculative_algorithm(profile) == "NEXTN" or facts.nextn_layers > 0
+        why = read_folder_facts(field, lambda: draft_folder_mismatch(path, model, mtp=mtp))
+        if why:
+            raise BadInput(f"{field}: {why}")
+    return facts
 
 
 def gather_plan_inputs(profile, *, platform: Platform | None = None, host_ram: int | None = None,

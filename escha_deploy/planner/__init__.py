@@ -41,7 +41,8 @@ from ..profile.models import normalize_kv_dtype
 from ..releases import default_release, load_release, release_findings, series_release
 from ..units import GB, MiB, fmt_gb, fmt_gib, fmt_gib_gb, fmt_mib
 from . import kv as kvmod
-from .draft import KV_SOURCE, DraftCount, draft_count, scaled_cell
+from .draft import (INTERMEDIATE_SOURCE, KV_SOURCE, DraftCount, DraftHost, SpecShape, draft_count, draft_host,
+                    intermediate_mamba, mamba_slots_with_speculation, scaled_cell, spec_shape)
 from .checks import auto_size_pick, guard_available, patched_check, stock_check
 from .constraints import (WSL2_MEMORY_ADVICE, HostConstraint, HostView, binding_constraint, bounds,
                           breaches, buffer_over_limit, first_breach, host_constraints)
@@ -50,7 +51,7 @@ from .pools import PINNED_MAX_BYTES, DevicePools, HostPools, host_pools_at_ratio
 from .search import SAFE_RATIO_GRID, SafeRatios, headroom, search_safe
 from .result import (AutoSizeCheck, CheckResult, HostGuardView, Budget, Decision, DevicePlan, Finding, HiCachePlan, HostBuffer, HostHitCost, KvDtypeRow,
                      PerRank, Plan, RuntimeCheck, SafetyPolicy, Verdict)
-from .validate import l3_host_bytes, resolved_mamba_strategy, validate
+from .validate import l3_host_bytes, mamba_slots_per_request, resolved_mamba_strategy, validate
 
 __all__ = ["plan", "Plan", "PlanInputs", "STEPS", "StepOrderError"]
 
@@ -70,7 +71,9 @@ class DeviceSizing:
     ``req_to_token_bytes`` (``ReqToTokenPool``: (max_running_requests + 1) x context x 4 B;
     0 without a context length), ``draft_kv_per_token`` (bytes the draft's layers add to the
     target's cell: ``draft.scaled_cell`` less the cell; 0 without a counted draft) and
-    ``draft_kv_bytes`` ((tokens + page_size) x that: the draft's pool at the target's tokens)."""
+    ``draft_kv_bytes`` ((tokens + page_size) x that: the draft's pool at the target's tokens);
+    ``mamba_intermediate_bytes``: the mamba states SGLang keeps per draft token per request under
+    speculation on a hybrid model (``draft.intermediate_mamba``; 0 otherwise)."""
 
     page_size: int
     device_kv_per_token: int
@@ -78,6 +81,7 @@ class DeviceSizing:
     req_to_token_bytes: int
     draft_kv_per_token: int = 0
     draft_kv_bytes: int = 0
+    mamba_intermediate_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -101,7 +105,9 @@ class PlanInputs:
     ``ratio_override`` / ``size_override`` (``--ratio``, ``--hicache-size`` GB = 1e9 per rank);
     ``hicache_source`` where the profile's deciding HiCache key was set; ``model_dir`` the
     model folder's facts; ``release`` the SGLang release planned and ``release_source``;
-    ``draft`` what the plan counts of a speculative-decoding draft (``draft.draft_count``)."""
+    ``draft`` what the plan counts of a speculative-decoding draft (``draft.draft_count``);
+    ``spec`` the speculative configuration SGLang resolves (``draft.spec_shape``); ``draft_host``
+    how HiCache mirrors the draft's KV in host memory (``draft.draft_host``)."""
 
     profile: Profile
     host: HostFacts
@@ -116,6 +122,8 @@ class PlanInputs:
     release: str = ""  # the SGLang release planned (releases/VERSION)
     release_source: str = ""
     draft: DraftCount = DraftCount()  # what of the speculative draft is counted (planner.draft)
+    spec: SpecShape = SpecShape()  # the speculative configuration SGLang resolves (planner.draft)
+    draft_host: DraftHost = DraftHost()  # how HiCache mirrors the draft's KV (planner.draft)
 
 
 class StepOrderError(RuntimeError):
@@ -236,6 +244,31 @@ def _host_kv_buffers_per_token(c: _Ctx, dtype: str) -> tuple[tuple[str, int], ..
             ("host K scales/zeros buffer", layers * sz), ("host V scales/zeros buffer", layers * sz))
 
 
+def _draft_host_per_token(c: _Ctx, dtype: str, host_kv: int) -> tuple[int, int]:
+    """``(packed, sidecar)``: the host KV bytes per token per rank a speculative draft adds with
+    HiCache on (``draft.draft_host``), packed into the target's host pool (its layers at the
+    target's width: ``pool_host/mha.py: get_size_per_token``, ``head_dim x head_num x (target +
+    draft layers) x itemsize x 2``) or in a sidecar pool of the draft's own geometry at the
+    target's itemsize; ``(0, 0)`` without one. INT2's host pool (the fork's) is not mirrored."""
+    h, s = c.inp.draft_host, c.shapes
+    if not h.mode:
+        return 0, 0
+    if dtype == "int2":
+        return 0, 0
+    per_layer = host_kv // max(s.full_layers, 1)
+    itemsize = per_layer // max(2 * s.kv_heads_per_rank * s.head_dim, 1)
+    if h.mode == "packed":
+        packed = h.layers * per_layer
+        c.decide("device_pools", "draft host KV per token (packed)", packed,
+                 f"{h.layers} draft layer(s) x {per_layer} B beside the target's {s.full_layers} layers: "
+                 f"{host_kv + packed} B per token ({h.source})")
+        return packed, 0
+    sidecar = h.layers * 2 * h.kv_heads * h.head_dim * itemsize
+    c.decide("device_pools", "draft host KV per token (sidecar)", sidecar,
+             f"{h.layers} layers x K,V x {h.kv_heads} heads x {h.head_dim} x {itemsize} B ({h.source})")
+    return 0, sidecar
+
+
 def step_device_pools(c: _Ctx) -> None:
     rt, s = c.inp.profile.runtime, c.shapes
     i2 = rt.kv_cache.int2
@@ -256,25 +289,62 @@ def step_device_pools(c: _Ctx) -> None:
                  f"less the target's {device_kv_per_token} B ({KV_SOURCE}; draft layers: {d.layers_source})")
     per_slot = s.mamba_bytes_per_slot
     tokens, slots = rt.max_total_tokens, rt.max_mamba_cache_size if c.inp.arch.is_hybrid else 0
-    if tokens is None or (c.inp.arch.is_hybrid and slots is None):
-        # SGLang sizes what the profile leaves unset from the static budget
-        # (KVCacheConfigurator._handle_max_mamba_cache, DefaultPoolConfigurator.calculate_pool_sizes);
-        # the draft's weights are loaded by then and come out of it too (planner.draft).
-        rest = _static_budget(c) - c.inp.weights_bytes - d.weights_bytes
-        if c.inp.arch.is_hybrid and slots is None and not per_slot:
-            # no linear-attention layer (full_attention_interval 1): no state to size slots by;
-            # SGLang asserts one above 0 bytes and stops (validate names the key)
-            slots = 0
+    spec = c.inp.spec
+    # speculation on a hybrid model: SGLang keeps a mamba state per draft token per request
+    # (planner.draft.intermediate_mamba); ReplaySSM drops them (kv_cache_configurator.py)
+    spec_d = (spec.num_draft_tokens if c.inp.arch.is_hybrid and per_slot
+              and "--enable-linear-replayssm-spec" not in rt.extra_args else 0)
+    ratio = mamba_slots_per_request(resolved_mamba_strategy(c.inp.profile, c.inp.arch)[0]
+                                    or rt.mamba_radix_cache_strategy, rt.disable_radix_cache)
+    intermediate = 0
+    # SGLang sizes what the profile leaves unset from the static budget
+    # (KVCacheConfigurator._handle_max_mamba_cache, DefaultPoolConfigurator.calculate_pool_sizes);
+    # the draft's weights are loaded by then and come out of it too (planner.draft).
+    rest = _static_budget(c) - c.inp.weights_bytes - d.weights_bytes
+    if c.inp.arch.is_hybrid and slots is None and not per_slot:
+        # no linear-attention layer (full_attention_interval 1): no state to size slots by;
+        # SGLang asserts one above 0 bytes and stops (validate names the key)
+        slots = 0
+        c.decide("device_pools", "mamba slots (SGLang auto)", slots,
+                 "no linear-attention layer: 0 B of mamba state per slot (KVCacheConfigurator._handle_max_mamba_cache "
+                 "asserts it is above 0)")
+    elif c.inp.arch.is_hybrid and slots is None:
+        r = MAMBA_FULL_MEMORY_RATIO
+        if rt.disable_radix_cache and spec.max_running_requests:
+            slots = spec.max_running_requests
             c.decide("device_pools", "mamba slots (SGLang auto)", slots,
-                     "no linear-attention layer: 0 B of mamba state per slot (KVCacheConfigurator._handle_max_mamba_cache "
-                     "asserts it is above 0)")
-        elif c.inp.arch.is_hybrid and slots is None:
-            r = MAMBA_FULL_MEMORY_RATIO
+                     "max_running_requests with the radix cache off (KVCacheConfigurator._handle_max_mamba_cache)")
+        elif spec_d:
+            slots = max(mamba_slots_with_speculation(rest, per_slot, spec_d, ratio, r), 0)
+            c.decide("device_pools", "mamba slots (SGLang auto)", slots,
+                     f"int((rest x {r}/(1+{r}) - {per_slot} B x (1 + {spec_d})) // ({per_slot} B x (1 + {spec_d}/"
+                     f"{ratio}))): the slots solved jointly with {spec_d} intermediate states per request "
+                     "(KVCacheConfigurator._handle_max_mamba_cache)")
+        else:
             slots = max(int((rest * r / (1 + r) - per_slot) // per_slot), 0)
             c.decide("device_pools", "mamba slots (SGLang auto)", slots,
                      f"rest x {r}/(1+{r}) // {per_slot} B per slot - 1 (KVCacheConfigurator._handle_max_mamba_cache)")
-        if c.inp.arch.is_hybrid:
-            rest -= ((slots or 0) + 1) * per_slot
+    if spec_d and slots:
+        mrr_spec = spec.max_running_requests or 0
+        reqs = slots if rt.disable_radix_cache and rt.max_mamba_cache_size is None else min(mrr_spec, slots // ratio)
+        intermediate = intermediate_mamba(per_slot, reqs, spec_d)
+        c.decide("device_pools", "intermediate mamba states per rank", intermediate,
+                 f"{per_slot} B x ({reqs} requests + 1) x {spec_d} draft tokens ({spec.source}); requests: "
+                 f"min(max_running_requests {mrr_spec} ({spec.mrr_source}), {slots} slots // {ratio} per request) "
+                 f"({INTERMEDIATE_SOURCE})")
+    if c.inp.arch.is_hybrid:
+        rest -= ((slots or 0) + 1) * per_slot + intermediate
+        if rest <= 0 and intermediate:
+            c.unsafe.append(
+                f"device: SGLang takes the mamba pool ({slots} slots + 1) x {per_slot:,} B = "
+                f"{((slots or 0) + 1) * per_slot:,} B"
+                + f" and {intermediate:,} B of intermediate states ({spec_d} draft tokens per request)"
+                + f" from the {rest + ((slots or 0) + 1) * per_slot + intermediate:,} B the weights leave of the "
+                f"static budget: nothing is left for the KV cache, and it stops with \"Loaded weights leave no GPU "
+                f"memory for the KV cache\" (kv_cache_configurator.py: _profile_available_bytes); lower "
+                "runtime.max_mamba_cache_size, runtime.max_running_requests or the draft tokens "
+                "(runtime.speculative), or raise runtime.mem_fraction_static")
+    if tokens is None or (c.inp.arch.is_hybrid and rt.max_mamba_cache_size is None):
         if tokens is None:
             tokens = max(rest, 0) // cell // page_size * page_size
             c.decide("device_pools", "device KV tokens (SGLang auto)", tokens,
@@ -284,16 +354,24 @@ def step_device_pools(c: _Ctx) -> None:
         c.decide("device_pools", "device KV tokens", tokens, "runtime.max_total_tokens")
         if slots:
             c.decide("device_pools", "device mamba slots", slots, "runtime.max_mamba_cache_size")
+    host_kv = host_per_token or device_kv_per_token
+    packed, sidecar = _draft_host_per_token(c, dtype, host_kv)
     dev = DevicePools(
         kv_tokens=tokens, kv_bytes=(tokens + page_size) * device_kv_per_token, kv_page_size=page_size,
         mamba_slots=slots or 0, mamba_bytes=((slots or 0) + 1) * per_slot if slots else 0,
-        mamba_bytes_per_slot=per_slot, host_kv_bytes_per_token=host_per_token or device_kv_per_token,
+        mamba_bytes_per_slot=per_slot, host_kv_bytes_per_token=host_kv + packed, draft_host_bytes_per_token=sidecar,
         host_kv_buffers_per_token=_host_kv_buffers_per_token(c, dtype),
         mamba_layers=s.linear_layers if per_slot else 0,
         mamba_conv_bytes_per_layer=s.mamba_conv_bytes_per_layer,
         mamba_temporal_bytes_per_layer=s.mamba_temporal_bytes_per_layer,
     )
-    mrr = rt.max_running_requests or max((slots or 0) // MAMBA_SLOTS_PER_REQUEST, 1)
+    if rt.max_running_requests:
+        mrr = rt.max_running_requests
+    elif spec.max_running_requests:  # SGLang's 48 under speculation, capped as resolve_max_num_reqs caps it
+        mrr = min(spec.max_running_requests, max((slots or 0) // ratio, 1) if c.inp.arch.is_hybrid
+                  else max(tokens // 2, 1))
+    else:
+        mrr = max((slots or 0) // MAMBA_SLOTS_PER_REQUEST, 1)
     if dtype == "int2":
         int2_hp_bytes = kvmod.int2_hp_arena_bytes(
             s, prefix_tokens=i2.prefix_tokens, recent_tokens=i2.recent_tokens, page_size=page_size,
@@ -307,7 +385,8 @@ def step_device_pools(c: _Ctx) -> None:
     c.dev = dev
     c.sizing = DeviceSizing(page_size=page_size, device_kv_per_token=device_kv_per_token,
                             int2_hp_bytes=int2_hp_bytes, req_to_token_bytes=req_to_token_bytes,
-                            draft_kv_per_token=draft_per_token, draft_kv_bytes=(tokens + page_size) * draft_per_token)
+                            draft_kv_per_token=draft_per_token, draft_kv_bytes=(tokens + page_size) * draft_per_token,
+                            mamba_intermediate_bytes=intermediate)
 
 
 def _free_before_weights(c: _Ctx) -> tuple[int, int, int, int]:
@@ -360,7 +439,7 @@ def step_device_budget(c: _Ctx) -> None:
     # allocated beside them, out of the room the fraction leaves (memory_pool.py: ReqToTokenPool).
     draft_weights, draft_kv = c.inp.draft.weights_bytes, c.sizing.draft_kv_bytes
     need = (c.inp.weights_bytes + c.dev.kv_bytes + c.dev.mamba_bytes + c.sizing.int2_hp_bytes
-            + draft_weights + draft_kv)
+            + draft_weights + draft_kv + c.sizing.mamba_intermediate_bytes)
     reserved = int(sglang_reserved_mib(vram // MiB, c.ranks, chunked_prefill=rt.chunked_prefill_size,
                                        decode_max_bs=rt.cuda_graph_max_bs,
                                        prefill_graphs=not rt.disable_prefill_cuda_graph, release=c.inp.release,
@@ -390,6 +469,8 @@ def step_device_budget(c: _Ctx) -> None:
                  "worker reuses the target's token count (kv_cache_configurator.py: KVCacheConfigurator.configure)")
     drafted = (f" + draft weights {fmt_gb(draft_weights)} + draft KV {fmt_gb(draft_kv)}"
                if draft_weights or draft_kv else "")
+    if c.sizing.mamba_intermediate_bytes:
+        drafted += f" + intermediate mamba states {fmt_gb(c.sizing.mamba_intermediate_bytes)}"
     if not c.device.fits:
         c.unsafe.append(
             f"device: weights {fmt_gb(c.inp.weights_bytes)} + KV pool {fmt_gb(c.dev.kv_bytes)} + mamba pool "
@@ -709,8 +790,9 @@ def step_host_pools(c: _Ctx) -> None:
         c.warnings.append(f"hicache: the host KV pool ({p.kv_tokens:,} tokens) is not larger than the device pool "
                           f"({c.dev.kv_tokens:,}); L2 cache effectiveness is reduced (SGLang's own warning)")
     # The runtime's own checks on these pools.
-    s_ok, s_why = stock_check(c.view.a_guard, c.ranks, p.kv_bytes, p.mamba_bytes, c.view.stock_reserve)
-    p_ok, p_why = patched_check(c.view.a_runtime, c.ranks, p.kv_bytes, p.mamba_bytes, c.view.patched_reserve)
+    kv_host = p.kv_bytes + p.draft_kv_bytes  # a draft's sidecar pool is checked as the KV pool is
+    s_ok, s_why = stock_check(c.view.a_guard, c.ranks, kv_host, p.mamba_bytes, c.view.stock_reserve)
+    p_ok, p_why = patched_check(c.view.a_runtime, c.ranks, kv_host, p.mamba_bytes, c.view.patched_reserve)
     patched: CheckResult | None = "accept" if p_ok else "refuse"
     applies = c.view.runtime_applies
     if _series_missing(c):  # no patched runtime of this release to run its check: the stock one runs
@@ -766,6 +848,18 @@ def step_validate(c: _Ctx) -> None:
     c.findings = validate(c.inp.profile, c.inp.arch, c.inp.capabilities, page_size=c.sizing.page_size, mamba_slots=c.dev.mamba_slots,
                           draft=c.inp.draft,
                           model_dir=c.inp.model_dir, release=load_release(c.inp.release))
+    # the speculative configuration: what SGLang's resolution refuses, and what of the draft's
+    # host KV or intermediate states this plan cannot size (planner.draft)
+    c.findings += [Finding(severity="error", field=k, message=m) for k, m in c.inp.spec.problems]
+    if c.inp.draft_host.not_counted:
+        c.findings.append(Finding(severity="warning", field="runtime.speculative.algorithm",
+                                  message=c.inp.draft_host.not_counted))
+    alg = c.inp.draft.algorithm
+    if alg and c.inp.arch.is_hybrid and not c.inp.spec.num_draft_tokens and not c.inp.spec.problems:
+        c.findings.append(Finding(severity="warning", field="runtime.speculative.algorithm", message=(
+            f"{alg} on a hybrid model: SGLang keeps intermediate mamba states per draft token (kv_cache_configurator.py: "
+            f"_handle_max_mamba_cache) from {alg}'s own draft length, which this plan does not mirror: set "
+            "runtime.speculative.num_draft_tokens, or leave device headroom")))
     images = [("container.image", c.inp.profile.container.image), ("runtime.base_image", c.inp.profile.runtime.base_image)]
     c.findings += [Finding(severity=sev, field=f, message=m) for sev, f, m in
                    release_findings(c.inp.profile.runtime.needs, SERIES_CAPABILITIES, images, c.inp.release, c.inp.release_source)]
@@ -987,7 +1081,8 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
     inp = PlanInputs(profile=profile, host=host, arch=arch, weights_bytes=weights, weights_source=wsrc,
                      capabilities=caps, ratio_override=ratio, size_override=hicache_size_gb,
                      hicache_source=hicache_source, model_dir=model_dir, release=release or default_release(),
-                     release_source=release_source or "the default release", draft=counted)
+                     release_source=release_source or "the default release", draft=counted,
+                     spec=spec_shape(profile), draft_host=draft_host(profile, draft))
     c = _Ctx(inp)
     if model_dir and model_dir.arch:
         # the folder's config.json wins (it is what SGLang loads), but a profile written for
@@ -1019,6 +1114,8 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
             device_int2_hp_bytes=c.sizing.int2_hp_bytes, device_req_to_token_bytes=c.sizing.req_to_token_bytes,
             weights_bytes=c.inp.weights_bytes, draft_weights_bytes=c.inp.draft.weights_bytes,
             device_draft_kv_bytes=c.sizing.draft_kv_bytes, draft_kv_bytes_per_token=c.sizing.draft_kv_per_token,
+            device_mamba_intermediate_bytes=c.sizing.mamba_intermediate_bytes,
+            host_draft_kv_tokens=p.draft_kv_tokens, host_draft_kv_bytes=p.draft_kv_bytes,
             host_kv_tokens=p.kv_tokens, host_kv_bytes=p.kv_bytes,
             host_kv_bytes_per_token=c.dev.host_kv_bytes_per_token if c.hicache.enabled else None,
             host_mamba_slots=p.mamba_slots, host_mamba_bytes=p.mamba_bytes, pinned_bytes=p.pinned_bytes,

@@ -126,7 +126,8 @@ def _budget_check(v: HostView, pools: HostPools) -> Breach | None:
     kind = "cgroup" if b.memory_base_kind == "cgroup" else "RAM"
     return Breach(
         PINNED_BUDGET.name,
-        f"pinned {fmt_gb(total)} ({v.ranks} ranks x (KV {fmt_gb(pools.kv_bytes)} + mamba {fmt_gb(pools.mamba_bytes)})) "
+        f"pinned {fmt_gb(total)} ({v.ranks} ranks x (KV {fmt_gb(pools.kv_bytes)} + mamba {fmt_gb(pools.mamba_bytes)}"
+        + (f" + draft KV {fmt_gb(pools.draft_kv_bytes)}" if pools.draft_kv_bytes else "") + ")) "
         f"exceeds the {kind} budget, {over}: pinned pages cannot be paged out, so the box would swap (ratio 2 pinned 10.3 GB on a "
         "16 GiB WSL2 VM and its page cache fell to 589 MB)", PINNED_BUDGET.advice(v))
 
@@ -212,10 +213,13 @@ def _guard_bound(v: HostView) -> str:
 
 
 def _guard_check(v: HostView, pools: HostPools) -> Breach | None:
+    # a draft's sidecar pool passes the same check after the target's (pool_host/base.py:
+    # HostKVCache.__init__), so it is counted with the KV pool
+    kv = pools.kv_bytes + pools.draft_kv_bytes
     if v.runtime_applies == "patched":
-        ok, why = patched_check(v.a_runtime, v.ranks, pools.kv_bytes, pools.mamba_bytes, v.patched_reserve)
+        ok, why = patched_check(v.a_runtime, v.ranks, kv, pools.mamba_bytes, v.patched_reserve)
     else:
-        ok, why = stock_check(v.a_guard, v.ranks, pools.kv_bytes, pools.mamba_bytes, v.stock_reserve)
+        ok, why = stock_check(v.a_guard, v.ranks, kv, pools.mamba_bytes, v.stock_reserve)
     if ok:
         return None
     return Breach(RUNTIME_GUARD.name, f"the {v.runtime_applies} runtime's {RUNTIME_GUARD.name} would refuse "

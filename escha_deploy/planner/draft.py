@@ -46,6 +46,145 @@ WEIGHTS_SOURCE = ("loaded before the pools are sized (kv_cache_configurator.py: 
 KV_SOURCE = "pool_configurator.py: DefaultPoolConfigurator.__init__, int(cell x (1 + draft layers / KV layers))"
 
 
+#: ``--max-running-requests`` SGLang sets when it is unset under every speculative algorithm of
+#: 0.5.19 and 0.5.23 (``arg_groups/speculative_hook.py``: ``_handle_eagle_family``, ``_handle_ngram``,
+#: ``_handle_dflash``, ``_handle_dspark``: "Max running requests is reset to 48 for speculative
+#: decoding").
+SPEC_MAX_RUNNING_REQUESTS = 48
+#: The EAGLE family's worker (``_handle_eagle_family``; NEXTN resolves to EAGLE).
+EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"})
+#: Algorithms whose draft shares the target's host KV pool when its config has MTP layers: EAGLE
+#: but not EAGLE3 (``speculative/base_spec_worker.py: _can_pack_hicache_mtp``: ``is_eagle() and
+#: not is_eagle3()`` with ``num_nextn_predict_layers`` on every draft runner; NEXTN is EAGLE).
+PACKABLE = frozenset({"EAGLE", "NEXTN"})
+#: Target ``model_type``s whose own folder SGLang drafts from with one MTP layer when no draft path
+#: is given (``managers/tp_worker.py: _init_model_config`` falls back to ``--model-path``;
+#: ``configs/model_config.py: _config_draft_model`` sets ``num_nextn_predict_layers = 1``).
+MTP_MODEL_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
+
+
+@dataclass(frozen=True)
+class SpecShape:
+    """The speculative configuration SGLang resolves from ``runtime.speculative`` (both releases,
+    ``arg_groups/speculative_hook.py``): ``num_draft_tokens`` per request per step (0: no
+    speculation, or an algorithm whose default this plan does not mirror), ``source`` (why);
+    ``max_running_requests`` (the profile's, else ``SPEC_MAX_RUNNING_REQUESTS`` under an algorithm,
+    else None) and ``mrr_source``; ``problems``: ``(key, message)`` for a shape SGLang's
+    resolution refuses."""
+
+    num_draft_tokens: int = 0
+    source: str = ""
+    max_running_requests: int | None = None
+    mrr_source: str = ""
+    problems: tuple[tuple[str, str], ...] = ()
+
+
+def spec_shape(profile: Profile) -> SpecShape:
+    """What SGLang's ``_handle_eagle_family`` / ``_handle_ngram`` resolve (``SpecShape``):
+
+    - EAGLE family, ``num_steps`` unset: ``eagle_topk`` and ``num_draft_tokens`` must be unset
+      too (an assert), then ``_auto_choose_speculative_params``: (3, 1, 4), (5, 4, 8) for a Llama
+      target; ``num_steps`` set: ``eagle_topk`` must be (SGLang compares it), and with top-k 1 the
+      draft tokens become ``num_steps + 1`` ("speculative_num_draft_tokens is adjusted"), with
+      top-k above 1 they must be given (``_handle_max_mamba_cache`` asserts them);
+    - NGRAM: ``num_draft_tokens`` else 12;
+    - DFLASH, DSPARK: their block size, not mirrored here (0).
+    """
+    rt = profile.runtime
+    sp = rt.speculative
+    if sp is None:
+        return SpecShape(max_running_requests=rt.max_running_requests,
+                         mrr_source="runtime.max_running_requests" if rt.max_running_requests else "")
+    alg = sp.algorithm.upper()
+    mrr, mrr_src = ((rt.max_running_requests, "runtime.max_running_requests") if rt.max_running_requests else
+                    (SPEC_MAX_RUNNING_REQUESTS, f"{SPEC_MAX_RUNNING_REQUESTS}: SGLang's default under speculative "
+                     "decoding when runtime.max_running_requests is unset (speculative_hook.py: _handle_eagle_family)"))
+    problems: list[tuple[str, str]] = []
+    d, src = 0, ""
+    if alg in EAGLE_FAMILY:
+        if sp.num_steps is None:
+            for key, value in (("eagle_topk", sp.eagle_topk), ("num_draft_tokens", sp.num_draft_tokens)):
+                if value is not None:
+                    problems.append((f"runtime.speculative.{key}", "set without runtime.speculative.num_steps: SGLang "
+                                     "asserts both unset when the steps are (speculative_hook.py: _handle_eagle_family); "
+                                     "set num_steps too, or none of the three"))
+            steps, topk, d = (5, 4, 8) if profile.model.architecture.model_type == "llama" and alg != "STANDALONE"                 else (3, 1, 4)
+            src = (f"SGLang's ({steps}, {topk}, {d}) for num_steps, eagle_topk, num_draft_tokens "
+                   "(speculative_hook.py: _auto_choose_speculative_params)")
+        elif sp.eagle_topk is None:
+            problems.append(("runtime.speculative.eagle_topk", "unset with runtime.speculative.num_steps set: SGLang "
+                             "compares it (speculative_hook.py: _handle_eagle_family) and stops; set it (1: a chain)"))
+        elif sp.eagle_topk == 1:
+            d, src = sp.num_steps + 1, ("num_steps + 1 with eagle_topk 1 (speculative_hook.py: _handle_eagle_family: "
+                                        "\"speculative_num_draft_tokens is adjusted\")")
+        elif sp.num_draft_tokens is None:
+            problems.append(("runtime.speculative.num_draft_tokens", f"unset with eagle_topk {sp.eagle_topk}: SGLang "
+                             "needs it to size the draft (kv_cache_configurator.py: _handle_max_mamba_cache asserts it)"))
+        else:
+            d, src = sp.num_draft_tokens, "runtime.speculative.num_draft_tokens"
+    elif alg == "NGRAM":
+        d, src = ((sp.num_draft_tokens, "runtime.speculative.num_draft_tokens") if sp.num_draft_tokens else
+                  (12, "SGLang's 12 for NGRAM (speculative_hook.py: _handle_ngram)"))
+    return SpecShape(num_draft_tokens=d, source=src, max_running_requests=mrr, mrr_source=mrr_src,
+                     problems=tuple(problems))
+
+
+@dataclass(frozen=True)
+class DraftHost:
+    """How SGLang mirrors the draft's KV into host memory with HiCache on
+    (``speculative/base_spec_worker.py: _build_hicache_draft_plan``): ``mode`` ``packed`` (the
+    draft's layers ride in the target's host KV pool: ``layers`` more layers in its ``layer_num``,
+    ``pool_host/mha.py: MHATokenToKVPoolHost.get_size_per_token``), ``sidecar`` (a host pool of
+    its own over the draft's device pool, ``hybrid_pool_assembler.py: build_full_draft_pools``:
+    ``layers`` layers of ``kv_heads`` x ``head_dim`` per rank, at the target host pool's tokens) or
+    ``""`` (no draft runner: nothing mirrored); ``source`` why; ``not_counted`` a line when SGLang
+    mirrors something this plan cannot size."""
+
+    mode: str = ""
+    layers: int = 0
+    kv_heads: int = 0
+    head_dim: int = 0
+    source: str = ""
+    not_counted: str = ""
+
+
+def draft_host(profile: Profile, draft: DraftFacts | None) -> DraftHost:
+    """The draft's host KV under HiCache (``DraftHost``), from the algorithm, the draft's folder
+    (``DraftFacts.nextn_layers``, its KV geometry) and, without ``model.draft``, the target's own
+    MTP layers (``MTP_MODEL_TYPES``: SGLang drafts from ``--model-path``). One draft runner (no
+    ``--enable-multi-layer-eagle``): one packed layer."""
+    alg = speculative_algorithm(profile)
+    if alg is None or alg in NO_DRAFT_MODEL or not profile.hicache.enabled:
+        return DraftHost()
+    tp = profile.runtime.tp_size
+    multi = "--enable-multi-layer-eagle" in profile.runtime.extra_args
+    if alg in ("DFLASH", "DSPARK") or multi:
+        return DraftHost(not_counted=f"speculative {alg}{' with --enable-multi-layer-eagle' if multi else ''}: SGLang "
+                         "mirrors the draft's KV into host memory (base_spec_worker.py: _build_hicache_draft_plan), "
+                         "which this plan does not size: leave host headroom")
+    if profile.model.draft is None:
+        nextn = 1 if profile.model.architecture.model_type in MTP_MODEL_TYPES else 0
+        where = "the model's own MTP layer (no draft path: SGLang drafts from --model-path, tp_worker.py)"
+    elif draft is None:
+        return DraftHost(not_counted=f"speculative {alg}: the draft's host KV cache (HiCache mirrors it, "
+                         "base_spec_worker.py: _build_hicache_draft_plan) is not counted: its folder is not here")
+    else:
+        nextn, where = draft.nextn_layers, f"the draft in {draft.path}"
+    if alg in PACKABLE and nextn:
+        return DraftHost(mode="packed", layers=1, source=(
+            f"{alg}: {where} has MTP layers, so HiCache packs its KV into the target's host pool, one layer per draft "
+            "runner (base_spec_worker.py: _can_pack_hicache_mtp; pool_host/mha.py: get_size_per_token, layer_num = "
+            "target layers + draft layers)"))
+    if draft is None or not (draft.num_layers and draft.kv_heads and draft.head_dim):
+        return DraftHost(not_counted=f"speculative {alg}: the draft's host KV pool (a sidecar, "
+                         "hybrid_pool_assembler.py: build_full_draft_pools) is not counted: the draft's config.json "
+                         "names no KV geometry here")
+    return DraftHost(mode="sidecar", layers=draft.num_layers, kv_heads=max(1, draft.kv_heads // tp),
+                     head_dim=draft.head_dim, source=(
+        f"{alg}: {where} is mirrored by a host pool of its own at the target host pool's tokens "
+        "(base_spec_worker.py: _build_hicache_draft_plan, SIDECAR; hybrid_pool_assembler.py: build_full_draft_pools)"))
+
+
 @dataclass(frozen=True)
 class DraftCount:
     """What the plan counts of the draft, per rank: ``weights_bytes`` (0: none counted) and
@@ -122,3 +261,26 @@ def scaled_cell(cell: int, kv_layers: int, draft_layers: int, rounding: str = "w
     if rounding == "draft_share":
         return cell + int(cell * draft_layers / int(kv_layers))
     return int(cell * (1 + draft_layers / int(kv_layers)))
+
+
+#: Where the intermediate mamba states come from (both releases).
+INTERMEDIATE_SOURCE = ("kv_cache_configurator.py: KVCacheConfigurator._handle_max_mamba_cache: "
+                       "mamba_cache_per_req x (capped_reqs + 1) x speculative_num_draft_tokens")
+
+
+def intermediate_mamba(per_slot: int, requests: int, draft_tokens: int) -> int:
+    """Bytes of the intermediate mamba states SGLang reserves out of the KV budget under
+    speculation on a hybrid model (``INTERMEDIATE_SOURCE``): one state per draft token for each of
+    ``requests`` (``min(max_running_requests, slots // slots per request)``, or the slots with the
+    radix cache off) and the pool's padding request. ``per_slot``: bytes of one state (all GDN
+    layers of a rank)."""
+    return per_slot * (requests + 1) * draft_tokens
+
+
+def mamba_slots_with_speculation(rest: int, per_slot: int, draft_tokens: int, ratio: int, r: float) -> int:
+    """``max_mamba_cache_size`` SGLang solves jointly with the intermediate states when it sizes
+    the slots itself (``_handle_max_mamba_cache``, "Joint solve"): ``int((budget - per_slot x (1 +
+    D)) // (per_slot x (1 + D / ratio)))`` with ``budget = rest x r / (1 + r)`` (``r``:
+    ``--mamba-full-memory-ratio``), in SGLang's floating point (GiB, then bytes)."""
+    budget = (rest / (1 << 30)) * r / (1 + r) * (1 << 30)
+    return int((budget - per_slot * (1 + draft_tokens)) // (per_slot * (1 + draft_tokens / ratio)))

@@ -45,6 +45,9 @@ class DevicePools:
     mamba_layers: int = 0
     mamba_conv_bytes_per_layer: int = 0
     mamba_temporal_bytes_per_layer: int = 0
+    #: A speculative draft's sidecar host KV pool, bytes per token (0: none; a packed draft is in
+    #: ``host_kv_bytes_per_token``): ``planner.draft.DraftHost``.
+    draft_host_bytes_per_token: int = 0
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,9 @@ class HostPools:
     mamba_slots: int
     mamba_bytes: int
     buffers: tuple[tuple[str, int], ...] = ()
+    #: A speculative draft's sidecar host KV pool (``draft_sidecar``): tokens and requested bytes.
+    draft_kv_tokens: int = 0
+    draft_kv_bytes: int = 0
 
     @property
     def pinned_bytes(self) -> int:
@@ -64,7 +70,7 @@ class HostPools:
         (``host_alloc.pinned_bytes``: the request rounded up to the 4 KiB page; both allocators
         pin alike), summed; ``kv_bytes + mamba_bytes`` for pools built without their buffers."""
         if not self.buffers:
-            return self.kv_bytes + self.mamba_bytes
+            return self.kv_bytes + self.mamba_bytes + self.draft_kv_bytes
         return sum(allocator_pinned_bytes(b, "pinned") for _, b in self.buffers)
 
 
@@ -94,14 +100,27 @@ def pinned_buffers(pools: HostPools, allocator: str) -> list[PinnedBuffer]:
 def _with_buffers(dev: DevicePools, pools: HostPools) -> HostPools:
     """``pools`` with its buffers, when ``dev`` names them all (their requested bytes add up to
     the pools'); a ``DevicePools`` without the per-layer mamba shapes keeps the pool totals."""
+    pools = draft_sidecar(dev, pools)
     buffers = tuple(host_buffers(dev, pools))
-    if sum(b for _, b in buffers) != pools.kv_bytes + pools.mamba_bytes:
+    if sum(b for _, b in buffers) != pools.kv_bytes + pools.mamba_bytes + pools.draft_kv_bytes:
         return pools
     return replace(pools, buffers=buffers)
 
 
 def _round_pages(size: int, page_size: int) -> int:
     return (size // page_size + 1) * page_size
+
+
+def draft_sidecar(dev: DevicePools, pools: HostPools) -> HostPools:
+    """``pools`` with a speculative draft's sidecar host KV pool (``dev.draft_host_bytes_per_token``
+    > 0), as SGLang 0.5.19 and 0.5.23 build it (``hybrid_pool_assembler.py: build_full_draft_pools``):
+    ``MHATokenToKVPoolHost`` over the draft's device pool (the target's token count) at
+    ``host_to_device_ratio = target host tokens / draft device tokens``, so ``int(tokens * ratio)``
+    in floating point, then ``pool_host/base.py``'s page rounding (+1 page)."""
+    if not dev.draft_host_bytes_per_token or not pools.kv_tokens or not dev.kv_tokens:
+        return pools
+    tokens = _round_pages(int(dev.kv_tokens * (pools.kv_tokens / dev.kv_tokens)), dev.kv_page_size)
+    return replace(pools, draft_kv_tokens=tokens, draft_kv_bytes=tokens * dev.draft_host_bytes_per_token)
 
 
 def host_pools_at_ratio(dev: DevicePools, ratio: float) -> HostPools:
@@ -155,10 +174,15 @@ def host_buffers(dev: DevicePools, pools: HostPools) -> list[tuple[str, int]]:
       ``(num_mamba_layers, size, *temporal_shape)`` (or ``(size, num_mamba_layers, 1, ...)``
       page-first: the same bytes) and one conv tensor per conv state shape (GDN has one).
 
-    The sum equals ``pools.kv_bytes + pools.mamba_bytes`` (requested bytes).
+    - a speculative draft's sidecar host pool (``draft_sidecar``): one K-and-V buffer, as the
+      target's.
+
+    The sum equals ``pools.kv_bytes + pools.mamba_bytes + pools.draft_kv_bytes`` (requested bytes).
     """
     parts = dev.host_kv_buffers_per_token or (("host KV buffer (K and V)", dev.host_kv_bytes_per_token),)
     out = [(name, pools.kv_tokens * per_token) for name, per_token in parts if pools.kv_tokens]
+    if pools.draft_kv_tokens:
+        out.append(("host draft KV buffer (sidecar)", pools.draft_kv_bytes))
     if pools.mamba_slots:
         out.append(("host mamba temporal buffer",
                     pools.mamba_slots * dev.mamba_layers * dev.mamba_temporal_bytes_per_layer))

@@ -72,9 +72,15 @@ class PerRank(BaseModel):
                                        "draft_kv_bytes_per_token (0: none counted)")
     draft_kv_bytes_per_token: int = Field(0, description="bytes the draft's layers add to each token's KV cell "
                                           "(SGLang's scaled cell less the target's)")
+    device_mamba_intermediate_bytes: int = Field(
+        0, description="mamba states SGLang keeps per draft token per request under speculation on a hybrid "
+        "model, out of the KV budget (kv_cache_configurator.py: _handle_max_mamba_cache); 0 otherwise")
     host_kv_tokens: int = 0
     host_kv_bytes: int = 0
-    host_kv_bytes_per_token: int | None = None
+    host_kv_bytes_per_token: int | None = Field(None, description="the host KV pool's bytes per token, a packed "
+                                                "speculative draft's layers included (pool_host/mha.py)")
+    host_draft_kv_tokens: int = Field(0, description="a speculative draft's sidecar host KV pool, tokens (0: none)")
+    host_draft_kv_bytes: int = Field(0, description="a speculative draft's sidecar host KV pool, bytes (0: none)")
     host_mamba_slots: int = 0
     host_mamba_bytes: int = 0
     pinned_bytes: int = Field(0, description="the sum of host_buffers' pinned_bytes")

@@ -519,15 +519,7 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
                   "KV usage passes about 0.6 (sglang#36537): set mamba_radix_cache_strategy: extra_buffer_lazy "
                   "(sglang#30437), or auto, which this plan resolves to it")
         for line in (draft or DraftCount()).not_counted:
-            warn("model.draft" if profile.model.draft is not None else "runtime.extra_args", line)
-        if arch.is_hybrid and spec in EAGLE_STYLE | {"STANDALONE"}:
-            # kv_cache_configurator.py: _handle_max_mamba_cache solves the mamba slots jointly with
-            # per-draft-token intermediate states when a speculative algorithm is set
-            warn("runtime.extra_args",
-                 f"--speculative-algorithm {spec} on a hybrid model: SGLang also keeps intermediate mamba states "
-                 "per draft token (kv_cache_configurator.py: _handle_max_mamba_cache, speculative_num_draft_tokens "
-                 "per request slot) out of the KV budget, which this plan's sizing does not count: SGLang may "
-                 "size fewer KV tokens or mamba slots than planned; leave device headroom")
+            warn("model.draft" if profile.model.draft is not None else "runtime.speculative.algorithm", line)
     if arch.is_hybrid and extra_arg(rt.extra_args, "--enable-torch-compile") == "true" \
             and not extra_arg(rt.extra_args, "--disable-cuda-graph"):
         warn("runtime.extra_args",

@@ -1,0 +1,188 @@
+"""Every byte a speculative configuration pins or takes (``runtime.speculative``, ``planner.draft``).
+
+Real parts: model and draft folders generated here (a config.json and a safetensors file whose
+header names an ``mtp.*`` tensor, the rest sparse), read and planned by the pipeline ``plan`` uses
+(``pipeline.gather``, ``pipeline.decide``) and by the CLI. The expected figures are computed here
+from SGLang 0.5.19's code, each line citing the function:
+
+- packed draft KV in the host pool: ``speculative/base_spec_worker.py: _can_pack_hicache_mtp``
+  (NEXTN/EAGLE with a draft that has MTP layers) and ``pool_host/mha.py: get_size_per_token``
+  (``head_dim x head_num x (target + draft layers) x itemsize x 2``);
+- a sidecar host pool for EAGLE3: ``hybrid_pool_assembler.py: build_full_draft_pools``;
+- intermediate mamba states: ``kv_cache_configurator.py: _handle_max_mamba_cache``
+  (``per_req x (capped_reqs + 1) x speculative_num_draft_tokens``);
+- ``max_running_requests`` 48 when unset: ``arg_groups/speculative_hook.py: _handle_eagle_family``.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from escha_deploy.errors import BadInput
+from escha_deploy.pipeline import decide, gather
+from escha_deploy.profile import load_profile
+
+PROFILE = "rtx5060ti-tp2-fp8"  # 16 full-attention layers, 2 KV heads of 256 per rank, fp8 KV: 16,384 B/token
+NEXTN = ["runtime.speculative.algorithm=NEXTN", "runtime.speculative.num_steps=3", "runtime.speculative.eagle_topk=1",
+         "runtime.speculative.num_draft_tokens=4"]
+GiB = 2**30
+PER_SLOT = 39_223_296  # the profile's mamba state per slot per rank (bf16 SSM state)
+
+
+def own_folder(root: Path, *, mtp: int = 2 * 10**8, total: int = 16_200_000_000) -> Path:
+    """The model's own folder with one MTP layer: its config.json (``mtp_num_hidden_layers: 1``)
+    and one safetensors file of ``total`` bytes whose header names an ``mtp.*`` tensor of ``mtp``
+    bytes (the profile's 16.2 GB of weights, the MTP layer among them)."""
+    from tests.oracle.cases import config_json
+
+    m = root / "own"
+    m.mkdir()
+    cfg = {**config_json(load_profile(PROFILE).model.architecture), "mtp_num_hidden_layers": 1}
+    (m / "config.json").write_text(json.dumps(cfg))
+    header = json.dumps({"mtp.fc.weight": {"dtype": "BF16", "shape": [mtp // 2], "data_offsets": [0, mtp]},
+                         "model.embed_tokens.weight": {"dtype": "BF16", "shape": [1],
+                                                       "data_offsets": [mtp, total - 4096]}}).encode()
+    with open(m / "model.safetensors", "wb") as fh:
+        fh.write(struct.pack("<Q", len(header)) + header)
+        fh.truncate(total)
+    return m
+
+
+def planned(sets: list[str], *, host_ram: int, platform: str):
+    prof = load_profile(PROFILE, sets)
+    g = gather(prof, host_ram=host_ram, platform=platform, secret_paths=False)
+    return decide(prof, g)
+
+
+def test_nextn_on_the_models_own_mtp_layer_packs_one_layer_into_the_host_pool(tmp_path):
+    """The issue's case: NEXTN (3 steps, top-k 1, 4 draft tokens) with the model's own folder as
+    the draft, at 15 GiB under WSL2: 17 layers of 1,024 B in the host pool per token per rank
+    (16,384 without the draft), and the recommended ratio keeps the pinned total in the budget."""
+    m = own_folder(tmp_path)
+    base = [f"model.host_dir={m}"]
+    without = planned(base, host_ram=15 * GiB, platform="wsl2")
+    p = planned(base + NEXTN + ["model.draft.path=/models/Qwen3.x-27B-GPTQ-Int4", f"model.draft.host_dir={m}"],
+                host_ram=15 * GiB, platform="wsl2")
+    assert without.per_rank.host_kv_bytes_per_token == 16_384
+    r = p.per_rank
+    assert r.host_kv_bytes_per_token == 256 * 2 * (16 + 1) * 1 * 2 == 17_408  # dim x heads x layers x fp8 x K,V
+    ratio = p.hicache.ratio
+    assert ratio is not None and r.host_kv_tokens == int(28_672 * ratio) + 1
+    assert r.host_kv_bytes == r.host_kv_tokens * 17_408
+    assert p.pinned_total_bytes <= p.budget.pinned_budget_bytes
+    assert ratio < without.hicache.ratio  # the draft's layer costs host room: a lower ratio fits
+    # every buffer list counts the packed layer: one K-and-V buffer of tokens x 17,408 B
+    kv = next(b for b in r.host_buffers if b.name.startswith("host KV buffer"))
+    assert kv.requested_bytes == r.host_kv_bytes
+    rule = next(d for d in p.decisions if d.rule == "draft host KV per token (packed)")
+    assert rule.value == 1024 and "_can_pack_hicache_mtp" in rule.reason and "get_size_per_token" in rule.reason
+
+
+def test_nextn_without_a_draft_folder_still_packs_the_models_own_layer():
+    """No ``model.draft``: SGLang drafts from ``--model-path`` (``tp_worker.py: _init_model_config``),
+    whose Qwen3.5 MTP layer it packs into the host pool all the same."""
+    p = planned(NEXTN, host_ram=64 * GiB, platform="linux")
+    assert p.per_rank.host_kv_bytes_per_token == 17_408
+
+
+@pytest.mark.parametrize("platform", ["linux", "wsl2"])
+def test_intermediate_states_that_leave_no_kv_budget_are_refused_with_sglangs_numbers(cli, platform):
+    """NEXTN with 4 draft tokens, 30 mamba slots and 6 requests: SGLang subtracts 31 x 39,223,296 B of
+    slots and 39,223,296 x (min(6, 30 // 4) + 1) x 4 = 1,098,252,288 B of intermediate states from
+    what the weights leave, nothing remains, and it raises "Loaded weights leave no GPU memory for the
+    KV cache"; without speculation the same slots fit."""
+    assert PER_SLOT * (min(6, 30 // 4) + 1) * 4 == 1_098_252_288
+    sets = ["runtime.max_mamba_cache_size=30", "runtime.max_running_requests=6"]
+    args = ["plan", "-p", PROFILE, "--host-ram", "32GiB", f"--{platform}", "-f", "json"]
+    alone = cli(*args, *(a for s in sets for a in ("--set", s)))
+    assert not any("Loaded weights leave no GPU memory" in x for x in json.loads(alone.out)["reasons"])
+    r = cli(*args, *(a for s in sets + NEXTN for a in ("--set", s)))
+    assert r.code == 3, r.err
+    d = json.loads(r.out)
+    assert d["per_rank"]["device_mamba_intermediate_bytes"] == 1_098_252_288
+    line = next(x for x in d["reasons"] if "Loaded weights leave no GPU memory for the KV cache" in x)
+    assert "1,215,922,176 B" in line and "1,098,252,288 B" in line and "_profile_available_bytes" in line
+
+
+def test_sglangs_48_requests_bound_the_intermediate_states_when_unset():
+    """Without ``runtime.max_running_requests`` SGLang sets 48 under speculation
+    (``_handle_eagle_family``); the intermediate states then follow the slots: min(48, 10 // 4)."""
+    p = planned(NEXTN + ["runtime.max_running_requests=null"], host_ram=64 * GiB, platform="linux")
+    assert p.per_rank.device_mamba_intermediate_bytes == PER_SLOT * (min(48, 10 // 4) + 1) * 4
+    rule = next(d for d in p.decisions if d.rule == "intermediate mamba states per rank")
+    assert "48" in rule.reason and "_handle_eagle_family" in rule.reason
+
+
+def test_sglangs_own_draft_shape_is_used_when_the_keys_are_unset():
+    """Only the algorithm set: SGLang picks 3 steps, top-k 1, 4 draft tokens for this model
+    (``_auto_choose_speculative_params``)."""
+    p = planned(["runtime.speculative.algorithm=NEXTN"], host_ram=64 * GiB, platform="linux")
+    assert p.per_rank.device_mamba_intermediate_bytes == PER_SLOT * (2 + 1) * 4
+    # top-k 1 with other draft tokens: SGLang makes them steps + 1
+    q = planned(NEXTN[:3] + ["runtime.speculative.num_draft_tokens=9"], host_ram=64 * GiB, platform="linux")
+    assert q.per_rank.device_mamba_intermediate_bytes == PER_SLOT * (2 + 1) * 4
+
+
+def test_a_partial_draft_shape_is_refused_naming_the_key():
+    """``eagle_topk`` without ``num_steps``: SGLang's ``_handle_eagle_family`` asserts it unset."""
+    p = planned(["runtime.speculative.algorithm=EAGLE", "runtime.speculative.eagle_topk=2"],
+                host_ram=64 * GiB, platform="linux")
+    assert p.verdict == "unsafe"
+    assert any(x.startswith("runtime.speculative.eagle_topk: set without runtime.speculative.num_steps")
+               for x in p.reasons), p.reasons
+
+
+def test_an_eagle3_draft_gets_a_sidecar_host_pool_at_the_targets_tokens(tmp_path):
+    """EAGLE3 never packs (``_can_pack_hicache_mtp``: not EAGLE3): SGLang builds a host pool over the
+    draft's device pool at ``host_to_device_ratio = target host tokens / draft tokens``
+    (``build_full_draft_pools``): one layer of 4 // 2 heads x 128 x fp8 x K,V = 512 B per token."""
+    d = tmp_path / "e3"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
+        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "hidden_size": 4096,
+        "vocab_size": 248320}))
+    with open(d / "model.safetensors", "wb") as fh:
+        fh.truncate(10**8)
+    p = planned(["runtime.speculative.algorithm=EAGLE3", "model.draft.path=/drafts/e3", f"model.draft.host_dir={d}"],
+                host_ram=64 * GiB, platform="linux")
+    r = p.per_rank
+    assert r.host_kv_bytes_per_token == 16_384  # the target's pool keeps its own layers
+    tokens = int(28_672 * (r.host_kv_tokens / 28_672)) // 1 * 1 + 1  # (S // page + 1) x page, page 1
+    assert r.host_draft_kv_tokens == tokens and r.host_draft_kv_bytes == tokens * 512
+    side = next(b for b in r.host_buffers if b.name == "host draft KV buffer (sidecar)")
+    assert side.requested_bytes == r.host_draft_kv_bytes
+    assert r.pinned_bytes == sum(b.pinned_bytes for b in r.host_buffers)
+
+
+def _folder(root: Path, name: str, **over) -> Path:
+    from tests.oracle.cases import config_json
+
+    d = root / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({**config_json(load_profile(PROFILE).model.architecture), **over}))
+    with open(d / "model.safetensors", "wb") as fh:
+        fh.truncate(10**6)
+    return d
+
+
+@pytest.mark.parametrize("over,alg,what", [
+    ({"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next"}, "NEXTN", "are of other architectures"),
+    ({"num_hidden_layers": 128}, "EAGLE", "the draft has more layers (128) than the model (64)"),
+    ({"vocab_size": 151_936}, "EAGLE", "have vocabularies of 151,936 and 248,320 tokens"),
+])
+def test_a_draft_that_cannot_draft_for_the_model_is_one_line_naming_both_folders(tmp_path, over, alg, what):
+    model = _folder(tmp_path, "model")
+    draft = _folder(tmp_path, "draft", **over)
+    prof = load_profile(PROFILE, [f"model.host_dir={model}", f"runtime.speculative.algorithm={alg}",
+                                  "model.draft.path=/d", f"model.draft.host_dir={draft}"])
+    with pytest.raises(BadInput) as e:
+        gather(prof, host_ram=64 * GiB, platform="linux", secret_paths=False)
+    assert len(e.value.problems) == 1
+    line = e.value.problems[0]
+    assert line.startswith("model.draft.host_dir: ") and what in line
+    assert str(draft) in line and str(model) in line
