@@ -292,12 +292,15 @@ def _with_model(argv: list[str], path: Path) -> list[str]:
 def _with_draft(argv: list[str], root: Path, case: dict) -> list[str]:
     """The argv with ``--speculative-draft-model-path`` at a folder holding the case's draft
     config.json (``draft_config``), as the model's is written; unchanged without one."""
-    if not case.get("draft_config") or "--speculative-draft-model-path" not in argv:
+    if "--speculative-draft-model-path" not in argv or not (case.get("draft_config") or case.get("draft_own")):
         return argv
+    out = list(argv)
+    if case.get("draft_own"):  # NEXTN on the model's own MTP layers: the draft path is the model's folder
+        out[out.index("--speculative-draft-model-path") + 1] = out[out.index("--model-path") + 1]
+        return out
     d = root / f"draft-{case['id']}"
     d.mkdir(parents=True, exist_ok=True)
     (d / "config.json").write_text(json.dumps(case["draft_config"]))
-    out = list(argv)
     out[out.index("--speculative-draft-model-path") + 1] = str(d)
     return out
 
@@ -448,9 +451,7 @@ def device_pools(sa: Any, case: dict) -> dict[str, Any]:
             mc = ModelConfig.from_server_args(sa)
             kvc, kv = _preflight()._kv_configurator(sa, mc, {"free_before_weights": dev["free_before_weights"],
                                                              "weights": dev["weights"]})
-            speculative = _speculative_tokens(kvc, sa, mc, kv)
-            if speculative is not None:
-                kv = {**kv, "max_total_num_tokens": speculative}
+            draft = _draft_geometry(sa) if case.get("pools") else None
     except ImportError:  # the oracle's venv lacks a package: a harness fault, never SGLang's answer
         raise
     except Exception as exc:  # a refusal: its type and message are the result
@@ -459,36 +460,21 @@ def device_pools(sa: Any, case: dict) -> dict[str, Any]:
         site = f"{Path(where.filename).as_posix().split('site-packages/')[-1]}:{where.name}"
         return {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}", "site": site}
     return {"kv_tokens": kv["max_total_num_tokens"], "mamba_slots": kv["mamba_slots"],
-            "max_running_requests": kv["max_running_requests"]}
+            "max_running_requests": kv["max_running_requests"], "kv_bytes_per_token": kv["kv_bytes_per_token"],
+            **({"draft": draft} if draft else {})}
 
 
-def _speculative_tokens(kvc: Any, sa: Any, mc: Any, kv: dict[str, Any]) -> int | None:
-    """The device pool's tokens with the resolved ``--speculative-algorithm`` in SGLang's own
-    sizing, where the configurator ``kvc`` was built without it (the pre-flight's 0.5.19 stand-in
-    sets ``spec_algorithm`` to none and no ``spec_aux_config``): the two fields are set as
-    ``ModelRunner`` sets them, by SGLang's own ``SpeculativeAlgorithm.from_string`` and
-    ``spec_aux_hidden_state.py: resolve_spec_aux_hidden_state_config`` (which reads the draft's
-    config.json at ``--speculative-draft-model-path``), then SGLang's ``config_from_budget`` sizes
-    the pool from the same budget (``kv_budget_bytes``: ``_profile_available_bytes`` after target
-    and draft weights, which reads no speculative field on a dense model). ``None`` when no
-    algorithm is set or the configurator already has it. A hybrid model's budget depends on the
-    algorithm (``_handle_max_mamba_cache``'s intermediate states), which this does not redo: it
-    raises, so such a case is not judged as if it were."""
-    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
-        resolve_spec_aux_hidden_state_config,
-    )
-    from sglang.srt.runtime_context import get_spec
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
-    spec = SpeculativeAlgorithm.from_string(get_spec().speculative_algorithm)
-    if spec.is_none() or kvc.spec_algorithm == spec:
+def _draft_geometry(sa: Any) -> dict[str, Any] | None:
+    """How SGLang mirrors the speculative draft's KV in host memory, by the pre-flight's
+    ``_draft_host_plan`` (SGLang's own ``base_spec_worker._can_pack_hicache_mtp`` over the draft's
+    ``ModelConfig``): ``mode`` (``packed``/``sidecar``), ``runners`` and, for a sidecar, the draft
+    pool's layers, KV heads per rank and head_dim; None without a draft runner."""
+    plan = _preflight()._draft_host_plan(sa)
+    if not plan.mode:
         return None
-    if kvc.mambaish_config is not None:
-        raise HarnessFailure("a speculative case on a hybrid model: its budget depends on the algorithm")
-    object.__setattr__(kvc, "spec_algorithm", spec)
-    object.__setattr__(kvc, "spec_aux_config", resolve_spec_aux_hidden_state_config(
-        server_args=sa, model_config=mc, spec_algorithm=spec, is_draft_worker=False))
-    return int(kvc.config_from_budget(int(kv["kv_budget_bytes"])).max_total_num_tokens)
+    dm = plan.model_config
+    return {"mode": plan.mode, "runners": plan.runners, "layers": _preflight()._draft_kv_layers(dm),
+            "kv_heads": dm.get_num_kv_heads(sa.tp_size), "head_dim": dm.head_dim}
 
 
 # --------------------------------------------------------------------------- host pools
@@ -516,10 +502,14 @@ def stub_host_allocation() -> None:
         mod.host_memory_budget_bytes = lambda: 1 << 62
 
 
-def host_pools(case: dict) -> dict[str, Any]:
+def host_pools(case: dict, draft: dict | None = None) -> dict[str, Any]:
     """Construct ``MHATokenToKVPoolHost`` (and ``MambaPoolHost`` for hybrid models) over CPU
     stand-ins for the device pools, pinning off, and read their sizes in tokens/slots and
-    bytes (``size * size_per_token``, what the pool requests)."""
+    bytes (``size * size_per_token``, what the pool requests). ``draft`` (``_draft_geometry``): a
+    speculative draft's KV as SGLang mirrors it, packed into the KV host pool
+    (``mtp_draft_device_pools``, one 1-layer pool per draft runner) or as a sidecar host pool over
+    the draft's device pool at the KV host pool's tokens (``hybrid_pool_assembler.py:
+    build_full_draft_pools``: ``host_to_device_ratio = host size / draft pool size``)."""
     import torch
     from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import _split_hicache_size
     from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
@@ -538,8 +528,29 @@ def host_pools(case: dict) -> dict[str, Any]:
     device_mamba = _mamba_device_pool(p) if p.get("mamba_slots") else None
     if size_gb and device_mamba is not None:
         kv_size, mamba_size = _split_hicache_size(size_gb, (device_kv, device_mamba))
-    kv = MHATokenToKVPoolHost(device_kv, ratio, kv_size, p["page_size"], p["layout"], pin_memory=False, device="cpu")
+    packed: dict[str, Any] = {}
+    if draft and draft["mode"] == "packed":
+        def views(n: int) -> dict[str, Any]:
+            bufs = [torch.empty(1, dtype=store).expand(p["kv_tokens"] + p["page_size"], p["kv_heads"], p["head_dim"])
+                    for _ in range(n)]
+            return dict(k_buffer=bufs, v_buffer=bufs, k_data_ptrs=torch.zeros(n, dtype=torch.uint64),
+                        v_data_ptrs=torch.zeros(n, dtype=torch.uint64))
+        for name, value in views(p["full_layers"]).items():
+            setattr(device_kv, name, value)
+        packed["mtp_draft_device_pools"] = tuple(
+            types.SimpleNamespace(layer_num=1, head_num=p["kv_heads"], head_dim=p["head_dim"], **views(1))
+            for _ in range(draft["runners"]))
+    kv = MHATokenToKVPoolHost(device_kv, ratio, kv_size, p["page_size"], p["layout"], pin_memory=False, device="cpu",
+                              **packed)
     out.update(kv_tokens=int(kv.size), kv_bytes=int(kv.size * kv.size_per_token))
+    if draft and draft["mode"] == "sidecar":
+        d_dev = types.SimpleNamespace(
+            store_dtype=store, dtype=dtype, size=p["kv_tokens"], start_layer=0, end_layer=draft["layers"],
+            layer_num=draft["layers"], head_num=draft["kv_heads"], head_dim=draft["head_dim"],
+            v_head_dim=draft["head_dim"], page_size=p["page_size"], device="cpu")
+        side = MHATokenToKVPoolHost(d_dev, kv.size / d_dev.size, 0, p["page_size"], p["layout"], pin_memory=False,
+                                    device="cpu", pool_label="draft")
+        out.update(draft_kv_tokens=int(side.size), draft_kv_bytes=int(side.size * side.size_per_token))
     if device_mamba is not None:
         from sglang.srt.mem_cache.pool_host.mamba import MambaPoolHost
 
@@ -619,7 +630,7 @@ def run(cases: list[dict]) -> dict[str, Any]:
             res["defaults"] = resolve(_drop(argv, "--mem-fraction-static"), case, spy)
             if case.get("pools") and adapter["pools"] is True:
                 try:
-                    res["pools"] = host_pools(case)
+                    res["pools"] = host_pools(case, (res.get("device") or {}).get("draft"))
                 except ImportError:  # a harness fault, as in resolve()
                     raise
                 except Exception as exc:

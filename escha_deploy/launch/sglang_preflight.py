@@ -335,7 +335,6 @@ def _kv_configurator_ps(sa: Any, mc: Any, device: dict[str, Any]) -> tuple[Any, 
     from sglang.srt.mem_cache import kv_cache_configurator as kcc
     from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype
     from sglang.srt.runtime_context import get_parallel, get_schedule, publish
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     publish(sa, role="scheduler")  # what the scheduler process does with the resolved arguments
     get_parallel().stamp_derived_widths(attn_tp_size=sa.tp_size, attn_dp_size=1, attn_dcp_size=1,
@@ -346,7 +345,7 @@ def _kv_configurator_ps(sa: Any, mc: Any, device: dict[str, Any]) -> tuple[Any, 
     kvc = object.__new__(kcc.KVCacheConfigurator)
     fields = dict(
         device="cuda", gpu_id=0, model_config=mc, ps=types.SimpleNamespace(pp_size=1, attn_dp_size=1),
-        spec_algorithm=SpeculativeAlgorithm.from_string(None), is_draft_worker=False, draft_model_idx=None,
+        **_speculative_fields(sa, mc), is_draft_worker=False, draft_model_idx=None,
         is_hybrid_swa=False, is_hybrid_swa_compress=False, use_mla_backend=False, kv_cache_dtype=kv_dtype,
         kv_cache_dtype_str=kv_str, post_capture_kv_active=False,
         layer_info=types.SimpleNamespace(start_layer=0, end_layer=mc.num_hidden_layers,
@@ -367,6 +366,36 @@ def _kv_configurator_ps(sa: Any, mc: Any, device: dict[str, Any]) -> tuple[Any, 
     finally:
         kcc.get_available_gpu_memory, kcc.get_world_group = saved
     return kvc, _sized(kvc, budget, config.max_total_num_tokens, reqs, slots)
+
+
+def _speculative_fields(sa: Any, mc: Any) -> dict[str, Any]:
+    """The configurator's speculative fields as ``ModelRunner`` sets them from the resolved
+    arguments (0.5.19's ``ps`` shape; 0.5.23's constructor takes the same from
+    ``_kv_configurator_fields``): ``spec_algorithm`` by SGLang's own
+    ``SpeculativeAlgorithm.from_string(--speculative-algorithm)`` (NEXTN resolved to EAGLE by then)
+    and, where the configurator has the field, ``spec_aux_config`` by
+    ``spec_aux_hidden_state.py: resolve_spec_aux_hidden_state_config`` (which reads the draft's
+    config.json at ``--speculative-draft-model-path`` for the draft layers the KV cell is scaled
+    by). With them ``_handle_max_mamba_cache`` reserves the intermediate states per draft token
+    (``get_spec().speculative_num_draft_tokens``, ``get_schedule().max_running_requests``, both
+    published from the resolved arguments) and the pool configurator scales the cell, as at start."""
+    import dataclasses
+
+    from sglang.srt.mem_cache import kv_cache_configurator as kcc
+    from sglang.srt.runtime_context import get_spec
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    spec = SpeculativeAlgorithm.from_string(get_spec().speculative_algorithm)  # published, resolved
+    out: dict[str, Any] = {"spec_algorithm": spec}
+    names = {f.name for f in dataclasses.fields(kcc.KVCacheConfigurator)}
+    if "spec_aux_config" in names:
+        from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
+            resolve_spec_aux_hidden_state_config,
+        )
+
+        out["spec_aux_config"] = resolve_spec_aux_hidden_state_config(
+            server_args=sa, model_config=mc, spec_algorithm=spec, is_draft_worker=False)
+    return out
 
 
 def _kv_configurator_fields(sa: Any, mc: Any, device: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
@@ -550,12 +579,82 @@ def _host_pools_sized(sa: Any, kvc: Any, kv: dict[str, Any], *, modules: tuple[A
             from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import _split_hicache_size
 
             kv_size, mamba_size = _split_hicache_size(size_gb, (device_kv, device_mamba))
-    host = mha.MHATokenToKVPoolHost(device_kv, ratio, kv_size, page, layout, pin_memory=False, device="cpu")
-    out = {"host_kv_tokens": int(host.size), "host_kv_bytes": int(host.size * host.size_per_token)}
+    draft = _draft_host_plan(sa)
+    packed: dict[str, Any] = {}
+    if draft.mode == "packed":  # the draft's pools ride in the target's (mha.py: MHATokenToKVPoolHost.__init__)
+        def device_view(n: int) -> dict[str, Any]:
+            bufs = [torch.empty(1, dtype=store).expand(kv["max_total_num_tokens"] + page, heads, head_dim)
+                    for _ in range(n)]
+            return dict(k_buffer=bufs, v_buffer=bufs, k_data_ptrs=torch.zeros(n, dtype=torch.uint64),
+                        v_data_ptrs=torch.zeros(n, dtype=torch.uint64))
+        for name, value in device_view(layers).items():
+            setattr(device_kv, name, value)
+        packed["mtp_draft_device_pools"] = tuple(
+            types.SimpleNamespace(layer_num=1, head_num=heads, head_dim=head_dim, **device_view(1))
+            for _ in range(draft.runners))
+    host = mha.MHATokenToKVPoolHost(device_kv, ratio, kv_size, page, layout, pin_memory=False, device="cpu", **packed)
+    out = {"host_kv_tokens": int(host.size), "host_kv_bytes": int(host.size * host.size_per_token),
+           "host_kv_bytes_per_token": int(host.size_per_token), "host_draft_mode": draft.mode or "none"}
+    if draft.mode == "sidecar":  # hybrid_pool_assembler.py: build_full_draft_pools, at the target host's tokens
+        dm = draft.model_config
+        d_layers = _draft_kv_layers(dm)
+        d_heads = dm.get_num_kv_heads(sa.tp_size)
+        d_dev = types.SimpleNamespace(
+            store_dtype=store, dtype=dtype, size=kv["max_total_num_tokens"], start_layer=0, end_layer=d_layers,
+            layer_num=d_layers, head_num=d_heads, head_dim=dm.head_dim, v_head_dim=dm.head_dim, page_size=page,
+            device="cpu")
+        side = mha.MHATokenToKVPoolHost(d_dev, host.size / d_dev.size, 0, page, layout, pin_memory=False,
+                                        device="cpu", pool_label="draft")
+        out.update(host_draft_kv_tokens=int(side.size), host_draft_kv_bytes=int(side.size * side.size_per_token))
     if device_mamba is not None:
         hm = mamba.MambaPoolHost(device_mamba, ratio, mamba_size, pin_memory=False, device="cpu", layout=layout)
         out.update(host_mamba_slots=int(hm.size), host_mamba_bytes=int(hm.size * hm.size_per_token))
     return out
+
+
+def _draft_host_plan(sa: Any) -> Any:
+    """How SGLang mirrors the speculative draft's KV into host memory with HiCache on
+    (``speculative/base_spec_worker.py: BaseSpecWorker._build_hicache_draft_plan``), decided by
+    SGLang's own ``_can_pack_hicache_mtp`` over stand-ins for the draft runners: each runner's
+    ``model_config`` is the draft's, built by SGLang's ``ModelConfig.from_server_args(...,
+    model_path=--speculative-draft-model-path, is_draft_model=True)`` as ``tp_worker.py:
+    _init_model_config`` builds it (no draft path: the model's own, ``_config_draft_model``
+    giving a Qwen3.5 model one MTP layer); one runner, one per step with
+    ``--enable-multi-layer-eagle``. Returns ``mode`` (``packed``, ``sidecar`` or ``""``: no draft
+    runner, NGRAM, or DFLASH/DSPARK, whose draft pools these stand-ins do not build), ``runners``,
+    ``model_config`` (the draft's)."""
+    import types
+
+    from sglang.srt.runtime_context import get_spec
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    none = types.SimpleNamespace(mode="", runners=0, model_config=None)
+    sp = get_spec()  # the resolved arguments as stage 4 published them (NEXTN is EAGLE there)
+    spec = SpeculativeAlgorithm.from_string(sp.speculative_algorithm)
+    if (spec.is_none() or spec.is_ngram() or spec.is_frozen_kv_mtp() or spec.is_dflash_family()
+            or getattr(spec, "is_uno", lambda: False)()):
+        return none
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.speculative.base_spec_worker import _can_pack_hicache_mtp
+
+    dm = ModelConfig.from_server_args(sa, model_path=sp.speculative_draft_model_path,
+                                      model_revision=getattr(sp, "speculative_draft_model_revision", None),
+                                      is_draft_model=True)
+    multi = getattr(sa, "enable_multi_layer_eagle", False)
+    runners = int(sp.speculative_num_steps or 1) if multi else 1
+    stand_ins = tuple(types.SimpleNamespace(model_config=dm) for _ in range(runners))
+    mode = "packed" if _can_pack_hicache_mtp(spec, stand_ins) else "sidecar"
+    return types.SimpleNamespace(mode=mode, runners=runners, model_config=dm)
+
+
+def _draft_kv_layers(dm: Any) -> int:
+    """The KV layers of a sidecar draft's device pool: its full-attention layers on a hybrid draft
+    (``build_full_draft_pools`` takes ``HybridLinearKVPool.full_kv_pool``), else its attention layers."""
+    m = getattr(dm, "hybrid_gdn_config", None)
+    ids = getattr(m, "full_attention_layer_ids", None) if m is not None else None
+    if ids is not None:
+        return len(ids)
+    return int(getattr(dm, "num_attention_layers", None) or dm.num_hidden_layers)
 
 
 def _host_pools_sized_buffer_info(sa: Any, kvc: Any, kv: dict[str, Any], *, modules: tuple[Any, Any]) -> dict[str, Any]:
@@ -609,10 +708,29 @@ def _host_pools_sized_buffer_info(sa: Any, kvc: Any, kv: dict[str, Any], *, modu
         if size_gb:
             device_mamba = types.SimpleNamespace(host_capacity_bytes=None, get_kv_size_bytes=state.mem_usage_bytes)
             kv_size, mamba_size = _split_hicache_size(size_gb, (device_kv, device_mamba))
+    def buffer_info(n: int, n_heads: int, dim: int) -> Any:
+        kb = tuple(torch.empty((tokens + page, n_heads, dim), dtype=store, device=meta) for _ in range(n))
+        vb = tuple(torch.empty((tokens + page, n_heads, dim), dtype=store, device=meta) for _ in range(n))
+        return MHABufferInfo(
+            buffers=KVBuffers(k=kb, v=vb, k_data_ptrs=torch.zeros(n, dtype=torch.uint64, device=meta),
+                              v_data_ptrs=torch.zeros(n, dtype=torch.uint64, device=meta), layout=KVBufferLayout.NHD),
+            page_size=page, head_num=n_heads, head_dim=dim, v_head_dim=dim, dtype=store, device=meta)
+
+    draft = _draft_host_plan(sa)
+    drafts = tuple(buffer_info(1, heads, head_dim) for _ in range(draft.runners)) if draft.mode == "packed" else ()
     host = mha.get_mha_host_pool_cls(info)(
         info, ratio, kv_size, page, layout, pin_memory=False, device="cpu", device_capacity_tokens=tokens,
-        start_layer=0, end_layer=layers)
-    out = {"host_kv_tokens": int(host.size), "host_kv_bytes": int(host.size * host.size_per_token)}
+        start_layer=0, end_layer=layers, draft_buffer_infos=drafts)
+    out = {"host_kv_tokens": int(host.size), "host_kv_bytes": int(host.size * host.size_per_token),
+           "host_kv_bytes_per_token": int(host.size_per_token), "host_draft_mode": draft.mode or "none"}
+    if draft.mode == "sidecar":  # hybrid_pool_assembler.py: build_full_draft_pools, at the target host's tokens
+        dm = draft.model_config
+        d_layers = _draft_kv_layers(dm)
+        d_info = buffer_info(d_layers, dm.get_num_kv_heads(get_parallel().attn_tp_size), dm.head_dim)
+        side = mha.get_mha_host_pool_cls(d_info)(
+            d_info, host.size / tokens, 0, page, layout, pin_memory=False, device="cpu", device_capacity_tokens=tokens,
+            start_layer=0, end_layer=d_layers, pool_label="draft")
+        out.update(host_draft_kv_tokens=int(side.size), host_draft_kv_bytes=int(side.size * side.size_per_token))
     if mamba_info is not None:
         hm = mamba.MambaPoolHost(mamba_info, ratio, mamba_size, device_capacity=int(kv["mamba_slots"]),
                                  pin_memory=False, device="cpu",

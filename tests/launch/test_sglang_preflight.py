@@ -419,3 +419,81 @@ def test_model_runner_stage_runs_trtllm_mhas_page_check_on_the_model_config(cli,
         r = results[case]
         assert r.ok is True and r.stage == "model runner", (case, r)
         assert r.answers["model_runner_backend"].startswith("HybridLinearAttnBackend(TRTLLMHAAttnBackend, "), r.answers
+
+
+NEXTN = ("runtime.speculative.algorithm=NEXTN", "runtime.speculative.num_steps=3", "runtime.speculative.eagle_topk=1",
+         "runtime.speculative.num_draft_tokens=4")
+#: The plan's figures the sizing stages answer under speculation (``per_rank`` names): the scaled
+#: cell (target + draft layers), the host pool with a packed draft layer, a sidecar's pool
+SPEC_KEYS = {**PLAN_KEYS, "host_kv_bytes_per_token": "host_kv_bytes_per_token",
+             "host_draft_kv_tokens": "host_draft_kv_tokens", "host_draft_kv_bytes": "host_draft_kv_bytes"}
+
+
+def own_mtp_folder(tmp_path: Path) -> Path:
+    """The fp8 profile's model folder with one MTP layer: ``mtp_num_hidden_layers: 1`` and an
+    ``mtp.*`` tensor in the safetensors header (the rest sparse), 16.2 GB in all."""
+    import struct
+
+    d = model_folder(tmp_path, "rtx5060ti-tp2-fp8", mtp_num_hidden_layers=1)
+    total, mtp = 16_200_000_000, 2 * 10**8
+    header = json.dumps({"mtp.fc.weight": {"dtype": "BF16", "shape": [mtp // 2], "data_offsets": [0, mtp]},
+                         "model.norm.weight": {"dtype": "BF16", "shape": [1], "data_offsets": [mtp, total - 4096]}})
+    with open(d / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header.encode())
+        f.truncate(total)
+    return d
+
+
+@pytest.mark.parametrize("release", sorted(RELEASE_SIZING))
+def test_sizing_stages_run_with_the_speculative_configuration(cli, tmp_path, capsys, release):
+    """The argv's speculative configuration reaches SGLang's own sizing on each release: the
+    configurator gets ``--speculative-algorithm`` (``SpeculativeAlgorithm.from_string``) and the
+    draft's layers (``resolve_spec_aux_hidden_state_config``), the host pools the draft's KV as
+    SGLang's ``_build_hicache_draft_plan`` decides by its ``_can_pack_hicache_mtp``. NEXTN on the
+    model's own folder packs one layer (17,408 B per token per rank), an EAGLE3 draft gets a sidecar
+    pool, both exactly as ``plan`` counts them; NEXTN with 30 mamba slots and 6 requests is refused
+    with SGLang's own message, the intermediate states per draft token leaving no KV budget."""
+    python, _ = RELEASE_SIZING[release]
+    if not python.exists():
+        pytest.fail(f"no flag-catalog venv at {python} (.ci/check-flag-catalog.sh {release} makes it)")
+    model = own_mtp_folder(tmp_path)
+    e3 = tmp_path / "eagle3"
+    e3.mkdir()
+    (e3 / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
+        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "hidden_size": 4096,
+        "intermediate_size": 12288, "vocab_size": 248320, "max_position_embeddings": 262144,
+        "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16"}))
+    with open(e3 / "model.safetensors", "wb") as f:
+        f.truncate(10**8)
+    version = f"runtime.sglang_version={release}"
+    sets = {"nextn": (version, *NEXTN, "model.draft.path=/models/own", f"model.draft.host_dir={model}"),
+            "eagle3": (version, "runtime.speculative.algorithm=EAGLE3", "model.draft.path=/drafts/e3",
+                       f"model.draft.host_dir={e3}"),
+            "refused": (version, *NEXTN, "runtime.max_mamba_cache_size=30", "runtime.max_running_requests=6")}
+    cases, devices, planned = {}, {}, {}
+    for name, overrides in sets.items():
+        cases[name], devices[name] = rendered(cli, "rtx5060ti-tp2-fp8", model, *overrides)
+        out = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--set", f"model.host_dir={model}",
+                  *[a for s in overrides for a in ("--set", s)], "--host-ram", "1TiB", "--linux", "-f", "json")
+        planned[name] = json.loads(out.out)
+    results = dict(zip(cases, pf.run_many(str(python), list(cases.values()), site_env(),
+                                          devices=[devices[c] for c in cases])))
+    for name, mode in (("nextn", "packed"), ("eagle3", "sidecar")):
+        r, per_rank = results[name], planned[name]["per_rank"]
+        assert r.ok is True and r.stage == "host pools", (name, r)
+        assert r.answers["host_draft_mode"] == mode, r.answers
+        got = {k: r.answers.get(k, 0) for k in SPEC_KEYS}
+        want = {k: per_rank[v] for k, v in SPEC_KEYS.items()}
+        want["kv_bytes_per_token"] = per_rank["device_kv_bytes_per_token"] + per_rank["draft_kv_bytes_per_token"]
+        with capsys.disabled():
+            print(f"\n[sglang {release} speculative sizing] {name}: {got}")
+        assert got == want, (name, got, want)
+    assert results["nextn"].answers["host_kv_bytes_per_token"] == 17_408
+    refused = results["refused"]
+    assert (refused.ok, refused.stage, refused.type) == (False, "KV cache configurator", "ValueError"), refused
+    assert refused.message.startswith("Loaded weights leave no GPU memory for the KV cache")
+    assert refused.site == "srt/mem_cache/kv_cache_configurator.py:_profile_available_bytes"
+    assert planned["refused"]["verdict"] == "unsafe"
+    assert any("1,098,252,288 B" in x and "Loaded weights leave no GPU memory" in x
+               for x in planned["refused"]["reasons"])

@@ -61,7 +61,8 @@ class Case:
     shipped: bool = False
     notes: list[str] = field(default_factory=list)
     #: a speculative draft: its config.json (SGLang reads it at --speculative-draft-model-path)
-    #: and its weight bytes (all ranks), the facts ``arch.read_draft_dir`` would read
+    #: and its weight bytes (all ranks), the facts ``arch.read_draft_dir`` would read; ``own``:
+    #: the draft is the model's own folder (NEXTN on its MTP layers; no config of its own)
     draft: dict | None = None
 
 
@@ -163,13 +164,17 @@ def build_case(case: Case, release: str | None = None) -> tuple[dict, dict]:
         prof = _load_unchecked(case.profile, overrides)
     host = described_host(case.host_ram, case.platform)
     draft = None
+    own = bool(case.draft and case.draft.get("own"))
     if case.draft is not None:
-        from escha_deploy.arch import DraftFacts, draft_num_layers
+        from escha_deploy.arch import DraftFacts, draft_kv_geometry, draft_num_layers
 
-        layers = draft_num_layers(case.draft["config"])
-        draft = DraftFacts(path="(the oracle's draft folder)", weights_bytes=case.draft["weights"],
+        draft_cfg = config_json(prof.model.architecture) if own else case.draft["config"]
+        layers = draft_num_layers(draft_cfg)
+        heads, head_dim, nextn = draft_kv_geometry(draft_cfg)
+        draft = DraftFacts(path="(the oracle's draft folder)", own_folder=own, weights_bytes=case.draft["weights"],
                            weights_source="the case's draft", num_layers=layers[0] if layers else None,
-                           layers_source=layers[1] if layers else "")
+                           layers_source=layers[1] if layers else "", kv_heads=heads, head_dim=head_dim,
+                           nextn_layers=nextn)
     result = plan(prof, host, model_dir=None, release=release, draft=draft)
     argv = stock_argv(server_args(result, prof))
     arch = prof.model.architecture
@@ -193,6 +198,10 @@ def build_case(case: Case, release: str | None = None) -> tuple[dict, dict]:
         "prefill_graph_sizes": 0 if rt.disable_prefill_cuda_graph else len(devmod.prefill_graph_sizes(chunk)),
         "page_size": result.page_size,
         "device_kv_tokens": result.per_rank.device_kv_tokens,
+        # SGLang's cell: the target's with the draft's layers (pool_configurator.py)
+        "device_kv_cell": result.per_rank.device_kv_bytes_per_token + result.per_rank.draft_kv_bytes_per_token,
+        "host_draft_kv_tokens": result.per_rank.host_draft_kv_tokens,
+        "host_draft_kv_bytes": result.per_rank.host_draft_kv_bytes,
         "device_mamba_slots": result.per_rank.device_mamba_slots,
         "device_fits": result.device.fits,
         "host_kv_tokens": result.per_rank.host_kv_tokens,
@@ -212,7 +221,7 @@ def build_case(case: Case, release: str | None = None) -> tuple[dict, dict]:
         "id": case.id,
         "argv": argv,
         "config": config_json(arch),
-        **({"draft_config": case.draft["config"]} if case.draft is not None else {}),
+        **({"draft_own": True} if own else {"draft_config": case.draft["config"]} if case.draft is not None else {}),
         "gpu": {"vram_bytes": prof.hardware.gpu_vram, "name": "NVIDIA " + prof.hardware.gpu_name,
                 "capability": prof.hardware.compute_capability or case.gpu_capability, "count": rt.tp_size},
     }
@@ -302,11 +311,41 @@ REFUSAL_CASES = [
 ]
 
 
-#: Speculative decoding with a counted draft (``model.draft``): SGLang sizes the device pool with
-#: the algorithm set (``scripts/sglang_oracle.py: _speculative_tokens``), so the plan's token count
-#: after the draft's weights and its layers in the cell is SGLang's. Dense only: a hybrid model's
-#: budget under speculation also holds intermediate mamba states the plan does not count.
+#: NEXTN as the issue's case: 3 steps, top-k 1, 4 draft tokens.
+NEXTN = ("runtime.speculative.algorithm=NEXTN", "runtime.speculative.num_steps=3", "runtime.speculative.eagle_topk=1",
+         "runtime.speculative.num_draft_tokens=4")
+#: An EAGLE3 draft for the hybrid model: one Llama layer, 4 KV heads of 128.
+EAGLE3_HYBRID_DRAFT = {
+    "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
+    "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "hidden_size": 4096,
+    "intermediate_size": 12288, "vocab_size": 248320, "max_position_embeddings": 262144,
+    "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16"}
+
+#: Speculative decoding: SGLang sizes the device pools with the algorithm set (the pre-flight's
+#: configurator gets it: ``sglang_preflight._speculative_fields``), so the plan's token count after
+#: the draft's weights and its layers in the cell, the mamba slots after the intermediate states
+#: per draft token, and the host pools with the draft's KV (packed or a sidecar, SGLang's own
+#: ``_can_pack_hicache_mtp``) are SGLang's.
 SPECULATIVE_CASES = [
+    # the case: NEXTN on the model's own MTP layer, 15 GiB WSL2: 17,408 B per host token
+    Case(id="spec-nextn-own-wsl2-15g", profile="rtx5060ti-tp2-fp8", overrides=NEXTN + (
+        "model.draft.path=/models/Qwen3.x-27B-GPTQ-Int4", "model.weights_total=16.0GB"),
+         host_ram=15 * GiB, platform="wsl2", draft={"own": True, "weights": 2 * 10**8}),
+    Case(id="spec-nextn-own-linux", profile="rtx5060ti-tp2-fp8", overrides=NEXTN + (
+        "model.draft.path=/models/Qwen3.x-27B-GPTQ-Int4", "model.weights_total=16.0GB"),
+         draft={"own": True, "weights": 2 * 10**8}),
+    # SGLang sizes slots and tokens itself, jointly with the intermediate states, 48 requests
+    Case(id="spec-nextn-own-auto", profile="rtx5060ti-tp2-fp8", overrides=NEXTN + (
+        "model.draft.path=/models/Qwen3.x-27B-GPTQ-Int4", "model.weights_total=16.0GB", "runtime.max_total_tokens=null",
+        "runtime.max_mamba_cache_size=null", "runtime.max_running_requests=null", "runtime.context_length=null"),
+         draft={"own": True, "weights": 2 * 10**8}),
+    # SGLang subtracts 1,098,252,288 B of intermediate states and raises
+    Case(id="spec-nextn-refused-30-slots", profile="rtx5060ti-tp2-fp8",
+         overrides=NEXTN + ("runtime.max_mamba_cache_size=30", "runtime.max_running_requests=6")),
+    Case(id="spec-eagle3-hybrid-sidecar", profile="rtx5060ti-tp2-fp8",
+         overrides=("runtime.speculative.algorithm=EAGLE3", "model.draft.path=/drafts/eagle3",
+                    "model.weights_total=16.0GB"),
+         draft={"weights": 2 * 10**8, "config": EAGLE3_HYBRID_DRAFT}),
     Case(id="spec-eagle3-dense-draft", profile="rtx5060ti-tp2-fp8",
          overrides=(f"model.architecture={DENSE_ARCH}", "runtime.max_total_tokens=null",
                     "runtime.max_mamba_cache_size=null", "hicache.enabled=false",
@@ -348,6 +387,8 @@ COMPARED = (
     ("pools.kv_bytes", "host_kv_bytes"),
     ("pools.mamba_slots", "host_mamba_slots"),
     ("pools.mamba_bytes", "host_mamba_bytes"),
+    ("pools.draft_kv_tokens", "host_draft_kv_tokens"),
+    ("pools.draft_kv_bytes", "host_draft_kv_bytes"),
 )
 
 
@@ -386,7 +427,10 @@ def compare(case_id: str, planner: dict, oracle: dict) -> tuple[list[str], int]:
                          f"({dev.get('site')}) but plan says {planner['verdict']}")
         return diffs, n
     if dev and planner["device_fits"] and not planner["needs_overlay"]:  # overlays: int2 checked as bf16
-        for theirs, key in ((dev["kv_tokens"], "device_kv_tokens"), (dev["mamba_slots"], "device_mamba_slots")):
+        for theirs, key in ((dev["kv_tokens"], "device_kv_tokens"), (dev["mamba_slots"], "device_mamba_slots"),
+                            (dev.get("kv_bytes_per_token"), "device_kv_cell")):
+            if theirs is None:  # saved results from before the cell was answered
+                continue
             n += 1
             if theirs != planner[key]:
                 diffs.append(f"{case_id}: {key}: plan {planner[key]!r}, SGLang {theirs!r} (device)")

@@ -145,3 +145,44 @@ def test_sglang_sizes_the_speculative_draft_as_plan_does(sglang_results):
     assert by_id[case.id]["resolve"]["ok"], by_id[case.id]["resolve"]
     assert by_id[case.id]["device"]["kv_tokens"] == planner["device_kv_tokens"] == budget // scaled == 23_845
     assert budget // 65_536 != 23_845 and (budget + 10**9 // 2) // scaled != 23_845
+
+
+def test_sglang_sizes_nextn_on_the_models_own_mtp_layer_as_plan_does(sglang_results, tmp_path):
+    """The speculative hybrid cases, sized by SGLang 0.5.19 with the algorithm set: NEXTN on the
+    model's own MTP layer packs one layer into the host KV pool (SGLang's own
+    ``_can_pack_hicache_mtp``; ``get_size_per_token``: 17,408 B per token per rank at 15 GiB WSL2,
+    where the plan's ratio keeps the pinned total in its budget), an EAGLE3 draft gets a sidecar
+    pool at the target host pool's tokens, and 30 slots with 6 requests leave no KV budget once
+    SGLang takes 1,098,252,288 B of intermediate states: it raises, and plan refuses."""
+    by_id = {r["id"]: r for r in sglang_results["results"]}
+    cases = {c.id: c for c in oc.SPECULATIVE_CASES}
+    diffs, *_ = oc.check_all(list(cases.values()), tmp_path, VENV, oracle_results=sglang_results)
+    assert diffs == []
+    own = by_id["spec-nextn-own-wsl2-15g"]
+    _, planner = oc.build_case(cases["spec-nextn-own-wsl2-15g"])
+    assert own["device"]["draft"]["mode"] == "packed" and own["device"]["kv_bytes_per_token"] == 17_408
+    assert own["pools"]["kv_bytes"] == own["pools"]["kv_tokens"] * 17_408 == planner["host_kv_bytes"]
+    prof, host, draft = _planned(cases["spec-nextn-own-wsl2-15g"])
+    result = planner_mod.plan(prof, host, draft=draft)
+    assert result.per_rank.host_kv_bytes_per_token == 17_408
+    assert result.pinned_total_bytes <= result.budget.pinned_budget_bytes
+    side = by_id["spec-eagle3-hybrid-sidecar"]
+    assert side["device"]["draft"]["mode"] == "sidecar"
+    assert side["pools"]["draft_kv_tokens"] == side["pools"]["kv_tokens"] + 1 and side["pools"]["draft_kv_bytes"] > 0
+    refused = by_id["spec-nextn-refused-30-slots"]["device"]
+    assert refused["error"].startswith("ValueError: Loaded weights leave no GPU memory for the KV cache")
+    _, planner = oc.build_case(cases["spec-nextn-refused-30-slots"])
+    assert planner["verdict"] == "unsafe" and any("1,098,252,288 B" in r for r in planner["reasons"])
+
+
+def _planned(case):
+    """``(profile, host, draft facts)`` as ``build_case`` plans ``case`` (its own-folder draft)."""
+    from escha_deploy.arch import DraftFacts, draft_kv_geometry
+    from escha_deploy.host import described_host
+    from escha_deploy.profile import load_profile
+
+    prof = load_profile(case.profile, list(case.overrides))
+    heads, head_dim, nextn = draft_kv_geometry(oc.config_json(prof.model.architecture))
+    draft = DraftFacts(path="(own)", own_folder=True, weights_bytes=case.draft["weights"], num_layers=1,
+                       kv_heads=heads, head_dim=head_dim, nextn_layers=nextn)
+    return prof, described_host(case.host_ram, case.platform), draft
