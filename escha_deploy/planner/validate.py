@@ -424,6 +424,14 @@ def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
               "use a page_size that divides it (1, 16, 64)")
     prefill_backend = extra_arg(rt.extra_args, "--prefill-attention-backend") or rt.attention_backend
     cc = profile.hardware.compute_capability
+    if rt.attention_backend == "aiter":
+        # AMD's ROCm kernels (srt/layers/attention/aiter_backend.py); on these boxes' NVIDIA GPUs SGLang
+        # also scales mem_fraction_static by 0.85 for it past 8,192 tokens of context (arg_groups/
+        # attention_hook.py: handle_attention_backend_compatibility), a budget this plan does not size
+        error("runtime.attention_backend",
+              "aiter is the attention backend of AMD's ROCm kernels (aiter_backend.py), not a CUDA GPU's, and "
+              "SGLang cuts mem_fraction_static to 0.85 of it past 8,192 tokens of context (attention_hook.py: "
+              "handle_attention_backend_compatibility): use triton, flashinfer or fa3")
     mla = [b for b in (rt.attention_backend, extra_arg(rt.extra_args, "--prefill-attention-backend"),
                        extra_arg(rt.extra_args, "--decode-attention-backend")) if b in MLA_BACKENDS]
     if mla:

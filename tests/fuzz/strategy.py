@@ -18,6 +18,13 @@
   rarely meet.
 - ``folder_values``: what a generated model folder varies beyond the architecture keys:
   ``max_position_embeddings`` (short and long), ``rope_scaling`` (none, YaRN), attention heads.
+- ``SPECULATIVE`` and ``DRAFT_KINDS``: what users combine for speculative decoding: the
+  algorithms with SGLang's shape flags (``runtime.speculative``) and a draft folder
+  (``model.draft``): the model's own (NEXTN on its MTP layers), a sibling MTP folder of the same
+  architecture, or an EAGLE3 draft.
+- ``flag_groups(release)``: the catalog flags SGLang's own code checks together, by what they
+  are about (scheduling, the mamba strategy, speculation, the cache), for the cases that carry
+  two to four of them.
 """
 
 from __future__ import annotations
@@ -31,7 +38,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from escha_deploy.arch import HYBRID_FIELDS
 from escha_deploy.flagcheck import catalog_path
 from escha_deploy.profile import Profile, key_flags, list_profiles, load_profile
 from escha_deploy.secretargs import extra_args_problems
@@ -72,16 +78,6 @@ SKIPPED: dict[str, dict[str, str]] = {
     "model.quantization": {"mxfp4": "registered by layers/quantization/__init__.py only where is_cuda() holds at import: "
                                     "the CPU stand-in's answer (Unknown quantization method) is not a GPU's"},
     "hicache.hicache_size": {"1000000": "a million GB a rank: the host-memory rule refuses it on every box"},
-    "runtime.kv_cache.dtype": {"fp4_e2m1": "0.5.19's --kv-cache-dtype lists it and its own code refuses it after the "
-                                           "weights load (srt/mem_cache/kv_cache_dtype.py: configure_kv_cache_dtype); the "
-                                           "profile refuses it with that reason (profile/models.py: REFUSED_KV_DTYPES), "
-                                           "so no argv exists to show SGLang: a corpus case"},
-    # every shipped profile's model is hybrid GDN: ModelArch refuses a linear_* field set to null
-    # there (its mamba state is sized from them), and no config.json can show SGLang that model
-    # (transformers' config class fills the missing field with its own default, another model)
-    **{f"model.architecture.{k}": {"null": "a hybrid GDN model needs every linear_* field (ModelArch): no folder "
-                                           "SGLang reads holds the model plan would be refusing"}
-       for k in HYBRID_FIELDS},
 }
 
 #: Keys not drawn, and why (each would need a file, a secret or a second profile to mean anything).
@@ -90,9 +86,9 @@ NOT_DRAWN: dict[str, str] = {
     "description": "free text: no SGLang input",
     "model.path": "the argv's --model-path is the generated folder",
     "model.host_dir": "set to the generated folder for every case",
-    "model.checkpoint": "the published checkpoint `model pull` fetches (repo, revision, source): no SGLang input",
-    "model.draft": "a speculative draft's folder (and --speculative-algorithm in extra_args) to mean anything; "
-                   "null, its only value here, renders nothing (tests/oracle: spec-eagle3-dense-draft sizes one)",
+    "model.draft": "drawn as its own dimension with runtime.speculative (SPECULATIVE, DRAFT_KINDS): a generated "
+                   "draft folder",
+    "runtime.speculative": "drawn as its own dimension (SPECULATIVE), with model.draft",
     "runtime.extra_args": "drawn as its own dimension (extra_flags)",
     "runtime.sglang_version": "the release a case is split to",
     "runtime.base_image": "an image reference: no SGLang input",
@@ -159,23 +155,15 @@ def _is_size(info: Any) -> bool:
     return "parse_size" in repr(info.metadata) or "parse_size" in repr(info.annotation)
 
 
-#: How far inside a strict float bound its edge is drawn (``mem_fraction_static`` ``gt=0, lt=1``:
-#: 0.01 and 0.99); a strict int bound's edge is one step in.
-FLOAT_STEP = 0.01
-
-
-def _bounds(info: Any, step: float = 1) -> tuple[float | None, float | None]:
-    """The key's smallest and largest values inside its bounds: a strict bound (``gt``, ``lt``)
-    ``step`` inside (1 for an int, ``FLOAT_STEP`` for a float: ``gt=0`` is 0.01, not 1, and
-    ``lt=1`` 0.99, not 0, each of which the key refuses)."""
+def _bounds(info: Any) -> tuple[float | None, float | None]:
     lo = hi = None
     for m in info.metadata:
         for name, attr in (("gt", "gt"), ("ge", "ge")):
             if getattr(m, attr, None) is not None:
-                lo = getattr(m, attr) + (step if name == "gt" else 0)
+                lo = getattr(m, attr) + (1 if name == "gt" else 0)
         for attr in ("le", "lt"):
             if getattr(m, attr, None) is not None:
-                hi = getattr(m, attr) - (step if attr == "lt" else 0)
+                hi = getattr(m, attr) - (1 if attr == "lt" else 0)
     return lo, hi
 
 
@@ -204,12 +192,12 @@ def key_values() -> dict[str, tuple[str, ...]]:
             values = ["null"] if _optional(ann) else []  # the shipped sizes, then halved and doubled
             values += [f"{b // 2**20}MiB" for b in sizes] + [f"{b // 2**21}MiB" for b in sizes] + [f"{b // 2**19}MiB" for b in sizes]
         elif typing.get_origin(base) is typing.Annotated or base in (int, float):
+            lo, hi = _bounds(info)
             kind = float if (base is float or float in _args(base)) else int
-            lo, hi = _bounds(info, 1 if kind is int else FLOAT_STEP)
             if lo is not None:
-                values.append(_yaml(kind(lo) if kind is int else round(max(float(lo), FLOAT_STEP), 6)))
+                values.append(_yaml(kind(lo) if kind is int else max(float(lo), 0.01)))
             if hi is not None and hi < 10**7:
-                values.append(_yaml(kind(hi) if kind is int else round(float(hi), 6)))
+                values.append(_yaml(kind(hi)))
         flag = _flag_of(key)
         if flag and flag in _choices():
             values += [_yaml(c) for c in _choices()[flag]]
@@ -299,3 +287,42 @@ folder_values: dict[str, tuple[Any, ...]] = {
     "folder.rope_scaling": (None, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}),
     "folder.num_attention_heads": (None, 24, 40, 7),
 }
+
+
+#: ``runtime.speculative`` values drawn (``--set`` spelling), each with the draft folders users pair
+#: it with (``DRAFT_KINDS``): NEXTN and EAGLE on the model's own MTP layers or a sibling MTP folder
+#: (or none: SGLang drafts from ``--model-path``), EAGLE3 with an EAGLE3 draft, STANDALONE with a
+#: smaller model of the family, NGRAM without a draft; SGLang's shape left to it or given (top-k 1
+#: chains, a tree), and a shape SGLang's ``_handle_eagle_family`` refuses.
+SPECULATIVE: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("{algorithm: NEXTN}", ("none", "own", "mtp")),
+    ("{algorithm: NEXTN, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}", ("none", "own", "mtp")),
+    ("{algorithm: NEXTN, num_steps: 1, eagle_topk: 1, num_draft_tokens: 2}", ("own",)),
+    ("{algorithm: EAGLE, num_steps: 2, eagle_topk: 4, num_draft_tokens: 8}", ("own", "mtp")),
+    ("{algorithm: EAGLE3}", ("eagle3",)),
+    ("{algorithm: EAGLE3, num_steps: 5, eagle_topk: 1, num_draft_tokens: 6}", ("eagle3",)),
+    ("{algorithm: STANDALONE}", ("mtp",)),
+    ("{algorithm: NGRAM}", ("none",)),
+    ("{algorithm: NEXTN, eagle_topk: 2}", ("own",)),
+)
+#: The draft folder a speculative case names in ``model.draft`` (``none``: no key).
+DRAFT_KINDS: tuple[str, ...] = ("none", "own", "mtp", "eagle3")
+#: Every (``runtime.speculative``, draft kind) pair drawn.
+SPECULATIVE_PAIRS: tuple[tuple[str, str], ...] = tuple((v, k) for v, kinds in SPECULATIVE for k in kinds)
+
+#: What a catalog flag is about, by words in its name: the flags SGLang's argument hooks and
+#: sizing read together (``arg_groups/scheduling``/``overrides.py``, ``mamba_hook.py``,
+#: ``speculative_hook.py``, ``kv_cache_hook.py``/``hicache_hook.py``).
+FLAG_GROUPS: dict[str, tuple[str, ...]] = {
+    "scheduling": ("schedule", "prefill", "running-requests", "overlap", "queue", "chunk", "batch"),
+    "mamba strategy": ("mamba", "linear-attn", "replayssm", "gdn"),
+    "speculative": ("speculative",),
+    "cache": ("hicache", "radix", "kv-cache", "cache"),
+}
+
+
+@functools.cache
+def flag_groups(release: str) -> dict[str, tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]]:
+    """For each of ``FLAG_GROUPS``, its flags of ``extra_flags(release)`` (a flag may be in two)."""
+    flags = extra_flags(release)
+    return {g: tuple(f for f in flags if any(w in f[0] for w in words)) for g, words in FLAG_GROUPS.items()}

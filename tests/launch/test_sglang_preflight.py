@@ -437,7 +437,8 @@ def own_mtp_folder(tmp_path: Path) -> Path:
     d = model_folder(tmp_path, "rtx5060ti-tp2-fp8", mtp_num_hidden_layers=1)
     total, mtp = 16_200_000_000, 2 * 10**8
     header = json.dumps({"mtp.fc.weight": {"dtype": "BF16", "shape": [mtp // 2], "data_offsets": [0, mtp]},
-                         "model.norm.weight": {"dtype": "BF16", "shape": [1], "data_offsets": [mtp, total - 4096]}})
+                         "model.norm.weight": {"dtype": "BF16", "shape": [(total - 4096 - mtp) // 2],
+                                               "data_offsets": [mtp, total - 4096]}})
     with open(d / "model.safetensors", "wb") as f:
         f.write(struct.pack("<Q", len(header)) + header.encode())
         f.truncate(total)

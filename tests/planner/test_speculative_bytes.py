@@ -44,7 +44,7 @@ def own_folder(root: Path, *, mtp: int = 2 * 10**8, total: int = 16_200_000_000)
     cfg = {**config_json(load_profile(PROFILE).model.architecture), "mtp_num_hidden_layers": 1}
     (m / "config.json").write_text(json.dumps(cfg))
     header = json.dumps({"mtp.fc.weight": {"dtype": "BF16", "shape": [mtp // 2], "data_offsets": [0, mtp]},
-                         "model.embed_tokens.weight": {"dtype": "BF16", "shape": [1],
+                         "model.embed_tokens.weight": {"dtype": "BF16", "shape": [(total - 4096 - mtp) // 2],
                                                        "data_offsets": [mtp, total - 4096]}}).encode()
     with open(m / "model.safetensors", "wb") as fh:
         fh.write(struct.pack("<Q", len(header)) + header)
