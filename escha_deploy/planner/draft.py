@@ -1,7 +1,7 @@
 """The speculative-decoding draft model in the device budget: what of it the plan counts, and why.
 
 One decision (``draft_count``), made once before the planner's steps from the profile
-(``model.draft``, ``--speculative-algorithm`` in ``runtime.extra_args``) and what the draft's
+(``model.draft``, ``runtime.speculative.algorithm``: ``--speculative-algorithm``) and what the draft's
 folder says (``arch.DraftFacts``, read at the I/O edge as the model folder is). The steps use
 its figures; the validate step turns what it leaves uncounted into warnings. SGLang 0.5.19:
 

@@ -161,8 +161,7 @@ def test_a_bad_safetensors_header_in_the_models_own_folder_names_the_key(tmp_pat
 
 
 NEXTN = ["model.path=/models/Qwen3.x-27B-FP8",
-         "runtime.extra_args=[--speculative-algorithm, NEXTN, --speculative-num-steps, '1', "
-         "--speculative-eagle-topk, '1', --speculative-num-draft-tokens, '2']"]
+         "runtime.speculative={algorithm: NEXTN, num_steps: 1, eagle_topk: 1, num_draft_tokens: 2}"]
 
 
 def _own_folder(tmp_path: Path, header: dict | bytes, data: int = 0, length: int | None = None) -> Path:
@@ -224,7 +223,7 @@ def test_sub_byte_dtypes_count_their_bits(tmp_path):
 
 def test_the_flag_in_extra_args_is_refused_as_the_keys(cli):
     r = cli("plan", "-p", PROFILE, "--host-ram", "64GiB", "--set",
-            'runtime.extra_args=["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/d"]')
+            EAGLE3, "--set", 'runtime.extra_args=["--speculative-draft-model-path", "/d"]')
     assert r.code == 2
     assert "--speculative-draft-model-path is the flag of the profile key model.draft.path" in r.err
 

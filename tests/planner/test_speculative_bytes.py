@@ -186,3 +186,16 @@ def test_a_draft_that_cannot_draft_for_the_model_is_one_line_naming_both_folders
     line = e.value.problems[0]
     assert line.startswith("model.draft.host_dir: ") and what in line
     assert str(draft) in line and str(model) in line
+
+
+@pytest.mark.parametrize("flag, key", [
+    ("--speculative-algorithm", "runtime.speculative.algorithm"),
+    ("--speculative-num-steps", "runtime.speculative.num_steps"),
+    ("--speculative-eagle-topk", "runtime.speculative.eagle_topk"),
+    ("--speculative-num-draft-tokens", "runtime.speculative.num_draft_tokens"),
+    ("--speculative-draft-model-path", "model.draft.path"),
+])
+def test_a_speculative_flag_in_extra_args_is_refused_as_its_keys(cli, flag, key):
+    r = cli("plan", "-p", PROFILE, "--host-ram", "64GiB", "--set", f'runtime.extra_args=["{flag}", "4"]')
+    assert r.code == 2, r.err
+    assert f"{flag} is the flag of the profile key {key}; set {key} instead" in r.err
