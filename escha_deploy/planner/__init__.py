@@ -38,6 +38,7 @@ from ..gpu_facts import PeerAccess, peer_access, tp_gpu_indices
 from ..facts.host import HostFacts
 from ..profile import Profile
 from ..profile.models import normalize_kv_dtype
+from ..profile.rules import speculative_algorithm
 from ..releases import default_release, load_release, release_findings, series_release
 from ..units import GB, MiB, fmt_gb, fmt_gib, fmt_gib_gb, fmt_mib
 from . import kv as kvmod
@@ -708,7 +709,8 @@ def step_choose_hicache(c: _Ctx) -> None:
                    f"SGLang {c.inp.release} with this series, which does not change the hybrid restore path")
         rt, hc0 = c.inp.profile.runtime, c.inp.profile.hicache
         inert = hybrid_host_hits_inert(c.inp.release, rt.mamba_radix_cache_strategy, rt.page_size or 1,
-                                       hc0.hicache_write_policy, list(rt.extra_args or []))
+                                       hc0.hicache_write_policy, list(rt.extra_args or []),
+                                       speculative_algorithm(c.inp.profile))
         c.warnings.append(
             f"hicache: on this runtime ({runtime}) host-tier hits for a hybrid GDN model "
             + (f"may be inert (sglang#33713: {'; '.join(inert)}) or " if inert else "can ")
@@ -722,7 +724,7 @@ def step_choose_hicache(c: _Ctx) -> None:
 
 
 def hybrid_host_hits_inert(release: str, strategy: str, page_size: int, write_policy: str,
-                           extra_args: list[str]) -> list[str]:
+                           extra_args: list[str], speculative: str | None = None) -> list[str]:
     """Why host-tier hits of a hybrid model may be inert in this configuration, one reason per
     way it departs from the configuration a real server of ``release`` loaded back (its release
     data's ``hybrid_host_hits_loaded_back``; a release with none was not tried); empty: that
@@ -738,6 +740,9 @@ def hybrid_host_hits_inert(release: str, strategy: str, page_size: int, write_po
       only the prefix finds no state to resume from, on device or host;
     - ``write_back``: a new branching state reaches the host by write-through only ("write-back
       eviction may discard the device-only state", ``mamba_component.py``).
+    - ``speculative``: the algorithm SGLang runs (``runtime.speculative.algorithm``, upper case as
+      ``profile.rules.speculative_algorithm`` reads it; None: none), which the loaded-back run had
+      not set.
     """
     out = []
     seen = load_release(release).hybrid_host_hits_loaded_back
@@ -760,8 +765,8 @@ def hybrid_host_hits_inert(release: str, strategy: str, page_size: int, write_po
                    "(mamba_component.py: write-back eviction may discard it)")
     elif seen is not None and write_policy != seen.write_policy:
         out.append(f"hicache_write_policy {write_policy} was not tried on a real server")
-    if any(a == "--speculative-algorithm" or a.startswith("--speculative-algorithm=") for a in extra_args):
-        out.append("speculative decoding with a hybrid host tier was not tried on a real server")
+    if speculative:
+        out.append(f"speculative decoding ({speculative}) with a hybrid host tier was not tried on a real server")
     return out
 
 

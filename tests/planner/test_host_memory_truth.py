@@ -255,7 +255,7 @@ def test_b25_stock_runtime_hybrid_hicache_warns_and_offers_the_canary(cli):
     (["runtime.mamba_radix_cache_strategy=no_buffer"], "no_buffer keeps a mamba state only at the end of each request"),
     (["runtime.extra_args=[--disable-overlap-schedule]"], "no_buffer (auto, with the overlap scheduler off)"),
     (["runtime.page_size=8", "runtime.mamba_radix_cache_strategy=extra_buffer"], "page size 8 was not tried"),
-    (["runtime.extra_args=[--speculative-algorithm, NEXTN]"], "speculative decoding with a hybrid host tier"),
+    (["runtime.speculative.algorithm=NEXTN"], "speculative decoding (NEXTN) with a hybrid host tier"),
 ])
 def test_the_inert_warning_names_the_configuration_it_applies_to(sets, says):
     prof = load_profile("rtx5060ti-tp2-fp8", ["runtime.needs=[]", *sets])
@@ -271,6 +271,8 @@ def test_the_inert_reasons_by_configuration():
     assert hybrid_host_hits_inert("0.5.23", "auto", 1, "write_through", []) == [
         "SGLang 0.5.23 was not tried on a real server"]
     assert len(hybrid_host_hits_inert("0.5.19", "no_buffer", 1, "write_back", [])) == 2
+    assert hybrid_host_hits_inert("0.5.19", "auto", 1, "write_through", [], "EAGLE3") == [
+        "speculative decoding (EAGLE3) with a hybrid host tier was not tried on a real server"]
 
 
 def test_b25_no_restore_warning_without_a_host_tier_or_a_hybrid_model():
