@@ -15,6 +15,8 @@
 #     canary    tests/bench/test_canary_gpu.py (tiny rig): the default canary, first requests after ready
 #     status    tests/watch/test_status_gpu.py (tiny rig): status --watch/--check/--record under load
 #     ab        tests/bench/test_ab_gpu.py (tiny rig): bench --hicache-ab, native launcher
+#     spec      tests/runtime/test_speculative_gpu.py: NEXTN on the tiny rig's model with one MTP
+#               layer (make_model.py tiny-mtp) and HiCache on: the host and device pools against the plan
 #     shape     pinned,register,stock
 #     all       serve,alloc,pools,pinned,register,stock (more than one 10-minute call)
 #   Two calls of about 8 minutes hold the whole of it: "serve,alloc,pinned", then "register,stock"
@@ -94,6 +96,7 @@ rc=0
 make() { [ -f "$RIG/models/$1/config.json" ] || python3 "$ROOT/tests/gpu_rig/make_model.py" "$1" "$RIG/models/$1"; }
 make tiny || rc=4
 if [ -n "$shape_runs" ] && [ $rc = 0 ]; then make shape-true || rc=4; fi
+if has spec && [ $rc = 0 ]; then make tiny-mtp || rc=4; fi
 [ $rc = 0 ] || echo "gpu-run: a model was not made (exit 4): no tests run"
 
 tests=()
@@ -108,6 +111,7 @@ has pools && tests+=(tests/runtime/test_host_pools_gpu.py)
 has canary && tests+=(tests/bench/test_canary_gpu.py)
 has status && tests+=(tests/watch/test_status_gpu.py)
 has ab && tests+=(tests/bench/test_ab_gpu.py)
+has spec && tests+=(tests/runtime/test_speculative_gpu.py)
 [ -n "$shape_runs" ] && tests+=(tests/runtime/test_real_server_shape_gpu.py)
 export ESCHA_GPU_SHAPE_RUNS="$shape_runs"
 if [ $rc = 0 ] && [ ${#tests[@]} -gt 0 ]; then

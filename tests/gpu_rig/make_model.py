@@ -6,6 +6,9 @@
 
 - ``tiny``: 4 layers (3 linear-attention + 1 full), 4 q / 2 KV heads of 128, GDN 2 key / 4 value
   heads of 128, conv 4, hidden 512, vocab 2048: 12.6 M parameters, made in seconds.
+- ``tiny-mtp``: ``tiny`` with one MTP layer (``mtp_num_hidden_layers: 1`` and the ``mtp.*``
+  tensors of a Qwen3.5 checkpoint, in ``model-mtp.safetensors``: ``_mtp_tensors``), the draft a
+  NEXTN server loads from the model's own folder.
 - ``shape-true``: one TP-2 rank of ``rtx5060ti-tp2-fp8``'s model at TP 1: 64 layers, every 4th
   full attention, 2 KV heads of 256 and GDN 8 key / 24 value heads of 128 (the profile's 4 KV
   and 16 / 48 GDN heads halved), conv 4; hidden 512 and vocab 2048 keep the weights small
@@ -41,6 +44,10 @@ _COMMON = dict(vocab_size=VOCAB, hidden_size=512, intermediate_size=1024, linear
 CONFIGS: dict[str, dict] = {
     "tiny": dict(_COMMON, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=128,
                  linear_num_key_heads=2, linear_num_value_heads=4, max_position_embeddings=8192),
+    # tiny with one MTP layer (the NEXTN draft SGLang loads from the model's own folder)
+    "tiny-mtp": dict(_COMMON, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=128,
+                     linear_num_key_heads=2, linear_num_value_heads=4, max_position_embeddings=8192,
+                     mtp_num_hidden_layers=1),
     "shape-true": dict(_COMMON, num_hidden_layers=64, num_attention_heads=8, num_key_value_heads=2, head_dim=256,
                        linear_num_key_heads=8, linear_num_value_heads=24, max_position_embeddings=32768),
 }
@@ -83,6 +90,8 @@ def make_model(config: dict, out: Path, seed: int = 0) -> dict:
 
     t0 = time.monotonic()
     torch.manual_seed(seed)
+    config = dict(config)
+    mtp_layers = config.pop("mtp_num_hidden_layers", 0)
     layers = config["num_hidden_layers"]
     types = (["linear_attention"] * (FULL_ATTENTION_INTERVAL - 1) + ["full_attention"]) * (
         layers // FULL_ATTENTION_INTERVAL)
@@ -97,10 +106,41 @@ def make_model(config: dict, out: Path, seed: int = 0) -> dict:
     rope = config["rope_parameters"]
     c.update(full_attention_interval=FULL_ATTENTION_INTERVAL, rope_theta=rope["rope_theta"],
              partial_rotary_factor=rope["partial_rotary_factor"], torch_dtype="bfloat16", dtype="bfloat16")
+    mtp_parameters = 0
+    if mtp_layers:
+        from safetensors.torch import save_file
+
+        tensors = _mtp_tensors(config, mtp_layers)
+        save_file(tensors, str(out / "model-mtp.safetensors"), metadata={"format": "pt"})
+        mtp_parameters = sum(t.numel() for t in tensors.values())
+        c["mtp_num_hidden_layers"] = mtp_layers
     p.write_text(json.dumps(c, indent=1))
-    return {"parameters": sum(x.numel() for x in model.parameters()),
+    return {"parameters": sum(x.numel() for x in model.parameters()) + mtp_parameters,
             "bytes": sum(f.stat().st_size for f in out.iterdir() if f.is_file()),
             "seconds": round(time.monotonic() - t0, 1)}
+
+
+def _mtp_tensors(config: dict, layers: int) -> dict:
+    """The ``mtp.*`` tensors of a Qwen3.5 checkpoint with ``layers`` MTP layers, bf16, random:
+    ``mtp.fc.weight`` (hidden x 2 hidden), ``mtp.pre_fc_norm_embedding.weight`` and
+    ``mtp.pre_fc_norm_hidden.weight``, ``mtp.norm.weight``, and per layer a full-attention decoder
+    layer's tensors as ``transformers``' ``Qwen3_5ForCausalLM`` names them (``mtp.layers.N.self_attn.
+    q_proj.weight``, ...), the names SGLang's ``srt/models/qwen3_5_mtp.py:
+    Qwen3_5ForCausalLMMTP.load_weights`` maps onto its draft (``mtp.`` to ``model.``, its MTP
+    model's layers all full attention: ``full_attention_interval = 1``)."""
+    import torch
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    one = dict(config, num_hidden_layers=layers)
+    with torch.device("cpu"):
+        block = Qwen3_5ForCausalLM(Qwen3_5TextConfig(**one, layer_types=["full_attention"] * layers)).to(torch.bfloat16)
+    out = {f"mtp.{k[len('model.'):]}": v.contiguous() for k, v in block.state_dict().items()
+           if k.startswith(("model.layers.", "model.norm."))}
+    hidden = config["hidden_size"]
+    out["mtp.fc.weight"] = (torch.randn(hidden, 2 * hidden) * 0.02).to(torch.bfloat16)
+    for name in ("pre_fc_norm_embedding", "pre_fc_norm_hidden"):
+        out[f"mtp.{name}.weight"] = torch.zeros(hidden, dtype=torch.bfloat16)  # GemmaRMSNorm: 1 + weight
+    return out
 
 
 def main(argv: list[str]) -> int:

@@ -77,4 +77,35 @@ def test_shape_true_rig_is_one_seed_rank():
 
 def test_make_model_refuses_an_unknown_config(tmp_path, capsys):
     assert mm.main(["nonesuch", str(tmp_path / "m")]) == 2
-    assert "nonesuch: not a config name (tiny, shape-true) or JSON file" in capsys.readouterr().err
+    assert "nonesuch: not a config name (tiny, tiny-mtp, shape-true) or JSON file" in capsys.readouterr().err
+
+
+def test_the_nextn_run_plans_the_drafts_layer_packed(tmp_path):
+    """The sets of tests/runtime/test_speculative_gpu.py on a folder of the ``tiny-mtp`` model's
+    shape (its architecture, ``mtp_num_hidden_layers: 1``, the ``mtp.*`` tensor names make_model.py
+    writes, in a safetensors header): NEXTN packs the draft's one layer into the host KV pool,
+    2,048 B per token where the target's one full-attention layer takes 1,024, and the device
+    budget carries the draft's KV at the target's tokens."""
+    import json
+    import struct
+
+    from escha_deploy.host import described_host, read_draft_inputs
+    from escha_deploy.planner import plan
+    from escha_deploy.profile import load_profile
+    from tests.oracle.cases import config_json
+    from tests.runtime.test_speculative_gpu import LAYER_BYTES, SETS
+
+    assert mm.CONFIGS["tiny-mtp"] == {**mm.CONFIGS["tiny"], "mtp_num_hidden_layers": 1}
+    d = tmp_path / "tiny-mtp"
+    d.mkdir()
+    sets = [s.replace("/tmp/escha-rig/models/tiny-mtp", str(d)) for s in SETS]
+    prof = load_profile(str(RIG / "h200-tiny.yaml"), sets)
+    (d / "config.json").write_text(json.dumps({**config_json(prof.model.architecture), "mtp_num_hidden_layers": 1}))
+    header = json.dumps({"mtp.fc.weight": {"dtype": "BF16", "shape": [512, 1024], "data_offsets": [0, 1048576]}})
+    (d / "model-mtp.safetensors").write_bytes(struct.pack("<Q", len(header)) + header.encode() + bytes(1048576))
+    p = plan(prof, described_host(128 * GiB, "linux"), draft=read_draft_inputs(prof))
+    assert p.verdict == "ok", p.reasons
+    r = p.per_rank
+    assert (r.device_kv_bytes_per_token, r.host_kv_bytes_per_token) == (LAYER_BYTES, 2 * LAYER_BYTES) == (1024, 2048)
+    assert r.host_kv_bytes == r.host_kv_tokens * 2048 and r.host_draft_kv_bytes == 0
+    assert r.device_draft_kv_bytes == (r.device_kv_tokens + 1) * 1024
