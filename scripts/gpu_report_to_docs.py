@@ -15,7 +15,9 @@ command, per-step and per-test seconds, pytest's exit); the tiny server (``real_
 ``real_server/preflight``, ``real_server/drift``, ``real_server/load_back``: every request with
 its seconds, the first being the first forward, ``real_server/sigterm``); pinned memory under the
 shape-true server (``shape/pinned``, ``shape/register``, ``shape/stock``, ``shape/ratio``); the
-series A/B (``shape/stock`` beside ``shape/pinned`` and ``shape/register``). A figure the report
+series A/B (``shape/stock`` beside ``shape/pinned`` and ``shape/register``); NEXTN with HiCache
+on the tiny rig's MTP model (``spec/nextn``: the plan's and SGLang's host and device pools, the
+pinned cost and the MemAvailable drop). A figure the report
 lacks prints as "not in this run". Bytes are printed exactly, with GB (1e9) or MiB (2**20) as named.
 """
 
@@ -67,7 +69,7 @@ def _run_block(doc: dict, commit: str | None, date: str | None, note: str | None
     if tests:
         out += ["", "| test | outcome | seconds |", "|---|---|---|"]
         out += [f"| `{n}` | {t['outcome']} | {t['seconds']} |" for n, t in tests.items()]
-    out += _tiny(doc) + _shape(doc) + _ab(doc) + ["<!-- /run -->"]
+    out += _tiny(doc) + _shape(doc) + _ab(doc) + _spec(doc) + ["<!-- /run -->"]
     return key, "\n".join(out)
 
 
@@ -173,6 +175,36 @@ def render(docs: str, key: str, block: str) -> str:
     else:
         body = body.rstrip("\n") + "\n\n" + block + "\n"
     return head + BEGIN + body.rstrip("\n") + "\n\n" + END + tail
+
+
+def _spec(doc: dict) -> list[str]:
+    f = doc.get("spec/nextn")
+    if not f:
+        return []
+    plan, log, pre = f.get("plan") or {}, f.get("log") or {}, f.get("preflight") or {}
+    diff = f["measured_bytes"] - plan["pinned_bytes"] if "measured_bytes" in f and "pinned_bytes" in plan else None
+    d, t = f.get("drift") or {}, f.get("sigterm") or {}
+    out = ["", "**NEXTN with HiCache** (`h200-tiny` with the model's own MTP layer as the draft, "
+           "`tests/runtime/test_speculative_gpu.py`):", "",
+           f"- plan: host KV {plan.get('host_kv_bytes_per_token', NA)} B per token (the draft's layer packed), "
+           f"{plan.get('host_kv_tokens', NA)} tokens, {_b(plan.get('host_kv_bytes'))}; host mamba "
+           f"{_b(plan.get('host_mamba_bytes'))}; pinned {_b(plan.get('pinned_bytes'))} per rank; device KV "
+           f"{plan.get('device_kv_tokens', NA)} tokens x {plan.get('device_kv_bytes_per_token', NA)} B, the draft's "
+           f"{_b(plan.get('device_draft_kv_bytes'))}, intermediate mamba states "
+           f"{_b(plan.get('device_mamba_intermediate_bytes'))}, {plan.get('device_mamba_slots', NA)} mamba slots",
+           f"- `serve`'s pre-flight: host pools {_b(pre.get('host_kv_bytes'))} KV + {_b(pre.get('host_mamba_bytes'))} "
+           f"mamba per rank",
+           "- SGLang's log: " + "; ".join(f"`{x.strip()}`" for x in
+                                         [*log.get("host_kv", []), *log.get("kv_device", []), *log.get("mamba_device", [])])
+           if log else f"- SGLang's log: {NA}",
+           f"- pinned cost (MemTotal - MemAvailable across the host pools' allocation): {_b(f.get('measured_bytes'))}"
+           + (f", {diff:+,} B ({diff / MiB:+.1f} MiB) against the plan" if diff is not None else "")
+           + f"; MemAvailable drop over the same window {_b(f.get('mem_available_drop_bytes'))}",
+           f"- drift: {len(d.get('drift', []))} lines, {d.get('log', 0)} log + {d.get('server_info', 0)} /server_info "
+           f"figures agreed; request: {f.get('generate', NA)}",
+           f"- ready {f.get('ready_seconds', NA)} s; SIGTERM exit {t.get('exit')} in {t.get('seconds')} s, left "
+           f"{t.get('left')}; not returned {_b(f.get('not_returned_bytes'))}"]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

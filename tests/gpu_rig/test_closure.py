@@ -269,3 +269,14 @@ def test_report_to_docs_renders_a_run_once_and_replaces_it(tmp_path):
     assert again.count("<!-- run aaaaaaaaaaaa") == 1 and "301 s in all" in again
     docs.write_text("no markers\n")
     assert r2d.main([str(report), "--docs", str(docs)]) == 2
+    docs.write_text(f"# x\n\n{r2d.BEGIN}\n\n{r2d.END}\n")
+    doc = {"run": {"commit": "b" * 40, "phases": "spec"}, "spec/nextn": {
+        "plan": {"host_kv_bytes_per_token": 2048, "host_kv_tokens": 1_600_001, "host_kv_bytes": 3_276_802_048,
+                 "pinned_bytes": 3_303_366_656}, "measured_bytes": 3_310_000_000,
+        "log": {"host_kv": ["Allocating bf16 hierarchical KV host pool: 1600001 tokens"], "kv_device": [],
+                "mamba_device": []}}}
+    report.write_text(json.dumps(doc))
+    assert r2d.main([str(report), "--docs", str(docs)]) == 0
+    spec = docs.read_text()
+    assert "**NEXTN with HiCache**" in spec and "host KV 2048 B per token" in spec and "+6,633,344 B" in spec
+    assert "`Allocating bf16 hierarchical KV host pool: 1600001 tokens`" in spec and "not in this run" in spec
