@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from ..arch import DraftFacts
 from ..profile import Profile
-from ..profile.rules import speculative_algorithm
+from ..profile.rules import extra_arg, speculative_algorithm
 from ..units import fmt_gb
 
 #: Algorithms whose draft KV SGLang prices by layer count in the target's cell
@@ -79,6 +79,11 @@ class SpecShape:
     problems: tuple[tuple[str, str], ...] = ()
 
 
+#: ``--speculative-ngram-max-bfs-breadth``'s default (SGLang 0.5.19 and 0.5.23 ``server_args.py``),
+#: the top-k ``_handle_ngram`` gives NGRAM
+NGRAM_MAX_BFS_BREADTH = 10
+
+
 def spec_shape(profile: Profile) -> SpecShape:
     """What SGLang's ``_handle_eagle_family`` / ``_handle_ngram`` resolve (``SpecShape``):
 
@@ -87,7 +92,10 @@ def spec_shape(profile: Profile) -> SpecShape:
       target; ``num_steps`` set: ``eagle_topk`` must be (SGLang compares it), and with top-k 1 the
       draft tokens become ``num_steps + 1`` ("speculative_num_draft_tokens is adjusted"), with
       top-k above 1 they must be given (``_handle_max_mamba_cache`` asserts them);
-    - NGRAM: ``num_draft_tokens`` else 12;
+    - NGRAM: ``num_draft_tokens`` else 12; its top-k is ``--speculative-ngram-max-bfs-breadth``
+      (10), refused above 1 with pages above 1 outside flashinfer;
+    - any algorithm with ``runtime.attention_backend`` flex_attention is refused
+      (``arg_groups/attention_hook.py``);
     - DFLASH, DSPARK: their block size, not mirrored here (0).
     """
     rt = profile.runtime
@@ -125,6 +133,22 @@ def spec_shape(profile: Profile) -> SpecShape:
     elif alg == "NGRAM":
         d, src = ((sp.num_draft_tokens, "runtime.speculative.num_draft_tokens") if sp.num_draft_tokens else
                   (12, "SGLang's 12 for NGRAM (speculative_hook.py: _handle_ngram)"))
+        # _handle_ngram sets the top-k to --speculative-ngram-max-bfs-breadth (SGLang's default 10), then
+        # refuses a top-k above 1 with pages above 1 outside the flashinfer backend (0.5.19 and 0.5.23)
+        raw = extra_arg(rt.extra_args or [], "--speculative-ngram-max-bfs-breadth")
+        breadth = int(raw) if raw is not None and raw.lstrip("-").isdigit() else NGRAM_MAX_BFS_BREADTH
+        if breadth > 1 and (rt.page_size or 1) > 1 and rt.attention_backend != "flashinfer":
+            problems.append(("runtime.speculative.algorithm", (
+                f"NGRAM with page size {rt.page_size}: SGLang sets the top-k to --speculative-ngram-max-bfs-breadth "
+                f"({breadth}) and refuses a top-k above 1 with pages above 1 outside the flashinfer backend "
+                "(speculative_hook.py: _handle_ngram: 'unstable and produces incorrect results for paged attention "
+                "backends'); set runtime.attention_backend flashinfer, runtime.page_size 1, or "
+                "--speculative-ngram-max-bfs-breadth 1")))
+    if rt.attention_backend == "flex_attention":
+        problems.append(("runtime.speculative.algorithm", (
+            f"{alg} with runtime.attention_backend flex_attention: SGLang asserts no speculative algorithm with "
+            "it (arg_groups/attention_hook.py: 'Speculative decoding is currently not supported with Flex "
+            "Attention backend'); choose another backend")))
     return SpecShape(num_draft_tokens=d, source=src, max_running_requests=mrr, mrr_source=mrr_src,
                      problems=tuple(problems))
 

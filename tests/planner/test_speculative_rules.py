@@ -57,3 +57,24 @@ def test_torch_compile_with_decode_graphs_on_a_hybrid_model_is_warned(cli):
     assert any("sglang#35777" in w for w in d["warnings"]), d["warnings"]
     r, d = _plan(cli, 'runtime.extra_args=["--enable-torch-compile", "--disable-cuda-graph"]')
     assert not any("sglang#35777" in w for w in d["warnings"])
+
+
+def test_ngram_with_pages_and_flex_attention_are_refused_as_sglang_refuses():
+    """SGLang's ``_handle_ngram`` gives NGRAM the top-k ``--speculative-ngram-max-bfs-breadth`` (10)
+    and refuses it above 1 with pages above 1 outside flashinfer; ``attention_hook.py`` asserts no
+    speculation with flex_attention (both on 0.5.19 and 0.5.23). The fuzz found both as misses."""
+    from escha_deploy.host import described_host
+    from escha_deploy.planner import plan
+    from escha_deploy.profile import load_profile
+    from escha_deploy.units import GiB
+
+    def reasons(*sets):
+        return plan(load_profile("linux-tp2-l3", ["runtime.needs=[]", *sets]), described_host(256 * GiB)).reasons
+
+    ngram = ["runtime.speculative.algorithm=NGRAM", "runtime.mamba_radix_cache_strategy=auto"]
+    assert any("_handle_ngram" in r and "page size 64" in r for r in reasons(*ngram))
+    assert not any("_handle_ngram" in r for r in reasons(*ngram, "runtime.attention_backend=flashinfer"))
+    assert not any("_handle_ngram" in r for r in reasons(
+        *ngram, "runtime.extra_args=[--speculative-ngram-max-bfs-breadth, '1']"))
+    flex = reasons("runtime.speculative.algorithm=NEXTN", "runtime.attention_backend=flex_attention")
+    assert any("flex_attention" in r and "attention_hook.py" in r for r in flex)
