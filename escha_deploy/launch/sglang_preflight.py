@@ -82,6 +82,7 @@ import re
 import subprocess
 import sys
 import time
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -844,6 +845,11 @@ class _StandInOnImport:
         return spec
 
 
+#: Stands in for the CUDA stream SGLang's ``create_flashinfer_backend`` would make for the model
+#: runner under EAGLE/NEXTN (``runner.plan_stream_for_flashinfer``): no device is touched here.
+_DEVICE_STREAM = types.SimpleNamespace(stand_in="torch.cuda.Stream")
+
+
 def _model_runner(sa: Any, mc: Any, capability: str | None, kv_cache_dtype: Any = None) -> dict[str, Any]:
     """Stage 6: the checks SGLang's model runner makes when it builds the attention backend after
     the weights load (``model_executor/model_runner.py: ModelRunner.init_attention_backends``),
@@ -859,7 +865,8 @@ def _model_runner(sa: Any, mc: Any, capability: str | None, kv_cache_dtype: Any 
 
     What is stood in for the call, and put back: the model runner (a namespace with the fields
     these functions read: ``model_config``, ``server_args``, ``use_mla_backend`` as
-    ``ModelRunner.__init__`` derives it, not a draft worker); the attention backend classes the
+    ``ModelRunner.__init__`` derives it, not a draft worker, and the CUDA stream
+    ``create_flashinfer_backend`` makes under EAGLE/NEXTN: ``_DEVICE_STREAM``); the attention backend classes the
     factories and the wrapper construct (``_backend_classes``: their constructors take the
     device pools, which need the device, so their own checks are not run here, but for the
     statements ``CONSTRUCTOR_CHECKS`` names, which ``_constructor_check`` compiles out of SGLang's
@@ -880,7 +887,10 @@ def _model_runner(sa: Any, mc: Any, capability: str | None, kv_cache_dtype: Any 
     runner = types.SimpleNamespace(
         model_config=mc, server_args=sa, use_mla_backend=mc.attention_arch == AttentionArch.MLA, is_draft_worker=False,
         draft_attention_backend=None, device="cuda", gpu_id=0, init_new_workspace=False, kv_cache_dtype=kv_cache_dtype,
-        spec_algorithm=None)
+        spec_algorithm=None,
+        # the CUDA stream create_flashinfer_backend makes under EAGLE/NEXTN (``torch.cuda.Stream()``,
+        # attention_registry.py): a device object, stood in as the backend classes are
+        plan_stream_for_flashinfer=_DEVICE_STREAM)
     resolved = setup.resolve_attention_backend_strs(model_runner=runner)
     runner.prefill_attention_backend_str, runner.decode_attention_backend_str = resolved.prefill, resolved.decode
     factories = [registry.ATTENTION_BACKENDS[b] for b in dict.fromkeys((resolved.prefill, resolved.decode))
