@@ -86,6 +86,8 @@ NOT_DRAWN: dict[str, str] = {
     "description": "free text: no SGLang input",
     "model.path": "the argv's --model-path is the generated folder",
     "model.host_dir": "set to the generated folder for every case",
+    "model.checkpoint": "the repository and revision `model pull` fetches: no SGLang input (its drawn value, the "
+                        "shipped model's repr, is not even YAML)",
     "model.draft": "drawn as its own dimension with runtime.speculative (SPECULATIVE, DRAFT_KINDS): a generated "
                    "draft folder",
     "runtime.speculative": "drawn as its own dimension (SPECULATIVE), with model.draft",
