@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from escha_deploy.arch import HYBRID_FIELDS
 from escha_deploy.flagcheck import catalog_path
 from escha_deploy.profile import Profile, key_flags, list_profiles, load_profile
 from escha_deploy.secretargs import extra_args_problems
@@ -78,6 +79,16 @@ SKIPPED: dict[str, dict[str, str]] = {
     "model.quantization": {"mxfp4": "registered by layers/quantization/__init__.py only where is_cuda() holds at import: "
                                     "the CPU stand-in's answer (Unknown quantization method) is not a GPU's"},
     "hicache.hicache_size": {"1000000": "a million GB a rank: the host-memory rule refuses it on every box"},
+    "runtime.kv_cache.dtype": {"fp4_e2m1": "0.5.19's --kv-cache-dtype lists it and its own code refuses it after the "
+                                           "weights load (srt/mem_cache/kv_cache_dtype.py: configure_kv_cache_dtype); the "
+                                           "profile refuses it with that reason (profile/models.py: REFUSED_KV_DTYPES), "
+                                           "so no argv exists to show SGLang: a corpus case"},
+    # every shipped profile's model is hybrid GDN: ModelArch refuses a linear_* field set to null
+    # there (its mamba state is sized from them), and no config.json can show SGLang that model
+    # (transformers' config class fills the missing field with its own default, another model)
+    **{f"model.architecture.{k}": {"null": "a hybrid GDN model needs every linear_* field (ModelArch): no folder "
+                                           "SGLang reads holds the model plan would be refusing"}
+       for k in HYBRID_FIELDS},
 }
 
 #: Keys not drawn, and why (each would need a file, a secret or a second profile to mean anything).
@@ -86,8 +97,7 @@ NOT_DRAWN: dict[str, str] = {
     "description": "free text: no SGLang input",
     "model.path": "the argv's --model-path is the generated folder",
     "model.host_dir": "set to the generated folder for every case",
-    "model.checkpoint": "the repository and revision `model pull` fetches: no SGLang input (its drawn value, the "
-                        "shipped model's repr, is not even YAML)",
+    "model.checkpoint": "the published checkpoint `model pull` fetches (repo, revision, source): no SGLang input",
     "model.draft": "drawn as its own dimension with runtime.speculative (SPECULATIVE, DRAFT_KINDS): a generated "
                    "draft folder",
     "runtime.speculative": "drawn as its own dimension (SPECULATIVE), with model.draft",
@@ -157,15 +167,23 @@ def _is_size(info: Any) -> bool:
     return "parse_size" in repr(info.metadata) or "parse_size" in repr(info.annotation)
 
 
-def _bounds(info: Any) -> tuple[float | None, float | None]:
+#: How far inside a strict float bound its edge is drawn (``mem_fraction_static`` ``gt=0, lt=1``:
+#: 0.01 and 0.99); a strict int bound's edge is one step in.
+FLOAT_STEP = 0.01
+
+
+def _bounds(info: Any, step: float = 1) -> tuple[float | None, float | None]:
+    """The key's smallest and largest values inside its bounds: a strict bound (``gt``, ``lt``)
+    ``step`` inside (1 for an int, ``FLOAT_STEP`` for a float: ``gt=0`` is 0.01, not 1, and
+    ``lt=1`` 0.99, not 0, each of which the key refuses)."""
     lo = hi = None
     for m in info.metadata:
         for name, attr in (("gt", "gt"), ("ge", "ge")):
             if getattr(m, attr, None) is not None:
-                lo = getattr(m, attr) + (1 if name == "gt" else 0)
+                lo = getattr(m, attr) + (step if name == "gt" else 0)
         for attr in ("le", "lt"):
             if getattr(m, attr, None) is not None:
-                hi = getattr(m, attr) - (1 if attr == "lt" else 0)
+                hi = getattr(m, attr) - (step if attr == "lt" else 0)
     return lo, hi
 
 
@@ -194,12 +212,12 @@ def key_values() -> dict[str, tuple[str, ...]]:
             values = ["null"] if _optional(ann) else []  # the shipped sizes, then halved and doubled
             values += [f"{b // 2**20}MiB" for b in sizes] + [f"{b // 2**21}MiB" for b in sizes] + [f"{b // 2**19}MiB" for b in sizes]
         elif typing.get_origin(base) is typing.Annotated or base in (int, float):
-            lo, hi = _bounds(info)
             kind = float if (base is float or float in _args(base)) else int
+            lo, hi = _bounds(info, 1 if kind is int else FLOAT_STEP)
             if lo is not None:
-                values.append(_yaml(kind(lo) if kind is int else max(float(lo), 0.01)))
+                values.append(_yaml(kind(lo) if kind is int else round(max(float(lo), FLOAT_STEP), 6)))
             if hi is not None and hi < 10**7:
-                values.append(_yaml(kind(hi)))
+                values.append(_yaml(kind(hi) if kind is int else round(float(hi), 6)))
         flag = _flag_of(key)
         if flag and flag in _choices():
             values += [_yaml(c) for c in _choices()[flag]]

@@ -22,12 +22,20 @@ then, on every release whose configurator shape the pre-flight builds
 no overlay stand-in (``sizes_as_planned``), the KV cache configurator's and the host pools'
 sizing on the figures the plan gives the pre-flight (``launch_spec.preflight_from_plan``).
 
-Asserted: a case that sets only profile keys (the speculative ones included) and that SGLang
-refuses, ``plan`` refuses too (every miss is printed with its input); SGLang refuses at least 20%
-of the cases, every strategy dimension among them; per kind of case (``kind_of``: a single flag,
-a combination, speculative) the bounds of ``KIND_BOUNDS``, each from a measured baseline; ``plan``
-refuses at most 10% of what SGLang accepts in the cases that bound was set on (profile keys only,
-or one catalog flag; each such refusal
+Every case counts: a case ``plan`` refuses before an argv exists (the profile does not validate
+at all, so nothing can be rendered for SGLang: ``EarlyRefusal``) is counted in the bound below as
+a refusal of a case SGLang accepts, by the rule that refused it; a model folder ``plan`` refuses
+(``host.read_folder_facts``, exit 2) is still put to SGLang with the profile's argv; any other
+exception while planning a case is a crash of ``plan`` and fails the run, naming the case.
+
+Asserted: no crash of ``plan`` or of the pre-flight's own code (a harness fault); a case that
+sets only profile keys (the speculative ones included) and that SGLang refuses, ``plan`` refuses
+too (every miss is printed with its input); SGLang refuses at least 20% of the cases, every
+strategy dimension among them; per kind of case (``kind_of``: a single flag, a combination,
+speculative) the bounds of ``KIND_BOUNDS``, each from a measured baseline, the early refusals
+counted in their kind; ``plan`` refuses at most 10% of what SGLang accepts in the cases that bound
+was set on (profile keys only, or one catalog flag), the early refusals of those cases counted
+among both (each such refusal
 counted by the field its reason names, with an example, and whether SGLang's sizing stages ran); docs/planner.md's "pre-flight only" table (the
 ``extra_args`` flags SGLang's pre-flight refuses where ``plan`` does not) is this run's; with the
 rule mirroring "HiCache needs the radix cache" removed, the same answers give misses naming the
@@ -43,6 +51,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from collections import Counter
@@ -52,10 +61,12 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from pydantic import ValidationError
+
 from escha_deploy.arch import read_model_dir
-from escha_deploy.errors import BadInput, Refused
+from escha_deploy.errors import BadInput, EschaError, Refused
 from escha_deploy.flags import server_args, server_env
-from escha_deploy.host import described_host, read_draft_inputs
+from escha_deploy.host import described_host, read_draft_inputs, read_folder_facts
 from escha_deploy.launch import sglang_preflight as pf
 from escha_deploy.launch_spec import preflight_from_plan
 from escha_deploy.pipeline import check_rendered_argv
@@ -128,6 +139,23 @@ def draw_cases(n: int) -> list[dict]:
             seen.add(key)
             unique.append(c)
     return unique
+
+
+def arch_problem(case: dict) -> str | None:
+    """Why the case's architecture (its profile's with its ``model.architecture.*`` sets) is
+    no model, or None: ``ModelArch`` refuses it (a hybrid model whose interval is above its
+    layer count, a ``linear_*`` field null: corpus cases in
+    tests/corpus/cases/profile-values.yaml). No folder can show SGLang the model ``plan`` refuses there (the profile's own
+    folder is another model), so such a draw is not a case: counted and printed, not run."""
+    arch_sets = tuple(f"{k}={v}" for k, v in sorted(case["sets"].items()) if k.startswith("model.architecture."))
+    if not arch_sets:
+        return None
+    try:
+        _load_unchecked(case["profile"], arch_sets)
+    except ValidationError as exc:
+        errors = [e for e in exc.errors() if e["loc"][:2] == ("model", "architecture")]
+        return errors[0]["msg"].removeprefix("Value error, ").split(":", 1)[0][:80] if errors else None
+    return None
 
 
 #: Flags in one combination case: two to four (cycled).
@@ -223,7 +251,7 @@ class Folders:
         arch_sets = tuple(f"{k}={v}" for k, v in sorted(case["sets"].items()) if k.startswith("model.architecture."))
         try:
             arch = _load_unchecked(case["profile"], arch_sets).model.architecture
-        except Exception:  # noqa: BLE001  a set pydantic refuses: plan refuses it; the shipped model's folder
+        except (ValidationError, BadInput):  # a set the profile's own types refuse: the shipped model's folder
             arch = load_profile(case["profile"]).model.architecture
         cfg = config_json(arch)
         f = case["folder"]
@@ -286,6 +314,25 @@ def sizes_as_planned(rendered: list[str], argv: list[str]) -> bool:
     return rendered == argv
 
 
+def load_refusal(profile: str, overrides: tuple[str, ...]) -> str:
+    """The first line ``load_profile`` refuses ``profile`` with (``overrides`` applied)."""
+    try:
+        load_profile(profile, list(overrides))
+    except (BadInput, Refused) as exc:
+        return exc.problems[0]
+    raise AssertionError(f"{profile} {overrides}: the profile does not validate, yet load_profile accepts it")
+
+
+class EarlyRefusal(Exception):
+    """``plan`` refused a case before any argv exists: the profile is refused at load and does
+    not validate even without the load rules (a value its own types refuse), or ``plan`` raised
+    its refusal. SGLang cannot be asked; the case counts in the bound by ``reason``'s rule."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
 def plan_case(profile: str, overrides: tuple[str, ...], model: Path,
               release: str | None = None) -> tuple[list[str], list[str], dict]:
     """``(reasons plan refuses for, the argv serve renders, the card SGLang is shown)``, as native
@@ -298,16 +345,31 @@ def plan_case(profile: str, overrides: tuple[str, ...], model: Path,
     ``SGLANG_*`` variables) and ``device``: the sizing stages' figures the plan gives SGLang's
     pre-flight (``launch_spec.preflight_from_plan``, as ``serve --spec`` reads them from the
     spec: free memory before the weights and the weights, bytes per rank, and with HiCache the
-    described host's budget, since this machine is not the box the plan describes)."""
+    described host's budget, since this machine is not the box the plan describes).
+
+    A model folder ``plan`` refuses (``host.read_folder_facts``: exit 2 under ``model.host_dir``)
+    is a reason, and the plan is made from the profile's architecture, so SGLang is still shown
+    the folder. Raises ``EarlyRefusal`` when no argv can exist; any other exception is a crash
+    of ``plan`` (the caller fails the run on it)."""
     release = release or default_release()
-    overrides = (*release_overrides(profile, overrides, release), f"model.host_dir={model}")
+    try:
+        overrides = (*release_overrides(profile, overrides, release), f"model.host_dir={model}")
+    except ValidationError:  # the release's needs are read from the profile without its rules
+        raise EarlyRefusal(load_refusal(profile, (*overrides, f"model.host_dir={model}"))) from None
     reasons: list[str] = []
     try:
         prof = load_profile(profile, list(overrides))
     except (BadInput, Refused) as exc:
         reasons = [f"{line}" for line in str(exc).splitlines() if line.strip()][:1] or [type(exc).__name__]
-        prof = _load_unchecked(profile, overrides)
-    facts = read_model_dir(model)
+        try:
+            prof = _load_unchecked(profile, overrides)
+        except ValidationError:  # a value the profile's own types refuse: nothing to render
+            raise EarlyRefusal(reasons[0]) from None
+    try:
+        facts = read_folder_facts("model.host_dir", read_model_dir, model)
+    except BadInput as exc:
+        reasons = reasons or [exc.problems[0]]
+        facts = None
     facts = facts.model_copy(update={"safetensors_bytes": None}) if facts else None
     draft = None
     if prof.model.draft is not None and not reasons:  # the draft's folder, read as plan's pipeline reads it
@@ -315,8 +377,11 @@ def plan_case(profile: str, overrides: tuple[str, ...], model: Path,
             draft = read_draft_inputs(prof, model_path=str(model))
         except BadInput as exc:
             reasons = [str(exc).splitlines()[0]]
-    result = plan(prof, described_host((128 if "l3" in profile else 32) * GiB, "linux"), model_dir=facts,
-                  release=release, draft=draft)
+    try:
+        result = plan(prof, described_host((128 if "l3" in profile else 32) * GiB, "linux"), model_dir=facts,
+                      release=release, draft=draft)
+    except EschaError as exc:
+        raise EarlyRefusal(reasons[0] if reasons else exc.problems[0]) from None
     if not reasons and result.verdict == "unsafe":
         reasons = list(result.reasons) or ["unsafe"]
     if not reasons:  # the rendered argv against the release's parser, as plan's pipeline.decide checks it (exit 2)
@@ -370,6 +435,10 @@ class SGLangBatch:
         self.stderr.close()
         harness = [d["harness"] for d in got if "harness" in d]
         assert not harness, f"SGLang {self.release}: the shared parser answered otherwise than SGLang's own: {harness[0]}"
+        # a fault of the pre-flight's own code is no SGLang answer (sglang_preflight.raised_by_sglang)
+        faults = [(a, d) for (a, _), d in zip(cases, got) if d.get("fault") == "harness"]
+        assert not faults, (f"SGLang {self.release}: the pre-flight's own code failed on {len(faults)} cases, first "
+                            f"{faults[0][0]}: {faults[0][1].get('traceback', '')[-2000:]}")
         return [pf.PreflightResult(
             ok=bool(d["ok"]), stage=str(d.get("stage", "")), message=str(d.get("message", "")),
             type=str(d.get("type", "")), site=str(d.get("site", "")), flags=list(d.get("flags") or []),
@@ -438,8 +507,10 @@ def all_dimensions() -> list[str]:
 
 
 def rule_of(reason: str) -> str:
-    """The safety rule a plan refusal names: its reason's first clause."""
-    return reason.removeprefix("--set ").split(":", 1)[0].strip()[:90]
+    """The safety rule a plan refusal names: its reason's first clause (after the ``FILE:LINE:``
+    a profile refused at load is named by)."""
+    reason = re.sub(r"^\S+?:\d+: ", "", reason.removeprefix("--set "))
+    return reason.split(":", 1)[0].strip()[:90]
 
 
 def miss_line(case: dict, overrides: tuple[str, ...], r) -> str:
@@ -512,6 +583,13 @@ def removed_rule_misses(planned: list, results: list, field: str) -> list[str]:
 #:   mamba states taken from the budget it no longer fits; SGLang's configurator shrinks the pool to
 #:   what fits and accepts (kv_cache_configurator.py), plan refuses a fixed size it would not get:
 #:   bounds 33% and 46%.
+def bounded(k: Counter) -> tuple[int, int]:
+    """A kind's figures for its bound (``by_kind``'s counters): the SGLang accepts plan refused and
+    the SGLang accepts, each with the cases plan refused before an argv (SGLang not asked)."""
+    early = k["refused before an argv"]
+    return k["plan refused of accepted"] + early, k["accepted"] + early
+
+
 KIND_BOUNDS: dict[str, tuple[float, float | None]] = {
     "single flag": (0.23, None),  # its upper bound is the 10% over keys only and one flag together
     "combination": (0.42, 0.18),
@@ -526,16 +604,30 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
     l3 = tmp_path / "l3"
     l3.mkdir()
     folders = Folders(tmp_path / "models")
-    cases = split_cases(draw_cases(CASES), releases)
+    drawn_cases = draw_cases(CASES)
+    not_models = Counter(p for p in map(arch_problem, drawn_cases) if p)
+    cases = split_cases([c for c in drawn_cases if not arch_problem(c)], releases)
     planned: list[tuple[dict, tuple[str, ...], list[str], list[str], dict, Path]] = []
-    no_argv = Counter()
+    no_argv = Counter()  # early refusals by rule: counted in the bound as refusals of what SGLang accepts
+    no_argv_example: dict[str, str] = {}
+    no_argv_by_kind = Counter()  # the same, per kind of case (kind_of): counted in that kind's bound
+    crashes: list[str] = []
     for case in cases:
         model = folders.of(case)
         ov = overrides_of(case, l3, folders.drafts(model) if case.get("spec") else None)
         try:
             reasons, argv, card = plan_case(case["profile"], ov, model, case["release"])
-        except Exception as exc:  # noqa: BLE001  refused before an argv exists: plan refuses it
-            no_argv[f"{type(exc).__name__}: {str(exc).splitlines()[0][:80]}"] += 1
+        except EarlyRefusal as exc:
+            no_argv[rule_of(exc.reason)] += 1
+            no_argv_by_kind[kind_of(case)] += 1
+            no_argv_example.setdefault(rule_of(exc.reason), f"{case['release']} {case['profile']}: {exc.reason}")
+            continue
+        except Exception as exc:  # noqa: BLE001  any other exception is a crash of plan: named, and the run fails
+            import traceback
+
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            crashes.append(f"SGLang {case['release']}: {case['profile']} --set {' --set '.join(ov)}: "
+                           f"{type(exc).__name__}: {str(exc)[:200]} ({Path(where.filename).name}:{where.name})")
             continue
         planned.append((case, ov, reasons, argv, card, model))
     t_plan = time.monotonic() - t0
@@ -584,6 +676,14 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
                 if card["device"] is not None:
                     rule_example.setdefault(rule_of(reasons[0]), f"{case['release']} {case['profile']}: {reasons[0]}")
     n = len(planned)
+    early = sum(no_argv.values())
+    # the bound's figures with the early refusals counted: plan refused them, SGLang was not asked
+    bound_refused, bound_accepted = plan_refuses_accepted + early, accepted + early
+    for kind, m in no_argv_by_kind.items():
+        by_kind.setdefault(kind, Counter())["refused before an argv"] += m
+    plain = [k for kind, k in by_kind.items() if kind in ("keys only", "single flag")]
+    plain_refused = sum(bounded(k)[0] for k in plain)
+    plain_accepted = sum(bounded(k)[1] for k in plain)
     sized = [sum(r.seconds.get(k, 0.0) for k in pf.STAGES[3:]) for r in results if pf.STAGES[3] in r.seconds]
     sized_on = Counter(p[0]["release"] for p, r in zip(planned, results) if pf.STAGES[3] in r.seconds)
     skipped = Counter((p[0]["release"], r.skipped.split(": ", 1)[-1][:100]) for p, r in zip(planned, results)
@@ -599,11 +699,15 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
               f"({p_refused / max(n, 1):.0%}); plan refused {plan_refuses_accepted} of {accepted} SGLang accepts "
               f"({plan_refuses_accepted / max(accepted, 1):.0%}); profile-key misses: {len(misses)}")
         print(f"[fuzz] bounds: SGLang-refused share {s_refused / max(n, 1):.1%} (at least 20%), plan refuses "
-              f"{plan_refuses_accepted / max(accepted, 1):.1%} of SGLang's accepts (at most 10%)")
+              f"{bound_refused / max(bound_accepted, 1):.1%} of SGLang's accepts ({bound_refused} of "
+              f"{bound_accepted}, the {early} refused before an argv counted among both; at most 10% over keys only and "
+              f"one flag: {plain_refused} of {plain_accepted}, {plain_refused / max(plain_accepted, 1):.1%})")
         for kind, k in sorted(by_kind.items()):
             print(f"[fuzz] {kind}: {k['cases']} cases, SGLang refused {k['sglang refused']} "
                   f"({k['sglang refused'] / max(k['cases'], 1):.1%}), plan refused {k['plan refused of accepted']} "
-                  f"of {k['accepted']} SGLang accepts ({k['plan refused of accepted'] / max(k['accepted'], 1):.1%})")
+                  f"of {k['accepted']} SGLang accepts ({k['plan refused of accepted'] / max(k['accepted'], 1):.1%}), "
+                  f"{k['refused before an argv']} refused before an argv; with them {bounded(k)[0]} of {bounded(k)[1]} "
+                  f"({bounded(k)[0] / max(bounded(k)[1], 1):.1%})")
             for rule, m in rules_by_kind[kind].most_common(4):
                 print(f"[fuzz]   {kind}: plan refused what SGLang accepts, rule '{rule}': {m}")
         dims = all_dimensions()
@@ -630,32 +734,39 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
         for (flag, release, site), k in extra_only.most_common():
             print(f"[fuzz]   pre-flight only, extra_args {flag} on {release}: {site}: {extra_msg[flag, release, site][:120]}: {k}")
         for why, k in no_argv.most_common():
-            print(f"[fuzz]   refused before an argv: {why}: {k}")
+            print(f"[fuzz]   refused before an argv (in the bound), rule '{why}': {k}; e.g. {no_argv_example[why][:240]}")
+        for why, k in not_models.most_common():
+            print(f"[fuzz]   drawn, not run (an architecture ModelArch refuses, no folder holds it): {why}: {k}")
+        for c in crashes:
+            print(f"[fuzz] CRASH {c}")
         for m in misses:
             print(f"[fuzz] MISS {m}")
+    assert not crashes, f"plan crashed on {len(crashes)} cases:\n" + "\n".join(crashes)
     assert n >= CASES // 2, f"only {n} of {CASES} cases reached SGLang"
     # the bounds: a narrow strategy (SGLang refuses little, or only some dimensions) or a
     # blanket refusal (plan refuses much of what SGLang accepts) fails
     assert s_refused >= 0.20 * n, f"SGLang refused only {s_refused} of {n} cases (at least 20%): the strategy is too narrow"
-    # Measured 9.7% (149 of 1,532) with SGLang's sizing stages run on both releases: each refusal
-    # by a named rule (printed above), most of them the device budget where SGLang's sizing did not
-    # run (the int2 overlay's stock stand-in sizes another pool than plan's) or where plan refuses
-    # an explicit max_total_tokens SGLang would silently shrink.
-    # The 10% bound holds for the cases it was set on (profile keys, one catalog flag); combinations and
-    # speculative cases have their own bounds below (KIND_BOUNDS).
-    plain = [k for kind, k in by_kind.items() if kind in ("keys only", "single flag")]
-    plain_accepted = sum(k["accepted"] for k in plain)
-    plain_refused = sum(k["plan refused of accepted"] for k in plain)
+    # Measured 9.7% (149 of 1,532) with SGLang's sizing stages run on both releases, the early
+    # refusals left out: each refusal by a named rule (printed above), most of them the device
+    # budget where SGLang's sizing did not run (the int2 overlay's stock stand-in sizes another
+    # pool than plan's) or where plan refuses an explicit max_total_tokens SGLang would silently
+    # shrink. With the early refusals counted (2026-12-01): 15.0%, 244 of 1,627, 92 of them
+    # artifacts of the draw (linear_* fields null, mem_fraction_static drawn at 1.0, fp4_e2m1),
+    # no longer drawn; then (2026-12-02, 2,365 cases) 10.0%, 129 of 1,295, none before an argv.
+    # The 10% bound holds for the cases it was set on (profile keys, one catalog flag), their early
+    # refusals counted; combinations and speculative cases have their own bounds below (KIND_BOUNDS).
     assert plain_refused <= 0.10 * plain_accepted, (
-        f"plan refused {plain_refused} of the {plain_accepted} cases SGLang accepts (at most 10%): {plan_rules.most_common(5)}")
+        f"plan refused {plain_refused} of the {plain_accepted} cases SGLang accepts or was not asked about (at most "
+        f"10%): {plan_rules.most_common(5)}; before an argv: {no_argv.most_common(5)}")
     for kind, (least, most) in KIND_BOUNDS.items():
         k = by_kind.get(kind, Counter())
         assert k["sglang refused"] >= least * k["cases"], (
             f"{kind}: SGLang refused {k['sglang refused']} of {k['cases']} cases (at least {least:.0%}): the strategy is "
             "too narrow")
-        assert most is None or k["plan refused of accepted"] <= most * k["accepted"], (
-            f"{kind}: plan refused {k['plan refused of accepted']} of the {k['accepted']} cases SGLang accepts (at most "
-            f"{most or 0:.0%})")
+        kind_refused, kind_accepted = bounded(k)
+        assert most is None or kind_refused <= most * kind_accepted, (
+            f"{kind}: plan refused {kind_refused} of the {kind_accepted} cases SGLang accepts or was not asked about "
+            f"(at most {most or 0:.0%})")
     if CASES == DEFAULT_CASES:
         assert not never, f"strategy dimensions in no SGLang-refused case: {never}"
     if CASES == DEFAULT_CASES:
