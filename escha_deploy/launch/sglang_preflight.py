@@ -649,12 +649,17 @@ def _draft_host_plan(sa: Any) -> Any:
 
 
 def _draft_kv_layers(dm: Any) -> int:
-    """The KV layers of a sidecar draft's device pool: its full-attention layers on a hybrid draft
-    (``build_full_draft_pools`` takes ``HybridLinearKVPool.full_kv_pool``), else its attention layers."""
-    m = getattr(dm, "hybrid_gdn_config", None)
-    ids = getattr(m, "full_attention_layer_ids", None) if m is not None else None
-    if ids is not None:
-        return len(ids)
+    """The KV layers of a sidecar draft's device pool. A hybrid (mamba-ish) draft's pool is a
+    ``HybridLinearKVPool`` whose full-attention part ``build_full_draft_pools`` mirrors
+    (``HybridLinearKVPool.full_kv_pool``), and a draft worker builds that part over one layer
+    whatever its config says (``kv_cache_configurator.py: _build_hybrid_linear_kv_pool``:
+    ``full_attention_layer_ids = [0] if self.is_draft_worker``, 0.5.19 and 0.5.23): 1. Whether the
+    draft is hybrid is SGLang's own ``configs/hybrid_arch.py: mambaish_config``, as the
+    configurator decides it. Else its attention layers."""
+    from sglang.srt.configs.hybrid_arch import mambaish_config
+
+    if mambaish_config(dm) is not None:
+        return 1
     return int(getattr(dm, "num_attention_layers", None) or dm.num_hidden_layers)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -467,8 +468,19 @@ def test_sizing_stages_run_with_the_speculative_configuration(cli, tmp_path, cap
         "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16"}))
     with open(e3 / "model.safetensors", "wb") as f:
         f.truncate(10**8)
+    # a sibling MTP folder: the model's own config.json and one 200 MB mtp.* tensor (the folder
+    # users pair with STANDALONE); SGLang builds its draft runner over the hybrid config
+    sibling = tmp_path / "sibling-mtp"
+    sibling.mkdir()
+    (sibling / "config.json").write_text((model / "config.json").read_text())
+    header = json.dumps({"mtp.fc.weight": {"dtype": "BF16", "shape": [10**8], "data_offsets": [0, 2 * 10**8]}})
+    with open(sibling / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header.encode())
+        f.truncate(8 + len(header) + 2 * 10**8)
     version = f"runtime.sglang_version={release}"
     sets = {"nextn": (version, *NEXTN, "model.draft.path=/models/own", f"model.draft.host_dir={model}"),
+            "standalone": (version, "runtime.speculative.algorithm=STANDALONE", "model.draft.path=/drafts/mtp",
+                           f"model.draft.host_dir={sibling}"),
             "eagle3": (version, "runtime.speculative.algorithm=EAGLE3", "model.draft.path=/drafts/e3",
                        f"model.draft.host_dir={e3}"),
             "refused": (version, *NEXTN, "runtime.max_mamba_cache_size=30", "runtime.max_running_requests=6")}
@@ -480,7 +492,7 @@ def test_sizing_stages_run_with_the_speculative_configuration(cli, tmp_path, cap
         planned[name] = json.loads(out.out)
     results = dict(zip(cases, pf.run_many(str(python), list(cases.values()), site_env(),
                                           devices=[devices[c] for c in cases])))
-    for name, mode in (("nextn", "packed"), ("eagle3", "sidecar")):
+    for name, mode in (("nextn", "packed"), ("eagle3", "sidecar"), ("standalone", "sidecar")):
         r, per_rank = results[name], planned[name]["per_rank"]
         # every stage ran: the sizing stages (host pools last) and then the model runner's (stage 6)
         assert r.ok is True and r.stage == "model runner" and not r.skipped and "host pools" in r.seconds, (name, r)
@@ -492,6 +504,11 @@ def test_sizing_stages_run_with_the_speculative_configuration(cli, tmp_path, cap
             print(f"\n[sglang {release} speculative sizing] {name}: {got}")
         assert got == want, (name, got, want)
     assert results["nextn"].answers["host_kv_bytes_per_token"] == 17_408
+    # STANDALONE on the sibling MTP folder: a hybrid draft, so SGLang's draft worker builds its
+    # full-attention pool over one layer (_build_hybrid_linear_kv_pool: [0] for a draft worker) and
+    # the sidecar mirrors that one layer: 2 heads per rank x 256 x K,V x 1 B (fp8) per token
+    side = results["standalone"].answers
+    assert side["host_draft_kv_bytes"] == side["host_draft_kv_tokens"] * 1_024, side
     refused = results["refused"]
     assert (refused.ok, refused.stage, refused.type) == (False, "KV cache configurator", "ValueError"), refused
     assert refused.message.startswith("Loaded weights leave no GPU memory for the KV cache")
