@@ -182,7 +182,9 @@ def _spec(doc: dict) -> list[str]:
     if not f:
         return []
     plan, log, pre = f.get("plan") or {}, f.get("log") or {}, f.get("preflight") or {}
-    diff = f["measured_bytes"] - plan["pinned_bytes"] if "measured_bytes" in f and "pinned_bytes" in plan else None
+    moved = (f.get("where") or {}).get("meminfo_delta") or {}
+    pools = moved.get("Shmem")  # the pinned pools (tests/runtime/test_speculative_gpu.py's docstring)
+    diff = pools - plan["pinned_bytes"] if pools is not None and "pinned_bytes" in plan else None
     d, t = f.get("drift") or {}, f.get("sigterm") or {}
     out = ["", "**NEXTN with HiCache** (`h200-tiny` with the model's own MTP layer as the draft, "
            "`tests/runtime/test_speculative_gpu.py`):", "",
@@ -197,9 +199,10 @@ def _spec(doc: dict) -> list[str]:
            "- SGLang's log: " + "; ".join(f"`{x.strip()}`" for x in
                                          [*log.get("host_kv", []), *log.get("kv_device", []), *log.get("mamba_device", [])])
            if log else f"- SGLang's log: {NA}",
-           f"- pinned cost (MemTotal - MemAvailable across the host pools' allocation): {_b(f.get('measured_bytes'))}"
-           + (f", {diff:+,} B ({diff / MiB:+.1f} MiB) against the plan" if diff is not None else "")
-           + f"; MemAvailable drop over the same window {_b(f.get('mem_available_drop_bytes'))}",
+           f"- pinned pools (/proc/meminfo Shmem across the host pools' allocation): {_b(pools)}"
+           + (f", {diff:+,} B against the plan" if diff is not None else "")
+           + f"; MemTotal - MemAvailable over the same window {_b(f.get('measured_bytes'))}, of it the "
+           f"processes' heap (AnonPages) {_b(moved.get('AnonPages'))}",
            f"- drift: {len(d.get('drift', []))} lines, {d.get('log', 0)} log + {d.get('server_info', 0)} /server_info "
            f"figures agreed; request: {f.get('generate', NA)}",
            f"- ready {f.get('ready_seconds', NA)} s; SIGTERM exit {t.get('exit')} in {t.get('seconds')} s, left "

@@ -567,14 +567,10 @@ def _host_pools_sized(sa: Any, kvc: Any, kv: dict[str, Any], *, modules: tuple[A
     kv_size = mamba_size = size_gb
     device_mamba = None
     if m is not None and kv["mamba_slots"]:
-        p = m.mamba2_cache_params
-        slots = kv["mamba_slots"] + 1
-        conv = [torch.empty(1, dtype=p.dtype.conv).expand(len(p.layers), slots, *c) for c in p.shape.conv]
-        temporal = torch.empty(1, dtype=p.dtype.temporal).expand(len(p.layers), slots, *p.shape.temporal)
         mamba_dev = kv["mamba_pool_bytes"]
         device_mamba = types.SimpleNamespace(
-            size=kv["mamba_slots"], num_mamba_layers=len(p.layers), device="cpu",
-            mamba_cache=types.SimpleNamespace(conv=conv, temporal=temporal),
+            size=kv["mamba_slots"], num_mamba_layers=len(m.mamba2_cache_params.layers), device="cpu",
+            mamba_cache=_mamba_pool_states(m, kv["mamba_slots"]),
             get_kv_size_bytes=lambda: mamba_dev, mem_usage_bytes=lambda: mamba_dev)
         if size_gb:
             from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import _split_hicache_size
@@ -855,7 +851,25 @@ class _StandInOnImport:
 _DEVICE_STREAM = types.SimpleNamespace(stand_in="torch.cuda.Stream")
 
 
-def _model_runner(sa: Any, mc: Any, capability: str | None, kv_cache_dtype: Any = None) -> dict[str, Any]:
+def _mamba_pool_states(mambaish: Any, slots: int) -> Any:
+    """The device mamba pool's ``mamba_cache`` as ``memory_pool.py: MambaPool`` allocates it, as
+    shapes and dtypes without memory (expanded one-element CPU tensors): ``conv`` (one tensor per
+    conv state shape) and ``temporal``, each ``[mamba layers, slots + 1, *state shape]``, in the
+    dtypes of ``mambaish.mamba2_cache_params`` (the ``--mamba-ssm-dtype`` SGLang resolved);
+    ``slots``: the configurator's ``max_mamba_cache_size`` (0 when not sized here)."""
+    import types
+
+    import torch
+
+    p = mambaish.mamba2_cache_params
+    rows = slots + 1
+    conv = [torch.empty(1, dtype=p.dtype.conv).expand(len(p.layers), rows, *c) for c in p.shape.conv]
+    temporal = torch.empty(1, dtype=p.dtype.temporal).expand(len(p.layers), rows, *p.shape.temporal)
+    return types.SimpleNamespace(conv=conv, temporal=temporal)
+
+
+def _model_runner(sa: Any, mc: Any, capability: str | None, kv_cache_dtype: Any = None,
+                  mambaish: Any = None, mamba_slots: int = 0) -> dict[str, Any]:
     """Stage 6: the checks SGLang's model runner makes when it builds the attention backend after
     the weights load (``model_executor/model_runner.py: ModelRunner.init_attention_backends``),
     run without weights on the model config ``mc`` and the card's compute capability
@@ -870,16 +884,21 @@ def _model_runner(sa: Any, mc: Any, capability: str | None, kv_cache_dtype: Any 
 
     What is stood in for the call, and put back: the model runner (a namespace with the fields
     these functions read: ``model_config``, ``server_args``, ``use_mla_backend`` as
-    ``ModelRunner.__init__`` derives it, not a draft worker, and the CUDA stream
-    ``create_flashinfer_backend`` makes under EAGLE/NEXTN: ``_DEVICE_STREAM``); the attention backend classes the
+    ``ModelRunner.__init__`` derives it, not a draft worker, the CUDA stream
+    ``create_flashinfer_backend`` makes under EAGLE/NEXTN: ``_DEVICE_STREAM``, and for a hybrid
+    model the device mamba pool's state tensors, whose dtype ``linear/gdn_backend.py:
+    flashinfer_gdn_prefill_default`` reads on sm_90 and sm_100 (``req_to_token_pool.mamba_pool.
+    mamba_cache``: ``_mamba_pool_states``, from ``mambaish``, the configurator's mamba config, or
+    SGLang's ``configs/hybrid_arch.py: mambaish_config``, with ``mamba_slots`` slots)); the attention backend classes the
     factories and the wrapper construct (``_backend_classes``: their constructors take the
     device pools, which need the device, so their own checks are not run here, but for the
     statements ``CONSTRUCTOR_CHECKS`` names, which ``_constructor_check`` compiles out of SGLang's
     file and runs on the resolved page size and the model config); the readings of
     the card, answered from ``capability`` or else SGLang's own ``get_platform().device_capability``
     so that every reader agrees: ``utils.get_device_capability`` as the registry imported it, ``utils.is_blackwell``: major 10, 11 or 12, the image's CUDA being
-    >= 12.8, and ``runtime_context.override_platform``'s ``is_sm90``/``is_sm100``/``is_sm120``/
-    ``is_blackwell``/``device_capability``. Returns ``model_runner_backend`` (the backend tree
+    >= 12.8, ``runtime_context.override_platform``'s ``is_sm90``/``is_sm100``/``is_sm120``/
+    ``is_blackwell``/``device_capability``, and for a hybrid GDN model the GDN prefill default's
+    own reading (``gdn_backend.is_cuda`` and ``torch.cuda.get_device_capability``). Returns ``model_runner_backend`` (the backend tree
     SGLang would build) and the two backend names."""
     import types
 
@@ -896,6 +915,13 @@ def _model_runner(sa: Any, mc: Any, capability: str | None, kv_cache_dtype: Any 
         # the CUDA stream create_flashinfer_backend makes under EAGLE/NEXTN (``torch.cuda.Stream()``,
         # attention_registry.py): a device object, stood in as the backend classes are
         plan_stream_for_flashinfer=_DEVICE_STREAM)
+    if mambaish is None:
+        from sglang.srt.configs.hybrid_arch import mambaish_config
+
+        mambaish = mambaish_config(mc)
+    if mambaish is not None:
+        runner.req_to_token_pool = types.SimpleNamespace(
+            mamba_pool=types.SimpleNamespace(mamba_cache=_mamba_pool_states(mambaish, mamba_slots)))
     resolved = setup.resolve_attention_backend_strs(model_runner=runner)
     runner.prefill_attention_backend_str, runner.decode_attention_backend_str = resolved.prefill, resolved.decode
     factories = [registry.ATTENTION_BACKENDS[b] for b in dict.fromkeys((resolved.prefill, resolved.decode))
@@ -919,6 +945,9 @@ def _model_runner(sa: Any, mc: Any, capability: str | None, kv_cache_dtype: Any 
             swapped.append((mod, name, real))
             setattr(mod, name, lambda *a, _n=name, _r=real, **k: built(_n, _r, *a, **k))
 
+    gdn_backend = None
+    if mambaish is not None:  # imported here, so that the backend classes it imports are stood in below
+        from sglang.srt.layers.attention.linear import gdn_backend
     for module in targets:  # already imported: stood in now; the rest when SGLang's call imports them
         if module in sys.modules:
             stand_in(sys.modules[module])
@@ -934,6 +963,11 @@ def _model_runner(sa: Any, mc: Any, capability: str | None, kv_cache_dtype: Any 
         major, minor = int(card[0]), int(card[1] or 0)
         stand_ins += [(registry, "get_device_capability", lambda *a, **k: (major, minor)),
                       (sglang_utils, "is_blackwell", lambda: major in (10, 11, 12))]
+        if gdn_backend is not None:  # the GDN prefill default reads the card through torch itself
+            import torch
+
+            stand_ins += [(gdn_backend, "is_cuda", lambda: True),
+                          (torch.cuda, "get_device_capability", lambda *a, **k: (major, minor))]
         restore_platform = override_platform(is_cuda=True, is_sm90=major == 9, is_sm100=major == 10,
                                              is_sm120=major == 12, is_blackwell=major in (10, 11, 12),
                                              device_capability=(major, minor))
@@ -1043,7 +1077,9 @@ def _sglang_side(argv: list[str], device: dict[str, Any] | None) -> dict[str, An
         t5 = time.monotonic()
         with contextlib.redirect_stderr(err):
             answers.update(_model_runner(sa, mc, (device or {}).get("capability"),
-                                         getattr(kvc, "kv_cache_dtype", None) if kvc is not None else None))
+                                         getattr(kvc, "kv_cache_dtype", None) if kvc is not None else None,
+                                         getattr(kvc, "mambaish_config", None) if kvc is not None else None,
+                                         int(answers.get("mamba_slots") or 0)))
         seconds["model runner"] = round(time.monotonic() - t5, 3)
         out["stage"] = stage
         out["answers"] = {k: v if isinstance(v, (int, float, str, bool, type(None))) else str(v)

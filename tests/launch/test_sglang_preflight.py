@@ -384,6 +384,35 @@ def test_model_runner_stage_refuses_the_attention_backend_sglang_refuses_on_the_
 
 
 @pytest.mark.parametrize("release", sorted(RELEASE_SIZING))
+def test_model_runner_stage_gives_the_gdn_prefill_default_the_mamba_pools_dtype(cli, tmp_path, release):
+    """On sm_90 and sm_100 SGLang's choice of the GDN prefill kernel
+    (``linear/gdn_backend.py: flashinfer_gdn_prefill_default``) reads the device mamba pool's
+    state dtype off the model runner (``req_to_token_pool.mamba_pool.mamba_cache.temporal``) for a
+    model with 128-wide linear heads, as the fp8 profile's is. Stage 6 stands the card in for that
+    function too and gives its runner the pool's states in the dtypes SGLang allocates
+    (``_mamba_pool_states``): both cards build the hybrid backend. Without the states the stage
+    failed on an H200 ('SimpleNamespace' object has no attribute 'req_to_token_pool', reported as
+    SGLang refusing the attention backend); on this CPU machine the function never got that far,
+    because it read the missing CUDA device itself."""
+    python = RELEASE_SIZING[release][0]
+    if not python.exists():
+        pytest.fail(f"no flag-catalog venv at {python} (.ci/check-flag-catalog.sh {release} makes it)")
+    folder = model_folder(tmp_path, "rtx5060ti-tp2-fp8")
+    config = json.loads((folder / "config.json").read_text())
+    text = config.get("text_config", config)
+    assert (text["linear_key_head_dim"], text["linear_value_head_dim"]) == (128, 128), text
+    base, dev = rendered(cli, "rtx5060ti-tp2-fp8", folder, f"runtime.sglang_version={release}",
+                         "runtime.attention_backend=triton")
+    cards = ("9.0", "10.0")
+    results = pf.run_many(str(python), [base] * len(cards), site_env(),
+                          devices=[{**dev, "capability": c} for c in cards])
+    for card, r in zip(cards, results):
+        assert r.ok is True and r.stage == "model runner" and not r.fault, (card, r)
+        assert r.answers["model_runner_backend"].startswith("HybridLinearAttnBackend(TritonAttnBackend, "
+                                                            "GDNAttnBackend, "), (card, r.answers)
+
+
+@pytest.mark.parametrize("release", sorted(RELEASE_SIZING))
 def test_model_runner_stage_runs_trtllm_mhas_page_check_on_the_model_config(cli, tmp_path, release):
     """Stage 6 runs ``TRTLLMHAAttnBackend.__init__``'s own page-size statements (compiled from
     SGLang's file; the constructor itself takes the device pools) on the resolved page size, the

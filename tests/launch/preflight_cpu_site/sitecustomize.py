@@ -11,9 +11,11 @@ the HTTP server's fastapi and uvicorn, the CUDA kernels of sgl_kernel; only wher
 found). Nothing else of SGLang is replaced; on a real GPU none of this is loaded.
 """
 
+import atexit
 import importlib.util
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -58,6 +60,8 @@ def _install() -> None:
     _spec.loader.exec_module(_oracle)
 
     _tmp = tempfile.mkdtemp(prefix="escha-preflight-site-")
+    # each interpreter of the pre-flight makes one: removed at its exit (235 were left in /tmp)
+    atexit.register(shutil.rmtree, _tmp, ignore_errors=True)
     os.environ.setdefault("HOME", _tmp)
     os.environ["SGLANG_CACHE_DIR"] = os.path.join(_tmp, "sglang-cache")
     os.environ["SGLANG_PLATFORM"] = _oracle.PLUGIN_NAME
