@@ -106,6 +106,16 @@ def _tiny(doc: dict) -> list[str]:
     return out
 
 
+def _moved(fig: dict) -> dict:
+    """The /proc/meminfo fields that moved by 8 MiB or more across a run's host-pool window."""
+    return (fig.get("where") or {}).get("meminfo_delta") or {}
+
+
+def _pools(fig: dict) -> int | None:
+    """The pinned pools of a run: the window's Shmem rise (tests/runtime/test_real_server_shape_gpu.py)."""
+    return fig.get("pools_bytes", _moved(fig).get("Shmem"))
+
+
 def _shape(doc: dict) -> list[str]:
     runs = [(n, doc[f"shape/{n}"]) for n in ("pinned", "register", "stock") if f"shape/{n}" in doc]
     if not runs:
@@ -113,17 +123,19 @@ def _shape(doc: dict) -> list[str]:
     ratio = _g(doc, "shape/ratio", "recommended_ratio", default=NA)
     out = ["", f"**Shape-true rig** (`h200-shape-true` at ratio {ratio}, what `plan -p rtx5060ti-tp2-fp8 "
            "--host-ram 16GiB --wsl2` recommends; one server start per run):", "",
-           "| run | ready s | plan pinned per rank | measured (MemAvailable across the Allocating lines) | "
-           "measured / plan | cudaHostAlloc buffers | drift lines / figures agreed | SIGTERM | not returned |",
+           "| run | ready s | plan pinned per rank | pinned pools (Shmem across the Allocating lines) | "
+           "MemTotal - MemAvailable over the same window (of it AnonPages) | "
+           "cudaHostAlloc buffers | drift lines / figures agreed | SIGTERM | not returned |",
            "|---|---|---|---|---|---|---|---|---|"]
     for n, f in runs:
         d = f.get("drift") or {}
-        diff = f["measured_bytes"] - f["plan_pinned_bytes"] if "measured_bytes" in f and "plan_pinned_bytes" in f else None
+        pools = _pools(f)
+        diff = pools - f["plan_pinned_bytes"] if pools is not None and "plan_pinned_bytes" in f else None
         t = f.get("sigterm") or {}
         out.append(
-            f"| {n} | {f.get('ready_seconds', NA)} | {_b(f.get('plan_pinned_bytes'))} | {_b(f.get('measured_bytes'))}"
+            f"| {n} | {f.get('ready_seconds', NA)} | {_b(f.get('plan_pinned_bytes'))} | {_b(pools)}"
             + (f", {diff:+,} B ({diff / MiB:+.1f} MiB)" if diff is not None else "")
-            + f" | {f.get('ratio_measured_to_plan', NA)} | {f.get('escha_buffers') or 'none'} | "
+            + f" | {_b(f.get('measured_bytes'))} ({_b(_moved(f).get('AnonPages'))}) | {f.get('escha_buffers') or 'none'} | "
             f"{len(d.get('drift', []))} / {d.get('log', 0)} log + {d.get('server_info', 0)} /server_info | "
             f"exit {t.get('exit')} in {t.get('seconds')} s, left {t.get('left')} | "
             f"{_b(f.get('not_returned_bytes'))} |")
@@ -182,8 +194,7 @@ def _spec(doc: dict) -> list[str]:
     if not f:
         return []
     plan, log, pre = f.get("plan") or {}, f.get("log") or {}, f.get("preflight") or {}
-    moved = (f.get("where") or {}).get("meminfo_delta") or {}
-    pools = moved.get("Shmem")  # the pinned pools (tests/runtime/test_speculative_gpu.py's docstring)
+    moved, pools = _moved(f), _pools(f)
     diff = pools - plan["pinned_bytes"] if pools is not None and "pinned_bytes" in plan else None
     d, t = f.get("drift") or {}, f.get("sigterm") or {}
     out = ["", "**NEXTN with HiCache** (`h200-tiny` with the model's own MTP layer as the draft, "

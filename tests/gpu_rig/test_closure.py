@@ -250,7 +250,8 @@ def test_report_to_docs_renders_a_run_once_and_replaces_it(tmp_path):
     docs.write_text(f"# x\n\n{r2d.BEGIN}\n\n{r2d.END}\n\nafter\n")
     report = tmp_path / "report.json"
     doc = {"run": {"commit": "a" * 40, "phases": "register,stock", "seconds": 300, "pytest_exit": 0},
-           "shape/register": {"measured_bytes": 5_400_000_000, "plan_pinned_bytes": 5_366_284_288},
+           "shape/register": {"measured_bytes": 5_800_000_000, "plan_pinned_bytes": 5_366_284_288,
+                              "where": {"meminfo_delta": {"Shmem": 5_400_000_000, "AnonPages": 346_046_464}}},
            "shape/stock": {"measured_bytes": 5_390_000_000, "plan_pinned_bytes": 5_366_284_288,
                            "guard": {"stock": {"reserve_bytes": 10 * 2**30}, "patched": {"reserve_bytes": 2**31}},
                            "geometry": [{"event": "build_kv_host_pool", "pool": "P", "size": 3, "problems": []}]}}
@@ -258,7 +259,9 @@ def test_report_to_docs_renders_a_run_once_and_replaces_it(tmp_path):
     assert r2d.main([str(report), "--docs", str(docs)]) == 0
     once = docs.read_text()
     assert once.count("<!-- run aaaaaaaaaaaa register,stock -->") == 1 and once.endswith("\n\nafter\n")
+    # the pinned pools are the window's Shmem rise; MemTotal - MemAvailable and its AnonPages beside it
     assert "5,400,000,000 B" in once and "+33,715,712 B" in once and "10,737,418,240 B" in once
+    assert "5,800,000,000 B" in once and "346,046,464 B" in once
     assert "no check ran" in once
     assert r2d.main([str(report), "--docs", str(docs), "--check"]) == 0
     doc["run"]["seconds"] = 301
@@ -272,7 +275,7 @@ def test_report_to_docs_renders_a_run_once_and_replaces_it(tmp_path):
     docs.write_text(f"# x\n\n{r2d.BEGIN}\n\n{r2d.END}\n")
     doc = {"run": {"commit": "b" * 40, "phases": "spec"}, "spec/nextn": {
         "plan": {"host_kv_bytes_per_token": 2048, "host_kv_tokens": 1_600_001, "host_kv_bytes": 3_276_802_048,
-                 "pinned_bytes": 3_303_366_656}, "measured_bytes": 3_310_000_000,
+                 "pinned_bytes": 3_303_366_656}, "measured_bytes": 3_710_000_000, "pools_bytes": 3_310_000_000,
         "log": {"host_kv": ["Allocating bf16 hierarchical KV host pool: 1600001 tokens"], "kv_device": [],
                 "mamba_device": []}}}
     report.write_text(json.dumps(doc))
