@@ -15,12 +15,14 @@
 #
 # Measured on the 2-core CI machine (2026-11-29, shared with other jobs), 0.5.19: 114 s in all,
 # of which 88 s installing the requirements (--no-compile; byte-compiling took 134 s), 3 s
-# sglang, 14 s the first import. docs/flag-catalog.md has more.
+# sglang, 14 s the first import. With uv the requirements took 19 s (2026-12-02, cold uv cache);
+# docs/flag-catalog.md has more.
 #
 # Environment: PYTHON (default python3; must match a published sglang wheel: cp311 here),
 # ESCHA_FLAGCAT_VENV (venv path), ESCHA_FLAGCAT_WHEEL (use this wheel file), else for the
 # default release ESCHA_SGLANG_WHEEL (the wheel .ci/test downloads), else
-# .cache/wheels/sglang-VERSION-*.whl when there is one.
+# .cache/wheels/sglang-VERSION-*.whl when there is one; UV (uv's binary, else uv on PATH, else
+# pip installs) and UV_FIND_LINKS (else pip's find-links: .ci/uv-env.sh).
 # Exit status: 0 same, 1 different (the diff is printed), other: setup failed.
 set -euo pipefail
 
@@ -52,9 +54,18 @@ quiet() { "$@" 2> >(grep -v -e "^sglang $version requires " -e "is ignored: it i
 step() { echo "flag catalog: $1 ($((SECONDS - start)) s)" >&2; }
 
 rm -rf "$venv"
-"$python" -m venv "$venv"
-vpip=("$venv/bin/python" -m pip --quiet --disable-pip-version-check)
-vinstall=("${vpip[@]}" install --no-compile)  # byte-compiling torch et al. costs more than it saves here
+# uv (UV, else on PATH; .ci/test installs it) makes the venv and installs the same pinned set as
+# pip (byte-compiling neither: it costs more than it saves here) in a fraction of pip's time; its
+# venv has no pip (nothing runs pip in it). pip where there is no uv.
+uv="${UV:-$(command -v uv || true)}"
+if [[ -n "$uv" ]]; then
+  source "$repo/.ci/uv-env.sh"
+  "$uv" venv --quiet --python "$python" "$venv"
+  vinstall=("$uv" pip install --quiet --python "$venv/bin/python")
+else
+  "$python" -m venv "$venv"
+  vinstall=("$venv/bin/python" -m pip --quiet --disable-pip-version-check install --no-compile)
+fi
 printf 'torch==2.13.0\n' >"$work/constraints.txt"
 "$python" scripts/gen_flag_catalog.py --print-requirements --release "$version" >"$work/requirements.txt"
 quiet "${vinstall[@]}" -c "$work/constraints.txt" -r "$work/requirements.txt"
