@@ -1,11 +1,15 @@
-"""The only module that spells SGLang server flags and the environment the runtime reads.
+"""Renders the SGLang server's flags and the environment the runtime reads, from a plan.
 
 ``server_args(plan, profile)`` renders the flag list that follows ``python -m
 sglang.launch_server``; ``server_env(plan, profile)`` the environment variables (our patches',
-INT2's, NCCL's, the L3 file backend's). Flag spellings are SGLang 0.5.19's (checked against the
-flag catalog generated from its real parser, ``escha_deploy/catalog/``, by
-``tests/test_flags.py``); flags that a capability adds (``int2-kv``) are declared in
-``capabilities.py``. Pure: no I/O.
+INT2's, NCCL's, the L3 file backend's). A flag or variable that a profile key feeds is spelled
+once, in that key's ``SGLangFlag`` metadata (``profile/models.py``), and looked up here by the
+key (``key_flag``, ``key_env``); this module spells only what no key declares: the values the
+plan and the launch derive (``--host``, the multi-node flags, ``--config``, the register chunk,
+``NO_PROXY``). ``tests/test_flags_once.py`` fails on a second spelling. Flag spellings are SGLang
+0.5.19's (checked against the flag catalog generated from its real parser,
+``escha_deploy/catalog/``, by ``tests/test_flags.py``); flags that a capability adds
+(``int2-kv``) are declared in ``capabilities.py``. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from dataclasses import dataclass
 
 from .capabilities import ENV_HOST_ALLOCATOR, ENV_HOST_RESERVE
 from .planner.result import Plan
-from .profile import L3Mooncake, Profile
+from .profile import L3Mooncake, Profile, key_env, key_flag
 
 #: Where the L3 file store lives inside the container; the host folder is bind-mounted here.
 CONTAINER_L3_DIR = "/var/lib/escha/hicache"
@@ -84,75 +88,75 @@ def server_args(plan: Plan, profile: Profile, *, host: str = "0.0.0.0", port: in
     ``draft_path``: likewise for ``model.draft`` (natively: ``model.draft.host_dir``).
     """
     rt, m, hc = profile.runtime, profile.model, plan.hicache
-    a: list[str] = ["--model-path", model_path or m.path]
+    f = key_flag  # each flag as the profile key that feeds it declares it
+    a: list[str] = [f("model.path"), model_path or m.path]
     if m.served_model_name:
-        a += ["--served-model-name", m.served_model_name]
-    a += ["--host", host, "--port", str(port or profile.container.port)]
-    a += ["--tp-size", str(multinode.tp_size if multinode else rt.tp_size)]
+        a += [f("model.served_model_name"), m.served_model_name]
+    a += ["--host", host, f("container.port"), str(port or profile.container.port)]
+    a += [f("runtime.tp_size"), str(multinode.tp_size if multinode else rt.tp_size)]
     if multinode and multinode.pp_size > 1:
         a += ["--pp-size", str(multinode.pp_size)]
     if m.quantization:
-        a += ["--quantization", m.quantization]
+        a += [f("model.quantization"), m.quantization]
     if m.trust_remote_code:
-        a += ["--trust-remote-code"]
+        a += [f("model.trust_remote_code")]
     if rt.speculative is not None:
         sp = rt.speculative
-        a += ["--speculative-algorithm", sp.algorithm]
-        for flag, value in (("--speculative-num-steps", sp.num_steps), ("--speculative-eagle-topk", sp.eagle_topk),
-                            ("--speculative-num-draft-tokens", sp.num_draft_tokens)):
+        a += [f("runtime.speculative.algorithm"), sp.algorithm]
+        for name in ("num_steps", "eagle_topk", "num_draft_tokens"):
+            value = getattr(sp, name)
             if value is not None:
-                a += [flag, str(value)]
+                a += [f(f"runtime.speculative.{name}"), str(value)]
     if m.draft is not None:
-        a += ["--speculative-draft-model-path", draft_path or m.draft.path]
+        a += [f("model.draft.path"), draft_path or m.draft.path]
     if rt.context_length:
-        a += ["--context-length", str(rt.context_length)]
-    a += ["--max-total-tokens", str(plan.per_rank.device_kv_tokens)]
+        a += [f("runtime.context_length"), str(rt.context_length)]
+    a += [f("runtime.max_total_tokens"), str(plan.per_rank.device_kv_tokens)]
     if plan.hybrid and plan.per_rank.device_mamba_slots:
-        a += ["--max-mamba-cache-size", str(plan.per_rank.device_mamba_slots)]
+        a += [f("runtime.max_mamba_cache_size"), str(plan.per_rank.device_mamba_slots)]
     if rt.max_running_requests:
-        a += ["--max-running-requests", str(rt.max_running_requests)]
-    a += ["--page-size", str(plan.page_size)]
-    a += ["--mem-fraction-static", _fmt_float(plan.device.mem_fraction_static)]
+        a += [f("runtime.max_running_requests"), str(rt.max_running_requests)]
+    a += [f("runtime.page_size"), str(plan.page_size)]
+    a += [f("runtime.mem_fraction_static"), _fmt_float(plan.device.mem_fraction_static)]
     if rt.chunked_prefill_size is not None:
-        a += ["--chunked-prefill-size", str(rt.chunked_prefill_size)]
+        a += [f("runtime.chunked_prefill_size"), str(rt.chunked_prefill_size)]
     if rt.cuda_graph_max_bs is not None:
-        a += ["--cuda-graph-max-bs-decode", str(rt.cuda_graph_max_bs)]
+        a += [f("runtime.cuda_graph_max_bs"), str(rt.cuda_graph_max_bs)]
     if rt.disable_prefill_cuda_graph:
-        a += ["--disable-prefill-cuda-graph"]
-    a += ["--kv-cache-dtype", rt.kv_cache.dtype]
+        a += [f("runtime.disable_prefill_cuda_graph")]
+    a += [f("runtime.kv_cache.dtype"), rt.kv_cache.dtype]
     if rt.kv_cache.dtype == "int2":
-        a += ["--kv-cache-quant-group-size", str(rt.kv_cache.int2.group_size)]
+        a += [f("runtime.kv_cache.int2.group_size"), str(rt.kv_cache.int2.group_size)]
     if rt.mamba_ssm_dtype:
-        a += ["--mamba-ssm-dtype", rt.mamba_ssm_dtype]
+        a += [f("runtime.mamba_ssm_dtype"), rt.mamba_ssm_dtype]
     if plan.mamba_radix_cache_strategy:
-        a += ["--mamba-radix-cache-strategy", plan.mamba_radix_cache_strategy]
-    if rt.enable_mixed_chunk:
-        a += ["--enable-mixed-chunk"]
-    if rt.disable_radix_cache:
-        a += ["--disable-radix-cache"]
-    if rt.enable_int8_mamba_checkpoint:
-        a += ["--enable-int8-mamba-checkpoint"]
+        a += [f("runtime.mamba_radix_cache_strategy"), plan.mamba_radix_cache_strategy]
+    for key, on in (("runtime.enable_mixed_chunk", rt.enable_mixed_chunk),
+                    ("runtime.disable_radix_cache", rt.disable_radix_cache),
+                    ("runtime.enable_int8_mamba_checkpoint", rt.enable_int8_mamba_checkpoint)):
+        if on:
+            a += [f(key)]
     if rt.attention_backend:
-        a += ["--attention-backend", rt.attention_backend]
+        a += [f("runtime.attention_backend"), rt.attention_backend]
     if plan.custom_all_reduce_disabled:  # decided by the planner (its launch_values step)
-        a += ["--disable-custom-all-reduce"]
+        a += [f("runtime.disable_custom_all_reduce")]
     if rt.enable_cache_report:
-        a += ["--enable-cache-report"]
+        a += [f("runtime.enable_cache_report")]
     if rt.enable_metrics:
-        a += ["--enable-metrics"]
+        a += [f("runtime.enable_metrics")]
     if hc.enabled:
-        a += ["--enable-hierarchical-cache"]
+        a += [f("hicache.enabled")]
         if hc.size_gb:
-            a += ["--hicache-size", str(hc.size_gb)]
+            a += [f("hicache.hicache_size"), str(hc.size_gb)]
         else:
             assert hc.ratio is not None, "the planner sets a ratio when HiCache is on without a size"
-            a += ["--hicache-ratio", _fmt_float(hc.ratio)]
+            a += [f("hicache.hicache_ratio"), _fmt_float(hc.ratio)]
         assert hc.mem_layout is not None and hc.io_backend is not None, "set by the planner with HiCache on"
-        a += ["--hicache-mem-layout", hc.mem_layout, "--hicache-io-backend", hc.io_backend,
-              "--hicache-host-memory-mode", profile.hicache.hicache_host_memory_mode,
-              "--hicache-write-policy", profile.hicache.hicache_write_policy]
+        a += [f("hicache.hicache_mem_layout"), hc.mem_layout, f("hicache.hicache_io_backend"), hc.io_backend,
+              f("hicache.hicache_host_memory_mode"), profile.hicache.hicache_host_memory_mode,
+              f("hicache.hicache_write_policy"), profile.hicache.hicache_write_policy]
         if hc.storage_backend:
-            a += ["--hicache-storage-backend", hc.storage_backend]
+            a += [f("hicache.l3.kind"), hc.storage_backend]
     a += list(rt.extra_args)
     if multinode:
         a += ["--nnodes", str(multinode.nnodes), "--node-rank", str(multinode.node_rank),
@@ -222,26 +226,26 @@ def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L
     if rt.kv_cache.dtype == "int2":
         i2 = rt.kv_cache.int2
         env.update({
-            "SGLANG_MIXED_KV_SCALE_DTYPE": i2.scale_dtype,
-            "SGLANG_MIXED_KV_HP_DTYPE": i2.hp_dtype,
-            "SGLANG_MIXED_KV_PREFIX_TOKENS": str(i2.prefix_tokens),
-            "SGLANG_MIXED_KV_RECENT_TOKENS": str(i2.recent_tokens),
+            key_env("runtime.kv_cache.int2.scale_dtype"): i2.scale_dtype,
+            key_env("runtime.kv_cache.int2.hp_dtype"): i2.hp_dtype,
+            key_env("runtime.kv_cache.int2.prefix_tokens"): str(i2.prefix_tokens),
+            key_env("runtime.kv_cache.int2.recent_tokens"): str(i2.recent_tokens),
         })
     if plan.nccl_p2p_disabled:
-        env["NCCL_P2P_DISABLE"] = "1"
+        env[key_env("container.nccl_p2p_disable")] = "1"
     if rt.allow_longer_context_length:
-        env["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] = "1"
+        env[key_env("runtime.allow_longer_context_length")] = "1"
     store = file_l3_store(plan, profile, l3_dir=l3_dir)
     if store is not None:
-        env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] = store[0]
+        env[key_env("hicache.l3.dir")] = store[0]
         if store[1]:
-            env["SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"] = str(store[1])
+            env[key_env("hicache.l3.max_size")] = str(store[1])
     l3 = profile.hicache.l3
     if hc.enabled and hc.storage_backend == "mooncake" and isinstance(l3, L3Mooncake):
         if l3.master:
-            env["MOONCAKE_MASTER"] = l3.master
+            env[key_env("hicache.l3.master")] = l3.master
         if l3.global_segment_size:  # bytes; SGLang's EnvStr takes a plain number
-            env["MOONCAKE_GLOBAL_SEGMENT_SIZE"] = str(l3.global_segment_size)
+            env[key_env("hicache.l3.global_segment_size")] = str(l3.global_segment_size)
     return env
 
 
@@ -252,8 +256,9 @@ CONFIG_FLAG = "--config"
 
 
 def secret_config(api_key: str | None) -> dict[str, str]:
-    """The ``--config`` YAML entries carrying secrets (``--api-key``), keyed as SGLang's flags."""
-    return {"api-key": api_key} if api_key else {}
+    """The ``--config`` YAML entries carrying secrets (``--api-key``, ``container.api_key_file``'s
+    flag), keyed as SGLang's flags without their dashes."""
+    return {key_flag("container.api_key_file").removeprefix("--"): api_key} if api_key else {}
 
 
 def multinode_env(nic: str | None) -> dict[str, str]:

@@ -179,8 +179,9 @@ def nccl_attempts(inv, platform: str, world_size: int = 2) -> list[dict[str, str
     wrong.
     """
     from escha_deploy.gpu_facts import peer_access
+    from escha_deploy.profile import key_env
 
-    p2p_off = {"NCCL_P2P_DISABLE": "1"}
+    p2p_off = {key_env("container.nccl_p2p_disable"): "1"}  # what that profile key renders
     pa = peer_access(inv, range(world_size), platform)
     if platform == "wsl2" or pa.denied:
         return [p2p_off, {**p2p_off, "NCCL_SHM_DISABLE": "1"}]

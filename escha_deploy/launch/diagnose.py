@@ -191,8 +191,10 @@ class Signature:
     explains this one. ``fix_if_set``: ``(setting, fix)`` pairs: when the launch already has the
     setting (``Facts.launch``: a flag, NAME or NAME=VALUE of its environment, a container
     setting such as ``ipc=host``), that fix replaces ``fix``, so the advice never says to set
-    what is set (``fix_for``). ``{p2p}``, ``{chunk}``, ``{alloc}``, ``{hicache}``, ``{radix}``
-    and ``{register}`` in a fix are filled from the facts (``_fills``)."""
+    what is set (``fix_for``). ``fix_if_key``: the same, ``(profile key, fix)``, for a setting
+    that a profile key renders (its ``SGLangFlag`` metadata names the flag or variable).
+    ``{p2p}``, ``{chunk}``, ``{alloc}``, ``{hicache}``, ``{radix}`` and ``{register}`` in a fix
+    are filled from the facts (``_fills``)."""
 
     id: str
     kind: Kind
@@ -205,6 +207,7 @@ class Signature:
     conclusive: bool = True
     unless: tuple[str, ...] = ()  # rows (ids) above that, when matched, explain this line better
     fix_if_set: tuple[tuple[str, str], ...] = ()
+    fix_if_key: tuple[tuple[str, str], ...] = ()
 
     def holds(self, f: Facts) -> bool | None:
         """True when every ``when`` fact holds, False when one does not, None when none fails
@@ -685,7 +688,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "override (SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN; SGLang warns of incorrect outputs past the trained "
         "length); `escha-deploy plan` checks this against the model folder",
         "sglang/srt/configs/model_config.py:871 (ModelConfig._derive_context_length)",
-        fix_if_set=(("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "the launch already passes SGLang's override, "
+        fix_if_key=(("runtime.allow_longer_context_length", "the launch already passes SGLang's override, "
                      "which this server did not read (an image whose environment drops it?): set "
                      "runtime.context_length to at most {2}"),),
     ),
@@ -970,12 +973,13 @@ def _fills(f: Facts) -> dict[str, str]:
     ``{p2p}``, ``{chunk}``, ``{alloc}``, ``{hicache}``, ``{radix}``, ``{register}``): each names
     only settings the launch does not have (``Facts.launch``; unknown counts as not set)."""
     from ..flags import ENV_REGISTER_CHUNK, REGISTER_CHUNK_GIB
+    from ..profile import key_env, key_flag
 
     have = f.launch or frozenset()
     parts = []
-    if "NCCL_P2P_DISABLE=1" not in have:
+    if f"{key_env('container.nccl_p2p_disable')}=1" not in have:
         parts.append("container.nccl_p2p_disable: true (NCCL_P2P_DISABLE=1)")
-    if "--disable-custom-all-reduce" not in have:
+    if key_flag("runtime.disable_custom_all_reduce") not in have:
         parts.append("runtime.disable_custom_all_reduce: true (--disable-custom-all-reduce)")
     p2p = ("set " + " and ".join(parts) if parts else
            "peer-to-peer is already off in this launch (NCCL's P2P transport and custom all-reduce), so it is "
@@ -992,7 +996,7 @@ def _fills(f: Facts) -> dict[str, str]:
         chunk = (f"register in smaller calls: escha-deploy renders {ENV_REGISTER_CHUNK}={REGISTER_CHUNK_GIB} when "
                  f"the plan's largest buffer on this path is above {REGISTER_CHUNK_GIB} GiB{size}; below that, "
                  "lower hicache.hicache_size or hicache.hicache_ratio")
-    if "--hicache-mem-layout=layer_first" in have:
+    if f"{key_flag('hicache.hicache_mem_layout')}=layer_first" in have:
         chunk += ("; in the layer_first layout SGLang registers the KV buffer in one call whatever the chunk "
                   "(pool_host/mha.py: init_kv_buffer passes a granularity only for page-first layouts): "
                   "hicache.hicache_mem_layout: page_first")
@@ -1005,16 +1009,16 @@ def _fills(f: Facts) -> dict[str, str]:
                  "where registered memory fails), each buffer within 4 GiB (sglang#7666) through "
                  "hicache.hicache_size or hicache.hicache_ratio")
     hicache = ""
-    if f.hicache_enabled or "--enable-hierarchical-cache" in have:
+    if f.hicache_enabled or key_flag("hicache.enabled") in have:
         hicache = ("; with HiCache on a rank can also hang in HiCache's host transfers (the cache controller's "
                    "write-back and load-back streams) or on a host pool its GPU cannot use: retry with "
                    "hicache.enabled: false to isolate, lower hicache.hicache_ratio (`escha-deploy plan` prints the "
                    "safe one), and let `escha-deploy doctor --profile PROFILE` probe the host allocator "
                    "(CanUseHostPointerForRegisteredMem)")
     radix = []
-    if f.hicache_enabled is not False or "--enable-hierarchical-cache" in have:
+    if f.hicache_enabled is not False or key_flag("hicache.enabled") in have:
         radix.append("with HiCache on (sglang#21379) retry with hicache.enabled: false")
-    if "--page-size=1" not in have:
+    if f"{key_flag('runtime.page_size')}=1" not in have:
         radix.append("runtime.page_size: 1 (a page-rounded prefix match can leave the empty node eviction trips "
                      "on, sglang PR #28692)")
     radix.append("runtime.disable_radix_cache: true avoids the tree at the cost of prefix reuse (HiCache needs "
@@ -1033,11 +1037,18 @@ def _fills(f: Facts) -> dict[str, str]:
 
 
 def fix_for(sig: Signature, f: Facts, found: re.Match[str] | None = None) -> str:
-    """The fix ``sig`` prints for facts ``f``: its ``fix_if_set`` text when the launch already
-    has that setting, else its ``fix``; with ``_fills`` and the pattern's groups filled in."""
+    """The fix ``sig`` prints for facts ``f``: its ``fix_if_set`` (or ``fix_if_key``) text when the
+    launch already has that setting, else its ``fix``; with ``_fills`` and the pattern's groups
+    filled in."""
     text = sig.fix
     if f.launch is not None:
-        text = next((alt for setting, alt in sig.fix_if_set if setting in f.launch), text)
+        settings = list(sig.fix_if_set)
+        if sig.fix_if_key:
+            from ..profile import key_metadata
+
+            meta = key_metadata()
+            settings += [(meta[key].env or meta[key].flag or "", alt) for key, alt in sig.fix_if_key]
+        text = next((alt for setting, alt in settings if setting in f.launch), text)
     for k, v in _fills(f).items():
         text = text.replace("{" + k + "}", v)
     return _fill(text, found)

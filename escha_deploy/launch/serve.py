@@ -289,6 +289,7 @@ def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dr
                    report: Report, extra: dict | None = None, view=None, device: dict[str, int] | None = None,
                    planned: PlannedSizes | None = None) -> int:
     from escha_deploy import flags
+    from escha_deploy.profile import key_env
 
     from .check import check_here
     from .diagnose import Facts, launch_settings
@@ -314,7 +315,7 @@ def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dr
     env.update(launch.env)
     env["NO_PROXY"] = env["no_proxy"] = flags.merged_no_proxy(os.environ)  # keep the user's entries
     if hf_token:
-        env["HF_TOKEN"] = hf_token
+        env[key_env("container.hf_token_file")] = hf_token
     argv = list(launch.argv)
     if os.environ.get("ESCHA_SGLANG_PYTHON") and argv and argv[0].startswith("python"):
         argv[0] = os.environ["ESCHA_SGLANG_PYTHON"]

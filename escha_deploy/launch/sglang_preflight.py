@@ -1293,21 +1293,11 @@ def profile_keys_for(flags: list[str], extra_args: list[str]) -> list[str]:
     """Where each flag came from: ``runtime.extra_args item '--flag'`` when the profile's
     ``extra_args`` carries it, else the profile key whose ``SGLangFlag`` metadata names it, else
     ``the plan (--flag)`` for a value the planner computes (``--max-total-tokens`` ...)."""
-    from escha_deploy.profile import Profile, sglang_flag
-    from escha_deploy.yamlpos import model_in
+    from escha_deploy.profile import key_flags
 
     by_flag: dict[str, str] = {}
-
-    def walk(model: type, prefix: str) -> None:
-        for name, info in model.model_fields.items():
-            meta = sglang_flag(info)
-            if meta is not None and meta.flag:
-                by_flag.setdefault(meta.flag, prefix + name)
-            ann = model_in(info.annotation)  # a section, optional ones (runtime.speculative) included
-            if isinstance(ann, type) and hasattr(ann, "model_fields"):
-                walk(ann, f"{prefix}{name}.")
-
-    walk(Profile, "")
+    for key, (flag,) in key_flags().items():
+        by_flag.setdefault(flag, key)
     given = {a.split("=", 1)[0] for a in extra_args if a.startswith("--")}
     out = []
     for f in flags:

@@ -36,7 +36,7 @@ from ..errors import BadInput
 from ..arch import DraftFacts, ModelArch, ModelDirFacts, RankShapes, arch_mismatch, rank_shapes
 from ..gpu_facts import PeerAccess, peer_access, tp_gpu_indices
 from ..facts.host import HostFacts
-from ..profile import Profile
+from ..profile import Profile, key_env, key_flag
 from ..profile.models import normalize_kv_dtype
 from ..profile.rules import speculative_algorithm
 from ..releases import default_release, load_release, release_findings, series_release
@@ -936,13 +936,13 @@ def step_launch_values(c: _Ctx) -> None:
     elif set_car is not None:
         car = set_car
         if car:
-            c.decide("launch", "custom all-reduce off", "--disable-custom-all-reduce",
+            c.decide("launch", "custom all-reduce off", key_flag("runtime.disable_custom_all_reduce"),
                      "runtime.disable_custom_all_reduce: true")
     else:
         car = not peers.proven
         if car:
-            c.decide("launch", "custom all-reduce needs proven peer access", "--disable-custom-all-reduce",
-                     peers.detail)
+            c.decide("launch", "custom all-reduce needs proven peer access",
+                     key_flag("runtime.disable_custom_all_reduce"), peers.detail)
     set_p2p = profile.container.nccl_p2p_disable
     if set_p2p is not None:
         p2p = set_p2p
@@ -950,7 +950,7 @@ def step_launch_values(c: _Ctx) -> None:
         p2p = tp >= 2 and (platform == "wsl2" or (peers is not None and peers.denied))
     c.launch = LaunchValues(mamba_strategy=strategy, peers=peers, custom_all_reduce_off=car, nccl_p2p_off=p2p)
     if p2p:
-        c.decide("launch", "NCCL P2P transport off", "NCCL_P2P_DISABLE=1",
+        c.decide("launch", "NCCL P2P transport off", f"{key_env('container.nccl_p2p_disable')}=1",
                  "container.nccl_p2p_disable: true" if set_p2p else
                  "WSL2: NCCL's P2P transport hangs or fails there (microsoft/WSL#12467)" if platform == "wsl2" else
                  f"{peers.detail} (NVIDIA/nccl#1637)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..arch import ModelArch, ModelDirFacts
-from ..profile import Profile, profile_only_warnings
+from ..profile import Profile, key_flag, profile_only_warnings
 from ..profile.rules import extra_arg, speculative_algorithm
 from ..profile.models import normalize_kv_dtype
 from ..releases import Nvfp4Prefill, Release
@@ -251,7 +251,7 @@ def mixed_chunk_prefill_graph_problem(release: Release, enable_mixed_chunk: bool
     rule = release.mixed_chunk_prefill_graph
     if rule is None or not enable_mixed_chunk or attention_backend == "dual_chunk_flash_attn":
         return None
-    if extra_arg(extra_args, "--speculative-algorithm") or extra_arg(extra_args, "--dllm-algorithm"):
+    if extra_arg(extra_args, key_flag("runtime.speculative.algorithm")) or extra_arg(extra_args, "--dllm-algorithm"):
         return None
     found = explicit_prefill_graph_backend(disable_prefill_cuda_graph, extra_args)
     if found is None or found[0] == "disabled" or found[0] in rule.backends:

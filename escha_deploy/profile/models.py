@@ -6,7 +6,8 @@ How to add a field: add it to the section model below as
 ``name: Annotated[type, Field(description=..., ge=...), SGLangFlag("--flag")] = DEFAULT``, with
 the unit and the default in the description and the SGLang flag (or environment variable) it
 feeds as ``SGLangFlag`` metadata (use the flag's ``dest`` as the name when it maps 1:1 to a
-flag); if it reaches the server, render it in ``flags.py`` only; add it to the commented
+flag); if it reaches the server, render it in ``flags.py`` only, by key (``key_flag("section.name")``:
+the metadata is the flag's one spelling, ``tests/test_flags_once.py``); add it to the commented
 reference profile ``profiles/rtx5060ti-tp2.yaml`` (a test checks the docs). A rule that needs
 the profile alone goes in ``profile.rules``.
 """
@@ -47,6 +48,11 @@ class SGLangFlag:
 def sglang_flag(field: FieldInfo) -> SGLangFlag | None:
     """The ``SGLangFlag`` metadata of a model field, if it has one."""
     return next((m for m in field.metadata if isinstance(m, SGLangFlag)), None)
+
+
+#: The one flag of ``hicache.l3.kind``, whichever L3 model (``L3File``, ``L3Mooncake``,
+#: ``L3Other``) the union picks.
+_L3_KIND = SGLangFlag("--hicache-storage-backend")
 
 
 Size = Annotated[int, size_field()]
@@ -381,7 +387,7 @@ class L3File(EschaModel):
     as files in one host directory, which must outlive the container."""
 
     kind: Annotated[Literal["file"], Field(description="--hicache-storage-backend file"),
-                    SGLangFlag("--hicache-storage-backend")]
+                    _L3_KIND]
     dir: Annotated[
         str | None,
         Field(description="host directory of the L3 files (SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR)"),
@@ -398,7 +404,7 @@ class L3Mooncake(EschaModel):
     which reads ``MOONCAKE_MASTER`` and ``MOONCAKE_GLOBAL_SEGMENT_SIZE`` from the environment)."""
 
     kind: Annotated[Literal["mooncake"], Field(description="--hicache-storage-backend mooncake"),
-                    SGLangFlag("--hicache-storage-backend")]
+                    _L3_KIND]
     master: Annotated[
         str | None, Field(description="the Mooncake master's HOST:PORT (MOONCAKE_MASTER)"),
         SGLangFlag(env="MOONCAKE_MASTER", url=True),
@@ -414,7 +420,7 @@ class L3Other(EschaModel):
     """Another SGLang L3 backend, by name (no settings of its own here)."""
 
     kind: Annotated[Literal["sim", "hf3fs", "nixl", "aibrix", "dynamic", "eic", "simm", "mori", "shm"],
-                    Field(description="--hicache-storage-backend"), SGLangFlag("--hicache-storage-backend")]
+                    Field(description="--hicache-storage-backend"), _L3_KIND]
 
 
 L3 = Annotated[Union[L3File, L3Mooncake, L3Other], Field(discriminator="kind")]
@@ -686,3 +692,52 @@ def profile_to_data(profile: BaseModel, readable: bool = False) -> dict[str, Any
 def profile_json_schema() -> dict[str, Any]:
     """The JSON schema of a profile, generated from the models (editors, docs, CI)."""
     return Profile.model_json_schema()
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """Every pydantic model inside an annotation (``Annotated``, ``Optional``, each member of a
+    union such as ``L3``), in the order written."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+
+
+def _walk_keys(model: type[BaseModel], prefix: str, out: dict[str, SGLangFlag]) -> None:
+    for name, field in model.model_fields.items():
+        meta = sglang_flag(field)
+        if meta is not None:
+            out.setdefault(prefix + name, meta)
+        for sub in _models_in(field.annotation):
+            _walk_keys(sub, f"{prefix}{name}.", out)
+
+
+_KEY_META: dict[str, SGLangFlag] = {}
+
+
+def key_metadata() -> dict[str, SGLangFlag]:
+    """Dotted profile key -> its ``SGLangFlag`` metadata, for every key of ``Profile`` that has
+    one, the members of a union (``hicache.l3``: file, mooncake, other) included, in the models'
+    field order. Built once, on first use."""
+    if not _KEY_META:
+        _walk_keys(Profile, "", _KEY_META)
+    return _KEY_META
+
+
+def key_flag(key: str) -> str:
+    """The SGLang flag the profile key ``key`` (dotted, ``"runtime.tp_size"``) feeds, as its
+    ``SGLangFlag`` metadata declares it: the one spelling of that flag in escha-deploy
+    (``tests/test_flags_once.py``). Raises ``LookupError`` for a key that declares no flag."""
+    meta = key_metadata().get(key)
+    if meta is None or meta.flag is None:
+        raise LookupError(f"profile key {key} declares no SGLang flag (SGLangFlag metadata)")
+    return meta.flag
+
+
+def key_env(key: str) -> str:
+    """The environment variable the profile key ``key`` (dotted) sets, as its ``SGLangFlag``
+    metadata declares it (``SGLangFlag(env=...)``). Raises ``LookupError`` for a key that declares
+    none."""
+    meta = key_metadata().get(key)
+    if meta is None or meta.env is None:
+        raise LookupError(f"profile key {key} declares no environment variable (SGLangFlag metadata)")
+    return meta.env

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from .models import FLAT_L3_KEYS, Profile, normalize_kv_dtype, sglang_flag
+from .models import FLAT_L3_KEYS, Profile, key_metadata, normalize_kv_dtype
 
 Key = tuple[str, ...]
 
@@ -146,23 +146,11 @@ def _weights(profile: Profile) -> list[Problem]:
     return []
 
 
-def key_flags(model: type | None = None, prefix: str = "") -> dict[str, tuple[str, ...]]:
+def key_flags() -> dict[str, tuple[str, ...]]:
     """Dotted key -> the SGLang flags its ``SGLangFlag`` metadata names, for every leaf key of
-    the profile models (``model.architecture.*`` describe the model and name none)."""
-    from pydantic import BaseModel
-
-    from ..yamlpos import model_in
-
-    out: dict[str, tuple[str, ...]] = {}
-    for name, field in (model or Profile).model_fields.items():
-        sub = model_in(field.annotation)
-        if sub is not None and issubclass(sub, BaseModel):
-            out.update(key_flags(sub, f"{prefix}{name}."))
-            continue
-        meta = sglang_flag(field)
-        if meta is not None and meta.flag:
-            out[f"{prefix}{name}"] = (meta.flag,)
-    return out
+    the profile models that names one (``models.key_metadata``; ``model.architecture.*``
+    describe the model and name none)."""
+    return {key: (meta.flag,) for key, meta in key_metadata().items() if meta.flag}
 
 
 def extra_args_duplicating_keys(profile: Profile) -> list[tuple[tuple[str, ...], str]]:
