@@ -1,17 +1,21 @@
 """Configuration rules: each an error or a warning naming the profile field it is about.
 
-Every rule cites where SGLang 0.5.19 (or an upstream issue) shows the failure. Errors make the
-plan ``unsafe`` (refused before anything starts); warnings are printed with the plan.
+The rules are one list, ``RULES``: each a small named function over ``Inputs`` with its source,
+where SGLang 0.5.19 (or an upstream issue) shows the failure; ``validate`` runs them in order.
+Errors make the plan ``unsafe`` (refused before anything starts); warnings are printed with the
+plan. The helpers above the list are the rules' shared reading of SGLang (the mamba strategy it
+resolves, the attention backends its model runner builds), which the planner's steps use too.
 Rules that depend on host memory live in the planner's budget steps, not here; rules that need
 the profile alone are checked when it loads (``profile.profile_only_problems``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from ..arch import ModelArch, ModelDirFacts
-from ..profile import Profile, key_flag, profile_only_warnings
+from ..profile import HiCache, Profile, Runtime, key_flag, profile_only_warnings
 from ..profile.rules import extra_arg, speculative_algorithm
 from ..profile.models import normalize_kv_dtype
 from ..releases import Nvfp4Prefill, Release
@@ -293,293 +297,596 @@ def _nvfp4_backend_problems(rule: Nvfp4Prefill, attention_backend: str | None, e
     return out
 
 
+# --------------------------------------------------------------------------- the rules
+# Each rule reads ``Inputs`` and returns its findings, in order; ``RULES`` lists them in the
+# order their findings are reported. A rule's ``source`` is where SGLang (or the overlay, or
+# an upstream issue) shows the failure it guards against.
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the configuration rules read: the profile, the model's architecture, the runtime's
+    capabilities, the plan's page (tokens) and device mamba slots per rank, the model folder's
+    config.json facts (None: not read), the SGLang release planned (None: no release facts) and
+    what the plan counts of a speculative draft (``draft.draft_count``; None: nothing)."""
+
+    profile: Profile
+    arch: ModelArch
+    capabilities: frozenset[str]
+    page_size: int
+    mamba_slots: int
+    model_dir: ModelDirFacts | None = None
+    release: Release | None = None
+    draft: DraftCount | None = None
+
+    @property
+    def rt(self) -> Runtime:
+        return self.profile.runtime
+
+    @property
+    def hc(self) -> HiCache:
+        return self.profile.hicache
+
+    @property
+    def dtype(self) -> str:
+        """``runtime.kv_cache.dtype`` as SGLang names it (``normalize_kv_dtype``)."""
+        return normalize_kv_dtype(self.rt.kv_cache.dtype)
+
+    @property
+    def strategy(self) -> str:
+        """The mamba radix cache strategy SGLang runs: the plan's pick (``resolved_mamba_strategy``)
+        or the profile's."""
+        return resolved_mamba_strategy(self.profile, self.arch)[0] or self.rt.mamba_radix_cache_strategy
+
+    @property
+    def prefill_backend(self) -> str | None:
+        """The prefill attention backend the profile names (``--prefill-attention-backend`` in
+        ``runtime.extra_args`` first, as SGLang prefers it), None when left to SGLang."""
+        return extra_arg(self.rt.extra_args, "--prefill-attention-backend") or self.rt.attention_backend
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One configuration rule: ``name`` (kebab-case), ``source`` (the SGLang file and function,
+    or the upstream issue, that shows the failure), ``check`` (the findings for ``Inputs``)."""
+
+    name: str
+    source: str
+    check: Callable[[Inputs], list[Finding]]
+
+
+def _error(field: str, message: str) -> Finding:
+    return Finding(severity="error", field=field, message=message)
+
+
+def _warn(field: str, message: str) -> Finding:
+    return Finding(severity="warning", field=field, message=message)
+
+
+def _kv_heads_split(i: Inputs) -> list[Finding]:
+    """The KV heads split evenly over the TP ranks, or are fewer than them (then replicated).
+    Parallelism beyond this (tp_size > gpu_count) is ``profile.profile_only_problems``'."""
+    kvh, tp = i.arch.num_key_value_heads, i.rt.tp_size
+    if kvh >= tp and kvh % tp != 0:
+        return [_error("model.architecture.num_key_value_heads",
+                       f"{kvh} KV heads are neither divisible by tp_size {tp} nor fewer than it "
+                       "(srt/configs/model_config.py: get_num_kv_heads)")]
+    return []
+
+
+def _gdn_state_split(i: Inputs) -> list[Finding]:
+    """The GDN state per rank: ``Mamba2StateShape.create`` divides the value heads (temporal
+    state) and the conv dim (value dim x heads + 2 x key groups, the groups extended to a
+    multiple of tp: ``extra_groups_for_head_shards``) by tp_size, and ``divide`` asserts each is a
+    multiple ("1 is not divisible by 2"): SGLang stops when the configurator builds the mamba
+    cache params."""
+    arch, tp = i.arch, i.rt.tp_size
+    heads, groups, k_dim, v_dim = (arch.linear_num_value_heads, arch.linear_num_key_heads,
+                                   arch.linear_key_head_dim, arch.linear_value_head_dim)
+    if not (arch.linear_layer_ids() and heads and groups and k_dim and v_dim):
+        return []
+    groups += -groups % tp
+    conv_dim = v_dim * heads + 2 * groups * k_dim
+    if heads % tp or conv_dim % tp:
+        what = f"{heads} GDN value heads" if heads % tp else f"the GDN conv dim {conv_dim}"
+        return [_error("model.architecture.linear_num_value_heads",
+                       f"{what} not divisible by tp_size {tp}: SGLang's mamba state shape divides it across the "
+                       "ranks (srt/configs/mamba_utils.py: Mamba2StateShape.create; srt/distributed/utils.py: divide)")]
+    return []
+
+
+def _context_length(i: Inputs) -> list[Finding]:
+    """A ``--context-length`` above what the model folder's config.json allows: SGLang raises
+    ValueError unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN is set (then it warns)."""
+    rt, md = i.rt, i.model_dir
+    if not (rt.context_length and md and md.context_length and rt.context_length > md.context_length):
+        return []
+    if not rt.allow_longer_context_length:
+        return [_error("runtime.context_length",
+                       f"{rt.context_length} tokens is more than the {md.context_length} the model folder's "
+                       f"config.json allows ({md.context_length_key}): SGLang stops at startup "
+                       "(srt/configs/model_config.py: ModelConfig._derive_context_length); lower it, or set "
+                       "runtime.allow_longer_context_length: true (SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1; "
+                       "SGLang warns of incorrect outputs or CUDA errors past the trained length)")]
+    return [_warn("runtime.context_length",
+                  f"{rt.context_length} tokens is more than the {md.context_length} the model folder's "
+                  f"config.json allows ({md.context_length_key}); allowed by "
+                  "runtime.allow_longer_context_length (SGLang warns of incorrect outputs or CUDA errors)")]
+
+
+def _int2_kv(i: Inputs) -> list[Finding]:
+    """INT2 KV needs its overlay, and its page and windows follow its packing: 4 codes per
+    byte, a page of 4 x itemsize(hp_dtype) tokens."""
+    if i.dtype != "int2":
+        return []
+    out: list[Finding] = []
+    if "int2-kv" not in i.capabilities:
+        out.append(_error("runtime.kv_cache.dtype", "int2 needs the int2-kv capability (a user overlay: "
+                          "the fork's OSCAR INT2 patch); stock SGLang 0.5.19 has no int2 KV pool"))
+    i2, head_dim = i.rt.kv_cache.int2, i.arch.head_dim
+    n_q = 4 * (2 if i2.hp_dtype in ("bfloat16", "float16") else 4)
+    if head_dim % 4:
+        out.append(_error("model.architecture.head_dim",
+                          f"INT2 packs 4 codes per byte: head_dim {head_dim} must be a multiple of 4"))
+    if head_dim % i2.group_size:
+        out.append(_error("runtime.kv_cache.int2.group_size",
+                          f"head_dim {head_dim} is not a multiple of group_size {i2.group_size}"))
+    if i.page_size != n_q:
+        out.append(_error("runtime.page_size",
+                          f"the INT2 page is 4 x itemsize({i2.hp_dtype}) = {n_q} tokens, not {i.page_size}"))
+    for name in ("prefix_tokens", "recent_tokens"):
+        if getattr(i2, name) % n_q:
+            out.append(_error(f"runtime.kv_cache.int2.{name}", f"must be a multiple of the INT2 page ({n_q})"))
+    return out
+
+
+def _quant_method_known(i: Inputs) -> list[Finding]:
+    """The model folder's quantization method is one the release knows (its list:
+    ``catalog/releases/X.Y.Z/facts.yaml: quantization_methods``)."""
+    md, release = i.model_dir, i.release
+    qm = md.quant_method if md is not None else None
+    methods = release.quantization_methods if release is not None else None
+    if qm and md is not None and release is not None and methods is not None and qm.lower() not in methods.known:
+        return [_error("model.host_dir",
+                       f"{md.path}/config.json: quantization_config.quant_method {qm!r} is no quantization method "
+                       f"SGLang {release.version} knows (its {len(methods.known)}: {', '.join(methods.known)}; "
+                       "layers/quantization/__init__.py): its model config refuses it at startup "
+                       "(configs/model_config.py: _verify_quantization, 'Unknown quantization method'); use a "
+                       "checkpoint quantized with one of them")]
+    return []
+
+
+def _quantization_loadable(i: Inputs) -> list[Finding]:
+    """A ``--quantization`` the release's parser takes but its model config has no method for."""
+    q, release = i.profile.model.quantization, i.release
+    if q and release is not None and release.quantization_not_loadable and q in release.quantization_not_loadable.methods:
+        return [_error("model.quantization",
+                       f"SGLang {release.version} parses --quantization {q} but has no such quantization method: its "
+                       "model config refuses it at startup (configs/model_config.py: _verify_quantization, Unknown "
+                       "quantization method)")]
+    return []
+
+
+def _nvfp4_online_blackwell(i: Inputs) -> list[Finding]:
+    """``_moe_runner_backend_quant_constraints`` raises ValueError "--quantization nvfp4_online
+    is supported only on NVIDIA Blackwell SM100/SM103 GPUs"."""
+    cc = i.profile.hardware.compute_capability
+    if i.profile.model.quantization == "nvfp4_online" and cc not in ("10.0", "10.3"):
+        return [_error("model.quantization",
+                       f"nvfp4_online needs an sm_100 or sm_103 GPU (this one is "
+                       f"{cc or 'of unknown compute capability'}): SGLang refuses it at "
+                       "startup (arg_groups/overrides.py: _moe_runner_backend_quant_constraints)")]
+    return []
+
+
+def _escha_w2(i: Inputs) -> list[Finding]:
+    """The escha_w2 quantization exists only with the w2-weights overlay."""
+    if i.profile.model.quantization == "escha_w2" and "w2-weights" not in i.capabilities:
+        return [_error("model.quantization", "escha_w2 needs the w2-weights capability (a user overlay)")]
+    return []
+
+
+def _no_buffer_page(i: Inputs) -> list[Finding]:
+    """``validate_mamba_no_buffer`` asserts "no_buffer only supports page_size=1." (auto picks
+    extra_buffer for page > 1)."""
+    rt = i.rt
+    if i.arch.is_hybrid and i.page_size > 1 and rt.mamba_radix_cache_strategy == "no_buffer" \
+            and not rt.disable_radix_cache:
+        return [_error("runtime.mamba_radix_cache_strategy",
+                       f"no_buffer needs page_size 1 (page_size is {i.page_size}): SGLang refuses it at startup "
+                       "(arg_groups/mamba_hook.py: validate_mamba_no_buffer); use extra_buffer or auto")]
+    return []
+
+
+def _no_buffer_overlap(i: Inputs) -> list[Finding]:
+    """``validate_mamba_no_buffer`` asserts "no_buffer do not support overlap schedule" (overlap
+    is on unless ``--disable-overlap-schedule``)."""
+    rt = i.rt
+    if i.arch.is_hybrid and rt.mamba_radix_cache_strategy == "no_buffer" and not rt.disable_radix_cache \
+            and extra_arg(rt.extra_args, "--disable-overlap-schedule") is None:
+        return [_error("runtime.mamba_radix_cache_strategy",
+                       "no_buffer does not support the overlap scheduler: SGLang refuses it at startup "
+                       "(arg_groups/mamba_hook.py: validate_mamba_no_buffer); use extra_buffer or auto, or add "
+                       "--disable-overlap-schedule to runtime.extra_args")]
+    return []
+
+
+def _extra_buffer_interval(i: Inputs) -> list[Finding]:
+    """``validate_mamba_extra_buffer`` asserts ``mamba_track_interval % page_size == 0`` (auto is
+    extra_buffer for pages > 1)."""
+    rt, page_size = i.rt, i.page_size
+    given = extra_arg(rt.extra_args, "--mamba-track-interval")
+    interval = int(given) if given and given.isdigit() else MAMBA_TRACK_INTERVAL  # not an int: the flag check says so
+    if i.arch.is_hybrid and page_size > 1 and i.strategy != "no_buffer" and not rt.disable_radix_cache \
+            and interval and interval % page_size:
+        return [_error("runtime.page_size",
+                       f"page_size {page_size} does not divide --mamba-track-interval {interval}: the mamba "
+                       "extra_buffer strategy tracks states every interval tokens, on page boundaries; SGLang refuses "
+                       "it at startup (arg_groups/mamba_hook.py: validate_mamba_extra_buffer, an AssertionError "
+                       "without a message); use a page_size that divides it (1, 16, 64)")]
+    return []
+
+
+def _aiter_not_cuda(i: Inputs) -> list[Finding]:
+    """AMD's ROCm kernels (``srt/layers/attention/aiter_backend.py``); on these boxes' NVIDIA GPUs
+    SGLang also scales mem_fraction_static by 0.85 for it past 8,192 tokens of context
+    (``handle_attention_backend_compatibility``), a budget this plan does not size."""
+    if i.rt.attention_backend == "aiter":
+        return [_error("runtime.attention_backend",
+                       "aiter is the attention backend of AMD's ROCm kernels (aiter_backend.py), not a CUDA GPU's, "
+                       "and SGLang cuts mem_fraction_static to 0.85 of it past 8,192 tokens of context "
+                       "(attention_hook.py: handle_attention_backend_compatibility): use triton, flashinfer or fa3")]
+    return []
+
+
+def _mla_backend(i: Inputs) -> list[Finding]:
+    """Backends for multi-head latent attention layers (DeepSeek's MLA:
+    ``srt/layers/attention/flashmla_backend.py``, ``cutlass_mla_backend.py``,
+    ``trtllm_mla_backend.py``, ...); the models planned here have none. SGLang also refuses them
+    off Blackwell while resolving its arguments (``arg_groups/overrides.py:
+    _mla_kv_cache_dtype_checks``, ``_cutedsl_prefill_backend_fill``)."""
+    rt = i.rt
+    mla = [b for b in (rt.attention_backend, extra_arg(rt.extra_args, "--prefill-attention-backend"),
+                       extra_arg(rt.extra_args, "--decode-attention-backend")) if b in MLA_BACKENDS]
+    if mla:
+        return [_error("runtime.attention_backend",
+                       f"{mla[0]} is an attention backend for MLA (multi-head latent attention) models, and "
+                       f"{i.arch.model_type} has no MLA layers: use triton, flashinfer or fa3")]
+    return []
+
+
+def _trtllm_mha_prefill_sm(i: Inputs) -> list[Finding]:
+    """``handle_attention_backend_compatibility`` raises "TRTLLM MHA backend for prefill requires
+    Hopper (SM90), Blackwell (SM100), or SM120 GPUs"."""
+    cc = i.profile.hardware.compute_capability
+    if i.prefill_backend == "trtllm_mha" and cc and cc.split(".")[0] not in ("9", "10", "12"):
+        return [_error("runtime.attention_backend",
+                       f"trtllm_mha prefill needs an sm_90, sm_100 or sm_120 GPU (this one is "
+                       f"sm_{cc.replace('.', '')}): SGLang refuses it at startup (arg_groups/attention_hook.py: "
+                       "handle_attention_backend_compatibility)")]
+    return []
+
+
+def _trtllm_mha_prefill_fp8(i: Inputs) -> list[Finding]:
+    """``handle_attention_backend_compatibility`` raises "TRTLLM FMHAv2 prefill on SM120 does not
+    support fp8_e4m3 KV cache"."""
+    if i.prefill_backend == "trtllm_mha" and i.profile.hardware.compute_capability == "12.0" \
+            and i.dtype == "fp8_e4m3":
+        return [_error("runtime.attention_backend",
+                       "trtllm_mha prefill on sm_120 does not support an fp8_e4m3 KV cache: SGLang refuses it at "
+                       "startup (arg_groups/attention_hook.py: handle_attention_backend_compatibility); use triton "
+                       "or flashinfer")]
+    return []
+
+
+def _model_runner_backends(i: Inputs) -> list[Finding]:
+    """What the release's model runner refuses when it builds the attention backend
+    (``model_runner_backend_problems``)."""
+    release, rt = i.release, i.rt
+    if release is None or release.attention_registry is None:
+        return []
+    return [(_error if severity == "error" else _warn)(field, message)
+            for severity, field, message in model_runner_backend_problems(
+                release, i.arch, rt.attention_backend, rt.extra_args, i.profile.hardware.compute_capability,
+                page_size=i.page_size, tp_size=rt.tp_size, model_dir=i.model_dir)]
+
+
+def _mixed_chunk_prefill_graph(i: Inputs) -> list[Finding]:
+    """What the release's prefill CUDA graph runner refuses with ``--enable-mixed-chunk``
+    (``mixed_chunk_prefill_graph_problem``)."""
+    if i.release is None:
+        return []
+    rt = i.rt
+    mixed = mixed_chunk_prefill_graph_problem(i.release, rt.enable_mixed_chunk, rt.attention_backend,
+                                              rt.disable_prefill_cuda_graph, rt.extra_args)
+    return [_error("runtime.enable_mixed_chunk", mixed)] if mixed is not None else []
+
+
+def _nvfp4_prefill(i: Inputs) -> list[Finding]:
+    """What the release's NVFP4 prefill backend resolution refuses (``_nvfp4_backend_problems``)."""
+    release = i.release
+    if i.dtype != "nvfp4" or release is None or release.nvfp4_prefill is None:
+        return []
+    return [_error("runtime.kv_cache.dtype", f"nvfp4 on SGLang {release.version}: {message}: SGLang refuses it at "
+                   "startup (arg_groups/kv_cache_hook.py: handle_nvfp4_prefill_kv_dequant_dtype)")
+            for message in _nvfp4_backend_problems(release.nvfp4_prefill, i.rt.attention_backend, i.rt.extra_args,
+                                                   i.profile.hardware.compute_capability)]
+
+
+def _hybrid_mixed_chunk(i: Inputs) -> list[Finding]:
+    """Mixed chunked prefill corrupts mamba checkpoints without the fix (sglang#39342, fixed by
+    sglang#39526: the mamba-mixed-chunk-fix overlay)."""
+    if i.arch.is_hybrid and i.rt.enable_mixed_chunk and "mamba-mixed-chunk-fix" not in i.capabilities:
+        return [_error("runtime.enable_mixed_chunk",
+                       "mixed chunk corrupts mamba checkpoints on hybrid models without sglang#39526 "
+                       "(sglang#39342): set false, or add the mamba-mixed-chunk-fix overlay to runtime.needs")]
+    return []
+
+
+def _hybrid_mamba_slots(i: Inputs) -> list[Finding]:
+    """``_handle_max_mamba_cache`` sizes the slots from the mamba state of one request
+    (``mamba_utils.py: mamba_cache_per_req``, x the linear-attention layers) and asserts it is
+    above 0: with no such layer it is 0, and SGLang stops (an explicit ``--max-mamba-cache-size``
+    takes the other branch, which does not divide); it raises "Not enough GPU memory for hybrid
+    (mamba/linear-attention) state cache" when it computes no slot."""
+    arch, rt = i.arch, i.rt
+    if not arch.is_hybrid:
+        return []
+    if not arch.linear_layer_ids() and rt.max_mamba_cache_size is None:
+        return [_error("model.architecture.full_attention_interval",
+                       f"{arch.full_attention_interval} makes every one of the {arch.num_hidden_layers} layers full "
+                       "attention: a hybrid model with no linear-attention layer has no mamba state to size its "
+                       "slots by, and SGLang stops at startup (kv_cache_configurator.py: _handle_max_mamba_cache "
+                       "asserts stage_per_req > 0); set runtime.max_mamba_cache_size, or a full_attention_interval "
+                       "above 1")]
+    if not i.mamba_slots:
+        return [_error("runtime.max_mamba_cache_size",
+                       "no mamba state slot fits the static budget after the weights: SGLang stops at startup "
+                       "(kv_cache_configurator.py: _handle_max_mamba_cache); set runtime.max_mamba_cache_size "
+                       "and runtime.max_total_tokens, or raise runtime.mem_fraction_static")]
+    return []
+
+
+def _hybrid_slots_per_request(i: Inputs) -> list[Finding]:
+    """``resolve_max_num_reqs`` raises RuntimeError("Hybrid (mamba/linear-attention) state cache
+    is too small to serve any requests") when the slots hold no request, after the weights have
+    loaded, and caps the running requests to what they hold."""
+    rt, mamba_slots = i.rt, i.mamba_slots
+    if not (i.arch.is_hybrid and mamba_slots):
+        return []
+    strategy = i.strategy
+    per_req = mamba_slots_per_request(strategy, rt.disable_radix_cache)
+    cap = mamba_slots // per_req
+    if cap == 0:
+        return [_error("runtime.max_mamba_cache_size",
+                       f"{mamba_slots} mamba slots are fewer than one request needs ({per_req} with "
+                       f"mamba_radix_cache_strategy {strategy}): SGLang stops at startup "
+                       "(kv_cache_configurator.py: resolve_max_num_reqs); use at least "
+                       f"{per_req * max(rt.max_running_requests or 1, 1)}")]
+    if rt.max_running_requests and rt.max_running_requests > cap:
+        return [_warn("runtime.max_running_requests",
+                      f"{rt.max_running_requests} requests but {mamba_slots} mamba slots at {per_req} "
+                      f"per request: SGLang caps it to {cap} (kv_cache_configurator.py: resolve_max_num_reqs)")]
+    return []
+
+
+def _hybrid_max_total_tokens(i: Inputs) -> list[Finding]:
+    """``resolve_max_num_reqs`` caps the running requests at token_capacity // 2, then, for a
+    hybrid (mamba-ish) model only, raises RuntimeError ("Hybrid (mamba/linear-attention) state
+    cache is too small to serve any requests") when that leaves none (after the weights have
+    loaded); a dense model is not refused there."""
+    rt = i.rt
+    if i.arch.is_hybrid and rt.max_total_tokens is not None and rt.max_total_tokens // 2 == 0:
+        return [_error("runtime.max_total_tokens",
+                       f"{rt.max_total_tokens} token leaves no request: SGLang caps the running requests at "
+                       "max_total_tokens // 2 = 0 and stops at startup (kv_cache_configurator.py: "
+                       "resolve_max_num_reqs); use at least 2")]
+    return []
+
+
+def _eagle_extra_buffer(i: Inputs) -> list[Finding]:
+    """An EAGLE-style ``--speculative-algorithm`` with the mamba extra_buffer strategy on a
+    hybrid model returns token-0 output (sglang#36537); extra_buffer_lazy supports it
+    (sglang#30437)."""
+    spec = speculative_algorithm(i.profile)
+    if spec and i.arch.is_hybrid and spec in EAGLE_STYLE and i.rt.mamba_radix_cache_strategy == "extra_buffer":
+        return [_error("runtime.mamba_radix_cache_strategy",
+                       f"extra_buffer with --speculative-algorithm {spec} on a hybrid model returns token-0 output "
+                       "once KV usage passes about 0.6 (sglang#36537): set mamba_radix_cache_strategy: "
+                       "extra_buffer_lazy (sglang#30437), or auto, which this plan resolves to it")]
+    return []
+
+
+def _draft_not_counted(i: Inputs) -> list[Finding]:
+    """Each part of a speculative draft the plan does not count (``DraftCount.not_counted``)."""
+    if not speculative_algorithm(i.profile):
+        return []
+    field = "model.draft" if i.profile.model.draft is not None else "runtime.speculative.algorithm"
+    return [_warn(field, line) for line in (i.draft or DraftCount()).not_counted]
+
+
+def _torch_compile_hybrid(i: Inputs) -> list[Finding]:
+    """``--enable-torch-compile`` with decode CUDA graphs on a hybrid GDN model was measured
+    about 6x slower (sglang#35777)."""
+    args = i.rt.extra_args
+    if i.arch.is_hybrid and extra_arg(args, "--enable-torch-compile") == "true" \
+            and not extra_arg(args, "--disable-cuda-graph"):
+        return [_warn("runtime.extra_args",
+                      "--enable-torch-compile with decode CUDA graphs on a hybrid GDN model was measured about 6x "
+                      "slower (sglang#35777): drop --enable-torch-compile unless a benchmark on this box says "
+                      "otherwise")]
+    return []
+
+
+def _hicache_radix(i: Inputs) -> list[Finding]:
+    """HiCache needs the radix cache: ``kv_cache_hook.py`` raises ValueError for
+    ``--disable-radix-cache``; ``handle_attention_backend_compatibility`` turns the radix cache
+    off for dual_chunk_flash_attn and ``handle_cache_compatibility`` then refuses HiCache."""
+    if not i.hc.enabled:
+        return []
+    out: list[Finding] = []
+    if i.rt.disable_radix_cache:
+        out.append(_error("runtime.disable_radix_cache",
+                          "HiCache needs the radix cache (kv_cache_hook.py raises ValueError)"))
+    if i.rt.attention_backend == "dual_chunk_flash_attn":
+        out.append(_error("runtime.attention_backend",
+                          "dual_chunk_flash_attn turns the radix cache off, which HiCache needs: SGLang refuses it "
+                          "at startup (arg_groups/kv_cache_hook.py: handle_cache_compatibility)"))
+    return out
+
+
+def _hicache_int8_mamba(i: Inputs) -> list[Finding]:
+    """``mamba_hook.py`` raises ValueError for ``--enable-int8-mamba-checkpoint`` with HiCache."""
+    if i.hc.enabled and i.rt.enable_int8_mamba_checkpoint:
+        return [_error("runtime.enable_int8_mamba_checkpoint",
+                       "not allowed with HiCache (mamba_hook.py raises ValueError)")]
+    return []
+
+
+def _hicache_layout(i: Inputs) -> list[Finding]:
+    """The host pools' layouts: ``MambaPoolHost`` takes only the page-first layouts
+    (``HYBRID_LAYOUTS``) on hybrid models; the MHA host pool refuses page_first_kv_split
+    (ValueError); ``buffer_only`` supports only FULL/SWA trees (``unified_radix_cache.py``)."""
+    hc, arch = i.hc, i.arch
+    if not hc.enabled:
+        return []
+    out: list[Finding] = []
+    if arch.is_hybrid and hc.hicache_mem_layout not in HYBRID_LAYOUTS:
+        out.append(_error("hicache.hicache_mem_layout",
+                          f"{hc.hicache_mem_layout} is rejected by MambaPoolHost on hybrid models; use page_first"))
+    if not arch.is_hybrid and hc.hicache_mem_layout == "page_first_kv_split":
+        out.append(_error("hicache.hicache_mem_layout",
+                          "page_first_kv_split is refused by the MHA host pool (ValueError)"))
+    if arch.is_hybrid and hc.hicache_host_memory_mode == "buffer_only":
+        out.append(_error("hicache.hicache_host_memory_mode",
+                          "buffer_only supports only FULL/SWA trees; hybrid models need cache (unified_radix_cache.py)"))
+    return out
+
+
+def _l3_hybrid(i: Inputs) -> list[Finding]:
+    """L3 backends on a hybrid model: ``L3_NOT_FOR_HYBRID`` do not implement ``batch_*_v2`` and
+    raise NotImplementedError; the file backend has illegal-memory-access reports there on stock
+    0.5.19 (sglang#16771, #30055)."""
+    sb = i.hc.hicache_storage_backend
+    if not (i.hc.enabled and sb and i.arch.is_hybrid):
+        return []
+    if sb in L3_NOT_FOR_HYBRID:
+        return [_error("hicache.l3.kind",
+                       f"{sb} does not implement batch_*_v2 and raises NotImplementedError on hybrid models")]
+    if sb == "file":
+        return [_warn("hicache.l3.kind",
+                      "file L3 with a hybrid GDN model has illegal-memory-access reports on stock 0.5.19 "
+                      "(sglang#16771, #30055): retry without L3 to isolate a crash")]
+    return []
+
+
+def _l3_file_cap(i: Inputs) -> list[Finding]:
+    """The file L3 store without ``max_size`` is not evicted (``LRUFileEvictor`` runs only with
+    SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE): it grows until the disk is full."""
+    hc = i.hc
+    if hc.enabled and hc.hicache_storage_backend == "file" and hc.storage_max_size is None:
+        return [_warn("hicache.l3.max_size", "no cap on the L3 file store: it grows until the disk is full")]
+    return []
+
+
+def _mooncake_store(i: Inputs) -> list[Finding]:
+    """Mooncake needs its master: ``MooncakeStoreConfig.load_from_env`` raises ValueError when
+    neither MOONCAKE_MASTER nor MOONCAKE_CLIENT is set; its global segment takes host memory
+    beside the pools (``l3_host_bytes``), which the pinned budget subtracts."""
+    hc = i.hc
+    if not (hc.enabled and hc.hicache_storage_backend == "mooncake"):
+        return []
+    out: list[Finding] = []
+    if not getattr(hc.l3, "master", None):
+        out.append(_error("hicache.l3.master",
+                          "the Mooncake backend needs its master's HOST:PORT: SGLang stops at start without "
+                          "MOONCAKE_MASTER (mooncake_store.py: MooncakeStoreConfig.load_from_env); set "
+                          "hicache.l3: {kind: mooncake, master: HOST:PORT}"))
+    out.append(_warn("hicache.l3.global_segment_size",
+                     f"the Mooncake store takes {l3_host_bytes(i.profile) / GiB_BYTES:.2f} GiB of host memory on "
+                     f"this box beside the pools (global_segment_size, split over the {i.rt.tp_size} ranks: "
+                     "mooncake_store.py); the pinned budget subtracts it"))
+    return out
+
+
+def _size_over_ratio(i: Inputs) -> list[Finding]:
+    """``--hicache-size`` above 0 wins over ``--hicache-ratio`` (``pool_host/base.py``: the size,
+    when given, sizes the host pool)."""
+    hc = i.hc
+    if hc.enabled and hc.hicache_size and hc.hicache_ratio != "auto":
+        return [_warn("hicache.hicache_ratio", "hicache_size > 0 overrides hicache_ratio (SGLang ignores the ratio)")]
+    return []
+
+
+def _inert_keys(i: Inputs) -> list[Finding]:
+    """Keys that load but do nothing (``profiles validate`` prints the same, with file:line)."""
+    return [_warn(".".join(loc), message) for loc, message in profile_only_warnings(i.profile)]
+
+
+#: Every configuration rule, in the order their findings are reported.
+RULES: tuple[Rule, ...] = (
+    Rule("kv-heads-split-over-tp", "srt/configs/model_config.py: get_num_kv_heads", _kv_heads_split),
+    Rule("gdn-state-split-over-tp", "srt/configs/mamba_utils.py: Mamba2StateShape.create; srt/distributed/utils.py: "
+         "divide", _gdn_state_split),
+    Rule("context-length-within-the-model", "srt/configs/model_config.py: ModelConfig._derive_context_length",
+         _context_length),
+    Rule("int2-kv", "the int2-kv overlay (sglang#32129): its host pool packs 4 codes per byte", _int2_kv),
+    Rule("quant-method-known", "configs/model_config.py: _verify_quantization", _quant_method_known),
+    Rule("quantization-loadable", "configs/model_config.py: _verify_quantization", _quantization_loadable),
+    Rule("nvfp4-online-on-blackwell", "arg_groups/overrides.py: _moe_runner_backend_quant_constraints",
+         _nvfp4_online_blackwell),
+    Rule("escha-w2-needs-its-overlay", "the w2-weights overlay (Escha-W2 quantization layers)", _escha_w2),
+    Rule("no-buffer-page-1", "arg_groups/mamba_hook.py: validate_mamba_no_buffer", _no_buffer_page),
+    Rule("no-buffer-no-overlap", "arg_groups/mamba_hook.py: validate_mamba_no_buffer", _no_buffer_overlap),
+    Rule("extra-buffer-track-interval", "arg_groups/mamba_hook.py: validate_mamba_extra_buffer",
+         _extra_buffer_interval),
+    Rule("aiter-not-on-cuda", "arg_groups/attention_hook.py: handle_attention_backend_compatibility; "
+         "layers/attention/aiter_backend.py", _aiter_not_cuda),
+    Rule("mla-backend-without-mla", "arg_groups/overrides.py: _mla_kv_cache_dtype_checks", _mla_backend),
+    Rule("trtllm-mha-prefill-sm", "arg_groups/attention_hook.py: handle_attention_backend_compatibility",
+         _trtllm_mha_prefill_sm),
+    Rule("trtllm-mha-prefill-fp8-sm120", "arg_groups/attention_hook.py: handle_attention_backend_compatibility",
+         _trtllm_mha_prefill_fp8),
+    Rule("model-runner-attention-backend", "model_runner_components/attention_backend_setup.py: "
+         "_build_resolved_backend; layers/attention/attention_registry.py", _model_runner_backends),
+    Rule("mixed-chunk-prefill-graph", "model_executor/runner/prefill_cuda_graph_runner.py: "
+         "PrefillCudaGraphRunner.__init__", _mixed_chunk_prefill_graph),
+    Rule("nvfp4-prefill-backends", "arg_groups/kv_cache_hook.py: handle_nvfp4_prefill_kv_dequant_dtype",
+         _nvfp4_prefill),
+    Rule("hybrid-mixed-chunk-needs-fix", "sglang#39342, fixed by sglang#39526", _hybrid_mixed_chunk),
+    Rule("hybrid-mamba-slots", "mem_cache/kv_cache_configurator.py: _handle_max_mamba_cache", _hybrid_mamba_slots),
+    Rule("hybrid-slots-per-request", "mem_cache/kv_cache_configurator.py: resolve_max_num_reqs",
+         _hybrid_slots_per_request),
+    Rule("hybrid-max-total-tokens", "mem_cache/kv_cache_configurator.py: resolve_max_num_reqs",
+         _hybrid_max_total_tokens),
+    Rule("eagle-not-on-extra-buffer", "sglang#36537; sglang#30437", _eagle_extra_buffer),
+    Rule("draft-not-counted", "planner/draft.py: draft_count (what SGLang loads that the plan cannot size)",
+         _draft_not_counted),
+    Rule("torch-compile-on-hybrid", "sglang#35777", _torch_compile_hybrid),
+    Rule("hicache-needs-the-radix-cache", "arg_groups/kv_cache_hook.py: handle_cache_compatibility",
+         _hicache_radix),
+    Rule("hicache-no-int8-mamba-checkpoint", "arg_groups/mamba_hook.py", _hicache_int8_mamba),
+    Rule("hicache-host-layout", "mem_cache/pool_host/mamba.py: MambaPoolHost; pool_host/mha.py; "
+         "mem_cache/unified_radix_cache.py", _hicache_layout),
+    Rule("l3-on-hybrid", "sglang#16771, #30055 (file); the backends' batch_*_v2", _l3_hybrid),
+    Rule("l3-file-cap", "mem_cache/storage/file/lru_file_evictor.py: LRUFileEvictor", _l3_file_cap),
+    Rule("mooncake-store", "mem_cache/storage/mooncake_store/mooncake_store.py: MooncakeStoreConfig.load_from_env",
+         _mooncake_store),
+    Rule("hicache-size-over-ratio", "mem_cache/pool_host/base.py: the host pool's size", _size_over_ratio),
+    Rule("inert-keys", "profile.profile_only_warnings", _inert_keys),
+)
+
+
 def validate(profile: Profile, arch: ModelArch, capabilities: frozenset[str], *,
              page_size: int, mamba_slots: int, model_dir: ModelDirFacts | None = None,
              release: Release | None = None, draft: DraftCount | None = None) -> list[Finding]:
-    """All configuration findings for ``profile`` on model ``arch``, errors first.
+    """All configuration findings for ``profile`` on model ``arch``: each rule of ``RULES`` in
+    order, its findings in its own order.
 
+    ``page_size``: the plan's page (tokens); ``mamba_slots``: its device mamba slots per rank.
     ``model_dir``: what the model folder's config.json says (its derived context length).
     ``release``: the SGLang release planned (its facts: the rules only some releases have).
     ``draft``: what the plan counts of a speculative draft (``draft.draft_count``): each part it
     leaves uncounted is a warning."""
-    out: list[Finding] = []
-
-    def error(field: str, message: str) -> None:
-        out.append(Finding(severity="error", field=field, message=message))
-
-    def warn(field: str, message: str) -> None:
-        out.append(Finding(severity="warning", field=field, message=message))
-
-    rt, hc = profile.runtime, profile.hicache
-    dtype = normalize_kv_dtype(rt.kv_cache.dtype)
-    tp = rt.tp_size
-
-    # Parallelism (tp_size > gpu_count: profile.profile_only_problems).
-    kvh = arch.num_key_value_heads
-    if kvh >= tp and kvh % tp != 0:
-        error("model.architecture.num_key_value_heads",
-              f"{kvh} KV heads are neither divisible by tp_size {tp} nor fewer than it "
-              "(srt/configs/model_config.py: get_num_kv_heads)")
-    # The GDN state per rank: srt/configs/mamba_utils.py: Mamba2StateShape.create divides the
-    # value heads (temporal state) and the conv dim (value dim x heads + 2 x key groups, the
-    # groups extended to a multiple of tp: extra_groups_for_head_shards) by tp_size, and
-    # srt/distributed/utils.py: divide asserts each is a multiple ("1 is not divisible by 2"):
-    # SGLang stops when the configurator builds the mamba cache params.
-    heads, groups, k_dim, v_dim = (arch.linear_num_value_heads, arch.linear_num_key_heads,
-                                   arch.linear_key_head_dim, arch.linear_value_head_dim)
-    if arch.linear_layer_ids() and heads and groups and k_dim and v_dim:
-        groups += -groups % tp
-        conv_dim = v_dim * heads + 2 * groups * k_dim
-        if heads % tp or conv_dim % tp:
-            what = f"{heads} GDN value heads" if heads % tp else f"the GDN conv dim {conv_dim}"
-            error("model.architecture.linear_num_value_heads",
-                  f"{what} not divisible by tp_size {tp}: SGLang's mamba state shape divides it across the "
-                  "ranks (srt/configs/mamba_utils.py: Mamba2StateShape.create; srt/distributed/utils.py: divide)")
-
-    # Context length against the model (srt/configs/model_config.py: ModelConfig._derive_context_length
-    # raises ValueError for a --context-length above what config.json allows, unless
-    # SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN is set).
-    if rt.context_length and model_dir and model_dir.context_length and rt.context_length > model_dir.context_length:
-        if not rt.allow_longer_context_length:
-            error("runtime.context_length",
-                  f"{rt.context_length} tokens is more than the {model_dir.context_length} the model folder's "
-                  f"config.json allows ({model_dir.context_length_key}): SGLang stops at startup "
-                  "(srt/configs/model_config.py: ModelConfig._derive_context_length); lower it, or set "
-                  "runtime.allow_longer_context_length: true (SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1; "
-                  "SGLang warns of incorrect outputs or CUDA errors past the trained length)")
-        else:
-            warn("runtime.context_length",
-                 f"{rt.context_length} tokens is more than the {model_dir.context_length} the model folder's "
-                 f"config.json allows ({model_dir.context_length_key}); allowed by "
-                 "runtime.allow_longer_context_length (SGLang warns of incorrect outputs or CUDA errors)")
-
-    # KV dtype and its capability.
-    if dtype == "int2":
-        if "int2-kv" not in capabilities:
-            error("runtime.kv_cache.dtype", "int2 needs the int2-kv capability (a user overlay: "
-                  "the fork's OSCAR INT2 patch); stock SGLang 0.5.19 has no int2 KV pool")
-        i2 = rt.kv_cache.int2
-        n_q = 4 * (2 if i2.hp_dtype in ("bfloat16", "float16") else 4)
-        if arch.head_dim % 4:
-            error("model.architecture.head_dim", f"INT2 packs 4 codes per byte: head_dim {arch.head_dim} must be a multiple of 4")
-        if arch.head_dim % i2.group_size:
-            error("runtime.kv_cache.int2.group_size",
-                  f"head_dim {arch.head_dim} is not a multiple of group_size {i2.group_size}")
-        if page_size != n_q:
-            error("runtime.page_size", f"the INT2 page is 4 x itemsize({i2.hp_dtype}) = {n_q} tokens, not {page_size}")
-        for name in ("prefix_tokens", "recent_tokens"):
-            if getattr(i2, name) % n_q:
-                error(f"runtime.kv_cache.int2.{name}", f"must be a multiple of the INT2 page ({n_q})")
-    qm = model_dir.quant_method if model_dir is not None else None
-    methods = release.quantization_methods if release is not None else None
-    if qm and model_dir is not None and release is not None and methods is not None and qm.lower() not in methods.known:
-        # the list is the release's (catalog/releases/X.Y.Z/facts.yaml: quantization_methods)
-        error("model.host_dir",
-              f"{model_dir.path}/config.json: quantization_config.quant_method {qm!r} is no quantization method "
-              f"SGLang {release.version} knows (its {len(methods.known)}: {', '.join(methods.known)}; "
-              "layers/quantization/__init__.py): its model config refuses it at startup "
-              "(configs/model_config.py: _verify_quantization, 'Unknown quantization method'); use a checkpoint "
-              "quantized with one of them")
-    q = profile.model.quantization
-    if q and release is not None and release.quantization_not_loadable and q in release.quantization_not_loadable.methods:
-        error("model.quantization",
-              f"SGLang {release.version} parses --quantization {q} but has no such quantization method: its model "
-              "config refuses it at startup (configs/model_config.py: _verify_quantization, Unknown quantization method)")
-    if profile.model.quantization == "nvfp4_online" and profile.hardware.compute_capability not in ("10.0", "10.3"):
-        # srt/arg_groups/overrides.py: _moe_runner_backend_quant_constraints raises ValueError
-        # "--quantization nvfp4_online is supported only on NVIDIA Blackwell SM100/SM103 GPUs".
-        error("model.quantization",
-              f"nvfp4_online needs an sm_100 or sm_103 GPU (this one is "
-              f"{profile.hardware.compute_capability or 'of unknown compute capability'}): SGLang refuses it at "
-              "startup (arg_groups/overrides.py: _moe_runner_backend_quant_constraints)")
-    if profile.model.quantization == "escha_w2" and "w2-weights" not in capabilities:
-        error("model.quantization", "escha_w2 needs the w2-weights capability (a user overlay)")
-
-    # Hybrid (GDN) models.
-    if arch.is_hybrid and page_size > 1 and rt.mamba_radix_cache_strategy == "no_buffer" and not rt.disable_radix_cache:
-        # SGLang refuses it at startup: srt/arg_groups/mamba_hook.py: validate_mamba_no_buffer
-        # asserts "no_buffer only supports page_size=1." (auto picks extra_buffer for page > 1).
-        error("runtime.mamba_radix_cache_strategy",
-              f"no_buffer needs page_size 1 (page_size is {page_size}): SGLang refuses it at startup "
-              "(arg_groups/mamba_hook.py: validate_mamba_no_buffer); use extra_buffer or auto")
-    if arch.is_hybrid and rt.mamba_radix_cache_strategy == "no_buffer" and not rt.disable_radix_cache \
-            and extra_arg(rt.extra_args, "--disable-overlap-schedule") is None:
-        # srt/arg_groups/mamba_hook.py: validate_mamba_no_buffer asserts "no_buffer do not support
-        # overlap schedule" (overlap is on unless --disable-overlap-schedule).
-        error("runtime.mamba_radix_cache_strategy",
-              "no_buffer does not support the overlap scheduler: SGLang refuses it at startup "
-              "(arg_groups/mamba_hook.py: validate_mamba_no_buffer); use extra_buffer or auto, or add "
-              "--disable-overlap-schedule to runtime.extra_args")
-    strategy = resolved_mamba_strategy(profile, arch)[0] or rt.mamba_radix_cache_strategy
-    given = extra_arg(rt.extra_args, "--mamba-track-interval")
-    interval = int(given) if given and given.isdigit() else MAMBA_TRACK_INTERVAL  # not an int: the flag check says so
-    if arch.is_hybrid and page_size > 1 and strategy != "no_buffer" and not rt.disable_radix_cache \
-            and interval and interval % page_size:
-        # srt/arg_groups/mamba_hook.py: validate_mamba_extra_buffer asserts
-        # mamba_track_interval % page_size == 0 (auto is extra_buffer for pages > 1).
-        error("runtime.page_size",
-              f"page_size {page_size} does not divide --mamba-track-interval {interval}: the mamba extra_buffer "
-              "strategy tracks states every interval tokens, on page boundaries; SGLang refuses it at startup "
-              "(arg_groups/mamba_hook.py: validate_mamba_extra_buffer, an AssertionError without a message); "
-              "use a page_size that divides it (1, 16, 64)")
-    prefill_backend = extra_arg(rt.extra_args, "--prefill-attention-backend") or rt.attention_backend
-    cc = profile.hardware.compute_capability
-    if rt.attention_backend == "aiter":
-        # AMD's ROCm kernels (srt/layers/attention/aiter_backend.py); on these boxes' NVIDIA GPUs SGLang
-        # also scales mem_fraction_static by 0.85 for it past 8,192 tokens of context (arg_groups/
-        # attention_hook.py: handle_attention_backend_compatibility), a budget this plan does not size
-        error("runtime.attention_backend",
-              "aiter is the attention backend of AMD's ROCm kernels (aiter_backend.py), not a CUDA GPU's, and "
-              "SGLang cuts mem_fraction_static to 0.85 of it past 8,192 tokens of context (attention_hook.py: "
-              "handle_attention_backend_compatibility): use triton, flashinfer or fa3")
-    mla = [b for b in (rt.attention_backend, extra_arg(rt.extra_args, "--prefill-attention-backend"),
-                       extra_arg(rt.extra_args, "--decode-attention-backend")) if b in MLA_BACKENDS]
-    if mla:
-        # These backends run multi-head latent attention layers (DeepSeek's MLA: srt/layers/attention/
-        # flashmla_backend.py, cutlass_mla_backend.py, trtllm_mla_backend.py, ...); the models planned
-        # here have none. SGLang also refuses them off Blackwell while resolving its arguments
-        # (arg_groups/overrides.py: _mla_kv_cache_dtype_checks, _cutedsl_prefill_backend_fill).
-        error("runtime.attention_backend",
-              f"{mla[0]} is an attention backend for MLA (multi-head latent attention) models, and "
-              f"{arch.model_type} has no MLA layers: use triton, flashinfer or fa3")
-    if prefill_backend == "trtllm_mha" and cc and cc.split(".")[0] not in ("9", "10", "12"):
-        # srt/arg_groups/attention_hook.py: handle_attention_backend_compatibility raises "TRTLLM
-        # MHA backend for prefill requires Hopper (SM90), Blackwell (SM100), or SM120 GPUs".
-        error("runtime.attention_backend",
-              f"trtllm_mha prefill needs an sm_90, sm_100 or sm_120 GPU (this one is sm_{cc.replace('.', '')}): "
-              "SGLang refuses it at startup (arg_groups/attention_hook.py: handle_attention_backend_compatibility)")
-    if prefill_backend == "trtllm_mha" and cc == "12.0" and dtype == "fp8_e4m3":
-        # srt/arg_groups/attention_hook.py: handle_attention_backend_compatibility raises
-        # "TRTLLM FMHAv2 prefill on SM120 does not support fp8_e4m3 KV cache".
-        error("runtime.attention_backend",
-              "trtllm_mha prefill on sm_120 does not support an fp8_e4m3 KV cache: SGLang refuses it at startup "
-              "(arg_groups/attention_hook.py: handle_attention_backend_compatibility); use triton or flashinfer")
-    if release is not None and release.attention_registry is not None:
-        for severity, field, message in model_runner_backend_problems(
-                release, arch, rt.attention_backend, rt.extra_args, cc, page_size=page_size, tp_size=tp,
-                model_dir=model_dir):
-            (error if severity == "error" else warn)(field, message)
-    if release is not None:
-        mixed = mixed_chunk_prefill_graph_problem(release, rt.enable_mixed_chunk, rt.attention_backend,
-                                                  rt.disable_prefill_cuda_graph, rt.extra_args)
-        if mixed is not None:
-            error("runtime.enable_mixed_chunk", mixed)
-    if dtype == "nvfp4" and release is not None and release.nvfp4_prefill is not None:
-        for message in _nvfp4_backend_problems(release.nvfp4_prefill, rt.attention_backend, rt.extra_args, cc):
-            error("runtime.kv_cache.dtype", f"nvfp4 on SGLang {release.version}: {message}: SGLang refuses it at "
-                  "startup (arg_groups/kv_cache_hook.py: handle_nvfp4_prefill_kv_dequant_dtype)")
-    if arch.is_hybrid:
-        if rt.enable_mixed_chunk and "mamba-mixed-chunk-fix" not in capabilities:
-            error("runtime.enable_mixed_chunk",
-                  "mixed chunk corrupts mamba checkpoints on hybrid models without sglang#39526 "
-                  "(sglang#39342): set false, or add the mamba-mixed-chunk-fix overlay to runtime.needs")
-        if not arch.linear_layer_ids() and rt.max_mamba_cache_size is None:
-            # kv_cache_configurator.py: _handle_max_mamba_cache sizes the slots from the mamba
-            # state of one request (mamba_utils.py: mamba_cache_per_req, x the linear-attention
-            # layers) and asserts it is above 0: with no such layer it is 0, and SGLang stops
-            # (an explicit --max-mamba-cache-size takes the other branch, which does not divide)
-            error("model.architecture.full_attention_interval",
-                  f"{arch.full_attention_interval} makes every one of the {arch.num_hidden_layers} layers full "
-                  "attention: a hybrid model with no linear-attention layer has no mamba state to size its slots "
-                  "by, and SGLang stops at startup (kv_cache_configurator.py: _handle_max_mamba_cache asserts "
-                  "stage_per_req > 0); set runtime.max_mamba_cache_size, or a full_attention_interval above 1")
-        elif not mamba_slots:
-            # kv_cache_configurator.py: _handle_max_mamba_cache raises "Not enough GPU memory for
-            # hybrid (mamba/linear-attention) state cache" when it computes no slot.
-            error("runtime.max_mamba_cache_size",
-                  "no mamba state slot fits the static budget after the weights: SGLang stops at startup "
-                  "(kv_cache_configurator.py: _handle_max_mamba_cache); set runtime.max_mamba_cache_size "
-                  "and runtime.max_total_tokens, or raise runtime.mem_fraction_static")
-        if mamba_slots:
-            strategy = resolved_mamba_strategy(profile, arch)[0] or rt.mamba_radix_cache_strategy
-            per_req = mamba_slots_per_request(strategy, rt.disable_radix_cache)
-            cap = mamba_slots // per_req
-            if cap == 0:
-                # kv_cache_configurator.py: resolve_max_num_reqs raises RuntimeError("Hybrid
-                # (mamba/linear-attention) state cache is too small to serve any requests"),
-                # after the weights have loaded.
-                error("runtime.max_mamba_cache_size",
-                      f"{mamba_slots} mamba slots are fewer than one request needs ({per_req} with "
-                      f"mamba_radix_cache_strategy {strategy}): SGLang stops at startup "
-                      "(kv_cache_configurator.py: resolve_max_num_reqs); use at least "
-                      f"{per_req * max(rt.max_running_requests or 1, 1)}")
-            elif rt.max_running_requests and rt.max_running_requests > cap:
-                warn("runtime.max_running_requests",
-                     f"{rt.max_running_requests} requests but {mamba_slots} mamba slots at {per_req} "
-                     f"per request: SGLang caps it to {cap} (kv_cache_configurator.py: resolve_max_num_reqs)")
-
-    if arch.is_hybrid and rt.max_total_tokens is not None and rt.max_total_tokens // 2 == 0:
-        # kv_cache_configurator.py: resolve_max_num_reqs caps the running requests at
-        # token_capacity // 2, then, for a hybrid (mamba-ish) model only, raises RuntimeError
-        # ("Hybrid (mamba/linear-attention) state cache is too small to serve any requests")
-        # when that leaves none (after the weights have loaded); a dense model is not refused there
-        error("runtime.max_total_tokens",
-              f"{rt.max_total_tokens} token leaves no request: SGLang caps the running requests at "
-              "max_total_tokens // 2 = 0 and stops at startup (kv_cache_configurator.py: "
-              "resolve_max_num_reqs); use at least 2")
-
-    # Speculative decoding and torch.compile on hybrid models (runtime.extra_args).
-    spec = speculative_algorithm(profile)
-    if spec:
-        if arch.is_hybrid and spec in EAGLE_STYLE and rt.mamba_radix_cache_strategy == "extra_buffer":
-            error("runtime.mamba_radix_cache_strategy",
-                  f"extra_buffer with --speculative-algorithm {spec} on a hybrid model returns token-0 output once "
-                  "KV usage passes about 0.6 (sglang#36537): set mamba_radix_cache_strategy: extra_buffer_lazy "
-                  "(sglang#30437), or auto, which this plan resolves to it")
-        for line in (draft or DraftCount()).not_counted:
-            warn("model.draft" if profile.model.draft is not None else "runtime.speculative.algorithm", line)
-    if arch.is_hybrid and extra_arg(rt.extra_args, "--enable-torch-compile") == "true" \
-            and not extra_arg(rt.extra_args, "--disable-cuda-graph"):
-        warn("runtime.extra_args",
-             "--enable-torch-compile with decode CUDA graphs on a hybrid GDN model was measured about 6x "
-             "slower (sglang#35777): drop --enable-torch-compile unless a benchmark on this box says otherwise")
-
-    # HiCache.
-    if hc.enabled:
-        if rt.disable_radix_cache:
-            error("runtime.disable_radix_cache", "HiCache needs the radix cache (kv_cache_hook.py raises ValueError)")
-        if rt.attention_backend == "dual_chunk_flash_attn":
-            # attention_hook.py: handle_attention_backend_compatibility turns the radix cache off
-            # for this backend; kv_cache_hook.py: handle_cache_compatibility then refuses HiCache.
-            error("runtime.attention_backend", "dual_chunk_flash_attn turns the radix cache off, which HiCache "
-                  "needs: SGLang refuses it at startup (arg_groups/kv_cache_hook.py: handle_cache_compatibility)")
-        if rt.enable_int8_mamba_checkpoint:
-            error("runtime.enable_int8_mamba_checkpoint", "not allowed with HiCache (mamba_hook.py raises ValueError)")
-        if arch.is_hybrid and hc.hicache_mem_layout not in HYBRID_LAYOUTS:
-            error("hicache.hicache_mem_layout",
-                  f"{hc.hicache_mem_layout} is rejected by MambaPoolHost on hybrid models; use page_first")
-        if not arch.is_hybrid and hc.hicache_mem_layout == "page_first_kv_split":
-            error("hicache.hicache_mem_layout", "page_first_kv_split is refused by the MHA host pool (ValueError)")
-        if arch.is_hybrid and hc.hicache_host_memory_mode == "buffer_only":
-            error("hicache.hicache_host_memory_mode",
-                  "buffer_only supports only FULL/SWA trees; hybrid models need cache (unified_radix_cache.py)")
-        sb = hc.hicache_storage_backend
-        if sb:
-            if arch.is_hybrid and sb in L3_NOT_FOR_HYBRID:
-                error("hicache.l3.kind",
-                      f"{sb} does not implement batch_*_v2 and raises NotImplementedError on hybrid models")
-            elif arch.is_hybrid and sb == "file":
-                warn("hicache.l3.kind",
-                     "file L3 with a hybrid GDN model has illegal-memory-access reports on stock 0.5.19 "
-                     "(sglang#16771, #30055): retry without L3 to isolate a crash")
-            if sb == "file" and hc.storage_max_size is None:
-                warn("hicache.l3.max_size", "no cap on the L3 file store: it grows until the disk is full")
-            if sb == "mooncake":
-                l3 = hc.l3
-                if not getattr(l3, "master", None):
-                    # srt/mem_cache/storage/mooncake_store/mooncake_store.py: MooncakeStoreConfig.load_from_env
-                    # raises ValueError when neither MOONCAKE_MASTER nor MOONCAKE_CLIENT is set
-                    error("hicache.l3.master",
-                          "the Mooncake backend needs its master's HOST:PORT: SGLang stops at start without "
-                          "MOONCAKE_MASTER (mooncake_store.py: MooncakeStoreConfig.load_from_env); set "
-                          "hicache.l3: {kind: mooncake, master: HOST:PORT}")
-                warn("hicache.l3.global_segment_size",
-                     f"the Mooncake store takes {l3_host_bytes(profile) / GiB_BYTES:.2f} GiB of host memory on this "
-                     f"box beside the pools (global_segment_size, split over the {tp} ranks: mooncake_store.py); "
-                     "the pinned budget subtracts it")
-        if hc.hicache_size and hc.hicache_ratio != "auto":
-            warn("hicache.hicache_ratio", "hicache_size > 0 overrides hicache_ratio (SGLang ignores the ratio)")
-    # keys that load but do nothing (``profiles validate`` prints the same, with file:line)
-    for loc, message in profile_only_warnings(profile):
-        warn(".".join(loc), message)
-    return out
+    inputs = Inputs(profile, arch, capabilities, page_size, mamba_slots, model_dir, release, draft)
+    return [finding for rule in RULES for finding in rule.check(inputs)]

@@ -129,3 +129,18 @@ def test_the_mooncake_segment_comes_out_of_the_pinned_budget(cli):
     assert plain["pinned_budget_bytes"] - default["pinned_budget_bytes"] == 4 * 2**30
     assert plain["pinned_budget_bytes"] - small["pinned_budget_bytes"] == 2**30
     assert "Mooncake global segment" in default["binding_detail"]
+
+
+def test_each_rule_is_named_and_cites_its_source():
+    """``planner/validate.py: RULES``: unique kebab-case names, and each rule's source names an
+    SGLang file (``file.py: function``), an upstream issue (``sglang#N``), the overlay it needs or
+    the module whose findings it reports."""
+    import re
+
+    from escha_deploy.planner.validate import RULES
+
+    names = [r.name for r in RULES]
+    assert len(set(names)) == len(names)
+    assert [n for n in names if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", n)] == []
+    cites = re.compile(r"\w+\.py\b|sglang#\d+|overlay|^profile\.\w+$")
+    assert [(r.name, r.source) for r in RULES if not cites.search(r.source)] == []
