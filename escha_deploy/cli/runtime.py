@@ -61,335 +61,343 @@ def _description_file(state_dir: Optional[Path]) -> Path:
     return state_dir / "runtime.json" if state_dir else Path(runtime_description_path())
 
 
+#: ``escha-deploy runtime``: its commands are this module's functions below, registered on it
+#: at import (as ``cli/profiles.py`` does); ``register`` adds the group to the app.
+runtime_app = typer.Typer(help="Patch, inventory and verify the installed SGLang.", no_args_is_help=True)
+
+
 def register(app: typer.Typer) -> None:
-    runtime = typer.Typer(help="Patch, inventory and verify the installed SGLang.",
-                          no_args_is_help=True)
-    app.add_typer(runtime, name="runtime", rich_help_panel=PANEL_RUNTIME)
+    app.add_typer(runtime_app, name="runtime", rich_help_panel=PANEL_RUNTIME)
 
-    @runtime.command("apply")
-    def apply_cmd(
-        sglang_dir: SglangDirOpt = None,
-        python: PythonOpt = None,
-        state_dir: StateDirOpt = None,
-        overlay_dir: OverlayOpt = None,
-        base_ref: Annotated[Optional[str], typer.Option(
-            "--base-ref", help="The base image reference, recorded when the install is not a "
-            "wheel (an image built from git).")] = None,
-        expect_capabilities: Annotated[Optional[str], typer.Option(
-            "--expect-capabilities", help="Comma list the build promised in its labels; "
-            "refuse if the series gives another.")] = None,
-        expect_series: Annotated[Optional[str], typer.Option(
-            "--expect-series", help="Comma list of patch names the labels promised.")] = None,
-        fork_dir: ForkOpt = None,
-        fmt: FormatOpt = OutputFormat.table,
-    ) -> None:
-        """Apply escha-deploy's patch series (+ a fork's imported commits, + overlays) to the installed sglang,
-        verify, write runtime.json."""
-        from escha_deploy import __version__
-        from escha_deploy.cli.output import info
-        from escha_deploy.paths import output_folder
-        from escha_deploy.runtime import inventory as inv
-        from escha_deploy.runtime import patching
-        from escha_deploy.runtime.description import write_description
 
-        sd = _state_dir(state_dir)
-        # the state is written before the package is patched: refuse a folder that cannot be
-        # made or written in here, not halfway (its parent must exist, as for other outputs)
-        output_folder(sd, "--state-dir", make=False)
-        if state_dir is None:  # this machine's description: `plan` of this host plans it from now on
-            info(f"runtime apply: no --state-dir: writing this machine's runtime description to "
-                 f"{_description_file(None)} (plan and serve here then plan this runtime; "
-                 "plans of other boxes do not)")
+@runtime_app.command("apply")
+def apply_cmd(
+    sglang_dir: SglangDirOpt = None,
+    python: PythonOpt = None,
+    state_dir: StateDirOpt = None,
+    overlay_dir: OverlayOpt = None,
+    base_ref: Annotated[Optional[str], typer.Option(
+        "--base-ref", help="The base image reference, recorded when the install is not a "
+        "wheel (an image built from git).")] = None,
+    expect_capabilities: Annotated[Optional[str], typer.Option(
+        "--expect-capabilities", help="Comma list the build promised in its labels; "
+        "refuse if the series gives another.")] = None,
+    expect_series: Annotated[Optional[str], typer.Option(
+        "--expect-series", help="Comma list of patch names the labels promised.")] = None,
+    fork_dir: ForkOpt = None,
+    fmt: FormatOpt = OutputFormat.table,
+) -> None:
+    """Apply escha-deploy's patch series (+ a fork's imported commits, + overlays) to the installed sglang,
+    verify, write runtime.json."""
+    from escha_deploy import __version__
+    from escha_deploy.cli.output import info
+    from escha_deploy.paths import output_folder
+    from escha_deploy.runtime import inventory as inv
+    from escha_deploy.runtime import patching
+    from escha_deploy.runtime.description import write_description
+
+    sd = _state_dir(state_dir)
+    # the state is written before the package is patched: refuse a folder that cannot be
+    # made or written in here, not halfway (its parent must exist, as for other outputs)
+    output_folder(sd, "--state-dir", make=False)
+    if state_dir is None:  # this machine's description: `plan` of this host plans it from now on
+        info(f"runtime apply: no --state-dir: writing this machine's runtime description to "
+             f"{_description_file(None)} (plan and serve here then plan this runtime; "
+             "plans of other boxes do not)")
+    located = inv.locate(sglang_dir, python)
+    info(f"sglang {located.version} at {located.package_dir} (Python {located.python})")
+    result = patching.apply(located, sd, overlay_dir, base_ref, expect_capabilities,
+                            expect_series, __version__, fork_dir=fork_dir)
+    write_description(result.description, _description_file(state_dir))
+    info(f"wrote {_description_file(state_dir)}")
+    _print_description(result.description, fmt)
+
+
+@runtime_app.command("verify")
+def verify_cmd(
+    sglang_dir: SglangDirOpt = None,
+    python: PythonOpt = None,
+    state_dir: StateDirOpt = None,
+    overlay_dir: OverlayOpt = None,
+    base_wheel: Annotated[Optional[Path], typer.Option(
+        "--base-wheel", help="Read the clean base files from this stock wheel instead of "
+        "the copies apply saved.")] = None,
+    fork_dir: ForkOpt = None,
+    first_use: Annotated[bool, typer.Option(
+        "--first-use/--no-first-use", help="Also check what the server builds after ready for the L3 backends "
+        "the series' profiles turn on: a C++ compiler, <openssl/sha.h> and -lcrypto for SGLang's HiCache hash "
+        "extension (built here, and with torch present built and loaded by SGLang's own loader), and writable "
+        "JIT cache folders.")] = False,
+    fmt: FormatOpt = OutputFormat.table,
+) -> None:
+    """Check the installed sglang equals base + deltas; name every missing, extra and
+    changed file (exit 3 on any). With --first-use, also what SGLang compiles on first use."""
+    from escha_deploy.cli.output import print_json
+    from escha_deploy.errors import Refused
+    from escha_deploy.runtime import inventory as inv
+    from escha_deploy.runtime import patching
+
+    located = inv.locate(sglang_dir, python)
+    sd = _state_dir(state_dir)
+    recorded = patching.recorded_series(_description_file(state_dir))
+    result = patching.verify(located, sd, recorded, overlay_dir, base_wheel, fork_dir=fork_dir)
+    data = {"ok": result.drift.ok, "sglang_dir": str(located.package_dir),
+            "base": result.base, "files": result.files,
+            "expected_digest": result.expected_digest,
+            "missing": result.drift.missing, "extra": result.drift.extra,
+            "changed": result.drift.changed}
+    if fmt == OutputFormat.json:
+        print_json(data)
+    elif result.drift.ok:
+        print(f"ok: {result.files} files equal base {result.base} + "
+              f"{len(result.deltas)} deltas (digest {result.expected_digest})")
+    if not result.drift.ok:
+        raise Refused(*result.drift.lines(),
+                      hint="reinstall sglang and run `escha-deploy runtime apply`")
+    if first_use:
+        first_use_or_refuse(python)
+
+
+@runtime_app.command("inventory")
+def inventory_cmd(
+    sglang_dir: SglangDirOpt = None,
+    python: PythonOpt = None,
+    wheel: Annotated[Optional[Path], typer.Option(
+        "--wheel", help="Inventory this sglang wheel instead of the installed package.")] = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="Write the inventory JSON here (its folder must exist).")] = None,
+    deltas: Annotated[bool, typer.Option(
+        "--deltas", help="Show the deltas the series (+ overlays) makes to this base "
+        "(computed on a clean copy: needs --wheel, or an unpatched install).")] = False,
+    overlay_dir: OverlayOpt = None,
+    fork_dir: ForkOpt = None,
+    fmt: FormatOpt = OutputFormat.table,
+) -> None:
+    """The base inventory (every file, size, sha256; no __pycache__) and its digest."""
+    from escha_deploy.cli.output import info, print_json, stdout_console
+    from escha_deploy.paths import check_output, write_output
+    from escha_deploy.runtime import inventory as inv
+    from escha_deploy.runtime import patching
+
+    if output is not None:
+        check_output(output, "--output")  # before reading the wheel, not after
+    if wheel is not None:
+        tag, files = inv.scan_wheel(wheel)
+        base, version, source = f"wheel:{tag}", inv.wheel_version(wheel), str(wheel)
+
+        def read_base(rel: str) -> bytes | None:
+            return inv.read_wheel_file(wheel, rel)
+    else:
         located = inv.locate(sglang_dir, python)
-        info(f"sglang {located.version} at {located.package_dir} (Python {located.python})")
-        result = patching.apply(located, sd, overlay_dir, base_ref, expect_capabilities,
-                                expect_series, __version__, fork_dir=fork_dir)
-        write_description(result.description, _description_file(state_dir))
-        info(f"wrote {_description_file(state_dir)}")
-        _print_description(result.description, fmt)
+        tag, files, version = located.wheel_tag, inv.scan(located.package_dir), located.version
+        base, source = patching.base_id(located, None), str(located.package_dir)
 
-    @runtime.command("verify")
-    def verify_cmd(
-        sglang_dir: SglangDirOpt = None,
-        python: PythonOpt = None,
-        state_dir: StateDirOpt = None,
-        overlay_dir: OverlayOpt = None,
-        base_wheel: Annotated[Optional[Path], typer.Option(
-            "--base-wheel", help="Read the clean base files from this stock wheel instead of "
-            "the copies apply saved.")] = None,
-        fork_dir: ForkOpt = None,
-        first_use: Annotated[bool, typer.Option(
-            "--first-use/--no-first-use", help="Also check what the server builds after ready for the L3 backends "
-            "the series' profiles turn on: a C++ compiler, <openssl/sha.h> and -lcrypto for SGLang's HiCache hash "
-            "extension (built here, and with torch present built and loaded by SGLang's own loader), and writable "
-            "JIT cache folders.")] = False,
-        fmt: FormatOpt = OutputFormat.table,
-    ) -> None:
-        """Check the installed sglang equals base + deltas; name every missing, extra and
-        changed file (exit 3 on any). With --first-use, also what SGLang compiles on first use."""
-        from escha_deploy.cli.output import print_json
-        from escha_deploy.errors import Refused
-        from escha_deploy.runtime import inventory as inv
-        from escha_deploy.runtime import patching
-
-        located = inv.locate(sglang_dir, python)
-        sd = _state_dir(state_dir)
-        recorded = patching.recorded_series(_description_file(state_dir))
-        result = patching.verify(located, sd, recorded, overlay_dir, base_wheel, fork_dir=fork_dir)
-        data = {"ok": result.drift.ok, "sglang_dir": str(located.package_dir),
-                "base": result.base, "files": result.files,
-                "expected_digest": result.expected_digest,
-                "missing": result.drift.missing, "extra": result.drift.extra,
-                "changed": result.drift.changed}
-        if fmt == OutputFormat.json:
-            print_json(data)
-        elif result.drift.ok:
-            print(f"ok: {result.files} files equal base {result.base} + "
-                  f"{len(result.deltas)} deltas (digest {result.expected_digest})")
-        if not result.drift.ok:
-            raise Refused(*result.drift.lines(),
-                          hint="reinstall sglang and run `escha-deploy runtime apply`")
-        if first_use:
-            first_use_or_refuse(python)
-
-
-    @runtime.command("inventory")
-    def inventory_cmd(
-        sglang_dir: SglangDirOpt = None,
-        python: PythonOpt = None,
-        wheel: Annotated[Optional[Path], typer.Option(
-            "--wheel", help="Inventory this sglang wheel instead of the installed package.")] = None,
-        output: Annotated[Optional[Path], typer.Option(
-            "--output", "-o", help="Write the inventory JSON here (its folder must exist).")] = None,
-        deltas: Annotated[bool, typer.Option(
-            "--deltas", help="Show the deltas the series (+ overlays) makes to this base "
-            "(computed on a clean copy: needs --wheel, or an unpatched install).")] = False,
-        overlay_dir: OverlayOpt = None,
-        fork_dir: ForkOpt = None,
-        fmt: FormatOpt = OutputFormat.table,
-    ) -> None:
-        """The base inventory (every file, size, sha256; no __pycache__) and its digest."""
-        from escha_deploy.cli.output import info, print_json, stdout_console
-        from escha_deploy.paths import check_output, write_output
-        from escha_deploy.runtime import inventory as inv
-        from escha_deploy.runtime import patching
-
-        if output is not None:
-            check_output(output, "--output")  # before reading the wheel, not after
-        if wheel is not None:
-            tag, files = inv.scan_wheel(wheel)
-            base, version, source = f"wheel:{tag}", inv.wheel_version(wheel), str(wheel)
-
-            def read_base(rel: str) -> bytes | None:
-                return inv.read_wheel_file(wheel, rel)
-        else:
-            located = inv.locate(sglang_dir, python)
-            tag, files, version = located.wheel_tag, inv.scan(located.package_dir), located.version
-            base, source = patching.base_id(located, None), str(located.package_dir)
-
-            def read_base(rel: str) -> bytes | None:
-                p = located.package_dir / rel
-                return p.read_bytes() if rel in files else None
-        committed = patching.committed_base_path(tag)
-        matches = None
-        if committed is not None:
-            matches = inv.compare(files, inv.read_inventory(committed)[1]).ok
-        data: dict = {"base": base, "source": source, "version": version, "files": len(files),
-                      "bytes": sum(s for s, _ in files.values()), "digest": inv.digest(files),
-                      "committed_inventory": committed.name if committed else None,
-                      "matches_committed": matches}
-        if deltas:
-            d, _ = patching.compute_deltas(patching.load_patches(overlay_dir, fork_dir), read_base)
-            data["deltas"] = {rel: (None if e is None else {"size": e[0], "sha256": e[1]})
-                              for rel, e in sorted(d.items())}
-        if output is not None:
-            text, _ = inv.inventory_text(base, version, files)
-            write_output(output, text, "--output")
-            info(f"runtime inventory: wrote the inventory of {base} ({len(files)} files, digest "
-                 f"{data['digest'][:12]}) to {output}")
-        if fmt == OutputFormat.json:
-            print_json(data)
-            return
-        for k in ("base", "source", "version", "files", "bytes", "digest", "committed_inventory",
-                  "matches_committed"):
-            print(f"{k}: {data[k]}")
-        if deltas:
-            from rich.table import Table
-
-            dt = Table()
-            dt.add_column("delta (sglang/...)", overflow="fold")
-            dt.add_column("size")
-            dt.add_column("sha256", overflow="fold")
-            for rel, e in data["deltas"].items():
-                dt.add_row(rel, "deleted" if e is None else str(e["size"]),
-                           "" if e is None else e["sha256"])
-            stdout_console().print(dt)
-
-    @runtime.command(
-        "import",
-        epilog="Example:  git -C ~/sglang format-patch v0.5.19..escha -o ~/escha-fork && "
-        "escha-deploy runtime import ~/escha-fork --base-wheel sglang-0.5.19-*.whl",
-    )
-    def import_cmd(
-        directory: Annotated[Path, typer.Argument(
-            help="`git format-patch v0.5.19..BRANCH` output of your SGLang fork, with its "
-            "escha-fork.yaml declaration.", show_default=False)],
-        output: Annotated[Optional[Path], typer.Option(
-            "--output", "-o", help="Where the build finds it: a folder of the build context "
-            "(made when missing; its parent must exist). "
-            "Default: runtime_fork/ of the checkout `escha-deploy build` uses (this folder when "
-            "it holds Dockerfile.hicache).")] = None,
-        base_wheel: Annotated[Optional[Path], typer.Option(
-            "--base-wheel", help="Also apply everything to the clean files of this stock "
-            "sglang 0.5.19 wheel now, so a hunk that does not apply is refused here, not in "
-            "the image build.")] = None,
-        fmt: FormatOpt = OutputFormat.table,
-    ) -> None:
-        """Import a fork's commits (git format-patch against v0.5.19, SGLang repository
-        layout): check them, order them with escha-deploy's series, and copy them for the build."""
-        from escha_deploy.cli.output import info, print_json
-        from escha_deploy.errors import BadInput
-        from escha_deploy.paths import output_folder, write_output
-        from escha_deploy.runtime import inventory as inv
-        from escha_deploy.runtime import patching
-        from escha_deploy.runtime.fork import DECLARATION, fork_patch_files
-
-        if not directory.is_dir():
-            raise BadInput(f"{directory}: not a folder")
-        if output is None:
-            from escha_deploy.paths import PACKAGE_DIR
-
-            ctx = Path.cwd() if (Path.cwd() / "Dockerfile.hicache").is_file() else PACKAGE_DIR.parent
-            if not (ctx / "Dockerfile.hicache").is_file():
-                raise BadInput("--output: no escha-deploy checkout here to copy the import into",
-                               hint="run it in the checkout you build from, or pass --output DIR")
-            output = ctx / "runtime_fork"
-        output_folder(output, "--output", make=False)  # before the checks, not after
-        release = None
-        if base_wheel is not None:
-            if not base_wheel.is_file():
-                raise BadInput(f"--base-wheel {base_wheel}: no such file")
-            from escha_deploy.runtime.fork import check_fork_release
-
-            release = inv.wheel_version(base_wheel)
-            check_fork_release(directory, release)
-        fi = patching.fork_with_series(directory, patching.series_release_of(release))
-        deltas = None
-        if base_wheel is not None:
-            deltas, _ = patching.compute_deltas(
-                fi.order, lambda rel: inv.read_wheel_file(base_wheel, rel))
-        if output.resolve() != directory.resolve():
-            output_folder(output, "--output")
-            try:
-                for old in [*output.glob("*.patch"), output / DECLARATION, output / "series"]:
-                    old.unlink(missing_ok=True)
-            except OSError as exc:
-                raise BadInput(f"--output {output}: cannot write: {exc.strerror or exc}") from None
-            for f in [*fork_patch_files(directory), directory / DECLARATION]:
-                if f.is_file():
-                    write_output(output / f.name, f.read_bytes(), "--output")
-        by_file = {c.file: c for c in fi.commits}
-        data = {
-            "directory": str(directory), "output": str(output),
-            "order": [{"name": p.name, "source": p.source,
-                       "commit": by_file[p.name].commit if p.source == "fork" else None,
-                       "subject": by_file[p.name].subject if p.source == "fork"
-                       else p.header.get("Subject"),
-                       "capabilities": list(p.capabilities),
-                       "files": [f"sglang/{t}" for t in p.touched],
-                       "left_out": list(by_file[p.name].left_out) if p.source == "fork" else []}
-                      for p in fi.order],
-            "dropped": fi.dropped,
-            "capabilities": patching.capabilities_of(fi.order),
-            "deltas_checked_against": str(base_wheel) if base_wheel else None,
-            "deltas": len(deltas) if deltas is not None else None,
-        }
-        if fmt == OutputFormat.json:
-            print_json(data)
-            return
+        def read_base(rel: str) -> bytes | None:
+            p = located.package_dir / rel
+            return p.read_bytes() if rel in files else None
+    committed = patching.committed_base_path(tag)
+    matches = None
+    if committed is not None:
+        matches = inv.compare(files, inv.read_inventory(committed)[1]).ok
+    data: dict = {"base": base, "source": source, "version": version, "files": len(files),
+                  "bytes": sum(s for s, _ in files.values()), "digest": inv.digest(files),
+                  "committed_inventory": committed.name if committed else None,
+                  "matches_committed": matches}
+    if deltas:
+        d, _ = patching.compute_deltas(patching.load_patches(overlay_dir, fork_dir), read_base)
+        data["deltas"] = {rel: (None if e is None else {"size": e[0], "sha256": e[1]})
+                          for rel, e in sorted(d.items())}
+    if output is not None:
+        text, _ = inv.inventory_text(base, version, files)
+        write_output(output, text, "--output")
+        info(f"runtime inventory: wrote the inventory of {base} ({len(files)} files, digest "
+             f"{data['digest'][:12]}) to {output}")
+    if fmt == OutputFormat.json:
+        print_json(data)
+        return
+    for k in ("base", "source", "version", "files", "bytes", "digest", "committed_inventory",
+              "matches_committed"):
+        print(f"{k}: {data[k]}")
+    if deltas:
         from rich.table import Table
 
-        from escha_deploy.cli.output import stdout_console
+        dt = Table()
+        dt.add_column("delta (sglang/...)", overflow="fold")
+        dt.add_column("size")
+        dt.add_column("sha256", overflow="fold")
+        for rel, e in data["deltas"].items():
+            dt.add_row(rel, "deleted" if e is None else str(e["size"]),
+                       "" if e is None else e["sha256"])
+        stdout_console().print(dt)
 
-        t = Table(title=f"apply order ({len(fi.order)} patches)")
-        for col in ("#", "patch", "commit", "capabilities", "left out"):
-            t.add_column(col, overflow="fold")
-        for n, row in enumerate(data["order"], 1):
-            t.add_row(str(n), f"{row['name']}\n{row['subject'] or ''}",
-                      (row["commit"] or "escha-deploy")[:12], ", ".join(row["capabilities"]),
-                      ", ".join(row["left_out"]))
-        stdout_console().print(t)
-        for line in fi.dropped:
-            print(f"dropped: {line}")
-        print(f"capabilities: {', '.join(data['capabilities']) or 'none'}")
-        if deltas is not None:
-            print(f"applies cleanly to {base_wheel.name}: {len(deltas)} files changed or added")
-        if output.resolve() != directory.resolve():
-            if output.name == "runtime_fork" and (output.parent / "Dockerfile.hicache").is_file():
-                how = "`escha-deploy build --hicache` there"
-            else:
-                how = ("`escha-deploy build --hicache --fork-dir DIR`, DIR being that folder "
-                       "relative to the checkout")
-            info(f"copied {len(fi.commits)} patches to {output}; build with {how}")
 
-    @runtime.command("rebase")
-    def rebase_cmd(
-        check: Annotated[Optional[str], typer.Option(
-            "--check", metavar="VERSION", help="The SGLang release to check a series (and --fork-dir's "
-            "commits) against; read-only. The series: that release's own when one is committed "
-            "(runtime_patches/VERSION/), else the one our patches are made for; --series-of picks.")] = None,
-        onto: Annotated[Optional[str], typer.Option(
-            "--onto", metavar="VERSION", help="Write our series re-derived for this SGLang release: each "
-            "hunk carried over, found where it moved, or taken from the release's rebase.yaml "
-            "(catalog/releases/VERSION/), with its outcome and reason in the patch.")] = None,
-        wheel: Annotated[Optional[Path], typer.Option(
-            "--wheel", help="That release's wheel (offline: `pip download --no-deps sglang==VERSION`). "
-            "Default: sglang-VERSION-*.whl here or in .cache/wheels.")] = None,
-        fork_dir: Annotated[Optional[Path], typer.Option(
-            "--fork-dir", help="A fork's `git format-patch` commits to check too (their own chain).")] = None,
-        series_of: Annotated[Optional[str], typer.Option(
-            "--series-of", metavar="RELEASE", help="--check: the series committed for this release "
-            "instead.")] = None,
-        resolutions: Annotated[Optional[Path], typer.Option(
-            "--resolutions", help="--onto: the rebase.yaml to read. Default: the release's in the "
-            "catalog.")] = None,
-        output: Annotated[Optional[Path], typer.Option(
-            "--output", "-o", help="--onto: the folder to write the series into (made when missing; "
-            "its parent must exist). Default: runtime_patches/VERSION of the checkout here.")] = None,
-        fmt: FormatOpt = OutputFormat.table,
-    ) -> None:
-        """Check a series against another SGLang release's wheel (--check: which patches and fork
-        commits apply, fail with file and hunk, or are already there; exit 0 when all apply, 3
-        otherwise), or write our series rebased onto it (--onto)."""
-        from escha_deploy.errors import BadInput
+@runtime_app.command(
+    "import",
+    epilog="Example:  git -C ~/sglang format-patch v0.5.19..escha -o ~/escha-fork && "
+    "escha-deploy runtime import ~/escha-fork --base-wheel sglang-0.5.19-*.whl",
+)
+def import_cmd(
+    directory: Annotated[Path, typer.Argument(
+        help="`git format-patch v0.5.19..BRANCH` output of your SGLang fork, with its "
+        "escha-fork.yaml declaration.", show_default=False)],
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="Where the build finds it: a folder of the build context "
+        "(made when missing; its parent must exist). "
+        "Default: runtime_fork/ of the checkout `escha-deploy build` uses (this folder when "
+        "it holds Dockerfile.hicache).")] = None,
+    base_wheel: Annotated[Optional[Path], typer.Option(
+        "--base-wheel", help="Also apply everything to the clean files of this stock "
+        "sglang 0.5.19 wheel now, so a hunk that does not apply is refused here, not in "
+        "the image build.")] = None,
+    fmt: FormatOpt = OutputFormat.table,
+) -> None:
+    """Import a fork's commits (git format-patch against v0.5.19, SGLang repository
+    layout): check them, order them with escha-deploy's series, and copy them for the build."""
+    from escha_deploy.cli.output import info, print_json
+    from escha_deploy.errors import BadInput
+    from escha_deploy.paths import output_folder, write_output
+    from escha_deploy.runtime import inventory as inv
+    from escha_deploy.runtime import patching
+    from escha_deploy.runtime.fork import DECLARATION, fork_patch_files
 
-        if (check is None) == (onto is None):
-            raise BadInput("runtime rebase: give one of --check VERSION or --onto VERSION")
-        if onto is not None:
-            if series_of is not None or fork_dir is not None:
-                raise BadInput("runtime rebase --onto: --series-of and --fork-dir go with --check")
-            _rebase_onto(onto, wheel, resolutions, output, fmt)
-            return
-        if resolutions is not None or output is not None:
-            raise BadInput("runtime rebase --check: --resolutions and --output go with --onto")
-        _rebase_check(check, wheel, fork_dir, series_of, fmt)  # type: ignore[arg-type]
+    if not directory.is_dir():
+        raise BadInput(f"{directory}: not a folder")
+    if output is None:
+        from escha_deploy.paths import PACKAGE_DIR
 
-    @runtime.command("describe")
-    def describe_cmd(
-        description: Annotated[Optional[Path], typer.Option(
-            "--description", help="Default: $ESCHA_RUNTIME_DESCRIPTION, else /etc/escha/runtime.json.")] = None,
-        fmt: FormatOpt = OutputFormat.table,
-    ) -> None:
-        """Print the runtime description (exit 3 when there is none: a stock runtime)."""
-        from escha_deploy.capabilities import runtime_description_path
-        from escha_deploy.errors import Refused
-        from escha_deploy.runtime.description import read_description
+        ctx = Path.cwd() if (Path.cwd() / "Dockerfile.hicache").is_file() else PACKAGE_DIR.parent
+        if not (ctx / "Dockerfile.hicache").is_file():
+            raise BadInput("--output: no escha-deploy checkout here to copy the import into",
+                           hint="run it in the checkout you build from, or pass --output DIR")
+        output = ctx / "runtime_fork"
+    output_folder(output, "--output", make=False)  # before the checks, not after
+    release = None
+    if base_wheel is not None:
+        if not base_wheel.is_file():
+            raise BadInput(f"--base-wheel {base_wheel}: no such file")
+        from escha_deploy.runtime.fork import check_fork_release
 
-        path = description or Path(runtime_description_path())
-        desc = read_description(path)
-        if desc is None:
-            raise Refused(f"{path}: no runtime description (a stock runtime, no capabilities)")
-        _print_description(desc, fmt)
+        release = inv.wheel_version(base_wheel)
+        check_fork_release(directory, release)
+    fi = patching.fork_with_series(directory, patching.series_release_of(release))
+    deltas = None
+    if base_wheel is not None:
+        deltas, _ = patching.compute_deltas(
+            fi.order, lambda rel: inv.read_wheel_file(base_wheel, rel))
+    if output.resolve() != directory.resolve():
+        output_folder(output, "--output")
+        try:
+            for old in [*output.glob("*.patch"), output / DECLARATION, output / "series"]:
+                old.unlink(missing_ok=True)
+        except OSError as exc:
+            raise BadInput(f"--output {output}: cannot write: {exc.strerror or exc}") from None
+        for f in [*fork_patch_files(directory), directory / DECLARATION]:
+            if f.is_file():
+                write_output(output / f.name, f.read_bytes(), "--output")
+    by_file = {c.file: c for c in fi.commits}
+    data = {
+        "directory": str(directory), "output": str(output),
+        "order": [{"name": p.name, "source": p.source,
+                   "commit": by_file[p.name].commit if p.source == "fork" else None,
+                   "subject": by_file[p.name].subject if p.source == "fork"
+                   else p.header.get("Subject"),
+                   "capabilities": list(p.capabilities),
+                   "files": [f"sglang/{t}" for t in p.touched],
+                   "left_out": list(by_file[p.name].left_out) if p.source == "fork" else []}
+                  for p in fi.order],
+        "dropped": fi.dropped,
+        "capabilities": patching.capabilities_of(fi.order),
+        "deltas_checked_against": str(base_wheel) if base_wheel else None,
+        "deltas": len(deltas) if deltas is not None else None,
+    }
+    if fmt == OutputFormat.json:
+        print_json(data)
+        return
+    from rich.table import Table
+
+    from escha_deploy.cli.output import stdout_console
+
+    t = Table(title=f"apply order ({len(fi.order)} patches)")
+    for col in ("#", "patch", "commit", "capabilities", "left out"):
+        t.add_column(col, overflow="fold")
+    for n, row in enumerate(data["order"], 1):
+        t.add_row(str(n), f"{row['name']}\n{row['subject'] or ''}",
+                  (row["commit"] or "escha-deploy")[:12], ", ".join(row["capabilities"]),
+                  ", ".join(row["left_out"]))
+    stdout_console().print(t)
+    for line in fi.dropped:
+        print(f"dropped: {line}")
+    print(f"capabilities: {', '.join(data['capabilities']) or 'none'}")
+    if deltas is not None:
+        print(f"applies cleanly to {base_wheel.name}: {len(deltas)} files changed or added")
+    if output.resolve() != directory.resolve():
+        if output.name == "runtime_fork" and (output.parent / "Dockerfile.hicache").is_file():
+            how = "`escha-deploy build --hicache` there"
+        else:
+            how = ("`escha-deploy build --hicache --fork-dir DIR`, DIR being that folder "
+                   "relative to the checkout")
+        info(f"copied {len(fi.commits)} patches to {output}; build with {how}")
+
+
+@runtime_app.command("rebase")
+def rebase_cmd(
+    check: Annotated[Optional[str], typer.Option(
+        "--check", metavar="VERSION", help="The SGLang release to check a series (and --fork-dir's "
+        "commits) against; read-only. The series: that release's own when one is committed "
+        "(runtime_patches/VERSION/), else the one our patches are made for; --series-of picks.")] = None,
+    onto: Annotated[Optional[str], typer.Option(
+        "--onto", metavar="VERSION", help="Write our series re-derived for this SGLang release: each "
+        "hunk carried over, found where it moved, or taken from the release's rebase.yaml "
+        "(catalog/releases/VERSION/), with its outcome and reason in the patch.")] = None,
+    wheel: Annotated[Optional[Path], typer.Option(
+        "--wheel", help="That release's wheel (offline: `pip download --no-deps sglang==VERSION`). "
+        "Default: sglang-VERSION-*.whl here or in .cache/wheels.")] = None,
+    fork_dir: Annotated[Optional[Path], typer.Option(
+        "--fork-dir", help="A fork's `git format-patch` commits to check too (their own chain).")] = None,
+    series_of: Annotated[Optional[str], typer.Option(
+        "--series-of", metavar="RELEASE", help="--check: the series committed for this release "
+        "instead.")] = None,
+    resolutions: Annotated[Optional[Path], typer.Option(
+        "--resolutions", help="--onto: the rebase.yaml to read. Default: the release's in the "
+        "catalog.")] = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="--onto: the folder to write the series into (made when missing; "
+        "its parent must exist). Default: runtime_patches/VERSION of the checkout here.")] = None,
+    fmt: FormatOpt = OutputFormat.table,
+) -> None:
+    """Check a series against another SGLang release's wheel (--check: which patches and fork
+    commits apply, fail with file and hunk, or are already there; exit 0 when all apply, 3
+    otherwise), or write our series rebased onto it (--onto)."""
+    from escha_deploy.errors import BadInput
+
+    if (check is None) == (onto is None):
+        raise BadInput("runtime rebase: give one of --check VERSION or --onto VERSION")
+    if onto is not None:
+        if series_of is not None or fork_dir is not None:
+            raise BadInput("runtime rebase --onto: --series-of and --fork-dir go with --check")
+        _rebase_onto(onto, wheel, resolutions, output, fmt)
+        return
+    if resolutions is not None or output is not None:
+        raise BadInput("runtime rebase --check: --resolutions and --output go with --onto")
+    _rebase_check(check, wheel, fork_dir, series_of, fmt)  # type: ignore[arg-type]
+
+
+@runtime_app.command("describe")
+def describe_cmd(
+    description: Annotated[Optional[Path], typer.Option(
+        "--description", help="Default: $ESCHA_RUNTIME_DESCRIPTION, else /etc/escha/runtime.json.")] = None,
+    fmt: FormatOpt = OutputFormat.table,
+) -> None:
+    """Print the runtime description (exit 3 when there is none: a stock runtime)."""
+    from escha_deploy.capabilities import runtime_description_path
+    from escha_deploy.errors import Refused
+    from escha_deploy.runtime.description import read_description
+
+    path = description or Path(runtime_description_path())
+    desc = read_description(path)
+    if desc is None:
+        raise Refused(f"{path}: no runtime description (a stock runtime, no capabilities)")
+    _print_description(desc, fmt)
 
 
 def _rebase_check(check: str, wheel: Optional[Path], fork_dir: Optional[Path],
