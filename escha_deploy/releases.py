@@ -121,6 +121,28 @@ class DraftKvCell(_Model):
     source: str
 
 
+class DraftHostPool(_Model):
+    """How the release sizes a speculative draft's sidecar host KV pool
+    (``srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py: build_full_draft_pools``):
+    ``ratio``: an independent pool at ``host_to_device_ratio = target host tokens / draft device
+    tokens``, ``int(tokens * ratio)`` floored to the page plus one padding page
+    (``pool_host/base.py: HostKVCache.__init__``); ``shared``: ``host_token_capacity`` = the target
+    host pool's ``logical_size``, taken as it is, with no padding page of its own."""
+
+    capacity: Literal["ratio", "shared"]
+    source: str
+
+
+class FlagNotPlanned(_Model):
+    """A flag of ``runtime.extra_args`` that reaches a pool class the plan does not size
+    (``pool``), refused naming it; ``why`` says what SGLang builds that the plan does not."""
+
+    flag: Annotated[str, Field(pattern=r"^--[a-z0-9][a-z0-9-]*$")]
+    pool: str
+    why: str
+    source: str
+
+
 class Nvfp4Prefill(_Model):
     """How the release resolves an NVFP4 KV cache's attention backends
     (``srt/arg_groups/kv_cache_hook.py: handle_nvfp4_prefill_kv_dequant_dtype``, 0.5.23):
@@ -219,7 +241,9 @@ class Release(_Model):
     loaded host-tier hits back in (``HybridLoadBack``), None where none was tried.
     ``trtllm_mha_pages``: trtllm_mha's page sizes (``TrtllmMhaPages``).
     ``mixed_chunk_prefill_graph``: the prefill graph backends mixed chunk takes
-    (``MixedChunkPrefillGraph``)."""
+    (``MixedChunkPrefillGraph``). ``draft_host_pool``: how a speculative draft's sidecar host KV
+    pool is sized (``DraftHostPool``). ``flags_not_planned``: flags refused because
+    they reach pool classes the plan does not size (``FlagNotPlanned``)."""
 
     version: Annotated[str, Field(pattern=_VERSION)]
     source: str
@@ -229,6 +253,7 @@ class Release(_Model):
     memory_defaults: MemoryDefaults
     cuda_graph_config_keys: CudaGraphConfigKeys
     draft_kv_cell: DraftKvCell
+    draft_host_pool: DraftHostPool
     nvfp4_prefill: Nvfp4Prefill | None = None
     quantization_not_loadable: QuantizationNotLoadable | None = None
     quantization_methods: QuantizationMethods | None = None
@@ -236,6 +261,7 @@ class Release(_Model):
     hybrid_host_hits_loaded_back: HybridLoadBack | None = None
     trtllm_mha_pages: TrtllmMhaPages | None = None
     mixed_chunk_prefill_graph: MixedChunkPrefillGraph | None = None
+    flags_not_planned: tuple[FlagNotPlanned, ...] = ()
 
 
 class _Index(_Model):

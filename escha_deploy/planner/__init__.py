@@ -365,6 +365,7 @@ def step_device_pools(c: _Ctx) -> None:
         mamba_layers=s.linear_layers if per_slot else 0,
         mamba_conv_bytes_per_layer=s.mamba_conv_bytes_per_layer,
         mamba_temporal_bytes_per_layer=s.mamba_temporal_bytes_per_layer,
+        draft_host_capacity=load_release(c.inp.release).draft_host_pool.capacity,
     )
     if rt.max_running_requests:
         mrr = rt.max_running_requests
@@ -784,6 +785,13 @@ def step_host_pools(c: _Ctx) -> None:
     if p.mamba_slots:
         c.decide("host_pools", "host mamba pool", p.mamba_bytes,
                  f"{how}: {p.mamba_slots} slots (+1) x {c.dev.mamba_bytes_per_slot} B")
+    if p.draft_kv_tokens:
+        rule = load_release(c.inp.release).draft_host_pool
+        sized = ("host_token_capacity = the target host pool's tokens, no padding page of its own"
+                 if rule.capacity == "shared" else "at the target host pool's tokens (page-rounded, +1 page)")
+        c.decide("host_pools", "host draft KV pool (sidecar)", p.draft_kv_bytes,
+                 f"{p.draft_kv_tokens:,} tokens ({sized}, SGLang {c.inp.release}: {rule.source}) "
+                 f"x {c.dev.draft_host_bytes_per_token} B")
     total = c.ranks * p.pinned_bytes
     c.budget = c.budget.model_copy(update={"headroom_bytes": headroom(c.view, p, c.constraints)})
     hint = ((f"; use a ratio <= {c.safe.max_safe_ratio}" if c.safe.max_safe_ratio and not h.size_gb else "")

@@ -1,4 +1,5 @@
-"""Host pool sizes at a ratio or at a size, exactly as SGLang 0.5.19 computes them.
+"""Host pool sizes at a ratio or at a size, exactly as SGLang computes them (0.5.19 and 0.5.23 alike,
+but for a speculative draft's sidecar pool: ``draft_sidecar``).
 
 Sources (0.5.19 wheel): ``srt/mem_cache/pool_host/base.py: HostKVCache.__init__`` and
 ``pool_host/mamba.py: MambaPoolHost.__init__``:
@@ -48,6 +49,10 @@ class DevicePools:
     #: A speculative draft's sidecar host KV pool, bytes per token (0: none; a packed draft is in
     #: ``host_kv_bytes_per_token``): ``planner.draft.DraftHost``.
     draft_host_bytes_per_token: int = 0
+    #: How the planned release sizes that sidecar (``releases.DraftHostPool.capacity``, its
+    #: facts.yaml ``draft_host_pool``): ``ratio`` (an independent pool: page rounding plus one
+    #: padding page) or ``shared`` (``host_token_capacity`` = the target host pool's tokens).
+    draft_host_capacity: str = "ratio"
 
 
 @dataclass(frozen=True)
@@ -113,13 +118,19 @@ def _round_pages(size: int, page_size: int) -> int:
 
 def draft_sidecar(dev: DevicePools, pools: HostPools) -> HostPools:
     """``pools`` with a speculative draft's sidecar host KV pool (``dev.draft_host_bytes_per_token``
-    > 0), as SGLang 0.5.19 and 0.5.23 build it (``hybrid_pool_assembler.py: build_full_draft_pools``):
+    > 0), as the planned release builds it (``hybrid_pool_assembler.py: build_full_draft_pools``):
     ``MHATokenToKVPoolHost`` over the draft's device pool (the target's token count) at
-    ``host_to_device_ratio = target host tokens / draft device tokens``, so ``int(tokens * ratio)``
-    in floating point, then ``pool_host/base.py``'s page rounding (+1 page)."""
+    ``host_to_device_ratio = target host tokens / draft device tokens``. ``dev.draft_host_capacity``
+    ``ratio`` (0.5.19's facts): ``int(tokens * ratio)`` in floating point, then ``pool_host/base.py:
+    HostKVCache.__init__``'s page rounding plus one padding page; ``shared`` (0.5.23's): the pool
+    gets ``host_token_capacity`` = the target host pool's ``logical_size`` (its tokens, already
+    page-aligned, padding page included) and ``HostKVCache.__init__`` adds no page of its own."""
     if not dev.draft_host_bytes_per_token or not pools.kv_tokens or not dev.kv_tokens:
         return pools
-    tokens = _round_pages(int(dev.kv_tokens * (pools.kv_tokens / dev.kv_tokens)), dev.kv_page_size)
+    if dev.draft_host_capacity == "shared":
+        tokens = pools.kv_tokens
+    else:
+        tokens = _round_pages(int(dev.kv_tokens * (pools.kv_tokens / dev.kv_tokens)), dev.kv_page_size)
     return replace(pools, draft_kv_tokens=tokens, draft_kv_bytes=tokens * dev.draft_host_bytes_per_token)
 
 

@@ -591,6 +591,16 @@ def _model_runner_backends(i: Inputs) -> list[Finding]:
                 page_size=i.page_size, tp_size=rt.tp_size, model_dir=i.model_dir)]
 
 
+def _flags_not_planned(i: Inputs) -> list[Finding]:
+    """A flag in ``extra_args`` that reaches a pool the release builds and the plan does not size
+    (``Release.flags_not_planned``, each with its pool class and SGLang source)."""
+    if i.release is None:
+        return []
+    return [_error("runtime.extra_args", f"{rule.flag} reaches {rule.pool} in SGLang {i.release.version}: "
+                   f"{rule.why} ({rule.source}); remove it")
+            for rule in i.release.flags_not_planned if extra_arg(i.rt.extra_args, rule.flag) is not None]
+
+
 def _mixed_chunk_prefill_graph(i: Inputs) -> list[Finding]:
     """What the release's prefill CUDA graph runner refuses with ``--enable-mixed-chunk``
     (``mixed_chunk_prefill_graph_problem``)."""
@@ -849,6 +859,8 @@ RULES: tuple[Rule, ...] = (
          _trtllm_mha_prefill_fp8),
     Rule("model-runner-attention-backend", "model_runner_components/attention_backend_setup.py: "
          "_build_resolved_backend; layers/attention/attention_registry.py", _model_runner_backends),
+    Rule("flags-not-planned", "the release's facts.yaml flags_not_planned (each names its pool class's file)",
+         _flags_not_planned),
     Rule("mixed-chunk-prefill-graph", "model_executor/runner/prefill_cuda_graph_runner.py: "
          "PrefillCudaGraphRunner.__init__", _mixed_chunk_prefill_graph),
     Rule("nvfp4-prefill-backends", "arg_groups/kv_cache_hook.py: handle_nvfp4_prefill_kv_dequant_dtype",

@@ -199,3 +199,43 @@ def test_a_speculative_flag_in_extra_args_is_refused_as_its_keys(cli, flag, key)
     r = cli("plan", "-p", PROFILE, "--host-ram", "64GiB", "--set", f'runtime.extra_args=["{flag}", "4"]')
     assert r.code == 2, r.err
     assert f"{flag} is the flag of the profile key {key}; set {key} instead" in r.err
+
+
+def _eagle3_folder(root: Path) -> Path:
+    d = root / "e3"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
+        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "hidden_size": 4096,
+        "vocab_size": 248320}))
+    with open(d / "model.safetensors", "wb") as fh:
+        fh.truncate(10**8)
+    return d
+
+
+@pytest.mark.parametrize("release,padding", [("0.5.19", True), ("0.5.23", False)])
+def test_the_draft_sidecar_is_sized_as_the_planned_release_sizes_it(tmp_path, release, padding):
+    """0.5.19 builds the EAGLE3 sidecar as an independent pool at ``host_to_device_ratio = target
+    host tokens / draft tokens``: ``int(tokens x ratio)`` floored to the 64-token page plus one
+    padding page (``pool_host/base.py: HostKVCache.__init__``). 0.5.23 passes
+    ``host_token_capacity = host_pool_group.logical_size`` (``hybrid_pool_assembler.py:
+    build_full_draft_pools``): the target host pool's tokens, no padding page of its own. Each
+    release's rule is its facts.yaml ``draft_host_pool``, and the plan says which it used."""
+    from escha_deploy.releases import load_release
+
+    d = _eagle3_folder(tmp_path)
+    p = planned(["runtime.speculative.algorithm=EAGLE3", "model.draft.path=/drafts/e3", f"model.draft.host_dir={d}",
+                 "runtime.page_size=64", "runtime.mamba_radix_cache_strategy=extra_buffer",
+                 f"runtime.sglang_version={release}", "runtime.needs=[]"], host_ram=64 * GiB, platform="linux")
+    assert p.sglang_release == release
+    assert load_release(release).draft_host_pool.capacity == ("ratio" if padding else "shared")
+    r = p.per_rank
+    target = r.host_kv_tokens
+    assert target % 64 == 0
+    assert r.host_draft_kv_tokens == (target + 64 if padding else target)
+    assert r.host_draft_kv_bytes == r.host_draft_kv_tokens * 512
+    side = next(b for b in r.host_buffers if b.name == "host draft KV buffer (sidecar)")
+    assert side.requested_bytes == r.host_draft_kv_bytes
+    why = next(x.reason for x in p.decisions if x.rule == "host draft KV pool (sidecar)")
+    assert ("no padding page of its own" in why) is not padding
+    assert f"SGLang {release}" in why
