@@ -36,9 +36,10 @@ What answers for the GPU (stand-ins, named as such; nothing else of SGLang is re
 Exit codes: 0 every case ran (refusals are results, not failures); 1 a harness failure (a
 TypeError or AttributeError raised by a call the harness made or by one of its stand-ins: the
 harness does not fit the release, named with the case); 2 bad usage or the installed sglang has
-no adapter (``ADAPTERS``: 0.5.19 everything; 0.5.23 resolution, memory defaults and the
-device-pool sizing, which goes through the pre-flight's function for 0.5.23's configurator shape,
-not the host pools, each case's ``cannot`` says so).
+no adapter (``ADAPTERS``: 0.5.19 and 0.5.23 everything; 0.5.23's device-pool sizing goes
+through the pre-flight's function for its configurator shape, its host pools through its
+buffer-info constructors, ``host_pools``; a part an adapter cannot run is named in each case's
+``cannot``).
 """
 
 from __future__ import annotations
@@ -68,12 +69,7 @@ from typing import Any
 #: result then says so under ``cannot``, and no field of that part is compared).
 ADAPTERS: dict[str, dict[str, Any]] = {
     "0.5.19": {"gpu_mem": "argument", "device": True, "pools": True},
-    "0.5.23": {
-        "gpu_mem": "get_device_memory_capacity",
-        "device": True,
-        "pools": "not adapted: MHATokenToKVPoolHost takes an MHABufferInfo and the keyword-only "
-                 "device_capacity_tokens, start_layer, end_layer (mem_cache/pool_host/mha.py)",
-    },
+    "0.5.23": {"gpu_mem": "get_device_memory_capacity", "device": True, "pools": True},
 }
 ADAPTED = tuple(ADAPTERS)
 
@@ -496,67 +492,148 @@ def stub_host_allocation() -> None:
 
     common.ALLOC_MEMORY_FUNCS.default_factory = lambda: no_allocation
     common.ALLOC_MEMORY_FUNCS.clear()
-    for cls in (mha.MHATokenToKVPoolHost, mamba.MambaPoolHost):
-        cls._init_write_back_staging_buffers = lambda self: None
-    for mod in (base, mha, mamba):
-        mod.host_memory_budget_bytes = lambda: 1 << 62
+    for cls in (mha.MHATokenToKVPoolHost, mamba.MambaPoolHost):  # 0.5.23's MHA one takes the buffer info
+        cls._init_write_back_staging_buffers = lambda self, *_a, **_k: None
+    for mod in (base, mha, mamba):  # 0.5.23's takes the requested bytes
+        mod.host_memory_budget_bytes = lambda *_a, **_k: 1 << 62
 
 
 def host_pools(case: dict, draft: dict | None = None) -> dict[str, Any]:
     """Construct ``MHATokenToKVPoolHost`` (and ``MambaPoolHost`` for hybrid models) over CPU
     stand-ins for the device pools, pinning off, and read their sizes in tokens/slots and
     bytes (``size * size_per_token``, what the pool requests). ``draft`` (``_draft_geometry``): a
-    speculative draft's KV as SGLang mirrors it, packed into the KV host pool
-    (``mtp_draft_device_pools``, one 1-layer pool per draft runner) or as a sidecar host pool over
-    the draft's device pool at the KV host pool's tokens (``hybrid_pool_assembler.py:
-    build_full_draft_pools``: ``host_to_device_ratio = host size / draft pool size``)."""
+    speculative draft's KV as SGLang mirrors it, packed into the KV host pool (one 1-layer pool per
+    draft runner) or as a sidecar host pool over the draft's device pool at the KV host pool's
+    tokens, built by SGLang's own ``hybrid_pool_assembler.py: _build_mha_mla_host_pool`` with
+    what its ``build_full_draft_pools`` passes (0.5.19: ``host_to_device_ratio = host size / draft
+    pool size``; 0.5.23: that and ``host_token_capacity = the host pool's logical_size``).
+
+    The constructors' shape is read from the installed release's own signature
+    (``_takes_buffer_info``): 0.5.19's take the device pool; 0.5.23's an ``MHABufferInfo`` /
+    ``MambaStateBufferInfo`` (``mem_cache/device_pool_info.py``) with the keyword-only
+    ``device_capacity_tokens``, ``start_layer``, ``end_layer`` (``pool_host/mha.py``) or
+    ``device_capacity`` (``pool_host/mamba.py``), reached through SGLang's own
+    ``_mha_host_inputs`` as ``build_kv_host_pool`` does."""
     import torch
     from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import _split_hicache_size
-    from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 
     p = case["pools"]
     dtype = {"bf16": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}[p["kv_dtype"]]
     store = torch.uint8 if p["kv_dtype"].startswith("fp8") else dtype
-    device_kv = types.SimpleNamespace(
-        store_dtype=store, dtype=dtype, size=p["kv_tokens"], start_layer=0, end_layer=p["full_layers"],
-        layer_num=p["full_layers"], head_num=p["kv_heads"], head_dim=p["head_dim"], v_head_dim=p["head_dim"],
-        page_size=p["page_size"], device="cpu",
-        get_kv_size_bytes=lambda: (p["kv_dev_bytes"] // 2, p["kv_dev_bytes"] - p["kv_dev_bytes"] // 2))
+    by_info = _takes_buffer_info()
+    device_kv = _device_kv_pool(p, p["full_layers"], p["kv_heads"], p["head_dim"], store, dtype, by_info)
     ratio, size_gb = p.get("ratio") or 0.0, p.get("size_gb") or 0
     out: dict[str, Any] = {}
     kv_size = mamba_size = size_gb
     device_mamba = _mamba_device_pool(p) if p.get("mamba_slots") else None
     if size_gb and device_mamba is not None:
         kv_size, mamba_size = _split_hicache_size(size_gb, (device_kv, device_mamba))
-    packed: dict[str, Any] = {}
+    drafts: tuple[Any, ...] = ()
     if draft and draft["mode"] == "packed":
-        def views(n: int) -> dict[str, Any]:
-            bufs = [torch.empty(1, dtype=store).expand(p["kv_tokens"] + p["page_size"], p["kv_heads"], p["head_dim"])
-                    for _ in range(n)]
-            return dict(k_buffer=bufs, v_buffer=bufs, k_data_ptrs=torch.zeros(n, dtype=torch.uint64),
-                        v_data_ptrs=torch.zeros(n, dtype=torch.uint64))
-        for name, value in views(p["full_layers"]).items():
-            setattr(device_kv, name, value)
-        packed["mtp_draft_device_pools"] = tuple(
-            types.SimpleNamespace(layer_num=1, head_num=p["kv_heads"], head_dim=p["head_dim"], **views(1))
-            for _ in range(draft["runners"]))
-    kv = MHATokenToKVPoolHost(device_kv, ratio, kv_size, p["page_size"], p["layout"], pin_memory=False, device="cpu",
-                              **packed)
+        drafts = tuple(_device_kv_pool(p, 1, p["kv_heads"], p["head_dim"], store, dtype, by_info)
+                       for _ in range(draft["runners"]))
+    common = dict(pin_memory=False, device="cpu")
+    if by_info:  # 0.5.23: build_kv_host_pool's call, through SGLang's _mha_host_inputs
+        from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import _mha_host_inputs
+
+        cls, info, kwargs = _mha_host_inputs(device_kv, drafts)
+        kv = cls(info, ratio, kv_size, p["page_size"], p["layout"], **common, **kwargs)
+    else:  # 0.5.19: the device pool itself, packed drafts as mtp_draft_device_pools
+        from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
+
+        kv = MHATokenToKVPoolHost(device_kv, ratio, kv_size, p["page_size"], p["layout"], **common,
+                                  **({"mtp_draft_device_pools": drafts} if drafts else {}))
     out.update(kv_tokens=int(kv.size), kv_bytes=int(kv.size * kv.size_per_token))
     if draft and draft["mode"] == "sidecar":
-        d_dev = types.SimpleNamespace(
-            store_dtype=store, dtype=dtype, size=p["kv_tokens"], start_layer=0, end_layer=draft["layers"],
-            layer_num=draft["layers"], head_num=draft["kv_heads"], head_dim=draft["head_dim"],
-            v_head_dim=draft["head_dim"], page_size=p["page_size"], device="cpu")
-        side = MHATokenToKVPoolHost(d_dev, kv.size / d_dev.size, 0, p["page_size"], p["layout"], pin_memory=False,
-                                    device="cpu", pool_label="draft")
+        side = _sidecar_host_pool(p, draft, kv, store, dtype, by_info)
         out.update(draft_kv_tokens=int(side.size), draft_kv_bytes=int(side.size * side.size_per_token))
     if device_mamba is not None:
         from sglang.srt.mem_cache.pool_host.mamba import MambaPoolHost
 
-        m = MambaPoolHost(device_mamba, ratio, mamba_size, pin_memory=False, device="cpu", layout=p["layout"])
+        if by_info:  # 0.5.23: build_mamba_host_pool's call
+            from sglang.srt.mem_cache.device_pool_info import MambaStateBufferInfo
+
+            info = MambaStateBufferInfo(temporal=device_mamba.mamba_cache.temporal,
+                                        conv=tuple(device_mamba.mamba_cache.conv))
+            m = MambaPoolHost(info, ratio, mamba_size, device_capacity=device_mamba.size, layout=p["layout"], **common)
+        else:
+            m = MambaPoolHost(device_mamba, ratio, mamba_size, layout=p["layout"], **common)
         out.update(mamba_slots=int(m.size), mamba_bytes=int(m.size * m.size_per_token))
     return out
+
+
+def _takes_buffer_info() -> bool:
+    """Whether the installed release's ``MHATokenToKVPoolHost`` is built from an ``MHABufferInfo``
+    (its first parameter ``buffer_info``: 0.5.23) rather than the device pool (``device_pool``:
+    0.5.19)."""
+    import inspect
+
+    from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
+
+    return "buffer_info" in inspect.signature(MHATokenToKVPoolHost.__init__).parameters
+
+
+def _device_kv_pool(p: dict, layers: int, heads: int, head_dim: int, store: Any, dtype: Any, by_info: bool) -> Any:
+    """A CPU stand-in for the device ``MHATokenToKVPool`` of ``layers`` layers at the case's
+    tokens: 0.5.19's host pools read its fields (a plain namespace); 0.5.23's reach it through
+    SGLang's own ``_mha_host_inputs`` / ``_build_mha_mla_host_pool``, which check
+    ``isinstance(pool, MHATokenToKVPool)`` and call ``get_device_pool_infos()``, so there it is an
+    ``MHATokenToKVPool`` made without its constructor (which allocates on the GPU) whose
+    ``get_device_pool_infos`` answers an ``MHABufferInfo`` over one-row K and V tensors per layer
+    (the host pool sizes from ``device_capacity_tokens``, never from the buffers' length).
+    ``get_kv_size_bytes``: the case's device KV bytes (what ``_split_hicache_size`` reads)."""
+    import torch
+
+    kv_bytes = p["kv_dev_bytes"]
+    fields = dict(store_dtype=store, dtype=dtype, size=p["kv_tokens"], start_layer=0, end_layer=layers,
+                  layer_num=layers, head_num=heads, head_dim=head_dim, v_head_dim=head_dim, page_size=p["page_size"],
+                  device="cpu", get_kv_size_bytes=lambda: (kv_bytes // 2, kv_bytes - kv_bytes // 2))
+    if not by_info:
+        bufs = [torch.empty(1, dtype=store).expand(p["kv_tokens"] + p["page_size"], heads, head_dim)
+                for _ in range(layers)]
+        return types.SimpleNamespace(**fields, k_buffer=bufs, v_buffer=bufs,
+                                     k_data_ptrs=torch.zeros(layers, dtype=torch.uint64),
+                                     v_data_ptrs=torch.zeros(layers, dtype=torch.uint64))
+    from sglang.srt.mem_cache.device_pool_info import KVBufferLayout, KVBuffers, MHABufferInfo
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+
+    k = tuple(torch.empty(1, heads, head_dim, dtype=store) for _ in range(layers))
+    v = tuple(torch.empty(1, heads, head_dim, dtype=store) for _ in range(layers))
+    info = MHABufferInfo(
+        buffers=KVBuffers(k=k, v=v, k_data_ptrs=torch.zeros(layers, dtype=torch.uint64),
+                          v_data_ptrs=torch.zeros(layers, dtype=torch.uint64), layout=KVBufferLayout.NHD),
+        page_size=p["page_size"], head_num=heads, head_dim=head_dim, v_head_dim=head_dim, dtype=store,
+        device=torch.device("cpu"))
+    pool = object.__new__(MHATokenToKVPool)
+    for name, value in fields.items():
+        setattr(pool, name, value)
+    pool.get_device_pool_infos = lambda: (types.SimpleNamespace(buffer_info=info),)
+    return pool
+
+
+def _sidecar_host_pool(p: dict, draft: dict, kv: Any, store: Any, dtype: Any, by_info: bool) -> Any:
+    """The draft's sidecar host pool as ``build_full_draft_pools`` builds it: SGLang's own
+    ``_build_mha_mla_host_pool`` over the draft's device pool (the target's tokens) at
+    ``host_to_device_ratio = kv.logical_size / draft tokens``, and on 0.5.23 ``host_token_capacity
+    = kv.logical_size`` (the pool sized from the shared plan: no padding page of its own)."""
+    import inspect
+
+    from sglang.srt.mem_cache.hybrid_cache import hybrid_pool_assembler as hpa
+
+    d_dev = _device_kv_pool(p, draft["layers"], draft["kv_heads"], draft["head_dim"], store, dtype, by_info)
+    logical = int(getattr(kv, "logical_size", kv.size))
+    kwargs: dict[str, Any] = dict(pool=d_dev, host_to_device_ratio=logical / d_dev.size, page_size=p["page_size"],
+                                  layout=p["layout"], allocator_type="default", pool_label="draft")
+    if "host_token_capacity" in inspect.signature(hpa._build_mha_mla_host_pool).parameters:
+        kwargs["host_token_capacity"] = logical
+    if by_info:
+        return hpa._build_mha_mla_host_pool(**kwargs)
+    # 0.5.19: _build_mha_mla_host_pool's MHA branch needs an MHATokenToKVPool; the namespace
+    # stand-in takes its call as is (get_mha_host_pool_cls(pool)(pool, **kwargs), pinning off)
+    from sglang.srt.mem_cache.pool_host.mha import get_mha_host_pool_cls
+
+    kwargs.pop("pool")
+    return get_mha_host_pool_cls(d_dev)(d_dev, host_size=0, pin_memory=False, device="cpu", **kwargs)
 
 
 def _mamba_device_pool(p: dict) -> Any:

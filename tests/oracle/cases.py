@@ -346,6 +346,13 @@ SPECULATIVE_CASES = [
          overrides=("runtime.speculative.algorithm=EAGLE3", "model.draft.path=/drafts/eagle3",
                     "model.weights_total=16.0GB"),
          draft={"weights": 2 * 10**8, "config": EAGLE3_HYBRID_DRAFT}),
+    # pages of 64: 0.5.19 gives the sidecar a padding page of its own, 0.5.23 the target's tokens
+    # (host_token_capacity; facts.yaml draft_host_pool)
+    Case(id="spec-eagle3-hybrid-sidecar-p64", profile="rtx5060ti-tp2-fp8",
+         overrides=("runtime.speculative.algorithm=EAGLE3", "model.draft.path=/drafts/eagle3",
+                    "model.weights_total=16.0GB", "runtime.page_size=64",
+                    "runtime.mamba_radix_cache_strategy=extra_buffer"),
+         draft={"weights": 2 * 10**8, "config": EAGLE3_HYBRID_DRAFT}),
     Case(id="spec-eagle3-dense-draft", profile="rtx5060ti-tp2-fp8",
          overrides=(f"model.architecture={DENSE_ARCH}", "runtime.max_total_tokens=null",
                     "runtime.max_mamba_cache_size=null", "hicache.enabled=false",
