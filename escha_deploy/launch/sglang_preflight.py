@@ -671,7 +671,9 @@ def _host_pools_sized_buffer_info(sa: Any, kvc: Any, kv: dict[str, Any], *, modu
     ``(layers, slots + 1, ...)`` state): their shape and dtype, no storage; their bytes are
     counted by SGLang's own ``MHATokenToKVPool.get_kv_size_bytes`` and
     ``MambaPool.State.mem_usage_bytes``. The hybrid mamba layout rule (``page_first_kv_split``
-    -> ``page_first_direct``) is ``build_hybrid_mamba_stack``'s."""
+    -> ``page_first_direct``) is ``build_hybrid_mamba_stack``'s; a speculative draft's sidecar
+    pool gets ``host_token_capacity`` as ``build_full_draft_pools`` passes it."""
+    import inspect
     import types
 
     import torch
@@ -729,9 +731,17 @@ def _host_pools_sized_buffer_info(sa: Any, kvc: Any, kv: dict[str, Any], *, modu
         dm = draft.model_config
         d_layers = _draft_kv_layers(dm)
         d_info = buffer_info(d_layers, dm.get_num_kv_heads(get_parallel().attn_tp_size), dm.head_dim)
+        # build_full_draft_pools: ratio = the target host's logical_size / the draft pool's tokens,
+        # and, where _build_mha_mla_host_pool takes it (0.5.23), host_token_capacity = that
+        # logical_size: a pool sized from the shared plan, no padding page (pool_host/base.py)
+        from sglang.srt.mem_cache.hybrid_cache import hybrid_pool_assembler as hpa
+
+        logical = int(getattr(host, "logical_size", host.size))
+        shared = ({"host_token_capacity": logical}
+                  if "host_token_capacity" in inspect.signature(hpa._build_mha_mla_host_pool).parameters else {})
         side = mha.get_mha_host_pool_cls(d_info)(
-            d_info, host.size / tokens, 0, page, layout, pin_memory=False, device="cpu", device_capacity_tokens=tokens,
-            start_layer=0, end_layer=d_layers, pool_label="draft")
+            d_info, logical / tokens, 0, page, layout, pin_memory=False, device="cpu", device_capacity_tokens=tokens,
+            start_layer=0, end_layer=d_layers, pool_label="draft", **shared)
         out.update(host_draft_kv_tokens=int(side.size), host_draft_kv_bytes=int(side.size * side.size_per_token))
     if mamba_info is not None:
         hm = mamba.MambaPoolHost(mamba_info, ratio, mamba_size, device_capacity=int(kv["mamba_slots"]),
