@@ -504,9 +504,10 @@ def host_pools(case: dict, draft: dict | None = None) -> dict[str, Any]:
     bytes (``size * size_per_token``, what the pool requests). ``draft`` (``_draft_geometry``): a
     speculative draft's KV as SGLang mirrors it, packed into the KV host pool (one 1-layer pool per
     draft runner) or as a sidecar host pool over the draft's device pool at the KV host pool's
-    tokens, built by SGLang's own ``hybrid_pool_assembler.py: _build_mha_mla_host_pool`` with
-    what its ``build_full_draft_pools`` passes (0.5.19: ``host_to_device_ratio = host size / draft
-    pool size``; 0.5.23: that and ``host_token_capacity = the host pool's logical_size``).
+    tokens, with what ``hybrid_pool_assembler.py: build_full_draft_pools`` passes to its
+    ``_build_mha_mla_host_pool`` (0.5.19: ``host_to_device_ratio = host size / draft pool size``,
+    that function's MHA call mirrored; 0.5.23: that and ``host_token_capacity = the host pool's
+    logical_size``, through the function itself).
 
     The constructors' shape is read from the installed release's own signature
     (``_takes_buffer_info``): 0.5.19's take the device pool; 0.5.23's an ``MHABufferInfo`` /
