@@ -859,8 +859,8 @@ RULES: tuple[Rule, ...] = (
          _trtllm_mha_prefill_fp8),
     Rule("model-runner-attention-backend", "model_runner_components/attention_backend_setup.py: "
          "_build_resolved_backend; layers/attention/attention_registry.py", _model_runner_backends),
-    Rule("flags-not-planned", "the release's facts.yaml flags_not_planned (each names its pool class's file)",
-         _flags_not_planned),
+    Rule("flags-not-planned", "mem_cache/pool_host/page_interleave.py: PageInterleaveHostPool, and each pool "
+         "the release's facts.yaml flags_not_planned names", _flags_not_planned),
     Rule("mixed-chunk-prefill-graph", "model_executor/runner/prefill_cuda_graph_runner.py: "
          "PrefillCudaGraphRunner.__init__", _mixed_chunk_prefill_graph),
     Rule("nvfp4-prefill-backends", "arg_groups/kv_cache_hook.py: handle_nvfp4_prefill_kv_dequant_dtype",
