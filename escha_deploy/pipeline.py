@@ -1,31 +1,33 @@
 """One planning pipeline for every command that plans: ``plan``, ``up``, ``up --dry-run``,
-``serve``, ``compose`` and every ``fleet`` verb.
+``serve``, ``compose``, ``doctor`` and every ``fleet`` verb. Each command is its choice of two
+sources, and one call:
 
-    gather(facts sources) -> decide(profile, facts, runtime) -> Plan -> render(Plan) -> LaunchSpec
+    plan_request(profile, facts source, runtime source, options)
+      -> gather(profile, facts source)            -> Gathered (frozen)
+      -> resolve_runtime(profile, gathered, runtime source) -> Runtime(release, capabilities, where)
+      -> decide(profile, gathered, runtime)       -> Plan
+      -> render(plan) for a launch                -> LaunchSpec (the argv rendered once, then checked)
+      => Request(gathered, runtime, plan, launch, refusals, warnings)
 
-- ``gather``: the host facts (this machine, a described host, or a facts file), the model
-  folder, the GPU records, and where each came from (``Gathered``).
-- ``decide``: ``planner.plan`` on the gathered facts for a runtime (its capabilities and SGLang
-  release), then the rendered argv checked against that release's flag catalog
-  (``check_rendered_argv``); an unsafe plan is returned, never raised: each caller refuses it
-  with ``Plan.refusal_lines``.
-- ``render``: the ``LaunchSpec`` (argv, env, container settings, digest) of a plan and the
-  facts it assumed (``launch_facts``). ``render_container``: the container half of a profile's
-  launch alone, for a compose file planned by the container it starts (no host facts needed).
-
-``make_plan``/``plan_here`` are the three steps as ``escha-deploy plan`` (and ``compose``'s
-plan of this machine) calls them; ``launch.prepare.prepare`` (``up``, ``up --dry-run``),
-``launch.serve.serve``, ``launch.compose.compose_profile`` and ``fleet.plan.plan_box`` call the
-steps with their own facts sources and runtime. I/O stays at the edges: ``gather`` reads files
-(and NVML), ``decide`` and ``render`` are pure. Heavy models are imported inside the functions
-that need them, so a table plan never imports the launch-spec models.
+- facts sources: ``ThisHost`` (with or without doctor's findings), ``DescribedHost``
+  (``--host-ram``, a fleet box's ``host_ram``), ``FactsFileHost`` (``--facts``,
+  ``$ESCHA_FACTS``, a fleet box's facts), ``InContainer`` (``serve`` inside the container);
+  ``facts_source`` turns a command's options into one.
+- runtime sources: ``ProfileTarget`` (an image built for the profile), ``RuntimeClaim`` (what an
+  image's labels or this runtime's description say: ``up``, ``serve``), ``BoxRuntime`` (the
+  box planned: this machine's description, a facts file's runtime section, ``--sglang-version``,
+  ``plan --compare``'s release).
+- ``decide`` and ``render`` are pure; ``gather`` reads files (and NVML). An unsafe plan is
+  returned, never raised: ``Request.refusals`` says what refuses it. Heavy models are imported
+  inside the functions that need them, so a table plan never imports the launch-spec models.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, overload
 
 from escha_deploy.errors import BadInput
 from escha_deploy.facts.provenance import FactSource, ProvenanceKind
@@ -85,38 +87,123 @@ def shown_path(path: str) -> str:
     return f"the path given ({len(path)} characters, starting {path[:3]!r}; not shown whole)"
 
 
-class Gathered:
-    """The plan's inputs besides the profile, and where each came from.
+# --- where the facts come from: one small typed value per kind of source -------------------
 
-    ``host``: the host facts (live, described, or from a facts file); ``model_dir``: what the
-    model folder says (``None`` when it is not here); ``gpus``: per-GPU records (from a facts
-    file; empty otherwise); ``facts``: one ``facts.provenance.FactSource`` per fact, for
-    ``up --dry-run`` and the launch spec (``sources``); ``runtime``: the box's runtime (SGLang
+
+@dataclass(frozen=True)
+class ThisHost:
+    """This machine, read now (/proc/meminfo, the cgroup files, NVML). ``findings``: with
+    doctor's saved findings for this machine (pinned ceiling, allocator, last prefill);
+    ``doctor`` plans without them, so that a ceiling once seen can be measured again.
+    ``platform``: ``--wsl2``/``--linux`` (default detected). ``server_here``: the server runs
+    here, so the file L3 directory is checked here (``folders.check_l3_dir``; ``doctor`` does
+    not)."""
+
+    findings: bool = True
+    platform: Platform | None = None
+    server_here: bool = True
+
+
+@dataclass(frozen=True)
+class DescribedHost:
+    """A host described in words, not read (``--host-ram``, a fleet box's ``host_ram``):
+    ``mem_total_bytes`` (bytes) and ``platform``; ``origin`` where the memory was written
+    (``None``: ``--host-ram``; ``fleet``: the fleet file's ``host_ram`` line). Doctor's findings
+    describe this machine, so they are never read; its L3 directory is not this machine's."""
+
+    mem_total_bytes: int
+    platform: Platform = "linux"
+    origin: str | None = None
+
+
+@dataclass(frozen=True)
+class FactsFileHost:
+    """A facts file (``--facts``, ``$ESCHA_FACTS``, a fleet box's ``facts``): the host, the GPU
+    records, doctor's findings and the runtime section come from it; of this machine only the
+    model folder and the L3 directory's free space are read. ``named``: how the file is named in
+    messages (``--facts`` or ``ESCHA_FACTS=PATH``); ``what``/``hint``: its reader's wording
+    (``fleet``: a box's saved facts); ``platform``: ``--wsl2``/``--linux`` over the file's;
+    ``server_here``: the server runs here (``up --facts``, ``serve --facts``): the L3
+    directory is checked here."""
+
+    path: str
+    named: str = "--facts"
+    what: str = "the facts file"
+    hint: str | None = None
+    platform: Platform | None = None
+    server_here: bool = False
+
+
+@dataclass(frozen=True)
+class InContainer:
+    """Inside the server's container (``serve`` with ``ESCHA_SERVE_MODE=container``): the host
+    facts come from ``facts`` (this machine or a facts file named by ``ESCHA_FACTS``), the model
+    folder is read at ``model.path``, the draft's at ``model.draft.path`` and the L3 directory
+    at ``flags.CONTAINER_L3_DIR``, where the container mounts them."""
+
+    facts: ThisHost | FactsFileHost = ThisHost()
+
+
+FactsSource = ThisHost | DescribedHost | FactsFileHost | InContainer
+
+
+def facts_source(facts_path: str | None = None, *, host_ram: int | None = None, platform: Platform | None = None,
+                 server_here: bool = True) -> FactsSource:
+    """The facts source a command's options name: ``facts_path`` (``--facts``; else
+    ``$ESCHA_FACTS`` when set, ``paths.facts_file``), else ``host_ram`` (``--host-ram``, bytes),
+    else this machine. ``server_here``: the server runs on the box planned (``up``, ``serve``;
+    ``plan`` of this machine), so its L3 directory is checked here (a facts file's only when
+    the command runs the server: ``up``/``serve``). Raises ``BadInput`` (exit 2) for a facts
+    file and ``--host-ram`` together."""
+    from escha_deploy.paths import facts_file
+
+    path, named = facts_file(facts_path)
+    if path and host_ram is not None:
+        raise BadInput(f"{named} and --host-ram are mutually exclusive (the facts file describes the host)")
+    if path:
+        return FactsFileHost(path, named=named, platform=platform, server_here=server_here)
+    if host_ram is not None:
+        return DescribedHost(host_ram, platform or "linux")
+    return ThisHost(platform=platform, server_here=server_here)
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """The plan's inputs besides the profile, and where each came from; built once by
+    ``gather`` and never changed after (a frozen value: ``decide`` does not depend on what ran
+    before it).
+
+    ``source``: the facts source it was gathered from; ``host``: the host facts (live,
+    described, or from a facts file); ``model_dir``: what the model folder says (``None`` when
+    it is not here); ``gpus``: per-GPU records (``facts.gpus.GpuRecord``: NVML's, measured now,
+    or the facts file's; empty when neither); ``facts``: one ``facts.provenance.FactSource``
+    per fact, for ``up --dry-run`` and the launch spec; ``runtime``: the box's runtime (SGLang
     release, capabilities: ``facts.runtime.RuntimeFacts``) as the facts file's ``runtime``
     section gives it (``None``: not described), with ``runtime_where`` naming that section;
     ``facts_file``: the facts file as read (``factsfile.load_facts_file``, once), ``None``
-    without one (``fleet`` keeps it for the checks only a fleet has: a WSL2 node's networking
-    mode, one image digest per instance); ``draft``: what ``model.draft``'s folder says
-    (``arch.DraftFacts``; ``None`` without the key or the folder here).
+    without one (``fleet`` keeps it for the checks only a fleet has); ``draft``: what
+    ``model.draft``'s folder says (``arch.DraftFacts``; ``None`` without the key or the folder
+    here); ``l3_refusals``: the file L3 directory's problems when the server runs here
+    (``folders.check_l3_dir``: missing, not writable, short of ``hicache.storage_max_size``;
+    empty when fine or not checked): ``plan`` makes them reasons of an unsafe plan, ``up`` its
+    ``L3 folder`` check, ``serve`` refuses them (exit 3).
     """
 
-    def __init__(self, host: HostFacts, model_dir: ModelDirFacts | None, gpus: list[GpuRecord],
-                 facts: list[FactSource], runtime: RuntimeFacts | None = None, runtime_where: str = "",
-                 facts_file: FactsFile | None = None, draft: DraftFacts | None = None) -> None:
-        self.host = host
-        self.model_dir = model_dir
-        self.draft = draft
-        self.gpus = gpus
-        self.facts = facts
-        self.runtime = runtime
-        self.runtime_where = runtime_where
-        self.facts_file = facts_file
+    source: FactsSource
+    host: HostFacts
+    model_dir: ModelDirFacts | None
+    gpus: tuple[GpuRecord, ...]
+    facts: tuple[FactSource, ...]
+    runtime: RuntimeFacts | None = None
+    runtime_where: str = ""
+    facts_file: FactsFile | None = None
+    draft: DraftFacts | None = None
+    l3_refusals: tuple[str, ...] = ()
 
     @property
     def sources(self) -> list[FactSource]:
         """Where each fact came from, in order (``facts``, as the launch spec carries them)."""
         return list(self.facts)
-
 
 def _fmt_bytes(n: int | None) -> str:
     from escha_deploy.units import fmt_gib
@@ -124,68 +211,57 @@ def _fmt_bytes(n: int | None) -> str:
     return "-" if n is None else f"{n:,} B ({fmt_gib(n)})"
 
 
-def gather(profile: Profile, *, facts_path: str | None = None, platform: Platform | None = None,
-           host_ram: int | None = None, model_path: str | None = None, draft_path: str | None = None,
-           l3_path: str | None = None,
-           check_here: bool | None = None, origin: str | None = None, env_facts: bool = True,
-           secret_paths: bool = True, findings: bool = True, facts_what: str = "the facts file",
-           facts_hint: str | None = None, l3_refusals: list[str] | None = None) -> Gathered:
-    """Gather the plan's inputs one way for ``plan``, ``up``, ``serve``, ``compose`` and ``fleet``.
 
-    ``facts_path``: a facts file (``--facts``; ``ESCHA_FACTS`` when not given): the host and
-    findings come from it, nothing else of this machine is read but the model folder and the
-    L3 directory's free space. Otherwise: ``host.gather_plan_inputs`` (this machine, with
-    doctor's saved findings, or ``host_ram`` for a described host). ``model_path``: the model
-    folder as this process sees it (``model.path`` inside the container); ``draft_path`` the
-    draft's folder (``model.draft.path`` there; ``host.read_draft_inputs``); ``l3_path`` the L3
-    directory likewise. ``check_here``: the server runs on this machine (``up``, ``serve``),
-    so the L3 directory is checked here (``folders.check_l3_dir``); default: only for a plan of
-    this host (not ``--host-ram``, not a facts file). The GPU records are NVML's (measured now)
-    or the facts file's. Raises ``BadInput`` for an unreadable facts file, config.json or a model
-    folder without config.json or weights, ``Refused`` for an unusable L3 directory.
-    ``origin``: where a described host's memory was written (``fleet``: the fleet file's
-    ``host_ram`` line), shown in the plan's reasons instead of ``--host-ram``. ``env_facts``:
-    read ``ESCHA_FACTS`` when no ``facts_path`` is given (``fleet`` names each box's facts
-    itself, so it passes False). ``secret_paths``: refuse a secret file setting that is no file
-    here (``secret_path_problems``); ``fleet`` checks a box's key files against the fleet
-    file's folder itself, and passes False. ``findings``: read doctor's saved findings for this
-    machine (pinned ceiling, allocator, last prefill); ``doctor`` passes False, so that a
-    ceiling once seen can be measured again. ``facts_what``/``facts_hint``: how the facts
-    file is named in its reader's messages, and how to make a good one (``fleet``: a box's
-    saved facts). ``l3_refusals``: a list that collects the L3 directory's refusals instead of
-    raising them (``host.gather_plan_inputs``).
-    """
-    if secret_paths:
-        secret_path_problems(profile)
-    # the facts-file and findings models are imported only on the paths that read them
+
+def gather(profile: Profile, source: FactsSource) -> Gathered:
+    """Gather the plan's inputs one way for ``plan``, ``up``, ``serve``, ``compose``, ``fleet``
+    and ``doctor``, from ``source`` (``ThisHost``, ``DescribedHost``, ``FactsFileHost``,
+    ``InContainer``): the host facts, the model folder (``host.gather_plan_inputs``), the
+    draft's folder (``host.read_draft_inputs``), the GPU records and where each came from.
+    The model folder is read at ``model.host_dir`` (``model.path`` in the container), the
+    L3 directory checked when the server runs here (its problems are ``Gathered.l3_refusals``,
+    never raised here). Raises ``BadInput`` for an unreadable facts file, config.json or a model
+    folder without config.json or weights."""
     from escha_deploy.host import gather_plan_inputs
-    from escha_deploy.paths import doctor_findings_path, facts_file
+    from escha_deploy.paths import doctor_findings_path
 
-    facts_path, named = facts_file(facts_path) if env_facts or facts_path else (None, "--facts")
-    if facts_path and host_ram is not None:
-        raise BadInput(f"{named} and --host-ram are mutually exclusive (the facts file describes the host)")
+    inside = isinstance(source, InContainer)
+    src = source.facts if isinstance(source, InContainer) else source
+    model_path = profile.model.path if inside else None
+    draft_cfg = profile.model.draft
+    draft_path = draft_cfg.path if inside and draft_cfg is not None else None
+    l3_path = None
+    if inside:
+        from escha_deploy.flags import CONTAINER_L3_DIR
+
+        l3_path = CONTAINER_L3_DIR
+    l3_refusals: list[str] = []
     sources: list[FactSource] = []
     gpus: list[GpuRecord] = []
-    if facts_path:
+    ff: FactsFile | None = None
+    facts_path = src.path if isinstance(src, FactsFileHost) else None
+    origin = src.origin if isinstance(src, DescribedHost) else None
+    platform = src.platform
+    if isinstance(src, FactsFileHost):
         from escha_deploy.factsfile import load_facts_file
 
         try:
-            ff = load_facts_file(facts_path, facts_what, hint=facts_hint)
+            ff = load_facts_file(src.path, src.what, hint=src.hint)
         except BadInput as exc:
-            if named == "--facts":
+            if src.named == "--facts":
                 raise
-            raise BadInput(*(named + p[len(facts_path):] if p.startswith(f"{facts_path}:") else f"{named}: {p}"
+            raise BadInput(*(src.named + p[len(src.path):] if p.startswith(f"{src.path}:") else f"{src.named}: {p}"
                              for p in exc.problems), hint=exc.hint) from None
         host_only, model_dir = gather_plan_inputs(profile, host_ram=ff.host.mem_total_bytes,
                                                   platform=platform or ff.host.platform, model_path=model_path,
-                                                  l3_path=l3_path, check_here=bool(check_here),
+                                                  l3_path=l3_path, check_here=src.server_here,
                                                   l3_refusals=l3_refusals)
         f = ff.findings
         l3 = profile.hicache.storage_dir if profile.hicache.storage_backend_is_file else None
         host = ff.host_facts(platform=platform, l3_dir=l3, l3_free_bytes=host_only.l3_free_bytes if l3 else None,
                              l3_checked=host_only.l3_checked)
         gpus = list(ff.gpus)
-        where = f"facts file {facts_path}"
+        where = f"facts file {src.path}"
         sources += [FactSource(fact="platform", value=host.platform, source=where if platform is None else
                                "--wsl2/--linux", kind="facts_file" if platform is None else "command_line"),
                     FactSource(fact="MemTotal", value=_fmt_bytes(host.mem_total_bytes), source=where,
@@ -195,9 +271,11 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: Platfor
         fsrc = where + (f" (doctor findings of {f.created_at})" if f else "")
         fkind: ProvenanceKind = "facts_file"
     else:
-        host, model_dir = gather_plan_inputs(profile, platform=platform, host_ram=host_ram, model_path=model_path,
-                                             l3_path=l3_path, check_here=check_here, use_findings=findings,
-                                             l3_refusals=l3_refusals)
+        findings = isinstance(src, ThisHost) and src.findings
+        host, model_dir = gather_plan_inputs(
+            profile, platform=platform, host_ram=src.mem_total_bytes if isinstance(src, DescribedHost) else None,
+            model_path=model_path, l3_path=l3_path, check_here=isinstance(src, ThisHost) and src.server_here,
+            use_findings=findings, l3_refusals=l3_refusals)
         if origin is not None:
             host = host.model_copy(update={"origin": origin})
         if host.gpus is not None:
@@ -268,10 +346,10 @@ def gather(profile: Profile, *, facts_path: str | None = None, platform: Platfor
         sources.append(FactSource(fact="draft model", value=_fmt_bytes(draft.weights_bytes) + (
             " of MTP tensors" if draft.own_folder else " of safetensors") + f", {draft.num_layers or '?'} layers",
             source=f"the draft folder {draft.path}", kind="measurement"))
-    runtime = ff.runtime if facts_path else None
-    return Gathered(host, model_dir, gpus, sources, runtime=runtime,
+    runtime = ff.runtime if ff is not None else None
+    return Gathered(source, host, model_dir, tuple(gpus), tuple(sources), runtime=runtime,
                     runtime_where=f"facts file {facts_path} runtime" if runtime is not None else "",
-                    facts_file=ff if facts_path else None, draft=draft)
+                    facts_file=ff, draft=draft, l3_refusals=tuple(l3_refusals))
 
 
 class BadArgv(BadInput):
@@ -284,19 +362,18 @@ def _argv_problems(check: FlagCheckResult) -> BadArgv:
     return BadArgv(*(f"runtime.extra_args or rendered argv: {line}" for line in check.error_lines()))
 
 
-def check_extra_args(prof: Profile) -> None:
-    """Check the flags the profile adds (``runtime.extra_args``) against its release's flag
-    catalog (``releases.choose_release`` on ``runtime.sglang_version``) plus the profile's
-    needed capabilities' declared flags, with no plan: what a render without host facts can
-    check (``compose`` without ``--facts``). Raises ``BadArgv`` (exit 2) with the lines
-    ``check_rendered_argv`` gives for the same flags."""
+def _check_extra_args(prof: Profile, runtime: Runtime) -> None:
+    """Check the flags the profile adds (``runtime.extra_args``) against ``runtime``'s release's
+    flag catalog plus the profile's needed capabilities' declared flags, with no plan: what a
+    render without host facts can check (``plan_request`` with no facts: ``compose`` without
+    ``--facts``). Raises ``BadArgv`` (exit 2) with the lines ``check_rendered_argv`` gives
+    for the same flags."""
     if not prof.runtime.extra_args:
         return
     from escha_deploy.flagcheck import check_argv
-    from escha_deploy.releases import choose_release
 
-    check = check_argv(list(prof.runtime.extra_args), set(prof.runtime.needs),
-                       version=choose_release(profile=prof.runtime.sglang_version).version, require_model=False)
+    check = check_argv(list(prof.runtime.extra_args), set(prof.runtime.needs), version=runtime.release.version,
+                       require_model=False)
     if check.errors:
         raise _argv_problems(check)
 
@@ -313,17 +390,19 @@ def render_container(profile: Profile, *, overrides: Sequence[str] = (), profile
     return container_spec(profile, platform=platform, overrides=overrides, profile_file=profile_file)
 
 
-def check_rendered_argv(result: Plan, prof: Profile) -> ArgvCheck:
-    """Render the server argv for ``result`` and check it against the flag catalog plus the
-    capabilities' declared flags: one refusal path for ``plan``, ``up``, ``serve`` and
-    ``compose``. Errors (an unknown flag in ``runtime.extra_args``, ...) are bad input (exit 2)."""
+def check_rendered_argv(result: Plan, prof: Profile, argv: Sequence[str] | None = None) -> ArgvCheck:
+    """Check the server argv of ``result`` against its release's flag catalog plus the
+    capabilities' declared flags: one refusal path for ``plan``, ``up``, ``serve``,
+    ``compose`` and ``fleet``. ``argv``: the argv as rendered already (a launch spec's: the
+    one that runs, native or container); ``None``: rendered here (``flags.server_args``).
+    Errors (an unknown flag in ``runtime.extra_args``, ...) are bad input (``BadArgv``, exit 2)."""
     from escha_deploy.flagcheck import check_argv
     from escha_deploy.flags import server_args
     from escha_deploy.planner.result import ArgvCheck
 
     # flags a needed capability declares are valid here: a runtime that lacks the capability is
     # the missing-capability refusal's to name (exit 3), not a bad argv
-    check = check_argv(server_args(result, prof), set(result.capabilities) | set(prof.runtime.needs),
+    check = check_argv(list(argv) if argv is not None else server_args(result, prof), set(result.capabilities) | set(prof.runtime.needs),
                        version=result.sglang_release)
     if check.errors:
         raise _argv_problems(check)
@@ -331,46 +410,190 @@ def check_rendered_argv(result: Plan, prof: Profile) -> ArgvCheck:
     return ArgvCheck(verified=len(check.flags) - len(declared), declared=declared, errors=[])
 
 
-def decide(profile: Profile, g: Gathered, *, capabilities: Collection[str] | None = None,
-           ratio: float | None = None, hicache_size_gb: int | None = None,
-           hicache_source: str | None = None, release: ReleaseChoice | None = None, check_argv: bool = True,
-           digest: bool = False) -> Plan:
-    """Plan ``profile`` on the gathered facts and check the rendered argv against the flag
-    catalog (``BadInput``, exit 2, for a flag the runtime would refuse). ``capabilities``: the
-    runtime's (default: the profile's needs, as an image built for it provides). ``hicache_source``:
-    ``planner.plan``'s, where the profile's HiCache setting came from. ``release``: the
-    ``releases.ReleaseChoice`` to plan (default: the profile's ``runtime.sglang_version``, else
-    the default release); its parser checks the argv (``check_argv``: ``plan --compare`` leaves it
-    to the comparison). ``digest``: fill ``plan_digest`` (the container launch's, as ``up`` and
-    ``serve`` compute it; it imports the launch-spec models, which a table plan does not need)."""
-    from escha_deploy.planner import plan as plan_profile
-    from escha_deploy.releases import choose_release
 
-    release = release or choose_release(profile=profile.runtime.sglang_version)
-    result = plan_profile(profile, g.host, model_dir=g.model_dir, draft=g.draft, ratio=ratio,
-                          hicache_size_gb=hicache_size_gb,
-                          capabilities=None if capabilities is None else frozenset(capabilities),
-                          hicache_source=hicache_source, release=release.version, release_source=release.source)
+
+# --- where the runtime comes from ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProfileTarget:
+    """The runtime the profile asks for, as an image built for it provides: the profile's
+    ``runtime.needs`` (assumed, so never refused for lacking one) and its
+    ``runtime.sglang_version``, else the default release (``compose --facts``, ``doctor``)."""
+
+
+@dataclass(frozen=True)
+class RuntimeClaim:
+    """What a runtime that will run the server says of itself: an image's labels or runtime
+    description file (``up``, ``launch.prepare.image_runtime``) or this runtime's description
+    (``serve``). ``release``: its SGLang release (``None``: it does not say), named in
+    messages as ``release_where``; ``capabilities``: what it provides (``None``: the profile's
+    needs, assumed), stated on the launch spec as coming from ``where`` (``kind``: the kind of
+    source: ``image_labels``, ``runtime_description``, ``default``...). A release the profile
+    names that differs from ``release`` is refused (exit 3, both named)."""
+
+    release: str | None
+    release_where: str
+    capabilities: tuple[str, ...] | None
+    where: str | None = None
+    kind: ProvenanceKind = "profile"
+
+
+@dataclass(frozen=True)
+class BoxRuntime:
+    """The runtime of the box planned, as ``plan`` and ``fleet plan`` find it: this machine's
+    runtime description (``runtime_here``) when the facts are this machine's and ``here``, else
+    the facts file's ``runtime`` section (``Gathered.runtime``), else the profile's needs.
+    ``flag``: ``--sglang-version``; ``release``: ``(version, where)`` planned whatever the
+    profile or runtime says (``plan --compare A``). ``here=False``: never read this machine's
+    description (``fleet plan``: a box is another machine)."""
+
+    flag: str | None = None
+    release: tuple[str, str] | None = None
+    here: bool = True
+
+
+RuntimeSource = ProfileTarget | RuntimeClaim | BoxRuntime
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The runtime a plan is made for, chosen once (``resolve_runtime``).
+
+    ``release``: the ``releases.ReleaseChoice`` (version, where it came from); ``capabilities``:
+    the runtime's (``None``: the profile's needs, as an image built for it provides);
+    ``where``: where those capabilities were read (stated on the launch spec's sources, with
+    ``kind``; ``None``: not stated); ``facts``: the plan's fact sources the runtime adds (a facts
+    file's runtime section: its release and capabilities); ``binding``: ``(capabilities,
+    where)`` whose lack of a capability the profile needs is refused (exit 3: this machine's
+    description, a facts file's section that lists them), ``None`` when the needs were assumed;
+    ``notes``: warnings the plan carries (a stale or ignored runtime description); ``described``:
+    the runtime as a facts file's ``runtime`` section writes it (``plan --write-facts``;
+    ``None``: not known)."""
+
+    release: ReleaseChoice
+    capabilities: frozenset[str] | None = None
+    where: str | None = None
+    kind: ProvenanceKind = "profile"
+    facts: tuple[FactSource, ...] = ()
+    binding: tuple[tuple[str, ...], str] | None = None
+    notes: tuple[str, ...] = ()
+    described: RuntimeFacts | None = None
+
+    def lacking(self, profile: Profile) -> list[str]:
+        """``where: runtime lacks capability 'c'`` for each capability ``profile`` needs that
+        the binding runtime lacks (``runtime.description.require_capabilities``); ``[]`` when
+        none lacks or the needs were assumed."""
+        if self.binding is None:
+            return []
+        from escha_deploy.errors import Refused
+        from escha_deploy.runtime.description import require_capabilities
+
+        try:
+            require_capabilities(list(self.binding[0]), tuple(profile.runtime.needs), self.binding[1])
+        except Refused as exc:
+            return list(exc.problems)
+        return []
+
+
+def resolve_runtime(profile: Profile, g: Gathered | None, source: RuntimeSource) -> Runtime:
+    """The one place a runtime is chosen: its SGLang release (``releases.choose_release``: a
+    runtime's own release, else ``--sglang-version``, else the profile's, else the default; two
+    that differ are refused, exit 3, naming both) and capabilities, from ``source``
+    (``ProfileTarget``, ``RuntimeClaim``, ``BoxRuntime``) and the gathered facts (a facts file's
+    runtime section; ``None``: no facts, ``compose`` without ``--facts``). Raises ``BadInput``
+    (exit 2) for a release that is not supported."""
+    from escha_deploy.releases import ReleaseChoice, check_supported, choose_release
+
+    claim: tuple[str | None, str] | None = None
+    caps: frozenset[str] | None = None
+    facts: list[FactSource] = []
+    binding: tuple[tuple[str, ...], str] | None = None
+    notes: list[str] = []
+    desc: RuntimeDescription | None = None
+    box: RuntimeFacts | None = None
+    if isinstance(source, RuntimeClaim):
+        claim = (source.release, source.release_where)
+        caps = None if source.capabilities is None else frozenset(source.capabilities)
+    elif isinstance(source, BoxRuntime):
+        desc = runtime_here(notes) if source.here else None
+        if desc is not None and g is not None and not isinstance(g.source, ThisHost):
+            # a described box is another box: planned with its facts file's runtime or the
+            # profile's needs, never this machine's description
+            from escha_deploy import capabilities as capmod
+
+            described = (g.source.named if isinstance(g.source, FactsFileHost) else
+                         (g.source.origin or "--host-ram") if isinstance(g.source, DescribedHost) else "the facts")
+            notes.append(f"{described} describes another box: planned with the profile's runtime.needs (the "
+                         f"image built for it) or its facts file's runtime, not this machine's runtime description "
+                         f"({capmod.runtime_description_path()})")
+            desc = None
+        box = g.runtime if g is not None and desc is None else None
+        if desc is not None:
+            from escha_deploy.capabilities import runtime_description_path
+
+            claim = (desc.sglang_version, f"this runtime ({runtime_description_path()})")
+            caps = frozenset(desc.capabilities)
+            binding = (tuple(desc.capabilities), claim[1])
+        elif box is not None and g is not None:
+            if box.sglang_release is not None:
+                claim = (box.sglang_release, f"{g.runtime_where}.sglang_release ({box.release_claim()[1]})")
+                facts.append(FactSource(fact="SGLang release", value=box.sglang_release,
+                                        source=f"{g.runtime_where}.sglang_release", kind="facts_file"))
+            if (names := box.capability_names()) is not None:
+                caps = frozenset(names)
+                facts.append(FactSource(fact="capabilities", value=", ".join(sorted(names)) or "none",
+                                        source=f"{g.runtime_where}.capabilities", kind="facts_file"))
+                binding = (tuple(sorted(names)), f"{g.runtime_where}.capabilities")
+    flag = source.flag if isinstance(source, BoxRuntime) else None
+    if isinstance(source, BoxRuntime) and source.release is not None:  # plan --compare A: A, whatever is named
+        release = ReleaseChoice(version=check_supported(*source.release), source=source.release[1])
+    else:
+        release = choose_release(image=claim, flag=flag, profile=profile.runtime.sglang_version)
+    if isinstance(source, RuntimeClaim):
+        return Runtime(release=release, capabilities=caps, where=source.where, kind=source.kind)
+    return Runtime(release=release, capabilities=caps, facts=tuple(facts), binding=binding, notes=tuple(notes),
+                   described=(box or _described_runtime(desc, flag)) if isinstance(source, BoxRuntime) else None)
+
+
+def decide(profile: Profile, g: Gathered, runtime: Runtime, *, ratio: float | None = None,
+           hicache_size_gb: int | None = None, hicache_source: str | None = None, check_argv: bool = True,
+           digest: bool = False) -> Plan:
+    """Plan ``profile`` on the gathered facts for ``runtime`` (``resolve_runtime``: its release
+    and capabilities; ``None`` capabilities: the profile's needs) and check the rendered argv
+    against that release's flag catalog (``BadArgv``, exit 2, for a flag the runtime would
+    refuse; ``check_argv=False``: ``plan --compare`` leaves it to the comparison, ``doctor``
+    runs no server, ``plan_request`` checks the launch spec's argv instead). ``hicache_source``:
+    ``planner.plan``'s, where the profile's HiCache setting came from. ``digest``: fill
+    ``plan_digest`` (the container launch's, as ``up`` and ``serve`` compute it; it imports the
+    launch-spec models, which a table plan does not need). Pure: reads nothing."""
+    from escha_deploy.planner import plan as plan_profile
+
+    release = runtime.release
+    caps = runtime.capabilities
+
+    def replan(host: HostFacts) -> Plan:
+        return plan_profile(profile, host, model_dir=g.model_dir, draft=g.draft, ratio=ratio,
+                            hicache_size_gb=hicache_size_gb, capabilities=caps, hicache_source=hicache_source,
+                            release=release.version, release_source=release.source)
+
+    result = replan(g.host)
     from escha_deploy.checkpoint.lock import pin_state
 
-    result = result.model_copy(update={"fact_sources": g.sources,
+    result = result.model_copy(update={"fact_sources": g.sources + list(runtime.facts),
                                        "model_pin": pin_state(g.model_dir.path if g.model_dir else None)})
     if result.verdict == "unsafe":
         from escha_deploy.planner.fit import host_fit
 
-        def replan(host: HostFacts) -> Plan:
-            return plan_profile(profile, host, model_dir=g.model_dir, draft=g.draft, ratio=ratio,
-                                hicache_size_gb=hicache_size_gb,
-                                capabilities=None if capabilities is None else frozenset(capabilities),
-                                hicache_source=hicache_source, release=release.version,
-                                release_source=release.source)
-
         result = result.model_copy(update={"host_fit": host_fit(profile, result, g.host, replan)})
+    # the argv is rendered once: the digest's launch spec when there is one, else the check's
+    spec = render(result, profile, g) if digest else None
     if check_argv:  # plan --compare leaves it to the comparison, which names the flags the release refuses
-        result = result.model_copy(update={"argv_check": check_rendered_argv(result, profile)})
-    if not digest:
+        argv = spec.argv if spec is not None else None
+        result = result.model_copy(update={"argv_check": check_rendered_argv(result, profile, argv)})
+    if spec is None:
         return result
-    return result.model_copy(update={"plan_digest": render(result, profile, g).plan_digest})
+    return result.model_copy(update={"plan_digest": spec.plan_digest})
 
 
 def render(plan: Plan, profile: Profile, g: Gathered, *, overrides: Sequence[str] = (), native: bool = False,
@@ -386,27 +609,6 @@ def render(plan: Plan, profile: Profile, g: Gathered, *, overrides: Sequence[str
     return build_launch_spec(plan, profile, overrides=list(overrides), native=native, profile_file=profile_file,
                              facts=launch_facts(plan, g), sources=sources, spec_file=spec_file,
                              facts_file=facts_file)
-
-
-def plan_launch(profile: Profile, g: Gathered, *, capabilities: Collection[str] | None = None,
-                release: ReleaseChoice | None = None, capabilities_source: str | None = None,
-                capabilities_kind: ProvenanceKind = "profile",
-                overrides: Sequence[str] = (), native: bool = False, profile_file: str | None = None,
-                spec_file: str | None = None, facts_file: str | None = None) -> tuple[Plan, LaunchSpec]:
-    """``decide`` then ``render`` for a launch (``up``, ``serve --profile``, ``compose --facts``):
-    the plan of ``profile`` on ``g`` for the runtime (``capabilities``, ``release``) and its
-    ``LaunchSpec``, whose sources are ``g``'s plus, with ``capabilities_source``, where the
-    runtime's capabilities came from (``capabilities_kind``: its kind of source; default the
-    profile's needs, assumed). An unsafe plan is returned with its spec: the caller
-    refuses it (``Plan.refusal_lines``) or shows it (``up --dry-run``, ``serve --print``). The
-    render keywords are ``render``'s."""
-    plan = decide(profile, g, capabilities=capabilities, release=release)
-    sources = list(g.sources)
-    if capabilities_source is not None:
-        sources.append(FactSource(fact="capabilities", value=", ".join(sorted(plan.capabilities)) or "none",
-                                  source=capabilities_source, kind=capabilities_kind))
-    return plan, render(plan, profile, g, overrides=overrides, native=native, profile_file=profile_file,
-                        sources=sources, spec_file=spec_file, facts_file=facts_file)
 
 
 def hicache_off_warning(plan: Plan) -> str | None:
@@ -462,161 +664,123 @@ def runtime_here(notes: list[str] | None = None) -> RuntimeDescription | None:
     return desc
 
 
-def _described(kw: dict[str, Any]) -> str | None:
-    """What describes another box in ``make_plan``'s keywords (``--host-ram``, a facts file
-    given or named by $ESCHA_FACTS), or ``None`` for this machine."""
-    from escha_deploy.paths import facts_file
-
-    if kw.get("host_bytes") is not None:
-        return "--host-ram"
-    facts, named = facts_file(kw.get("facts_path"))
-    return named if facts is not None else None
 
 
-def plan_here(profile_ref: str, overrides: Sequence[str],
-              **kw: Any) -> tuple[Plan, tuple[list[str], str] | None]:
-    """``make_plan`` called as ``escha-deploy plan`` calls it (``compose`` plans this machine
-    through it too, so both reach one verdict): the capabilities are those of this machine's
-    runtime description (``runtime_here``), or, with none, the profile's needs (the image built
-    for it). A described box (``--host-ram``, ``--facts``) is another box: it is planned with
-    its facts file's runtime section when that lists capabilities, else with the profile's
-    needs, never this machine's description, and the plan says so when this machine has one.
-    ``kw``: ``make_plan``'s other keywords. Returns ``(plan, runtime)``: ``runtime`` is
-    ``(capabilities, where)`` of the runtime planned (this machine's description, or the facts
-    file's runtime section), whose lack of a needed capability the caller refuses (exit 3), or
-    ``None`` when the profile's needs were assumed."""
-    notes: list[str] = []
-    described = _described(kw)
-    desc = runtime_here(notes)
-    if described is not None:
-        if desc is not None:
-            from escha_deploy import capabilities as capmod
-
-            notes.append(f"{described} describes another box: planned with the profile's runtime.needs (the "
-                         f"image built for it) or its facts file's runtime, not this machine's runtime description "
-                         f"({capmod.runtime_description_path()})")
-        desc = None
-    caps = frozenset(desc.capabilities) if desc is not None else None
-    result = make_plan(profile_ref, overrides, capabilities=caps, desc=desc, here_runtime=described is None, **kw)
-    if notes:
-        result = result.model_copy(update={"warnings": notes + list(result.warnings)})
-    if desc is not None:
-        from escha_deploy.capabilities import runtime_description_path
-
-        return result, (list(desc.capabilities), f"this runtime ({runtime_description_path()})")
-    return result, facts_runtime_planned(result)
+# --- one request: the facts source and the runtime source a command chose --------------------
 
 
-def make_plan(profile_ref: str, overrides: Sequence[str], *, ratio: float | None = None,
-              hicache_size: int | None = None, host_bytes: int | None = None, platform: Platform | None = None,
-              capabilities: frozenset[str] | None = None, facts_path: str | None = None,
-              on_gathered: Callable[[Gathered], None] | None = None, prof: Profile | None = None,
-              hicache_source: str | None = None, sglang_version: str | None = None,
-              desc: RuntimeDescription | None = None, release: ReleaseChoice | None = None,
-              check_argv: bool = True, digest: bool = False, here_runtime: bool = True) -> Plan:
-    """``escha-deploy plan``'s pipeline: gather (profile, host facts, model folder), then decide,
-    flag check included, through the functions ``up``, ``serve``, ``compose`` and ``fleet`` call.
-    ``prof``: ``profile_ref`` with ``overrides`` when the caller loaded it already.
-    ``hicache_source``: where the HiCache setting came from, for the plan's label.
-    ``sglang_version``: ``--sglang-version``; the release is chosen by ``releases.choose_release``
-    from this machine's runtime description (``desc``), the flag and the profile.
-    ``here_runtime``: False for a plan of another box (no description of this machine read).
-    A facts file's ``runtime`` section (``Gathered.runtime``) is that box's runtime, planned by
-    ``planned_runtime`` as ``fleet plan`` plans a box's (``desc`` and ``capabilities``, this
-    machine's, win: they are not given for a described box).
-    ``on_gathered``: called with the ``Gathered`` facts before the plan (``plan --write-facts``),
-    whose ``runtime`` is then the runtime planned when one is described (the facts file's, this
-    machine's description, or ``--sglang-version``), else ``None``."""
-    if prof is None:
-        from escha_deploy.profile import load_profile
+@dataclass(frozen=True)
+class LaunchOptions:
+    """What a launch renders besides the plan (``launch_spec.build_launch_spec``'s keywords):
+    ``overrides`` (``--set`` items the container's ``serve`` gets), ``native`` (the server runs
+    on this host: host paths, loopback), ``profile_file`` (a profile file to mount),
+    ``spec_file`` (where ``up`` writes the spec), ``facts_file`` (a facts file the container
+    plans from)."""
 
-        prof = load_profile(profile_ref, list(overrides))
-    if capabilities is None and here_runtime:
-        # inside an image (or a host patched with `runtime apply`): plan the runtime that is
-        # here, not the one the profile asks for (without our 0001 that is stock 0.5.19's host
-        # check); a capability it lacks is refused by the caller, exit 3, as `serve --print` does
-        desc = runtime_here()
-        capabilities = frozenset(desc.capabilities) if desc is not None else None
-    # the L3 directory is checked here, not in gather: `up` and `serve` refuse before start
-    # with its problem alone, while a plan still shows the budget with that problem as a reason
-    g = gather(prof, facts_path=facts_path, platform=platform, host_ram=host_bytes, check_here=False)
-    box = g.runtime if desc is None else None
-    release, capabilities = planned_runtime(prof, g, desc=desc, sglang_version=sglang_version, release=release,
-                                            capabilities=capabilities)
-    l3_refusals = check_l3_here(prof, g)
-    if on_gathered is not None:
-        g.runtime = box or _described_runtime(desc, sglang_version)
-        on_gathered(g)
-    result = decide(prof, g, capabilities=capabilities, ratio=ratio, hicache_size_gb=hicache_size,
-                    hicache_source=hicache_source, release=release, check_argv=check_argv, digest=digest)
-    if l3_refusals:
-        # the server would be refused before start (exit 3), as an unsafe plan is
-        reasons = l3_refusals + (result.reasons if result.verdict == "unsafe" else [])
-        result = result.model_copy(update={"verdict": "unsafe", "reasons": reasons})
-    return result
+    overrides: tuple[str, ...] = ()
+    native: bool = False
+    profile_file: str | None = None
+    spec_file: str | None = None
+    facts_file: str | None = None
 
 
-def planned_runtime(prof: Profile, g: Gathered, *, desc: RuntimeDescription | None = None,
-                    sglang_version: str | None = None, release: ReleaseChoice | None = None,
-                    capabilities: frozenset[str] | None = None) -> tuple[ReleaseChoice, frozenset[str] | None]:
-    """The runtime a plan of ``prof`` on ``g`` is made for: ``(release, capabilities)``, as
-    ``plan`` and ``fleet plan`` both plan it (``decide`` takes the pair).
+@dataclass(frozen=True)
+class Options:
+    """How a request plans: ``ratio``/``hicache_size_gb``/``hicache_source`` (``plan``'s
+    ``--ratio``, ``--hicache-size`` and where the HiCache setting came from), ``check_argv``
+    (check the rendered argv against the release's flag catalog; ``plan --compare`` and
+    ``doctor`` do not), ``digest`` (fill the plan's ``plan_digest``: ``plan --format json``,
+    ``fleet``), ``launch`` (render the ``LaunchSpec``: ``up``, ``serve``, ``compose --facts``;
+    ``None``: a plan alone)."""
 
-    ``desc``: this machine's runtime description (its release and capabilities win: not given
-    for a described box). Otherwise a facts file's ``runtime`` section (``Gathered.runtime``) is
-    that box's runtime: its release is chosen as an image's is (``releases.choose_release(image=
-    ...)``: a profile's or ``--sglang-version``'s release that differs is refused, exit 3, naming
-    both) and its capabilities, when it lists them, are planned; each is appended to ``g.facts``
-    as a ``facts_file`` source. ``release``/``capabilities``: the caller's own (win). Neither
-    described: the profile's ``runtime.sglang_version`` (else the default release) and
-    ``None`` (the profile's needs, as an image built for it provides)."""
-    from escha_deploy.releases import choose_release
-
-    box = g.runtime if desc is None else None
-    claim: tuple[str | None, str] | None = None
-    if desc is not None:
-        from escha_deploy.capabilities import runtime_description_path
-
-        claim = (desc.sglang_version, f"this runtime ({runtime_description_path()})")
-    elif box is not None and box.sglang_release is not None:
-        claim = (box.sglang_release, f"{g.runtime_where}.sglang_release ({box.release_claim()[1]})")
-    release = release or choose_release(image=claim, flag=sglang_version, profile=prof.runtime.sglang_version)
-    if box is not None:
-        if box.sglang_release is not None:
-            g.facts.append(FactSource(fact="SGLang release", value=box.sglang_release,
-                                      source=f"{g.runtime_where}.sglang_release", kind="facts_file"))
-        if capabilities is None and (names := box.capability_names()) is not None:
-            capabilities = frozenset(names)
-            g.facts.append(FactSource(fact="capabilities", value=", ".join(sorted(names)) or "none",
-                                      source=f"{g.runtime_where}.capabilities", kind="facts_file"))
-    return release, capabilities
+    ratio: float | None = None
+    hicache_size_gb: int | None = None
+    hicache_source: str | None = None
+    check_argv: bool = True
+    digest: bool = False
+    launch: LaunchOptions | None = None
 
 
-def facts_runtime_lacks(result: Plan, prof: Profile) -> list[str]:
-    """The lines a plan made for a facts file's runtime section that lists capabilities is
-    refused with (exit 3) when one the profile needs (``runtime.needs``) is not among them
-    (``runtime.description.require_capabilities``, ``where: runtime lacks capability 'c'``);
-    ``[]`` when none lacks or the plan assumed the profile's needs. ``plan --facts`` and
-    ``fleet plan`` refuse the same lines."""
-    from escha_deploy.errors import Refused
-    from escha_deploy.runtime.description import require_capabilities
+@dataclass(frozen=True)
+class Request:
+    """A planned request: the ``gathered`` facts, the ``runtime`` chosen, the ``plan`` (its
+    ``argv_check`` read from the one argv rendered), the ``launch`` spec (``None`` without
+    ``Options.launch``), and one list each of ``refusals`` (exit 3: the L3 directory's
+    problems, an unsafe plan's ``plan: REASON`` lines, a capability the binding runtime lacks)
+    and ``warnings`` (the HiCache-off line, the runtime's notes, the plan's warnings)."""
 
-    planned = facts_runtime_planned(result)
-    if planned is None:
-        return []
-    try:
-        require_capabilities(planned[0], tuple(prof.runtime.needs), planned[1])
-    except Refused as exc:
-        return list(exc.problems)
-    return []
+    gathered: Gathered
+    runtime: Runtime
+    plan: Plan
+    launch: LaunchSpec | None
+    refusals: tuple[str, ...]
+    warnings: tuple[str, ...]
 
 
-def facts_runtime_planned(result: Plan) -> tuple[list[str], str] | None:
-    """``(capabilities, where)`` of the facts file's runtime section ``result`` was planned
-    for when that section lists capabilities (``planned_runtime``'s ``facts_file`` source),
-    else ``None`` (the profile's needs were assumed, or this machine's description planned)."""
-    box = next((f for f in result.fact_sources if f.fact == "capabilities" and f.kind == "facts_file"), None)
-    return (list(result.capabilities), box.source) if box is not None else None
+@overload
+def plan_request(profile: Profile, facts: FactsSource, runtime: RuntimeSource,
+                 options: Options = ...) -> Request: ...
+
+
+@overload
+def plan_request(profile: Profile, facts: None, runtime: RuntimeSource, options: Options = ...) -> ContainerSpec: ...
+
+
+def plan_request(profile: Profile, facts: FactsSource | None, runtime: RuntimeSource,
+                 options: Options = Options()) -> Request | ContainerSpec:
+    """The one path every command plans by: ``gather`` (from ``facts``), ``resolve_runtime``
+    (from ``runtime``; its one call site), ``decide``, and for a launch ``render``; the server
+    argv is rendered once (for a launch: the spec's, which the flag check then reads; for a
+    plan: the digest's, or the check's alone). Raises ``BadInput`` (exit 2: bad facts, a flag
+    the release refuses: ``BadArgv``) and ``Refused`` (exit 3: releases that contradict each
+    other); never for an unsafe plan or an L3 problem (``Request.refusals``).
+
+    ``facts=None``: no host facts, so no plan (``compose`` without ``--facts``: the container
+    plans for itself on the box it runs on): the profile's ``runtime.extra_args`` are checked
+    against the runtime's release (``BadArgv``) and the container half is returned
+    (``render_container``, with ``Options.launch``'s overrides and profile file)."""
+    g = gather(profile, facts) if facts is not None else None
+    rt = resolve_runtime(profile, g, runtime)
+    if g is None:
+        _check_extra_args(profile, rt)
+        co = options.launch or LaunchOptions()
+        return render_container(profile, overrides=co.overrides, profile_file=co.profile_file)
+    plan = decide(profile, g, rt, ratio=options.ratio, hicache_size_gb=options.hicache_size_gb,
+                  hicache_source=options.hicache_source, check_argv=options.check_argv and options.launch is None,
+                  digest=options.digest and options.launch is None)
+    if rt.notes:
+        plan = plan.model_copy(update={"warnings": list(rt.notes) + list(plan.warnings)})
+    launch = None
+    if (lo := options.launch) is not None:
+        sources = list(plan.fact_sources)
+        if rt.where is not None:
+            sources.append(FactSource(fact="capabilities", value=", ".join(sorted(plan.capabilities)) or "none",
+                                      source=rt.where, kind=rt.kind))
+        launch = render(plan, profile, g, overrides=lo.overrides, native=lo.native, profile_file=lo.profile_file,
+                        sources=sources, spec_file=lo.spec_file, facts_file=lo.facts_file)
+        if options.check_argv:  # the argv that runs, as rendered once
+            plan = plan.model_copy(update={"argv_check": check_rendered_argv(plan, profile, launch.argv)})
+    refusals = list(g.l3_refusals) + (plan.refusal_lines() if plan.verdict == "unsafe" else []) \
+        + rt.lacking(profile)
+    off = hicache_off_warning(plan)
+    warnings = ([off] if off else []) + list(plan.warnings)
+    return Request(g, rt, plan, launch, tuple(refusals), tuple(warnings))
+
+
+def plan_here(profile: Profile, facts: FactsSource, runtime: BoxRuntime, options: Options = Options()) -> Request:
+    """``plan_request`` as ``escha-deploy plan`` plans (``compose`` and ``diagnose`` plan this
+    machine through it too, so all reach one verdict): the file L3 directory's problems, when
+    the server would run here, make the plan unsafe, with those problems first among its
+    reasons (``up`` would refuse before start, exit 3). A secret file setting that is no file
+    here is refused first (``secret_path_problems``, exit 2)."""
+    secret_path_problems(profile)
+    req = plan_request(profile, facts, runtime, options)
+    if not req.gathered.l3_refusals:
+        return req
+    result = req.plan
+    reasons = list(req.gathered.l3_refusals) + (result.reasons if result.verdict == "unsafe" else [])
+    plan = result.model_copy(update={"verdict": "unsafe", "reasons": reasons})
+    return Request(req.gathered, req.runtime, plan, req.launch, req.refusals, req.warnings)
 
 
 def _described_runtime(desc: RuntimeDescription | None, sglang_version: str | None) -> RuntimeFacts | None:
@@ -636,16 +800,3 @@ def _described_runtime(desc: RuntimeDescription | None, sglang_version: str | No
                         sglang_release_source=Provenance(kind="command_line", where="--sglang-version"))
 
 
-def check_l3_here(prof: Profile, g: Gathered) -> list[str]:
-    """The file L3 directory's refusals (``folders.check_l3_dir``: missing, not writable, short
-    of ``hicache.storage_max_size``) when the plan is of this machine (a live host: not
-    ``--host-ram``, not a facts file), where ``up`` would check it; marks the host as checked
-    so the plan does not say it describes another host. ``[]``: fine, or not this host's to check."""
-    hc = prof.hicache
-    # the file backend needs hicache.l3.dir (a profile rule): no folder, nothing to check
-    if not hc.storage_backend_is_file or hc.storage_dir is None or g.host.source != "live":
-        return []
-    from escha_deploy.folders import check_l3_dir
-
-    g.host = g.host.model_copy(update={"l3_checked": True})
-    return check_l3_dir(hc.storage_dir, hc.storage_max_size)

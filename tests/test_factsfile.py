@@ -9,7 +9,8 @@ import pytest
 
 from escha_deploy.errors import BadInput
 from escha_deploy.factsfile import FACTS_SCHEMA_VERSION, FactsFile, GpuRecord, HostSection, load_facts_file
-from escha_deploy.pipeline import decide, gather, launch_facts
+from escha_deploy.pipeline import (FactsFileHost, ProfileTarget, decide, facts_source, gather, launch_facts,
+                                   resolve_runtime)
 from escha_deploy.launch_spec import build_launch_spec
 from escha_deploy.profile import load_profile
 from escha_deploy.units import GiB
@@ -45,8 +46,8 @@ def test_a_bad_field_is_named_with_the_file(tmp_path):
 
 def _spec(facts_path):
     prof = load_profile("rtx5060ti-tp2-fp8")
-    g = gather(prof, facts_path=str(facts_path))
-    plan = decide(prof, g)
+    g = gather(prof, FactsFileHost(str(facts_path)))
+    plan = decide(prof, g, resolve_runtime(prof, g, ProfileTarget()))
     return g, plan, build_launch_spec(plan, prof, facts=launch_facts(plan, g), sources=g.sources)
 
 
@@ -66,4 +67,4 @@ def test_the_digest_covers_fact_values_not_where_they_came_from(tmp_path):
 
 def test_facts_and_host_ram_are_exclusive(tmp_path):
     with pytest.raises(BadInput):
-        gather(load_profile("rtx5060ti-tp2-fp8"), facts_path=str(_write(tmp_path, _doc())), host_ram=8 * GiB)
+        facts_source(str(_write(tmp_path, _doc())), host_ram=8 * GiB)

@@ -156,7 +156,7 @@ def test_every_user_json_reader_goes_through_it(tmp_path):
     from escha_deploy.factsfile import load_facts_file
     from escha_deploy.findings import load_findings
     from escha_deploy.fleet.plan import BOX_FACTS_HINT, BOX_FACTS_WHAT
-    from escha_deploy.pipeline import gather
+    from escha_deploy.pipeline import FactsFileHost, gather
     from escha_deploy.profile import load_profile
     from escha_deploy.launch.serve import read_spec
     from escha_deploy.runtime.description import read_description
@@ -170,7 +170,7 @@ def test_every_user_json_reader_goes_through_it(tmp_path):
     prof = load_profile("rtx5060ti-tp2")
 
     def read_box_facts(p):  # a fleet box's facts, as fleet plan reads them
-        return gather(prof, facts_path=str(p), secret_paths=False, facts_what=BOX_FACTS_WHAT, facts_hint=BOX_FACTS_HINT)
+        return gather(prof, FactsFileHost(str(p), what=BOX_FACTS_WHAT, hint=BOX_FACTS_HINT))
 
     for reader in (load_facts_file, read_spec, read_box_facts, read_description, read_inventory, recorded_series):
         for p in (fifo, dup):

@@ -88,17 +88,18 @@ def test_ratio_search_is_bounded_whatever_the_profile_says(monkeypatch):
     """The finest grid and the largest cap the model allows: the search evaluates pools
     O(log n) times, not n = 100 / 0.001 = 100,000 times."""
     from escha_deploy import planner
-    from escha_deploy.pipeline import make_plan
+    from escha_deploy.pipeline import BoxRuntime, DescribedHost, plan_here
+    from escha_deploy.profile import load_profile
 
     calls = []
     real = planner.host_pools_at_ratio
     monkeypatch.setattr(planner, "host_pools_at_ratio", lambda dev, r: calls.append(r) or real(dev, r))
     t0 = time.perf_counter()
-    fine = make_plan(BASE, ["hicache.max_ratio=100", "safety.ratio_step=0.001"], host_bytes=parse_size("64GiB"),
-                     platform="linux")
+    host = DescribedHost(parse_size("64GiB"), "linux")
+    fine = plan_here(load_profile(BASE, ["hicache.max_ratio=100", "safety.ratio_step=0.001"]), host, BoxRuntime()).plan
     assert time.perf_counter() - t0 < 2
     assert len(calls) < 200, len(calls)
-    coarse = make_plan(BASE, ["hicache.max_ratio=100"], host_bytes=parse_size("64GiB"), platform="linux")
+    coarse = plan_here(load_profile(BASE, ["hicache.max_ratio=100"]), host, BoxRuntime()).plan
     # the same answer as a linear scan would give: the largest grid point that leaves headroom
     assert fine.recommended_ratio >= coarse.recommended_ratio
     assert fine.recommended_ratio - coarse.recommended_ratio < 0.05

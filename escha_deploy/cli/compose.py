@@ -81,10 +81,11 @@ def plan_here_lines(profile: str, overrides: list[str]) -> list[str]:
     planned (an unreadable model folder). A rendered argv the planned release refuses
     (``pipeline.BadArgv``) is raised: the container's ``serve`` would refuse it on any box."""
     from escha_deploy.errors import EschaError
-    from escha_deploy.pipeline import BadArgv, plan_here
+    from escha_deploy.pipeline import BadArgv, BoxRuntime, facts_source, plan_here
+    from escha_deploy.profile import load_profile
 
     try:
-        here, _ = plan_here(profile, overrides)
+        here = plan_here(load_profile(profile, overrides), facts_source(), BoxRuntime()).plan
     except BadArgv:
         raise
     except EschaError as exc:

@@ -110,11 +110,11 @@ def launch_known(profile_ref: str, sets: list[str]) -> dict[str, object]:
     the largest registered host buffer. Bad input (the profile) raises as `plan` does."""
     from escha_deploy.launch.diagnose import launch_facts
     from escha_deploy.launch_spec import build_launch_spec
-    from escha_deploy.pipeline import plan_here
+    from escha_deploy.pipeline import BoxRuntime, facts_source, plan_here
     from escha_deploy.profile import load_profile
 
     prof = load_profile(profile_ref, sets)
-    plan, _runtime = plan_here(profile_ref, sets, prof=prof)
+    plan = plan_here(prof, facts_source(), BoxRuntime()).plan
     return launch_facts(plan, build_launch_spec(plan, prof))
 
 

@@ -5,6 +5,7 @@ The options and the output are this module's; the plan is the pipeline's
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
@@ -104,21 +105,21 @@ def plan_command(
     prof = load_profile(profile, overrides, positions=positions)
     prof, hicache_source, notes = apply_hicache_options(prof, positions, overrides, ratio=ratio,
                                                         hicache_size=hicache_size, auto=auto)
-    from ..pipeline import plan_here
+    from ..pipeline import BoxRuntime, Options, facts_source, plan_here
 
-    result, runtime = plan_here(profile, overrides, ratio=ratio_value, hicache_size=size_value, host_bytes=host_bytes,
-                             platform="wsl2" if wsl2 else "linux" if linux else None, facts_path=facts,
-                             on_gathered=(lambda g: _write_facts(g, write_facts)) if write_facts else None,
-                             prof=prof, hicache_source=hicache_source,
-                             sglang_version=sglang_version, check_argv=compare is None,
-                             digest=fmt is OutputFormat.json)
+    platform = "wsl2" if wsl2 else "linux" if linux else None
+    facts_src = facts_source(facts, host_ram=host_bytes, platform=platform)
+    options = Options(ratio=ratio_value, hicache_size_gb=size_value, hicache_source=hicache_source)
+    req = plan_here(prof, facts_src, BoxRuntime(flag=sglang_version),
+                    replace(options, check_argv=compare is None, digest=fmt is OutputFormat.json))
+    if write_facts:
+        _write_facts(replace(req.gathered, runtime=req.runtime.described), write_facts)
+    result = req.plan
     notes = size_notes + notes
     if notes:
         result = result.model_copy(update={"warnings": notes + list(result.warnings)})
     if compare is not None:
-        _print_comparison(profile, overrides, result, compare, fmt, ratio=ratio_value, hicache_size=size_value,
-                          host_bytes=host_bytes, platform="wsl2" if wsl2 else "linux" if linux else None,
-                          facts_path=facts, prof=prof, hicache_source=hicache_source)
+        _print_comparison(prof, facts_src, options, result, compare, fmt)
         from ..flagcheck import check_argv
         from ..flags import server_args
 
@@ -147,26 +148,26 @@ def plan_command(
     # inside an image (/etc/escha/runtime.json), or a facts file's runtime section: the plan
     # above is for that runtime; lacking a capability the profile needs refuses, exit 3, as
     # `serve --print` does
-    if runtime is not None:
+    if req.runtime.binding is not None:
         from ..runtime.description import require_capabilities
 
-        require_capabilities(runtime[0], prof.runtime.needs, runtime[1], native=None)
+        require_capabilities(list(req.runtime.binding[0]), prof.runtime.needs, req.runtime.binding[1], native=None)
     if result.verdict == "unsafe":
         raise typer.Exit(int(ExitCode.REFUSED))
 
 
-def _print_comparison(profile_ref, overrides, result_b, version_a, fmt, **kw) -> None:
+def _print_comparison(prof, facts_src, options, result_b, version_a, fmt) -> None:
     """``--compare A``: plan A on the same host (the release named, whatever the profile says)
     and print ``release_compare.compare``'s rows."""
     from ..flags import server_args
-    from ..pipeline import make_plan
+    from ..pipeline import BoxRuntime, plan_here
     from ..release_compare import compare
-    from ..releases import ReleaseChoice, check_supported
+    from ..releases import check_supported
 
     check_supported(version_a, "--compare")
-    result_a = make_plan(profile_ref, overrides, release=ReleaseChoice(version=version_a, source="--compare"),
-                         check_argv=False, **kw)
-    cmp = compare(result_a, result_b, server_args(result_a, kw["prof"]))
+    result_a = plan_here(prof, facts_src, BoxRuntime(release=(version_a, "--compare")),
+                         replace(options, check_argv=False)).plan
+    cmp = compare(result_a, result_b, server_args(result_a, prof))
     if fmt is OutputFormat.json:
         from .output import print_json
 

@@ -31,22 +31,22 @@ def needs_from_profile(ref: str, overrides: Sequence[str] = ()) -> ProfileNeeds:
     """Load profile ``ref`` (a name or a path) and plan it against this host through the
     pipeline ``plan`` runs (``pipeline.gather`` -> ``pipeline.decide``: this machine's memory,
     GPUs and model folder, the profile's SGLang release and needs), ignoring saved findings
-    (``gather(findings=False)``), ``ESCHA_FACTS`` (doctor measures this machine, not a described
+    (``ThisHost(findings=False)``), ``ESCHA_FACTS`` (doctor measures this machine, not a described
     one) and the secret-file and L3-directory checks (``up``'s, not doctor's). The per-rank
     pinned bytes come from ``plan.per_rank.pinned_bytes``, and an ``unsafe`` verdict's reasons
     become failing ``profile.plan`` checks. Raises ``BadInput`` for a bad profile or model
     folder (exit 2).
     """
-    from escha_deploy.pipeline import decide, gather
+    from escha_deploy.pipeline import Options, ProfileTarget, ThisHost, plan_request
     from escha_deploy.profile import load_profile
 
     profile = load_profile(ref, overrides)
     hw = profile.hardware
     # Plan without saved findings: a plan capped by an earlier ceiling would aim the ladder at
     # that ceiling, so a ceiling once seen could never be measured again.
-    g = gather(profile, findings=False, env_facts=False, secret_paths=False, check_here=False)
     # the figures, not an argv: doctor runs no server, so the rendered argv is not checked
-    result = decide(profile, g, check_argv=False)
+    result = plan_request(profile, ThisHost(findings=False, server_here=False), ProfileTarget(),
+                          Options(check_argv=False)).plan
     problems = tuple(result.reasons) if result.verdict == "unsafe" else ()
     pinned = result.per_rank.pinned_bytes if result.hicache.enabled else None
     buffers = tuple(b.requested_bytes for b in result.per_rank.host_buffers)

@@ -3,7 +3,7 @@ checks that only a fleet has (a WSL2 box in NAT mode cannot be a multi-node peer
 one instance run the same image digest).
 
 Per box this runs the pipeline ``escha-deploy plan`` runs (``profile.load_profile``,
-``pipeline.gather``, ``pipeline.planned_runtime``, ``pipeline.decide``: the plan, the argv check
+``pipeline.plan_request`` (a ``FactsFileHost`` or ``DescribedHost``, ``BoxRuntime(here=False)``): the plan, the argv check
 and the launch's digest); the only difference is where the host facts come from: a saved doctor
 report or facts file of that box (read once, by ``gather``, as ``plan --facts`` reads it, source
 ``facts``; its ``runtime`` section is the box's runtime, as there) or the box's
@@ -98,10 +98,11 @@ class FleetPlan(BaseModel):
 def plan_box(loaded: LoadedFleet, box: Box) -> tuple[Plan, FactsFile | None, Profile, list[str]]:
     """Plan one box as ``escha-deploy plan`` would on it: ``(plan, facts file as read, profile,
     runtime problems)``; the problems are the lines ``plan --facts`` refuses (exit 3) when the
-    facts file's runtime lacks a capability the profile needs (``pipeline.facts_runtime_lacks``),
+    facts file's runtime lacks a capability the profile needs (``pipeline.Runtime.lacking``),
     each naming the box. Raises ``BadInput`` for a bad profile or facts file and ``Refused`` for
     a release the facts file's runtime contradicts, naming the box."""
-    from ..pipeline import decide, facts_runtime_lacks, gather, planned_runtime, secret_path_problems
+    from ..pipeline import (BoxRuntime, DescribedHost, FactsFileHost, Options, plan_request,
+                            secret_path_problems)
 
     try:
         prof = loaded.profile(box)
@@ -111,18 +112,17 @@ def plan_box(loaded: LoadedFleet, box: Box) -> tuple[Plan, FactsFile | None, Pro
         if box.facts:
             # the reader of `plan --facts`, once (host, findings, GPU records and runtime: the GPUs
             # decide peer access, so --disable-custom-all-reduce and NCCL_P2P_DISABLE, as there)
-            g = gather(prof, facts_path=str(loaded.resolve(box.facts)), secret_paths=False,
-                       facts_what=BOX_FACTS_WHAT, facts_hint=BOX_FACTS_HINT)
+            facts: FactsFileHost | DescribedHost = FactsFileHost(str(loaded.resolve(box.facts)), what=BOX_FACTS_WHAT,
+                                                                 hint=BOX_FACTS_HINT)
         else:  # the box as the fleet file describes it (`plan --host-ram`), never $ESCHA_FACTS
-            g = gather(prof, platform=box.platform or "linux", host_ram=box.host_ram,
-                       origin=loaded.where(box, "host_ram"), env_facts=False, secret_paths=False)
-        # the box's runtime (its facts file's release and capabilities) as `plan --facts` plans it
-        release, capabilities = planned_runtime(prof, g)
-        # as `plan --format json` plans: the argv checked, the launch's digest filled
-        result = decide(prof, g, capabilities=capabilities, release=release, digest=True)
+            assert box.host_ram is not None
+            facts = DescribedHost(box.host_ram, box.platform or "linux", origin=loaded.where(box, "host_ram"))
+        # the box's runtime (its facts file's release and capabilities) as `plan --facts` plans
+        # it, never this machine's; as `plan --format json` plans: the argv checked, the digest filled
+        req = plan_request(prof, facts, BoxRuntime(here=False), Options(digest=True))
     except (BadInput, Refused) as exc:
         raise type(exc)(*(f"box {box.name}: {p}" for p in exc.problems), hint=exc.hint) from None
-    return result, g.facts_file, prof, [f"box {box.name}: {p}" for p in facts_runtime_lacks(result, prof)]
+    return req.plan, req.gathered.facts_file, prof, [f"box {box.name}: {p}" for p in req.runtime.lacking(prof)]
 
 
 def multinode_member_problems(box: Box, facts: FactsFile | None, instance: str) -> list[str]:

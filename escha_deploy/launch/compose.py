@@ -205,14 +205,14 @@ def compose_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_fi
     """Load a profile and render its compose.yaml.
 
     Without ``facts_file`` nothing is planned and no host is described: the container half of
-    a launch needs no plan (``pipeline.render_container``), so the render is the same on every
+    a launch needs no plan (``pipeline.plan_request`` with no facts: ``render_container``), so the render is the same on every
     machine; the flags the profile adds (``runtime.extra_args``) are checked against its
-    release's flag catalog first (``pipeline.check_extra_args``: ``BadInput``, exit 2, nothing
+    release's flag catalog first (``pipeline.plan_request`` with no facts: ``BadInput``, exit 2, nothing
     rendered). ``serve`` plans for real inside the container.
 
     ``facts_file``: the box's facts, mounted read-only and named by ``ESCHA_FACTS``, so the
     container's ``serve`` plans from it and reaches the plan ``up --facts`` makes. It is planned
-    here through the pipeline (``pipeline.gather`` -> ``pipeline.plan_launch``, the argv checked) and
+    here through the pipeline (``pipeline.plan_request``: a ``FactsFileHost``, the profile's needs; the argv checked) and
     checked as ``up`` checks one: ``unsafe`` raises ``Refused`` (exit 3) with one ``plan: REASON``
     line per reason and nothing rendered; ``hicache_off`` is a warning (the server starts
     without HiCache); the container half is rendered from that plan.
@@ -222,8 +222,8 @@ def compose_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_fi
     from pathlib import Path
 
     from escha_deploy.errors import Refused
-    from escha_deploy.pipeline import (check_extra_args, gather, hicache_off_warning, plan_launch, profile_file,
-                                       render_container, secret_path_problems)
+    from escha_deploy.pipeline import (FactsFileHost, LaunchOptions, Options, ProfileTarget, hicache_off_warning,
+                                       plan_request, profile_file, secret_path_problems)
     from escha_deploy.profile import load_profile
 
     profile = load_profile(profile_ref, overrides)
@@ -231,9 +231,11 @@ def compose_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_fi
     warnings: list[str] = []
     plan: Plan | None = None
     if facts_file:
-        plan, launch = plan_launch(profile, gather(profile, facts_path=facts_file), overrides=overrides,
-                                   profile_file=profile_file(profile_ref),
-                                   facts_file=str(Path(facts_file).resolve()))
+        req = plan_request(profile, FactsFileHost(facts_file), ProfileTarget(), Options(launch=LaunchOptions(
+            overrides=tuple(overrides), profile_file=profile_file(profile_ref),
+            facts_file=str(Path(facts_file).resolve()))))
+        plan, launch = req.plan, req.launch
+        assert launch is not None
         if plan.verdict == "unsafe":
             sets = "".join(f" --set {o}" for o in overrides)
             raise Refused(*plan.refusal_lines(), hint=(
@@ -242,8 +244,10 @@ def compose_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_fi
             warnings.append(off)
         spec = launch.container
     else:
-        check_extra_args(profile)
-        spec = render_container(profile, overrides=overrides, profile_file=profile_file(profile_ref))
+        # no host facts: the profile's runtime.extra_args checked against its release, the
+        # container half rendered (the container plans for itself where it runs)
+        spec = plan_request(profile, None, ProfileTarget(), Options(launch=LaunchOptions(
+            overrides=tuple(overrides), profile_file=profile_file(profile_ref))))
     # the container settings `up` refuses (docker.check_spec: beyond loopback without an API
     # key, ...) are refused here too, exit 3, with nothing rendered
     from .docker import check_spec

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from escha_deploy.errors import BadInput, Refused
-from escha_deploy.pipeline import gather, hicache_off_warning, plan_launch, profile_file, shown_path
+from escha_deploy.pipeline import (LaunchOptions, Options, RuntimeClaim, facts_source, hicache_off_warning,
+                                   plan_request, profile_file, secret_path_problems, shown_path)
 
 if TYPE_CHECKING:
     from escha_deploy.facts.provenance import ProvenanceKind
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
     from escha_deploy.planner.result import Plan
     from escha_deploy.profile import Profile
     from escha_deploy.profile.models import Runtime
-    from escha_deploy.releases import ReleaseChoice
 
     from .drift import PlannedSizes
 
@@ -120,16 +120,17 @@ class ImageRuntime:
     ``runtime.needs``); ``source``: where they came from, for the dry run's facts; ``missing``:
     the profile's needs the image lacks; ``refused_by``: the ``image`` and ``capabilities``
     refusals (``Prepared.refused_by``'s first checks); ``present``: whether the daemon had the
-    image (None when no daemon was asked); ``release``: the SGLang release to plan
-    (``releases.choose_release``: the image's ``io.escha.runtime.sglang`` label, else the
-    profile's ``runtime.sglang_version``)."""
+    image (None when no daemon was asked); ``claim``: what the image says of its runtime (its
+    ``io.escha.runtime.sglang`` label's release, its capabilities), the source
+    ``pipeline.resolve_runtime`` chooses the release from (else the profile's
+    ``runtime.sglang_version``); ``kind``: the capabilities' kind of source."""
 
     capabilities: list[str] | None
     source: str
     missing: list[str]
     refused_by: dict[str, list[str]]
     present: bool | None
-    release: ReleaseChoice
+    claim: RuntimeClaim
     kind: ProvenanceKind = "profile"
 
 
@@ -138,7 +139,6 @@ def image_runtime(client, profile: Profile, *, need_image: bool = True, image_fi
     needs are assumed): its capability label or, with ``image_files``, its runtime description
     file; its SGLang release label. ``need_image``: an absent image is a refusal. Raises
     ``BadInput`` for an image reference the daemon refuses."""
-    from escha_deploy.releases import choose_release
     from escha_deploy.runtime.description import LABEL_SGLANG
 
     from . import docker as dk
@@ -175,9 +175,9 @@ def image_runtime(client, profile: Profile, *, need_image: bool = True, image_fi
             caps_source = (f"assumed: the profile's runtime.needs (the image {profile.container.image} has no "
                            "capability label; its runtime description file was not read)")
     image_release = (labels or {}).get(LABEL_SGLANG) if present else None
-    release = choose_release(image=(image_release, f"the image {profile.container.image} (label {LABEL_SGLANG})"),
-                             profile=profile.runtime.sglang_version)
-    return ImageRuntime(caps, caps_source, missing, by, present, release, caps_kind)
+    claim = RuntimeClaim(image_release, f"the image {profile.container.image} (label {LABEL_SGLANG})",
+                         None if caps is None else tuple(caps), caps_source, caps_kind)
+    return ImageRuntime(caps, caps_source, missing, by, present, claim, caps_kind)
 
 
 @dataclass
@@ -282,13 +282,14 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
     from . import docker as dk
 
     profile = profile or load_profile(profile_ref, overrides)
-    l3_refusals: list[str] = []
-    g = gather(profile, facts_path=facts_path, check_here=True, l3_refusals=l3_refusals)
+    secret_path_problems(profile)
+    facts = facts_source(facts_path)
     rt = runtime or image_runtime(client, profile, need_image=need_image, image_files=image_files)
     by = {k: list(v) for k, v in rt.refused_by.items()}
-    plan, launch = plan_launch(profile, g, capabilities=rt.capabilities, release=rt.release,
-                               capabilities_source=rt.source, capabilities_kind=rt.kind, overrides=overrides,
-                               profile_file=profile_file(profile_ref), spec_file=spec_file)
+    req = plan_request(profile, facts, rt.claim, Options(launch=LaunchOptions(
+        overrides=tuple(overrides), profile_file=profile_file(profile_ref), spec_file=spec_file)))
+    plan, launch = req.plan, req.launch
+    assert launch is not None
     if plan.verdict == "unsafe":
         by["plan"] = plan.refusal_lines()
     warnings = [f"plan: {w}" for w in plan.warnings]
@@ -299,7 +300,7 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
     if client is not None if mounts_here is None else mounts_here:  # a launch here: the model folder is mounted
         by["model folder"] = [f"model.host_dir / container.model_dir: {m.source} is not a folder on this host"
                               for m in spec.mounts if m.target == profile.model.path and not os.path.isdir(m.source)]
-    by["L3 folder"] = l3_refusals
+    by["L3 folder"] = list(req.gathered.l3_refusals)
     by = {k: v for k, v in by.items() if v}
     refusals = [line for lines in by.values() for line in lines]
     return Prepared(profile, plan, launch, spec, dk.create_args(spec), list(launch.argv), warnings, refusals,

@@ -138,7 +138,8 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
     capabilities then go to stderr with exit 3. Natively, a second ``serve`` on the same port
     is refused (3, ``native.server_lock``), and nothing of the server or its secrets file
     outlives this process (``native`` module)."""
-    from escha_deploy.pipeline import gather, hicache_off_warning, plan_launch
+    from escha_deploy.pipeline import (DescribedHost, InContainer, LaunchOptions, Options, RuntimeClaim, facts_source,
+                                       hicache_off_warning, plan_request, secret_path_problems)
     from escha_deploy.profile import load_profile
     from escha_deploy.runtime.description import require_capabilities
 
@@ -155,21 +156,21 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
     # --print shows what the plan implies for the runtime the profile targets. Missing
     # capabilities then go to stderr with exit 3.
     # inside the container the model folder is mounted at model.path, the L3 directory at
-    # flags.CONTAINER_L3_DIR; the server runs here, so the L3 directory is checked here
-    from escha_deploy.flags import CONTAINER_L3_DIR
-
-    draft = profile.model.draft
-    g = gather(profile, facts_path=facts_path, model_path=profile.model.path if in_container else None,
-               draft_path=draft.path if in_container and draft is not None else None,
-               l3_path=CONTAINER_L3_DIR if in_container else None, check_here=True)
-    from escha_deploy.releases import choose_release
-
+    # flags.CONTAINER_L3_DIR (pipeline.InContainer); the server runs here, so the L3 directory
+    # is checked here
+    secret_path_problems(profile)
+    here = facts_source(facts_path)
+    assert not isinstance(here, (InContainer, DescribedHost))
     running, release_where = runtime_release()
-    release = choose_release(image=(running, release_where), profile=profile.runtime.sglang_version)
-    plan, launch = plan_launch(profile, g, capabilities=list(caps) if caps is not None
-                               else list(profile.runtime.needs if missing else ()), release=release,
-                               capabilities_source=where, native=not in_container,
-                               capabilities_kind="runtime_description" if caps is not None else "default")
+    claim = RuntimeClaim(running, release_where, tuple(caps) if caps is not None
+                         else tuple(profile.runtime.needs if missing else ()), where,
+                         "runtime_description" if caps is not None else "default")
+    req = plan_request(profile, InContainer(here) if in_container else here, claim,
+                       Options(launch=LaunchOptions(native=not in_container)))
+    if req.gathered.l3_refusals:  # the server runs here: its L3 directory must do (exit 3)
+        raise Refused(*req.gathered.l3_refusals)
+    plan, launch = req.plan, req.launch
+    assert launch is not None
     if plan.verdict == "unsafe" and not dry_run:
         raise Refused(*plan.refusal_lines())
     if (off := hicache_off_warning(plan)) is not None:

@@ -183,7 +183,8 @@ def test_install_writes_a_description_native_serve_plans(tmp_path, monkeypatch):
     series' capabilities, no ``runtime.needs`` override)."""
     import tarfile
 
-    from escha_deploy.pipeline import plan_here
+    from escha_deploy.pipeline import BoxRuntime, Options, facts_source, plan_here
+    from escha_deploy.profile import load_profile
 
     src = tmp_path / "src"
     (src / "sglang").mkdir(parents=True)
@@ -211,8 +212,10 @@ def test_install_writes_a_description_native_serve_plans(tmp_path, monkeypatch):
     written = json.loads((dest / "runtime.json").read_text())
     assert written["sglang_dir"] == str((dest / "sg" / "sglang").resolve()) and written["kind"] == "closure"
     monkeypatch.setenv("ESCHA_RUNTIME_DESCRIPTION", env["ESCHA_RUNTIME_DESCRIPTION"])
-    plan, runtime = plan_here(str(REPO / "tests" / "gpu_rig" / "h200-tiny.yaml"), [], check_argv=False)
-    assert runtime == (RECORDED["runtime"]["capabilities"], f"this runtime ({dest / 'runtime.json'})")
+    req = plan_here(load_profile(str(REPO / "tests" / "gpu_rig" / "h200-tiny.yaml"), []), facts_source(), BoxRuntime(),
+                    Options(check_argv=False))
+    plan = req.plan
+    assert req.runtime.binding == (tuple(RECORDED["runtime"]["capabilities"]), f"this runtime ({dest / 'runtime.json'})")
     assert plan.sglang_release_source == f"this runtime ({dest / 'runtime.json'})"
     assert sorted(plan.capabilities) == sorted(RECORDED["runtime"]["capabilities"])
 

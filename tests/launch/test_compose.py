@@ -73,10 +73,11 @@ def _docker_compose_config(path: Path) -> subprocess.CompletedProcess:
 
 
 def test_an_unsafe_plan_here_is_warned_and_the_file_still_rendered(cli, tmp_path, monkeypatch):
-    from escha_deploy.pipeline import make_plan
+    from escha_deploy.pipeline import BoxRuntime, facts_source, plan_here
+    from escha_deploy.profile import load_profile
 
     sets = ["hicache.hicache_ratio=50"]
-    here = make_plan(DEFAULT_PROFILE, sets)  # what `escha-deploy plan --set ...` says on this machine
+    here = plan_here(load_profile(DEFAULT_PROFILE, sets), facts_source(), BoxRuntime()).plan  # what `escha-deploy plan --set ...` says on this machine
     if here.verdict != "unsafe":
         pytest.skip(f"ratio 50 is {here.verdict} on this host (pins 86.28 GB): it has the RAM for it")
     monkeypatch.chdir(tmp_path)

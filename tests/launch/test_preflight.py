@@ -78,14 +78,16 @@ def test_extra_args_port_is_refused_as_the_plan_decides_not_checked(fake_sglang,
 def test_serve_spec_checks_the_specs_port_not_its_argv(fake_sglang, secret_files, held_port, tmp_path):  # noqa: F811
     # a native spec whose container.port is held and whose argv names another (free) port: the
     # check reads the port the spec decided; a reader of the argv would pass and start the child
-    from escha_deploy.pipeline import gather, plan_launch
+    from escha_deploy.pipeline import LaunchOptions, Options, ProfileTarget, ThisHost, plan_request
     from escha_deploy.profile import load_profile
 
     key, hf = secret_files
     profile = load_profile(str(STANDIN_PROFILE), ["runtime.needs=[]", "hicache.enabled=false",
                                                   f"container.api_key_file={key}", f"container.hf_token_file={hf}",
                                                   f"container.port={held_port}"])
-    _, launch = plan_launch(profile, gather(profile, check_here=False), native=True)
+    launch = plan_request(profile, ThisHost(server_here=False), ProfileTarget(),
+                          Options(launch=LaunchOptions(native=True))).launch
+    assert launch is not None
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         free = s.getsockname()[1]

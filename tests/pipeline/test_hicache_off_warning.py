@@ -30,9 +30,9 @@ def test_up_serve_and_compose_print_the_same_hicache_off_line(cli, tmp_path, mon
 
 
 def test_no_hicache_off_line_when_the_plan_keeps_hicache():
-    from escha_deploy.pipeline import gather, hicache_off_warning, plan_launch
+    from escha_deploy.pipeline import DescribedHost, ProfileTarget, hicache_off_warning, plan_request
     from escha_deploy.profile import load_profile
 
     prof = load_profile("rtx5060ti-tp2-fp8", [])
-    plan, _ = plan_launch(prof, gather(prof, host_ram=64 * 2**30))
+    plan = plan_request(prof, DescribedHost(64 * 2**30), ProfileTarget()).plan
     assert plan.verdict == "ok" and hicache_off_warning(plan) is None

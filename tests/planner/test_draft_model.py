@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from escha_deploy.errors import BadInput
-from escha_deploy.pipeline import decide, gather
+from escha_deploy.pipeline import DescribedHost, ProfileTarget, decide, gather, resolve_runtime
 from escha_deploy.profile import load_profile, profile_to_data
 
 GiB, MiB = 2**30, 2**20
@@ -43,8 +43,8 @@ def folder(root: Path, name: str, config: dict, weights: int) -> Path:
 
 def planned(sets: list[str], *, host_ram: int = 64 * GiB):
     prof = load_profile(PROFILE, sets)
-    g = gather(prof, host_ram=host_ram, platform="linux", secret_paths=False)
-    return g, decide(prof, g)
+    g = gather(prof, DescribedHost(host_ram, "linux"))
+    return g, decide(prof, g, resolve_runtime(prof, g, ProfileTarget()))
 
 
 def static_budget() -> int:

@@ -21,7 +21,7 @@ from escha_deploy.doctor.facts import gather_facts
 from escha_deploy.doctor.hostinfo import DockerFacts
 from escha_deploy.facts.gpus import GpuInventory
 from escha_deploy.host import described_host
-from escha_deploy.pipeline import decide, gather
+from escha_deploy.pipeline import DescribedHost, ProfileTarget, decide, gather, resolve_runtime
 from escha_deploy.planner import plan
 from escha_deploy.profile import load_profile
 
@@ -83,8 +83,8 @@ def _model(tmp_path: Path, quant_method: str | None) -> Path:
 
 def _planned(model: Path, *sets: str):
     prof = load_profile(PROFILE, [f"model.host_dir={model}", *sets])
-    g = gather(prof, host_ram=64 * GiB, platform="linux", secret_paths=False)
-    return decide(prof, g)
+    g = gather(prof, DescribedHost(64 * GiB, "linux"))
+    return decide(prof, g, resolve_runtime(prof, g, ProfileTarget()))
 
 
 def test_an_unknown_quant_method_is_refused_naming_the_file_and_field(tmp_path):

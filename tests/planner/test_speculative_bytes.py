@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from escha_deploy.errors import BadInput
-from escha_deploy.pipeline import decide, gather
+from escha_deploy.pipeline import DescribedHost, ProfileTarget, decide, gather, resolve_runtime
 from escha_deploy.profile import load_profile
 
 PROFILE = "rtx5060ti-tp2-fp8"  # 16 full-attention layers, 2 KV heads of 256 per rank, fp8 KV: 16,384 B/token
@@ -54,8 +54,8 @@ def own_folder(root: Path, *, mtp: int = 2 * 10**8, total: int = 16_200_000_000)
 
 def planned(sets: list[str], *, host_ram: int, platform: str):
     prof = load_profile(PROFILE, sets)
-    g = gather(prof, host_ram=host_ram, platform=platform, secret_paths=False)
-    return decide(prof, g)
+    g = gather(prof, DescribedHost(host_ram, platform))
+    return decide(prof, g, resolve_runtime(prof, g, ProfileTarget()))
 
 
 def test_nextn_on_the_models_own_mtp_layer_packs_one_layer_into_the_host_pool(tmp_path):
@@ -181,7 +181,7 @@ def test_a_draft_that_cannot_draft_for_the_model_is_one_line_naming_both_folders
     prof = load_profile(PROFILE, [f"model.host_dir={model}", f"runtime.speculative.algorithm={alg}",
                                   "model.draft.path=/d", f"model.draft.host_dir={draft}"])
     with pytest.raises(BadInput) as e:
-        gather(prof, host_ram=64 * GiB, platform="linux", secret_paths=False)
+        gather(prof, DescribedHost(64 * GiB, "linux"))
     assert len(e.value.problems) == 1
     line = e.value.problems[0]
     assert line.startswith("model.draft.host_dir: ") and what in line

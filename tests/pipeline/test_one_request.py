@@ -1,0 +1,125 @@
+"""One request: every command plans through ``pipeline.plan_request`` with its choice of a facts
+source and a runtime source.
+
+- the runtime is chosen in one place: ``releases.choose_release`` is called only by
+  ``pipeline.resolve_runtime``, which is called at one site outside the tests (``plan_request``);
+- the gathered value is frozen: nothing changes it after ``gather``;
+- the server argv is rendered once per command (``flags.server_args`` counted), and the flag
+  check reads that argv: a launch's check is of the argv the spec runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.inproc import run_main
+
+PKG = Path(__file__).resolve().parents[2] / "escha_deploy"
+GiB = 2**30
+
+
+def _calls(name: str) -> list[tuple[str, str]]:
+    """``(module, enclosing function)`` of every call of ``name`` (a plain or attribute call)
+    in the package's source."""
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        parents: dict[ast.AST, ast.AST] = {}
+        for node in ast.walk(tree):
+            for child in ast.iter_child_nodes(node):
+                parents[child] = node
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            if (f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None) != name:
+                continue
+            up: ast.AST | None = node
+            while up is not None and not isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                up = parents.get(up)
+            found.append((str(path.relative_to(PKG.parent)), up.name if up is not None else "<module>"))
+    return found
+
+
+def test_the_runtime_is_chosen_at_one_call_site():
+    assert _calls("choose_release") == [("escha_deploy/pipeline.py", "resolve_runtime")]
+    assert _calls("resolve_runtime") == [("escha_deploy/pipeline.py", "plan_request")]
+
+
+def test_the_gathered_value_is_frozen():
+    from escha_deploy.pipeline import DescribedHost, gather
+    from escha_deploy.profile import load_profile
+
+    prof = load_profile("rtx5060ti-tp2")
+    g = gather(prof, DescribedHost(64 * GiB, "linux"))
+    for field, value in (("runtime", None), ("host", g.host), ("facts", ())):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(g, field, value)
+    assert isinstance(g.facts, tuple) and isinstance(g.gpus, tuple) and isinstance(g.l3_refusals, tuple)
+    # gathering twice from one source gives one value: no helper added to it in between
+    assert gather(prof, DescribedHost(64 * GiB, "linux")) == g
+
+
+@pytest.fixture
+def renders(monkeypatch):
+    """The argv renders (``flags.server_args`` calls) of what runs next."""
+    from escha_deploy import flags
+
+    real = flags.server_args
+    seen: list[list[str]] = []
+
+    def counted(*a, **k):
+        argv = real(*a, **k)
+        seen.append(argv)
+        return argv
+
+    monkeypatch.setattr(flags, "server_args", counted)
+    return seen
+
+
+def _facts(tmp_path) -> Path:
+    from escha_deploy.factsfile import FactsFile, GpuRecord, HostSection
+
+    facts = tmp_path / "box.json"
+    facts.write_text(FactsFile(host=HostSection(platform="linux", mem_total_bytes=128 * GiB), gpus=[
+        GpuRecord(index=i, name="NVIDIA GeForce RTX 5060 Ti", memory_total_bytes=16 * GiB,
+                  compute_capability="12.0") for i in range(2)]).model_dump_json())
+    return facts
+
+
+@pytest.mark.parametrize("argv", [
+    ("plan", "-p", "rtx5060ti-tp2", "--host-ram", "64GiB"),
+    ("plan", "-p", "rtx5060ti-tp2", "--host-ram", "64GiB", "--format", "json"),
+    ("compose", "-p", "rtx5060ti-tp2", "--facts", "{facts}"),
+    ("serve", "--profile", "rtx5060ti-tp2", "--facts", "{facts}", "--print"),
+], ids=["plan", "plan-json", "compose-facts", "serve-print"])
+def test_the_argv_is_rendered_once(tmp_path, renders, argv):
+    facts = _facts(tmp_path)
+    r = run_main(*(a.format(facts=facts) for a in argv), env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert r.code in (0, 3), r.err
+    assert len(renders) == 1, [a[:4] for a in renders]
+
+
+def test_up_renders_once_and_checks_the_argv_that_runs(tmp_path, renders, monkeypatch):
+    from escha_deploy.launch.prepare import prepare
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    p = prepare("rtx5060ti-tp2", [], facts_path=str(_facts(tmp_path)))
+    assert len(renders) == 1
+    assert ["python3", "-m", "sglang.launch_server", *renders[0]] == p.launch.argv == p.argv
+    assert p.plan.argv_check is not None and p.plan.argv_check.errors == []
+
+
+def test_a_native_serve_checks_its_own_argv(tmp_path, renders):
+    # natively the server binds loopback and loads model.host_dir: the check reads that argv
+    r = run_main("serve", "--profile", "rtx5060ti-tp2", "--facts", str(_facts(tmp_path)), "--print",
+                 env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert r.code in (0, 3), r.err
+    printed = json.loads(r.out)
+    assert len(renders) == 1 and printed["argv"][3:] == renders[0]
+    assert printed["argv"][printed["argv"].index("--host") + 1] == "127.0.0.1"
