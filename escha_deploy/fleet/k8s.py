@@ -184,6 +184,7 @@ def _single_node(loaded: LoadedFleet, fp: FleetPlan, g: Group, n_instances: int)
 
 def _multi_node(loaded: LoadedFleet, fp: FleetPlan, g: Group, n_instances: int) -> list[dict]:
     from .. import flags
+    from ..pipeline import check_rendered_argv
 
     fleet, k = loaded.fleet, loaded.fleet.kubernetes
     bp = _group_plans(fp, g)
@@ -197,6 +198,13 @@ def _multi_node(loaded: LoadedFleet, fp: FleetPlan, g: Group, n_instances: int) 
                            dist_init_addr=f"$(LWS_LEADER_ADDRESS):{g.dist_init_port}", tp_size=tp, pp_size=pp,
                            dist_timeout_s=g.dist_timeout_s)
     argv = flags.server_args(bp.plan, prof, host="0.0.0.0", multinode=node)
+    # the argv each pod runs, checked against the release's flag catalog with the values
+    # LeaderWorkerSet fills in (its leader's: rank 0 of g.nodes; BadArgv, exit 2)
+    lws = {"$(LWS_GROUP_SIZE)": str(g.nodes), "$(LWS_WORKER_INDEX)": "0", "$(LWS_LEADER_ADDRESS)": "127.0.0.1"}
+    filled = list(argv)
+    for key, value in lws.items():
+        filled = [a.replace(key, value) for a in filled]
+    check_rendered_argv(bp.plan, prof, filled)
     env = {**flags.server_env(bp.plan, prof), **flags.multinode_env("eth0"),
            "NO_PROXY": "localhost,127.0.0.1,0.0.0.0,::1"}
     env_list = [{"name": key, "value": v} for key, v in sorted(env.items())]

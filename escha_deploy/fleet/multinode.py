@@ -103,8 +103,10 @@ def render_nodes(inst: Instance, plans: list[Plan], profiles: list[Profile], add
     that could pin more runs safely with less; pinned bytes grow with the ratio), so every node
     passes the same flags but ``--node-rank``. ``addresses[0]`` is rank 0's.
     ``rank0_binds_address``: rank 0 listens on ``addresses[0]`` (host networking, where the router
-    reaches it) instead of 0.0.0.0."""
+    reaches it) instead of 0.0.0.0. Each node's argv is checked against the planned release's
+    flag catalog (``pipeline.check_rendered_argv``: ``BadArgv``, exit 2)."""
     from .. import flags
+    from ..pipeline import check_rendered_argv
 
     i_min = min(range(len(plans)), key=lambda i: (plans[i].per_rank.pinned_bytes, i))
     base_plan, base_prof = plans[i_min], profiles[i_min]
@@ -118,6 +120,8 @@ def render_nodes(inst: Instance, plans: list[Plan], profiles: list[Profile], add
                                dist_timeout_s=inst.group.dist_timeout_s)
         bind = addresses[0] if rank == 0 and rank0_binds_address else "0.0.0.0"
         argv = flags.server_args(base_plan, base_prof, host=bind, multinode=node)
+        # the argv this node runs, checked against the release's flag catalog (BadArgv, exit 2)
+        check_rendered_argv(base_plan, base_prof, argv)
         env = {**flags.server_env(base_plan, base_prof), **flags.multinode_env(nics[rank])}
         out.append(NodeLaunch(instance=inst.name, box=box, node_rank=rank, nnodes=n, tp_size=tp, pp_size=pp,
                               dist_init_addr=addr, port=base_prof.container.port, argv=argv, env=env,

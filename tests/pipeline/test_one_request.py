@@ -123,3 +123,54 @@ def test_a_native_serve_checks_its_own_argv(tmp_path, renders):
     printed = json.loads(r.out)
     assert len(renders) == 1 and printed["argv"][3:] == renders[0]
     assert printed["argv"][printed["argv"].index("--host") + 1] == "127.0.0.1"
+
+
+def _node_flag_unknown(monkeypatch):
+    """A multi-node render that adds a flag no SGLang release knows (a STAND-IN for a node flag
+    the release's parser refuses): the single-node argv the fleet plan checked stays good."""
+    from escha_deploy import flags
+
+    real = flags.server_args
+
+    def with_bad_node_flag(*a, **k):
+        argv = real(*a, **k)
+        return argv + ["--not-an-sglang-flag"] if k.get("multinode") is not None else argv
+
+    monkeypatch.setattr(flags, "server_args", with_bad_node_flag)
+
+
+def test_every_multi_node_argv_is_checked_against_the_flag_catalog(tmp_path, monkeypatch):
+    from escha_deploy.fleet.model import load_fleet
+    from escha_deploy.fleet.multinode import render_nodes
+    from escha_deploy.fleet.plan import plan_fleet
+    from escha_deploy.pipeline import BadArgv
+    from tests.fleet.test_fleet_k8s import fleet_file
+
+    loaded = load_fleet(fleet_file(tmp_path))
+    fp = plan_fleet(loaded)
+    inst = next(i for i in loaded.fleet.instances() if i.multi_node)
+    args = (inst, [fp.box_plan(b).plan for b in inst.boxes], [fp.profile(b) for b in inst.boxes],
+            [loaded.fleet.box(b).address for b in inst.boxes], [loaded.fleet.box(b).nic for b in inst.boxes])
+    assert len(render_nodes(*args)) == 2  # the real render passes its own check
+    _node_flag_unknown(monkeypatch)
+    with pytest.raises(BadArgv) as e:
+        render_nodes(*args)
+    assert any("--not-an-sglang-flag" in p for p in e.value.problems), e.value.problems
+
+
+def test_the_k8s_node_argv_is_checked_with_the_values_leaderworkerset_fills(tmp_path, monkeypatch):
+    pytest.importorskip("jsonschema")
+    from escha_deploy.fleet.k8s import render_k8s
+    from escha_deploy.fleet.model import load_fleet
+    from escha_deploy.fleet.plan import plan_fleet
+    from escha_deploy.pipeline import BadArgv
+    from tests.fleet.test_fleet_k8s import fleet_file
+
+    loaded = load_fleet(fleet_file(tmp_path))
+    fp = plan_fleet(loaded)
+    # the real render passes: $(LWS_GROUP_SIZE) and friends are checked as the numbers LWS fills
+    assert any(o["kind"] == "LeaderWorkerSet" for o in render_k8s(loaded, fp))
+    _node_flag_unknown(monkeypatch)
+    with pytest.raises(BadArgv) as e:
+        render_k8s(loaded, fp)
+    assert any("--not-an-sglang-flag" in p for p in e.value.problems), e.value.problems
