@@ -260,7 +260,7 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
             spec_file: str | None = None, image_files: bool = True,
             mounts_here: bool | None = None, runtime: ImageRuntime | None = None) -> Prepared:
     """The pipeline for ``up``: load, gather, decide for the image's runtime, render the launch
-    spec (``pipeline.gather`` -> ``pipeline.plan_launch``: decide, then render).
+    spec (``pipeline.plan_request``: this machine or ``--facts``, the image's ``RuntimeClaim``).
 
     With ``client``, reads the image's capabilities (``need_image``: a missing image is a
     refusal); without, the plan assumes the image provides the profile's needs.

@@ -59,7 +59,7 @@ def test_compose_with_facts_plans_the_box_once_and_not_this_machine(tmp_path):
 
 def test_a_flag_the_release_refuses_is_refused_with_or_without_a_plan(tmp_path):
     """The same line as `plan`'s, exit 2, nothing written: from the render's own check
-    (``pipeline.check_extra_args``) and from the plan of this machine."""
+    (``pipeline.plan_request`` with no facts) and from the plan of this machine."""
     sets = ["--set", "runtime.extra_args=[--no-such-flag-escha]"]
     p = run_main("plan", "-p", PROFILE, *sets, "--host-ram", "64GiB")
     assert p.code == 2
