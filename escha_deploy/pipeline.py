@@ -25,9 +25,8 @@ sources, and one call:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, NamedTuple, overload
 
 from escha_deploy.errors import BadInput
 from escha_deploy.facts.provenance import FactSource, ProvenanceKind
@@ -90,8 +89,7 @@ def shown_path(path: str) -> str:
 # --- where the facts come from: one small typed value per kind of source -------------------
 
 
-@dataclass(frozen=True)
-class ThisHost:
+class ThisHost(NamedTuple):
     """This machine, read now (/proc/meminfo, the cgroup files, NVML). ``findings``: with
     doctor's saved findings for this machine (pinned ceiling, allocator, last prefill);
     ``doctor`` plans without them, so that a ceiling once seen can be measured again.
@@ -104,8 +102,7 @@ class ThisHost:
     server_here: bool = True
 
 
-@dataclass(frozen=True)
-class DescribedHost:
+class DescribedHost(NamedTuple):
     """A host described in words, not read (``--host-ram``, a fleet box's ``host_ram``):
     ``mem_total_bytes`` (bytes) and ``platform``; ``origin`` where the memory was written
     (``None``: ``--host-ram``; ``fleet``: the fleet file's ``host_ram`` line). Doctor's findings
@@ -116,8 +113,7 @@ class DescribedHost:
     origin: str | None = None
 
 
-@dataclass(frozen=True)
-class FactsFileHost:
+class FactsFileHost(NamedTuple):
     """A facts file (``--facts``, ``$ESCHA_FACTS``, a fleet box's ``facts``): the host, the GPU
     records, doctor's findings and the runtime section come from it; of this machine only the
     model folder and the L3 directory's free space are read. ``named``: how the file is named in
@@ -134,8 +130,7 @@ class FactsFileHost:
     server_here: bool = False
 
 
-@dataclass(frozen=True)
-class InContainer:
+class InContainer(NamedTuple):
     """Inside the server's container (``serve`` with ``ESCHA_SERVE_MODE=container``): the host
     facts come from ``facts`` (this machine or a facts file named by ``ESCHA_FACTS``), the model
     folder is read at ``model.path``, the draft's at ``model.draft.path`` and the L3 directory
@@ -167,10 +162,9 @@ def facts_source(facts_path: str | None = None, *, host_ram: int | None = None, 
     return ThisHost(platform=platform, server_here=server_here)
 
 
-@dataclass(frozen=True)
-class Gathered:
+class Gathered(NamedTuple):
     """The plan's inputs besides the profile, and where each came from; built once by
-    ``gather`` and never changed after (a frozen value: ``decide`` does not depend on what ran
+    ``gather`` and never changed after (an immutable ``NamedTuple``: ``decide`` does not depend on what ran
     before it).
 
     ``source``: the facts source it was gathered from; ``host``: the host facts (live,
@@ -415,15 +409,13 @@ def check_rendered_argv(result: Plan, prof: Profile, argv: Sequence[str] | None 
 # --- where the runtime comes from ---------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ProfileTarget:
+class ProfileTarget(NamedTuple):
     """The runtime the profile asks for, as an image built for it provides: the profile's
     ``runtime.needs`` (assumed, so never refused for lacking one) and its
     ``runtime.sglang_version``, else the default release (``compose --facts``, ``doctor``)."""
 
 
-@dataclass(frozen=True)
-class RuntimeClaim:
+class RuntimeClaim(NamedTuple):
     """What a runtime that will run the server says of itself: an image's labels or runtime
     description file (``up``, ``launch.prepare.image_runtime``) or this runtime's description
     (``serve``). ``release``: its SGLang release (``None``: it does not say), named in
@@ -439,8 +431,7 @@ class RuntimeClaim:
     kind: ProvenanceKind = "profile"
 
 
-@dataclass(frozen=True)
-class BoxRuntime:
+class BoxRuntime(NamedTuple):
     """The runtime of the box planned, as ``plan`` and ``fleet plan`` find it: this machine's
     runtime description (``runtime_here``) when the facts are this machine's and ``here``, else
     the facts file's ``runtime`` section (``Gathered.runtime``), else the profile's needs.
@@ -456,8 +447,7 @@ class BoxRuntime:
 RuntimeSource = ProfileTarget | RuntimeClaim | BoxRuntime
 
 
-@dataclass(frozen=True)
-class Runtime:
+class Runtime(NamedTuple):
     """The runtime a plan is made for, chosen once (``resolve_runtime``).
 
     ``release``: the ``releases.ReleaseChoice`` (version, where it came from); ``capabilities``:
@@ -669,8 +659,7 @@ def runtime_here(notes: list[str] | None = None) -> RuntimeDescription | None:
 # --- one request: the facts source and the runtime source a command chose --------------------
 
 
-@dataclass(frozen=True)
-class LaunchOptions:
+class LaunchOptions(NamedTuple):
     """What a launch renders besides the plan (``launch_spec.build_launch_spec``'s keywords):
     ``overrides`` (``--set`` items the container's ``serve`` gets), ``native`` (the server runs
     on this host: host paths, loopback), ``profile_file`` (a profile file to mount),
@@ -684,8 +673,7 @@ class LaunchOptions:
     facts_file: str | None = None
 
 
-@dataclass(frozen=True)
-class Options:
+class Options(NamedTuple):
     """How a request plans: ``ratio``/``hicache_size_gb``/``hicache_source`` (``plan``'s
     ``--ratio``, ``--hicache-size`` and where the HiCache setting came from), ``check_argv``
     (check the rendered argv against the release's flag catalog; ``plan --compare`` and
@@ -701,8 +689,7 @@ class Options:
     launch: LaunchOptions | None = None
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(NamedTuple):
     """A planned request: the ``gathered`` facts, the ``runtime`` chosen, the ``plan`` (its
     ``argv_check`` read from the one argv rendered), the ``launch`` spec (``None`` without
     ``Options.launch``), and one list each of ``refusals`` (exit 3: the L3 directory's

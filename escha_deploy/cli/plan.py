@@ -5,7 +5,6 @@ The options and the output are this module's; the plan is the pipeline's
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
@@ -111,9 +110,9 @@ def plan_command(
     facts_src = facts_source(facts, host_ram=host_bytes, platform=platform)
     options = Options(ratio=ratio_value, hicache_size_gb=size_value, hicache_source=hicache_source)
     req = plan_here(prof, facts_src, BoxRuntime(flag=sglang_version),
-                    replace(options, check_argv=compare is None, digest=fmt is OutputFormat.json))
+                    options._replace(check_argv=compare is None, digest=fmt is OutputFormat.json))
     if write_facts:
-        _write_facts(replace(req.gathered, runtime=req.runtime.described), write_facts)
+        _write_facts(req.gathered._replace(runtime=req.runtime.described), write_facts)
     result = req.plan
     notes = size_notes + notes
     if notes:
@@ -166,7 +165,7 @@ def _print_comparison(prof, facts_src, options, result_b, version_a, fmt) -> Non
 
     check_supported(version_a, "--compare")
     result_a = plan_here(prof, facts_src, BoxRuntime(release=(version_a, "--compare")),
-                         replace(options, check_argv=False)).plan
+                         options._replace(check_argv=False)).plan
     cmp = compare(result_a, result_b, server_args(result_a, prof))
     if fmt is OutputFormat.json:
         from .output import print_json

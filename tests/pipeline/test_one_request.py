@@ -11,7 +11,6 @@ source and a runtime source.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import json
 from pathlib import Path
 
@@ -58,7 +57,7 @@ def test_the_gathered_value_is_frozen():
     prof = load_profile("rtx5060ti-tp2")
     g = gather(prof, DescribedHost(64 * GiB, "linux"))
     for field, value in (("runtime", None), ("host", g.host), ("facts", ())):
-        with pytest.raises(dataclasses.FrozenInstanceError):
+        with pytest.raises(AttributeError):
             setattr(g, field, value)
     assert isinstance(g.facts, tuple) and isinstance(g.gpus, tuple) and isinstance(g.l3_refusals, tuple)
     # gathering twice from one source gives one value: no helper added to it in between
