@@ -568,7 +568,7 @@ def decide(profile: Profile, g: Gathered, runtime: Runtime, *, ratio: float | No
                             release=release.version, release_source=release.source)
 
     result = replan(g.host)
-    from escha_deploy.checkpoint.lock import pin_state
+    from escha_deploy.checkpoint import pin_state
 
     result = result.model_copy(update={"fact_sources": g.sources + list(runtime.facts),
                                        "model_pin": pin_state(g.model_dir.path if g.model_dir else None)})

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-#: The lock file's name, in the model folder.
-LOCK_NAME = "escha-model.lock.json"
+from . import LOCK_NAME, pin_state  # noqa: F401 (re-exported: the lock file's name, plan's pin line)
+
 LOCK_SCHEMA_VERSION = 1
 #: Bytes read at a time while hashing.
 CHUNK = 8 << 20
@@ -127,23 +127,6 @@ def verify_folder(folder: str | Path) -> tuple[ModelLock, list[str]]:
     if lock is None:
         raise BadInput(f"{p}: no {LOCK_NAME} here (`escha-deploy model pull PROFILE` writes it)")
     return lock, [x for f in lock.files if (x := file_problem(p, f)) is not None]
-
-
-def pin_state(folder: str | Path | None) -> str:
-    """What `plan` says of the weights' pin: ``pinned REPO@COMMIT (lock file)`` or
-    ``unpinned`` (no folder here, or no lock file: `model pull` pins it); an unreadable lock
-    file reads as unpinned, with its reason."""
-    from escha_deploy.errors import BadInput
-
-    if folder is None or not os.path.isdir(folder):
-        return "unpinned (no model folder here; `escha-deploy model pull PROFILE` pins one)"
-    try:
-        lock = read_lock(folder)
-    except BadInput as exc:
-        return f"unpinned ({exc.problems[0]})"
-    if lock is None:
-        return f"unpinned (no {LOCK_NAME} in {folder}; `escha-deploy model pull PROFILE` pins it)"
-    return f"pinned {lock.pin()} ({lock_path(folder)})"
 
 
 def dumps(lock: ModelLock) -> str:

@@ -80,10 +80,11 @@ def test_help_and_json_plan_skip_rich_and_the_verbs_not_run():
 
 #: Data a plan of a described host neither reads nor writes: the launch spec (up, serve,
 #: compose), facts files, doctor's findings, an image's runtime description, the redaction of
-#: a dry run, and NVML.
+#: a dry run, NVML, and the model folder's lock file (no folder here: `plan` says "unpinned").
 NOT_FOR_A_DESCRIBED_PLAN = ("escha_deploy.launch_spec", "escha_deploy.factsfile", "escha_deploy.findings",
                             "escha_deploy.facts.file", "escha_deploy.facts.findings",
-                            "escha_deploy.runtime.description", "escha_deploy.redact", "pynvml")
+                            "escha_deploy.runtime.description", "escha_deploy.redact", "pynvml",
+                            "escha_deploy.checkpoint.lock")
 STANDIN = str(Path(__file__).resolve().parents[1] / "launch" / "standin" / "profile.yaml")
 
 
