@@ -143,23 +143,22 @@ FactsSource = ThisHost | DescribedHost | FactsFileHost | InContainer
 
 
 def facts_source(facts_path: str | None = None, *, host_ram: int | None = None, platform: Platform | None = None,
-                 server_here: bool = True) -> FactsSource:
+                 launch: bool = False) -> FactsSource:
     """The facts source a command's options name: ``facts_path`` (``--facts``; else
     ``$ESCHA_FACTS`` when set, ``paths.facts_file``), else ``host_ram`` (``--host-ram``, bytes),
-    else this machine. ``server_here``: the server runs on the box planned (``up``, ``serve``;
-    ``plan`` of this machine), so its L3 directory is checked here (a facts file's only when
-    the command runs the server: ``up``/``serve``). Raises ``BadInput`` (exit 2) for a facts
-    file and ``--host-ram`` together."""
+    else this machine. The file L3 directory is checked here for a plan of this machine, and,
+    with ``launch`` (``up``, ``serve``: the server runs here), whatever describes the host.
+    Raises ``BadInput`` (exit 2) for a facts file and ``--host-ram`` together."""
     from escha_deploy.paths import facts_file
 
     path, named = facts_file(facts_path)
     if path and host_ram is not None:
         raise BadInput(f"{named} and --host-ram are mutually exclusive (the facts file describes the host)")
     if path:
-        return FactsFileHost(path, named=named, platform=platform, server_here=server_here)
+        return FactsFileHost(path, named=named, platform=platform, server_here=launch)
     if host_ram is not None:
         return DescribedHost(host_ram, platform or "linux")
-    return ThisHost(platform=platform, server_here=server_here)
+    return ThisHost(platform=platform)
 
 
 class Gathered(NamedTuple):

@@ -283,7 +283,7 @@ def prepare(profile_ref: str, overrides: Sequence[str], *, client=None, need_ima
 
     profile = profile or load_profile(profile_ref, overrides)
     secret_path_problems(profile)
-    facts = facts_source(facts_path)
+    facts = facts_source(facts_path, launch=True)
     rt = runtime or image_runtime(client, profile, need_image=need_image, image_files=image_files)
     by = {k: list(v) for k, v in rt.refused_by.items()}
     req = plan_request(profile, facts, rt.claim, Options(launch=LaunchOptions(

@@ -159,7 +159,7 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
     # flags.CONTAINER_L3_DIR (pipeline.InContainer); the server runs here, so the L3 directory
     # is checked here
     secret_path_problems(profile)
-    here = facts_source(facts_path)
+    here = facts_source(facts_path, launch=True)
     assert not isinstance(here, (InContainer, DescribedHost))
     running, release_where = runtime_release()
     claim = RuntimeClaim(running, release_where, tuple(caps) if caps is not None

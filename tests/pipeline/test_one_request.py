@@ -173,3 +173,20 @@ def test_the_k8s_node_argv_is_checked_with_the_values_leaderworkerset_fills(tmp_
     with pytest.raises(BadArgv) as e:
         render_k8s(loaded, fp)
     assert any("--not-an-sglang-flag" in p for p in e.value.problems), e.value.problems
+
+
+def test_the_l3_directory_is_checked_where_the_server_runs(tmp_path):
+    """A plan of this machine checks the file L3 directory here; a plan of a facts file does not
+    (that box's directory is not this machine's); `up --facts` runs the server here, so it does."""
+    from escha_deploy.pipeline import BoxRuntime, RuntimeClaim, facts_source, plan_here, plan_request
+    from escha_deploy.profile import load_profile
+
+    missing = tmp_path / "no-such-l3"
+    prof = load_profile("linux-tp2-l3", [f"hicache.l3.dir={missing}"])
+    facts = str(_facts(tmp_path))
+    here = plan_here(prof, facts_source(), BoxRuntime())
+    assert here.gathered.l3_refusals and str(missing) in here.plan.reasons[0] and here.plan.verdict == "unsafe"
+    box = plan_here(prof, facts_source(facts), BoxRuntime())
+    assert box.gathered.l3_refusals == () and not any(str(missing) in r for r in box.plan.reasons)
+    up = plan_request(prof, facts_source(facts, launch=True), RuntimeClaim(None, "the image", None))
+    assert any(str(missing) in r for r in up.refusals)
