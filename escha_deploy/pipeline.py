@@ -104,12 +104,13 @@ class ThisHost(NamedTuple):
 
 class DescribedHost(NamedTuple):
     """A host described in words, not read (``--host-ram``, a fleet box's ``host_ram``):
-    ``mem_total_bytes`` (bytes) and ``platform``; ``origin`` where the memory was written
+    ``mem_total_bytes`` (bytes) and ``platform`` (``None``: not said, planned as Linux);
+    ``origin`` where the memory was written
     (``None``: ``--host-ram``; ``fleet``: the fleet file's ``host_ram`` line). Doctor's findings
     describe this machine, so they are never read; its L3 directory is not this machine's."""
 
     mem_total_bytes: int
-    platform: Platform = "linux"
+    platform: Platform | None = None
     origin: str | None = None
 
 
@@ -157,7 +158,7 @@ def facts_source(facts_path: str | None = None, *, host_ram: int | None = None, 
     if path:
         return FactsFileHost(path, named=named, platform=platform, server_here=launch)
     if host_ram is not None:
-        return DescribedHost(host_ram, platform or "linux")
+        return DescribedHost(host_ram, platform)
     return ThisHost(platform=platform)
 
 
