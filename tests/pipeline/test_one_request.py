@@ -96,10 +96,13 @@ def _facts(tmp_path) -> Path:
     ("plan", "-p", "rtx5060ti-tp2", "--host-ram", "64GiB", "--format", "json"),
     ("compose", "-p", "rtx5060ti-tp2", "--facts", "{facts}"),
     ("serve", "--profile", "rtx5060ti-tp2", "--facts", "{facts}", "--print"),
-], ids=["plan", "plan-json", "compose-facts", "serve-print"])
+    ("up", "-p", "rtx5060ti-tp2", "--facts", "{facts}", "--dry-run", "--format", "json"),
+], ids=["plan", "plan-json", "compose-facts", "serve-print", "up-dry-run"])
 def test_the_argv_is_rendered_once(tmp_path, renders, argv):
     facts = _facts(tmp_path)
-    r = run_main(*(a.format(facts=facts) for a in argv), env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    # no Docker daemon answers: `up --dry-run` plans without it (and starts nothing)
+    r = run_main(*(a.format(facts=facts) for a in argv), env={"XDG_CACHE_HOME": str(tmp_path / "cache"),
+                                                             "DOCKER_HOST": f"unix://{tmp_path / 'no-daemon.sock'}"})
     assert r.code in (0, 3), r.err
     assert len(renders) == 1, [a[:4] for a in renders]
 
