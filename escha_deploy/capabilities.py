@@ -38,9 +38,6 @@ def runtime_description_path() -> str:
     import os
 
     return os.environ.get(RUNTIME_DESCRIPTION_ENV) or RUNTIME_DESCRIPTION_PATH
-#: Image tags ``escha-deploy build`` gives by default, and the image profiles run by default.
-IMAGE_HICACHE = "escha-sglang:0.5.19-hicache"
-IMAGE_STOCK = "escha-sglang:0.5.19-stock"
 LABEL_PREFIX = "io.escha."
 
 

@@ -10,6 +10,10 @@ one loader: no other module spells a release string.
   official image, host guard kind and constants, default memory tiers, the
   ``--cuda-graph-config`` keys.
 - ``release_file(version, name)``: the path of one of the folder's files (``flags.json``, ...).
+- ``image_tag(kind, version)``: the tag ``escha-deploy build`` gives the image it builds for a
+  release (``index.yaml``'s ``image_tags``), the image a profile of that release runs by default;
+  ``official_image(version)``: the release's SGLang image, the default base (``facts.yaml``).
+- ``series_releases()``: the releases our patch series exists for (``runtime_patches/``).
 
 Pure apart from reading the committed files (each once per process). A version that is not
 supported is ``BadInput`` (exit 2) naming the supported ones; a malformed data file is a
@@ -264,10 +268,20 @@ class Release(_Model):
     flags_not_planned: tuple[FlagNotPlanned, ...] = ()
 
 
+class ImageTags(_Model):
+    """The tags ``escha-deploy build`` gives the images it builds, ``{release}`` standing for the
+    release (``X.Y.Z``): ``hicache`` (``Dockerfile.hicache``: our series) and ``stock``
+    (``docker/Dockerfile``)."""
+
+    hicache: Annotated[str, Field(pattern=r"\{release\}")]
+    stock: Annotated[str, Field(pattern=r"\{release\}")]
+
+
 class _Index(_Model):
     default: Annotated[str, Field(pattern=_VERSION)]
     supported: tuple[Annotated[str, Field(pattern=_VERSION)], ...]
     series_made_for: Annotated[str, Field(pattern=_VERSION)]
+    image_tags: ImageTags
 
 
 def releases_dir() -> Path:
@@ -309,6 +323,29 @@ def series_release() -> str:
     return _index().series_made_for
 
 
+def series_releases() -> tuple[str, ...]:
+    """The supported releases our patch series exists for, in ``index.yaml``'s order: the one it
+    is made for (``series_release``) and each with a series of its own under
+    ``runtime_patches/<release>/series`` (written by ``runtime rebase --onto``)."""
+    root = paths.runtime_patches_dir()
+    return tuple(v for v in supported_releases()
+                 if v == series_release() or (root / v / "series").is_file())
+
+
+def image_tag(kind: Literal["hicache", "stock"], version: str | None = None) -> str:
+    """The tag of the ``kind`` image built for ``version`` (default: ``default_release()``):
+    ``index.yaml``'s ``image_tags`` with the release put in (``escha-sglang:X.Y.Z-hicache``).
+    ``BadInput`` for a release that is not supported."""
+    release = check_supported(version or default_release(), "release")
+    return getattr(_index().image_tags, kind).replace("{release}", release)
+
+
+def official_image(version: str | None = None) -> str:
+    """The SGLang image of ``version`` (default: ``default_release()``), ``facts.yaml``'s
+    ``image``: the base ``Dockerfile.hicache`` builds on unless told another."""
+    return load_release(version).image
+
+
 _TAG = re.compile(r":v?(\d+\.\d+\.\d+)(?![\d.])")
 
 
@@ -322,14 +359,14 @@ def image_tag_release(ref: str) -> str | None:
 def release_findings(needs: Sequence[str], series_caps: Sequence[str], images: Sequence[tuple[str, str]],
                      release: str, source: str) -> list[tuple[str, str, str]]:
     """``(severity, field, message)`` for a profile planned for ``release`` (from ``source``):
-    an error for each needed capability of our patch series when the series is made for another
-    release; a warning for each image reference (``(field, ref)``) whose tag names another
+    an error for each needed capability of our patch series when the series does not exist for
+    ``release`` (``series_releases``); a warning for each image reference (``(field, ref)``) whose tag names another
     release."""
     out: list[tuple[str, str, str]] = []
     series = [c for c in needs if c in series_caps]
-    if series and release != series_release():
+    if series and release not in series_releases():
         out.append(("error", "runtime.needs",
-                    f"{', '.join(series)} come from our patch series, made for SGLang {series_release()}; the plan is "
+                    f"{', '.join(series)} come from our patch series, which exists for SGLang {', '.join(series_releases())}; the plan is "
                     f"for SGLang {release} ({source}), which has none of them: clear runtime.needs for a stock "
                     f"{release} image, or see what applies with `escha-deploy runtime rebase --check {release}`"))
     for field, ref in images:

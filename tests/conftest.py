@@ -80,6 +80,22 @@ def pytest_runtest_setup(item):
     hints.current["test"] = item.nodeid
 
 
+@pytest.fixture
+def series_only_where_made(monkeypatch, tmp_path):
+    """``runtime_patches/`` as committed less the series rebased onto other releases
+    (``runtime_patches/<release>/series``): a copy of the real files, as they were before any
+    ``runtime rebase --onto``, so a supported release has no series of ours. Returns that folder."""
+    import shutil
+
+    from escha_deploy import paths
+
+    real = paths.runtime_patches_dir()
+    copy = tmp_path / "runtime_patches"
+    shutil.copytree(real, copy, ignore=lambda d, names: [n for n in names if (Path(d) / n / "series").is_file()])
+    monkeypatch.setattr(paths, "runtime_patches_dir", lambda: copy)
+    return copy
+
+
 @dataclass
 class CliResult:
     code: int

@@ -30,11 +30,29 @@ def test_patch_environment_names_in_the_hooks():
     assert caps.ENV_HOST_ALLOCATOR in (hooks / "host_alloc.py").read_text()
 
 
-def test_profiles_run_the_image_build_tags():
-    assert Container().image == caps.IMAGE_HICACHE
+def test_profiles_run_the_image_build_tags_for_the_release_they_plan():
+    """Unset, container.image is the tag `escha-deploy build --hicache` gives the image of the
+    release the profile plans, and runtime.base_image that release's SGLang image: a shipped
+    profile moved to another release with runtime.sglang_version runs that release's image."""
+    from escha_deploy.releases import default_release, image_tag, official_image, supported_releases
+
+    assert Container().image == image_tag("hicache") == f"escha-sglang:{default_release()}-hicache"
+    for release in supported_releases():
+        assert image_tag("hicache", release) == f"escha-sglang:{release}-hicache"
+        assert image_tag("stock", release) == f"escha-sglang:{release}-stock"
+        for name in list_profiles():
+            p = load_profile(name, [f"runtime.sglang_version={release}"])
+            assert (p.container.image, p.runtime.base_image) == (image_tag("hicache", release), official_image(release))
+            assert official_image(release) == f"lmsysorg/sglang:v{release}"
     for name in list_profiles():
-        assert load_profile(name).container.image == caps.IMAGE_HICACHE
-    assert "IMAGE_HICACHE" in (ROOT / "escha_deploy" / "cli" / "build.py").read_text()
+        p = load_profile(name)
+        assert (p.container.image, p.runtime.base_image) == (image_tag("hicache"), official_image())
+        # a profile that names its image keeps it, whatever its release
+        named = load_profile(name, ["container.image=mine:1", "runtime.base_image=base:2",
+                                    f"runtime.sglang_version={supported_releases()[-1]}"])
+        assert (named.container.image, named.runtime.base_image) == ("mine:1", "base:2")
+    build = (ROOT / "escha_deploy" / "cli" / "build.py").read_text()
+    assert 'image_tag("hicache" if hicache else "stock", release)' in build
 
 
 def test_shipped_profile_names():

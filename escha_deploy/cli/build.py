@@ -1,8 +1,11 @@
 """``escha-deploy build``: build the stock or the patched (``--hicache``) image with docker-py.
 
 The classic builder (docker-py's ``APIClient.build``; no BuildKit, no buildx here), with the
-build's own step lines as progress on stderr. The series (with a fork's imported commits, in
-their order), its capabilities and the base image are passed as build arguments; the Dockerfile mirrors them in ``io.escha.`` labels and
+build's own step lines as progress on stderr. The release (``--sglang-version``) picks the
+base image, the series (``runtime_patches/`` or ``runtime_patches/<release>/``) and the tag from
+the release data (``releases.official_image``, ``releases.image_tag``). The series (with a fork's
+imported commits, in their order), its capabilities, the release and the base image are passed as
+build arguments; the Dockerfile mirrors them in ``io.escha.`` labels and
 ``runtime apply --expect-*`` refuses a build whose series disagrees. A fork's commits' provenance
 (hash, subject, author, date) goes into the ``io.escha.runtime.fork`` label. A failed step is reported
 with escha-deploy's own ``error:`` lines from the build log (a reject names the patch and file).
@@ -19,17 +22,20 @@ import typer
 from escha_deploy.cli.app import PANEL_RUNTIME
 from escha_deploy.cli.options import FormatOpt, OutputFormat
 
-OFFICIAL_BASE = "lmsysorg/sglang:v0.5.19"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def build_args(base_image: str, python_version: str, wheelhouse: str, overlay_dir: str,
-               patches: list | None) -> dict[str, str]:
+               patches: list | None, release: str | None = None) -> dict[str, str]:
     """The Dockerfiles' build arguments. ``patches`` (series + overlays) for the hicache image,
-    ``None`` for the stock one."""
+    ``None`` for the stock one; ``release``: the SGLang release the base image holds (default:
+    the default release; ``SGLANG_VERSION``: the image's label, and ``runtime apply
+    --expect-sglang-version`` refuses a base that holds another)."""
+    from escha_deploy.releases import default_release
     from escha_deploy.runtime.series import capabilities_of
 
-    args = {"BASE_IMAGE": base_image, "PYTHON_VERSION": python_version, "WHEELHOUSE": wheelhouse}
+    args = {"BASE_IMAGE": base_image, "PYTHON_VERSION": python_version, "WHEELHOUSE": wheelhouse,
+            "SGLANG_VERSION": release or default_release()}
     if patches is not None:
         args.update({
             "OVERLAY_DIR": overlay_dir,
@@ -42,7 +48,7 @@ def build_args(base_image: str, python_version: str, wheelhouse: str, overlay_di
 def base_missing(client, base_image: str) -> None:
     """Refuse (exit 3, nothing started) when ``base_image`` is not on the daemon, naming it and
     the pull command: the classic builder would pull a missing ``FROM`` image on its own, and
-    SGLang's image is tens of GB (``lmsysorg/sglang:v0.5.19``). ``build`` never pulls."""
+    SGLang's image is tens of GB (``releases.official_image``). ``build`` never pulls."""
     from docker.errors import NotFound
 
     from escha_deploy.errors import Refused
@@ -67,14 +73,20 @@ def register(app: typer.Typer) -> None:
         hicache: Annotated[bool, typer.Option(
             "--hicache/--stock", help="Dockerfile.hicache (escha-deploy's patch series + overlays) or "
             "docker/Dockerfile (stock runtime, no patches).")] = True,
-        base_image: Annotated[str, typer.Option(
-            "--base-image", help="The SGLang 0.5.19 image to build on; pin it by digest "
-            "(NAME@sha256:...).")] = OFFICIAL_BASE,
+        base_image: Annotated[Optional[str], typer.Option(
+            "--base-image", help="The SGLang image to build on, holding --sglang-version; pin it by digest "
+            "(NAME@sha256:...). Default: that release's official image "
+            "(escha_deploy/catalog/releases/X.Y.Z/facts.yaml).")] = None,
+        sglang_version: Annotated[Optional[str], typer.Option(
+            "--sglang-version", help="The SGLang release the base image holds: picks the series, the default "
+            "base image and tag. Default: the release --base-image's tag names, else the default release "
+            "(escha_deploy/catalog/releases/index.yaml).")] = None,
         python_version: Annotated[str, typer.Option(
             "--python-version", help="python3's version in the base image (official image "
             "3.12, the Debian test base 3.11); picks the wheelhouse.")] = "3.12",
         tag: Annotated[Optional[str], typer.Option(
-            "--tag", "-t", help="Image name. Default escha-sglang:0.5.19-hicache or -stock.")] = None,
+            "--tag", "-t", help="Image name. Default: the release's hicache or stock tag "
+            "(escha_deploy/catalog/releases/index.yaml, image_tags).")] = None,
         context: Annotated[Optional[Path], typer.Option(
             "--context", help="Build context: an escha-deploy source checkout. Default: this "
             "one.")] = None,
@@ -94,7 +106,12 @@ def register(app: typer.Typer) -> None:
         from escha_deploy.cli.output import info, print_json, warn
         from escha_deploy.errors import BadInput, Failed, Refused
         from escha_deploy.paths import source_checkout
+        from escha_deploy.releases import check_supported, default_release, image_tag, image_tag_release, official_image
         from escha_deploy.runtime import patching
+
+        release = check_supported(sglang_version or (base_image and image_tag_release(base_image))
+                                  or default_release(), "--sglang-version")
+        base_image = base_image or official_image(release)
 
         dockerfile = "Dockerfile.hicache" if hicache else "docker/Dockerfile"
         # default: the checkout you are in, else the source checkout this package runs from
@@ -115,11 +132,11 @@ def register(app: typer.Typer) -> None:
                 raise BadInput(f"--overlay-dir {overlay_dir}: not a folder under {ctx}")
             if not (ctx / fork_dir).is_dir():
                 raise BadInput(f"--fork-dir {fork_dir}: not a folder under {ctx}")
-            patches = patching.load_patches(ctx / overlay_dir, ctx / fork_dir)
+            patches = patching.load_patches(ctx / overlay_dir, ctx / fork_dir, release)
         if "@sha256:" not in base_image:
             warn(f"--base-image {base_image} is not pinned by digest; the build is not "
                  "reproducible (use NAME@sha256:...)")
-        args = build_args(base_image, python_version, wheelhouse, overlay_dir, patches)
+        args = build_args(base_image, python_version, wheelhouse, overlay_dir, patches, release)
         from escha_deploy import __version__
         from escha_deploy.runtime.description import LABEL_ESCHA
 
@@ -131,9 +148,7 @@ def register(app: typer.Typer) -> None:
             args["FORK_DIR"] = fork_dir
             if fork_label(patches):  # provenance of the fork's commits, non-ASCII kept
                 labels[LABEL_FORK] = fork_label(patches)
-        from escha_deploy.capabilities import IMAGE_HICACHE, IMAGE_STOCK
-
-        tag = tag or (IMAGE_HICACHE if hicache else IMAGE_STOCK)
+        tag = tag or image_tag("hicache" if hicache else "stock", release)
         try:
             client = docker.APIClient(version="auto")
             base_missing(client, base_image)  # before the build starts: it would pull tens of GB itself
@@ -157,9 +172,9 @@ def register(app: typer.Typer) -> None:
             ours = [ln.removeprefix("error: ") for ln in log_tail if ln.startswith("error: ")]
             raise Refused(*(ours or [error]), f"build of {dockerfile} failed: {error}")
         labels = client.inspect_image(tag)["Config"]["Labels"] or {}
-        result = {"image": tag, "id": image_id, "dockerfile": dockerfile,
+        result = {"image": tag, "id": image_id, "dockerfile": dockerfile, "sglang_version": release,
                   "base_image": base_image, "labels": labels}
         if fmt == OutputFormat.json:
             print_json(result)
         else:
-            print(f"built {tag} ({image_id}) from {dockerfile} on {base_image}")
+            print(f"built {tag} ({image_id}) from {dockerfile} on {base_image} (SGLang {release})")

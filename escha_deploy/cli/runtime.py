@@ -84,6 +84,9 @@ def apply_cmd(
         "refuse if the series gives another.")] = None,
     expect_series: Annotated[Optional[str], typer.Option(
         "--expect-series", help="Comma list of patch names the labels promised.")] = None,
+    expect_sglang_version: Annotated[Optional[str], typer.Option(
+        "--expect-sglang-version", help="The SGLang release the labels promised; refuse if the "
+        "installed one is another (empty: not checked).")] = None,
     fork_dir: ForkOpt = None,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
@@ -106,6 +109,13 @@ def apply_cmd(
              "plans of other boxes do not)")
     located = inv.locate(sglang_dir, python)
     info(f"sglang {located.version} at {located.package_dir} (Python {located.python})")
+    if expect_sglang_version and located.version != expect_sglang_version:
+        from escha_deploy.errors import Refused
+
+        raise Refused(f"build argument SGLANG_VERSION={expect_sglang_version!r} but the installed sglang "
+                      f"at {located.package_dir} is {located.version}",
+                      hint=f"build with --sglang-version {located.version}, or on a base image that holds "
+                      f"SGLang {expect_sglang_version}")
     result = patching.apply(located, sd, overlay_dir, base_ref, expect_capabilities,
                             expect_series, __version__, fork_dir=fork_dir)
     write_description(result.description, _description_file(state_dir))

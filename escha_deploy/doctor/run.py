@@ -185,12 +185,12 @@ def _image_reader(profile: str | None, overrides: Sequence[str], docker: Callabl
     recorded docker answers gets ``None``, not this machine's images)."""
     if docker is not read_docker:
         return None
-    from escha_deploy.capabilities import IMAGE_HICACHE
     from escha_deploy.profile import load_profile
+    from escha_deploy.releases import image_tag
 
     from .hostinfo import read_image
 
-    ref = load_profile(profile, overrides).container.image if profile else IMAGE_HICACHE
+    ref = load_profile(profile, overrides).container.image if profile else image_tag("hicache")
     return lambda: read_image(ref)
 
 
@@ -201,7 +201,6 @@ def _memlock_reader(profile: str | None, overrides: Sequence[str], docker: Calla
     daemon, as ``_image_reader``."""
     if docker is not read_docker:
         return None
-    from escha_deploy.capabilities import IMAGE_HICACHE
     from escha_deploy.profile import load_profile
 
     from .hostinfo import probe_memlock
@@ -210,9 +209,9 @@ def _memlock_reader(profile: str | None, overrides: Sequence[str], docker: Calla
         p = load_profile(profile, overrides)
         images = [p.container.image, p.runtime.base_image]
     else:
-        from escha_deploy.profile.models import Runtime
+        from escha_deploy.releases import image_tag, official_image
 
-        images = [IMAGE_HICACHE, Runtime.model_fields["base_image"].default]
+        images = [image_tag("hicache"), official_image()]
     return lambda: probe_memlock(list(dict.fromkeys(images)))
 
 

@@ -31,6 +31,7 @@ from .docker import LABEL_PLAN_DIGEST, PROFILE_TARGET, SERVE_MODE_ENV
 
 if TYPE_CHECKING:
     from escha_deploy.planner.result import Plan
+    from escha_deploy.profile import Profile
 
 #: Where the image is built from (the repository root, Dockerfile.hicache).
 DOCKERFILE = "Dockerfile.hicache"
@@ -58,6 +59,17 @@ def build_context(output: str | Path | None, checkout: Path | None) -> str | Non
     return os.path.relpath(Path(checkout).resolve(), folder.resolve())
 
 
+def release_build_args(profile: Profile) -> dict[str, str]:
+    """The build arguments of ``Dockerfile.hicache`` for the release ``profile`` plans
+    (``runtime.sglang_version``, else the default release): ``BASE_IMAGE`` (``runtime.base_image``)
+    and ``SGLANG_VERSION`` (the series applied is that release's; the build refuses a base that
+    holds another), as ``escha-deploy build --sglang-version`` passes them."""
+    from escha_deploy.releases import default_release
+
+    return {"BASE_IMAGE": profile.runtime.base_image,
+            "SGLANG_VERSION": profile.runtime.sglang_version or default_release()}
+
+
 def _header(profile: str, build: bool = True) -> str:
     how = ("# docker compose up -d   # (or Debian's docker-compose 1.29) builds Dockerfile.hicache and\n"
            if build else
@@ -74,13 +86,15 @@ def _header(profile: str, build: bool = True) -> str:
     )
 
 
-def render(spec: ContainerSpec, *, build: bool = True, context: str = ".") -> dict[str, Any]:
+def render(spec: ContainerSpec, *, build: bool = True, context: str = ".",
+           build_args: dict[str, str] | None = None) -> dict[str, Any]:
     """The compose document for ``spec`` as a dict (service name ``sglang``). ``build``: add a
     ``build:`` section (``context``: the escha-deploy checkout, relative to the compose file's
-    folder; ``dockerfile``: ``Dockerfile.hicache``, relative to the context)."""
+    folder; ``dockerfile``: ``Dockerfile.hicache``, relative to the context; ``args``:
+    ``build_args``, when given: ``release_build_args``)."""
     svc: dict[str, Any] = {}
     if build:
-        svc["build"] = {"context": context, "dockerfile": DOCKERFILE}
+        svc["build"] = {"context": context, "dockerfile": DOCKERFILE, **({"args": build_args} if build_args else {})}
     svc["image"] = spec.image
     svc["container_name"] = spec.name
     svc["entrypoint"] = list(spec.entrypoint)
@@ -256,5 +270,6 @@ def compose_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_fi
         raise Refused(*problems)
     warnings += fork_needs_lines(profile, spec.image)
     # the header's command names the profile as the user gave it (a file's path), as it runs
-    text = dump(render(spec, build=context is not None, context=context or "."), shlex.quote(profile_ref))
+    text = dump(render(spec, build=context is not None, context=context or ".",
+                       build_args=release_build_args(profile)), shlex.quote(profile_ref))
     return Rendered(text, plan, spec.image, warnings)

@@ -303,7 +303,9 @@ class Preflight:
                                     image_files=False, mounts_here=True)
             else:
                 if self.build:
-                    build_image(self.client, self.profile.container.image, report=self.report)
+                    rt = self.profile.runtime
+                    build_image(self.client, self.profile.container.image, base_image=rt.base_image,
+                                release=rt.sglang_version, report=self.report)
                 self.prep = prepare(self.profile_ref, self.overrides, client=self.client, profile=self.profile,
                                     facts_path=self.facts_path, spec_file=str(self.spec_file))
         return self.prep

@@ -39,7 +39,7 @@ from ..facts.host import HostFacts
 from ..profile import Profile, key_env, key_flag
 from ..profile.models import normalize_kv_dtype
 from ..profile.rules import speculative_algorithm
-from ..releases import default_release, load_release, release_findings, series_release
+from ..releases import default_release, load_release, release_findings, series_releases
 from ..units import GB, MiB, fmt_gb, fmt_gib, fmt_gib_gb, fmt_mib
 from . import kv as kvmod
 from .draft import (INTERMEDIATE_SOURCE, KV_SOURCE, DraftCount, DraftHost, SpecShape, draft_count, draft_host,
@@ -599,17 +599,17 @@ def _platform_advice(c: _Ctx) -> str:
 
 
 def _series_missing(c: _Ctx) -> bool:
-    """Whether the profile needs our patch series on a release it is not made for
-    (``releases.series_release``): needs no runtime of that release can meet, which
+    """Whether the profile needs our patch series on a release it does not exist for
+    (``releases.series_releases``): needs no runtime of that release can meet, which
     ``releases.release_findings`` refuses (the plan is unsafe). The plan's runtime-check table
     and its warnings then describe that release's stock runtime, the one that can run there;
     a runtime that says it has the series (an image's description) is taken at its word."""
-    return c.inp.release != series_release() and bool(set(c.inp.profile.runtime.needs) & set(SERIES_CAPABILITIES))
+    return c.inp.release not in series_releases() and bool(set(c.inp.profile.runtime.needs) & set(SERIES_CAPABILITIES))
 
 
 def _no_series(c: _Ctx) -> str:
-    """Why the patched check is not the planned release's: the series is made for another."""
-    return f"our patch series is made for SGLang {series_release()}; there is none for {c.inp.release}"
+    """Why the patched check is not the planned release's: the series does not exist for it."""
+    return f"our patch series exists for SGLang {', '.join(series_releases())}; there is none for {c.inp.release}"
 
 
 def step_runtime_checks(c: _Ctx) -> None:

@@ -25,7 +25,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, Strict, StrictI
 from pydantic.fields import FieldInfo
 
 from ..arch import ModelArch
-from ..capabilities import IMAGE_HICACHE, CapabilityName
+from ..capabilities import CapabilityName
 from ..units import MAX_HICACHE_GB, hicache_gb_field, parse_size, size_field
 from . import thresholds as _th
 
@@ -300,7 +300,10 @@ class Runtime(EschaModel):
                           description="SGLang release the profile targets (one of escha_deploy/catalog/releases/index.yaml's); "
                           "unset: the image's release, else --sglang-version, else the default release")
     ] = None
-    base_image: Annotated[str, Field(pattern=IMAGE_REF, max_length=512, description="base image Dockerfile.hicache builds on")] = "lmsysorg/sglang:v0.5.19"
+    base_image: str = Field(
+        pattern=IMAGE_REF, max_length=512, default_factory=lambda: _release_default("base_image", None),
+        description="base image Dockerfile.hicache builds on; unset: the SGLang image of runtime.sglang_version "
+                    "(else the default release): escha_deploy/catalog/releases/X.Y.Z/facts.yaml, image")
     needs: Annotated[
         list[CapabilityName],
         Field(description="runtime capabilities this profile needs; serve/up refuse a runtime lacking any"),
@@ -593,7 +596,10 @@ class Watch(EschaModel):
 
 
 class Container(EschaModel):
-    image: Annotated[str, Field(pattern=IMAGE_REF, max_length=512, description="image to run; `escha-deploy build` tags escha-sglang:0.5.19-hicache by default")] = IMAGE_HICACHE
+    image: str = Field(
+        pattern=IMAGE_REF, max_length=512, default_factory=lambda: _release_default("image", None),
+        description="image to run; unset: the one `escha-deploy build --hicache` tags for runtime.sglang_version "
+                    "(else the default release): escha_deploy/catalog/releases/index.yaml, image_tags.hicache")
     port: Annotated[StrictInt, Field(gt=0, lt=65536, description="host port of the OpenAI-compatible API"), SGLangFlag("--port")] = 30000
     expose: Annotated[
         bool, Field(description="publish beyond 127.0.0.1 (needs api_key_file)")
@@ -633,8 +639,46 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 NAME_RULE = "names are letters, digits, '_', '.', '-' (at most 63, starting with a letter or digit)"
 
 
+def _release_default(key: Literal["image", "base_image"], release: str | None) -> str:
+    """The default of ``container.image`` (``image``: the tag ``escha-deploy build --hicache`` gives
+    ``release``'s image) or ``runtime.base_image`` (``base_image``: ``release``'s SGLang image), from
+    the release data (``releases.image_tag``, ``releases.official_image``); ``release`` None: the
+    default release."""
+    from ..releases import image_tag, official_image
+
+    return image_tag("hicache", release) if key == "image" else official_image(release)
+
+
+def _release_images(data: Any) -> Any:
+    """``data`` (a profile mapping, before validation) with ``container.image`` and
+    ``runtime.base_image`` filled in where unset, for the release ``runtime.sglang_version`` names:
+    a profile of a release runs, and builds on, that release's images. Left alone when the
+    release is not a supported one (its own field reports that) or the sections are not mappings."""
+    from ..releases import supported_releases
+
+    if not isinstance(data, dict):
+        return data
+    runtime, container = data.get("runtime", {}), data.get("container", {})
+    if isinstance(runtime, Runtime):
+        runtime = runtime.model_dump(exclude_unset=True)
+    if isinstance(container, Container) or not isinstance(runtime, dict) or not isinstance(container, dict):
+        return data
+    release = runtime.get("sglang_version")
+    if release is None or not isinstance(release, str) or release not in supported_releases():
+        return data
+    data = dict(data)
+    if "image" not in container:
+        data["container"] = {**container, "image": _release_default("image", release)}
+    if "base_image" not in runtime and isinstance(data.get("runtime"), dict):
+        data["runtime"] = {**runtime, "base_image": _release_default("base_image", release)}
+    return data
+
+
 class Profile(EschaModel):
-    """One deployable configuration: box, model, runtime, HiCache, safety policy, container."""
+    """One deployable configuration: box, model, runtime, HiCache, safety policy, container.
+
+    ``container.image`` and ``runtime.base_image`` default to the images of the release
+    ``runtime.sglang_version`` names, else of the default release."""
 
     name: Annotated[str, Field(
         pattern=NAME_PATTERN,
@@ -643,11 +687,16 @@ class Profile(EschaModel):
     description: Annotated[str, Field(description="one line for `profiles list`")] = ""
     hardware: Hardware
     model: ModelSection
-    runtime: Runtime = Runtime()
+    runtime: Runtime = Field(default_factory=lambda: Runtime())
     hicache: HiCache = HiCache()
     safety: Safety = Safety()
     watch: Watch = Watch()
-    container: Container = Container()
+    container: Container = Field(default_factory=lambda: Container())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _images_of_the_release(cls, data: Any) -> Any:
+        return _release_images(data)
 
 
 def normalize_kv_dtype(dtype: str) -> str:

@@ -33,7 +33,9 @@ def test_compare_lists_the_flags_the_new_release_refuses_and_exits_3(cli):
     assert "--enable-dp-attention: deprecated in sglang 0.5.23; use --attn-dp-size <dp-size> (warning)" in r.out
 
 
-def test_compare_shows_the_series_refusal_on_the_new_release(cli):
+def test_compare_shows_the_series_refusal_on_the_new_release(cli, series_only_where_made):
+    """Without our series for 0.5.23 (runtime_patches/ as before its rebase) the new release is
+    refused (with it, as committed, both are ok: docs/runtime.md's upgrade report)."""
     r = cli("plan", "--profile", "rtx5060ti-tp2-fp8", "--sglang-version", "0.5.23", "--compare", "0.5.19",
             "--host-ram", "32GiB", "--linux", "-f", "json")
     assert r.code == 3
@@ -46,8 +48,8 @@ def test_compare_with_an_unsupported_release_is_bad_input(cli):
     assert r.code == 2 and "--compare: SGLang 0.5.21 is not a supported release" in r.err
 
 
-def test_compare_on_a_described_host_prints_both_sides_reasons_and_no_negative_size(cli):
-    """The release the series is not made for (0.5.23) beside the planned 0.5.19 on a described
+def test_compare_on_a_described_host_prints_both_sides_reasons_and_no_negative_size(cli, series_only_where_made):
+    """A release without our series (0.5.23 with runtime_patches/ as before its rebase) beside the planned 0.5.19 on a described
     16 GiB WSL2 VM: the title names that host (it said "on this host"), one reading's share below
     the reserve is 0 as the plain plan prints it (it was -0.50 GiB), and each side's verdict
     reasons are listed (only 0.5.19's were, so nothing said why 0.5.23 is unsafe)."""
@@ -60,7 +62,7 @@ def test_compare_on_a_described_host_prints_both_sides_reasons_and_no_negative_s
     assert share.count("0.00 GiB (0.00 GB)") == 2, share
     text = " ".join(r.out.split())
     a = text.index("0.5.23: unsafe - runtime.needs: hicache-host-reserve-env")
-    assert "come from our patch series, made for SGLang 0.5.19; the plan is for SGLang 0.5.23 (--compare)" in text
+    assert "come from our patch series, which exists for SGLang 0.5.19; the plan is for SGLang 0.5.23 (--compare)" in text
     b = text.index("0.5.19: ok - pinned 7.44 GB fits")
     assert a < b
     out = json.loads(cli("plan", "--profile", "rtx5060ti-tp2", "--compare", "0.5.23", "--host-ram", "16GiB",

@@ -112,10 +112,10 @@ def test_flag_and_profile_that_disagree_are_exit_3_naming_both(cli):
     assert "--sglang-version says 0.5.23, runtime.sglang_version says 0.5.19" in r.err
 
 
-def test_series_capabilities_on_another_release_are_refused_naming_it(cli):
+def test_series_capabilities_on_another_release_are_refused_naming_it(cli, series_only_where_made):
     r = cli("plan", "--profile", "rtx5060ti-tp2-fp8", "--sglang-version", "0.5.23", "--host-ram", "32GiB")
     assert r.code == 3
-    assert "come from our patch series, made for SGLang 0.5.19; the plan is for SGLang 0.5.23" in r.out
+    assert "come from our patch series, which exists for SGLang 0.5.19; the plan is for SGLang 0.5.23" in r.out
     assert "runtime rebase --check 0.5.23" in r.out
 
 
@@ -140,11 +140,11 @@ def test_plan_without_a_release_uses_the_default():
     assert p.sglang_release == "0.5.19" and p.host_guard.kind == "per-pool-available"
 
 
-def test_a_release_without_our_series_is_described_as_its_stock_runtime(cli):
-    """rtx5060ti-tp2 needs our series, which exists only for 0.5.19: planned for 0.5.23 it is
-    refused (exit 3), and its runtime-check table and warnings describe 0.5.23's stock runtime,
-    not 0.5.19's patched one (they said "patched, reserve 2.00 GiB (applies) | accept" and "on
-    this runtime (SGLang 0.5.19 with this series, ...)")."""
+def test_a_release_without_our_series_is_described_as_its_stock_runtime(cli, series_only_where_made):
+    """rtx5060ti-tp2 needs our series; with none for 0.5.23 (runtime_patches/ without its
+    rebased folder) it is refused there (exit 3), and its runtime-check table and warnings
+    describe 0.5.23's stock runtime, not 0.5.19's patched one (they said "patched, reserve 2.00
+    GiB (applies) | accept" and "on this runtime (SGLang 0.5.19 with this series, ...)")."""
     r = cli("plan", "--profile", "rtx5060ti-tp2", "--sglang-version", "0.5.23", "--host-ram", "32GiB")
     assert r.code == 3, r.err
     rows = [" ".join(x.split("│")[1:3]).split() for x in r.out.splitlines() if x.startswith("│ stock 0.5.23")
@@ -152,12 +152,27 @@ def test_a_release_without_our_series_is_described_as_its_stock_runtime(cli):
     assert rows[0][:3] == ["stock", "0.5.23", "(applies)"], rows
     assert rows[1] == ["patched", "(our", "series)", "-"], rows
     text = " ".join(r.out.split())
-    assert "our patch series is made for SGLang 0.5.19; there is none for 0.5.23" in text
+    assert "our patch series exists for SGLang 0.5.19; there is none for 0.5.23" in text
     assert "0.5.19 with this series" not in text and "reserve 2.00 GiB" not in text
-    assert "on this runtime (stock SGLang 0.5.23: our patch series is made for SGLang 0.5.19" in text
+    assert "on this runtime (stock SGLang 0.5.23: our patch series exists for SGLang 0.5.19" in text
     j = json.loads(cli("plan", "--profile", "rtx5060ti-tp2", "--sglang-version", "0.5.23", "--host-ram", "32GiB",
                        "-f", "json").out)
     assert (j["runtime_check"]["applies"], j["runtime_check"]["patched"]) == ("stock", None)
     # on the series' own release the patched check applies, as before
     j = json.loads(cli("plan", "--profile", "rtx5060ti-tp2", "--host-ram", "32GiB", "-f", "json").out)
     assert (j["runtime_check"]["applies"], j["runtime_check"]["patched"]) == ("patched", "accept")
+
+
+def test_a_release_with_its_rebased_series_plans_the_patched_runtime(cli):
+    """runtime_patches/0.5.23/ holds our series rebased onto 0.5.23: a profile needing it plans
+    0.5.23's patched runtime (its check applies), not a refusal."""
+    from escha_deploy.releases import series_releases
+
+    assert series_releases() == ("0.5.19", "0.5.23")
+    r = cli("plan", "--profile", "rtx5060ti-tp2-fp8", "--sglang-version", "0.5.23", "--host-ram", "32GiB",
+            "-f", "json")
+    assert r.code == 0, r.err
+    j = json.loads(r.out)
+    assert j["sglang_release"] == "0.5.23" and j["verdict"] == "ok", j["reasons"]
+    assert (j["runtime_check"]["applies"], j["runtime_check"]["patched"]) == ("patched", "accept")
+    assert not any("patch series" in x for x in j["reasons"] + j["warnings"]), j["reasons"] + j["warnings"]
