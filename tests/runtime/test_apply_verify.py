@@ -222,6 +222,18 @@ def test_expected_capabilities_must_match(site, tmp_path, capsys):
     assert "build argument capabilities" in capsys.readouterr().err
 
 
+def test_expected_sglang_version_must_be_the_installed_one(site, tmp_path, capsys):
+    """Dockerfile.hicache passes the release the build was asked for (SGLANG_VERSION): a base
+    holding another release is refused before a byte is written, naming both releases."""
+    state = tmp_path / "s"
+    assert run("runtime", "apply", "--sglang-dir", str(site / "sglang"), "--state-dir", str(state),
+               "--expect-sglang-version", "0.5.23") == 3
+    err = capsys.readouterr().err
+    assert f"error: build argument SGLANG_VERSION='0.5.23' but the installed sglang at {site / 'sglang'} is 0.5.19" in err
+    assert "hint: build with --sglang-version 0.5.19, or on a base image that holds SGLang 0.5.23" in err
+    assert not state.exists()
+
+
 def test_inventory_of_wheel_and_deltas(sglang_wheel, capsys, tmp_path):
     out_file = tmp_path / "inv.json"
     assert run("runtime", "inventory", "--wheel", str(sglang_wheel), "--deltas", "--format",
