@@ -357,11 +357,12 @@ def image_tag_release(ref: str) -> str | None:
 
 
 def release_findings(needs: Sequence[str], series_caps: Sequence[str], images: Sequence[tuple[str, str]],
-                     release: str, source: str) -> list[tuple[str, str, str]]:
+                     release: str, source: str, unset: Sequence[str] = ()) -> list[tuple[str, str, str]]:
     """``(severity, field, message)`` for a profile planned for ``release`` (from ``source``):
     an error for each needed capability of our patch series when the series does not exist for
-    ``release`` (``series_releases``); a warning for each image reference (``(field, ref)``) whose tag names another
-    release."""
+    ``release`` (``series_releases``); a warning for each image reference (``(field, ref)``) whose
+    tag names another release. A field in ``unset`` holds its default (the default release's
+    image: the profile names no release), and its warning says how to get ``release``'s."""
     out: list[tuple[str, str, str]] = []
     series = [c for c in needs if c in series_caps]
     if series and release not in series_releases():
@@ -371,7 +372,11 @@ def release_findings(needs: Sequence[str], series_caps: Sequence[str], images: S
                     f"{release} image, or see what applies with `escha-deploy runtime rebase --check {release}`"))
     for field, ref in images:
         tagged = image_tag_release(ref)
-        if tagged and tagged != release:
+        if tagged and tagged != release and field in unset:
+            out.append(("warning", field, f"{ref}, the default while the profile names no release, is tagged for "
+                        f"SGLang {tagged}, but the plan is for SGLang {release} ({source}); set "
+                        f"runtime.sglang_version: {release} to run and build on that release's images"))
+        elif tagged and tagged != release:
             out.append(("warning", field, f"{ref} is tagged for SGLang {tagged}, but the plan is for SGLang {release} "
                         f"({source}); `up` refuses an image whose runtime says another release"))
     return out

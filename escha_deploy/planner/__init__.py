@@ -873,9 +873,12 @@ def step_validate(c: _Ctx) -> None:
             f"{alg} on a hybrid model: SGLang keeps intermediate mamba states per draft token (kv_cache_configurator.py: "
             f"_handle_max_mamba_cache) from {alg}'s own draft length, which this plan does not mirror: set "
             "runtime.speculative.num_draft_tokens, or leave device headroom")))
-    images = [("container.image", c.inp.profile.container.image), ("runtime.base_image", c.inp.profile.runtime.base_image)]
+    rt, box = c.inp.profile.runtime, c.inp.profile.container
+    images = [("container.image", box.image), ("runtime.base_image", rt.base_image)]
+    unset = [f for f, given in (("container.image", "image" in box.model_fields_set),
+                                ("runtime.base_image", "base_image" in rt.model_fields_set)) if not given]
     c.findings += [Finding(severity=sev, field=f, message=m) for sev, f, m in
-                   release_findings(c.inp.profile.runtime.needs, SERIES_CAPABILITIES, images, c.inp.release, c.inp.release_source)]
+                   release_findings(rt.needs, SERIES_CAPABILITIES, images, c.inp.release, c.inp.release_source, unset)]
 
 
 def step_verdict(c: _Ctx) -> None:

@@ -133,6 +133,16 @@ def test_an_image_tag_of_another_release_warns(cli):
     assert any(w.startswith("container.image: lmsysorg/sglang:v0.5.21 is tagged for SGLang 0.5.21, but the plan "
                             "is for SGLang 0.5.19") for w in r["warnings"]), r["warnings"]
     assert not any("is tagged for" in w for w in _plan_json(cli, "0.5.19")["warnings"])
+    # left unset, the images are the default release's: the warning says how to get the planned one's
+    unset = [w for w in _plan_json(cli, "0.5.23")["warnings"] if "is tagged for" in w]
+    assert unset == [
+        "container.image: escha-sglang:0.5.19-hicache, the default while the profile names no release, is tagged "
+        "for SGLang 0.5.19, but the plan is for SGLang 0.5.23 (--sglang-version); set runtime.sglang_version: "
+        "0.5.23 to run and build on that release's images",
+        "runtime.base_image: lmsysorg/sglang:v0.5.19, the default while the profile names no release, is tagged "
+        "for SGLang 0.5.19, but the plan is for SGLang 0.5.23 (--sglang-version); set runtime.sglang_version: "
+        "0.5.23 to run and build on that release's images"], unset
+    assert not any("is tagged for" in w for w in _plan_json(cli, "0.5.23", "--set", "runtime.sglang_version=0.5.23")["warnings"])
 
 
 def test_plan_without_a_release_uses_the_default():
