@@ -36,10 +36,10 @@ What answers for the GPU (stand-ins, named as such; nothing else of SGLang is re
 Exit codes: 0 every case ran (refusals are results, not failures); 1 a harness failure (a
 TypeError or AttributeError raised by a call the harness made or by one of its stand-ins: the
 harness does not fit the release, named with the case); 2 bad usage or the installed sglang has
-no adapter (``ADAPTERS``: 0.5.19 and 0.5.23 everything; 0.5.23's device-pool sizing goes
-through the pre-flight's function for its configurator shape, its host pools through its
-buffer-info constructors, ``host_pools``; a part an adapter cannot run is named in each case's
-``cannot``).
+no adapter, or a malformed one (``load_adapter``: the release's ``oracle-adapter.json``; 0.5.19
+and 0.5.23 everything; 0.5.23's device-pool sizing goes through the pre-flight's function for its
+configurator shape, its host pools through its buffer-info constructors, ``host_pools``; a part an
+adapter cannot run is named in each case's ``cannot``).
 """
 
 from __future__ import annotations
@@ -62,16 +62,69 @@ import types
 from pathlib import Path
 from typing import Any
 
-#: The per-release adapter: how each release's code is reached on the CPU. ``gpu_mem``: how
-#: ``memory_hook.handle_gpu_memory_settings`` gets the card's memory (0.5.19: an argument;
-#: 0.5.23: it calls ``get_device_memory_capacity`` itself). ``device``/``pools``: True when the
-#: device-pool sizing and the host-pool constructors run here, else why not (the case's
-#: result then says so under ``cannot``, and no field of that part is compared).
-ADAPTERS: dict[str, dict[str, Any]] = {
-    "0.5.19": {"gpu_mem": "argument", "device": True, "pools": True},
-    "0.5.23": {"gpu_mem": "get_device_memory_capacity", "device": True, "pools": True},
+#: The per-release adapter, data in each release's folder
+#: (``escha_deploy/catalog/releases/VERSION/oracle-adapter.json``), so a release is added
+#: without a change here: how the release's code is reached on the CPU. Each key and what it
+#: takes: ``gpu_mem``, how ``memory_hook.handle_gpu_memory_settings`` gets the card's memory
+#: (``argument``: the caller passes it; ``get_device_memory_capacity``: it asks that function
+#: itself); ``device``/``pools``: true when the device-pool sizing and the host-pool
+#: constructors run here, else a string saying why not (the case's result then says so under
+#: ``cannot``, and no field of that part is compared); ``source``: the wheel's files and
+#: functions the adapter was read from. A new way to reach a release's code is a new key (or
+#: value) here and the code that uses it.
+ADAPTER_KEYS: dict[str, tuple[Any, ...]] = {
+    "gpu_mem": ("argument", "get_device_memory_capacity"),
+    "device": (True, str),
+    "pools": (True, str),
+    "source": (str,),
 }
-ADAPTED = tuple(ADAPTERS)
+ADAPTER_FILE = "oracle-adapter.json"
+#: Where the release folders are: ``$ESCHA_RELEASES_DIR``, else beside this script in the checkout.
+RELEASES_DIR_ENV = "ESCHA_RELEASES_DIR"
+
+
+def releases_dir() -> Path:
+    """The folder of one folder per release (``RELEASES_DIR_ENV``, else the checkout's
+    ``escha_deploy/catalog/releases``; read when called)."""
+    return Path(os.environ.get(RELEASES_DIR_ENV) or Path(__file__).resolve().parent.parent
+                / "escha_deploy" / "catalog" / "releases")
+
+
+def adapted_releases() -> list[str]:
+    """The releases with an adapter file, sorted."""
+    return sorted(p.parent.name for p in releases_dir().glob(f"*/{ADAPTER_FILE}"))
+
+
+def _takes(value: Any, allowed: Any) -> bool:
+    """Whether ``value`` is ``allowed``: an instance of it (a type; ``bool`` is not a ``str``),
+    else the same value (``True`` only as ``True``, not 1)."""
+    if isinstance(allowed, type):
+        return isinstance(value, allowed)
+    return type(value) is type(allowed) and value == allowed
+
+
+def load_adapter(version: str) -> dict[str, Any]:
+    """The adapter of ``version`` (``ADAPTER_KEYS`` says what each key takes). Raises
+    ``ValueError`` with one line naming the file: none, not a JSON object, a key missing or
+    unknown, a value it does not take."""
+    path = releases_dir() / version / ADAPTER_FILE
+    if not path.is_file():
+        raise ValueError(f"installed sglang is {version}: no {path} (adapted: {', '.join(adapted_releases()) or 'none'})")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}:{exc.lineno}: not JSON: {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    problems = [f"{key}: missing" for key in ADAPTER_KEYS if key not in data]
+    problems += [f"{key}: unknown key (known: {', '.join(ADAPTER_KEYS)})" for key in data if key not in ADAPTER_KEYS]
+    for key, value in data.items():
+        takes = ADAPTER_KEYS.get(key, ())
+        if takes and not any(_takes(value, t) for t in takes):
+            problems.append(f"{key}: {value!r} is not one of {[t.__name__ if isinstance(t, type) else t for t in takes]}")
+    if problems:
+        raise ValueError(f"{path}: {'; '.join(problems)}")
+    return data
 
 
 class HarnessFailure(Exception):
@@ -671,14 +724,15 @@ def run(cases: list[dict]) -> dict[str, Any]:
     import importlib.metadata
 
     installed = importlib.metadata.version("sglang")
-    if installed not in ADAPTED:
-        print(f"error: installed sglang is {installed}, expected one of {sorted(ADAPTED)}", file=sys.stderr)
-        raise SystemExit(2)
+    try:
+        adapter = load_adapter(installed)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     t0 = time.perf_counter()
     import sglang.srt.server_args  # noqa: F401
 
     logging.disable(logging.WARNING)
-    adapter = ADAPTERS[installed]
     answer_prefill_graph_backend()
     if adapter["pools"] is True:
         stub_host_allocation()

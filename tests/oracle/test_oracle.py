@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import escha_deploy.planner as planner_mod
+from escha_deploy import releases
 from escha_deploy.planner import device as devmod
 from escha_deploy.planner import pools as poolsmod
 from escha_deploy.releases import default_release, supported_releases
@@ -131,8 +132,38 @@ def test_a_harness_call_that_does_not_fit_the_release_is_a_harness_failure():
     assert not m._harness_fault(_raised("raise ValueError('no')", str(oc.ORACLE)))
     with pytest.raises(m.HarnessFailure, match="case c1: resolve: TypeError: install_reserve_spy"):
         m._refusal_or_fault(spy, {"id": "c1"}, "resolve")
-    assert set(m.ADAPTERS) == {"0.5.19", "0.5.23"}
-    assert all(a["pools"] is True for a in m.ADAPTERS.values())  # every release's host pools run
+    # the two releases whose host pools the oracle runs (their constructors adapted: host_pools)
+    assert all(m.load_adapter(v)["pools"] is True for v in ("0.5.19", "0.5.23"))
+
+
+def test_each_release_has_its_oracle_adapter_as_data(tmp_path, monkeypatch, capsys):
+    """Every supported release has an adapter file the oracle takes
+    (``releases/VERSION/oracle-adapter.json``), and only those; a release without one, or with
+    a key or value the oracle does not know, is one line naming the file, exit 2, before any
+    case runs."""
+    m = _oracle_module()
+    assert m.adapted_releases() == sorted(releases.supported_releases())
+    assert m.load_adapter(releases.default_release())["pools"] is True
+    for version in releases.supported_releases():
+        adapter = m.load_adapter(version)
+        assert adapter["pools"] is True or adapter["pools"].startswith("not adapted: "), version
+    fake = tmp_path / "releases"
+    (fake / "9.9.9").mkdir(parents=True)
+    monkeypatch.setenv(m.RELEASES_DIR_ENV, str(fake))
+    with pytest.raises(ValueError, match=r"installed sglang is 9\.9\.9: no .*oracle-adapter\.json \(adapted: none\)"):
+        m.load_adapter("9.9.9")
+    (fake / "9.9.9" / m.ADAPTER_FILE).write_text(json.dumps(
+        {"gpu_mem": "guess", "device": 1, "pools": True, "source": "x", "extra": 0}))
+    with pytest.raises(ValueError) as e:
+        m.load_adapter("9.9.9")
+    assert str(e.value).count("\n") == 0
+    assert "extra: unknown key" in str(e.value) and "gpu_mem: 'guess' is not one of" in str(e.value)
+    assert "device: 1 is not one of" in str(e.value)  # 1 is not True
+    monkeypatch.setattr("importlib.metadata.version", lambda name: "9.9.9")  # the installed sglang, as run reads it
+    with pytest.raises(SystemExit) as ex:
+        m.run([])
+    assert ex.value.code == 2
+    assert capsys.readouterr().err.startswith(f"error: {fake / '9.9.9' / m.ADAPTER_FILE}: ")
 
 
 def test_sglang_sizes_the_speculative_draft_as_plan_does(sglang_results):
