@@ -57,10 +57,11 @@ def runtime_doc(profile) -> dict:
     """The runtime description (``/etc/escha/runtime.json``) of an image built with this
     checkout's patch series and what the profile needs (``runtime.needs``: a fork's commits)."""
     from escha_deploy.capabilities import SERIES_CAPABILITIES
+    from escha_deploy.releases import official_image, series_release
     from escha_deploy.runtime.description import RuntimeDescription
 
     return RuntimeDescription(
-        sglang_version="0.5.19", base="image:lmsysorg/sglang:v0.5.19", base_inventory_digest="0" * 64,
+        sglang_version=series_release(), base=f"image:{official_image(series_release())}", base_inventory_digest="0" * 64,
         base_inventory_committed=True, python="3.11.2", sglang_dir="/usr/lib/python3/dist-packages/sglang",
         capabilities=list(dict.fromkeys([*SERIES_CAPABILITIES, *profile.runtime.needs])), inventory_digest="0" * 64, escha_version="0.0.0",
     ).model_dump(mode="json")

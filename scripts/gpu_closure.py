@@ -71,12 +71,15 @@ PACK_MTIME = 315532800
 #: The committed copy of the last build's manifest, which the CPU test reads (no download there).
 RECORDED = REPO / "tests" / "gpu_rig" / "closure-manifest.json"
 
-#: The machine the closure is built for: its python3 (3.12.3), torch 2.11.0+cu130, triton 3.6.0,
-#: one NVIDIA H200 (compute capability 9.0: sgl_kernel's ``sm90`` ops). SGLang 0.5.19, the release
-#: escha-deploy's series is made for.
-TARGET = {"python": "3.12", "torch": "2.11", "cuda": "13", "triton": "3.6", "card": "sm90", "sglang": "0.5.19"}
-
+#: The SGLang the closure carries: a pin of the recipe, like every pin below (WHEELS, KERNEL and
+#: DEPARTURES were measured with it on the GPU machine), so it moves with the recipe, not with
+#: the release index. 0.5.19, the release escha-deploy's series is made for.
 SGLANG = "sglang==0.5.19"
+#: The machine the closure is built for: its python3 (3.12.3), torch 2.11.0+cu130, triton 3.6.0,
+#: one NVIDIA H200 (compute capability 9.0: sgl_kernel's ``sm90`` ops); and SGLANG's release.
+TARGET = {"python": "3.12", "torch": "2.11", "cuda": "13", "triton": "3.6", "card": "sm90",
+          "sglang": SGLANG.split("==", 1)[1]}
+
 KERNEL = "sglang-kernel==0.4.5"
 FLASHINFER = "flashinfer-python==0.6.18"
 #: The wheels unpacked into ``site/``: SGLang 0.5.19's pins the machine's own versions break

@@ -142,6 +142,12 @@ def _shape(doc: dict) -> list[str]:
     return out
 
 
+def _closure_release() -> str:
+    """The SGLang release of the serving closure the GPU runs use (its recorded manifest,
+    ``tests/gpu_rig/closure-manifest.json: target.sglang``, written by ``scripts/gpu_closure.py``)."""
+    return json.loads((REPO / "tests" / "gpu_rig" / "closure-manifest.json").read_text(encoding="utf-8"))["target"]["sglang"]
+
+
 def _ab(doc: dict) -> list[str]:
     stock = doc.get("shape/stock")
     if not stock:
@@ -161,7 +167,7 @@ def _ab(doc: dict) -> list[str]:
 
     return ["", "**The series, stock against patched, on the shape-true server** (same argv; the stock tree "
             "from `gpu_closure.py install --stock`):", "",
-            "| patch | stock 0.5.19 | patched |", "|---|---|---|",
+            f"| patch | stock {_closure_release()} | patched |", "|---|---|---|",
             f"| 0001 host guard (`pool_host/base.py: host_memory_budget_bytes`, read here) | reserve "
             f"{_b(s.get('reserve_bytes'))}, budget per rank {_b(s.get('budget_bytes'))} of MemAvailable "
             f"{_b(s.get('mem_available'))} | reserve {_b(p.get('reserve_bytes'))} (the plan's), budget per rank "

@@ -75,17 +75,119 @@ def test_memory_tier_lookup():
     assert md.tier(200 * 1024).chunked_prefill == 16384
 
 
+#: String constants that name a release as a fact of that release's code: a citation (where a bug
+#: was reported, since which release a class exists, which releases a stand-in fits), true
+#: whatever the releases supported, not a value that follows the data. ``(file, phrase)``: the
+#: phrase, which holds the release string, is the only place of that file's constants where one
+#: may stand; each must still be found (``test_no_module_spells_a_release_string``).
+CITATIONS = (
+    # sglang#39830's state when it was checked
+    ("escha_deploy/bench/canary.py", "no upstream fix as of 0.5.19"),
+    # the choices /server_info reported by that release's server
+    ("escha_deploy/bench/models.py", "lru, lfu, slru, priority (0.5.19)"),
+    # MambaRadixCache's messages come from releases before the unified radix tree (0.5.19)
+    ("escha_deploy/launch/diagnose.py", "That class (MambaRadixCache) is what builds before 0.5.19 used; "
+                                        "0.5.19 and 0.5.23 build the unified radix tree"),
+    ("escha_deploy/launch/diagnose.py", "run SGLang 0.5.19 or later"),
+    ("escha_deploy/launch/diagnose.py", "the cache classes builds before 0.5.19 used"),
+    ("escha_deploy/launch/diagnose.py", "assert cd.lock_ref == 0), 0.5.19 and 0.5.23"),
+    # the two KVCacheConfigurator shapes the pre-flight's stand-in code is written for
+    ("escha_deploy/launch/sglang_preflight.py", "(SGLang 0.5.19's or 0.5.23's)"),
+    # the host guard kinds and the releases that have each (facts.yaml: host_guard.kind)
+    ("escha_deploy/planner/result.py", "per-pool-available (0.5.19, 0.5.20) or cgroup-bounded (0.5.21+)"),
+    # what stock SGLang lacks or was reported doing, with the release it was read in
+    ("escha_deploy/planner/validate.py", "stock SGLang 0.5.19 has no int2 KV pool"),
+    ("escha_deploy/planner/validate.py", "illegal-memory-access reports on stock 0.5.19 (sglang#16771, #30055)"),
+    ("escha_deploy/watch/alerts.py", "on stock 0.5.19 a hybrid model's cache prunes instead of demoting (sglang#33713)"),
+    ("escha_deploy/watch/alerts.py", "(SGLang 0.5.19 hiradix_cache.py, reason host_pressure)"),
+    # the metrics a release added
+    ("escha_deploy/watch/reading.py", "SGLang 0.5.23+"),
+    # the GPU closure's recipe: every pin in it (WHEELS, KERNEL, the departures) was measured with
+    # this release on the GPU machine; its release moves with the recipe, not with the index
+    ("scripts/gpu_closure.py", "sglang==0.5.19"),
+    ("scripts/gpu_closure.py", "SGLang 0.5.19 imports them at module level"),
+    ("scripts/gpu_closure.py", "instead of SGLang 0.5.19's pin 0.4.6.post1"),
+    # comments in the oracle's platform plugin: which release asks the platform what
+    ("scripts/sglang_oracle.py", "# 0.5.23 (arg_groups/mamba_hook.py"),
+    ("scripts/sglang_oracle.py", "0.5.19 never asks"),
+    ("scripts/sglang_oracle.py", "# 0.5.23 (arg_groups/speculative_hook.py"),
+)
+
+
+def _release_pattern(versions) -> re.Pattern[str]:
+    """Any version of the series of a supported release (``0.5.N`` while ``0.5.19`` is one): a
+    release string, whole or inside a longer string (``v0.5.19``, ``sglang-0.5.21-*.whl``)."""
+    series = sorted({re.escape(v.rsplit(".", 1)[0]) for v in versions})
+    return re.compile(rf"(?<![\d.])(?:{'|'.join(series)})\.\d+(?![\d])")
+
+
+def _string_constants(source: str) -> list[tuple[int, str]]:
+    """``(line, text)`` of each string constant of ``source``, f-string parts included,
+    docstrings (which document) left out."""
+    tree = ast.parse(source)
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+
+
+def _release_strings(source: str, pattern: re.Pattern[str], allowed: list[str] = ()) -> list[tuple[int, str]]:
+    """``(line, text)`` of each string constant of ``source`` (``_string_constants``) holding a
+    release string outside the ``allowed`` phrases. Constants of the same value on one line
+    count once."""
+    found = set()
+    for line, value in _string_constants(source):
+        rest = value
+        for phrase in allowed:
+            rest = rest.replace(phrase, "")
+        if pattern.search(rest):
+            found.add((line, value))
+    return sorted(found)
+
+
 def test_no_module_spells_a_release_string():
-    """A string constant equal to a supported release lives in the data, not in the code."""
-    allowed: set[Path] = set()
-    found = []
-    for path in PACKAGE.rglob("*.py"):
-        if path in allowed:
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Constant) and node.value in releases.supported_releases():
-                found.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    """No string constant of the package or the scripts holds a release string, whole or inside a
+    longer one (an image tag, a default name, a help text naming the default), apart from the
+    citations (``CITATIONS``); nor a line of a shell script that is not a comment. Releases come
+    from ``escha_deploy/releases.py`` (the index and each ``facts.yaml``)."""
+    pattern = _release_pattern(releases.supported_releases())
+    by_file: dict[str, list[str]] = {}
+    for file, phrase in CITATIONS:
+        assert pattern.search(phrase), (file, phrase)
+        by_file.setdefault(file, []).append(phrase)
+    found, used = [], set()
+    for path in sorted([*PACKAGE.rglob("*.py"), *(REPO / "scripts").glob("*.py")]):
+        rel = path.relative_to(REPO).as_posix()
+        text = path.read_text(encoding="utf-8")
+        allowed = by_file.get(rel, [])
+        used |= {(rel, p) for p in allowed if any(p in value for _, value in _string_constants(text))}
+        found += [f"{rel}:{line}: {value[:100]!r}" for line, value in _release_strings(text, pattern, allowed)]
+    for path in sorted((REPO / "scripts").glob("*.sh")):
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.lstrip().startswith("#") and pattern.search(line.split(" #", 1)[0]):
+                found.append(f"{path.relative_to(REPO)}:{n}: {line.strip()[:100]!r}")
     assert not found, found
+    assert used == set(CITATIONS), f"citations no longer in their file: {sorted(set(CITATIONS) - used)}"
+
+
+def test_the_release_string_check_finds_one_inside_any_constant():
+    """The check of ``test_no_module_spells_a_release_string`` on sources that spell a release:
+    whole, inside a tag, in an f-string's text, in a help text, a release of the same series not
+    supported yet; a docstring and a cited phrase pass."""
+    pattern = _release_pattern(["0.5.19", "0.5.23"])
+    source = (
+        '"""Module doc: 0.5.19 is the default."""\n'
+        'A = "0.5.19"\n'
+        'B = "escha-sglang:0.5.19-hicache"\n'
+        'C = f"lmsysorg/sglang:v0.5.23{x}"\n'
+        'D = dict(help="cgroup-bounded from 0.5.21")\n'
+        'E = "torch 2.13.0, transformers 5.12.1, kernel 0.4.5, 10.5.190"\n'
+        'F = "seen on stock 0.5.19 (sglang#1)"\n'
+        'def f():\n    """Doc: 0.5.23."""\n'
+    )
+    assert [line for line, _ in _release_strings(source, pattern)] == [2, 3, 4, 5, 7]
+    assert [line for line, _ in _release_strings(source, pattern, ["stock 0.5.19 (sglang#1)"])] == [2, 3, 4, 5]
 
 
 @pytest.mark.wheel

@@ -75,7 +75,7 @@ def build_app(command: str | None = None) -> typer.Typer:
     known command name (what ``main`` passes: the first word of the command line)."""
     app = typer.Typer(
         name="escha-deploy",
-        help="Run a patched SGLang 0.5.19 server with HiCache on a small multi-GPU box, "
+        help="Run a patched SGLang server with HiCache on a small multi-GPU box, "
         "with a memory plan that is safe for the machine.",
         cls=PanelGroup,
         rich_markup_mode=None,  # plain help and usage errors: see PanelGroup

@@ -243,12 +243,13 @@ def inventory_cmd(
 
 @runtime_app.command(
     "import",
-    epilog="Example:  git -C ~/sglang format-patch v0.5.19..escha -o ~/escha-fork && "
-    "escha-deploy runtime import ~/escha-fork --base-wheel sglang-0.5.19-*.whl",
+    epilog="Example:  git -C ~/sglang format-patch vX.Y.Z..escha -o ~/escha-fork && "
+    "escha-deploy runtime import ~/escha-fork --base-wheel sglang-X.Y.Z-*.whl (X.Y.Z: the SGLang "
+    "release the fork is made on, one our series is made for or rebased onto)",
 )
 def import_cmd(
     directory: Annotated[Path, typer.Argument(
-        help="`git format-patch v0.5.19..BRANCH` output of your SGLang fork, with its "
+        help="`git format-patch vX.Y.Z..BRANCH` output of your SGLang fork, with its "
         "escha-fork.yaml declaration.", show_default=False)],
     output: Annotated[Optional[Path], typer.Option(
         "--output", "-o", help="Where the build finds it: a folder of the build context "
@@ -257,11 +258,11 @@ def import_cmd(
         "it holds Dockerfile.hicache).")] = None,
     base_wheel: Annotated[Optional[Path], typer.Option(
         "--base-wheel", help="Also apply everything to the clean files of this stock "
-        "sglang 0.5.19 wheel now, so a hunk that does not apply is refused here, not in "
+        "sglang wheel (of the release the fork is made on) now, so a hunk that does not apply is refused here, not in "
         "the image build.")] = None,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
-    """Import a fork's commits (git format-patch against v0.5.19, SGLang repository
+    """Import a fork's commits (git format-patch against the SGLang release it is made on, SGLang repository
     layout): check them, order them with escha-deploy's series, and copy them for the build."""
     from escha_deploy.cli.output import info, print_json
     from escha_deploy.errors import BadInput

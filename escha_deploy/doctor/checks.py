@@ -274,29 +274,29 @@ def check_gpus(f: DoctorFacts) -> list[Check]:
     return rows
 
 
-#: The two ways out when the probes could not run in this Python: the extra that brings the torch
-#: SGLang 0.5.19 pins (its wheel's ``Requires-Dist: torch==2.13.0``), or the image, which has it.
-PROBES_UNAVAILABLE_FIX = ("install the probes' torch into this Python (`pip install '.[probes]'` from the "
-                          "escha-deploy checkout: torch 2.13.0, as SGLang 0.5.19 pins) and rerun doctor, or let up "
-                          "run the probes inside the server image (it does before a start without fresh findings)")
-
-
 def probes_unavailable_fix(need: ProfileNeeds | None = None) -> str:
-    """``PROBES_UNAVAILABLE_FIX``, naming the profile's ``up`` command when there is one."""
-    if need is None:
-        return PROBES_UNAVAILABLE_FIX
-    return PROBES_UNAVAILABLE_FIX.replace("let up run", f"let `escha-deploy up --profile {need.profile_arg}` run")
+    """The two ways out when the probes could not run in this Python: the extra that brings the
+    torch the default SGLang release pins (its ``facts.yaml: pins.torch``, read from the wheel's
+    ``Requires-Dist: torch==``), or the image, which has it; naming the profile's ``up`` command
+    when there is one."""
+    from escha_deploy.releases import load_release
+
+    release = load_release()
+    up = "up" if need is None else f"`escha-deploy up --profile {need.profile_arg}`"
+    return ("install the probes' torch into this Python (`pip install '.[probes]'` from the escha-deploy checkout: "
+            f"torch {release.pins.torch.value}, as SGLang {release.version} pins) and rerun doctor, or let {up} "
+            "run the probes inside the server image (it does before a start without fresh findings)")
 
 
 def _unavailable_rows(f: DoctorFacts) -> list[Check]:
     """One unknown row per probe that did not get an answer because the probes could not run."""
     p = f.probes
     why = f"not run: {p.unavailable}; unknown, not failed"
-    rows = [] if p.store else [unknown("probe.store", why, PROBES_UNAVAILABLE_FIX)]
+    rows = [] if p.store else [unknown("probe.store", why, probes_unavailable_fix())]
     if p.pinned is None:
-        rows.append(unknown("probe.pinned", why, PROBES_UNAVAILABLE_FIX))
+        rows.append(unknown("probe.pinned", why, probes_unavailable_fix()))
     if f.gpus.count >= 2 and not p.nccl:
-        rows.append(unknown("probe.nccl", why, PROBES_UNAVAILABLE_FIX))
+        rows.append(unknown("probe.nccl", why, probes_unavailable_fix()))
     return rows
 
 

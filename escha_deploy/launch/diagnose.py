@@ -743,7 +743,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "model-arch-unknown", "model-folder",
         r"but Transformers does not recognize this architecture",
         "the server's transformers is older than the model's architecture",
-        "run the image built for SGLang 0.5.19 (transformers 5.12.1); do not upgrade SGLang's pins by hand",
+        "run the image built for {pins}; do not upgrade SGLang's pins by hand",
         "transformers/models/auto/configuration_auto.py:411 (AutoConfig.from_pretrained)",
     ),
     Signature(
@@ -971,9 +971,11 @@ def launch_facts(plan, spec, *, native: bool = False) -> dict[str, object]:
 def _fills(f: Facts) -> dict[str, str]:
     """The parts of fixes that depend on what the launch already does (``Signature.fix``'s
     ``{p2p}``, ``{chunk}``, ``{alloc}``, ``{hicache}``, ``{radix}``, ``{register}``): each names
-    only settings the launch does not have (``Facts.launch``; unknown counts as not set)."""
+    only settings the launch does not have (``Facts.launch``; unknown counts as not set); and
+    ``{pins}``: the default release with its transformers pin (its ``facts.yaml``)."""
     from ..flags import ENV_REGISTER_CHUNK, REGISTER_CHUNK_GIB
     from ..profile import key_env, key_flag
+    from ..releases import load_release
 
     have = f.launch or frozenset()
     parts = []
@@ -1032,8 +1034,10 @@ def _fills(f: Facts) -> dict[str, str]:
         register = ("under WSL2 `escha-deploy doctor` measures the pinned ceiling and `plan` keeps the pools under "
                     "it" + ("; otherwise " if f.platform is None else "; ") + register)
     register += f"; {alloc}"
+    release = load_release()
+    pins = f"SGLang {release.version} (transformers {release.pins.transformers.value})"
     return {"p2p": p2p, "chunk": chunk, "alloc": alloc, "hicache": hicache, "radix": "; ".join(radix),
-            "register": register}
+            "register": register, "pins": pins}
 
 
 def fix_for(sig: Signature, f: Facts, found: re.Match[str] | None = None) -> str:

@@ -581,11 +581,11 @@ def _planned_allocator(c: _Ctx) -> str | None:
 def _counting_allocator(c: _Ctx) -> tuple[str, str]:
     """The allocator that will pin the host pools, ``pinned`` or ``register``, and why: the
     launch's ``ESCHA_HICACHE_HOST_ALLOCATOR`` (``_planned_allocator``), ``auto`` resolved as the
-    hook resolves it (pinned where registered memory is not device-mappable: WSL2), or stock
-    SGLang 0.5.19's mmap + cudaHostRegister without hicache-host-allocator."""
+    hook resolves it (pinned where registered memory is not device-mappable: WSL2), or
+    stock SGLang's mmap + cudaHostRegister (the planned release's) without hicache-host-allocator."""
     planned = _planned_allocator(c)
     if planned is None:
-        return "register", "stock SGLang 0.5.19 (pool_host/common.py: alloc_with_host_register)"
+        return "register", f"stock SGLang {c.inp.release} (pool_host/common.py: alloc_with_host_register)"
     if planned == "auto":
         return ("pinned", "auto on WSL2") if c.inp.host.platform == "wsl2" else (
             "register", "auto: registered memory is device-mappable off WSL2")

@@ -410,12 +410,13 @@ def load_fork(directory: Path, series: list[Patch]) -> ForkImport:
     series' capabilities declared for a fork commit, a commit not in the directory.
     """
     from escha_deploy.capabilities import CAPABILITIES, SERIES_CAPABILITIES
+    from escha_deploy.releases import series_release
 
     directory = Path(directory)
     files = fork_patch_files(directory)
     if not files:
         raise BadInput(f"{directory}: no *.patch files (make them with "
-                       "`git format-patch v0.5.19..BRANCH -o DIR`)")
+                       f"`git format-patch v{series_release()}..BRANCH -o DIR`)")
     commits: list[Commit] = []
     problems: list[str] = []
     for f in files:

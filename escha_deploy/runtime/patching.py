@@ -128,8 +128,10 @@ def compute_deltas(patches: list[Patch], read_base) -> tuple[dict[str, inv.Entry
     except Refused as exc:
         if not any(p.source == "fork" for p in patches):
             raise
+        from escha_deploy.releases import series_release
+
         raise Refused(*exc.problems, hint=(
-            "a fork commit was made against stock 0.5.19 and our patches too: where both change "
+            f"a fork commit was made against stock {series_release()} and our patches too: where both change "
             "the same lines only one order (fork-first, ours-first) or a drop applies; set it "
             "under overlaps in escha-fork.yaml (docs/runtime.md, 'Bring your fork')")) from None
     deltas = {rel: (None if b is None else (len(b), inv.sha256_bytes(b)))
