@@ -190,6 +190,92 @@ def test_the_release_string_check_finds_one_inside_any_constant():
     assert [line for line, _ in _release_strings(source, pattern, ["stock 0.5.19 (sglang#1)"])] == [2, 3, 4, 5]
 
 
+#: The releases added before a release's addition had to be data alone; every later release's
+#: folder is checked (``test_each_release_addition_touches_only_its_paths``).
+ADDED_BEFORE_THE_RULE = ("0.5.19", "0.5.23")
+
+
+def _allowed_in_release_addition(path: str, release: str) -> bool:
+    """Whether the commit that adds ``release`` may touch ``path``: its folder
+    (``escha_deploy/catalog/releases/RELEASE/``), the release index, its series
+    (``runtime_patches/RELEASE/``), the generated docs and tables (``docs/``, the catalog's JSON
+    schemas and tables, ``README.md``), and test parameter data (files under ``tests/`` that are
+    not Python). No ``.py`` file anywhere: a release that needs code is not data alone."""
+    if path.endswith(".py"):
+        return False
+    return (path.startswith(f"escha_deploy/catalog/releases/{release}/")
+            or path == "escha_deploy/catalog/releases/index.yaml"
+            or path.startswith(f"runtime_patches/{release}/")
+            or path.startswith("docs/") or path == "README.md"
+            or (path.startswith("escha_deploy/catalog/") and path.count("/") == 2 and path.endswith(".json"))
+            or path.startswith("tests/"))
+
+
+def _git(repo: Path, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+def release_addition_problems(repo: Path, release: str) -> list[str]:
+    """What the commit that added ``release``'s folder (the first to add its ``facts.yaml``)
+    touched outside ``_allowed_in_release_addition``, one line per path; a folder no commit
+    added is a problem too (commit the addition on its own)."""
+    facts = f"escha_deploy/catalog/releases/{release}/facts.yaml"
+    added = _git(repo, "log", "--diff-filter=A", "--format=%H", "--", facts).split()
+    if not added:
+        shallow = _git(repo, "rev-parse", "--is-shallow-repository").strip() == "true"
+        return [f"{facts}: no commit adds it" + (" (a shallow clone: fetch the history)" if shallow else
+                                                 " (commit the release's addition on its own)")]
+    commit = added[-1]
+    touched = _git(repo, "show", "--name-only", "--format=", "--no-renames", commit).split()
+    return [f"{commit[:12]} adds SGLang {release} and touches {path}" for path in touched
+            if not _allowed_in_release_addition(path, release)]
+
+
+def test_each_release_addition_touches_only_its_paths():
+    """The commit that adds each release after ``ADDED_BEFORE_THE_RULE`` touches only its data,
+    the index, its series, generated docs and tables, and test data: no code (``git show
+    --name-only`` of that commit)."""
+    assert set(ADDED_BEFORE_THE_RULE) <= set(releases.supported_releases())
+    assert (REPO / ".git").exists(), "the release-addition check reads the git history"
+    problems = [p for v in releases.supported_releases() if v not in ADDED_BEFORE_THE_RULE
+                for p in release_addition_problems(REPO, v)]
+    assert problems == []
+
+
+def test_the_release_addition_check_refuses_code(tmp_path):
+    """On a real git repository: a release added as data passes; one whose commit also changes a
+    module, a script or a test's code is refused naming each path; one never committed too."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    _git(repo, "config", "user.email", "t@example.invalid")
+    _git(repo, "config", "user.name", "t")
+
+    def commit(files: dict[str, str], message: str) -> None:
+        for name, text in files.items():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            (repo / name).write_text(text)
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", message)
+
+    rel = "escha_deploy/catalog/releases"
+    commit({f"{rel}/index.yaml": "supported: []\n", "escha_deploy/releases.py": "", "scripts/gen.py": ""}, "base")
+    commit({f"{rel}/9.9.1/facts.yaml": "v\n", f"{rel}/9.9.1/flags.json": "{}", f"{rel}/index.yaml": "supported: [a]\n",
+            "runtime_patches/9.9.1/series": "", "docs/runtime.md": "t", "tests/corpus/case.yaml": "x"}, "add 9.9.1")
+    assert release_addition_problems(repo, "9.9.1") == []
+    commit({f"{rel}/9.9.2/facts.yaml": "v\n", "escha_deploy/releases.py": "X = 1\n", "scripts/gen.py": "Y = 2\n",
+            "tests/test_x.py": "", "runtime_patches/9.9.1/series": "z", f"{rel}/9.9.1/flags.json": "[]"}, "add 9.9.2")
+    problems = release_addition_problems(repo, "9.9.2")
+    assert [p.split(" touches ")[1] for p in problems] == [
+        f"{rel}/9.9.1/flags.json", "escha_deploy/releases.py", "runtime_patches/9.9.1/series", "scripts/gen.py",
+        "tests/test_x.py"]
+    assert all(" adds SGLang 9.9.2 and touches " in p for p in problems)
+    assert release_addition_problems(repo, "9.9.3") == [f"{rel}/9.9.3/facts.yaml: no commit adds it "
+                                                        "(commit the release's addition on its own)"]
+
+
 @pytest.mark.wheel
 @pytest.mark.parametrize("version", releases.supported_releases())
 def test_facts_agree_with_the_wheel(version):
