@@ -72,13 +72,14 @@ class HostGuard(_Model):
     """SGLang's own host-memory check for the HiCache host pools.
 
     ``kind``: ``per-pool-available`` (0.5.19, 0.5.20: psutil's available memory less
-    ``reserve_bytes``, divided by the ranks on the host, read again for every pool and rank) or
-    ``cgroup-bounded`` (0.5.21+: min(MemAvailable, cgroup headroom) with the page cache
-    credited, else the same). ``reserve_bytes``: bytes (int). ``source``: the wheel's file and
+    ``reserve_bytes``, divided by the ranks on the host, read again for every pool and rank),
+    ``cgroup-bounded-cache-charged`` (0.5.21: min(MemAvailable, cgroup limit - the cgroup's
+    usage taken whole, its page cache not credited), else the same) or ``cgroup-bounded``
+    (0.5.23: the same with the cgroup's page cache credited). ``reserve_bytes``: bytes (int). ``source``: the wheel's file and
     names it is read from. ``auto_size``: the release's HiCache auto-size, if it has one.
     """
 
-    kind: Literal["per-pool-available", "cgroup-bounded"]
+    kind: Literal["per-pool-available", "cgroup-bounded", "cgroup-bounded-cache-charged"]
     reserve_bytes: Annotated[int, Field(ge=0)]
     source: str
     auto_size: AutoSize | None = None

@@ -94,7 +94,8 @@ CITATIONS = (
     # the two KVCacheConfigurator shapes the pre-flight's stand-in code is written for
     ("escha_deploy/launch/sglang_preflight.py", "(SGLang 0.5.19's or 0.5.23's)"),
     # the host guard kinds and the releases that have each (facts.yaml: host_guard.kind)
-    ("escha_deploy/planner/result.py", "per-pool-available (0.5.19, 0.5.20) or cgroup-bounded (0.5.21+)"),
+    ("escha_deploy/planner/result.py", "per-pool-available (0.5.19, 0.5.20), cgroup-bounded-cache-charged (0.5.21) "
+                                       "or cgroup-bounded (0.5.23)"),
     # what stock SGLang lacks or was reported doing, with the release it was read in
     ("escha_deploy/planner/validate.py", "stock SGLang 0.5.19 has no int2 KV pool"),
     ("escha_deploy/planner/validate.py", "illegal-memory-access reports on stock 0.5.19 (sglang#16771, #30055)"),
@@ -356,8 +357,8 @@ def test_a_profile_names_a_supported_release_or_is_refused_naming_the_field():
     assert load_profile("rtx5060ti-tp2-fp8").runtime.sglang_version is None  # unset: chosen at plan time
     assert load_profile("rtx5060ti-tp2-fp8", ["runtime.sglang_version=0.5.23"]).runtime.sglang_version == "0.5.23"
     with pytest.raises(BadInput) as e:
-        load_profile("rtx5060ti-tp2-fp8", ["runtime.sglang_version=0.5.21"])
-    assert "runtime.sglang_version" in str(e.value) and "SGLang 0.5.21 is not a supported release" in str(e.value)
+        load_profile("rtx5060ti-tp2-fp8", ["runtime.sglang_version=0.4.0"])
+    assert "runtime.sglang_version" in str(e.value) and "SGLang 0.4.0 is not a supported release" in str(e.value)
 
 
 def test_the_series_is_made_for_the_release_its_base_inventories_are_of():

@@ -540,7 +540,8 @@ def step_pinned_budget(c: _Ctx) -> None:
     a_runtime = max(base - sf.os_reserve - procs, 0)
     a_guard, c.a_guard_detail = guard_available(
         c.inp.release, a_runtime, mem_total=h.mem_total_bytes, hugetlb=h.hugetlb_bytes,
-        cgroup_limit=h.cgroup_limit_bytes, os_reserve=sf.os_reserve, server_processes=procs)
+        cgroup_limit=h.cgroup_limit_bytes, os_reserve=sf.os_reserve, server_processes=procs,
+        weights_read=(c.inp.weights_bytes + c.inp.draft.weights_bytes) * c.ranks)
     stock_reserve = load_release(c.inp.release).host_guard.reserve_bytes
     patched_reserve = max(a_runtime - budget, 0)
     runtime_applies: Literal["stock", "patched"] = "patched" if "hicache-host-reserve-env" in c.inp.capabilities else "stock"

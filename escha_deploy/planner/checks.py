@@ -60,7 +60,8 @@ def patched_check(available: int, ranks: int, kv: int, mamba: int, reserve: int)
 
 
 def guard_available(release: str | None, a_runtime: int, *, mem_total: int, hugetlb: int,
-                    cgroup_limit: int | None, os_reserve: int, server_processes: int) -> tuple[int, str]:
+                    cgroup_limit: int | None, os_reserve: int, server_processes: int,
+                    weights_read: int = 0) -> tuple[int, str]:
     """``(bytes, how)``: the available memory ``release``'s host guard reads when the pools are
     built, from the plan's model of the host (bytes).
 
@@ -69,7 +70,11 @@ def guard_available(release: str | None, a_runtime: int, *, mem_total: int, huge
     (0.5.21+: ``mem_cache/host_memory.py: available_host_memory_bytes``):
     min(MemAvailable, cgroup headroom), MemAvailable = MemTotal - huge pages - OS - server
     processes, headroom = the cgroup limit - the cgroup's usage less its page cache (the server
-    processes: the page cache is credited).
+    processes: the page cache is credited). ``cgroup-bounded-cache-charged`` (0.5.21:
+    the same reader, but ``available_host_memory_bytes`` takes the cgroup's usage whole: "charged
+    file cache is not assumed reclaimable"): headroom = the limit - the server processes - the
+    page cache the weights leave charged to the cgroup, at least ``weights_read`` (bytes: the
+    checkpoint the host's ranks read before the pools are built).
     """
     from ..releases import load_release
 
@@ -80,6 +85,12 @@ def guard_available(release: str | None, a_runtime: int, *, mem_total: int, huge
     if cgroup_limit is None:
         return host_avail, (f"min(MemAvailable {fmt_gib(host_avail)}, no cgroup limit) "
                             "(mem_cache/host_memory.py: available_host_memory_bytes)")
+    if guard.kind == "cgroup-bounded-cache-charged":
+        headroom = max(cgroup_limit - server_processes - weights_read, 0)
+        return min(host_avail, headroom), (
+            f"min(MemAvailable {fmt_gib(host_avail)}, cgroup headroom {fmt_gib(cgroup_limit)} limit - "
+            f"{fmt_gib(server_processes)} server processes - {fmt_gib(weights_read)} weights read, their page "
+            f"cache charged, not credited = {fmt_gib(headroom)}) (mem_cache/host_memory.py: available_host_memory_bytes)")
     headroom = max(cgroup_limit - server_processes, 0)
     return min(host_avail, headroom), (
         f"min(MemAvailable {fmt_gib(host_avail)}, cgroup headroom {fmt_gib(cgroup_limit)} limit - "

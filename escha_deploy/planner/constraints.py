@@ -228,10 +228,11 @@ def _guard_check(v: HostView, pools: HostPools) -> Breach | None:
 
 RUNTIME_GUARD = HostConstraint("host-memory check", _guard_bound, _guard_check)
 
-#: Each release's host guard by ``host_guard.kind`` (``releases/VERSION/facts.yaml``). Both
+#: Each release's host guard by ``host_guard.kind`` (``releases/VERSION/facts.yaml``). The
 #: kinds run the same check; they differ in what they read as available (``a_guard``,
 #: ``checks.guard_available``).
-RELEASE_GUARDS: dict[str, HostConstraint] = {"per-pool-available": RUNTIME_GUARD, "cgroup-bounded": RUNTIME_GUARD}
+RELEASE_GUARDS: dict[str, HostConstraint] = {"per-pool-available": RUNTIME_GUARD, "cgroup-bounded": RUNTIME_GUARD,
+                                             "cgroup-bounded-cache-charged": RUNTIME_GUARD}
 
 #: The constraints every release shares, in the order they are checked.
 HOST_CONSTRAINTS: tuple[HostConstraint, ...] = (PINNED_BUDGET, PINNED_CEILING, PINNED_ALLOCATION_LIMIT)

@@ -150,7 +150,8 @@ class HostGuardView(BaseModel):
     auto-size (0.5.21+) would pick. Sources: ``releases/VERSION/facts.yaml: host_guard``."""
 
     release: str
-    kind: str = Field(description="per-pool-available (0.5.19, 0.5.20) or cgroup-bounded (0.5.21+)")
+    kind: str = Field(description="per-pool-available (0.5.19, 0.5.20), cgroup-bounded-cache-charged (0.5.21) or "
+                      "cgroup-bounded (0.5.23)")
     reserve_bytes: int
     available_bytes: int
     available_detail: str

@@ -44,8 +44,8 @@ def test_compare_shows_the_series_refusal_on_the_new_release(cli, series_only_wh
 
 
 def test_compare_with_an_unsupported_release_is_bad_input(cli):
-    r = cli(*ARGS[:6], "0.5.21", *ARGS[7:])
-    assert r.code == 2 and "--compare: SGLang 0.5.21 is not a supported release" in r.err
+    r = cli(*ARGS[:6], "0.4.0", *ARGS[7:])
+    assert r.code == 2 and "--compare: SGLang 0.4.0 is not a supported release" in r.err
 
 
 def test_compare_on_a_described_host_prints_both_sides_reasons_and_no_negative_size(cli, series_only_where_made):

@@ -99,10 +99,10 @@ def test_the_release_comes_from_the_image_then_the_flag_then_the_profile():
     with pytest.raises(Refused) as e:
         choose_release(image=("0.5.23", "the image x"), profile="0.5.19")
     assert str(e.value) == "SGLang release: the image x says 0.5.23, runtime.sglang_version says 0.5.19"
-    with pytest.raises(Refused, match="runs SGLang 0.5.21, not a supported release"):
-        choose_release(image=("0.5.21", "the image x"))
-    with pytest.raises(BadInput, match="--sglang-version: SGLang 0.5.21 is not a supported release"):
-        choose_release(flag="0.5.21")
+    with pytest.raises(Refused, match="runs SGLang 0.4.0, not a supported release"):
+        choose_release(image=("0.4.0", "the image x"))
+    with pytest.raises(BadInput, match="--sglang-version: SGLang 0.4.0 is not a supported release"):
+        choose_release(flag="0.4.0")
 
 
 def test_flag_and_profile_that_disagree_are_exit_3_naming_both(cli):
@@ -186,3 +186,30 @@ def test_a_release_with_its_rebased_series_plans_the_patched_runtime(cli):
     assert j["sglang_release"] == "0.5.23" and j["verdict"] == "ok", j["reasons"]
     assert (j["runtime_check"]["applies"], j["runtime_check"]["patched"]) == ("patched", "accept")
     assert not any("patch series" in x for x in j["reasons"] + j["warnings"]), j["reasons"] + j["warnings"]
+
+
+def test_each_guard_kind_reads_its_own_available_memory(monkeypatch):
+    """What each host guard kind reads as available under a cgroup limit, by hand from the
+    wheels' ``mem_cache/host_memory.py: available_host_memory_bytes``: 0.5.23 (``cgroup-bounded``)
+    takes the cgroup's usage less its page cache, so only the server processes count; 0.5.21
+    (``cgroup-bounded-cache-charged``: "charged file cache is not assumed reclaimable") takes the
+    usage whole, so the weights the ranks read, left in the page cache, count too;
+    ``per-pool-available`` reads psutil's MemAvailable alone. The facts are 0.5.23's with the
+    kind replaced (a stand-in release, named as such)."""
+    from escha_deploy import releases
+    from escha_deploy.planner import checks
+
+    real = releases.load_release("0.5.23")
+    host = dict(mem_total=64 * GiB, hugetlb=0, cgroup_limit=24 * GiB, os_reserve=1 * GiB, server_processes=6 * GiB,
+                weights_read=10 * GiB)
+    got = {}
+    for kind in ("per-pool-available", "cgroup-bounded", "cgroup-bounded-cache-charged"):
+        stand_in = real.model_copy(update={"host_guard": real.host_guard.model_copy(update={"kind": kind})})
+        monkeypatch.setattr(releases, "load_release", lambda version=None, r=stand_in: r)
+        got[kind] = checks.guard_available("0.5.23", 20 * GiB, **host)
+    assert got["per-pool-available"][0] == 20 * GiB  # the modelled MemAvailable, as given
+    assert got["cgroup-bounded"][0] == min(64 - 1 - 6, 24 - 6) * GiB == 18 * GiB
+    assert got["cgroup-bounded-cache-charged"][0] == min(64 - 1 - 6, 24 - 6 - 10) * GiB == 8 * GiB
+    assert "10.00 GiB weights read, their page cache charged, not credited" in got["cgroup-bounded-cache-charged"][1]
+    no_limit = {**host, "cgroup_limit": None}
+    assert checks.guard_available("0.5.23", 20 * GiB, **no_limit)[0] == 57 * GiB  # no cgroup: MemAvailable

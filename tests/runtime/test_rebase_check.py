@@ -105,9 +105,14 @@ def test_a_wheel_of_another_release_is_bad_input(cli):
 
 
 def test_series_of_a_release_without_one_is_bad_input(cli):
-    r = cli("runtime", "rebase", "--check", "0.5.23", "--wheel", str(_wheel("0.5.23")), "--series-of", "0.5.21")
+    from escha_deploy.releases import series_release
+    from escha_deploy.runtime.patching import rebased_releases
+
+    r = cli("runtime", "rebase", "--check", "0.5.23", "--wheel", str(_wheel("0.5.23")), "--series-of", "0.4.0")
     assert r.code == 2
-    assert "--series-of 0.5.21: no patch series for that release (there are: 0.5.19, 0.5.23)" in r.err
+    there = ", ".join([series_release(), *rebased_releases()])
+    assert "0.5.19, 0.5.23" in there  # a release added later joins the list
+    assert f"--series-of 0.4.0: no patch series for that release (there are: {there})" in r.err
 
 
 def test_check_and_onto_are_one_or_the_other(cli):
