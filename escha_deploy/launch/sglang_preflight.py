@@ -447,8 +447,8 @@ def _kv_configurator_fields(sa: Any, mc: Any, device: dict[str, Any]) -> tuple[A
         kv_cache_dtype_str=kv_str if kv_str is not None else get_model().kv_cache_dtype, model_dtype=mc.dtype,
         page_size=get_schedule().page_size, sliding_window_size=resolve_sliding_window_size(None, mc),
         spec_algorithm=spec, is_draft_worker=False,
-        post_capture_kv_active=is_post_capture_kv_active(server_args=sa, is_draft_worker=False, spec_algorithm=spec,
-                                                         token_to_kv_pool_allocator=None),
+        post_capture_kv_active=_with_its_keywords(is_post_capture_kv_active, server_args=sa, is_draft_worker=False,
+                                                  spec_algorithm=spec, token_to_kv_pool_allocator=None),
         spec_aux_config=resolve_spec_aux_hidden_state_config(server_args=sa, model_config=mc, spec_algorithm=spec,
                                                              is_draft_worker=False),
         is_hybrid_swa=mc.is_hybrid_swa, is_hybrid_swa_compress=mc.is_hybrid_swa_compress,
@@ -470,6 +470,18 @@ def _kv_configurator_fields(sa: Any, mc: Any, device: dict[str, Any]) -> tuple[A
     finally:
         kcc.get_available_gpu_memory = saved
     return kvc, _sized(kvc, budget, config.max_total_num_tokens, config.max_running_requests, slots)
+
+
+def _with_its_keywords(fn: Any, **kwargs: Any) -> Any:
+    """``fn(**kwargs)`` with only the keywords ``fn``'s signature names: a function the releases
+    of one configurator shape take with fewer arguments (``kv_pool_runtime.py:
+    is_post_capture_kv_active``: 0.5.21 takes ``server_args`` and ``is_draft_worker``, 0.5.23
+    also ``spec_algorithm`` and ``token_to_kv_pool_allocator``). A keyword it requires and is
+    not given still raises TypeError."""
+    import inspect
+
+    params = inspect.signature(fn).parameters
+    return fn(**{k: v for k, v in kwargs.items() if k in params})
 
 
 def _host_pools(sa: Any, kvc: Any, kv: dict[str, Any], device: dict[str, Any]) -> dict[str, Any]:

@@ -175,6 +175,24 @@ def test_an_interpreter_without_sglang_is_not_run_and_says_why():
     assert r.ok is None and "does not import" in r.not_run
 
 
+def test_a_release_function_gets_only_the_keywords_it_names():
+    """0.5.21's ``kv_pool_runtime.py: is_post_capture_kv_active`` takes ``server_args`` and
+    ``is_draft_worker`` only, 0.5.23's also ``spec_algorithm`` and ``token_to_kv_pool_allocator``
+    (the two wheels' signatures, written out here): each gets what it names; a keyword it
+    requires and is not given is still a TypeError."""
+    def of_0_5_21(*, server_args, is_draft_worker):
+        return (server_args, is_draft_worker)
+
+    def of_0_5_23(*, server_args, is_draft_worker, spec_algorithm, token_to_kv_pool_allocator):
+        return (server_args, is_draft_worker, spec_algorithm, token_to_kv_pool_allocator)
+
+    given = {"server_args": "sa", "is_draft_worker": False, "spec_algorithm": "NONE", "token_to_kv_pool_allocator": None}
+    assert pf._with_its_keywords(of_0_5_21, **given) == ("sa", False)
+    assert pf._with_its_keywords(of_0_5_23, **given) == ("sa", False, "NONE", None)
+    with pytest.raises(TypeError, match="spec_algorithm"):
+        pf._with_its_keywords(of_0_5_23, server_args="sa", is_draft_worker=False, token_to_kv_pool_allocator=None)
+
+
 def test_keys_come_from_the_profile_metadata_and_extra_args():
     keys = pf.profile_keys_for(["--attention-backend", "--max-total-tokens", "--speculative-num-draft-tokens",
                                 "--enable-torch-compile"], ["--enable-torch-compile"])
