@@ -75,7 +75,13 @@ def test_catalog_is_in_canonical_form(release: str) -> None:
 @pytest.mark.parametrize("release", RELEASES)
 def test_catalog_actions_are_well_formed(release: str) -> None:
     actions = _raw(release)["actions"]
-    assert len(actions) == ACTION_COUNTS[release]
+    # a release without a pinned count (one being added: its test data is not code) has at least
+    # the fewest actions of a pinned one, so a truncated catalog fails; its content is checked
+    # against the real parser by .ci/check-flag-catalog.sh
+    if release in ACTION_COUNTS:
+        assert len(actions) == ACTION_COUNTS[release]
+    else:
+        assert len(actions) >= min(ACTION_COUNTS.values()), len(actions)
     options = [o for a in actions for o in a["flags"]]
     assert len(options) == len(set(options)), "an option string appears twice"
     for a in actions:
