@@ -178,7 +178,7 @@ def test_a_release_with_its_rebased_series_plans_the_patched_runtime(cli):
     0.5.23's patched runtime (its check applies), not a refusal."""
     from escha_deploy.releases import series_releases
 
-    assert series_releases() == ("0.5.19", "0.5.23")
+    assert {"0.5.19", "0.5.23"} <= set(series_releases())  # a release added as data may bring its own
     r = cli("plan", "--profile", "rtx5060ti-tp2-fp8", "--sglang-version", "0.5.23", "--host-ram", "32GiB",
             "-f", "json")
     assert r.code == 0, r.err
