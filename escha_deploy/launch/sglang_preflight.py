@@ -574,6 +574,9 @@ def _host_pools_sized(sa: Any, kvc: Any, kv: dict[str, Any], *, modules: tuple[A
     device_kv = types.SimpleNamespace(
         store_dtype=store, dtype=dtype, size=kv["max_total_num_tokens"], start_layer=0, end_layer=layers,
         layer_num=layers, head_num=heads, head_dim=head_dim, v_head_dim=head_dim, page_size=page, device="cpu",
+        # the attention row of one token per layer (memory_pool.py: MHATokenToKVPool.row_dim, head_num x
+        # head_dim), which some releases' host pools divide by head_dim (pool_host/mha.py: get_size_per_token)
+        row_dim=heads * head_dim, v_row_dim=heads * head_dim,
         get_kv_size_bytes=lambda: (kv_dev // 2, kv_dev - kv_dev // 2))
     ratio, size_gb, layout = inp.ratio, inp.size_gb, inp.layout
     kv_size = mamba_size = size_gb
@@ -599,7 +602,8 @@ def _host_pools_sized(sa: Any, kvc: Any, kv: dict[str, Any], *, modules: tuple[A
         for name, value in device_view(layers).items():
             setattr(device_kv, name, value)
         packed["mtp_draft_device_pools"] = tuple(
-            types.SimpleNamespace(layer_num=1, head_num=heads, head_dim=head_dim, **device_view(1))
+            types.SimpleNamespace(layer_num=1, head_num=heads, head_dim=head_dim, row_dim=heads * head_dim,
+                                  **device_view(1))
             for _ in range(draft.runners))
     host = mha.MHATokenToKVPoolHost(device_kv, ratio, kv_size, page, layout, pin_memory=False, device="cpu", **packed)
     out = {"host_kv_tokens": int(host.size), "host_kv_bytes": int(host.size * host.size_per_token),
@@ -611,7 +615,7 @@ def _host_pools_sized(sa: Any, kvc: Any, kv: dict[str, Any], *, modules: tuple[A
         d_dev = types.SimpleNamespace(
             store_dtype=store, dtype=dtype, size=kv["max_total_num_tokens"], start_layer=0, end_layer=d_layers,
             layer_num=d_layers, head_num=d_heads, head_dim=dm.head_dim, v_head_dim=dm.head_dim, page_size=page,
-            device="cpu")
+            row_dim=d_heads * dm.head_dim, v_row_dim=d_heads * dm.head_dim, device="cpu")
         side = mha.MHATokenToKVPoolHost(d_dev, host.size / d_dev.size, 0, page, layout, pin_memory=False,
                                         device="cpu", pool_label="draft")
         out.update(host_draft_kv_tokens=int(side.size), host_draft_kv_bytes=int(side.size * side.size_per_token))
