@@ -140,14 +140,7 @@ def test_an_eagle3_draft_gets_a_sidecar_host_pool_at_the_targets_tokens(tmp_path
     """EAGLE3 never packs (``_can_pack_hicache_mtp``: not EAGLE3): SGLang builds a host pool over the
     draft's device pool at ``host_to_device_ratio = target host tokens / draft tokens``
     (``build_full_draft_pools``): one layer of 4 // 2 heads x 128 x fp8 x K,V = 512 B per token."""
-    d = tmp_path / "e3"
-    d.mkdir()
-    (d / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
-        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "hidden_size": 4096,
-        "vocab_size": 248320}))
-    with open(d / "model.safetensors", "wb") as fh:
-        fh.truncate(10**8)
+    d = _eagle3_folder(tmp_path)
     p = planned(["runtime.speculative.algorithm=EAGLE3", "model.draft.path=/drafts/e3", f"model.draft.host_dir={d}"],
                 host_ram=64 * GiB, platform="linux")
     r = p.per_rank
