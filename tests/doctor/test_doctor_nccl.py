@@ -39,12 +39,16 @@ def test_busy_port_is_reported_not_raised():
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        r = launch(2, backend="gloo", timeout_s=5, env={"MASTER_PORT": str(port)}, startup_grace_s=10)
+        # rank 0 fails after importing torch and torch's TCPStore retrying the bind for the
+        # 5 s timeout: about 5.5 s on a quiet machine, 15 s on a loaded CI runner (seen), so the
+        # startup grace is wide and the test still ends when rank 0 fails, not at the deadline
+        r = launch(2, backend="gloo", timeout_s=5, env={"MASTER_PORT": str(port)}, startup_grace_s=60)
     assert not r["ok"] and not r["hung"]
     # rank 0's own reason comes first; rank 1, which waited for it, was stopped, not timed out
     assert r["error"].startswith("rank 0: "), r["error"]
+    assert "EADDRINUSE" in r["error"] or "address already in use" in r["error"], r["error"]
     assert "rank 1 stopped: rank 0 failed" in r["error"], r["error"]
-    assert r["seconds"] < 15  # the deadline was 15 s; the wait ended with rank 0
+    assert r["seconds"] < 65  # the deadline was 65 s; the wait ended with rank 0
 
 
 def test_fallback_stops_at_the_first_pass():
