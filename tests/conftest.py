@@ -162,7 +162,15 @@ _bad_skips: list[str] = []
 _worker_hints: list[str] = []
 
 
+#: Seconds per test file (setup + call + teardown of its tests), summed by the controller from
+#: every worker's reports: the files that fill the workers, printed at the end of the run.
+_file_seconds: dict[str, float] = {}
+
+
 def pytest_runtest_logreport(report):
+    if not XDIST_WORKER:
+        path = report.nodeid.split("::", 1)[0]
+        _file_seconds[path] = _file_seconds.get(path, 0.0) + report.duration
     if os.environ.get(FAIL_ON_SKIP_ENV) != "1" or not report.skipped or hasattr(report, "wasxfail"):
         return
     if "gpu" in report.keywords:
@@ -177,6 +185,19 @@ def pytest_runtest_logreport(report):
 def pytest_testnodedown(node, error):
     """xdist's controller: a worker ended; keep what its session found (``workeroutput``)."""
     _worker_hints.extend(getattr(node, "workeroutput", {}).get("escha_hint_problems", []))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The test files by their summed test time (s) and the sum over all files: with ``-n N``
+    workers the run's wall time is at least that sum / N, and at least the longest file's time
+    (``--dist loadfile`` runs a file on one worker)."""
+    if XDIST_WORKER or not _file_seconds:
+        return
+    tr = terminalreporter
+    total = sum(_file_seconds.values())
+    tr.write_sep("=", f"test time per file: {total:.0f} s over {len(_file_seconds)} files, the longest 15")
+    for path, sec in sorted(_file_seconds.items(), key=lambda kv: -kv[1])[:15]:
+        tr.write_line(f"{sec:8.1f}s  {path}")
 
 
 def pytest_sessionfinish(session, exitstatus):
