@@ -747,6 +747,8 @@ def plan_request(profile: Profile, facts: FactsSource | None, runtime: RuntimeSo
                         sources=sources, spec_file=lo.spec_file, facts_file=lo.facts_file)
         if options.check_argv:  # the argv that runs, as rendered once
             plan = plan.model_copy(update={"argv_check": check_rendered_argv(plan, profile, launch.argv)})
+        if options.digest:  # the launch's digest: what decide's would be (overrides and paths are not in it)
+            plan = plan.model_copy(update={"plan_digest": launch.plan_digest})
     refusals = list(g.l3_refusals) + (plan.refusal_lines() if plan.verdict == "unsafe" else []) \
         + rt.lacking(profile)
     off = hicache_off_warning(plan)

@@ -77,13 +77,9 @@ def _node_service(node: NodeLaunch, image: str, shm_size: int | None, labels: di
 def render_box(loaded: LoadedFleet, fp: FleetPlan, name: str) -> dict[str, Any]:
     """The compose document (a dict) for box ``name``."""
     from ..launch.compose import render
-    from ..pipeline import profile_file
-    from ..launch_spec import build_launch_spec
 
     fleet = loaded.fleet
-    box = fleet.box(name)
     prof = fp.profile(name)
-    bp = fp.box_plan(name)
     services: dict[str, Any] = {}
     secrets: dict[str, Any] = {}
     volumes: dict[str, Any] = {}  # named volumes the services mount (the JIT cache), declared at the top
@@ -95,14 +91,12 @@ def render_box(loaded: LoadedFleet, fp: FleetPlan, name: str) -> dict[str, Any]:
                              [fleet.box(b).address for b in inst.boxes], [fleet.box(b).nic for b in inst.boxes],
                              rank0_binds_address=True)  # rank 0 listens on the address the router reaches
         node = nodes[inst.boxes.index(name)]
-        spec = build_launch_spec(bp.plan, prof).container
+        spec = fp.launch(name).container
         services[f"node{node.node_rank}"] = _node_service(
             node, prof.container.image, spec.shm_size_bytes,
             {**labels, f"{LABEL_PREFIX}instance": inst.name, f"{LABEL_PREFIX}node-rank": str(node.node_rank)})
     elif inst is not None:
-        ref = loaded.profile_ref(box)
-        spec = build_launch_spec(bp.plan, prof, overrides=list(box.set), profile_file=profile_file(ref)).container
-        doc = render(spec, build=False)
+        doc = render(fp.launch(name).container, build=False)  # the container the box's plan rendered
         svc = doc["services"]["sglang"]
         svc["labels"] = dict(sorted({**svc["labels"], **labels, f"{LABEL_PREFIX}instance": inst.name}.items()))
         services["sglang"] = svc

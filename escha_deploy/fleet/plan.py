@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field, PrivateAttr
 
 from ..errors import BadInput, Refused
 from ..facts.file import FactsFile
+from ..launch_spec import LaunchSpec
 from ..netaddr import parse_host
 from ..planner.result import Plan
 from ..profile import Profile
@@ -86,23 +87,32 @@ class FleetPlan(BaseModel):
     docker_problems: list[str] = Field(default_factory=list, description="what refuses compose and fleet up "
                                        "(published ports), not Kubernetes")
     _profiles: dict[str, Profile] = PrivateAttr(default_factory=dict)
+    _launches: dict[str, LaunchSpec] = PrivateAttr(default_factory=dict)
 
     def profile(self, box: str) -> Profile:
         """The validated profile (with the box's overrides) that box ``box`` was planned with."""
         return self._profiles[box]
 
+    def launch(self, box: str) -> LaunchSpec:
+        """The launch spec box ``box``'s plan rendered (``pipeline.plan_request`` with its
+        ``set`` items as the container's overrides): the argv its plan checked, the digest its
+        plan carries, the container ``fleet compose`` writes."""
+        return self._launches[box]
+
     def box_plan(self, box: str) -> BoxPlan:
         return next(b for b in self.boxes if b.box == box)
 
 
-def plan_box(loaded: LoadedFleet, box: Box) -> tuple[Plan, FactsFile | None, Profile, list[str]]:
+def plan_box(loaded: LoadedFleet, box: Box) -> tuple[Plan, FactsFile | None, Profile, list[str], LaunchSpec]:
     """Plan one box as ``escha-deploy plan`` would on it: ``(plan, facts file as read, profile,
-    runtime problems)``; the problems are the lines ``plan --facts`` refuses (exit 3) when the
+    runtime problems, launch spec)``; the launch spec is the one request's (the container's
+    argv, checked against the release's flags, its digest the plan's), rendered with the box's
+    ``set`` items as the container's overrides; the problems are the lines ``plan --facts`` refuses (exit 3) when the
     facts file's runtime lacks a capability the profile needs (``pipeline.Runtime.lacking``),
     each naming the box. Raises ``BadInput`` for a bad profile or facts file and ``Refused`` for
     a release the facts file's runtime contradicts, naming the box."""
-    from ..pipeline import (BoxRuntime, DescribedHost, FactsFileHost, Options, plan_request,
-                            secret_path_problems)
+    from ..pipeline import (BoxRuntime, DescribedHost, FactsFileHost, LaunchOptions, Options, plan_request,
+                            profile_file, secret_path_problems)
 
     try:
         prof = loaded.profile(box)
@@ -118,11 +128,16 @@ def plan_box(loaded: LoadedFleet, box: Box) -> tuple[Plan, FactsFile | None, Pro
             assert box.host_ram is not None
             facts = DescribedHost(box.host_ram, box.platform or "linux", origin=loaded.where(box, "host_ram"))
         # the box's runtime (its facts file's release and capabilities) as `plan --facts` plans
-        # it, never this machine's; as `plan --format json` plans: the argv checked, the digest filled
-        req = plan_request(prof, facts, BoxRuntime(here=False), Options(digest=True))
+        # it, never this machine's; as `plan --format json` plans: the argv checked, the digest
+        # filled; and as the container `fleet compose` writes runs it (the box's `set` items travel
+        # to the container's serve, a profile file is mounted)
+        launch = LaunchOptions(overrides=tuple(box.set), profile_file=profile_file(loaded.profile_ref(box)))
+        req = plan_request(prof, facts, BoxRuntime(here=False), Options(digest=True, launch=launch))
     except (BadInput, Refused) as exc:
         raise type(exc)(*(f"box {box.name}: {p}" for p in exc.problems), hint=exc.hint) from None
-    return req.plan, req.gathered.facts_file, prof, [f"box {box.name}: {p}" for p in req.runtime.lacking(prof)]
+    assert req.launch is not None  # Options.launch was given
+    return (req.plan, req.gathered.facts_file, prof, [f"box {box.name}: {p}" for p in req.runtime.lacking(prof)],
+            req.launch)
 
 
 def multinode_member_problems(box: Box, facts: FactsFile | None, instance: str) -> list[str]:
@@ -208,9 +223,10 @@ def plan_fleet(loaded: LoadedFleet) -> FleetPlan:
             placement[name] = (inst.group.name, inst.name, rank)
     box_plans: dict[str, BoxPlan] = {}
     profiles: dict[str, Profile] = {}
+    launches: dict[str, LaunchSpec] = {}
     runtime_problems: list[str] = []
     for box in fleet.boxes:
-        result, facts, profiles[box.name], lacks = plan_box(loaded, box)
+        result, facts, profiles[box.name], lacks, launches[box.name] = plan_box(loaded, box)
         runtime_problems += lacks
         group, inst, rank = placement.get(box.name, (None, None, None))
         box_plans[box.name] = BoxPlan(
@@ -266,4 +282,5 @@ def plan_fleet(loaded: LoadedFleet) -> FleetPlan:
         host_tier_tokens=sum(i.host_tier_tokens for i in instances),
         problems=problems, warnings=warnings, verdict="unsafe" if problems or reach else "ok", docker_problems=reach)
     out._profiles = profiles
+    out._launches = launches
     return out

@@ -358,3 +358,25 @@ def test_a_replica_whose_key_the_router_does_not_send_is_refused(tmp_path, capsy
     assert any(ln.startswith(f"refused: {want}") for ln in refused), err
     assert "k-456" not in err and "k-123" not in err
     main(["fleet", "render", "k8s", str(path), "--out", str(tmp_path / "k8s")])
+
+
+
+def test_a_boxs_plan_and_its_compose_service_come_from_one_request(tmp_path, capsys):
+    """One request per box (``pipeline.plan_request`` with a launch): ``fleet plan``'s digest for
+    a replica is the one ``escha-deploy plan`` gives that box (same profile, ``set`` items and
+    described host), the launch spec that compose writes carries the same digest, and its
+    container runs ``serve`` with the box's ``set`` items."""
+    path = write(tmp_path)
+    fp = plan_fleet(load_fleet(path))
+    digest = fp.box_plan("r1").plan.plan_digest
+    assert digest and fp.launch("r1").plan_digest == digest
+    box = next(b for b in yaml.safe_load(path.read_text())["boxes"] if b["name"] == "r1")
+    capsys.readouterr()
+    assert cli(["plan", "-p", PROFILE, "--host-ram", "16GiB", "--wsl2", "--format", "json",
+                *[a for s in box["set"] for a in ("--set", s)]]) == 0
+    assert json.loads(capsys.readouterr().out)["plan_digest"] == digest
+    out = tmp_path / "deploy"
+    assert cli(["fleet", "compose", str(path), "--out", str(out)]) == 0
+    command = yaml.safe_load((out / "compose.r1.yaml").read_text())["services"]["sglang"]["command"]
+    assert command == list(fp.launch("r1").container.command)
+    assert all(s in command for s in box["set"]), command
