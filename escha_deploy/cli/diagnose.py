@@ -109,13 +109,13 @@ def launch_known(profile_ref: str, sets: list[str]) -> dict[str, object]:
     machine (``pipeline.plan_here``, then the launch spec): what it sets, HiCache, the platform,
     the largest registered host buffer. Bad input (the profile) raises as `plan` does."""
     from escha_deploy.launch.diagnose import launch_facts
-    from escha_deploy.launch_spec import build_launch_spec
-    from escha_deploy.pipeline import BoxRuntime, facts_source, plan_here
+    from escha_deploy.pipeline import BoxRuntime, LaunchOptions, Options, facts_source, plan_here
     from escha_deploy.profile import load_profile
 
     prof = load_profile(profile_ref, sets)
-    plan = plan_here(prof, facts_source(), BoxRuntime()).plan
-    return launch_facts(plan, build_launch_spec(plan, prof))
+    req = plan_here(prof, facts_source(), BoxRuntime(), Options(launch=LaunchOptions()))
+    assert req.launch is not None  # Options.launch was given
+    return launch_facts(req.plan, req.launch)
 
 
 #: The most of a log read (its end): the causes are in the last lines, and /dev/zero or a
