@@ -50,6 +50,12 @@ def test_the_runtime_is_chosen_at_one_call_site():
     assert _calls("resolve_runtime") == [("escha_deploy/pipeline.py", "plan_request")]
 
 
+def test_the_launch_spec_is_rendered_at_one_call_site():
+    """Every command's launch spec comes from the one request (``pipeline.render``, called by
+    ``plan_request`` and, for a plan's digest, ``decide``): fleet compose and diagnose included."""
+    assert _calls("build_launch_spec") == [("escha_deploy/pipeline.py", "render")]
+
+
 def test_the_gathered_value_is_frozen():
     from escha_deploy.pipeline import DescribedHost, gather
     from escha_deploy.profile import load_profile
