@@ -148,6 +148,12 @@ def _closure_release() -> str:
     return json.loads((REPO / "tests" / "gpu_rig" / "closure-manifest.json").read_text(encoding="utf-8"))["target"]["sglang"]
 
 
+def _pools_cell(fig: dict) -> str:
+    """A run's host pools as it measured them (``_pools``: the Shmem rise) and, in brackets,
+    the MemTotal - MemAvailable rise."""
+    return f"{_b(_pools(fig))} ({_b(fig.get('measured_bytes'))})"
+
+
 def _ab(doc: dict) -> list[str]:
     stock = doc.get("shape/stock")
     if not stock:
@@ -172,10 +178,11 @@ def _ab(doc: dict) -> list[str]:
             f"{_b(s.get('reserve_bytes'))}, budget per rank {_b(s.get('budget_bytes'))} of MemAvailable "
             f"{_b(s.get('mem_available'))} | reserve {_b(p.get('reserve_bytes'))} (the plan's), budget per rank "
             f"{_b(p.get('budget_bytes'))} of {_b(p.get('mem_available'))}; TP 1: one reading either way |",
-            f"| 0002 allocator and its bytes (MemAvailable across the host pools) | register (mmap + "
-            f"cudaHostRegister): {_b(stock.get('measured_bytes'))} | pinned (cudaHostAlloc, buffers "
-            f"{pinned.get('escha_buffers') or NA}): {_b(pinned.get('measured_bytes'))}; register: "
-            f"{_b(register.get('measured_bytes'))}; plan {_b(stock.get('plan_pinned_bytes'))} |",
+            f"| 0002 allocator and its bytes (the window's /proc/meminfo Shmem rise across the host pools; "
+            f"MemTotal - MemAvailable, which adds the process heap, in brackets) | register (mmap + "
+            f"cudaHostRegister): {_pools_cell(stock)} | pinned (cudaHostAlloc, buffers "
+            f"{pinned.get('escha_buffers') or NA}): {_pools_cell(pinned)}; register: "
+            f"{_pools_cell(register)}; plan {_b(stock.get('plan_pinned_bytes'))} |",
             f"| 0003 geometry check on the KV host pool the server built | {checks(stock)}; pool: {geo(stock)} | "
             f"{checks(pinned or register)}; pool: {geo(pinned or register)} |"]
 

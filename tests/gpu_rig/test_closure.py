@@ -255,7 +255,8 @@ def test_report_to_docs_renders_a_run_once_and_replaces_it(tmp_path):
     doc = {"run": {"commit": "a" * 40, "phases": "register,stock", "seconds": 300, "pytest_exit": 0},
            "shape/register": {"measured_bytes": 5_800_000_000, "plan_pinned_bytes": 5_366_284_288,
                               "where": {"meminfo_delta": {"Shmem": 5_400_000_000, "AnonPages": 346_046_464}}},
-           "shape/stock": {"measured_bytes": 5_390_000_000, "plan_pinned_bytes": 5_366_284_288,
+           "shape/stock": {"measured_bytes": 5_390_000_000, "pools_bytes": 5_370_000_000,
+                           "plan_pinned_bytes": 5_366_284_288,
                            "guard": {"stock": {"reserve_bytes": 10 * 2**30}, "patched": {"reserve_bytes": 2**31}},
                            "geometry": [{"event": "build_kv_host_pool", "pool": "P", "size": 3, "problems": []}]}}
     report.write_text(json.dumps(doc))
@@ -266,6 +267,8 @@ def test_report_to_docs_renders_a_run_once_and_replaces_it(tmp_path):
     assert "5,400,000,000 B" in once and "+33,715,712 B" in once and "10,737,418,240 B" in once
     assert "5,800,000,000 B" in once and "346,046,464 B" in once
     assert "no check ran" in once
+    # the stock run's pools in the series table: its Shmem rise, MemTotal - MemAvailable in brackets
+    assert "cudaHostRegister): 5,370,000,000 B (5.370 GB) (5,390,000,000 B (5.390 GB))" in once
     assert r2d.main([str(report), "--docs", str(docs), "--check"]) == 0
     doc["run"]["seconds"] = 301
     report.write_text(json.dumps(doc))
