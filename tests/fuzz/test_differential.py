@@ -74,7 +74,7 @@ from escha_deploy.planner import plan
 from escha_deploy.profile import load_profile
 from escha_deploy.releases import default_release, supported_releases
 from escha_deploy.units import GiB
-from tests.launch.test_sglang_preflight import VENV_PY, site_env
+from tests.launch.sglang_preflight_cases import VENV_PY, site_env
 from tests.script_module import load_script
 from tests.fuzz.strategy import (DRAFT_KINDS, FLAG_GROUPS, NOT_DRAWN, RUNNER, SPECULATIVE, SPECULATIVE_PAIRS,
                                  extra_flags, flag_groups, folder_values, key_values, plausible_values)

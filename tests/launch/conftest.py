@@ -215,3 +215,19 @@ def no_leaks(docker_client):
         except Exception:
             pass
     assert not any(leaked), f"left behind: containers {leaked[0]}, networks {leaked[1]}, volumes {leaked[2]}"
+
+
+@pytest.fixture(scope="module")
+def shared_preflight(request, tmp_path_factory):
+    """The module's shared SGLang pre-flight processes, one per release (tests/launch/
+    sglang_preflight_cases.py: ``SharedPreflight``; its tests are marked ``@shares_process``)."""
+    from .sglang_preflight_cases import SharedPreflight
+
+    return SharedPreflight(request.module, request.session.items, tmp_path_factory)
+
+
+@pytest.fixture
+def preflight(request, shared_preflight):
+    """This test's ``Cases`` (its argvs, what its builder noted, SGLang's answers), run in its
+    module's shared pre-flight process of the test's release."""
+    return shared_preflight.cases_of(request.node)

@@ -38,7 +38,7 @@ from escha_deploy.launch.sglang_preflight import PreflightResult, device_figures
 from tests.oracle.cases import config_json, stock_argv
 
 from .conftest import RUN
-from .test_sglang_preflight import HOST_BUDGET, HOST_REFUSAL, KV_REFUSAL
+from .sglang_preflight_cases import HOST_BUDGET, HOST_REFUSAL, KV_REFUSAL
 
 pytestmark = [pytest.mark.docker, pytest.mark.wheel]
 

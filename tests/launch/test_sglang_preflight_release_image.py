@@ -27,7 +27,7 @@ import pytest
 from escha_deploy.releases import default_release, series_releases
 
 from .conftest import RUN
-from .test_sglang_preflight import HOST_REFUSAL
+from .sglang_preflight_cases import HOST_REFUSAL
 from .test_sglang_preflight_image import CARD, TEST, WRAPPER, _model_folder, _spec_variant
 
 pytestmark = [pytest.mark.docker, pytest.mark.wheel]
@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.wheel]
 ROOT = Path(__file__).resolve().parents[2]
 OTHER_RELEASES = [v for v in series_releases() if v != default_release()]
 #: where each release's host pools refuse a pool larger than the box (0.5.23 moved the check into
-#: HostKVCache._allocate_host_buffer; tests/launch/test_sglang_preflight.py: RELEASE_SIZING)
+#: HostKVCache._allocate_host_buffer; tests/launch/sglang_preflight_cases.py: RELEASE_SIZING)
 HOST_SITE = {"0.5.23": "srt/mem_cache/pool_host/base.py:_allocate_host_buffer"}
 
 

@@ -335,7 +335,7 @@ def test_trtllm_mha_page_128_off_xqa_without_gqa_is_refused(cli, tmp_path, relea
     the weights load, so plan refuses it first (exit 3, runtime.page_size named). 24 query heads
     pass, and so does page 64 or an sm_120 card (XQA). The statements themselves:
     tests/planner/test_model_runner_sites.py."""
-    from tests.launch.test_sglang_preflight import model_folder
+    from tests.launch.sglang_preflight_cases import model_folder
 
     folders = {}
     for heads in (4, 24):
