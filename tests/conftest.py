@@ -146,9 +146,12 @@ def pytest_collection_modifyitems(config, items):
 
 
 #: The test files that took longest in the last clean-clone CI run (its --durations list), longest first.
-LONGEST_FILES = ("tests/fuzz/test_differential.py", "tests/launch/test_sglang_preflight.py",
-                 "tests/launch/test_up_signals.py", "tests/launch/test_sglang_preflight_image.py",
-                 "tests/runtime/test_fork_docker.py")
+#: The SGLang pre-flight's three files were one (973 s there, one SGLang process per test and
+#: release); placed by their share of it, with one process per file and release since.
+LONGEST_FILES = ("tests/fuzz/test_differential.py", "tests/launch/test_up_signals.py",
+                 "tests/launch/test_sglang_preflight_own_process.py", "tests/runtime/test_fork_docker.py",
+                 "tests/launch/test_sglang_preflight_model_runner.py", "tests/launch/test_sglang_preflight.py",
+                 "tests/launch/test_sglang_preflight_image.py")
 
 
 #: .ci/test sets ESCHA_FAIL_ON_SKIP=1: there, a skip is a missing part, not a pass, unless the
