@@ -19,6 +19,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -79,9 +80,19 @@ def secret_flag(token: str) -> str | None:
     """The secret flag that ``token`` names (exactly, with ``=value``, with a value after a
     space in the same item, as an abbreviation argparse would expand, since SGLang's parser has
     ``allow_abbrev``, with dash look-alikes, ``_`` or capitals, or misspelt within
-    ``MAX_EDITS`` edits), else None."""
+    ``MAX_EDITS`` edits), else None. Kept per token (the last ``TOKENS_KEPT``): a profile's
+    ``extra_args`` is checked at each load, the same flags again and again."""
     if not isinstance(token, str):
         return None
+    return _secret_flag(token)
+
+
+#: How many tokens ``secret_flag`` keeps its answer for.
+TOKENS_KEPT = 4096
+
+
+@functools.lru_cache(maxsize=TOKENS_KEPT)
+def _secret_flag(token: str) -> str | None:
     name = flag_name(token)
     if not name.startswith("--") or len(name) < 4 or name in _EXACT_OK:
         return None
@@ -89,7 +100,9 @@ def secret_flag(token: str) -> str | None:
         if flag == name or (len(name) >= 5 and flag.startswith(name)):
             return flag
     for flag in SECRET_FLAGS:
-        if len(name) >= 7 and _edits(name, flag) <= MAX_EDITS:
+        # the length difference is a lower bound of the edit distance: a far longer or shorter
+        # name is not a misspelling, and its distance is not computed
+        if len(name) >= 7 and abs(len(name) - len(flag)) <= MAX_EDITS and _edits(name, flag) <= MAX_EDITS:
             return flag
     return None
 

@@ -20,6 +20,8 @@ Before anything is constructed the graph is checked, because a profile is user i
 
 from __future__ import annotations
 
+import copy
+import functools
 import re
 import typing
 from collections.abc import Callable
@@ -202,13 +204,31 @@ def _yaml_error_line(exc: yaml.YAMLError, file: str) -> str:
     return f"{file}{line}: malformed YAML: {problem}"
 
 
+#: How many distinct ``(text, file)`` parses ``parse_yaml_text`` keeps (a profile file and its
+#: parent, the ``--set`` values of a command: a few; the differential fuzz loads the three shipped
+#: profiles some ten thousand times in one process, each load once parsed in about 10 ms).
+PARSED_KEPT = 256
+
+
 def parse_yaml_text(text: str, file: str) -> tuple[Any, Positions]:
     """Parse YAML text once (libyaml) into ``(data, positions)``.
 
     Raises ``BadInput`` with one line per problem, each ``file:line: ...``: a syntax error,
     duplicate keys (both lines), aliases that expand past ``MAX_NODES`` nodes, nesting deeper
     than ``MAX_DEPTH``, a text longer than ``MAX_FILE_BYTES``.
+
+    The same text under the same name is parsed once per process (the last ``PARSED_KEPT``
+    kept); each call gets its own copy (``copy.deepcopy`` of the data, which keeps what an alias
+    shares, and of the positions), so a caller may change what it gets. A text that fails is
+    parsed again each time (nothing is kept for it).
     """
+    data, positions = _parsed(text, file)
+    return copy.deepcopy(data), dict(positions)
+
+
+@functools.lru_cache(maxsize=PARSED_KEPT)
+def _parsed(text: str, file: str) -> tuple[Any, Positions]:
+    """``parse_yaml_text``'s parse, kept: the caller copies what it returns."""
     if len(text) > MAX_FILE_BYTES:
         raise BadInput(f"{file}: {len(text)} characters; a profile or fleet file is at most {MAX_FILE_BYTES // 1024} KiB")
     try:

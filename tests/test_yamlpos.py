@@ -154,3 +154,27 @@ def test_yaml11_number_spellings_are_refused(text, fragment):
 ])
 def test_plain_numbers_read_as_written(text, value):
     assert parse_yaml_text(text, "f.yaml")[0] == {"n": value}
+
+
+def test_a_text_parsed_again_is_a_copy_its_caller_may_change(tmp_path):
+    """The same text is parsed once per process (``parse_yaml_text`` keeps it): each caller gets
+    its own data and positions, what an alias shares stays shared within one copy, and an edited
+    file is read as edited."""
+    text = "base: &b {x: 1}\nc: [*b, *b]\nd: {e: [1, 2]}\n"
+    first, first_pos = parse_yaml_text(text, "f.yaml")
+    first["d"]["e"].append(3)
+    first["c"][0]["x"] = 9
+    first_pos[("d", "e")] = ("elsewhere", 99)
+    second, second_pos = parse_yaml_text(text, "f.yaml")
+    assert second == {"base": {"x": 1}, "c": [{"x": 1}, {"x": 1}], "d": {"e": [1, 2]}}
+    assert second_pos[("d", "e")] == ("f.yaml", 3)
+    assert second["c"][0] is second["c"][1] is second["base"]  # the alias, as a fresh parse makes it
+    f = tmp_path / "p.yaml"
+    f.write_text("a: 1\n")
+    assert load_yaml_with_positions(f)[0] == {"a": 1}
+    f.write_text("a: 2\n")  # same size, written at once: read as it is now
+    assert load_yaml_with_positions(f)[0] == {"a": 2}
+    with pytest.raises(BadInput):  # a text that fails fails each time (nothing kept for it)
+        parse_yaml_text("a: 1\na: 2\n", "dup.yaml")
+    with pytest.raises(BadInput):
+        parse_yaml_text("a: 1\na: 2\n", "dup.yaml")

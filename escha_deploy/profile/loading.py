@@ -115,6 +115,10 @@ def resolve_profile_path(ref: str, relative_to: Path | None = None) -> Path:
                    hint="or pass a path to a profile YAML file")
 
 
+#: The YAML values with nothing below them (``deep_merge`` moves only the key's own position).
+_SCALARS = (str, int, float, type(None))
+
+
 def deep_merge(base: dict, over: dict, base_pos: Positions, over_pos: Positions, path: tuple) -> None:
     """Merge the raw mapping ``over`` into ``base`` (in place, child over parent), moving the
     positions of each replaced key from ``over_pos`` into ``base_pos``."""
@@ -122,6 +126,14 @@ def deep_merge(base: dict, over: dict, base_pos: Positions, over_pos: Positions,
         kp = path + (key,)
         if isinstance(value, dict) and isinstance(base.get(key), dict):
             deep_merge(base[key], value, base_pos, over_pos, kp)
+        elif key in base and isinstance(base[key], _SCALARS) and isinstance(value, _SCALARS):
+            # a scalar over a scalar: no position below either key, only the key's own moves (the
+            # positions of a profile and its parent are some 300 keys; scanning them for each of a
+            # file's keys was most of a load)
+            base[key] = value
+            base_pos.pop(kp, None)
+            if kp in over_pos:
+                base_pos[kp] = over_pos[kp]
         else:
             base[key] = copy.deepcopy(value)
             for p in [p for p in base_pos if p[: len(kp)] == kp]:
