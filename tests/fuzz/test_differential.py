@@ -49,6 +49,8 @@ Runs in the flag-catalog venvs with the test-only site hook of tests/launch/pref
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import os
 import re
@@ -147,11 +149,22 @@ def arch_problem(case: dict) -> str | None:
     layer count, a ``linear_*`` field null: corpus cases in
     tests/corpus/cases/profile-values.yaml). No folder can show SGLang the model ``plan`` refuses there (the profile's own
     folder is another model), so such a draw is not a case: counted and printed, not run."""
-    arch_sets = tuple(f"{k}={v}" for k, v in sorted(case["sets"].items()) if k.startswith("model.architecture."))
+    return _arch_problem(case["profile"], arch_sets_of(case))
+
+
+def arch_sets_of(case: dict) -> tuple[str, ...]:
+    """The case's ``model.architecture.*`` sets, sorted (what its model's architecture depends on)."""
+    return tuple(f"{k}={v}" for k, v in sorted(case["sets"].items()) if k.startswith("model.architecture."))
+
+
+@functools.cache
+def _arch_problem(profile: str, arch_sets: tuple[str, ...]) -> str | None:
+    """``arch_problem`` of a profile and its architecture sets (the same few hundred pairs recur
+    over the draws: loaded once each)."""
     if not arch_sets:
         return None
     try:
-        _load_unchecked(case["profile"], arch_sets)
+        _load_unchecked(profile, arch_sets)
     except ValidationError as exc:
         errors = [e for e in exc.errors() if e["loc"][:2] == ("model", "architecture")]
         return errors[0]["msg"].removeprefix("Value error, ").split(":", 1)[0][:80] if errors else None
@@ -246,14 +259,17 @@ class Folders:
 
     def __init__(self, root: Path):
         self.root, self.made = root, {}
+        self.configs: dict[tuple[str, tuple[str, ...]], dict] = {}  # (profile, arch sets) -> its config.json
 
     def of(self, case: dict) -> Path:
-        arch_sets = tuple(f"{k}={v}" for k, v in sorted(case["sets"].items()) if k.startswith("model.architecture."))
-        try:
-            arch = _load_unchecked(case["profile"], arch_sets).model.architecture
-        except (ValidationError, BadInput):  # a set the profile's own types refuse: the shipped model's folder
-            arch = load_profile(case["profile"]).model.architecture
-        cfg = config_json(arch)
+        key = (case["profile"], arch_sets_of(case))
+        if key not in self.configs:
+            try:
+                arch = _load_unchecked(*key).model.architecture
+            except (ValidationError, BadInput):  # a set the profile's own types refuse: the shipped model's folder
+                arch = load_profile(case["profile"]).model.architecture
+            self.configs[key] = config_json(arch)
+        cfg = copy.deepcopy(self.configs[key])
         f = case["folder"]
         if "folder.max_position_embeddings" in f:
             cfg["max_position_embeddings"] = f["folder.max_position_embeddings"]
