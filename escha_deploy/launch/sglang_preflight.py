@@ -76,6 +76,7 @@ report"), never as a refusal set by a profile key.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -788,16 +789,24 @@ def _backend_classes(functions: list[Any]) -> list[tuple[str, str]]:
     """``(module, class)`` for each attention backend class ``functions`` import where they run
     (``from sglang.srt.layers.attention.X import YBackend`` inside the function, as SGLang's
     registry does), read from their source: what stage 6 stands in."""
+    out: list[tuple[str, str]] = []
+    for fn in functions:
+        out += _backends_imported_by(fn)
+    return list(dict.fromkeys(out))
+
+
+@functools.cache
+def _backends_imported_by(fn: Any) -> tuple[tuple[str, str], ...]:
+    """``_backend_classes`` of one function, its source read and parsed once per process."""
     import ast
     import inspect
     import textwrap
 
     out: list[tuple[str, str]] = []
-    for fn in functions:
-        for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(fn)))):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sglang.srt.layers.attention"):
-                out += [(node.module or "", a.name) for a in node.names if a.name.endswith("Backend")]
-    return list(dict.fromkeys(out))
+    for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(fn)))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sglang.srt.layers.attention"):
+            out += [(node.module or "", a.name) for a in node.names if a.name.endswith("Backend")]
+    return tuple(out)
 
 
 #: The backend constructors whose checks stage 6 runs although the constructor itself cannot run
@@ -814,9 +823,22 @@ def _constructor_check(cls: Any, starts: tuple[str, ...]) -> Any:
     """SGLang's own statements of ``cls.__init__`` whose source starts with one of ``starts``,
     compiled from ``cls``'s file (its name and line numbers kept, so what they raise is SGLang's,
     at its own line) as ``cls.__init__(self, model_runner, config)`` over the globals of ``cls``'s
-    module (what they read: ``get_platform()``, ``get_parallel()``), ``config`` being the model
-    config the constructor reads (``model_runner.model_config``). None when the class has no
-    such statements (another release): then nothing is checked."""
+    module as they are at this call (what they read: ``get_platform()``, ``get_parallel()``),
+    ``config`` being the model config the constructor reads (``model_runner.model_config``).
+    None when the class has no such statements (another release): then nothing is checked.
+    The file is read and compiled once per class and ``starts`` (``_constructor_code``)."""
+    code = _constructor_code(cls, starts)
+    if code is None:
+        return None
+    namespace = dict(vars(sys.modules[cls.__module__]))
+    exec(code, namespace)
+    return namespace[cls.__name__].__init__
+
+
+@functools.cache
+def _constructor_code(cls: Any, starts: tuple[str, ...]) -> Any:
+    """The code object ``_constructor_check`` runs (a class of one ``__init__`` holding the
+    statements), or None."""
     import ast
     import inspect
 
@@ -828,7 +850,8 @@ def _constructor_check(cls: Any, starts: tuple[str, ...]) -> Any:
     tree = ast.parse(source, path)
     node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls.__name__), None)
     init = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None) if node else None
-    body = [s for s in init.body if (ast.get_source_segment(source, s) or "").startswith(starts)] if init else []
+    lines = _source_lines(source)
+    body = [s for s in init.body if (_source_segment(lines, s) or "").startswith(starts)] if init else []
     if init is None or node is None or len(body) < len(starts):
         return None
     shell = ast.parse(f"class {cls.__name__}:\n    def __init__(self, model_runner, config):\n        pass\n")
@@ -837,9 +860,26 @@ def _constructor_check(cls: Any, starts: tuple[str, ...]) -> Any:
     klass.body[0].body = body
     ast.copy_location(klass, node)
     ast.copy_location(klass.body[0], init)
-    namespace = dict(vars(sys.modules[cls.__module__]))
-    exec(compile(ast.fix_missing_locations(shell), path, "exec"), namespace)
-    return namespace[cls.__name__].__init__
+    return compile(ast.fix_missing_locations(shell), path, "exec")
+
+
+def _source_lines(source: str) -> list[str]:
+    """``source``'s lines with their ends, split at ``\\r\\n``, ``\\r`` and ``\\n`` only, as
+    ``ast.get_source_segment`` splits them (a form feed is no line end there)."""
+    return re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z", source)
+
+
+def _source_segment(lines: list[str], node: Any) -> str | None:
+    """``ast.get_source_segment(source, node)`` from ``source``'s lines split once
+    (``_source_lines``): that function splits the whole file again for each node, which for
+    SGLang's backend files was seconds per class."""
+    end_lineno, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
+    if end_lineno is None or end_col is None:
+        return None
+    first, last, col = node.lineno - 1, end_lineno - 1, node.col_offset
+    if first == last:
+        return lines[first].encode()[col:end_col].decode()
+    return "".join([lines[first].encode()[col:].decode(), *lines[first + 1:last], lines[last].encode()[:end_col].decode()])
 
 
 class _StandInOnImport:
