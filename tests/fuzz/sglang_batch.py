@@ -60,20 +60,43 @@ def _shared_parser() -> tuple[Callable[[], None], Callable[[], None]]:
     arg_utils.get_type_hints = cached_hints
     real_add(template)
     actions = [a for a in template._actions if "-h" not in a.option_strings]  # noqa: SLF001
+    # a default deepcopy gives back as itself (None, a number, a string, a tuple of them) is
+    # shared as deepcopy would share it; the others (lists, dicts) are copied for each parser
+    mutable = [copy.deepcopy(a.default) is not a.default for a in actions]
 
     def add_cli_args(parser):
-        for action in actions:
-            mine = copy.copy(action)
-            mine.default = copy.deepcopy(action.default)
+        for action, copied in zip(actions, mutable):
+            mine = object.__new__(type(action))  # copy.copy's result for an Action (its __dict__, shallow)
+            mine.__dict__.update(action.__dict__)
+            if copied:
+                mine.default = copy.deepcopy(action.default)
             parser._add_action(mine)  # noqa: SLF001
+
+    # SGLang 0.5.23 reads a msgspec Struct's fields (``msgspec.structs.fields``, which evaluates
+    # its annotations again each call) in every resolution step (``arg_utils.record_fields``)
+    try:
+        import msgspec.structs as structs
+    except ImportError:
+        structs = None
+    real_fields = structs.fields if structs is not None else None
+    fields_of_type = functools.cache(real_fields) if real_fields is not None else None
+
+    def cached_fields(type_or_instance):  # kept per class; an instance (not hashable) is read again
+        if isinstance(type_or_instance, type):
+            return fields_of_type(type_or_instance)
+        return real_fields(type_or_instance)
 
     def share() -> None:
         arg_utils.get_type_hints = cached_hints
         ServerArgs.add_cli_args = staticmethod(add_cli_args)
+        if structs is not None:
+            structs.fields = cached_fields
 
     def unshare() -> None:
         arg_utils.get_type_hints = real_hints
         ServerArgs.add_cli_args = staticmethod(real_add)
+        if structs is not None:
+            structs.fields = real_fields
 
     return share, unshare
 
@@ -137,6 +160,10 @@ def main() -> int:
             if not _same(got, own):
                 got = {**own, "harness": f"the shared parser answered {json.dumps(got)[:600]}"}
         print(json.dumps(got), flush=True)
+        # what this case imported and cached stays for the next ones: collected once, then frozen
+        # with SGLang's modules, so the next case's gc.collect() walks only that case's objects
+        gc.collect()
+        gc.freeze()
     return 0
 
 
