@@ -641,6 +641,10 @@ def _device_kv_pool(p: dict, layers: int, heads: int, head_dim: int, store: Any,
     kv_bytes = p["kv_dev_bytes"]
     fields = dict(store_dtype=store, dtype=dtype, size=p["kv_tokens"], start_layer=0, end_layer=layers,
                   layer_num=layers, head_num=heads, head_dim=head_dim, v_head_dim=head_dim, page_size=p["page_size"],
+                  # the attention row of one token per layer (memory_pool.py: MHATokenToKVPool.row_dim, head_num
+                  # x head_dim), which some releases' host pools divide by head_dim (pool_host/mha.py:
+                  # MHATokenToKVPoolHost.get_size_per_token and __init__ in 0.5.21)
+                  row_dim=heads * head_dim, v_row_dim=heads * head_dim,
                   device="cpu", get_kv_size_bytes=lambda: (kv_bytes // 2, kv_bytes - kv_bytes // 2))
     if not by_info:
         bufs = [torch.empty(1, dtype=store).expand(p["kv_tokens"] + p["page_size"], heads, head_dim)
