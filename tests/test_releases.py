@@ -219,8 +219,9 @@ def _git(repo: Path, *args: str) -> str:
 
 
 def release_addition_problems(repo: Path, release: str) -> list[str]:
-    """What the commit that added ``release``'s folder (the first to add its ``facts.yaml``)
-    touched outside ``_allowed_in_release_addition``, one line per path; a folder no commit
+    """What each commit that added ``release``'s folder (each that adds its ``facts.yaml``: a
+    release taken out by a revert and added again has two) touched outside
+    ``_allowed_in_release_addition``, one line per path, oldest commit first; a folder no commit
     added is a problem too (commit the addition on its own)."""
     facts = f"escha_deploy/catalog/releases/{release}/facts.yaml"
     added = _git(repo, "log", "--diff-filter=A", "--format=%H", "--", facts).split()
@@ -228,10 +229,12 @@ def release_addition_problems(repo: Path, release: str) -> list[str]:
         shallow = _git(repo, "rev-parse", "--is-shallow-repository").strip() == "true"
         return [f"{facts}: no commit adds it" + (" (a shallow clone: fetch the history)" if shallow else
                                                  " (commit the release's addition on its own)")]
-    commit = added[-1]
-    touched = _git(repo, "show", "--name-only", "--format=", "--no-renames", commit).split()
-    return [f"{commit[:12]} adds SGLang {release} and touches {path}" for path in touched
-            if not _allowed_in_release_addition(path, release)]
+    problems = []
+    for commit in reversed(added):
+        touched = _git(repo, "show", "--name-only", "--format=", "--no-renames", commit).split()
+        problems += [f"{commit[:12]} adds SGLang {release} and touches {path}" for path in touched
+                     if not _allowed_in_release_addition(path, release)]
+    return problems
 
 
 def test_each_release_addition_touches_only_its_paths():
@@ -275,6 +278,12 @@ def test_the_release_addition_check_refuses_code(tmp_path):
     assert all(" adds SGLang 9.9.2 and touches " in p for p in problems)
     assert release_addition_problems(repo, "9.9.3") == [f"{rel}/9.9.3/facts.yaml: no commit adds it "
                                                         "(commit the release's addition on its own)"]
+    # taken out (a revert) and added again: the second addition is checked too
+    _git(repo, "rm", "-q", "-r", f"{rel}/9.9.1")
+    _git(repo, "commit", "-q", "-m", "revert 9.9.1")
+    commit({f"{rel}/9.9.1/facts.yaml": "w\n", "escha_deploy/planner.py": "Z = 3\n"}, "add 9.9.1 again")
+    again = _git(repo, "rev-parse", "HEAD").strip()
+    assert release_addition_problems(repo, "9.9.1") == [f"{again[:12]} adds SGLang 9.9.1 and touches escha_deploy/planner.py"]
 
 
 @pytest.mark.wheel
