@@ -613,6 +613,10 @@ KIND_BOUNDS: dict[str, tuple[float, float | None]] = {
 }
 
 
+#: The kinds of case the 10% bound was set on (its figures printed per release too).
+PLAIN_KINDS = ("keys only", "single flag")
+
+
 def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
     t0 = time.monotonic()
     releases = supported_releases()
@@ -661,6 +665,7 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
     s_refused = p_refused = accepted = plan_refuses_accepted = 0
     per_release = Counter(p[0]["release"] for p in planned)
     by_kind: dict[str, Counter] = {}  # per kind of case: cases, SGLang refused, accepted, plan refused of those
+    plain_by_release: dict[str, Counter] = {r: Counter() for r in releases}  # the 10% bound's figures per release
     for (case, ov, reasons, _argv, card, _model), r in zip(planned, results):
         p = bool(reasons)
         p_refused += p
@@ -684,6 +689,11 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
                     misses.append(miss_line(case, ov, r))
         else:
             accepted += 1
+            if kind_of(case) in PLAIN_KINDS:
+                plain_by_release[case["release"]]["accepted"] += 1
+                plain_by_release[case["release"]]["plan refused"] += p
+                if p:
+                    plain_by_release[case["release"]][rule_of(reasons[0])] += 1
             if p:
                 plan_refuses_accepted += 1
                 plan_rules[rule_of(reasons[0])] += 1
@@ -697,7 +707,7 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
     bound_refused, bound_accepted = plan_refuses_accepted + early, accepted + early
     for kind, m in no_argv_by_kind.items():
         by_kind.setdefault(kind, Counter())["refused before an argv"] += m
-    plain = [k for kind, k in by_kind.items() if kind in ("keys only", "single flag")]
+    plain = [k for kind, k in by_kind.items() if kind in PLAIN_KINDS]
     plain_refused = sum(bounded(k)[0] for k in plain)
     plain_accepted = sum(bounded(k)[1] for k in plain)
     sized = [sum(r.seconds.get(k, 0.0) for k in pf.STAGES[3:]) for r in results if pf.STAGES[3] in r.seconds]
@@ -718,6 +728,10 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
               f"{bound_refused / max(bound_accepted, 1):.1%} of SGLang's accepts ({bound_refused} of "
               f"{bound_accepted}, the {early} refused before an argv counted among both; at most 10% over keys only and "
               f"one flag: {plain_refused} of {plain_accepted}, {plain_refused / max(plain_accepted, 1):.1%})")
+        for release, k in plain_by_release.items():
+            rules = [(r, m) for r, m in k.most_common() if r not in ("accepted", "plan refused")]
+            print(f"[fuzz] keys only and single flag on {release}: plan refused {k['plan refused']} of {k['accepted']} "
+                  f"SGLang accepts ({k['plan refused'] / max(k['accepted'], 1):.1%}); rules: {rules[:6]}")
         for kind, k in sorted(by_kind.items()):
             print(f"[fuzz] {kind}: {k['cases']} cases, SGLang refused {k['sglang refused']} "
                   f"({k['sglang refused'] / max(k['cases'], 1):.1%}), plan refused {k['plan refused of accepted']} "
@@ -771,6 +785,17 @@ def test_sglang_refuses_means_plan_refuses(tmp_path, capsys):
     # no longer drawn; then (2026-12-02, 2,365 cases) 10.0%, 129 of 1,295, none before an argv.
     # The 10% bound holds for the cases it was set on (profile keys, one catalog flag), their early
     # refusals counted; combinations and speculative cases have their own bounds below (KIND_BOUNDS).
+    # It is over all releases together, not per release: with SGLang 0.5.21 as a third release
+    # (2026-12-02, 2,473 cases, a third each) 76 of 840, 9.0%; per release 0.5.19 23 of 265 (8.7%),
+    # 0.5.23 23 of 286 (8.0%), 0.5.21 30 of 289 (10.4%), about 290 accepts each, so one release's
+    # share moves by some 1.7 points from one draw to the next. 0.5.21's 30 are rules that refuse
+    # the other releases' cases too: the device budget 10, tp_size above the GPUs 5, the int2
+    # overlay's rules 7, hicache_size past the RAM budget 2, weights_total unset 2, mixed chunk on a
+    # hybrid 3 (its managers/schedule_batch.py: merge_batch still drops the mamba tracking,
+    # sglang#39342; the fix, sglang#39526, is not merged) and one buffer_only host memory on a
+    # hybrid (mem_cache/unified_radix_cache.py refuses it once the cache is built). The
+    # clean-clone run that read 10.4% over all (67 of 646) counted 0.5.21's host-pool stage, which
+    # failed on the pre-flight's stand-in without row_dim, as SGLang refusing those cases.
     assert plain_refused <= 0.10 * plain_accepted, (
         f"plan refused {plain_refused} of the {plain_accepted} cases SGLang accepts or was not asked about (at most "
         f"10%): {plan_rules.most_common(5)}; before an argv: {no_argv.most_common(5)}")
