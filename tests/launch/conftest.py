@@ -4,6 +4,7 @@ a test leaving any container, network or volume behind."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -109,27 +110,36 @@ def planned_sizes_for(profile_ref: str = str(STANDIN_PROFILE), overrides=()) -> 
 
 @pytest.fixture(scope="session")
 def standin_image(docker_client, base_image, tmp_path_factory):
-    """Factory: build the stand-in image with a behaviour; returns its tag."""
-    built: dict[str, str] = {}
+    """Factory: build the stand-in image with a behaviour; returns its tag. One image per tag
+    and behaviour: two test files of one worker asking for the same tag with different
+    behaviours (e.g. another ``server_key``) get two images, the second tag suffixed with its
+    behaviour's digest, never the first file's image."""
+    built: dict[str, str] = {}  # config.json text -> tag
+    tags: set[str] = set()
 
     def make(tag: str, *, mode: str = "ok", startup_s: float = 0.0, sizes: dict | None = None,
              port: int = STANDIN_PORT, server_key: str | None = None) -> str:
         tag = f"{tag}-{RUN}" if ":" in tag else f"{tag}:{RUN}"  # this run's tag
-        if tag in built:
-            return built[tag]
+        cfg = {"mode": mode, "startup_s": startup_s, "port": port,
+               "sizes": sizes if sizes is not None else planned_sizes_for(), "server_key": server_key}
+        text = json.dumps(cfg, sort_keys=True)
+        key = f"{tag}\n{text}"
+        if key in built:
+            return built[key]
+        if tag in tags:  # the tag holds another behaviour
+            tag = f"{tag}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
         ctx = tmp_path_factory.mktemp(f"standin-{tag.replace(':', '-')}")
         shutil.copy(STANDIN_DIR / "server.py", ctx / "server.py")
         shutil.copy(STANDIN_DIR / "Dockerfile", ctx / "Dockerfile")
-        cfg = {"mode": mode, "startup_s": startup_s, "port": port,
-               "sizes": sizes if sizes is not None else planned_sizes_for(), "server_key": server_key}
-        (ctx / "config.json").write_text(json.dumps(cfg))
+        (ctx / "config.json").write_text(text)
         docker_client.images.build(path=str(ctx), tag=tag, buildargs={"BASE": base_image}, rm=True,
                                    forcerm=True)
-        built[tag] = tag
+        built[key] = tag
+        tags.add(tag)
         return tag
 
     yield make
-    for tag in built:  # images are not containers, but leave the daemon as found
+    for tag in tags:  # images are not containers, but leave the daemon as found
         try:
             docker_client.images.remove(tag, force=True)
         except Exception:
