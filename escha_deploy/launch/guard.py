@@ -25,9 +25,11 @@ A container that ended by a signal is named by it: Docker reports 128 + N as its
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import shlex
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -149,6 +151,20 @@ class _Scope:
             self.deferred.append(signum)
         self.report("info", f"{self.what} ({signal_name(signum)} noted; SIGKILL would leave it running)")
 
+    def unraisable(self, hook: object, unraisable: object) -> None:
+        """``sys.unraisablehook`` while the scope is open: a ``Signalled`` that Python dropped
+        (raised in a callback whose exceptions it prints and ignores, which ``_in_a_finalizer``
+        cannot see from the frames: a ``weakref.ref`` callback such as importlib's module-lock
+        ``_get_module_lock.<locals>.cb``, run when an import's lock is freed) re-arms the scope
+        and sends the same signal again in 50 ms, outside the callback. Anything else goes to
+        ``hook``, the hook that was set before the scope opened."""
+        exc = getattr(unraisable, "exc_value", None)
+        if isinstance(exc, Signalled):
+            self.armed = True  # nobody obeyed it: the next delivery raises again
+            threading.Timer(0.05, os.kill, (os.getpid(), exc.signum)).start()
+            return
+        hook(unraisable)  # type: ignore[operator]
+
 
 _scope: _Scope | None = None
 
@@ -174,19 +190,24 @@ def signals_raise(report: Report = quiet) -> Iterator[None]:
     the outer one's handler: one obeyed signal per outermost block, which is how `up` covers
     everything from its first daemon call to the end of its log follow with no moment where
     the default action (SIGTERM: death; SIGINT: ``KeyboardInterrupt``) applies. Outside the
-    main thread: no change (Python runs handlers in the main thread only)."""
+    main thread: no change (Python runs handlers in the main thread only). A ``Signalled``
+    that Python drops anyway (raised inside a callback whose exceptions it ignores) is caught by
+    the scope's ``sys.unraisablehook`` and the signal sent again (``_Scope.unraisable``)."""
     global _scope
     if threading.current_thread() is not threading.main_thread() or _scope is not None:
         yield
         return
     scope = _Scope(report)
     previous = {s: signal.signal(s, scope.handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = functools.partial(scope.unraisable, previous_hook)
     _scope = scope
     try:
         yield
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+        sys.unraisablehook = previous_hook
         _scope = None
 
 
