@@ -138,20 +138,65 @@ def pytest_collection_modifyitems(config, items):
                 and it.get_closest_marker("docker") is None]
     if unmarked:
         raise pytest.UsageError("uses Docker but is not marked docker: " + ", ".join(unmarked))
-    # the longest files first, each file's tests in their own order: pytest-xdist's --dist loadfile
-    # hands out files in collection order, and in CI's run the fuzz (440 s) started late and ran
-    # alone at the end while the other workers were idle
+    items.sort(key=_file_order(items))
+
+
+def _file_order(items):
+    """The sort key that hands the files out in this order, each file's tests in their own order
+    (pytest-xdist's ``--dist loadfile`` hands out files in collection order): the files with no
+    test marked ``docker`` first, then those with one; within each, ``LONGEST_FILES`` first,
+    longest first. The longest first, because in a CI run the fuzz (440 s) started late and ran
+    alone at the end while the other workers were idle; the Docker-free first, because .ci/test
+    starts pytest while its images still build (``DOCKER_READY_ENV``)."""
+    def path(it):
+        return it.nodeid.split("::", 1)[0]
+
+    docker = {path(it) for it in items if it.get_closest_marker("docker") is not None}
     first = {f: i for i, f in enumerate(LONGEST_FILES)}
-    items.sort(key=lambda it: first.get(it.nodeid.split("::", 1)[0], len(first)))
+    return lambda it: (path(it) in docker, first.get(path(it), len(first)))
 
 
-#: The test files that took longest in the last clean-clone CI run (its --durations list), longest first.
-#: The SGLang pre-flight's three files were one (973 s there, one SGLang process per test and
-#: release); placed by their share of it, with one process per file and release since.
-LONGEST_FILES = ("tests/fuzz/test_differential.py", "tests/launch/test_up_signals.py",
-                 "tests/launch/test_sglang_preflight_own_process.py", "tests/runtime/test_fork_docker.py",
+#: The test files that took longest in the last clean-clone CI run (its per-file test times),
+#: longest first (their order matters within the Docker-free and the Docker files: above).
+LONGEST_FILES = ("tests/launch/test_up_signals.py", "tests/fuzz/test_differential.py",
+                 "tests/launch/test_sglang_preflight_release_image.py",
+                 "tests/launch/test_sglang_preflight_own_process.py", "tests/launch/test_sglang_preflight_image.py",
+                 "tests/launch/test_up_faults.py", "tests/launch/test_one_plan.py",
                  "tests/launch/test_sglang_preflight_model_runner.py", "tests/launch/test_sglang_preflight.py",
-                 "tests/launch/test_sglang_preflight_image.py")
+                 "tests/launch/test_lifecycle.py", "tests/corpus/test_corpus.py", "tests/test_flag_catalog.py",
+                 "tests/runtime/test_build_docker.py", "tests/runtime/test_first_use.py")
+
+
+#: .ci/test builds its Docker images beside the first tests: this variable names the file its
+#: Docker side writes when done (its exit status: "0" built and verified). A test marked
+#: ``docker`` waits for the file before its fixtures reach the daemon (``pytest_runtest_setup``)
+#: and fails when the status is not 0 (.ci/test prints the Docker side's log after pytest).
+#: Unset (any other run): no wait.
+DOCKER_READY_ENV = "ESCHA_TEST_DOCKER_READY"
+#: The longest a test waits for that file (s): past it, the test fails saying so.
+DOCKER_READY_TIMEOUT_S = 1800
+_docker_ready: str | None = None  # the status read, once per process
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    global _docker_ready
+    ready = os.environ.get(DOCKER_READY_ENV)
+    if not ready or item.get_closest_marker("docker") is None:
+        return
+    if _docker_ready is None:
+        import time
+
+        t0 = time.monotonic()
+        while not os.path.exists(ready) and time.monotonic() - t0 < DOCKER_READY_TIMEOUT_S:
+            time.sleep(1)
+        waited = time.monotonic() - t0
+        status = Path(ready).read_text().strip() if os.path.exists(ready) else f"not done after {waited:.0f} s"
+        _docker_ready = status
+        item.user_properties.append(("docker_wait_s", waited))
+    if _docker_ready != "0":
+        pytest.fail(f"{DOCKER_READY_ENV}: the Docker side's images are not there (status {_docker_ready}); "
+                    ".ci/test prints its log after pytest", pytrace=False)
 
 
 #: .ci/test sets ESCHA_FAIL_ON_SKIP=1: there, a skip is a missing part, not a pass, unless the
@@ -170,10 +215,16 @@ _worker_hints: list[str] = []
 _file_seconds: dict[str, float] = {}
 
 
+#: Seconds each process's first Docker test waited for .ci/test's images (``DOCKER_READY_ENV``).
+_docker_waits: list[float] = []
+
+
 def pytest_runtest_logreport(report):
     if not XDIST_WORKER:
         path = report.nodeid.split("::", 1)[0]
         _file_seconds[path] = _file_seconds.get(path, 0.0) + report.duration
+        if report.when == "setup":
+            _docker_waits.extend(v for k, v in report.user_properties if k == "docker_wait_s")
     if os.environ.get(FAIL_ON_SKIP_ENV) != "1" or not report.skipped or hasattr(report, "wasxfail"):
         return
     if "gpu" in report.keywords:
@@ -201,6 +252,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr.write_sep("=", f"test time per file: {total:.0f} s over {len(_file_seconds)} files, the longest 15")
     for path, sec in sorted(_file_seconds.items(), key=lambda kv: -kv[1])[:15]:
         tr.write_line(f"{sec:8.1f}s  {path}")
+    if _docker_waits:
+        tr.write_line(f"waiting for the Docker side's images ({DOCKER_READY_ENV}), counted in those times: "
+                      + ", ".join(f"{w:.0f} s" for w in _docker_waits) + " (one figure per worker)")
 
 
 def pytest_sessionfinish(session, exitstatus):
