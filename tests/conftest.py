@@ -78,6 +78,7 @@ _record_cli_and_errors()
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     hints.current["test"] = item.nodeid
+    _wait_for_the_docker_side(item)
 
 
 @pytest.fixture
@@ -178,8 +179,9 @@ DOCKER_READY_TIMEOUT_S = 1800
 _docker_ready: str | None = None  # the status read, once per process
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
+def _wait_for_the_docker_side(item):
+    """Before a test marked ``docker`` (``pytest_runtest_setup``): wait for ``DOCKER_READY_ENV``'s
+    file, once per process, and fail the test when it says the images are not there."""
     global _docker_ready
     ready = os.environ.get(DOCKER_READY_ENV)
     if not ready or item.get_closest_marker("docker") is None:
