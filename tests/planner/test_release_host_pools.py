@@ -12,7 +12,8 @@ wheel and parser catalog.
   device pool is page-interleaved, which ``--enable-kv-cache-sharding`` selects
   (``hybrid_pool_assembler.py: build_kv_host_pool``; ``arg_groups/kv_shard_hook.py:
   handle_kv_cache_sharding``): the release's facts.yaml ``flags_not_planned`` lists it, and the
-  plan refuses it (exit 3) with one line naming the flag.
+  plan refuses it (exit 3) with one line naming the flag. So is ``--enable-unified-memory`` on
+  every release (one byte buffer split between the device pools at run time, ``UnifiedKVPool``).
 
 The wheel tests read ``.cache/wheels/sglang-VERSION-*.whl`` (CI downloads every supported
 release's) and skip without it.
@@ -98,17 +99,26 @@ def test_each_flag_not_planned_is_a_switch_of_that_releases_parser(version):
         assert f"class {rule.pool.split()[0]}" in text, rule.pool
 
 
-@pytest.mark.parametrize("version", [v for v in releases.supported_releases()
-                                     if any(r.flag == "--enable-kv-cache-sharding"
-                                            for r in releases.load_release(v).flags_not_planned)])
-def test_kv_cache_sharding_is_refused_before_anything_starts_naming_the_flag(cli, version):
+@pytest.mark.parametrize(("version", "flag", "pool"), [
+    (v, r.flag, r.pool.split()[0]) for v in releases.supported_releases() for r in releases.load_release(v).flags_not_planned])
+def test_a_flag_not_planned_is_refused_before_anything_starts_naming_it(cli, version, flag, pool):
+    """Every ``flags_not_planned`` entry of every release (``--enable-kv-cache-sharding`` on 0.5.23,
+    ``--enable-unified-memory`` on each: one byte buffer for every device pool, ``UnifiedKVPool``):
+    exit 3, one line naming the flag, its pool class and the release."""
     r = cli("plan", "--profile", "rtx5060ti-tp2-fp8", "--sglang-version", version, "--host-ram", "64GiB",
-            "--set", "runtime.needs=[]", "--set", 'runtime.extra_args=["--enable-kv-cache-sharding"]')
+            "--set", "runtime.needs=[]", "--set", f'runtime.extra_args=["{flag}"]')
     assert r.code == 3, (r.out, r.err)
-    lines = [x for x in r.out.splitlines() if "--enable-kv-cache-sharding" in x]
+    lines = [x for x in r.out.splitlines() if flag in x]
     assert len(lines) == 1, lines
-    assert "runtime.extra_args" in lines[0] and "PageInterleaveHostPool" in lines[0]
+    assert "runtime.extra_args" in lines[0] and pool in lines[0]
     assert f"SGLang {version}" in lines[0]
+
+
+def test_unified_memory_is_not_planned_on_any_release():
+    """SGLang's ``--enable-unified-memory`` replaces the partitioned device pools on every release
+    we plan (``arg_groups/kv_cache_hook.py: handle_unified_memory_pool`` in each wheel)."""
+    assert all(any(r.flag == "--enable-unified-memory" for r in releases.load_release(v).flags_not_planned)
+               for v in releases.supported_releases())
 
 
 def test_a_release_without_the_flag_refuses_it_as_unknown(cli):
