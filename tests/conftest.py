@@ -144,7 +144,9 @@ def pytest_collection_modifyitems(config, items):
 
 def _file_order(items):
     """The sort key that hands the files out in this order, each file's tests in their own order
-    (pytest-xdist's ``--dist loadfile`` hands out files in collection order): the files with no
+    (pytest-xdist's ``--dist loadfile`` hands out files in collection order with
+    ``--no-loadscope-reorder``, which .ci/test passes; without it, the files with the most tests
+    go first, whatever this order says): the files with no
     test marked ``docker`` first, then those with one; within each, ``LONGEST_FILES`` first,
     longest first. The longest first, because in a CI run the fuzz (440 s) started late and ran
     alone at the end while the other workers were idle; the Docker-free first, because .ci/test
