@@ -443,8 +443,11 @@ class SGLangBatch:
             pytest.fail(f"no flag-catalog venv for SGLang {release} at {python} (.ci/check-flag-catalog.sh {release} makes it)")
         self.release, self.t0 = release, time.monotonic()
         self.stderr = (tmp / f"sglang-{release}.stderr").open("w+")
+        # PYTHONHASHSEED fixed: a refusal that prints a Python set (SGLang prints some, e.g. the
+        # attention backends it allows) then reads the same in every run, so docs/planner.md's
+        # pre-flight-only table, which quotes the messages, cannot differ between two runs
         self.proc = subprocess.Popen([str(python), str(BATCH)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.stderr, text=True, env=site_env())
+                                     stderr=self.stderr, text=True, env=site_env(PYTHONHASHSEED="0"))
 
     def answers(self, cases: list[tuple[list[str], dict]], timeout_s: float = 900) -> list[pf.PreflightResult]:
         """SGLang's answer for each ``(argv, card)``: ``PreflightResult`` as the pre-flight reads it."""
