@@ -16,7 +16,7 @@ safe side).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, Field, PrivateAttr
 
@@ -103,9 +103,20 @@ class FleetPlan(BaseModel):
         return next(b for b in self.boxes if b.box == box)
 
 
-def plan_box(loaded: LoadedFleet, box: Box) -> tuple[Plan, FactsFile | None, Profile, list[str], LaunchSpec]:
-    """Plan one box as ``escha-deploy plan`` would on it: ``(plan, facts file as read, profile,
-    runtime problems, launch spec)``; the launch spec is the one request's (the container's
+class PlannedBox(NamedTuple):
+    """One box planned (``plan_box``): its plan, its facts file as read (``None`` for a box the
+    fleet file describes), its profile, its runtime problems (lines naming the box) and its
+    launch spec."""
+
+    plan: Plan
+    facts: FactsFile | None
+    profile: Profile
+    problems: list[str]
+    launch: LaunchSpec
+
+
+def plan_box(loaded: LoadedFleet, box: Box) -> PlannedBox:
+    """Plan one box as ``escha-deploy plan`` would on it (``PlannedBox``); the launch spec is the one request's (the container's
     argv, checked against the release's flags, its digest the plan's), rendered with the box's
     ``set`` items as the container's overrides; the problems are the lines ``plan --facts`` refuses (exit 3) when the
     facts file's runtime lacks a capability the profile needs (``pipeline.Runtime.lacking``),
@@ -136,8 +147,8 @@ def plan_box(loaded: LoadedFleet, box: Box) -> tuple[Plan, FactsFile | None, Pro
     except (BadInput, Refused) as exc:
         raise type(exc)(*(f"box {box.name}: {p}" for p in exc.problems), hint=exc.hint) from None
     assert req.launch is not None  # Options.launch was given
-    return (req.plan, req.gathered.facts_file, prof, [f"box {box.name}: {p}" for p in req.runtime.lacking(prof)],
-            req.launch)
+    return PlannedBox(req.plan, req.gathered.facts_file, prof, [f"box {box.name}: {p}" for p in req.runtime.lacking(prof)],
+                   req.launch)
 
 
 def multinode_member_problems(box: Box, facts: FactsFile | None, instance: str) -> list[str]:
