@@ -7,6 +7,11 @@ import sys
 from typing import Any
 
 from escha_deploy.errors import Failed, Refused
+
+
+class NothingRunning(Refused):
+    """No container of this tool (of the profile, when one is named) exists: exit 3. Its own
+    type so a command that looks for a server another way (``ask``) says it in its own words."""
 from escha_deploy.netaddr import url as http_url
 
 from escha_deploy.redact import Redactor, printable
@@ -128,7 +133,7 @@ def status(profile: str | None) -> list[dict[str, Any]]:
             "restart_policy": (c.attrs.get("HostConfig", {}).get("RestartPolicy") or {}).get("Name", ""),
         })
     if not rows:
-        raise Refused(f"status: nothing running{' for profile ' + profile if profile else ''}")
+        raise NothingRunning(f"status: nothing running{' for profile ' + profile if profile else ''}")
     return rows
 
 

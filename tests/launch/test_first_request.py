@@ -45,3 +45,15 @@ def test_printed_curl_run_as_printed_gets_200(docker_client, standin_image, tmp_
         assert ask.stdout.strip() == "stand-in: hello" and "cached tokens:" in ask.stderr
     finally:
         run_cli("down", "--profile", P)
+
+
+def test_ask_with_no_container_of_the_profile_says_so_as_ask(docker_client, tmp_path):
+    """With the daemon answering and no container of the profile, `ask` says "ask: nothing
+    running ..." with its own hint, not `status`'s words (it found no server the way `status`
+    does, so `status:` in front confused a first user)."""
+    name = f"ask-none-{tmp_path.name}"
+    r = run_cli("ask", "--profile", P, "--set", f"name={name}", "hello")
+    assert r.returncode == 3, r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert errors == [f"error: ask: nothing running for profile {name}"], r.stderr
+    assert "hint: start it with `escha-deploy up`, or name the server with --endpoint" in r.stderr
