@@ -114,8 +114,7 @@ def standin_image(docker_client, base_image, tmp_path_factory):
     and behaviour: two test files of one worker asking for the same tag with different
     behaviours (e.g. another ``server_key``) get two images, the second tag suffixed with its
     behaviour's digest, never the first file's image."""
-    built: dict[str, str] = {}  # config.json text -> tag
-    tags: set[str] = set()
+    built: dict[str, str] = {}  # "tag asked for" + config.json text -> the tag built
 
     def make(tag: str, *, mode: str = "ok", startup_s: float = 0.0, sizes: dict | None = None,
              port: int = STANDIN_PORT, server_key: str | None = None) -> str:
@@ -126,7 +125,7 @@ def standin_image(docker_client, base_image, tmp_path_factory):
         key = f"{tag}\n{text}"
         if key in built:
             return built[key]
-        if tag in tags:  # the tag holds another behaviour
+        if tag in built.values():  # the tag holds another behaviour
             tag = f"{tag}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
         ctx = tmp_path_factory.mktemp(f"standin-{tag.replace(':', '-')}")
         shutil.copy(STANDIN_DIR / "server.py", ctx / "server.py")
@@ -135,11 +134,10 @@ def standin_image(docker_client, base_image, tmp_path_factory):
         docker_client.images.build(path=str(ctx), tag=tag, buildargs={"BASE": base_image}, rm=True,
                                    forcerm=True)
         built[key] = tag
-        tags.add(tag)
         return tag
 
     yield make
-    for tag in tags:  # images are not containers, but leave the daemon as found
+    for tag in built.values():  # images are not containers, but leave the daemon as found
         try:
             docker_client.images.remove(tag, force=True)
         except Exception:
