@@ -7,14 +7,13 @@ import sys
 from typing import Any
 
 from escha_deploy.errors import Failed, Refused
+from escha_deploy.netaddr import url as http_url
+from escha_deploy.redact import Redactor, printable
 
 
 class NothingRunning(Refused):
     """No container of this tool (of the profile, when one is named) exists: exit 3. Its own
     type so a command that looks for a server another way (``ask``) says it in its own words."""
-from escha_deploy.netaddr import url as http_url
-
-from escha_deploy.redact import Redactor, printable
 
 
 def _containers(profile: str | None, *, natives: bool) -> tuple[Any, list]:
