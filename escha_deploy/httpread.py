@@ -267,6 +267,19 @@ def request(method: str, url: str, *, policy: Policy = Policy(), headers: dict[s
         return pool.submit(_on_a_loop_of_its_own, one).result()
 
 
+def _interrupt_in(group: BaseExceptionGroup) -> BaseException | None:
+    """The first exception in ``group`` (nested groups searched) that is a ``BaseException`` but
+    no ``Exception``: ``KeyboardInterrupt``, ``SystemExit``, a signal handler's own; else None."""
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            found = _interrupt_in(exc)
+            if found is not None:
+                return found
+        elif not isinstance(exc, Exception):
+            return exc
+    return None
+
+
 def _on_a_loop_of_its_own(one: Callable[[], Coroutine[Any, Any, Answer]]) -> Answer:
     """``one()`` run to its end on a new event loop in this thread, closed after it."""
     import asyncio
@@ -274,6 +287,16 @@ def _on_a_loop_of_its_own(one: Callable[[], Coroutine[Any, Any, Answer]]) -> Ans
     loop = asyncio.new_event_loop()
     try:
         return loop.run_until_complete(one())
+    except BaseExceptionGroup as group:
+        # an interrupt raised while a task group ran (a signal handler's exception, `up`'s
+        # guard.Signalled, raised inside anyio's connect task: httpcore connects through a task
+        # group, and anyio wraps what its tasks raise) comes out as itself, so the caller's
+        # `except` for it sees it; a CI run's SIGTERM during `up`'s ready wait printed the group
+        # as a traceback and exited 1 instead of 143
+        interrupt = _interrupt_in(group)
+        if interrupt is None:
+            raise
+        raise interrupt from None
     finally:
         try:  # as asyncio.run ends: cancel what is left (Ctrl-C mid-read), close the generators
             left = asyncio.all_tasks(loop)

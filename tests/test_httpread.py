@@ -121,3 +121,37 @@ def test_an_error_line_never_carries_control_sequences():
 def test_a_deadline_is_a_positive_number_of_seconds(bad):
     with pytest.raises(ValueError, match="deadline_s"):
         httpread.Policy(deadline_s=bad)
+
+
+class _Interrupt(BaseException):
+    """Stands for what a signal handler raises (``launch.guard.Signalled``: a BaseException)."""
+
+
+def test_an_interrupt_raised_inside_a_task_group_comes_out_as_itself(monkeypatch):
+    """httpcore connects through an anyio task group, and anyio wraps what a task raises in a
+    BaseExceptionGroup: a SIGTERM whose handler raised there reached `up` as a group (a
+    traceback, exit 1, in a CI run) instead of as the signal (exit 143). ``request`` unwraps it."""
+    import anyio
+
+    async def interrupted(client, method, url, **_kw):
+        async def task():
+            raise _Interrupt()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(task)
+            await anyio.sleep(5)
+
+    monkeypatch.setattr(httpread, "aread", interrupted)
+    t0 = time.monotonic()
+    with pytest.raises(_Interrupt):
+        httpread.request("GET", "http://127.0.0.1:9/health", policy=DEADLINE)
+    assert time.monotonic() - t0 < 2
+
+
+def test_an_ordinary_error_group_is_left_alone(monkeypatch):
+    async def failed(client, method, url, **_kw):
+        raise ExceptionGroup("two", [ValueError("a"), KeyError("b")])
+
+    monkeypatch.setattr(httpread, "aread", failed)
+    with pytest.raises(ExceptionGroup):
+        httpread.request("GET", "http://127.0.0.1:9/health", policy=DEADLINE)
