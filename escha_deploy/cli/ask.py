@@ -60,13 +60,8 @@ def register(app: typer.Typer) -> None:
             from escha_deploy.profile import profile_name
             from escha_deploy.watch.session import find_targets
 
-            from escha_deploy.launch.manage import NothingRunning
-
             name = profile_name(profile, list(set_ or [])) if profile else None
-            try:
-                targets = [t for t in find_targets(name, note=info) if t.url]
-            except NothingRunning:  # `status`'s words; said below as ask's, with its hint
-                targets = []
+            targets = [t for t in find_targets(name, note=info) if t.url]
             if not targets:
                 raise Refused(f"ask: nothing running{' for profile ' + name if name else ''}",
                               hint="start it with `escha-deploy up`, or name the server with --endpoint")

@@ -13,7 +13,8 @@ from escha_deploy.redact import Redactor, printable
 
 class NothingRunning(Refused):
     """No container of this tool (of the profile, when one is named) exists: exit 3. Its own
-    type so a command that looks for a server another way (``ask``) says it in its own words."""
+    type so the commands that look for a server (``status``, ``ask``: ``watch.session.find_targets``)
+    say it in their own words."""
 
 
 def _containers(profile: str | None, *, natives: bool) -> tuple[Any, list]:

@@ -117,15 +117,20 @@ def container_targets(profile: str | None) -> list[Target]:
 
 def find_targets(profile: str | None, note=lambda line: None) -> list[Target]:
     """Native servers (state files), then this tool's containers; ``note`` gets one line per
-    stale state file removed. With native servers found, Docker's errors (nothing running, no
-    daemon) do not matter; without, they are raised as ``status`` always raised them (exit 3)."""
+    stale state file removed. No container of the profile is no error (``[]`` when there is no
+    native server either: each caller says "nothing running" in its own words, ``status`` and
+    ``ask``). With native servers found, Docker's other errors (no daemon) do not matter; without,
+    they are raised as ``status`` always raised them (exit 3)."""
     from escha_deploy.errors import EschaError
+    from escha_deploy.launch.manage import NothingRunning
 
     nat, notes = native_targets(profile)
     for n in notes:
         note(n)
     try:
         con = container_targets(profile)
+    except NothingRunning:
+        con = []
     except EschaError:
         if not nat:
             raise
