@@ -132,6 +132,48 @@ def is_doctor_report(data: object) -> bool:
             and "checks" in data)
 
 
+def _gpus_of_an_earlier_report(gpus: dict, source: str | Path) -> tuple[dict, dict[str, str]]:
+    """A doctor report's ``facts.gpus`` in today's shape (``facts.gpus.GpuInventory``: one
+    ``GpuRecord`` per GPU, each with its pair facts), and the keys renamed on the way (today's
+    name -> the report's, for error messages). Reports written before escha-deploy kept one GPU
+    shape list each GPU's memory as ``vram_bytes`` and the pair facts at the top, keyed
+    ``"i-j"`` (``p2p``, ``topology``); a report in today's shape comes back as it is. Raises
+    ``BadInput`` for a pair key that is not ``"i-j"``."""
+    from .errors import BadInput
+
+    legacy = {k: gpus[k] for k in ("p2p", "topology") if k in gpus}
+    records = gpus.get("gpus")
+    old_memory = isinstance(records, list) and any(isinstance(g, dict) and "vram_bytes" in g for g in records)
+    if not legacy and not old_memory:
+        return gpus, {}
+    out = {k: v for k, v in gpus.items() if k not in legacy}
+    renamed: dict[str, str] = {}
+    pair_facts: dict[str, dict[tuple[int, int], str]] = {}
+    for key, facts in legacy.items():
+        if not isinstance(facts, dict):
+            raise BadInput(f"{source}: facts.gpus.{key}: Input should be a valid dictionary")
+        pair_facts[key] = {}
+        for pair, fact in facts.items():
+            i, sep, j = str(pair).partition("-")
+            if not (sep and i.isdigit() and j.isdigit()):
+                raise BadInput(f"{source}: facts.gpus.{key}: {pair!r} is not a GPU pair (\"i-j\", e.g. \"0-1\")")
+            pair_facts[key][int(i), int(j)] = fact
+    if isinstance(records, list):
+        fixed = []
+        for g in records:
+            if isinstance(g, dict):
+                g = dict(g)
+                if "vram_bytes" in g:
+                    g["memory_total_bytes"] = g.pop("vram_bytes")
+                    renamed["memory_total_bytes"] = "vram_bytes"
+                index = g.get("index")
+                for key, facts in pair_facts.items():
+                    g[key] = {str(j if index == i else i): f for (i, j), f in facts.items() if index in (i, j)}
+            fixed.append(g)
+        out["gpus"] = fixed
+    return out, renamed
+
+
 def facts_from_doctor_report(report: dict, source: str | Path = "report") -> FactsFile:
     """The facts file a saved doctor report describes: the one conversion ``plan --facts``,
     ``up``/``serve --facts`` and ``fleet plan`` share. ``host`` from ``facts.platform``,
@@ -166,10 +208,11 @@ def facts_from_doctor_report(report: dict, source: str | Path = "report") -> Fac
             host_allocator=probes.host_allocator, pinned_ceiling_bytes=pinned.largest_bytes,
             pinned_ceiling_reached=bool(pinned.reached),
             nccl_smoke_ok=probes.nccl[-1].ok if probes.nccl else None)
+    gpus, renamed = _gpus_of_an_earlier_report(facts.gpus, source) if facts.gpus else (None, {})
     try:
-        inv = GpuInventory.model_validate(facts.gpus) if facts.gpus else None
-    except ValidationError as exc:
-        raise BadInput(*(f"{source}: facts.gpus.{'.'.join(str(x) for x in e['loc'])}: {e['msg']}"
+        inv = GpuInventory.model_validate(gpus) if gpus else None
+    except ValidationError as exc:  # the key as the report spells it
+        raise BadInput(*(f"{source}: facts.gpus.{'.'.join(renamed.get(str(x), str(x)) for x in e['loc'])}: {e['msg']}"
                          for e in exc.errors()[:5])) from None
     image = facts.image
     try:

@@ -65,13 +65,14 @@ def peer_access(inv: GpuInventory | None, indices: Sequence[int], platform: str)
     brands = {by_index[i].brand for i in idx}
     consumer = bool(brands & CONSUMER_BRANDS)
     statuses = []
+    pairs = inv.p2p_pairs
     for a in range(len(idx)):
         for b in range(a + 1, len(idx)):
             i, j = sorted((idx[a], idx[b]))
-            statuses.append((f"{i}-{j}", inv.p2p.get(f"{i}-{j}", "not asked")))
+            statuses.append((f"{i}-{j}", pairs.get(f"{i}-{j}", "not asked")))
     bad = [(k, v) for k, v in statuses if v != "ok"]
     known_bad = [(k, v) for k, v in bad if v != "not asked"]
-    names = ", ".join(sorted({f"{by_index[i].name} ({by_index[i].brand or 'brand unknown'})" for i in idx}))
+    names = ", ".join(sorted({f"{by_index[i].label} ({by_index[i].brand or 'brand unknown'})" for i in idx}))
     p2p = ", ".join(f"{k}: {v}" for k, v in statuses)
     if platform == "wsl2":
         return PeerAccess(proven=False, denied=True, consumer=consumer, nvml=True,
@@ -152,7 +153,7 @@ def gpu_compat(inv: GpuInventory, indices: Sequence[int], *, profile_cc: str | N
     torch_cuda = image.get("torch_cuda")
     for g in group:
         cc = g.compute_capability
-        tag = f"GPU {g.index} ({g.name}, cc {cc or '?'})"
+        tag = f"GPU {g.index} ({g.label}, cc {cc or '?'})"
         if cc is None:
             rows.append(CompatRow("warn", f"gpu.compat.{g.index}", f"{tag}: NVML gave no compute capability",
                                   "install nvidia-ml-py and a driver that answers nvmlDeviceGetCudaComputeCapability"))

@@ -10,7 +10,7 @@ and P2P status may error there: an NVML error is recorded as the P2P status text
 
 from __future__ import annotations
 
-from .facts.gpus import GpuInfo, GpuInventory
+from .facts.gpus import GpuInventory, GpuRecord, with_pair_facts
 
 
 #: NVML P2P status codes (nvml.h ``nvmlGpuP2PStatus_t``) as words.
@@ -102,9 +102,9 @@ def query_nvml(pairs: list[tuple[int, int]] | None = None, nvml=None) -> GpuInve
             brand = _optional(nvml, "nvmlDeviceGetBrand", h)
             arch = _optional(nvml, "nvmlDeviceGetArchitecture", h)
             uuid = _optional(nvml, "nvmlDeviceGetUUID", h)
-            gpus.append(GpuInfo(
+            gpus.append(GpuRecord(
                 index=i, name=_text(nvml.nvmlDeviceGetName(h)),
-                vram_bytes=int(nvml.nvmlDeviceGetMemoryInfo(h).total),
+                memory_total_bytes=int(nvml.nvmlDeviceGetMemoryInfo(h).total), driver_version=driver,
                 compute_capability=f"{cc[0]}.{cc[1]}" if cc else None,
                 brand=None if brand is None else BRANDS.get(int(brand), f"brand {brand}"),
                 architecture=None if arch is None else ARCHITECTURES.get(int(arch), f"architecture {arch}"),
@@ -114,7 +114,8 @@ def query_nvml(pairs: list[tuple[int, int]] | None = None, nvml=None) -> GpuInve
                 pci_subsystem_id=None if pci is None else int(pci.pciSubSystemId)))
         if pairs is None:
             pairs = [(i, j) for i in range(len(handles)) for j in range(i + 1, len(handles))]
-        p2p, topology = {}, {}
+        p2p: dict[tuple[int, int], str] = {}
+        topology: dict[tuple[int, int], str] = {}
         # Some pynvml builds define NVML_P2P_CAPS_INDEX_READ as a 1-tuple, which ctypes cannot
         # pass (seen on the 2 x H200 machine, 2026-11-29): pass the plain int.
         index = nvml.NVML_P2P_CAPS_INDEX_READ
@@ -124,14 +125,14 @@ def query_nvml(pairs: list[tuple[int, int]] | None = None, nvml=None) -> GpuInve
                 continue
             try:
                 code = nvml.nvmlDeviceGetP2PStatus(handles[i], handles[j], index)
-                p2p[f"{i}-{j}"] = _P2P_STATUS.get(int(code), f"status {code}")
+                p2p[i, j] = _P2P_STATUS.get(int(code), f"status {code}")
             except (TypeError, ValueError, ctypes.ArgumentError) + errors as exc:
                 # a P2P answer is informative; never let it sink the whole inventory
-                p2p[f"{i}-{j}"] = f"error: {exc}"
+                p2p[i, j] = f"error: {exc}"
             level = _optional(nvml, "nvmlDeviceGetTopologyCommonAncestor", handles[i], handles[j])
             if level is not None:
-                topology[f"{i}-{j}"] = TOPOLOGY.get(int(level), f"level {level}")
+                topology[i, j] = TOPOLOGY.get(int(level), f"level {level}")
     finally:
         nvml.nvmlShutdown()
     return GpuInventory(source="nvml", driver_version=driver, cuda_driver_version=cuda_text,
-                        nccl_version=nccl_wheel_version(), gpus=gpus, p2p=p2p, topology=topology)
+                        nccl_version=nccl_wheel_version(), gpus=with_pair_facts(gpus, p2p, topology))

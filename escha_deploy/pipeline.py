@@ -169,8 +169,9 @@ class Gathered(NamedTuple):
 
     ``source``: the facts source it was gathered from; ``host``: the host facts (live,
     described, or from a facts file); ``model_dir``: what the model folder says (``None`` when
-    it is not here); ``gpus``: per-GPU records (``facts.gpus.GpuRecord``: NVML's, measured now,
-    or the facts file's; empty when neither); ``facts``: one ``facts.provenance.FactSource``
+    it is not here); ``gpus`` (a property): the GPU records of ``host.gpus``, the one inventory
+    (``facts.gpus.GpuRecord``: NVML's, measured now, or the facts file's; empty when neither);
+    ``facts``: one ``facts.provenance.FactSource``
     per fact, for ``up --dry-run`` and the launch spec; ``runtime``: the box's runtime (SGLang
     release, capabilities: ``facts.runtime.RuntimeFacts``) as the facts file's ``runtime``
     section gives it (``None``: not described), with ``runtime_where`` naming that section;
@@ -186,7 +187,6 @@ class Gathered(NamedTuple):
     source: FactsSource
     host: HostFacts
     model_dir: ModelDirFacts | None
-    gpus: tuple[GpuRecord, ...]
     facts: tuple[FactSource, ...]
     runtime: RuntimeFacts | None = None
     runtime_where: str = ""
@@ -198,6 +198,15 @@ class Gathered(NamedTuple):
     def sources(self) -> list[FactSource]:
         """Where each fact came from, in order (``facts``, as the launch spec carries them)."""
         return list(self.facts)
+
+    @property
+    def gpus(self) -> tuple[GpuRecord, ...]:
+        """The GPU records the host's inventory holds (``host.gpus``: NVML's, measured now, or
+        the facts file's; ``facts.gpus.records_from_inventory``), as the launch spec and a
+        written facts file keep them; empty when neither."""
+        from escha_deploy.facts.gpus import records_from_inventory
+
+        return tuple(records_from_inventory(self.host.gpus))
 
 def _fmt_bytes(n: int | None) -> str:
     from escha_deploy.units import fmt_gib
@@ -216,6 +225,7 @@ def gather(profile: Profile, source: FactsSource) -> Gathered:
     L3 directory checked when the server runs here (its problems are ``Gathered.l3_refusals``,
     never raised here). Raises ``BadInput`` for an unreadable facts file, config.json or a model
     folder without config.json or weights."""
+    from escha_deploy.facts.gpus import records_from_inventory
     from escha_deploy.host import gather_plan_inputs
     from escha_deploy.paths import doctor_findings_path
 
@@ -231,7 +241,6 @@ def gather(profile: Profile, source: FactsSource) -> Gathered:
         l3_path = CONTAINER_L3_DIR
     l3_refusals: list[str] = []
     sources: list[FactSource] = []
-    gpus: list[GpuRecord] = []
     ff: FactsFile | None = None
     facts_path = src.path if isinstance(src, FactsFileHost) else None
     origin = src.origin if isinstance(src, DescribedHost) else None
@@ -254,7 +263,6 @@ def gather(profile: Profile, source: FactsSource) -> Gathered:
         l3 = profile.hicache.storage_dir if profile.hicache.storage_backend_is_file else None
         host = ff.host_facts(platform=platform, l3_dir=l3, l3_free_bytes=host_only.l3_free_bytes if l3 else None,
                              l3_checked=host_only.l3_checked)
-        gpus = list(ff.gpus)
         where = f"facts file {src.path}"
         sources += [FactSource(fact="platform", value=host.platform, source=where if platform is None else
                                "--wsl2/--linux", kind="facts_file" if platform is None else "command_line"),
@@ -272,10 +280,6 @@ def gather(profile: Profile, source: FactsSource) -> Gathered:
             use_findings=findings, l3_refusals=l3_refusals)
         if origin is not None:
             host = host.model_copy(update={"origin": origin})
-        if host.gpus is not None:
-            from escha_deploy.facts.file import records_from_inventory
-
-            gpus = records_from_inventory(host.gpus)
         live = host.source == "live"
         where = "measured now (/proc/meminfo, the cgroup files)" if live else origin or "--host-ram"
         described: ProvenanceKind = "command_line" if origin is None else "fleet_file"
@@ -329,6 +333,7 @@ def gather(profile: Profile, source: FactsSource) -> Gathered:
         per_rank, wsrc = profile_weights_per_rank(profile)
         sources.append(FactSource(fact="model", value=_fmt_bytes(per_rank) + " per rank",
                                   source=f"profile ({wsrc}, model.architecture): no model folder here", kind="profile"))
+    gpus = records_from_inventory(host.gpus)  # the facts file's records, or NVML's measured now
     sources.append(FactSource(fact="GPUs", value=str(len(gpus)) + " described" if gpus else "not described",
                               source=(f"facts file {facts_path}" if facts_path else "NVML, measured now") if gpus
                               else "profile (runtime.tp_size)",
@@ -341,7 +346,7 @@ def gather(profile: Profile, source: FactsSource) -> Gathered:
             " of MTP tensors" if draft.own_folder else " of safetensors") + f", {draft.num_layers or '?'} layers",
             source=f"the draft folder {draft.path}", kind="measurement"))
     runtime = ff.runtime if ff is not None else None
-    return Gathered(source, host, model_dir, tuple(gpus), tuple(sources), runtime=runtime,
+    return Gathered(source, host, model_dir, tuple(sources), runtime=runtime,
                     runtime_where=f"facts file {facts_path} runtime" if runtime is not None else "",
                     facts_file=ff, draft=draft, l3_refusals=tuple(l3_refusals))
 

@@ -253,14 +253,15 @@ def check_gpus(f: DoctorFacts) -> list[Check]:
         return [warn("gpu.inventory", _no_gpu_detail(f), NO_GPU_FIX)]
     names: dict[str, int] = {}
     for gpu in g.gpus:
-        key = f"{gpu.name} {_gib(gpu.vram_bytes)} cc {gpu.compute_capability or '?'}"
+        key = f"{gpu.label} {_gib(gpu.memory_total_bytes)} cc {gpu.compute_capability or '?'}"
         names[key] = names.get(key, 0) + 1
     gpus = ", ".join(f"{n} x {k}" for k, n in names.items())
     rows = [ok("gpu.inventory", f"{gpus}; driver {g.driver_version or '?'}, NCCL {g.nccl_version or 'unknown'} "
                f"(via {g.source})")]
-    if g.p2p:
-        p2p = ", ".join(f"{pair}: {status}" for pair, status in g.p2p.items())
-        topo = ", ".join(f"{pair}: {level}" for pair, level in g.topology.items())
+    pairs = g.p2p_pairs
+    if pairs:
+        p2p = ", ".join(f"{pair}: {status}" for pair, status in pairs.items())
+        topo = ", ".join(f"{pair}: {level}" for pair, level in g.topology_pairs.items())
         rows.append(ok("gpu.p2p", f"NVML P2P read status {p2p}" + (f"; topology {topo}" if topo else "")))
     if g.count >= 2:
         pa = peer_access(g, range(g.count), f.platform)
@@ -476,9 +477,11 @@ def profile_checks(f: DoctorFacts, need: ProfileNeeds) -> list[Check]:
     else:
         rows.append(ok("profile.gpus", f"{g.count} GPU(s) for tp_size {need.tp_size}", profile=True))
     if g.count:
-        small = [gpu for gpu in g.gpus[:want] if gpu.vram_bytes < VRAM_TOLERANCE * need.gpu_vram_bytes]
+        # NVML and nvidia-smi always give the memory; a record without it is not judged
+        small = [gpu for gpu in g.gpus[:want] if gpu.memory_total_bytes is not None
+                 and gpu.memory_total_bytes < VRAM_TOLERANCE * need.gpu_vram_bytes]
         if small:
-            rows.append(fail("profile.vram", f"GPU {small[0].index} has {_gib(small[0].vram_bytes)}; "
+            rows.append(fail("profile.vram", f"GPU {small[0].index} has {_gib(small[0].memory_total_bytes)}; "
                              f"{need.name} plans for {_gib(need.gpu_vram_bytes)} each",
                              "use a profile whose hardware.gpu_vram matches these cards", profile=True))
         else:

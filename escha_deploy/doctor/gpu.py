@@ -10,7 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ..facts.gpus import GpuInfo, GpuInventory
+from ..facts.gpus import GpuInventory, GpuRecord
 from ..nvml import nccl_wheel_version, query_nvml
 
 #: ``nvidia-smi`` query used as the fallback; ``compute_cap`` needs driver 510 or newer.
@@ -20,15 +20,16 @@ NVIDIA_SMI_QUERY = "index,name,memory.total,compute_cap,driver_version"
 def parse_nvidia_smi(csv_text: str) -> GpuInventory:
     """Parse ``nvidia-smi --query-gpu=<NVIDIA_SMI_QUERY> --format=csv,noheader,nounits``
     (memory.total in MiB). Raises ``ValueError`` on a malformed line."""
-    gpus: list[GpuInfo] = []
+    gpus: list[GpuRecord] = []
     driver = None
     for line in csv_text.strip().splitlines():
         fields = [f.strip() for f in line.split(",")]
         if len(fields) != 5:
             raise ValueError(f"nvidia-smi: expected 5 fields, got {line!r}")
         index, name, mib, cc, driver = fields
-        gpus.append(GpuInfo(index=int(index), name=name, vram_bytes=int(float(mib)) * 2**20,
-                            compute_capability=None if cc in ("", "[N/A]", "N/A") else cc))
+        gpus.append(GpuRecord(index=int(index), name=name, memory_total_bytes=int(float(mib)) * 2**20,
+                              compute_capability=None if cc in ("", "[N/A]", "N/A") else cc,
+                              driver_version=driver or None))
     return GpuInventory(source="nvidia-smi", driver_version=driver, gpus=gpus,
                         nccl_version=nccl_wheel_version())
 

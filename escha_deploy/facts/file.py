@@ -1,9 +1,8 @@
 """The facts file's models (pure: no I/O): ``FactsFile`` with its ``host`` section
 (``HostSection``: what the server's kernel reports), doctor's ``findings``
 (``facts.findings.DoctorFindings``), one ``GpuRecord`` per GPU and the optional ``runtime``
-(``facts.runtime.RuntimeFacts``); and the two conversions between NVML's inventory
-(``facts.gpus.GpuInventory``, pair facts keyed ``"i-j"``) and the per-GPU records (pair facts on
-both GPUs). ``factsfile`` reads and writes the file. Bytes are ``int``; types are strict (JSON's
+(``facts.runtime.RuntimeFacts``). The GPU records are ``facts.gpus``'s, the same shape an NVML
+inventory holds. ``factsfile`` reads and writes the file. Bytes are ``int``; types are strict (JSON's
 own: an int is no string, no bool, no float).
 """
 
@@ -15,7 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
 from .findings import DoctorFindings
-from .gpus import MAX_FACT_BYTES, GpuIndexKey, GpuInfo, GpuInventory, GpuRecord  # noqa: F401 (re-exported)
+from .gpus import (MAX_FACT_BYTES, GpuIndexKey, GpuInventory, GpuRecord,  # noqa: F401 (re-exported)
+                   inventory_from_records, records_from_inventory)
 from .host import HostFacts, Platform
 from .runtime import RuntimeFacts
 
@@ -100,52 +100,6 @@ class FactsFile(BaseModel):
                                     hugetlb_bytes=host.hugetlb_bytes, cgroup_limit_bytes=host.cgroup_limit_bytes,
                                     host_id=host.host_id),
                    findings=findings, gpus=list(gpus), runtime=runtime)
-
-
-def records_from_inventory(inv: GpuInventory | None) -> list[GpuRecord]:
-    """One ``GpuRecord`` per GPU of an NVML inventory (``facts.gpus.GpuInventory``); the pair
-    facts (P2P status, topology) go on both GPUs of each pair."""
-    if inv is None or inv.source != "nvml":
-        return []
-    out = []
-    for g in inv.gpus:
-        p2p: dict[str, str] = {}
-        topo: dict[str, str] = {}
-        for pair, status in inv.p2p.items():
-            i, j = (int(x) for x in pair.split("-"))
-            if g.index in (i, j):
-                p2p[str(j if g.index == i else i)] = status
-        for pair, level in inv.topology.items():
-            i, j = (int(x) for x in pair.split("-"))
-            if g.index in (i, j):
-                topo[str(j if g.index == i else i)] = level
-        out.append(GpuRecord(index=g.index, name=g.name, uuid=g.uuid, pci_bus_id=g.pci_bus_id,
-                             memory_total_bytes=g.vram_bytes, compute_capability=g.compute_capability,
-                             driver_version=inv.driver_version, brand=g.brand, architecture=g.architecture,
-                             pci_device_id=g.pci_device_id, pci_subsystem_id=g.pci_subsystem_id,
-                             p2p=p2p, topology=topo))
-    return out
-
-
-def inventory_from_records(records: list[GpuRecord]) -> GpuInventory | None:
-    """The NVML inventory the records describe (``None`` for no records), so a plan from a
-    facts file decides peer access as a plan from NVML does."""
-    if not records:
-        return None
-    gpus = [GpuInfo(index=r.index, name=r.name or f"GPU {r.index}", vram_bytes=r.memory_total_bytes or 0,
-                    compute_capability=r.compute_capability, brand=r.brand, architecture=r.architecture,
-                    uuid=r.uuid, pci_bus_id=r.pci_bus_id, pci_device_id=r.pci_device_id,
-                    pci_subsystem_id=r.pci_subsystem_id) for r in records]
-    p2p: dict[str, str] = {}
-    topo: dict[str, str] = {}
-    for r in records:
-        for other, status in r.p2p.items():
-            i, j = sorted((r.index, int(other)))
-            p2p.setdefault(f"{i}-{j}", status)
-        for other, level in r.topology.items():
-            i, j = sorted((r.index, int(other)))
-            topo.setdefault(f"{i}-{j}", level)
-    return GpuInventory(source="nvml", driver_version=records[0].driver_version, gpus=gpus, p2p=p2p, topology=topo)
 
 
 def facts_json_schema() -> dict[str, Any]:

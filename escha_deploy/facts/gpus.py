@@ -1,6 +1,7 @@
-"""The GPUs as the planner reads them: NVML's inventory (``GpuInventory``, one ``GpuInfo`` per
-GPU, P2P status and topology per pair), one GPU as a facts file and the launch spec record it
-(``GpuRecord``; ``facts.file`` converts between the two) and which architectures a kernel build runs on
+"""The GPUs as the planner reads them: one shape per GPU (``GpuRecord``: what NVML, ``nvidia-smi``
+or a facts file said of it, with its P2P status and topology towards each other GPU), the same
+record in a facts file, a doctor report and a launch spec; a host's inventory (``GpuInventory``:
+the records and where they came from); and which architectures a kernel build runs on
 (``runs_on``). Pure: no I/O; ``nvml.query_nvml`` and ``doctor.gpu`` fill the inventory,
 ``doctor.kernel_archs`` reads the architectures out of a library's fat binary.
 
@@ -18,60 +19,6 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, StringConstraints
 
 
-#: A pair of GPU indexes as ``p2p``/``topology`` keys: ``"0-1"``.
-GpuPairKey = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,4}-[0-9]{1,4}$")]
-
-
-class GpuInfo(BaseModel):
-    """One GPU as NVML reports it. ``vram_bytes`` is ``nvmlDeviceGetMemoryInfo().total``
-    (bytes); ``compute_capability`` as ``"9.0"``; ``brand`` the ``nvmlBrandType_t`` word
-    (``nvml.BRANDS``: GeForce, Titan, NVIDIA RTX, Tesla, NVIDIA, ...); ``pci_device_id`` and
-    ``pci_subsystem_id`` are ``nvmlPciInfo_t.pciDeviceId``/``pciSubSystemId`` (device id in the
-    high 16 bits, vendor id 0x10de in the low 16); ``architecture`` the
-    ``nvmlDeviceArchitecture_t`` word. ``nvidia-smi`` fills only the first four fields."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
-    index: int
-    name: str
-    vram_bytes: int
-    compute_capability: str | None = None
-    brand: str | None = None
-    architecture: str | None = None
-    uuid: str | None = None
-    pci_bus_id: str | None = None
-    pci_device_id: int | None = None
-    pci_subsystem_id: int | None = None
-
-
-class GpuInventory(BaseModel):
-    """What the GPU sources said. ``source`` is ``none`` when no GPU was found; then
-    ``reasons`` holds one line per source tried (``NVML: ...``, ``nvidia-smi: ...``).
-
-    ``p2p`` maps ``"i-j"`` to NVML's P2P read status for that pair (``ok``, ``not supported``,
-    ``chipset not supported``, ... or ``error: ...``); ``topology`` maps ``"i-j"`` to
-    ``nvmlDeviceGetTopologyCommonAncestor`` as a word (``nvml.TOPOLOGY``: same board, one PCIe
-    switch, host bridge, NUMA node, across CPUs). ``nccl_version`` is the version of the
-    installed NCCL wheel (``nvidia-nccl-cu13``/``-cu12``), when one is installed.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
-    source: str = Field(description="nvml, nvidia-smi or none")
-    driver_version: str | None = None
-    cuda_driver_version: str | None = None
-    nccl_version: str | None = None
-    gpus: list[GpuInfo] = Field(default_factory=list)
-    p2p: dict[GpuPairKey, str] = Field(default_factory=dict)
-    topology: dict[GpuPairKey, str] = Field(default_factory=dict)
-    reasons: list[str] = Field(default_factory=list)
-
-    @property
-    def count(self) -> int:
-        """How many GPUs the inventory lists."""
-        return len(self.gpus)
-
-
 #: The largest byte count a fact may hold: the profile's cap on any size (``units.MAX_SIZE``,
 #: 1 PiB), so a described host of 1e30 bytes is refused as a profile size of 1e30 is.
 MAX_FACT_BYTES = 2**50
@@ -80,10 +27,16 @@ GpuIndexKey = Annotated[str, StringConstraints(strict=True, pattern=r"^[0-9]{1,4
 
 
 class GpuRecord(BaseModel):
-    """One GPU as NVML reports it (``nvmlDeviceGetMemoryInfo``, ``nvmlDeviceGetCudaComputeCapability``,
-    ``nvmlDeviceGetPciInfo``). Only ``index`` is required, so a hand-written file can list what it
-    knows. The planner reads brand and P2P status (``gpu_facts.peer_access``: the launch flags
-    follow them); all of it is part of the digest."""
+    """One GPU, the one shape every reader fills and every consumer reads: NVML's answers
+    (``nvml.query_nvml``: ``nvmlDeviceGetMemoryInfo``, ``nvmlDeviceGetCudaComputeCapability``,
+    ``nvmlDeviceGetPciInfo``, ...), ``nvidia-smi``'s (index, name, memory, compute capability,
+    driver) or a facts file's. Only ``index`` is required, so a hand-written file can list what
+    it knows. ``p2p`` and ``topology`` hold this GPU's facts towards each other GPU (``"1"`` ->
+    the word); a pair's fact is on both of its GPUs. ``brand`` is the ``nvmlBrandType_t`` word
+    (``nvml.BRANDS``); ``pci_device_id``/``pci_subsystem_id`` are ``nvmlPciInfo_t``'s (device id
+    in the high 16 bits, vendor id 0x10de in the low 16). The planner reads brand and P2P status
+    (``gpu_facts.peer_access``: the launch flags follow them); in a facts file and a launch spec
+    all of it is part of the digest."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
     index: StrictInt = Field(ge=0, le=4095, description="CUDA/NVML device index")
@@ -102,6 +55,83 @@ class GpuRecord(BaseModel):
                                         "nvmlDeviceGetP2PStatus (read) as a word: ok, not supported, ...")
     topology: dict[GpuIndexKey, StrictStr] = Field(default_factory=dict, description="other GPU index -> "
                                              "nvmlDeviceGetTopologyCommonAncestor as a word")
+
+    @property
+    def label(self) -> str:
+        """The GPU's name, or ``GPU <index>`` where its source gave none."""
+        return self.name or f"GPU {self.index}"
+
+
+class GpuInventory(BaseModel):
+    """What the GPU sources said of a host: one ``GpuRecord`` per GPU. ``source`` is ``none``
+    when no GPU was found; then ``reasons`` holds one line per source tried (``NVML: ...``,
+    ``nvidia-smi: ...``). ``nccl_version`` is the version of the installed NCCL wheel
+    (``nvidia-nccl-cu13``/``-cu12``), when one is installed. The pair facts live on the records;
+    ``p2p_pairs``/``topology_pairs`` list them by pair."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    source: str = Field(description="nvml, nvidia-smi or none")
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+    nccl_version: str | None = None
+    gpus: list[GpuRecord] = Field(default_factory=list)
+    reasons: list[str] = Field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        """How many GPUs the inventory lists."""
+        return len(self.gpus)
+
+    @property
+    def p2p_pairs(self) -> dict[str, str]:
+        """``"i-j"`` (i < j) -> NVML's P2P read status of the pair (``ok``, ``not supported``,
+        ``chipset not supported``, ... or ``error: ...``)."""
+        return _by_pair(self.gpus, "p2p")
+
+    @property
+    def topology_pairs(self) -> dict[str, str]:
+        """``"i-j"`` (i < j) -> ``nvmlDeviceGetTopologyCommonAncestor`` of the pair as a word
+        (``nvml.TOPOLOGY``: same board, one PCIe switch, host bridge, NUMA node, across CPUs)."""
+        return _by_pair(self.gpus, "topology")
+
+
+def _by_pair(gpus: Sequence[GpuRecord], which: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for g in gpus:
+        for other, fact in getattr(g, which).items():
+            i, j = sorted((g.index, int(other)))
+            out.setdefault(f"{i}-{j}", fact)
+    return out
+
+
+def with_pair_facts(gpus: Sequence[GpuRecord], p2p: Mapping[tuple[int, int], str],
+                    topology: Mapping[tuple[int, int], str]) -> list[GpuRecord]:
+    """``gpus`` with each pair's facts (``(i, j)`` -> the word, as NVML was asked them) put on
+    both of the pair's records."""
+    out = []
+    for g in gpus:
+        mine = {name: {str(j if g.index == i else i): fact for (i, j), fact in facts.items() if g.index in (i, j)}
+                for name, facts in (("p2p", p2p), ("topology", topology))}
+        out.append(g.model_copy(update=mine))
+    return out
+
+
+def records_from_inventory(inv: GpuInventory | None) -> list[GpuRecord]:
+    """The records of an NVML inventory, as a facts file, a launch spec and ``Gathered.gpus``
+    keep them (an ``nvidia-smi`` inventory, which cannot tell brand or P2P, gives none)."""
+    if inv is None or inv.source != "nvml":
+        return []
+    return list(inv.gpus)
+
+
+def inventory_from_records(records: Sequence[GpuRecord]) -> GpuInventory | None:
+    """The NVML inventory of a facts file's records (``None`` for no records), so a plan from a
+    facts file decides peer access as a plan from NVML does: the records themselves, nothing
+    converted; the driver is the first record's."""
+    if not records:
+        return None
+    return GpuInventory(source="nvml", driver_version=records[0].driver_version, gpus=list(records))
 
 
 def runs_on(archs: Mapping[str, Sequence[int]], cc: str) -> bool:

@@ -59,12 +59,12 @@ def test_plan_hints_for_a_profile_file_run_as_printed(cli, myseed):
 
 def test_doctor_fixes_for_a_profile_file_run_as_printed(myseed):
     """doctor's fixes, with a recorded NVML answer of two RTX 5060 Ti (a stand-in: no GPU here)."""
-    from escha_deploy.facts.gpus import GpuInfo, GpuInventory
+    from escha_deploy.facts.gpus import GpuInventory, GpuRecord
     from escha_deploy.doctor.hostinfo import DockerFacts
     from escha_deploy.doctor.run import run_doctor
     from escha_deploy.units import GiB
 
-    two = GpuInventory(source="nvml", gpus=[GpuInfo(index=i, name="NVIDIA GeForce RTX 5060 Ti", vram_bytes=16 * GiB)
+    two = GpuInventory(source="nvml", gpus=[GpuRecord(index=i, name="NVIDIA GeForce RTX 5060 Ti", memory_total_bytes=16 * GiB)
                                             for i in range(2)])
     r = run_doctor("myseed.yaml", probes=False, findings_path=myseed / "d.json",
                    docker=lambda: DockerFacts(reachable=False), gpus=lambda: two)

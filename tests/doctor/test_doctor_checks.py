@@ -11,7 +11,7 @@ import pytest
 
 from escha_deploy.doctor.checks import ProfileNeeds, host_checks, profile_checks
 from escha_deploy.doctor.facts import DoctorFacts, ProbeFacts, gather_facts
-from escha_deploy.facts.gpus import GpuInfo, GpuInventory
+from escha_deploy.facts.gpus import GpuInventory, GpuRecord
 from escha_deploy.doctor.hostinfo import DockerFacts, classify_docker_info
 from escha_deploy.doctor.probes import PinnedCeiling
 from escha_deploy.doctor.report import DoctorReport
@@ -21,8 +21,9 @@ from escha_deploy.units import GB, GiB
 FIXTURES = Path(__file__).parent / "fixtures"
 NO_GPU = GpuInventory(source="none", reasons=["NVML: nvidia-ml-py not installed", "nvidia-smi: not found"])
 TWO_5060 = GpuInventory(source="nvml", driver_version="596.49", nccl_version="2.28.3", gpus=[
-    GpuInfo(index=i, name="NVIDIA GeForce RTX 5060 Ti", vram_bytes=16303 * 2**20, compute_capability="12.0")
-    for i in range(2)], p2p={"0-1": "not supported"})
+    GpuRecord(index=i, name="NVIDIA GeForce RTX 5060 Ti", memory_total_bytes=16303 * 2**20, compute_capability="12.0",
+              p2p={str(1 - i): "not supported"})
+    for i in range(2)])
 UNREACHABLE = DockerFacts(reachable=False, error="Error while fetching server API version")
 NEED = ProfileNeeds(name="rtx5060ti-tp2", gpu_count=2, gpu_vram_bytes=12 * GiB, gpu_name="GeForce RTX 5060 Ti",
                     tp_size=2, hicache_enabled=True, pinned_per_rank_bytes=2_598_813_696)
@@ -141,13 +142,13 @@ def test_nccl_failure_fails_the_profile():
 
 @pytest.mark.parametrize("vram, status", [(16303 * 2**20, "ok"), (int(11.9 * GiB), "ok"), (8 * GiB, "fail")])
 def test_vram_against_profile(vram, status):
-    gpus = GpuInventory(source="nvml", gpus=[GpuInfo(index=i, name="NVIDIA GeForce RTX 5060 Ti", vram_bytes=vram)
+    gpus = GpuInventory(source="nvml", gpus=[GpuRecord(index=i, name="NVIDIA GeForce RTX 5060 Ti", memory_total_bytes=vram)
                                              for i in range(2)])
     assert by_id(profile_checks(facts("linux-host", gpus=gpus), NEED))["profile.vram"].status == status
 
 
 def test_one_gpu_for_tp2_fails():
-    gpus = GpuInventory(source="nvml", gpus=[GpuInfo(index=0, name="NVIDIA H200", vram_bytes=143771 * 2**20)])
+    gpus = GpuInventory(source="nvml", gpus=[GpuRecord(index=0, name="NVIDIA H200", memory_total_bytes=143771 * 2**20)])
     rows = by_id(profile_checks(facts("linux-host", gpus=gpus), NEED))
     assert rows["profile.gpus"].status == "fail" and "found 1" in rows["profile.gpus"].detail
     assert "profile.nccl" not in rows

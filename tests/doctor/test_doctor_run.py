@@ -13,7 +13,7 @@ import pytest
 
 from escha_deploy.doctor.checks import ProfileNeeds
 from escha_deploy.doctor.facts import gather_facts
-from escha_deploy.facts.gpus import GpuInfo, GpuInventory
+from escha_deploy.facts.gpus import GpuInventory, GpuRecord
 from escha_deploy.doctor.hostinfo import DockerFacts
 from escha_deploy.doctor.probes import run_pinned_ceiling, run_store_case
 from escha_deploy.doctor.run import _reusable, pinned_target, run_doctor, run_probes
@@ -160,8 +160,8 @@ def test_reusable(saved, target, world, reuse):
 def test_run_probes_reuses_fresh_findings_without_running_anything(tmp_path):
     """The GPU inventory here is a recorded value (a stand-in: no GPU on this machine); with a
     fresh saved answer for this host, no probe process starts."""
-    two = GpuInventory(source="nvml", gpus=[GpuInfo(index=i, name="NVIDIA GeForce RTX 5060 Ti",
-                                                    vram_bytes=16 * GiB) for i in range(2)])
+    two = GpuInventory(source="nvml", gpus=[GpuRecord(index=i, name="NVIDIA GeForce RTX 5060 Ti",
+                                                    memory_total_bytes=16 * GiB) for i in range(2)])
     f = gather_facts(FIXTURES / "wsl2-distro-engine", {}, docker=lambda: DockerFacts(reachable=False),
                      gpus=lambda: two)
     saved = _saved(0, GiB // 2, True).model_copy(update={"host_id": f.host_id,

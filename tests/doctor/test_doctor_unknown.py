@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from escha_deploy.facts.gpus import GpuInfo, GpuInventory
+from escha_deploy.facts.gpus import GpuInventory, GpuRecord
 from escha_deploy.doctor.hostinfo import DockerFacts
 from escha_deploy.doctor.run import run_doctor
 from escha_deploy.factsfile import facts_from_doctor_report
@@ -19,7 +19,7 @@ from escha_deploy.units import GiB
 from conftest import cuda_available
 
 TWO_5060TI = GpuInventory(source="nvml", driver_version="581.57", gpus=[
-    GpuInfo(index=i, name="NVIDIA GeForce RTX 5060 Ti", vram_bytes=16 * GiB, compute_capability="12.0")
+    GpuRecord(index=i, name="NVIDIA GeForce RTX 5060 Ti", memory_total_bytes=16 * GiB, compute_capability="12.0")
     for i in range(2)])
 
 

@@ -45,14 +45,14 @@ def test_h200_record_reads_as_nvml_facts():
     assert (inv.source, inv.driver_version, inv.cuda_driver_version) == ("nvml", "580.159.04", "13.0")
     assert (g.name, g.brand, g.architecture, g.compute_capability) == ("NVIDIA H200", "NVIDIA", "Hopper", "9.0")
     assert (g.pci_device_id >> 16, g.pci_device_id & 0xFFFF) == (0x2335, 0x10DE)  # H200, NVIDIA's vendor id
-    assert g.vram_bytes == 150_754_820_096 and g.pci_bus_id == "00000000:00:06.0"
+    assert g.memory_total_bytes == 150_754_820_096 and g.driver_version == "580.159.04" and g.pci_bus_id == "00000000:00:06.0"
 
 
 def test_b35_consumer_pair_without_p2p_gets_the_flags_whatever_its_name():
     """B35: the profile's free-text name says nothing ('RTX 4090', no 'GeForce'); NVML's brand
     and P2P status put --disable-custom-all-reduce in argv and NCCL_P2P_DISABLE=1 in env."""
     inv = recorded_inventory("nvml-2x-rtx4090.json")
-    assert inv.p2p == {"0-1": "not supported"} and inv.gpus[0].brand == "GeForce"
+    assert inv.p2p_pairs == {"0-1": "not supported"} and inv.gpus[0].brand == "GeForce"
     args, env, p = _launch(inv, B35_SETS)
     assert "--disable-custom-all-reduce" in args and env["NCCL_P2P_DISABLE"] == "1"
     assert not p.peer_access.proven and p.peer_access.consumer
@@ -83,7 +83,7 @@ def test_p2p_error_or_missing_pair_is_not_proof():
     rec = json.loads((FIXTURES / "nvml-2x-h200-p2p.json").read_text())
     rec["nvmlDeviceGetP2PStatus"]["0-1"]["NVML_P2P_CAPS_INDEX_READ"] = {"error": "Unknown Error"}
     inv = recorded_inventory(rec)
-    assert inv.p2p["0-1"].startswith("error:")
+    assert inv.p2p_pairs["0-1"].startswith("error:")
     assert not peer_access(inv, [0, 1], "linux").proven
     assert not peer_access(recorded_inventory("nvml-h200.json"), [0, 1], "linux").proven  # GPU 1 absent
 
@@ -222,7 +222,9 @@ def test_gpu_records_travel_in_the_facts_file_and_decide_the_flags(tmp_path):
     assert g[0].brand == "GeForce" and g[0].p2p == {"1": "not supported"} and g[1].p2p == {"0": "not supported"}
     assert g[0].pci_device_id >> 16 == 0x2684
     back = inventory_from_records(list(g))
-    assert back.p2p == {"0-1": "not supported"} and back.gpus[1].brand == "GeForce"
+    assert back.p2p_pairs == {"0-1": "not supported"} and back.gpus[1].brand == "GeForce"
+    # one GPU shape: the facts file's records are the inventory's, nothing lost either way
+    assert back.gpus == list(g) == recorded_inventory("nvml-2x-rtx4090.json").gpus
     assert docs["nvml-2x-rtx4090.json.plan"]["peer_access"]["proven"] is False
     assert docs["nvml-2x-h200-p2p.json.plan"]["peer_access"]["proven"] is True
     # the launch's digest covers the GPU records (and the flags they decide)
@@ -252,3 +254,30 @@ def test_fatbin_reader_on_a_real_library_of_the_pinned_wheel():
     assert library_archs([lib])["sass"] == [80, 89, 90, 100, 120]
     assert library_archs([FIXTURES / "nvml-h200.json"]) == {"sass": [], "ptx": []}
     assert library_archs([sys.executable]) == {"sass": [], "ptx": []}
+
+
+def test_a_doctor_report_carries_the_gpu_records_and_an_earlier_report_still_reads(tmp_path):
+    """One GPU shape from NVML to a doctor report to ``plan --facts``: the report's
+    ``facts.gpus`` holds the inventory's ``GpuRecord``s and reads back to the same records. A
+    report in the shape written before (each GPU's ``vram_bytes``, the pair facts at the top
+    keyed ``"i-j"``) reads to the same records. NVML is a recorded answer (a stand-in: no GPU
+    here); doctor runs for real, its probes off."""
+    import copy
+
+    from escha_deploy.doctor.run import run_doctor
+    from escha_deploy.factsfile import facts_from_doctor_report
+
+    inv = recorded_inventory("nvml-2x-rtx4090.json")
+    r = run_doctor(None, probes=False, findings_path=tmp_path / "d.json", docker=lambda: DockerFacts(reachable=False),
+                   gpus=lambda: inv)
+    report = json.loads(r.model_dump_json())
+    assert report["facts"]["gpus"]["gpus"][0]["p2p"] == {"1": "not supported"}
+    assert "p2p" not in report["facts"]["gpus"] and "vram_bytes" not in report["facts"]["gpus"]["gpus"][0]
+    assert facts_from_doctor_report(report).gpus == inv.gpus
+    earlier = copy.deepcopy(report)
+    gpus = earlier["facts"]["gpus"]
+    gpus["p2p"], gpus["topology"] = inv.p2p_pairs, inv.topology_pairs
+    for g in gpus["gpus"]:
+        g["vram_bytes"] = g.pop("memory_total_bytes")
+        del g["p2p"], g["topology"]
+    assert facts_from_doctor_report(earlier).gpus == inv.gpus
