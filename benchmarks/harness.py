@@ -18,7 +18,8 @@ Pairs (the references are fixed; docs/performance.md explains each):
   import line, in the same rounds as ``plan``: a change measured before and after side by side.
 - ``floors`` (no goal; what the libraries cost before escha-deploy runs a line): the import line
   plus one pydantic model built and validated, and the import line plus ``import docker``, each
-  against the import line.
+  against the import line; and the import line plus the reference profile loaded and validated
+  (the first step of every ``plan``, the least a ``plan`` that validates with pydantic costs).
 
 Each round runs every pair once, the two commands back to back in alternating order (one
 ``hyperfine -N --runs 1`` call each), so slow spells of a shared machine hit both sides. The
@@ -170,6 +171,11 @@ def help_pair() -> Pair:
 #: The import line, then the first pydantic model of a run: pydantic's model machinery
 #: (``import pydantic`` loads only the package's lazy top), its plugin lookup, one schema build.
 PYDANTIC_FLOOR = IMPORT_LINE + "\nfrom pydantic import BaseModel\nclass A(BaseModel):\n    x: int\nA(x=1)"
+#: The import line, then the reference profile read and validated as every `plan` does first
+#: (``profile.loading.load_profile``: YAML with positions, its base merged, 17 pydantic models
+#: built and validated, the release's images read for the defaults): the least a `plan` that
+#: keeps pydantic for the profile can cost, before it plans anything.
+PROFILE_FLOOR = IMPORT_LINE + "\nfrom escha_deploy.profile.loading import load_profile\nload_profile('rtx5060ti-tp2')"
 
 
 def floor_pairs() -> list[Pair]:
@@ -179,6 +185,9 @@ def floor_pairs() -> list[Pair]:
     return [
         Pair("floor-pydantic", "floor: the import line + one pydantic model built and validated",
              [py, "-c", PYDANTIC_FLOOR], "same import line", ref, goal_ratio=None),
+        Pair("floor-profile", "floor: the import line + the reference profile loaded and validated "
+             "(`profile.loading.load_profile`: what every `plan` does first)",
+             [py, "-c", PROFILE_FLOOR], "same import line", ref, goal_ratio=None),
         Pair("floor-docker", "floor: the import line + `import docker` (docker-py, requests, urllib3)",
              [py, "-c", IMPORT_LINE + ", docker"], "same import line", ref, goal_ratio=None),
     ]

@@ -84,3 +84,19 @@ def test_cpu_time_leaves_out_the_time_asleep(h, monkeypatch):
     spin = [sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass"]
     asleep, busy = h.hyperfine([["sleep", "0.2"], spin], None, None)
     assert asleep < 0.05 and busy >= 0.2
+
+
+def test_every_floor_command_runs_and_the_profile_floor_validates_the_reference_profile(h):
+    """Each floor's two commands run as the harness would start them (exit 0); the profile
+    floor loads the profile `plan` is timed on, through escha-deploy's loader and its models."""
+    pairs = {p.key: p for p in h.floor_pairs()}
+    assert set(pairs) == {"floor-pydantic", "floor-profile", "floor-docker"}
+    for p in pairs.values():
+        for argv in (p.cmd, p.ref):
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, (p.key, r.stderr)
+    probe = pairs["floor-profile"].cmd[:2] + [pairs["floor-profile"].cmd[2] + (
+        "\nimport sys; print(sorted(m for m in sys.modules if m.startswith('escha_deploy.profile.models')))")]
+    out = subprocess.run(probe, capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "escha_deploy.profile.models" in out and "rtx5060ti-tp2" in h.PROFILE_FLOOR
+    assert "rtx5060ti-tp2" in h.PLAN_ARGS
