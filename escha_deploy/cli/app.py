@@ -113,7 +113,9 @@ def version_lines() -> list[str]:
 
     patches = read_series(runtime_patches_dir())
     digest = hashlib.sha256("".join(p.sha256 for p in patches).encode()).hexdigest()[:12]
-    out = [f"escha-deploy {__version__}", f"SGLang target: {default_release()} (supported: {', '.join(supported_releases())})",
+    # oldest first, as a reader scans versions (index.yaml's order is the CI's, default first)
+    releases = sorted(supported_releases(), key=lambda v: tuple(int(x) for x in v.split(".")))
+    out = [f"escha-deploy {__version__}", f"SGLang target: {default_release()} (supported: {', '.join(releases)})",
            f"patch series: {len(patches)} patches, sha256 {digest}"]
     out += [f"  {p.name}: {', '.join(p.capabilities) or 'no capabilities'}" for p in patches]
     return out

@@ -26,7 +26,8 @@ def test_version_names_package_sglang_target_and_patch_series(cli):
     assert r.code == 0
     lines = r.out.splitlines()
     assert lines[0] == f"escha-deploy {__version__}"
-    assert lines[1] == f"SGLang target: {default_release()} (supported: {', '.join(supported_releases())})"
+    ordered = sorted(supported_releases(), key=lambda v: tuple(int(x) for x in v.split(".")))
+    assert lines[1] == f"SGLang target: {default_release()} (supported: {', '.join(ordered)})"
     assert default_release() == "0.5.19"  # index.yaml's default
     entries = _series_entries()
     assert lines[2].startswith(f"patch series: {len(entries)} patches, sha256 ")
