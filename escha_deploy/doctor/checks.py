@@ -161,8 +161,10 @@ def check_daemon_memlock(f: DoctorFacts) -> list[Check]:
     if p is None:
         return []
     if p.ok is None:
-        return [warn("docker.memlock", f"not run: {p.not_run}",
-                     "build or load the image, then rerun `escha-deploy doctor`")]
+        # the probe needs the daemon first, then an image on it: the fix is the step missing
+        fix = ("see docker.daemon: the probe runs once the daemon answers" if not f.docker.reachable
+               else "build or load the image (`escha-deploy build --hicache`), then rerun `escha-deploy doctor`")
+        return [warn("docker.memlock", f"not run: {p.not_run}", fix)]
     if p.ok:
         return [ok("docker.memlock", f"a container of {p.image} starts with --ulimit memlock=-1")]
     from escha_deploy.launch.docker import MEMLOCK_DAEMON_FIX, memlock_refusal_line

@@ -198,3 +198,22 @@ def test_page_cache_floor_is_the_profiles_safety_policy(tmp_path):
 
     rows = profile_checks(f, dataclasses.replace(need, plan_problems=("plan: unsafe",)))
     assert by_id(rows)["profile.plan"].fix == f"`escha-deploy plan --profile {prof}` explains the budget"
+
+
+@pytest.mark.parametrize("reachable", [False, True])
+def test_the_memlock_probe_that_did_not_run_names_the_missing_step(reachable):
+    """The daemon's memlock probe needs the daemon first, then an image on it: with no daemon
+    the fix points at docker.daemon's row (not at building an image it could not run); with a
+    daemon and no image, at the build."""
+    from escha_deploy.doctor.checks import check_daemon_memlock
+    from escha_deploy.doctor.hostinfo import MemlockProbe
+
+    docker = _docker("docker-desktop-wsl2") if reachable else UNREACHABLE
+    why = "no image to run it from: x:1 not on this daemon" if reachable else "Error while fetching server API version"
+    f = facts("linux-host", docker=docker).model_copy(update={"memlock_probe": MemlockProbe(not_run=why)})
+    (row,) = check_daemon_memlock(f)
+    assert row.status == "warn" and row.detail == f"not run: {why}"
+    if reachable:
+        assert "escha-deploy build --hicache" in row.fix and "docker.daemon" not in row.fix
+    else:
+        assert "docker.daemon" in row.fix and "build" not in row.fix

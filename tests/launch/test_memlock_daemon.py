@@ -58,6 +58,7 @@ def test_doctor_without_an_image_says_the_probe_did_not_run_and_why(docker_clien
                    probes=False, save=False)
     row = r.check("docker.memlock")
     assert row.status == "warn" and row.detail.startswith("not run: no image to run it from") and tag in row.detail
+    assert "escha-deploy build --hicache" in row.fix  # the daemon answered: the missing step is the image
 
 
 def test_up_refuses_before_creating_when_the_daemon_cannot_raise_memlock(daemon_memlock, docker_client, no_leaks):
