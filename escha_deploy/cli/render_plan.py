@@ -21,9 +21,11 @@ def render_plan(p: Plan) -> None:
     hc = p.hicache
     chosen = ("off" if not hc.enabled else f"--hicache-size {hc.size_gb} (GB per rank)" if hc.size_gb
               else f"--hicache-ratio {hc.ratio:g}")
-    con.print(f"[bold]{p.profile}[/]  TP {p.tp_size}, {p.platform} host ({p.host_source}), KV {p.kv_cache_dtype}, "
-              f"page {p.page_size}, HiCache {chosen}  ({hc.requested})")
-    con.print(f"SGLang {p.sglang_release} ({p.sglang_release_source or 'the default release'})")
+    # header lines are not wrapped (soft_wrap): a piped plan keeps its file:line whole
+    con.print(f"[bold]{escape(p.profile)}[/]  TP {p.tp_size}, {p.platform} host ({p.host_source}), "
+              f"KV {p.kv_cache_dtype}, page {p.page_size}, HiCache {chosen}  ({escape(hc.requested)})", soft_wrap=True)
+    con.print(f"SGLang {p.sglang_release} ({escape(p.sglang_release_source or 'the default release')})",
+              soft_wrap=True)
     con.print(f"weights: {p.weights_source} ({escape(p.weights_source_detail)}); {escape(p.model_pin or 'unpinned')}",
               soft_wrap=True)
 

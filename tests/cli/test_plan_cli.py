@@ -1,6 +1,7 @@
 """``escha-deploy plan`` and ``profiles`` as users run them: exit codes, JSON, one-line errors."""
 
 import json
+import re
 
 import pytest
 
@@ -271,3 +272,13 @@ def test_a_facts_file_from_the_environment_is_named_by_the_variable(cli, monkeyp
     # --facts given: the option's file, no variable named
     r = cli("plan", "--facts", str(missing))
     assert r.code == 2 and r.err.startswith(f"error: {missing}: cannot read the facts file")
+
+
+def test_a_piped_plan_keeps_its_header_lines_whole(cli, monkeypatch):
+    """Piped (not a terminal), rich wraps at 80 columns; the header's file:line (where the ratio
+    came from) must stay on one line, whole, to be copied or grepped."""
+    monkeypatch.setenv("COLUMNS", "80")
+    r = cli("plan", "--profile", "rtx5060ti-tp2", "--host-ram", "16GiB", "--wsl2")
+    assert r.code == 0, r.err
+    first = r.out.splitlines()[0]
+    assert first.startswith("rtx5060ti-tp2  TP 2,") and re.search(r"rtx5060ti-tp2\.yaml:\d+\)\)$", first), first
