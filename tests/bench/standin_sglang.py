@@ -310,6 +310,12 @@ class StandinServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}"
 
+    @property
+    def port(self) -> int:
+        """The port it listens on (the one the kernel gave for ``start(0)``)."""
+        assert self._httpd is not None
+        return int(self._httpd.server_address[1])
+
     def stop(self) -> None:
         """Stop like a server process that exits: stop listening and drop open connections."""
         if self._httpd is not None:

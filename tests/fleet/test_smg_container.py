@@ -35,8 +35,10 @@ def router_image():
 
 def test_router_container_in_front_of_two_workers(tmp_path, router_image):
     assert router_image.startswith("sha256:")
-    ports = [free_port(), free_port()]
-    servers = [StandinServer(StandinConfig(load_seconds=2.0)).start(p) for p in ports]
+    # port 0: the kernel picks and binds at once (a free_port() probe can lose its port to a
+    # parallel test before the server binds it)
+    servers = [StandinServer(StandinConfig(load_seconds=2.0)).start(0) for _ in range(2)]
+    ports = [s.port for s in servers]
     router_port = free_port()
     path = fleet_file(tmp_path, ports, "cache_aware", router_port)
     doc = yaml.safe_load(path.read_text())

@@ -165,8 +165,10 @@ def smg_errors(log: Path) -> list[str]:
 
 
 def _two_workers(load_seconds: float):
-    ports = [free_port(), free_port()]
-    servers = [StandinServer(StandinConfig(load_seconds=load_seconds)).start(p) for p in ports]
+    # port 0: the kernel picks and binds at once (a free_port() probe can lose its port to a
+    # parallel test before the server binds it)
+    servers = [StandinServer(StandinConfig(load_seconds=load_seconds)).start(0) for _ in range(2)]
+    ports = [s.port for s in servers]
     yield ports, servers
     for s in servers:
         s.stop()
@@ -325,8 +327,8 @@ def test_round_robin_spreads_the_same_prefix(tmp_path, loaded_workers, capsys, s
 
 def test_router_start_fails_with_exit_4_when_workers_never_load(tmp_path, stop_later):
     """Workers that stay at 503 past the startup timeout: fleet up exits 4 naming them."""
-    ports = [free_port(), free_port()]
-    servers = [StandinServer(StandinConfig(load_seconds=3600)).start(p) for p in ports]
+    servers = [StandinServer(StandinConfig(load_seconds=3600)).start(0) for _ in range(2)]
+    ports = [s.port for s in servers]
     path = fleet_file(tmp_path, ports, "cache_aware", free_port())
     doc = yaml.safe_load(path.read_text())
     doc["router"]["health"]["worker_startup_timeout_s"] = 3
@@ -362,8 +364,8 @@ def test_router_reaches_the_worker_on_its_own_box_published_on_loopback(tmp_path
     lan = local_lan_address()
     if lan is None:
         pytest.skip("this machine has no non-loopback IPv4 address")
-    port = free_port()
-    srv = StandinServer(StandinConfig(load_seconds=0.5)).start(port)  # 127.0.0.1 only, as published
+    srv = StandinServer(StandinConfig(load_seconds=0.5)).start(0)  # 127.0.0.1 only, as published
+    port = srv.port
     path = fleet_file(tmp_path, [port], "cache_aware", free_port())
     doc = yaml.safe_load(path.read_text())
     doc["boxes"][0]["address"] = lan
