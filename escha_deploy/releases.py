@@ -319,6 +319,13 @@ def supported_releases() -> tuple[str, ...]:
     return _index().supported
 
 
+def release_key(version: str) -> tuple[int, ...]:
+    """A release ``"0.5.19"`` as ``(0, 5, 19)``, to order and compare releases (``"0.5.9"`` is
+    older than ``"0.5.19"``, which string order gets wrong). Raises ``ValueError`` for a part
+    that is not a number; catalog versions match ``_VERSION``."""
+    return tuple(int(x) for x in version.split("."))
+
+
 def series_release() -> str:
     """The release our patch series (``runtime_patches/``) is made against (``index.yaml``)."""
     return _index().series_made_for

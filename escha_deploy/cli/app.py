@@ -108,13 +108,13 @@ def version_lines() -> list[str]:
 
     from escha_deploy import __version__
     from escha_deploy.paths import runtime_patches_dir
-    from escha_deploy.releases import default_release, supported_releases
+    from escha_deploy.releases import default_release, release_key, supported_releases
     from escha_deploy.runtime.series import read_series
 
     patches = read_series(runtime_patches_dir())
     digest = hashlib.sha256("".join(p.sha256 for p in patches).encode()).hexdigest()[:12]
     # oldest first, as a reader scans versions (index.yaml's order is the CI's, default first)
-    releases = sorted(supported_releases(), key=lambda v: tuple(int(x) for x in v.split(".")))
+    releases = sorted(supported_releases(), key=release_key)
     out = [f"escha-deploy {__version__}", f"SGLang target: {default_release()} (supported: {', '.join(releases)})",
            f"patch series: {len(patches)} patches, sha256 {digest}"]
     out += [f"  {p.name}: {', '.join(p.capabilities) or 'no capabilities'}" for p in patches]

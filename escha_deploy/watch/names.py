@@ -94,13 +94,9 @@ _KNOWN: frozenset[str] | None = None
 
 def missing_in_release(version: str | None = None) -> list[str]:
     """The names ``status`` reads that the release does not define (empty: all there)."""
-    from escha_deploy.releases import default_release
+    from escha_deploy.releases import default_release, release_key
 
     have = release_metrics(version)
-    v = _key(version or default_release())
-    later = [n for n in LATER if (since := first_release(n)) is not None and v >= _key(since)]
+    v = release_key(version or default_release())
+    later = [n for n in LATER if (since := first_release(n)) is not None and v >= release_key(since)]
     return [m for m in (*ALL, *later) if m not in have]
-
-
-def _key(version: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in version.split("."))
