@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 # the facts file's models (re-exported: up, serve and compose name them from here)
 from .facts.file import (FACTS_SCHEMA_VERSION, MAX_FACT_BYTES, FactsFile, GpuRecord, HostSection,  # noqa: F401
                          inventory_from_records, records_from_inventory)
+from .facts.gpus import facts_towards
 from .facts.runtime import RuntimeFacts
 from .findings import DoctorFindings
 from .paths import CONTAINER_FACTS_PATH, FACTS_ENV  # noqa: F401  (re-exported: defined in paths, which builds no model)
@@ -166,9 +167,8 @@ def _gpus_of_an_earlier_report(gpus: dict, source: str | Path) -> tuple[dict, di
                 if "vram_bytes" in g:
                     g["memory_total_bytes"] = g.pop("vram_bytes")
                     renamed["memory_total_bytes"] = "vram_bytes"
-                index = g.get("index")
                 for key, facts in pair_facts.items():
-                    g[key] = {str(j if index == i else i): f for (i, j), f in facts.items() if index in (i, j)}
+                    g[key] = facts_towards(g.get("index"), facts)
             fixed.append(g)
         out["gpus"] = fixed
     return out, renamed

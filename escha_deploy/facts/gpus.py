@@ -105,16 +105,20 @@ def _by_pair(gpus: Sequence[GpuRecord], which: str) -> dict[str, str]:
     return out
 
 
+def facts_towards(index: object, pairs: Mapping[tuple[int, int], str]) -> dict[str, str]:
+    """The pair facts (``(i, j)`` -> the word) that concern GPU ``index``, keyed by the other
+    GPU's index as a record keeps them (``GpuRecord.p2p``/``topology``): a pair's fact goes on
+    both of its GPUs. ``index`` may be a raw record's, not yet validated (``factsfile`` reads an
+    earlier report's shape with it): the record's own validation judges it after."""
+    return {str(j if index == i else i): fact for (i, j), fact in pairs.items() if index in (i, j)}
+
+
 def with_pair_facts(gpus: Sequence[GpuRecord], p2p: Mapping[tuple[int, int], str],
                     topology: Mapping[tuple[int, int], str]) -> list[GpuRecord]:
     """``gpus`` with each pair's facts (``(i, j)`` -> the word, as NVML was asked them) put on
-    both of the pair's records."""
-    out = []
-    for g in gpus:
-        mine = {name: {str(j if g.index == i else i): fact for (i, j), fact in facts.items() if g.index in (i, j)}
-                for name, facts in (("p2p", p2p), ("topology", topology))}
-        out.append(g.model_copy(update=mine))
-    return out
+    both of the pair's records (``facts_towards``)."""
+    return [g.model_copy(update={"p2p": facts_towards(g.index, p2p), "topology": facts_towards(g.index, topology)})
+            for g in gpus]
 
 
 def records_from_inventory(inv: GpuInventory | None) -> list[GpuRecord]:
