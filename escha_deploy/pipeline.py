@@ -208,6 +208,7 @@ class Gathered(NamedTuple):
 
         return tuple(records_from_inventory(self.host.gpus))
 
+
 def _fmt_bytes(n: int | None) -> str:
     from escha_deploy.units import fmt_gib
 
