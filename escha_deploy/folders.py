@@ -1,7 +1,7 @@
 """The folders a server needs, checked where it will run: the model folder and the file L3
-directory. The one I/O edge for both; ``host.gather_plan_inputs`` calls it for ``up`` and
-``serve``, and ``plan`` of this host calls ``check_l3_dir`` itself so that the plan is shown
-with the directory's problem as a reason (``pipeline.plan_here``).
+directory. The one I/O edge for both; ``pipeline.gather`` calls it (``host.read_model_folder``,
+``host.l3_dir_problems``) for ``plan``, ``up`` and ``serve``, and ``plan`` of this host shows the
+directory's problem as a reason of the plan (``pipeline.plan_here``).
 
 - Model folder: SGLang's loader reads ``config.json`` first (transformers' ``AutoConfig``: "does
   not appear to have a file named config.json", eosphoros-ai/DB-GPT#1318) and then the weights

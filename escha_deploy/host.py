@@ -11,14 +11,16 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .facts.gpus import GpuInventory
 from .facts.host import HostFacts, Platform
+
+if TYPE_CHECKING:
+    from .facts.findings import DoctorFindings
 
 _T = TypeVar("_T")
 
@@ -139,25 +141,12 @@ def host_id(root: Path = Path("/")) -> str:
     return hashlib.sha256(f"{seed}:{socket.gethostname()}".encode()).hexdigest()[:16]
 
 
-def l3_free_bytes(path: str) -> int | None:
-    """Free bytes on the filesystem holding ``path`` (its nearest existing ancestor)."""
-    p = Path(path)
-    while not os.path.exists(p) and p != p.parent:
-        p = p.parent
-    try:
-        return shutil.disk_usage(p).free
-    except OSError:
-        return None
-
-
-def described_host(mem_total_bytes: int, platform: Platform = "linux", *, l3_free: int | None = None,
-                   l3_dir: str | None = None) -> HostFacts:
+def described_host(mem_total_bytes: int, platform: Platform = "linux") -> HostFacts:
     """A host described by the user (``--host-ram SIZE [--wsl2|--linux]``), not read live.
 
     Doctor findings are ignored: they describe this machine, not the described one.
     """
-    return HostFacts(source="described", platform=platform, mem_total_bytes=mem_total_bytes,
-                     l3_dir=l3_dir, l3_free_bytes=l3_free)
+    return HostFacts(source="described", platform=platform, mem_total_bytes=mem_total_bytes)
 
 
 def read_gpu_facts() -> GpuInventory | None:
@@ -171,12 +160,20 @@ def read_gpu_facts() -> GpuInventory | None:
         return None
 
 
-def gather_host_facts(*, platform: Platform | None = None, l3_dir: str | None = None,
-                      use_findings: bool = True, root: Path = Path("/"), gpus: bool = True) -> HostFacts:
+def gather_host_facts(*, platform: Platform | None = None, use_findings: bool = True, root: Path = Path("/"),
+                      gpus: bool = True) -> HostFacts:
+    """Read this machine into ``HostFacts`` (``read_this_host``'s facts, without the findings
+    it read)."""
+    return read_this_host(platform=platform, use_findings=use_findings, root=root, gpus=gpus)[0]
+
+
+def read_this_host(*, platform: Platform | None = None, use_findings: bool = True, root: Path = Path("/"),
+                   gpus: bool = True) -> tuple[HostFacts, DoctorFindings | None]:
     """Read this machine into ``HostFacts``: MemTotal, MemAvailable and the huge-page
-    reservation (/proc/meminfo), the cgroup memory limit and usage (v1 or v2), WSL2 or Linux, container or not, the L3 directory's free
-    space, doctor's findings for this host (pinned ceiling, host allocator) when present, and
-    the GPUs as NVML reports them (``gpus=False``: not read).
+    reservation (/proc/meminfo), the cgroup memory limit and usage (v1 or v2), WSL2 or Linux,
+    container or not, doctor's findings for this host (pinned ceiling, host allocator) when
+    present, and the GPUs as NVML reports them (``gpus=False``: not read); with the findings
+    read (``None``: none for this host, or ``use_findings=False``), read once here.
 
     ``platform`` overrides the detected platform (``--wsl2``/``--linux``).
     """
@@ -208,10 +205,8 @@ def gather_host_facts(*, platform: Platform | None = None, l3_dir: str | None = 
         prefill_tokens_per_s=last.tokens_per_s if last else None,
         prefill_source=last.source if last else None,
         prefill_model=last.model if last else None,
-        l3_dir=l3_dir,
-        l3_free_bytes=l3_free_bytes(l3_dir) if l3_dir else None,
         gpus=read_gpu_facts() if gpus else None,
-    )
+    ), findings
 
 
 def read_folder_facts(field: str, read: Callable[..., _T], *args: Any) -> _T:
@@ -260,53 +255,34 @@ def read_draft_inputs(profile, *, draft_path: str | None = None, model_path: str
     return facts
 
 
-def gather_plan_inputs(profile, *, platform: Platform | None = None, host_ram: int | None = None,
-                       model_path: str | None = None, l3_path: str | None = None,
-                       check_here: bool | None = None, use_findings: bool = True,
-                       l3_refusals: list[str] | None = None):
-    """Everything ``planner.plan`` reads besides the profile, gathered the same way by ``plan``,
-    ``up`` and ``serve``: ``(host_facts, model_dir_facts)``.
-
-    ``platform``: ``--wsl2``/``--linux``; default detected (a profile's ``hardware.platform``
-    only says what it was written for). ``host_ram``: plan for a described host (bytes).
-    ``model_path``: the model folder as this process sees it (default ``model.host_dir``;
-    inside the container ``serve`` passes ``model.path``). ``l3_path``: the file L3 directory
-    as this process sees it (default ``hicache.storage_dir``; the container's mount point in
-    the container). ``check_here``: the server will run on this machine, so the L3 directory
-    is checked here (``folders.check_l3_dir``); default: unless ``host_ram`` describes another
-    host. ``use_findings``: ``gather_host_facts``'s (doctor's saved findings for this machine).
-    Raises ``BadInput`` (exit 2) for an unreadable config.json or a model folder without
-    config.json or weights (``folders.check_model_folder``), ``Refused`` (exit 3) for an L3
-    directory that is missing, not writable or short of the cap; with ``l3_refusals`` (a list)
-    those lines are appended to it instead, and the plan goes on (`up`'s preflight reports them
-    as its ``L3 folder`` check, beside the others).
-    """
+def read_model_folder(profile, model_path: str | None = None):
+    """What the model folder says (``arch.read_model_dir``), read where this process sees it:
+    ``model_path`` (inside the container ``serve`` passes ``model.path``), default
+    ``model.host_dir``; ``None`` when neither names a folder. A folder that is here is checked
+    first (``folders.check_model_folder``: config.json and weights). Raises ``BadInput``
+    (exit 2) for a folder without config.json or weights, or an unreadable config.json, each
+    line naming the key (``model.path`` or ``model.host_dir``)."""
     from .arch import read_model_dir
-    from .errors import BadInput, Refused
-    from .folders import check_l3_dir, check_model_folder
+    from .errors import BadInput
+    from .folders import check_model_folder
 
-    if check_here is None:
-        check_here = host_ram is None
-    l3 = profile.hicache.storage_dir if profile.hicache.storage_backend_is_file else None
-    if host_ram is not None:
-        host = described_host(host_ram, platform or "linux", l3_dir=l3)
-    else:
-        # a profile that gives the container no GPU (``container.gpus: []``, a server that uses
-        # none) plans without NVML: its GPUs are no fact of that server, and pynvml is not imported
-        host = gather_host_facts(platform=platform, l3_dir=l3, gpus=profile.container.gpus != [],
-                                 use_findings=use_findings)
     field = "model.path" if model_path else "model.host_dir"
     path = model_path or profile.model.host_dir
     if path and os.path.isdir(path):  # never raises (Path.is_dir does for a name too long)
         problems = check_model_folder(path, field)
         if problems:
             raise BadInput(*problems)
-    if l3 and check_here:
-        refusals = check_l3_dir(l3_path or l3, profile.hicache.storage_max_size)
-        if refusals and l3_refusals is None:
-            raise Refused(*refusals)
-        if l3_refusals is not None:
-            l3_refusals.extend(refusals)
-        host = host.model_copy(update={"l3_checked": True})
-    model_dir = read_folder_facts(field, read_model_dir, path) if path else None
-    return host, model_dir
+    return read_folder_facts(field, read_model_dir, path) if path else None
+
+
+def l3_dir_problems(profile, l3_path: str | None = None) -> list[str] | None:
+    """The file L3 directory's problems where the server runs (``folders.check_l3_dir``:
+    missing, not writable, short of ``hicache.storage_max_size``; empty: fine), read at
+    ``l3_path`` (the container's mount point in the container), default
+    ``hicache.storage_dir``; ``None`` when the profile has no file L3 directory (not checked)."""
+    from .folders import check_l3_dir
+
+    l3 = profile.hicache.storage_dir if profile.hicache.storage_backend_is_file else None
+    if not l3:
+        return None
+    return check_l3_dir(l3_path or l3, profile.hicache.storage_max_size)

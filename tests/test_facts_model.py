@@ -136,11 +136,11 @@ def test_the_planners_host_facts_of_a_file_and_back(tmp_path):
     doc["findings"] = DoctorFindings(created_at="2026-11-30T00:00:00+00:00", host_id="abc", host_allocator="pinned",
                                      pinned_ceiling_bytes=8 * 2**30, pinned_ceiling_reached=True).model_dump(mode="json")
     ff = load_facts_file(_write(tmp_path, doc))
-    host = ff.host_facts(platform="wsl2", l3_dir="/l3", l3_free_bytes=5, l3_checked=True)
+    host = ff.host_facts(platform="wsl2", l3_checked=True)
     assert (host.source, host.platform, host.mem_total_bytes, host.hugetlb_bytes, host.cgroup_limit_bytes) == (
         "facts", "wsl2", ff.host.mem_total_bytes, 2**30, 64 * 2**30)
     assert (host.pinned_ceiling_bytes, host.pinned_ceiling_reached, host.host_allocator) == (8 * 2**30, True, "pinned")
-    assert (host.l3_dir, host.l3_free_bytes, host.l3_checked, host.host_id) == ("/l3", 5, True, "abc")
+    assert (host.l3_checked, host.host_id) == (True, "abc")
     assert [g.index for g in host.gpus.gpus] == [g.index for g in ff.gpus] and host.gpus.source == "nvml"
     # written back from the planner's facts: the same host section, findings and GPU records
     back = FactsFile.from_host(ff.host_facts(), ff.findings, ff.gpus)

@@ -64,30 +64,32 @@ def test_available_now_respects_the_cgroup():
 
 
 def test_plan_inputs_are_gathered_one_way(tmp_path):
-    """plan, up and serve share gather_plan_inputs: the model folder's weights and a described
-    host the same way; a broken config.json names its field."""
+    """plan, up and serve share one gather: the model folder's weights and a described host the
+    same way; a broken config.json names its field."""
     import json
 
     import pytest
 
     from escha_deploy.errors import BadInput
-    from escha_deploy.host import gather_plan_inputs
+    from escha_deploy.host import read_model_folder
+    from escha_deploy.pipeline import DescribedHost, ThisHost, gather
     from escha_deploy.profile import load_profile
 
     (tmp_path / "model-00001.safetensors").write_bytes(b"\0" * 4096)
     prof = load_profile("rtx5060ti-tp2-fp8", [f"model.host_dir={tmp_path}"])
     with pytest.raises(BadInput, match="^model.host_dir: .* has no config.json$"):  # weights alone: not loadable
-        gather_plan_inputs(prof, platform="wsl2", host_ram=16 * 2**30)
+        gather(prof, DescribedHost(16 * 2**30, "wsl2"))
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 2,
                                                       "num_attention_heads": 4, "num_key_value_heads": 2,
                                                       "head_dim": 64}))
-    host, model = gather_plan_inputs(prof, platform="wsl2", host_ram=16 * 2**30)
+    g = gather(prof, DescribedHost(16 * 2**30, "wsl2"))
+    host, model = g.host, g.model_dir
     assert (host.source, host.platform, host.mem_total_bytes) == ("described", "wsl2", 16 * 2**30)
     assert model.safetensors_bytes == 4096 and model.arch.num_hidden_layers == 2
-    live, _ = gather_plan_inputs(prof)
-    assert live.source == "live" and live.l3_dir is None  # no file L3 backend in this profile
+    live = gather(prof, ThisHost()).host
+    assert live.source == "live" and not live.l3_checked  # no file L3 backend in this profile
     (tmp_path / "config.json").write_text("{")
     with pytest.raises(BadInput, match="^model.host_dir: .*config.json:1"):
-        gather_plan_inputs(prof)
+        gather(prof, ThisHost())
     with pytest.raises(BadInput, match="^model.path: "):
-        gather_plan_inputs(prof, model_path=str(tmp_path))
+        read_model_folder(prof, model_path=str(tmp_path))

@@ -300,11 +300,11 @@ def _write_facts(g: Gathered, path: str) -> None:
     machine's runtime description, or ``--sglang-version``; no section when not known), as a
     facts file."""
     from ..factsfile import facts_from_host
-    from ..findings import load_findings
-    from ..paths import doctor_findings_path, write_output
+    from ..paths import write_output
     from .output import info
 
-    findings = load_findings(doctor_findings_path(), host_id=g.host.host_id) if g.host.source == "live" else None
-    doc = facts_from_host(g.host, findings, g.gpus, runtime=g.runtime)
+    # the findings this host's reader read (``Gathered.findings``: none for a described host or
+    # a facts file), not read again
+    doc = facts_from_host(g.host, g.findings, g.gpus, runtime=g.runtime)
     write_output(path, doc.model_dump_json(indent=2) + "\n", "--write-facts")
     info(f"plan: wrote the facts this plan used to {path}")

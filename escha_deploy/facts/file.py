@@ -71,22 +71,21 @@ class FactsFile(BaseModel):
             seen.add(g.index)
         return gpus
 
-    def host_facts(self, *, platform: Platform | None = None, l3_dir: str | None = None,
-                   l3_free_bytes: int | None = None, l3_checked: bool = False) -> HostFacts:
+    def host_facts(self, *, platform: Platform | None = None, l3_checked: bool = False) -> HostFacts:
         """The planner's ``HostFacts`` of the host this file describes (source ``facts``): the
         host section, the findings' pinned ceiling, allocator and restore bandwidth, and the GPUs
         (``inventory_from_records``). ``platform`` overrides the file's (``--wsl2``/``--linux``);
-        ``l3_dir``, ``l3_free_bytes`` and ``l3_checked`` are the L3 directory as the gather saw it
-        on the machine that plans (not a fact of the file)."""
+        ``l3_checked``: the L3 directory was checked on the machine that plans (not a fact of the
+        file)."""
         f = self.findings
         return HostFacts(
             source="facts", platform=platform or self.host.platform, mem_total_bytes=self.host.mem_total_bytes,
             hugetlb_bytes=self.host.hugetlb_bytes, cgroup_limit_bytes=self.host.cgroup_limit_bytes,
             host_id=self.host.host_id, pinned_ceiling_bytes=f.pinned_ceiling_bytes if f else None,
             pinned_ceiling_reached=f.pinned_ceiling_reached if f else False,
-            host_allocator=f.host_allocator if f else None, l3_dir=l3_dir,
-            restore_bandwidth=f.restore_bandwidth if f else None,
-            l3_free_bytes=l3_free_bytes, l3_checked=l3_checked, gpus=inventory_from_records(list(self.gpus)))
+            host_allocator=f.host_allocator if f else None,
+            restore_bandwidth=f.restore_bandwidth if f else None, l3_checked=l3_checked,
+            gpus=inventory_from_records(list(self.gpus)))
 
     @classmethod
     def from_host(cls, host: HostFacts, findings: DoctorFindings | None, gpus: Sequence[GpuRecord] = (), *,

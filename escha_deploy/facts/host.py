@@ -64,10 +64,6 @@ class HostFacts(BaseModel):
     prefill_model: str | None = Field(
         default=None, description="the model that prefill was measured on: the server's served model name, as "
         "`bench` recorded it; the planner uses the rate only for a profile serving that model")
-    l3_dir: str | None = None
-    l3_free_bytes: int | None = Field(
-        default=None, description="free bytes on the L3 storage directory's filesystem"
-    )
     l3_checked: bool = Field(
         default=False, description="the L3 directory was checked here (exists, writable, cap free: "
         "folders.check_l3_dir); false when the plan describes another host")

@@ -49,6 +49,31 @@ def test_a_described_host_is_the_command_line(cli):
     assert kinds["GPUs"] == "profile"
 
 
+def test_a_described_hosts_platform_is_a_default_unless_given(cli):
+    """``--host-ram`` without ``--wsl2``/``--linux`` plans a Linux host by default: nothing of
+    this machine is read, so its platform is never "measured now" (/proc/version)."""
+    r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--host-ram", "64GiB", "-f", "json")
+    assert r.code in (0, 3), r.err
+    platform = next(s for s in json.loads(r.out)["fact_sources"] if s["fact"] == "platform")
+    assert (platform["value"], platform["kind"]) == ("linux", "default")
+    assert platform["source"].startswith("default (--host-ram names no platform")
+    assert "measured" not in platform["source"] and "/proc" not in platform["source"]
+    assert _kinds(cli, "--host-ram", "64GiB", "--linux")["platform"] == "command_line"
+
+
+def test_a_fleet_box_described_without_a_platform_says_the_default():
+    """The same reader for a fleet box's ``host_ram``: its platform, when the box names none,
+    is the default, and its memory comes from the fleet file."""
+    from escha_deploy.pipeline import DescribedHost, read_described_host
+
+    reading = read_described_host(DescribedHost(64 * 2**30, origin="fleet.yaml:3 boxes.a.host_ram"))
+    kinds = {s.fact: (s.kind, s.source) for s in reading.facts}
+    assert kinds["platform"] == ("default", "default (fleet.yaml:3 boxes.a.host_ram names no platform; "
+                                            "--wsl2 describes a WSL2 host)")
+    assert kinds["MemTotal"] == ("fleet_file", "fleet.yaml:3 boxes.a.host_ram")
+    assert reading.findings is None and reading.facts_file is None and reading.host.platform == "linux"
+
+
 def test_up_dry_run_names_each_facts_kind_and_the_capabilities(cli, tmp_path):
     """`up --dry-run` carries the same kinds in its facts, plus where the image's capabilities
     came from (its labels or runtime description file; the profile's needs when not read)."""
@@ -63,3 +88,27 @@ def test_up_dry_run_names_each_facts_kind_and_the_capabilities(cli, tmp_path):
     caps = next(s for s in sources if s["fact"] == "capabilities")
     assert (caps["kind"] == "profile") == caps["source"].startswith("assumed: the profile's runtime.needs")
     assert caps["kind"] in ("profile", "image_labels", "runtime_description")
+
+
+def test_gather_reads_doctors_findings_once(tmp_path, monkeypatch):
+    """This host's reader reads doctor's saved findings once: the facts, their sources and
+    ``plan --write-facts`` (``Gathered.findings``) all come from that one reading."""
+    import escha_deploy.findings as findings_mod
+    from escha_deploy.facts.findings import DoctorFindings
+    from escha_deploy.host import host_id
+    from escha_deploy.paths import doctor_findings_path
+    from escha_deploy.pipeline import ThisHost, gather
+    from escha_deploy.profile import load_profile
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    saved = DoctorFindings(created_at="2026-11-30T00:00:00+00:00", host_id=host_id(), host_allocator="register",
+                           pinned_ceiling_bytes=8 * 2**30, pinned_ceiling_reached=True)
+    findings_mod.save_findings(saved, doctor_findings_path())
+    calls = []
+    real = findings_mod.load_findings
+    monkeypatch.setattr(findings_mod, "load_findings", lambda *a, **k: calls.append(a) or real(*a, **k))
+    g = gather(load_profile("rtx5060ti-tp2-fp8"), ThisHost())
+    assert len(calls) == 1
+    assert g.findings == saved and g.host.pinned_ceiling_bytes == 8 * 2**30
+    kinds = {s.fact: s.kind for s in g.facts}
+    assert kinds["pinned ceiling per process"] == kinds["host allocator"] == "findings"
