@@ -8,7 +8,7 @@ A test fails when the committed file differs from the models. Run:
 import json
 
 from escha_deploy.facts.file import facts_json_schema
-from escha_deploy.paths import catalog_dir
+from escha_deploy.utils.paths import catalog_dir
 
 if __name__ == "__main__":
     out = catalog_dir() / "facts.schema.json"

@@ -10,7 +10,7 @@ dest, action class (``_StoreAction``, ``_StoreTrueAction``, ...), default, and w
 something: type name (``str``, ``int``, ``float`` or ``module.function`` such as
 ``json.loads``), nargs, choices, const, ``required``, and for sglang's deprecated actions
 ``deprecated``, ``new_flag`` and ``removed`` (the parser error of a flag that now only fails).
-A missing key means null (or false). ``escha_deploy.flagcheck`` checks rendered argv against it; ``.ci/check-flag-catalog.sh``
+A missing key means null (or false). ``escha_deploy.sglang.flagcheck`` checks rendered argv against it; ``.ci/check-flag-catalog.sh``
 rebuilds it from a freshly downloaded wheel and fails on any difference.
 
 How: run with the Python of a throwaway virtual environment that holds the real sglang
@@ -255,7 +255,7 @@ def parse_with_real_parser(argvs: list[list[str]]) -> list[dict[str, Any]]:
 
     Returns one ``{"ok": bool, "error": str | None, "dests": {dest: value}}`` per argv
     (``dests`` only the values given on the command line, JSON-safe). Used by
-    ``tests/test_flag_catalog.py`` to compare ``escha_deploy.flagcheck`` with the parser.
+    ``tests/test_flag_catalog.py`` to compare ``escha_deploy.sglang.flagcheck`` with the parser.
     """
     import contextlib
     import io as _io

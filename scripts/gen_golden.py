@@ -42,7 +42,7 @@ GiB = 2**30
 def facts_doc(profile) -> dict:
     """A Linux box with 128 GiB of RAM and the profile's GPUs (``hardware``: count, name, VRAM,
     compute capability, 12.0 when the profile names none)."""
-    from escha_deploy.factsfile import FactsFile, GpuRecord, HostSection
+    from escha_deploy.facts.factsfile import FactsFile, GpuRecord, HostSection
 
     hw = profile.hardware
     return FactsFile(
@@ -56,8 +56,8 @@ def facts_doc(profile) -> dict:
 def runtime_doc(profile) -> dict:
     """The runtime description (``/etc/escha/runtime.json``) of an image built with this
     checkout's patch series and what the profile needs (``runtime.needs``: a fork's commits)."""
-    from escha_deploy.capabilities import SERIES_CAPABILITIES
-    from escha_deploy.releases import official_image, series_release
+    from escha_deploy.sglang.capabilities import SERIES_CAPABILITIES
+    from escha_deploy.sglang.releases import official_image, series_release
     from escha_deploy.runtime.description import RuntimeDescription
 
     return RuntimeDescription(
@@ -91,8 +91,8 @@ def _cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None)
 def _l3_mounted(path: str, cap_bytes: int | None, field: str = "hicache.storage_dir") -> list[str]:
     """STAND-IN for ``folders.check_l3_dir`` in container mode: the container's L3 mount
     (``flags.CONTAINER_L3_DIR``) does not exist on the machine that renders the golden files."""
-    from escha_deploy import flags
-    from escha_deploy.folders import check_l3_dir
+    from escha_deploy.pipeline import argv as flags
+    from escha_deploy.facts.folders import check_l3_dir
 
     return [] if path == flags.CONTAINER_L3_DIR else check_l3_dir(path, cap_bytes, field)
 
@@ -132,9 +132,9 @@ def render(tmp: Path) -> dict[str, str]:
         files[f"{profile}/box.json"] = facts_text
         runtime = out / "runtime.json"
         runtime.write_text(json.dumps(runtime_doc(load_profile(profile)), indent=2) + "\n")
-        with mock.patch("escha_deploy.folders.check_l3_dir", _l3_mounted), \
+        with mock.patch("escha_deploy.facts.folders.check_l3_dir", _l3_mounted), \
                 mock.patch("escha_deploy.launch.check.check_here", _environment_fits), \
-                mock.patch("escha_deploy.capabilities.RUNTIME_DESCRIPTION_PATH", str(runtime)):
+                mock.patch("escha_deploy.sglang.capabilities.RUNTIME_DESCRIPTION_PATH", str(runtime)):
             serve = _cli("serve", "--profile", profile, "--print",
                          env={**env, "ESCHA_SERVE_MODE": "container", "ESCHA_FACTS": str(facts)}, cwd=tmp)
         files[f"{profile}/serve.json"] = json.dumps(json.loads(serve), indent=2, sort_keys=True) + "\n"

@@ -128,7 +128,7 @@ QUANT_MODULES = {
 }
 
 #: The model classes of each shipped ``model_type`` (``srt/models/*.py``'s ``EntryClass``):
-#: Qwen3-Next and the Qwen3.5 hybrid GDN family (escha_deploy/arch.py: HYBRID_GDN_MODEL_TYPES).
+#: Qwen3-Next and the Qwen3.5 hybrid GDN family (escha_deploy/sglang/arch.py: HYBRID_GDN_MODEL_TYPES).
 ARCH_MODULES = {
     "qwen3_next": ("qwen3_next.py",),
     "qwen3_5": ("qwen3_5.py",),
@@ -155,11 +155,11 @@ def shipped_profiles() -> list[dict]:
 
 def shipped_kinds() -> tuple[list[str], list[str]]:
     """The shipped profiles' quantizations (``model.quantization``) and model types, with every
-    hybrid GDN type ``plan`` models (escha_deploy/arch.py: HYBRID_GDN_MODEL_TYPES, Qwen3-Next and
+    hybrid GDN type ``plan`` models (escha_deploy/sglang/arch.py: HYBRID_GDN_MODEL_TYPES, Qwen3-Next and
     the Qwen3.5 family)."""
     quants = sorted({str(p["model"].get("quantization")) for p in shipped_profiles() if p["model"].get("quantization")})
     sys.path.insert(0, str(REPO))
-    from escha_deploy.arch import HYBRID_GDN_MODEL_TYPES
+    from escha_deploy.sglang.arch import HYBRID_GDN_MODEL_TYPES
 
     types = {str((p["model"].get("architecture") or {}).get("model_type")) for p in shipped_profiles()}
     return quants, sorted(types | HYBRID_GDN_MODEL_TYPES)
@@ -390,7 +390,7 @@ def shipped_requests(release: str) -> list[tuple[str, dict, list[str], dict[str,
     figures as ``serve`` passes them to the pre-flight's sizing stages, the host pools checked
     against the described host's RAM rather than this machine's."""
     sys.path.insert(0, str(REPO))
-    from escha_deploy.host import described_host
+    from escha_deploy.facts.machine import described_host
     from escha_deploy.launch.sglang_preflight import device_figures
     from escha_deploy.planner import plan
     from escha_deploy.profile import load_profile

@@ -6,7 +6,7 @@ fails when the committed file differs from the models. Run: ``python scripts/gen
 
 import json
 
-from escha_deploy.paths import catalog_dir
+from escha_deploy.utils.paths import catalog_dir
 from escha_deploy.profile import profile_json_schema
 
 if __name__ == "__main__":

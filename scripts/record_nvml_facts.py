@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Record NVML's raw answers on this machine as JSON (a test fixture for ``escha_deploy/nvml.py``).
+"""Record NVML's raw answers on this machine as JSON (a test fixture for ``escha_deploy/facts/nvml.py``).
 
 Usage: ``python scripts/record_nvml_facts.py > tests/doctor/fixtures/nvml-<machine>.json``.
 Needs only ``pynvml`` (the ``nvidia-ml-py`` wheel). Every value is what the NVML call named in

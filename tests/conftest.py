@@ -49,7 +49,7 @@ class _Tee:
 
 def _record_cli_and_errors() -> None:
     import escha_deploy.cli.main as cli_main
-    from escha_deploy.errors import EschaError
+    from escha_deploy.utils.errors import EschaError
 
     main = cli_main.main
 
@@ -88,7 +88,7 @@ def series_only_where_made(monkeypatch, tmp_path):
     ``runtime rebase --onto``, so a supported release has no series of ours. Returns that folder."""
     import shutil
 
-    from escha_deploy import paths
+    from escha_deploy.utils import paths
 
     real = paths.runtime_patches_dir()
     copy = tmp_path / "runtime_patches"

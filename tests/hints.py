@@ -122,7 +122,7 @@ def check(command: str, cwd: str | Path = ".") -> str | None:
         return f"does not parse: {(message.splitlines() or [''])[0]}"
     profile = ctx.params.get("profile")
     if isinstance(profile, str) and not PLACEHOLDER.match(profile):
-        from escha_deploy.errors import EschaError
+        from escha_deploy.utils.errors import EschaError
         from escha_deploy.profile import resolve_profile_path
 
         old = os.getcwd()

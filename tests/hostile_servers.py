@@ -1,6 +1,6 @@
 """HOSTILE HTTP servers: test fixtures that answer the way a broken or malicious server does,
 to prove that every client of a server escha-deploy does not control (``status``, ``bench``,
-``canary``, ``fleet status``; ``escha_deploy/httpread.py``) ends within its deadline with one
+``canary``, ``fleet status``; ``escha_deploy/utils/httpread.py``) ends within its deadline with one
 named error. They are not SGLang: each speaks just enough HTTP/1.1 over a raw socket to be
 wrong in one way.
 

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from escha_deploy.errors import BadInput
+from escha_deploy.utils.errors import BadInput
 
-from escha_deploy.arch import ModelArch, arch_from_config, kv_heads_per_rank, rank_shapes, read_model_dir
+from escha_deploy.sglang.arch import ModelArch, arch_from_config, kv_heads_per_rank, rank_shapes, read_model_dir
 
 SEED = dict(model_type="qwen3_5_text", num_hidden_layers=64, num_key_value_heads=4, head_dim=256,
             full_attention_interval=4, linear_num_key_heads=16, linear_num_value_heads=48,

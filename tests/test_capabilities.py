@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from escha_deploy import capabilities as caps
+from escha_deploy.sglang import capabilities as caps
 from escha_deploy.profile import Container, list_profiles, load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ def test_profiles_run_the_image_build_tags_for_the_release_they_plan():
     """Unset, container.image is the tag `escha-deploy build --hicache` gives the image of the
     release the profile plans, and runtime.base_image that release's SGLang image: a shipped
     profile moved to another release with runtime.sglang_version runs that release's image."""
-    from escha_deploy.releases import default_release, image_tag, official_image, supported_releases
+    from escha_deploy.sglang.releases import default_release, image_tag, official_image, supported_releases
 
     assert Container().image == image_tag("hicache") == f"escha-sglang:{default_release()}-hicache"
     for release in supported_releases():

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from escha_deploy.errors import BadInput
+from escha_deploy.utils.errors import BadInput
 from escha_deploy.facts.provenance import FactSource, Provenance
-from escha_deploy.factsfile import load_facts_file
-from escha_deploy.releases import choose_release, default_release
+from escha_deploy.facts.factsfile import load_facts_file
+from escha_deploy.sglang.releases import choose_release, default_release
 
 GOLDEN_BOX = Path(__file__).parent / "golden" / "rtx5060ti-tp2" / "box.json"
 REPORT = Path(__file__).parent / "doctor" / "fixtures"
@@ -90,7 +90,7 @@ def test_fleet_and_plan_facts_read_a_box_through_one_reader_once(tmp_path):
 
     import yaml
 
-    import escha_deploy.factsfile as factsfile
+    import escha_deploy.facts.factsfile as factsfile
     from escha_deploy.fleet.model import load_fleet
     from escha_deploy.fleet.plan import plan_fleet
 
@@ -117,7 +117,7 @@ def test_a_report_with_a_bad_image_digest_names_its_key(tmp_path):
 
 
 def test_one_provenance_type_and_its_kind_only_when_named():
-    from escha_deploy import launch_spec
+    from escha_deploy.pipeline import spec as launch_spec
 
     assert launch_spec.FactSource is FactSource
     plain = FactSource(fact="MemTotal", value="16 GiB", source="facts file box.json")
@@ -148,7 +148,7 @@ def test_the_planners_host_facts_of_a_file_and_back(tmp_path):
 
 
 def test_a_runtime_description_is_a_runtime_section_the_release_choice_and_capability_check_read(tmp_path):
-    from escha_deploy.errors import Refused
+    from escha_deploy.utils.errors import Refused
     from escha_deploy.runtime.description import RuntimeDescription, require_capabilities
 
     desc = RuntimeDescription(sglang_version=default_release(), base="wheel:x", base_inventory_digest="0" * 64,
@@ -196,7 +196,7 @@ def test_a_reports_gpu_inventory_is_strictly_typed(tmp_path):
 
 def test_the_committed_facts_schema_is_the_models():
     from escha_deploy.facts.file import facts_json_schema
-    from escha_deploy.paths import catalog_dir
+    from escha_deploy.utils.paths import catalog_dir
 
     committed = json.loads((catalog_dir() / "facts.schema.json").read_text())
     assert committed == facts_json_schema(), "run: python scripts/gen_facts_schema.py"

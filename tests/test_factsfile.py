@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from escha_deploy.errors import BadInput
-from escha_deploy.factsfile import FACTS_SCHEMA_VERSION, FactsFile, GpuRecord, HostSection, load_facts_file
+from escha_deploy.utils.errors import BadInput
+from escha_deploy.facts.factsfile import FACTS_SCHEMA_VERSION, FactsFile, GpuRecord, HostSection, load_facts_file
 from escha_deploy.pipeline import (FactsFileHost, ProfileTarget, decide, facts_source, gather, launch_facts,
                                    resolve_runtime)
-from escha_deploy.launch_spec import build_launch_spec
+from escha_deploy.pipeline.spec import build_launch_spec
 from escha_deploy.profile import load_profile
-from escha_deploy.units import GiB
+from escha_deploy.utils.units import GiB
 
 
 def _write(tmp_path, doc: dict, name: str = "box.json"):

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from escha_deploy import flagcheck, paths, releases
+from escha_deploy.sglang import flagcheck, releases
+from escha_deploy.utils import paths
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "gen_flag_catalog.py"

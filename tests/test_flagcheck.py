@@ -1,4 +1,4 @@
-"""escha_deploy.flagcheck: argv checked against the committed sglang 0.5.19 catalog.
+"""escha_deploy.sglang.flagcheck: argv checked against the committed sglang 0.5.19 catalog.
 
 The catalog itself is compared with the real parser in tests/test_flag_catalog.py (wheel) and
 by .ci/check-flag-catalog.sh; these tests pin how argv is read and what is reported.
@@ -10,10 +10,10 @@ import json
 
 import pytest
 
-from escha_deploy import capabilities as caps
-from escha_deploy import flagcheck
-from escha_deploy.errors import BadInput, ExitCode
-from escha_deploy.flagcheck import check_argv
+from escha_deploy.sglang import capabilities as caps
+from escha_deploy.sglang import flagcheck
+from escha_deploy.utils.errors import BadInput, ExitCode
+from escha_deploy.sglang.flagcheck import check_argv
 
 REALISTIC = [
     "--model-path", "/models/x", "--tp-size", "2", "--enable-hierarchical-cache",

@@ -4,13 +4,13 @@ needed capabilities declare; and secrets never reach argv or env."""
 
 import pytest
 
-from escha_deploy.flagcheck import check_argv
-from escha_deploy.flags import server_args, server_env
-from escha_deploy.host import described_host
-from escha_deploy.launch_spec import build_launch_spec
+from escha_deploy.sglang.flagcheck import check_argv
+from escha_deploy.pipeline.argv import server_args, server_env
+from escha_deploy.facts.machine import described_host
+from escha_deploy.pipeline.spec import build_launch_spec
 from escha_deploy.planner import plan
 from escha_deploy.profile import list_profiles, load_profile
-from escha_deploy.units import GiB
+from escha_deploy.utils.units import GiB
 
 HOSTS = {"wsl2-16GiB": described_host(16 * GiB, "wsl2"), "linux-128GiB": described_host(128 * GiB, "linux")}
 

@@ -23,11 +23,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "escha_deploy"
 
 #: file (under escha_deploy/) -> (why its spellings are not the key's, the names it spells)
 OTHER_MEANINGS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "capabilities.py": (
+    "sglang/capabilities.py": (
         "catalog data below the profile layer: the flags the int2-kv and w2-weights overlays add to SGLang's "
         "parser (flagcheck extends the release's catalog with them)",
         ("--kv-cache-dtype", "--kv-cache-quant-group-size", "--quantization")),
-    "secretargs.py": (
+    "utils/secretargs.py": (
         "SGLang's table of flags whose value is a secret (checked against the catalog), below the profile layer",
         ("--api-key",)),
     "launch/sglang_preflight.py": (
@@ -117,18 +117,18 @@ def test_a_planted_second_spelling_fails(tmp_path):
     renderer and an environment token in a launcher. Both are reported, with file and line."""
     copy = tmp_path / "escha_deploy"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("*.json", "*.md", "*.yaml", "__pycache__"))
-    flags = copy / "flags.py"
+    flags = copy / "pipeline" / "argv.py"
     lines = flags.read_text(encoding="utf-8").count("\n")
     flags.write_text(flags.read_text(encoding="utf-8") + 'TP = "--tp-size"\n', encoding="utf-8")
     serve = copy / "launch" / "serve.py"
     n = serve.read_text(encoding="utf-8").count("\n")
     serve.write_text(serve.read_text(encoding="utf-8") + 'P2P = {"NCCL_P2P_DISABLE=1": 1}\n', encoding="utf-8")
     assert spelled_twice(copy) == [
-        f"escha_deploy/flags.py:{lines + 1}: '--tp-size' is the setting of the profile key runtime.tp_size, "
-        "declared in its SGLangFlag metadata; look it up with key_flag('runtime.tp_size')",
         f"escha_deploy/launch/serve.py:{n + 1}: 'NCCL_P2P_DISABLE' is the setting of the profile key "
         "container.nccl_p2p_disable, declared in its SGLangFlag metadata; look it up with "
         "key_env('container.nccl_p2p_disable')",
+        f"escha_deploy/pipeline/argv.py:{lines + 1}: '--tp-size' is the setting of the profile key runtime.tp_size, "
+        "declared in its SGLangFlag metadata; look it up with key_flag('runtime.tp_size')",
     ]
 
 

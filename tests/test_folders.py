@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from escha_deploy.folders import check_l3_dir, check_model_folder, mount_point
+from escha_deploy.facts.folders import check_l3_dir, check_model_folder, mount_point
 
 FP8 = "rtx5060ti-tp2-fp8"
 L3 = "linux-tp2-l3"

@@ -4,7 +4,7 @@ hosts written from public facts (learn.microsoft.com/windows/wsl)."""
 from pathlib import Path
 
 from escha_deploy.facts.host import HostFacts
-from escha_deploy.host import detect_platform, gather_host_facts, read_cgroup_memory, read_meminfo
+from escha_deploy.facts.machine import detect_platform, gather_host_facts, read_cgroup_memory, read_meminfo
 
 WSL2_OSRELEASE = "5.15.167.4-microsoft-standard-WSL2\n"
 WSL2_VERSION = ("Linux version 5.15.167.4-microsoft-standard-WSL2 (root@f9c826d3017f) (gcc (GCC) 11.2.0, "
@@ -70,8 +70,8 @@ def test_plan_inputs_are_gathered_one_way(tmp_path):
 
     import pytest
 
-    from escha_deploy.errors import BadInput
-    from escha_deploy.host import read_model_folder
+    from escha_deploy.utils.errors import BadInput
+    from escha_deploy.facts.machine import read_model_folder
     from escha_deploy.pipeline import DescribedHost, ThisHost, gather
     from escha_deploy.profile import load_profile
 

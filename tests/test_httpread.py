@@ -1,4 +1,4 @@
-"""The HTTP reading policy (escha_deploy/httpread.py) against the HOSTILE servers of
+"""The HTTP reading policy (escha_deploy/utils/httpread.py) against the HOSTILE servers of
 tests/hostile_servers.py (real sockets on 127.0.0.1, not SGLang): every request ends within
 its deadline (plus the client's own set-up) with the error class that names what went wrong,
 and Prometheus text is read under the series cap with NaN/Inf kept out."""
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from escha_deploy import httpread
+from escha_deploy.utils import httpread
 from escha_deploy.bench.metrics import Snapshot
 from hostile_servers import NAN_BODY, HostileServer
 

@@ -9,7 +9,7 @@ import asyncio
 import http.server
 import threading
 
-from escha_deploy import httpread
+from escha_deploy.utils import httpread
 
 
 class _Ok(http.server.BaseHTTPRequestHandler):

@@ -1,7 +1,8 @@
 """The import contract (.importlinter) holds, and the check fails when a module imports up the
-layers, when two modules import each other, when a fact reader imports the request, and when a
-module is outside the contract: the real import-linter over this checkout, then over copies with
-one planted fault each."""
+layers, when two modules import each other, when a module is outside the contract, and when one
+of its three rules is broken (the box depends on what is wanted, SGLang data reads the box, utils
+import another package): the real import-linter over this checkout, then over copies with one
+planted fault each."""
 
 from __future__ import annotations
 
@@ -78,10 +79,45 @@ def test_a_cycle_inside_a_package_breaks_it(tmp_path):
     assert "No cycles are allowed in escha_deploy.runtime" in r.stdout
 
 
-def test_a_fact_reader_importing_the_request_breaks_it(tmp_path):
+def test_the_contract_is_a_short_list_of_package_layers():
+    """At most 12 layers, each a package (or ``__main__``), and only ``__init__.py`` and
+    ``__main__.py`` are modules at the top of the package."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / ".importlinter")
+    layers = [ln.strip() for ln in cfg["importlinter:contract:layers"]["layers"].splitlines() if ln.strip()]
+    assert len(layers) <= 12, layers
+    pkg = ROOT / "escha_deploy"
+    assert sorted(p.name for p in pkg.glob("*.py")) == ["__init__.py", "__main__.py"]
+    for layer in layers:
+        for name in layer.split("|"):
+            name = name.strip()
+            assert name == "__main__" or (pkg / name / "__init__.py").is_file(), name
+
+
+def _broken(tmp_path: Path, module: str, code: str, contract: str) -> None:
     pkg = _copy(tmp_path)
-    _plant(pkg / "host.py", "from escha_deploy import pipeline")
+    _plant(pkg.joinpath(*module.split("/")), code)
     r = _lint(tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "the fact readers never import the request or the commands BROKEN" in r.stdout
+    assert f"{contract} BROKEN" in r.stdout, r.stdout
 
+
+def test_the_box_depending_on_what_is_wanted_breaks_it(tmp_path):
+    """Rule 1: facts/ (the models and their readers) never imports the request or the commands."""
+    _broken(tmp_path, "facts/machine.py", "from escha_deploy import pipeline",
+            "what the box is never depends on what is wanted")
+
+
+def test_sglang_data_reading_the_box_breaks_it(tmp_path):
+    """Rule 2: sglang/ never imports facts/."""
+    _broken(tmp_path, "sglang/releases.py", "from escha_deploy.facts import machine",
+            "SGLang data never reads the box")
+
+
+def test_utils_importing_another_package_breaks_it(tmp_path):
+    """Rule 3: utils/ imports no other package of escha_deploy (here the profile, which lies
+    above it, so the layers break too)."""
+    _broken(tmp_path, "utils/paths.py", "from escha_deploy.profile import models",
+            "utils import no other package of escha_deploy")

@@ -1,4 +1,4 @@
-"""The bounded JSON reader (escha_deploy/jsonio.py): regular files only and never blocking, a size
+"""The bounded JSON reader (escha_deploy/utils/jsonio.py): regular files only and never blocking, a size
 cap that bounds what is read, a depth cap, unique keys, strict UTF-8 and strict numbers; each
 refusal one BadInput line naming the file."""
 
@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
-from escha_deploy.errors import BadInput
-from escha_deploy.jsonio import MAX_JSON_DEPTH, loads_json, read_json, read_regular
+from escha_deploy.utils.errors import BadInput
+from escha_deploy.utils.jsonio import MAX_JSON_DEPTH, loads_json, read_json, read_regular
 
 
 def _refused(fn, *args, **kw) -> str:
@@ -84,7 +84,7 @@ def test_an_unsearchable_folder_is_one_line_even_with_missing_ok(tmp_path):
     sub.mkdir()
     (sub / "f.json").write_text("{}")
     sub.chmod(0)
-    code = ("import sys; from escha_deploy.jsonio import read_regular; from escha_deploy.errors import BadInput\n"
+    code = ("import sys; from escha_deploy.utils.jsonio import read_regular; from escha_deploy.utils.errors import BadInput\n"
             "try: read_regular(sys.argv[1], 'the spec', missing_ok=True)\n"
             "except BadInput as e: print(e.message)\n")
     prefix = (["setpriv", "--inh-caps=-dac_override,-dac_read_search",
@@ -152,9 +152,9 @@ def test_every_user_json_reader_goes_through_it(tmp_path):
     """The facts file, the launch spec, a box's saved facts, a runtime description, doctor's
     findings, an inventory and a model's config.json: each refuses a FIFO and a duplicate key in
     one line naming the file, through the same reader."""
-    from escha_deploy.arch import read_model_dir
-    from escha_deploy.factsfile import load_facts_file
-    from escha_deploy.findings import load_findings
+    from escha_deploy.sglang.arch import read_model_dir
+    from escha_deploy.facts.factsfile import load_facts_file
+    from escha_deploy.facts.saved import load_findings
     from escha_deploy.fleet.plan import BOX_FACTS_HINT, BOX_FACTS_WHAT
     from escha_deploy.pipeline import FactsFileHost, gather
     from escha_deploy.profile import load_profile
@@ -187,7 +187,7 @@ def test_every_user_json_reader_goes_through_it(tmp_path):
 
 
 def test_file_problem_never_raises_and_never_blocks(tmp_path):
-    from escha_deploy.jsonio import file_problem, is_regular_file
+    from escha_deploy.utils.jsonio import file_problem, is_regular_file
 
     f = tmp_path / "f"
     f.write_text("x")

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from escha_deploy.arch import arch_from_config, derived_context_length
+from escha_deploy.sglang.arch import arch_from_config, derived_context_length
 
 DENSE = {"model_type": "llama", "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
          "hidden_size": 4096, "head_dim": 128}

@@ -19,7 +19,7 @@ def _folder(tmp_path, files: dict[str, bytes]):
 
 
 def test_headers_give_tensor_bytes_with_mtp_apart(tmp_path):
-    from escha_deploy.arch import read_model_dir
+    from escha_deploy.sglang.arch import read_model_dir
 
     d = _folder(tmp_path, checkpoint())
     facts = read_model_dir(d)
@@ -29,7 +29,7 @@ def test_headers_give_tensor_bytes_with_mtp_apart(tmp_path):
 
 
 def test_a_header_that_does_not_add_up_falls_back_to_file_sizes_and_says_why(tmp_path):
-    from escha_deploy.arch import read_model_dir
+    from escha_deploy.sglang.arch import read_model_dir
 
     bad = safetensors({"w": ("BF16", [4, 4])}).replace(b'"shape":[4,4]', b'"shape":[4,8]')
     d = _folder(tmp_path, {"config.json": checkpoint()["config.json"], "model.safetensors": bad})
@@ -45,7 +45,7 @@ def test_a_header_whose_offsets_run_past_the_file_is_refused_naming_the_file(tmp
     catches it (safetensors' Metadata::validate, MetadataIncompleteBuffer). The headers are
     refused, naming the file, the tensor and the data the file holds; the file sizes stand in,
     in read_model_dir and in plan's weights source."""
-    from escha_deploy.arch import read_model_dir
+    from escha_deploy.sglang.arch import read_model_dir
 
     good = safetensors({"w": ("BF16", [4, 4])})  # 32 data bytes
     cut = good[:-16]  # the header still says [0, 32]
@@ -82,7 +82,7 @@ def test_plan_says_which_source_fed_the_budget_and_the_pin(cli, tmp_path):
 
 
 def test_plan_chart_title_names_the_weights_source(tmp_path):
-    from escha_deploy.plan_chart import weights_words
+    from escha_deploy.pipeline.chart import weights_words
     from escha_deploy.planner.result import Plan
 
     fields = {"weights_source": "headers", "model_pin": "pinned a/b@0123456789ab (x)"}

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from escha_deploy.netaddr import host_port, parse_host, url
+from escha_deploy.utils.netaddr import host_port, parse_host, url
 
 REPO = Path(__file__).resolve().parents[1]
 VENV = Path(os.environ.get("ESCHA_FLAGCAT_VENV") or REPO / ".cache" / "flagcat-venv")

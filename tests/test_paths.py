@@ -10,8 +10,8 @@ import stat
 
 import pytest
 
-from escha_deploy.errors import BadInput, ExitCode
-from escha_deploy.paths import check_output, output_folder, write_output
+from escha_deploy.utils.errors import BadInput, ExitCode
+from escha_deploy.utils.paths import check_output, output_folder, write_output
 
 
 def listing(root):
@@ -84,7 +84,7 @@ def test_output_folder_makes_one_level_only(tmp_path):
 def test_source_checkout_is_the_folder_with_the_dockerfile(tmp_path, monkeypatch):
     """`escha-deploy build`'s default context and compose's build context: the current folder
     when it holds the Dockerfile, else the checkout beside the package, else none (a wheel)."""
-    from escha_deploy import paths
+    from escha_deploy.utils import paths
 
     here = tmp_path / "here"
     (here / "docker").mkdir(parents=True)
@@ -99,7 +99,7 @@ def test_source_checkout_is_the_folder_with_the_dockerfile(tmp_path, monkeypatch
 
 
 def test_build_without_a_checkout_is_one_line(tmp_path, monkeypatch, cli):
-    from escha_deploy import paths
+    from escha_deploy.utils import paths
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(paths, "PACKAGE_DIR", tmp_path / "site" / "escha_deploy")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from escha_deploy.errors import BadInput
+from escha_deploy.utils.errors import BadInput
 from escha_deploy.profile import Profile, list_profiles, load_profile, profile_json_schema
 
 SHIPPED = ["linux-tp2-l3", "rtx5060ti-tp2", "rtx5060ti-tp2-fp8"]
@@ -248,14 +248,14 @@ def test_every_field_is_documented():
 def test_committed_json_schema_is_current():
     import json
 
-    from escha_deploy.paths import catalog_dir
+    from escha_deploy.utils.paths import catalog_dir
 
     committed = json.loads((catalog_dir() / "profile.schema.json").read_text())
     assert committed == profile_json_schema(), "run: python scripts/gen_profile_schema.py"
 
 
 def test_shipped_profiles_carry_the_schema_modeline():
-    from escha_deploy.paths import profiles_dir
+    from escha_deploy.utils.paths import profiles_dir
 
     for f in profiles_dir().glob("*.yaml"):
         assert "yaml-language-server: $schema=../escha_deploy/catalog/profile.schema.json" in f.read_text().splitlines()[0]
@@ -263,7 +263,7 @@ def test_shipped_profiles_carry_the_schema_modeline():
 
 def test_reference_profile_documents_every_section_key():
     """The commented reference profile names every key of the sections it sets."""
-    from escha_deploy.paths import profiles_dir
+    from escha_deploy.utils.paths import profiles_dir
 
     text = (profiles_dir() / "rtx5060ti-tp2.yaml").read_text()
     for section in ("hardware", "hicache", "safety"):

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from escha_deploy.errors import BadInput
+from escha_deploy.utils.errors import BadInput
 from escha_deploy.profile import load_profile
-from escha_deploy.units import MAX_SIZE, parse_size
+from escha_deploy.utils.units import MAX_SIZE, parse_size
 
 BASE = "rtx5060ti-tp2-fp8"
 
@@ -175,7 +175,7 @@ def test_numeric_options_take_one_spelling(cli, argv, needle):
     (12, True, 12),
 ])
 def test_parse_number_reads(value, integer, expected):
-    from escha_deploy.units import parse_number
+    from escha_deploy.utils.units import parse_number
 
     assert parse_number(value, integer=integer) == expected
 
@@ -187,7 +187,7 @@ def test_parse_number_reads(value, integer, expected):
     (None, False, "expected a number"),
 ])
 def test_parse_number_refuses(value, integer, needle):
-    from escha_deploy.units import parse_number
+    from escha_deploy.utils.units import parse_number
 
     with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace(")", r"\)")):
         parse_number(value, integer=integer)

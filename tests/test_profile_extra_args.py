@@ -5,7 +5,7 @@ checkpoints on hybrid models without sglang#39526)."""
 
 import pytest
 
-from escha_deploy.errors import BadInput
+from escha_deploy.utils.errors import BadInput
 from escha_deploy.profile import extra_args_duplicating_keys, list_profiles, load_profile
 
 P = "rtx5060ti-tp2"
@@ -64,8 +64,8 @@ def test_shipped_profiles_use_keys_not_raw_duplicates(name):
 def test_every_key_flag_is_a_flag_of_the_catalog():
     """Each ``SGLangFlag`` names a flag SGLang 0.5.19's parser has (with the capabilities'
     declared flags): a typo in the metadata fails here, not silently in the extra_args rule."""
-    from escha_deploy import capabilities as caps
-    from escha_deploy.flagcheck import _parser_for
+    from escha_deploy.sglang import capabilities as caps
+    from escha_deploy.sglang.flagcheck import _parser_for
     from escha_deploy.profile import key_flags
 
     catalog = _parser_for(frozenset(caps.CAPABILITIES))
@@ -94,8 +94,8 @@ def test_the_secret_metadata_agrees_with_the_secret_flags():
     """A key whose flag carries a secret says so (``SGLangFlag.secret``), and every secret flag
     a key renders is one secretargs refuses in extra_args."""
     from escha_deploy.profile import Profile, sglang_flag
-    from escha_deploy.secretargs import SECRET_FLAGS
-    from escha_deploy.yamlpos import model_in
+    from escha_deploy.utils.secretargs import SECRET_FLAGS
+    from escha_deploy.utils.yamlpos import model_in
 
     def leaves(model):
         for name, field in model.model_fields.items():

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from escha_deploy.errors import BadInput
+from escha_deploy.utils.errors import BadInput
 from escha_deploy.profile import load_profile
 
 RULES = [
@@ -167,8 +167,8 @@ def test_mooncake_settings_reach_the_server_environment():
     """``l3: {kind: mooncake, master, global_segment_size}`` renders the two variables SGLang's
     Mooncake store reads (``mooncake_store.py``: MOONCAKE_MASTER, MOONCAKE_GLOBAL_SEGMENT_SIZE, a
     plain number of bytes), and ``master`` is marked as an address."""
-    from escha_deploy.flags import server_args, server_env
-    from escha_deploy.host import described_host
+    from escha_deploy.pipeline.argv import server_args, server_env
+    from escha_deploy.facts.machine import described_host
     from escha_deploy.planner import plan
 
     prof = load_profile("rtx5060ti-tp2-fp8", ["hicache.l3={kind: mooncake, master: '127.0.0.1:50051', "

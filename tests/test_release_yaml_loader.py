@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from escha_deploy import releases
+from escha_deploy.sglang import releases
 
 
 @pytest.mark.parametrize("path", [releases.releases_dir() / releases.INDEX,

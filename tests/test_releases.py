@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from escha_deploy import releases
-from escha_deploy.errors import BadInput
-from escha_deploy.flagcheck import load_catalog
+from escha_deploy.sglang import releases
+from escha_deploy.utils.errors import BadInput
+from escha_deploy.sglang.flagcheck import load_catalog
 from tests.script_module import load_script
 
 REPO = Path(__file__).resolve().parent.parent
@@ -151,7 +151,7 @@ def test_no_module_spells_a_release_string():
     """No string constant of the package or the scripts holds a release string, whole or inside a
     longer one (an image tag, a default name, a help text naming the default), apart from the
     citations (``CITATIONS``); nor a line of a shell script that is not a comment. Releases come
-    from ``escha_deploy/releases.py`` (the index and each ``facts.yaml``)."""
+    from ``escha_deploy/sglang/releases.py`` (the index and each ``facts.yaml``)."""
     pattern = _release_pattern(releases.supported_releases())
     by_file: dict[str, list[str]] = {}
     for file, phrase in CITATIONS:
@@ -265,15 +265,15 @@ def test_the_release_addition_check_refuses_code(tmp_path):
         _git(repo, "commit", "-q", "-m", message)
 
     rel = "escha_deploy/catalog/releases"
-    commit({f"{rel}/index.yaml": "supported: []\n", "escha_deploy/releases.py": "", "scripts/gen.py": ""}, "base")
+    commit({f"{rel}/index.yaml": "supported: []\n", "escha_deploy/sglang/releases.py": "", "scripts/gen.py": ""}, "base")
     commit({f"{rel}/9.9.1/facts.yaml": "v\n", f"{rel}/9.9.1/flags.json": "{}", f"{rel}/index.yaml": "supported: [a]\n",
             "runtime_patches/9.9.1/series": "", "docs/runtime.md": "t", "tests/corpus/case.yaml": "x"}, "add 9.9.1")
     assert release_addition_problems(repo, "9.9.1") == []
-    commit({f"{rel}/9.9.2/facts.yaml": "v\n", "escha_deploy/releases.py": "X = 1\n", "scripts/gen.py": "Y = 2\n",
+    commit({f"{rel}/9.9.2/facts.yaml": "v\n", "escha_deploy/sglang/releases.py": "X = 1\n", "scripts/gen.py": "Y = 2\n",
             "tests/test_x.py": "", "runtime_patches/9.9.1/series": "z", f"{rel}/9.9.1/flags.json": "[]"}, "add 9.9.2")
     problems = release_addition_problems(repo, "9.9.2")
     assert [p.split(" touches ")[1] for p in problems] == [
-        f"{rel}/9.9.1/flags.json", "escha_deploy/releases.py", "runtime_patches/9.9.1/series", "scripts/gen.py",
+        f"{rel}/9.9.1/flags.json", "escha_deploy/sglang/releases.py", "runtime_patches/9.9.1/series", "scripts/gen.py",
         "tests/test_x.py"]
     assert all(" adds SGLang 9.9.2 and touches " in p for p in problems)
     assert release_addition_problems(repo, "9.9.3") == [f"{rel}/9.9.3/facts.yaml: no commit adds it "
@@ -371,7 +371,7 @@ def test_a_profile_names_a_supported_release_or_is_refused_naming_the_field():
 
 
 def test_the_series_is_made_for_the_release_its_base_inventories_are_of():
-    from escha_deploy.paths import runtime_patches_dir
+    from escha_deploy.utils.paths import runtime_patches_dir
 
     versions = {json.loads(p.read_text())["version"] for p in (runtime_patches_dir() / "base").glob("*.json")}
     assert versions == {releases.series_release()}

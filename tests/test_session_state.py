@@ -33,7 +33,7 @@ def test_the_session_state_folders_are_its_own():
 
 
 def test_a_subprocess_finds_its_state_in_the_session_folders():
-    code = ("from escha_deploy.paths import cache_dir; from escha_deploy.findings import last_prefill_path; "
+    code = ("from escha_deploy.utils.paths import cache_dir; from escha_deploy.facts.saved import last_prefill_path; "
             "from escha_deploy.launch.native import runtime_dir; "
             "print(cache_dir()); print(last_prefill_path()); print(runtime_dir(make=False))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ), check=True)

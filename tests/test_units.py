@@ -1,6 +1,6 @@
 import pytest
 
-from escha_deploy.units import GB, GiB, fmt_gb, parse_size
+from escha_deploy.utils.units import GB, GiB, fmt_gb, parse_size
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -26,7 +26,7 @@ def test_fmt_gb_uses_decimal_gigabytes():
 
 def test_parse_hicache_gb_one_parser_for_profile_and_cli():
     from escha_deploy.cli.plan import parse_hicache_size
-    from escha_deploy.units import parse_hicache_gb
+    from escha_deploy.utils.units import parse_hicache_gb
 
     assert [parse_hicache_gb(v) for v in (7, "7", "7GB", " 7 gb ", 0)] == [7, 7, 7, 7, 0]
     assert parse_hicache_size("30GB") == 30

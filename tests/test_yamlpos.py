@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from escha_deploy import yamlpos
-from escha_deploy.errors import BadInput
+from escha_deploy.utils import yamlpos
+from escha_deploy.utils.errors import BadInput
 from escha_deploy.profile import load_profile
-from escha_deploy.yamlpos import MAX_FILE_BYTES, MAX_NODES, load_yaml_with_positions, parse_yaml_text
+from escha_deploy.utils.yamlpos import MAX_FILE_BYTES, MAX_NODES, load_yaml_with_positions, parse_yaml_text
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ Modules, by role:
 
 - ``prompts``: deterministic prompts from a seed, sized with the server's tokenizer.
 - ``metrics``: Prometheus text from ``/metrics`` into counter snapshots and deltas.
-- ``client``: the one HTTP edge (httpx through ``escha_deploy.httpread``: a total deadline per
+- ``client``: the one HTTP edge (httpx through ``escha_deploy.utils.httpread``: a total deadline per
   request, size caps, NaN kept out; a bounded request count).
 - ``models``: pydantic results shared by the table, JSON and the chart.
 - ``workload``: the measurements (cold prefill, decode at batch 1, N concurrent prefixes).

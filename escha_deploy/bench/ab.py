@@ -22,7 +22,7 @@ import importlib
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from escha_deploy.errors import Refused
+from escha_deploy.utils.errors import Refused
 
 from .models import BenchReport, ServerRun, WorkloadSpec
 from .workload import bench_endpoint

@@ -53,7 +53,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from escha_deploy.errors import BadInput, Inconclusive, Refused
+from escha_deploy.utils.errors import BadInput, Inconclusive, Refused
 
 from .client import Completion, ServerClient
 from .metrics import CACHED_TOKENS, EVICTED_TOKENS, LOAD_BACK_TOKENS, Snapshot, delta

@@ -18,7 +18,7 @@ a mistaken size cannot run away. Endpoints and shapes are SGLang 0.5.19's
   something was cached) and ``return_token_ids`` for ``choices[0].token_ids`` per chunk;
 - ``GET /metrics`` (``--enable-metrics``), Prometheus text.
 
-Every request is read through ``escha_deploy.httpread`` (the policy for servers we do not
+Every request is read through ``escha_deploy.utils.httpread`` (the policy for servers we do not
 control): a total deadline per request (``request_timeout_s`` for a completion, not per byte;
 ``PROBE_DEADLINE_S`` at most for the small requests), a size cap on every answer, a series cap
 on ``/metrics``, NaN/Inf kept out of the figures (named in ``warnings``), and the server's
@@ -37,9 +37,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from escha_deploy import httpread
-from escha_deploy.errors import BadInput, EschaError, Failed, Refused
-from escha_deploy.termtext import shown
+from escha_deploy.utils import httpread
+from escha_deploy.utils.errors import BadInput, EschaError, Failed, Refused
+from escha_deploy.utils.termtext import shown
 
 from .metrics import (
     BACKUP_TOKENS,
@@ -150,7 +150,7 @@ class ServerClient:
         self.max_requests = max_requests
         self.sent = 0
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        from escha_deploy.redact import Redactor
+        from escha_deploy.utils.redact import Redactor
 
         self._redact = Redactor([api_key] if api_key else [])
         import httpx

@@ -13,7 +13,7 @@ import datetime as _dt
 from pathlib import Path
 
 from escha_deploy.facts.prefill import LastPrefill
-from escha_deploy.findings import last_prefill_path
+from escha_deploy.facts.saved import last_prefill_path
 
 
 def from_report(report, now: _dt.datetime | None = None) -> LastPrefill | None:

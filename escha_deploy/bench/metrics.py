@@ -56,7 +56,7 @@ class Snapshot:
         """Parse Prometheus text exposition under the HTTP reading policy
         (``httpread.metric_samples``: the series cap, the deadline from ``started``). Raises
         ``httpread.ReadFailed`` (``BadAnswer`` for malformed text, ``TooLarge``, ``DeadlinePassed``)."""
-        from escha_deploy.httpread import Policy, metric_samples
+        from escha_deploy.utils.httpread import Policy, metric_samples
 
         got = metric_samples(text, url, policy or Policy(), started=started)
         return cls(got.samples, got.nonfinite)

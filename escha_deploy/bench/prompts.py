@@ -20,7 +20,7 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from escha_deploy.errors import Failed
+from escha_deploy.utils.errors import Failed
 
 #: Characters per token for sizing text when the server has no tokenizer endpoint. A guess
 #: for English-like text with BPE tokenizers (roughly 3.5 to 4.5); the figures never use it,

@@ -10,8 +10,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from escha_deploy.errors import BadInput
-from escha_deploy.paths import write_output
+from escha_deploy.utils.errors import BadInput
+from escha_deploy.utils.paths import write_output
 
 from .models import BenchReport, CachedFigure, CanaryResult, PassResult, ServerRun
 from .workload import warm_marks
@@ -109,7 +109,7 @@ def table(report: BenchReport):
     from rich.table import Table
     from rich.text import Text
 
-    from escha_deploy.termtext import printable
+    from escha_deploy.utils.termtext import printable
 
     # Text, not markup: a model name the server reports such as "[link=...]" stays text
     t = Table(title="escha-deploy bench", caption=Text(printable(caption(report))))
@@ -203,6 +203,6 @@ def canary_lines(result: CanaryResult) -> list[str]:
                    f"{a.text.strip()[:80]!r}")
     if result.upstream:
         out.append(f"  see: {result.upstream}")
-    from escha_deploy.termtext import printable
+    from escha_deploy.utils.termtext import printable
 
     return [printable(line) for line in out]  # evidence quotes the server's labels

@@ -15,7 +15,7 @@ def pin_state(folder: str | Path | None) -> str:
     ``unpinned`` (no folder here, or no lock file: `model pull` pins it); an unreadable lock
     file reads as unpinned, with its reason. Here, not in ``lock``, so a plan with no model
     folder (a described host) does not import the lock file's models."""
-    from escha_deploy.errors import BadInput
+    from escha_deploy.utils.errors import BadInput
 
     if folder is None or not os.path.isdir(folder):
         return "unpinned (no model folder here; `escha-deploy model pull PROFILE` pins one)"

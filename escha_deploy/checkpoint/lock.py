@@ -57,8 +57,8 @@ def lock_path(folder: str | Path) -> Path:
 def read_lock(folder: str | Path) -> ModelLock | None:
     """The folder's lock file, or None when there is none. Raises ``BadInput`` (2) naming the
     file when it is not a lock file (bounded JSON reader, then the model)."""
-    from escha_deploy.errors import BadInput
-    from escha_deploy.jsonio import loads_json, read_regular
+    from escha_deploy.utils.errors import BadInput
+    from escha_deploy.utils.jsonio import loads_json, read_regular
 
     p = lock_path(folder)
     raw = read_regular(p, "a model lock file", missing_ok=True, max_bytes=16 << 20)
@@ -73,7 +73,7 @@ def read_lock(folder: str | Path) -> ModelLock | None:
 
 def write_lock(folder: str | Path, lock: ModelLock) -> Path:
     """Write the lock file atomically (``paths.replace_file``)."""
-    from escha_deploy.paths import replace_file
+    from escha_deploy.utils.paths import replace_file
 
     p = lock_path(folder)
     replace_file(p, (lock.model_dump_json(indent=2) + "\n").encode())
@@ -120,7 +120,7 @@ def file_problem(folder: Path, f: LockedFile) -> str | None:
 def verify_folder(folder: str | Path) -> tuple[ModelLock, list[str]]:
     """Every file the folder's lock file records, re-checked (``file_problem``): ``(lock,
     problems)``. Raises ``BadInput`` (2) when the folder has no lock file."""
-    from escha_deploy.errors import BadInput
+    from escha_deploy.utils.errors import BadInput
 
     p = Path(folder)
     lock = read_lock(p)

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from escha_deploy.errors import BadInput, Refused
+from escha_deploy.utils.errors import BadInput, Refused
 
 from .lock import LOCK_NAME, LockedFile, ModelLock, file_problem, read_lock, verify_folder, write_lock
 
@@ -214,7 +214,7 @@ def pull(repo: str, rev: str | None, folder: str | Path, *, token: str | None = 
          update: bool = False, report: Report = lambda _: None, progress: bool = True) -> PullResult:
     """Pull ``repo`` at ``rev`` into ``folder`` (module docstring). Raises ``BadInput`` (2)
     or ``Refused`` (3), one line naming the repository, revision, file or folder."""
-    from escha_deploy.redact import Redactor
+    from escha_deploy.utils.redact import Redactor
 
     dest = Path(folder)
     mask = Redactor([token] if token else [])
@@ -251,7 +251,7 @@ def pull(repo: str, rev: str | None, folder: str | Path, *, token: str | None = 
     need = sum(max(f.size - _partial_bytes(dest, f.name), 0) for f in todo if not _complete(dest, f))
     free = _free_bytes(dest)
     if need > free:
-        from escha_deploy.units import fmt_gb
+        from escha_deploy.utils.units import fmt_gb
 
         raise Refused(f"model pull: {repo}@{commit[:12]} needs {fmt_gb(need)} more in {dest}, which has "
                       f"{fmt_gb(free)} free (shutil.disk_usage)", hint="free space there, or pull elsewhere (--to DIR)")
@@ -311,7 +311,7 @@ def _index_weights(repo: str, commit: str, dest: Path, f: HubFile, *, token: str
                    mask: Callable[[str], str]) -> list[str]:
     """The shard names of the revision's ``model.safetensors.index.json`` (its ``weight_map``
     values), fetched first (a few kB)."""
-    from escha_deploy.jsonio import loads_json, read_regular
+    from escha_deploy.utils.jsonio import loads_json, read_regular
 
     dest.mkdir(parents=True, exist_ok=True)
     _download(repo, commit, dest, f, token=token, where=where, mask=mask, progress=False)

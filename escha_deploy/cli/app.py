@@ -107,8 +107,8 @@ def version_lines() -> list[str]:
     import hashlib
 
     from escha_deploy import __version__
-    from escha_deploy.paths import runtime_patches_dir
-    from escha_deploy.releases import default_release, release_key, supported_releases
+    from escha_deploy.utils.paths import runtime_patches_dir
+    from escha_deploy.sglang.releases import default_release, release_key, supported_releases
     from escha_deploy.runtime.series import read_series
 
     patches = read_series(runtime_patches_dir())

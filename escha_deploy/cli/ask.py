@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
         format: FormatOpt = OutputFormat.table,
     ) -> None:
         """Send one request to the running server and print its answer and cached-token sources."""
-        from escha_deploy.errors import Refused
+        from escha_deploy.utils.errors import Refused
         from escha_deploy.launch.first_request import ask as send, check_prompt
         from escha_deploy.launch.prepare import read_secret
 

@@ -62,7 +62,7 @@ ApiKeyFileOpt = Annotated[
 def _api_key(ctx: typer.Context, value: str | None, file: Path | None) -> str | None:
     """The bearer token from ESCHA_API_KEY or --api-key-file; ``BadInput`` for a key given on
     the command line (``/proc/PID/cmdline`` is readable by every user, and shells keep history)."""
-    from escha_deploy.errors import BadInput
+    from escha_deploy.utils.errors import BadInput
 
     source = ctx.get_parameter_source("api_key")
     if value is not None and source is not None and source.name == "COMMANDLINE":
@@ -91,8 +91,8 @@ def _api_key(ctx: typer.Context, value: str | None, file: Path | None) -> str | 
 def _header_safe(key: str, where: str) -> None:
     """An HTTP header value is Latin-1 text without line breaks (RFC 9110 section 5.5; httpx
     encodes it as ASCII): refuse any other key in one line that never shows it."""
-    from escha_deploy.errors import BadInput
-    from escha_deploy.httpread import header_safe
+    from escha_deploy.utils.errors import BadInput
+    from escha_deploy.utils.httpread import header_safe
 
     if not header_safe(key):
         raise BadInput(f"{where}: the key holds a character that cannot go in an HTTP header "
@@ -103,8 +103,8 @@ def _tokens(value: str, name: str) -> int:
     """"18K" -> 18000, "1.5K" -> 1500, "18000" -> 18000 (K = 1000 tokens). The number is read by
     ``units.parse_number``, the one strict reading of every numeric option (a whole number
     without K; no ``1_5``, ``0x10``, ``inf``, ``nan``). Raises ``BadInput`` naming ``name``."""
-    from escha_deploy.errors import BadInput
-    from escha_deploy.units import parse_number
+    from escha_deploy.utils.errors import BadInput
+    from escha_deploy.utils.units import parse_number
 
     v = value.strip()
     kilo = v[-1:] in ("k", "K")
@@ -131,7 +131,7 @@ def check_endpoint(url: str, name: str = "--endpoint") -> str:
     the key with --api-key-file or ESCHA_API_KEY), a port outside 1-65535, no host, spaces."""
     import httpx
 
-    from escha_deploy.errors import BadInput
+    from escha_deploy.utils.errors import BadInput
 
     shown = _shown_url(url)
     if len(url) > 2048 or any(c.isspace() for c in url):
@@ -232,7 +232,7 @@ def register(app: typer.Typer) -> None:
         import asyncio
 
         from escha_deploy.bench.models import BenchReport, WorkloadSpec
-        from escha_deploy.errors import BadInput
+        from escha_deploy.utils.errors import BadInput
 
         problems = []
         for url, name in ((endpoint, "--endpoint"), (compare, "--compare")):
@@ -256,7 +256,7 @@ def register(app: typer.Typer) -> None:
         if chart is not None and chart.suffix.lower() != ".png":
             problems.append(f"--chart: expected a .png path, got {str(chart)!r}")
         elif chart is not None:
-            from escha_deploy.paths import check_output
+            from escha_deploy.utils.paths import check_output
 
             try:  # a chart that cannot be written is refused before the run, not after it
                 check_output(chart, "--chart")
@@ -344,7 +344,7 @@ def register(app: typer.Typer) -> None:
 
         from .output import print_json
 
-        from escha_deploy.errors import BadInput
+        from escha_deploy.utils.errors import BadInput
 
         check_endpoint(endpoint)
         api_key = _api_key(ctx, api_key, api_key_file)

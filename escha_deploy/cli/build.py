@@ -31,7 +31,7 @@ def build_args(base_image: str, python_version: str, wheelhouse: str, overlay_di
     ``None`` for the stock one; ``release``: the SGLang release the base image holds (default:
     the default release; ``SGLANG_VERSION``: the image's label, and ``runtime apply
     --expect-sglang-version`` refuses a base that holds another)."""
-    from escha_deploy.releases import default_release
+    from escha_deploy.sglang.releases import default_release
     from escha_deploy.runtime.series import capabilities_of
 
     args = {"BASE_IMAGE": base_image, "PYTHON_VERSION": python_version, "WHEELHOUSE": wheelhouse,
@@ -51,7 +51,7 @@ def base_missing(client, base_image: str) -> None:
     SGLang's image is tens of GB (``releases.official_image``). ``build`` never pulls."""
     from docker.errors import NotFound
 
-    from escha_deploy.errors import Refused
+    from escha_deploy.utils.errors import Refused
 
     try:
         client.inspect_image(base_image)
@@ -104,9 +104,9 @@ def register(app: typer.Typer) -> None:
         from docker.errors import APIError, DockerException
 
         from escha_deploy.cli.output import info, print_json, warn
-        from escha_deploy.errors import BadInput, Failed, Refused
-        from escha_deploy.paths import source_checkout
-        from escha_deploy.releases import check_supported, default_release, image_tag, image_tag_release, official_image
+        from escha_deploy.utils.errors import BadInput, Failed, Refused
+        from escha_deploy.utils.paths import source_checkout
+        from escha_deploy.sglang.releases import check_supported, default_release, image_tag, image_tag_release, official_image
         from escha_deploy.runtime import patching
 
         release = check_supported(sglang_version or (base_image and image_tag_release(base_image))

@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
         """
         from escha_deploy.cli.output import info
         from escha_deploy.launch.compose import build_context, compose_profile, source_checkout
-        from escha_deploy.paths import check_output, facts_file, write_output
+        from escha_deploy.utils.paths import check_output, facts_file, write_output
 
         overrides = list(set_ or [])
         facts, _ = facts_file(facts)  # as --facts documents, and as plan reads it
@@ -80,7 +80,7 @@ def plan_here_lines(profile: str, overrides: list[str]) -> list[str]:
     ``docker compose up`` would do here; one line per problem when this machine cannot be
     planned (an unreadable model folder). A rendered argv the planned release refuses
     (``pipeline.BadArgv``) is raised: the container's ``serve`` would refuse it on any box."""
-    from escha_deploy.errors import EschaError
+    from escha_deploy.utils.errors import EschaError
     from escha_deploy.pipeline import BadArgv, BoxRuntime, facts_source, plan_here
     from escha_deploy.profile import load_profile
 

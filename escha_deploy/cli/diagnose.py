@@ -53,10 +53,10 @@ def register(app: typer.Typer) -> None:
         """Explain a server log: cause, evidence lines and fix for each known failure."""
         import sys
 
-        from escha_deploy.errors import BadInput, ExitCode
+        from escha_deploy.utils.errors import BadInput, ExitCode
         from escha_deploy.launch.diagnose import Facts, diagnose
 
-        from escha_deploy.redact import Redactor
+        from escha_deploy.utils.redact import Redactor
 
         cut = False
         try:
@@ -171,7 +171,7 @@ def emit(diag, fmt: OutputFormat, source: str | None = None) -> None:
         print_json({"conclusive": diag.conclusive, "exit_code": diag.exit_code,
                     "matches": [m.model_dump() for m in diag.matches]})
         return
-    from escha_deploy.redact import printable
+    from escha_deploy.utils.redact import printable
 
     for line in diag.lines(tail=False, source=source):
         typer.echo(printable(line))  # a log's escape sequences never reach the terminal

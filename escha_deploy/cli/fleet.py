@@ -49,14 +49,14 @@ def register(app: typer.Typer) -> None:
 
 
 def _gib(n: int, digits: int = 2) -> str:
-    from ..units import fmt_gib
+    from ..utils.units import fmt_gib
 
     return fmt_gib(n, digits)
 
 
 def _gb(n: int) -> str:
     """Pinned bytes as `plan` prints them (GB = 1e9)."""
-    from ..units import fmt_gb
+    from ..utils.units import fmt_gb
 
     return fmt_gb(n)
 
@@ -68,7 +68,7 @@ def plan_command(file: FleetFileArg, fmt: FormatOpt = OutputFormat.table) -> Non
     Exit 0 when every box is ok or hicache_off, 3 when any box is unsafe or a fleet check
     refuses, 2 for a bad fleet file or profile.
     """
-    from ..errors import ExitCode
+    from ..utils.errors import ExitCode
     from ..fleet.model import load_fleet
     from ..fleet.plan import plan_fleet
 
@@ -140,8 +140,8 @@ def _not_the_box(loaded, fp, name: str) -> list[str]:
     saved facts): the dry run plans the machine it runs on, as ``up`` there would, not the
     box's description ``fleet plan`` planned; one line naming what differs here (memory,
     platform) and both plans' HiCache ratios, or none when this machine matches."""
-    from ..host import gather_host_facts
-    from ..units import fmt_gib
+    from ..facts.machine import gather_host_facts
+    from ..utils.units import fmt_gib
 
     bp = fp.box_plan(name)
     here = gather_host_facts()
@@ -164,7 +164,7 @@ def _not_the_box(loaded, fp, name: str) -> list[str]:
 def _plan_or_refuse(file: Path, docker: bool = True):
     """Load and plan the fleet; ``Refused`` (exit 3) listing every problem when it is unsafe
     (with ``docker``, also what only a Docker deployment cannot do: unpublished ports)."""
-    from ..errors import Refused
+    from ..utils.errors import Refused
     from ..fleet.model import load_fleet
     from ..fleet.plan import plan_fleet
 
@@ -192,7 +192,7 @@ def up_command(
     Exit 0 when started (and, with --wait, every worker is healthy behind the router), 3 when
     refused before starting, 4 when the router exited or the workers did not become healthy.
     """
-    from ..errors import BadInput
+    from ..utils.errors import BadInput
 
     if router == (box is not None):
         raise BadInput("give exactly one of --router and --box NAME")
@@ -267,7 +267,7 @@ def status_command(
     Exit 0 when every worker is healthy, 3 when the router does not answer (within
     --http-timeout, or with an answer too large or not JSON) or a worker is not healthy.
     """
-    from ..errors import BadInput, ExitCode
+    from ..utils.errors import BadInput, ExitCode
     from ..fleet.model import load_fleet
     from ..fleet.plan import plan_fleet
     from ..fleet.router import worker_urls
@@ -300,7 +300,7 @@ def status_command(
                 t.add_row(escape(url), "[green]yes[/]" if w.healthy else "[red]no[/]", escape(w.status or "-"),
                           escape(w.model_id or "-"), "-" if w.load is None else str(w.load))
         if not state.reachable:
-            from ..errors import Refused
+            from ..utils.errors import Refused
 
             raise Refused(f"fleet status: the router at {state.url} does not answer: {state.error}")
         stdout_console().print(t)
@@ -329,7 +329,7 @@ def compose_command(
     """Render one compose file per box: its server (or its node of a multi-node instance), and
     on the router's box the router. Exit 3 when the fleet plan is unsafe, 2 for a bad file."""
     from ..fleet.compose import render_box_files
-    from ..paths import check_output, output_folder, write_output
+    from ..utils.paths import check_output, output_folder, write_output
     from .output import info
 
     loaded, fp = _plan_or_refuse(file)
@@ -366,7 +366,7 @@ def render_k8s_command(
     if out is None:
         typer.echo(text, nl=False)
     else:
-        from ..paths import output_folder, write_output
+        from ..utils.paths import output_folder, write_output
 
         typer.echo(str(write_output(output_folder(out, "--out") / "fleet.k8s.yaml", text, "--out")))
 

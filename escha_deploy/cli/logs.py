@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         fmt: FormatLongOpt = OutputFormat.table,
     ) -> None:
         """Print the server's log."""
-        from escha_deploy.errors import BadInput
+        from escha_deploy.utils.errors import BadInput
         from escha_deploy.launch import manage
 
         from escha_deploy.profile import profile_name as _profile_name
@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
         if tail != "all" and not (tail.isdigit() and len(tail) <= 9):
             raise BadInput(f"--tail: expected a number of lines or all (got {tail[:40]!r})")
         if diagnose:
-            from escha_deploy.errors import ExitCode
+            from escha_deploy.utils.errors import ExitCode
 
             from .diagnose import emit
 

@@ -14,7 +14,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from escha_deploy.errors import EschaError
+    from escha_deploy.utils.errors import EschaError
 
     from .app import build_app
 

@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
         """Pull a checkpoint: only the files SGLang needs, the disk checked first, resumable,
         every file verified, then pinned in escha-model.lock.json."""
         from escha_deploy.checkpoint.pull import parse_ref, pull
-        from escha_deploy.errors import BadInput
+        from escha_deploy.utils.errors import BadInput
         from escha_deploy.launch.prepare import read_secret
 
         from .output import info, print_json
@@ -85,7 +85,7 @@ def register(app: typer.Typer) -> None:
         """Re-check every file of a pulled folder against its lock file: size and sha256 (Git
         blob id for small files). Exit 3 naming each file that differs or is missing."""
         from escha_deploy.checkpoint.lock import verify_folder
-        from escha_deploy.errors import Refused
+        from escha_deploy.utils.errors import Refused
 
         from .output import print_json
 
@@ -116,7 +116,7 @@ def _target(target: str, overrides: list[str]) -> tuple[str | None, str | None, 
     cp = prof.model.checkpoint
     token = prof.container.hf_token_file
     if cp is None:
-        from escha_deploy.errors import BadInput
+        from escha_deploy.utils.errors import BadInput
 
         raise BadInput(f"model pull: profile {prof.name} names no checkpoint (model.checkpoint)",
                        hint="pull a repository by id: `escha-deploy model pull OWNER/NAME --to DIR`")

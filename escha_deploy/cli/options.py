@@ -72,7 +72,7 @@ def number_option(least: float | None = None, most: float | None = None, *,
     (exit 2, naming the option) otherwise. Use it as
     ``typer.Option("--timeout", parser=number_option(1, 3600))``; ``min``/``max`` are not
     given then (a parser replaces click's range type)."""
-    from escha_deploy.units import parse_number
+    from escha_deploy.utils.units import parse_number
 
     def parse(text: str) -> float | int:
         try:

@@ -55,7 +55,7 @@ def plan_command(
 
     Exit 0 for ok and hicache_off (launchable without HiCache), 3 for unsafe, 2 for bad input.
     """
-    from ..errors import BadInput, ExitCode
+    from ..utils.errors import BadInput, ExitCode
 
     problems = []
     ratio_value, size_value, auto = None, None, False
@@ -78,7 +78,7 @@ def plan_command(
     host_bytes = None
     size_notes: list[str] = []
     if host_ram is not None:
-        from ..units import decimal_letter_note, parse_size
+        from ..utils.units import decimal_letter_note, parse_size
 
         try:
             host_bytes = parse_size(host_ram)
@@ -91,8 +91,8 @@ def plan_command(
     if problems:
         raise BadInput(*problems)
     if chart is not None:
-        from ..paths import check_output
-        from ..plan_chart import require_matplotlib
+        from ..utils.paths import check_output
+        from ..pipeline.chart import require_matplotlib
 
         check_output(chart, "--chart")
         require_matplotlib()
@@ -119,16 +119,16 @@ def plan_command(
         result = result.model_copy(update={"warnings": notes + list(result.warnings)})
     if compare is not None:
         _print_comparison(prof, facts_src, options, result, compare, fmt)
-        from ..flagcheck import check_argv
-        from ..flags import server_args
+        from ..sglang.flagcheck import check_argv
+        from ..pipeline.argv import server_args
 
         if result.verdict == "unsafe" or not check_argv(server_args(result, prof), set(result.capabilities)
                                                        | set(prof.runtime.needs), version=result.sglang_release).ok:
             raise typer.Exit(int(ExitCode.REFUSED))
         return
     if chart is not None:
-        from ..paths import write_output
-        from ..plan_chart import draw
+        from ..utils.paths import write_output
+        from ..pipeline.chart import draw
         from .output import info
 
         info(f"plan: chart written to {write_output(chart, draw(result, chart), '--chart')}")
@@ -158,10 +158,10 @@ def plan_command(
 def _print_comparison(prof, facts_src, options, result_b, version_a, fmt) -> None:
     """``--compare A``: plan A on the same host (the release named, whatever the profile says)
     and print ``release_compare.compare``'s rows."""
-    from ..flags import server_args
+    from ..pipeline.argv import server_args
     from ..pipeline import BoxRuntime, plan_here
-    from ..release_compare import compare
-    from ..releases import check_supported
+    from ..pipeline.compare import compare
+    from ..sglang.releases import check_supported
 
     check_supported(version_a, "--compare")
     result_a = plan_here(prof, facts_src, BoxRuntime(release=(version_a, "--compare")),
@@ -217,7 +217,7 @@ def apply_hicache_options(prof, positions: dict, overrides: list[str], *, ratio:
     (``hicache.enabled: false``) has no host pool to size: refused, naming where it was turned off.
     The label is where the deciding key came from (``profile.key_source``): the option, a
     ``--set``, or the profile file:line."""
-    from ..errors import BadInput
+    from ..utils.errors import BadInput
     from ..profile import key_source
 
     hc = prof.hicache
@@ -273,7 +273,7 @@ def parse_ratio(text: str) -> tuple[float | None, bool]:
     t = text.strip().lower()
     if t == "auto":
         return None, True
-    from escha_deploy.units import parse_number
+    from escha_deploy.utils.units import parse_number
 
     try:
         r = float(parse_number(t))
@@ -289,7 +289,7 @@ def parse_ratio(text: str) -> tuple[float | None, bool]:
 def parse_hicache_size(text: str) -> int:
     """``--hicache-size``: whole GB (1e9) per rank, written ``30`` or ``30GB`` (SGLang's flag is an
     int in GB); ``units.parse_hicache_gb``, as the profile key reads it, but 0 is refused."""
-    from escha_deploy.units import parse_hicache_gb
+    from escha_deploy.utils.units import parse_hicache_gb
 
     return parse_hicache_gb(text, allow_zero=False)
 
@@ -299,8 +299,8 @@ def _write_facts(g: Gathered, path: str) -> None:
     planned when it is known (``Gathered.runtime``: a facts file's runtime section, this
     machine's runtime description, or ``--sglang-version``; no section when not known), as a
     facts file."""
-    from ..factsfile import facts_from_host
-    from ..paths import write_output
+    from ..facts.factsfile import facts_from_host
+    from ..utils.paths import write_output
     from .output import info
 
     # the findings this host's reader read (``Gathered.findings``: none for a described host or

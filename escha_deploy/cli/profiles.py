@@ -64,7 +64,7 @@ def show_command(
 
     secret_path_problems(p)  # a key typed where its file's path goes is refused, never shown
     if keys:
-        from ..profile_keys import key_rows
+        from ..profile.keys import key_rows
 
         rows = key_rows(p)
         if fmt is OutputFormat.json:
@@ -95,7 +95,7 @@ def validate_command(
 ) -> None:
     """Validate profiles: one line per error naming file:line and key; exit 2 on any error.
     Keys that load but do nothing are warnings on stderr (exit 0)."""
-    from ..errors import BadInput, EschaError
+    from ..utils.errors import BadInput, EschaError
     from ..profile import list_profiles, load_profile
 
     from .output import warn

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..planner.result import Plan
-from ..units import fmt_gib_gb, fmt_gb, fmt_gib, fmt_mib
+from ..utils.units import fmt_gib_gb, fmt_gb, fmt_gib, fmt_mib
 
 
 def _b(n: int | None) -> str:

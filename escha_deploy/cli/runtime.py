@@ -2,7 +2,7 @@
 runtime.
 
 Heavy imports stay in the command bodies. Results go to stdout (table or ``--format json``),
-progress and warnings to stderr; failures raise ``escha_deploy.errors`` (exit 2 bad input,
+progress and warnings to stderr; failures raise ``escha_deploy.utils.errors`` (exit 2 bad input,
 3 refused: a reject, base drift or inventory drift).
 """
 
@@ -47,7 +47,7 @@ ForkOpt = Annotated[
 
 
 def _state_dir(state_dir: Optional[Path]) -> Path:
-    from escha_deploy.capabilities import runtime_description_path
+    from escha_deploy.sglang.capabilities import runtime_description_path
 
     return state_dir or Path(runtime_description_path()).parent
 
@@ -56,7 +56,7 @@ def _description_file(state_dir: Optional[Path]) -> Path:
     """Where ``runtime apply`` writes the description: ``--state-dir``/runtime.json, else this
     machine's (``capabilities.runtime_description_path``: $ESCHA_RUNTIME_DESCRIPTION or
     /etc/escha/runtime.json)."""
-    from escha_deploy.capabilities import runtime_description_path
+    from escha_deploy.sglang.capabilities import runtime_description_path
 
     return state_dir / "runtime.json" if state_dir else Path(runtime_description_path())
 
@@ -94,7 +94,7 @@ def apply_cmd(
     verify, write runtime.json."""
     from escha_deploy import __version__
     from escha_deploy.cli.output import info
-    from escha_deploy.paths import output_folder
+    from escha_deploy.utils.paths import output_folder
     from escha_deploy.runtime import inventory as inv
     from escha_deploy.runtime import patching
     from escha_deploy.runtime.description import write_description
@@ -110,7 +110,7 @@ def apply_cmd(
     located = inv.locate(sglang_dir, python)
     info(f"sglang {located.version} at {located.package_dir} (Python {located.python})")
     if expect_sglang_version and located.version != expect_sglang_version:
-        from escha_deploy.errors import Refused
+        from escha_deploy.utils.errors import Refused
 
         raise Refused(f"build argument SGLANG_VERSION={expect_sglang_version!r} but the installed sglang "
                       f"at {located.package_dir} is {located.version}",
@@ -143,7 +143,7 @@ def verify_cmd(
     """Check the installed sglang equals base + deltas; name every missing, extra and
     changed file (exit 3 on any). With --first-use, also what SGLang compiles on first use."""
     from escha_deploy.cli.output import print_json
-    from escha_deploy.errors import Refused
+    from escha_deploy.utils.errors import Refused
     from escha_deploy.runtime import inventory as inv
     from escha_deploy.runtime import patching
 
@@ -185,7 +185,7 @@ def inventory_cmd(
 ) -> None:
     """The base inventory (every file, size, sha256; no __pycache__) and its digest."""
     from escha_deploy.cli.output import info, print_json, stdout_console
-    from escha_deploy.paths import check_output, write_output
+    from escha_deploy.utils.paths import check_output, write_output
     from escha_deploy.runtime import inventory as inv
     from escha_deploy.runtime import patching
 
@@ -265,8 +265,8 @@ def import_cmd(
     """Import a fork's commits (git format-patch against the SGLang release it is made on, SGLang repository
     layout): check them, order them with escha-deploy's series, and copy them for the build."""
     from escha_deploy.cli.output import info, print_json
-    from escha_deploy.errors import BadInput
-    from escha_deploy.paths import output_folder, write_output
+    from escha_deploy.utils.errors import BadInput
+    from escha_deploy.utils.paths import output_folder, write_output
     from escha_deploy.runtime import inventory as inv
     from escha_deploy.runtime import patching
     from escha_deploy.runtime.fork import DECLARATION, fork_patch_files
@@ -274,7 +274,7 @@ def import_cmd(
     if not directory.is_dir():
         raise BadInput(f"{directory}: not a folder")
     if output is None:
-        from escha_deploy.paths import PACKAGE_DIR
+        from escha_deploy.utils.paths import PACKAGE_DIR
 
         ctx = Path.cwd() if (Path.cwd() / "Dockerfile.hicache").is_file() else PACKAGE_DIR.parent
         if not (ctx / "Dockerfile.hicache").is_file():
@@ -379,7 +379,7 @@ def rebase_cmd(
     """Check a series against another SGLang release's wheel (--check: which patches and fork
     commits apply, fail with file and hunk, or are already there; exit 0 when all apply, 3
     otherwise), or write our series rebased onto it (--onto)."""
-    from escha_deploy.errors import BadInput
+    from escha_deploy.utils.errors import BadInput
 
     if (check is None) == (onto is None):
         raise BadInput("runtime rebase: give one of --check VERSION or --onto VERSION")
@@ -400,8 +400,8 @@ def describe_cmd(
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Print the runtime description (exit 3 when there is none: a stock runtime)."""
-    from escha_deploy.capabilities import runtime_description_path
-    from escha_deploy.errors import Refused
+    from escha_deploy.sglang.capabilities import runtime_description_path
+    from escha_deploy.utils.errors import Refused
     from escha_deploy.runtime.description import read_description
 
     path = description or Path(runtime_description_path())
@@ -416,7 +416,7 @@ def _rebase_check(check: str, wheel: Optional[Path], fork_dir: Optional[Path],
     import dataclasses
 
     from escha_deploy.cli.output import print_json
-    from escha_deploy.errors import Refused
+    from escha_deploy.utils.errors import Refused
     from escha_deploy.runtime.patching import rebased_releases, series_dir
     from escha_deploy.runtime.rebase import rebase_check
     from escha_deploy.runtime.series import read_series
@@ -424,8 +424,8 @@ def _rebase_check(check: str, wheel: Optional[Path], fork_dir: Optional[Path],
     if series_of is None:
         series_of = check if check in rebased_releases() else None
     else:
-        from escha_deploy.errors import BadInput
-        from escha_deploy.releases import series_release
+        from escha_deploy.utils.errors import BadInput
+        from escha_deploy.sglang.releases import series_release
 
         known = [series_release(), *rebased_releases()]
         if series_of not in known:
@@ -454,8 +454,8 @@ def _rebase_check(check: str, wheel: Optional[Path], fork_dir: Optional[Path],
 def _rebase_onto(version: str, wheel: Optional[Path], resolutions: Optional[Path],
                  output: Optional[Path], fmt: OutputFormat) -> None:
     from escha_deploy.cli.output import info, print_json
-    from escha_deploy.errors import BadInput
-    from escha_deploy.releases import releases_dir, series_release
+    from escha_deploy.utils.errors import BadInput
+    from escha_deploy.sglang.releases import releases_dir, series_release
     from escha_deploy.runtime.patching import series_dir
     from escha_deploy.runtime.rebase import RESOLUTIONS, load_resolutions, rebase_onto, write_rebased
     from escha_deploy.runtime.series import read_series
@@ -522,7 +522,7 @@ def first_use_or_refuse(python: Optional[str]) -> None:
     """``runtime verify --first-use``: the first-use check (``runtime/first_use.py``) with an L3
     backend on, in this environment; prints one ``first use:`` line per check passed, raises
     ``Refused`` (exit 3) with every problem, one line each."""
-    from escha_deploy.errors import Refused
+    from escha_deploy.utils.errors import Refused
     from escha_deploy.runtime import first_use as fu
 
     result = fu.check(l3=True, python=python)

@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
             "and exit; exit 3 when the runtime lacks a needed capability.")] = False,
     ) -> None:
         """Run the SGLang server in the foreground (inside the container, or natively)."""
-        from escha_deploy.errors import BadInput
+        from escha_deploy.utils.errors import BadInput
 
         from .output import report
 

@@ -19,7 +19,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from escha_deploy.httpread import DEFAULT_DEADLINE_S
+from escha_deploy.utils.httpread import DEFAULT_DEADLINE_S
 
 from .options import FormatOpt, OptionalProfileOpt, OutputFormat, number_option
 
@@ -72,8 +72,8 @@ def register(app: typer.Typer) -> None:
             "with (default: the plan's: bench's last cold prefill, else hicache.prefill_tokens_per_s).")] = None,
     ) -> None:
         """Show the server(s) of a profile and what they do now: host tier, host memory, alerts."""
-        from escha_deploy.errors import Inconclusive, Refused
-        from escha_deploy.paths import check_output
+        from escha_deploy.utils.errors import Inconclusive, Refused
+        from escha_deploy.utils.paths import check_output
         from escha_deploy.watch import record as rec
         from escha_deploy.watch.session import Watcher, find_targets
 
@@ -81,12 +81,12 @@ def register(app: typer.Typer) -> None:
         from .output import info, print_json, stdout_console, warn
 
         if watch and check:
-            from escha_deploy.errors import BadInput
+            from escha_deploy.utils.errors import BadInput
 
             raise BadInput("status: --watch and --check do not go together (--check looks twice and exits)")
         if record is not None:
             check_output(record, "--record")
-        from escha_deploy.httpread import Policy
+        from escha_deploy.utils.httpread import Policy
 
         policy = Policy(deadline_s=http_timeout)
         targets = find_targets(_profile_name(profile), note=lambda line: info(f"status: {line}"))
@@ -156,7 +156,7 @@ def _table(rows: list[dict], console) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from escha_deploy.termtext import printable
+    from escha_deploy.utils.termtext import printable
     from escha_deploy.watch.render import render_row
 
     cols = ("profile", "state", "endpoint", "plan_digest", "uptime_s", "restart_policy")
@@ -174,7 +174,7 @@ def _table(rows: list[dict], console) -> None:
 def _printable(value):
     """A row with every string in it without control sequences (``termtext.printable``):
     labels, names and errors quoted from a server or a state file reach the terminal."""
-    from escha_deploy.termtext import printable
+    from escha_deploy.utils.termtext import printable
 
     if isinstance(value, str):
         return printable(value)

@@ -203,7 +203,7 @@ def print_dry_run(profile: str, overrides: list[str], facts: str | None, fmt: Ou
             typer.echo(f"#   - {r}")
         typer.echo("# container (docker-py containers.create arguments)")
         typer.echo(yaml.safe_dump(data["container"], sort_keys=False).rstrip())
-        from escha_deploy.launch_spec import SPEC_TARGET
+        from escha_deploy.pipeline.spec import SPEC_TARGET
 
         typer.echo(f"# server argv (inside the container, run by `escha-deploy serve --spec {SPEC_TARGET}`)")
         typer.echo(shlex.join(data["argv"]))

@@ -3,7 +3,7 @@
 Layout (one concern a module):
 
 - ``report``: the report model (``Check`` with ok/warn/fail and a one-line fix, ``DoctorReport``).
-- ``hostinfo``: host readers beyond ``escha_deploy.host`` (swap, page cache, hugepages, memlock
+- ``hostinfo``: host readers beyond ``escha_deploy.facts.machine`` (swap, page cache, hugepages, memlock
   ulimit, /dev/shm size, WSL2 signals), and ``docker info``: read through docker-py and
   classified (Docker Desktop or an engine, WSL2 kernel, GPU runtime).
 - ``gpu``: the GPU inventory through NVML (nvidia-ml-py), else ``nvidia-smi``, else "no GPU"

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from escha_deploy.units import GiB, MiB, fmt_gb, fmt_gib, fmt_mib
+from escha_deploy.utils.units import GiB, MiB, fmt_gb, fmt_gib, fmt_mib
 
-from escha_deploy.gpu_facts import gpu_compat, peer_access, tp_gpu_indices
+from escha_deploy.facts.gpu_rules import gpu_compat, peer_access, tp_gpu_indices
 
 from .facts import DoctorFacts
 from .report import Check, fail, ok, unknown, warn
@@ -282,7 +282,7 @@ def probes_unavailable_fix(need: ProfileNeeds | None = None) -> str:
     torch the default SGLang release pins (its ``facts.yaml: pins.torch``, read from the wheel's
     ``Requires-Dist: torch==``), or the image, which has it; naming the profile's ``up`` command
     when there is one."""
-    from escha_deploy.releases import load_release
+    from escha_deploy.sglang.releases import load_release
 
     release = load_release()
     up = "up" if need is None else f"`escha-deploy up --profile {need.profile_arg}`"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from escha_deploy.errors import Inconclusive, Refused
+from escha_deploy.utils.errors import Inconclusive, Refused
 from escha_deploy.launch.prepare import Prepared
 from escha_deploy.launch.progress import Report, quiet
 
@@ -21,11 +21,11 @@ def doctor_in_image(client, prep: Prepared, *, timeout_s: float = 600, report: R
     server is created. Returns True when the probes ran now (the findings changed), False when
     saved findings were fresh. Only reached where Docker has a GPU runtime (not testable here).
     """
-    from escha_deploy.findings import save_findings
-    from escha_deploy.host import host_id
+    from escha_deploy.facts.saved import save_findings
+    from escha_deploy.facts.machine import host_id
     from escha_deploy.launch import docker as dk
     from escha_deploy.launch.up import fresh_findings_saved
-    from escha_deploy.paths import doctor_findings_path
+    from escha_deploy.utils.paths import doctor_findings_path
 
     from .facts import ProbeFacts
     from .run import probe_findings

@@ -1,6 +1,6 @@
 """Everything ``doctor`` gathers, as one value: the checks are pure functions of it.
 
-``gather_facts`` reads the host (``escha_deploy.host`` and ``hostinfo``), asks Docker and the
+``gather_facts`` reads the host (``escha_deploy.facts.machine`` and ``hostinfo``), asks Docker and the
 GPU sources; the probes' answers are added by ``run`` (they are slow, and may be reused from
 saved findings younger than a day).
 """
@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from escha_deploy.facts.findings import RestoreBandwidth, StoreProbeResult
 from escha_deploy.facts.host import Platform
-from escha_deploy.host import detect_container, detect_platform, host_id
+from escha_deploy.facts.machine import detect_container, detect_platform, host_id
 
 from .gpu import GpuInventory, gpu_inventory
 from .kernel_archs import image_kernel_archs

@@ -1,7 +1,7 @@
 """The GPU inventory: NVML through nvidia-ml-py (the ``gpu`` extra) when installed, else
 ``nvidia-smi``, else "no GPU" with the reason each source gave.
 
-NVML is asked by ``escha_deploy.nvml``; the inventory's models are ``facts.gpus``'s.
+NVML is asked by ``escha_deploy.facts.nvml``; the inventory's models are ``facts.gpus``'s.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 from ..facts.gpus import GpuInventory, GpuRecord
-from ..nvml import nccl_wheel_version, query_nvml
+from ..facts.nvml import nccl_wheel_version, query_nvml
 
 #: ``nvidia-smi`` query used as the fallback; ``compute_cap`` needs driver 510 or newer.
 NVIDIA_SMI_QUERY = "index,name,memory.total,compute_cap,driver_version"

@@ -1,9 +1,9 @@
-"""Host readers beyond ``escha_deploy.host``: swap, page cache, hugepages, the memlock ulimit,
+"""Host readers beyond ``escha_deploy.facts.machine``: swap, page cache, hugepages, the memlock ulimit,
 the /dev/shm size, the WSL2 signals, and what kind of Docker daemon ``docker info`` describes.
 
 Every reader takes a ``root`` (default ``/``) so tests point it at fixture trees of WSL2 and
 other hosts (tests/doctor/fixtures/). MemTotal, MemAvailable and the cgroup limit come from
-``escha_deploy.host`` (``read_meminfo``, ``read_cgroup_memory``); this module does not re-read
+``escha_deploy.facts.machine`` (``read_meminfo``, ``read_cgroup_memory``); this module does not re-read
 them another way.
 """
 
@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from escha_deploy.host import hugetlb_bytes, read_cgroup_memory, read_meminfo
+from escha_deploy.facts.machine import hugetlb_bytes, read_cgroup_memory, read_meminfo
 
 
 class MemoryFacts(BaseModel):
@@ -25,7 +25,7 @@ class MemoryFacts(BaseModel):
 
     ``page_cache_bytes`` is ``Cached`` (page cache: what the kernel gives back first under memory pressure);
     ``hugepages_*`` are page counts and ``hugepage_size_bytes`` the default huge page size
-    (``Hugepagesize``); ``hugetlb_bytes`` is ``escha_deploy.host.hugetlb_bytes`` (``Hugetlb``, or
+    (``Hugepagesize``); ``hugetlb_bytes`` is ``escha_deploy.facts.machine.hugetlb_bytes`` (``Hugetlb``, or
     ``HugePages_Total`` x ``Hugepagesize``), memory the kernel holds for huge pages only (an
     anonymous host pool cannot use it, so the plan subtracts it from MemTotal).
     """

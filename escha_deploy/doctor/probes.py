@@ -178,7 +178,7 @@ def nccl_attempts(inv, platform: str, world_size: int = 2) -> list[dict[str, str
     (peer access proven, or no NVML facts) P2P first, then P2P disabled when that hangs or sums
     wrong.
     """
-    from escha_deploy.gpu_facts import peer_access
+    from escha_deploy.facts.gpu_rules import peer_access
     from escha_deploy.profile import key_env
 
     p2p_off = {key_env("container.nccl_p2p_disable"): "1"}  # what that profile key renders

@@ -11,8 +11,8 @@ import datetime as _dt
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from escha_deploy.findings import DoctorFindings, load_findings, save_findings
-from escha_deploy.units import GiB
+from escha_deploy.facts.saved import DoctorFindings, load_findings, save_findings
+from escha_deploy.utils.units import GiB
 
 from .checks import PAGE_CACHE_FLOOR_BYTES, ProfileNeeds, host_checks, profile_checks
 from .facts import DoctorFacts, ProbeFacts, gather_facts
@@ -186,7 +186,7 @@ def _image_reader(profile: str | None, overrides: Sequence[str], docker: Callabl
     if docker is not read_docker:
         return None
     from escha_deploy.profile import load_profile
-    from escha_deploy.releases import image_tag
+    from escha_deploy.sglang.releases import image_tag
 
     from .hostinfo import read_image
 
@@ -209,7 +209,7 @@ def _memlock_reader(profile: str | None, overrides: Sequence[str], docker: Calla
         p = load_profile(profile, overrides)
         images = [p.container.image, p.runtime.base_image]
     else:
-        from escha_deploy.releases import image_tag, official_image
+        from escha_deploy.sglang.releases import image_tag, official_image
 
         images = [image_tag("hicache"), official_image()]
     return lambda: probe_memlock(list(dict.fromkeys(images)))
@@ -229,7 +229,7 @@ def run_doctor(profile: str | None = None, overrides: Sequence[str] = (), *, pro
     an exception. ``started`` is called once the profile is valid, before gathering (the CLI's
     progress line).
     """
-    from escha_deploy.paths import doctor_findings_path
+    from escha_deploy.utils.paths import doctor_findings_path
 
     findings_path = findings_path or doctor_findings_path()
     need = needs_from_profile(profile, overrides) if profile else None

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..restore_bandwidth import RestoreBandwidth
+from ..facts.restore_bandwidth import RestoreBandwidth
 
 SCHEMA_VERSION = 1
 MAX_AGE = _dt.timedelta(days=1)

@@ -12,8 +12,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..profile.models import MIN_PREFILL_TOKENS_PER_S, Number
-from ..restore_bandwidth import RestoreBandwidth
-from ..units import fmt_gib
+from ..facts.restore_bandwidth import RestoreBandwidth
+from ..utils.units import fmt_gib
 from .gpus import GpuInventory
 
 #: The kernel the server runs under: ``wsl2`` for Microsoft's WSL2 kernel, else ``linux``.

@@ -4,7 +4,7 @@ box's profile and overrides; run it on that box (the plan reads this machine's f
 
 from __future__ import annotations
 
-from ..errors import Refused
+from ..utils.errors import Refused
 from .model import LoadedFleet
 from .plan import FleetPlan
 

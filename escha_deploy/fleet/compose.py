@@ -28,8 +28,8 @@ from typing import Any
 
 import yaml
 
-from ..capabilities import LABEL_PREFIX
-from ..errors import BadInput
+from ..sglang.capabilities import LABEL_PREFIX
+from ..utils.errors import BadInput
 from .model import LoadedFleet
 from .multinode import NodeLaunch, render_nodes
 from .plan import FleetPlan

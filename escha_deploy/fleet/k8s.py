@@ -35,8 +35,8 @@ import math
 import re
 from typing import Any
 
-from ..errors import BadInput
-from ..launch_spec import SECRET_API_KEY_PATH, SECRET_HF_TOKEN_PATH
+from ..utils.errors import BadInput
+from ..pipeline.spec import SECRET_API_KEY_PATH, SECRET_HF_TOKEN_PATH
 from .model import Group, LoadedFleet
 from .plan import FleetPlan
 from .router import CONTAINER_KEY_PATH, ServiceDiscovery, launch_command, router_args
@@ -161,7 +161,7 @@ def _single_node(loaded: LoadedFleet, fp: FleetPlan, g: Group, n_instances: int)
     meta = {"name": name, "namespace": k.namespace, "labels": labels}
     selector = {"matchLabels": {"io.escha/fleet": fleet.name, "io.escha/group": g.name}}
     if l3:
-        from ..flags import CONTAINER_L3_DIR
+        from ..pipeline.argv import CONTAINER_L3_DIR
 
         mounts.append({"name": "l3", "mountPath": CONTAINER_L3_DIR})
         size = prof.hicache.storage_max_size or 100 * 10**9
@@ -183,7 +183,7 @@ def _single_node(loaded: LoadedFleet, fp: FleetPlan, g: Group, n_instances: int)
 
 
 def _multi_node(loaded: LoadedFleet, fp: FleetPlan, g: Group, n_instances: int) -> list[dict]:
-    from .. import flags
+    from ..pipeline import argv as flags
     from ..pipeline import check_rendered_argv
 
     fleet, k = loaded.fleet, loaded.fleet.kubernetes

@@ -29,11 +29,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field, PrivateAttr, StrictInt, ValidationError
 
-from ..errors import BadInput
-from ..jsonio import file_problem
-from ..netaddr import HostAddress, host_port
+from ..utils.errors import BadInput
+from ..utils.jsonio import file_problem
+from ..utils.netaddr import HostAddress, host_port
 from ..profile import MAX_SECONDS, MAX_TOKENS, EschaModel, Number, Size
-from ..yamlpos import Positions, format_validation_errors, load_yaml_with_positions, position_of
+from ..utils.yamlpos import Positions, format_validation_errors, load_yaml_with_positions, position_of
 
 #: A name that is also a DNS-1123 label: Kubernetes object names, compose service names and
 #: container names are built from it (kubernetes.io/docs/concepts/overview/working-with-objects/names).

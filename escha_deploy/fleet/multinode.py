@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from ..netaddr import host_port
+from ..utils.netaddr import host_port
 from ..planner.result import Plan
 from ..profile.rules import extra_arg, speculative_algorithm
 from ..profile import Profile
@@ -105,7 +105,7 @@ def render_nodes(inst: Instance, plans: list[Plan], profiles: list[Profile], add
     ``rank0_binds_address``: rank 0 listens on ``addresses[0]`` (host networking, where the router
     reaches it) instead of 0.0.0.0. Each node's argv is checked against the planned release's
     flag catalog (``pipeline.check_rendered_argv``: ``BadArgv``, exit 2)."""
-    from .. import flags
+    from ..pipeline import argv as flags
     from ..pipeline import check_rendered_argv
 
     i_min = min(range(len(plans)), key=lambda i: (plans[i].per_rank.pinned_bytes, i))

@@ -20,10 +20,10 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, Field, PrivateAttr
 
-from ..errors import BadInput, Refused
+from ..utils.errors import BadInput, Refused
 from ..facts.file import FactsFile
-from ..launch_spec import LaunchSpec
-from ..netaddr import parse_host
+from ..pipeline.spec import LaunchSpec
+from ..utils.netaddr import parse_host
 from ..planner.result import Plan
 from ..profile import Profile
 from .model import Box, LoadedFleet

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..netaddr import url as http_url
+from ..utils.netaddr import url as http_url
 from .model import Instance, LoadedFleet
 from .plan import FleetPlan
 
@@ -134,7 +134,7 @@ def router_args(loaded: LoadedFleet, fp: FleetPlan, *, urls: list[str] | None = 
     ``router.expose``); ``prometheus_host``: where its metrics listen (default ``bind_host``)."""
     r = loaded.fleet.router
     if r is None:
-        from ..errors import BadInput
+        from ..utils.errors import BadInput
 
         raise BadInput(f"{loaded.path}: router: missing; add a router section to start SMG")
     if discovery is not None and urls is not None:

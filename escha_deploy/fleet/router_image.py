@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..errors import Failed
+from ..utils.errors import Failed
 from .model import IMAGE_SMG, SMG_VERSION
 from .router import launcher_path
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from ..capabilities import LABEL_PREFIX
-from ..errors import BadInput, Failed, Refused
-from ..netaddr import url as http_url
+from ..sglang.capabilities import LABEL_PREFIX
+from ..utils.errors import BadInput, Failed, Refused
+from ..utils.netaddr import url as http_url
 from .model import LoadedFleet
 from .plan import FleetPlan
 from .router import CONTAINER_KEY_PATH, launch_command, router_args
@@ -55,7 +55,7 @@ class RouterState(BaseModel):
 
 
 def _state_dir() -> Path:
-    from ..paths import cache_dir
+    from ..utils.paths import cache_dir
 
     d = cache_dir() / "fleet"
     d.mkdir(parents=True, exist_ok=True)
@@ -74,7 +74,7 @@ def read_key(loaded: LoadedFleet) -> str | None:
     r = loaded.fleet.router
     if r is None or not r.api_key_file:
         return None
-    from ..httpread import header_safe
+    from ..utils.httpread import header_safe
     from ..launch.prepare import read_secret
 
     key = read_secret(str(loaded.resolve(r.api_key_file)), "router.api_key_file")
@@ -90,8 +90,8 @@ def router_workers(loaded: LoadedFleet, expected: list[str] | None = None,
     policy for servers we do not control (``httpread``: ``timeout_s`` seconds in all, default
     ``httpread.DEFAULT_DEADLINE_S``; a size cap; no redirect). The router's strings are kept
     printable; a worker entry of another shape is left out. Never raises."""
-    from .. import httpread
-    from ..termtext import shown
+    from ..utils import httpread
+    from ..utils.termtext import shown
 
     url = router_url(loaded)
     key = read_key(loaded)

@@ -94,7 +94,7 @@ class NativeBenchLauncher:
 
         import httpx
 
-        from escha_deploy.errors import Failed, Refused
+        from escha_deploy.utils.errors import Failed, Refused
 
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
@@ -160,7 +160,7 @@ def _tail(path: str, lines: int = 3) -> str:
 
 def docker_reachable(timeout_s: float = 5.0) -> bool:
     """Whether a Docker daemon answers (``docker.connect``), without raising."""
-    from escha_deploy.errors import Refused
+    from escha_deploy.utils.errors import Refused
 
     try:
         from .docker import connect

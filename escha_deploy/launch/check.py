@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from escha_deploy.launch_spec import LaunchNeeds, LaunchSpec
+    from escha_deploy.pipeline.spec import LaunchNeeds, LaunchSpec
 
 #: The documented test switch: `serve` skips its GPU check (so an image can be started on a
 #: machine without a GPU and reach SGLang's child process). Never set in production.
@@ -71,7 +71,7 @@ def mounted_model_problems(path: str, *, native: bool = False, section: str = "m
     ``SECTION.host_dir`` is mounted), ``SECTION.host_dir`` natively (``native``: the server
     loads the host folder). ``section``: ``model``, or ``model.draft`` for a speculative
     draft's folder."""
-    from escha_deploy.folders import check_model_folder as check
+    from escha_deploy.facts.folders import check_model_folder as check
 
     if native:
         if not Path(path).is_dir():
@@ -87,7 +87,7 @@ def check_l3(needs: LaunchNeeds) -> list[str]:
     """Refusals for the file L3 store the spec needs (``LaunchNeeds.l3_dir``, cap
     ``l3_max_bytes`` in bytes), as this environment sees it (``folders.check_l3_dir``); none
     when the plan has no file L3. The spec's ``env`` is never read back."""
-    from escha_deploy.folders import check_l3_dir
+    from escha_deploy.facts.folders import check_l3_dir
 
     if not needs.l3_dir:
         return []
@@ -101,8 +101,8 @@ def check_here(launch: LaunchSpec, capabilities: list[str] | None, *, where: str
     ``capabilities``: the runtime's (``None``: a stock runtime); ``where`` names it in messages.
     ``gpus=False`` skips the GPU check (``serve --print`` on a machine without GPUs).
     """
-    from escha_deploy.host import gather_host_facts
-    from escha_deploy.units import fmt_gib
+    from escha_deploy.facts.machine import gather_host_facts
+    from escha_deploy.utils.units import fmt_gib
 
     env = os.environ if environ is None else environ
     out = Checked()

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from escha_deploy.launch_spec import ContainerSpec
-from escha_deploy.netaddr import host_port
+from escha_deploy.pipeline.spec import ContainerSpec
+from escha_deploy.utils.netaddr import host_port
 
 from .docker import LABEL_PLAN_DIGEST, PROFILE_TARGET, SERVE_MODE_ENV
 
@@ -40,7 +40,7 @@ DOCKERFILE = "Dockerfile.hicache"
 def source_checkout(cwd: str | Path | None = None) -> Path | None:
     """The checkout ``docker compose`` builds ``Dockerfile.hicache`` from
     (``paths.source_checkout``, the rule ``escha-deploy build`` uses for its default context)."""
-    from escha_deploy.paths import source_checkout as find
+    from escha_deploy.utils.paths import source_checkout as find
 
     return find(cwd, DOCKERFILE)
 
@@ -64,7 +64,7 @@ def release_build_args(profile: Profile) -> dict[str, str]:
     (``runtime.sglang_version``, else the default release): ``BASE_IMAGE`` (``runtime.base_image``)
     and ``SGLANG_VERSION`` (the series applied is that release's; the build refuses a base that
     holds another), as ``escha-deploy build --sglang-version`` passes them."""
-    from escha_deploy.releases import default_release
+    from escha_deploy.sglang.releases import default_release
 
     return {"BASE_IMAGE": profile.runtime.base_image,
             "SGLANG_VERSION": profile.runtime.sglang_version or default_release()}
@@ -170,7 +170,7 @@ def dump(doc: dict[str, Any], profile: str) -> str:
 def _volumes_note(doc: dict[str, Any]) -> str:
     """Header lines naming the named volumes the file declares (the JIT cache), so the reader
     knows what `docker compose up` creates and keeps."""
-    from escha_deploy.launch_spec import CONTAINER_JIT_CACHE
+    from escha_deploy.pipeline.spec import CONTAINER_JIT_CACHE
 
     names = list(doc.get("volumes", {}))
     if not names:
@@ -235,7 +235,7 @@ def compose_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_fi
     """
     from pathlib import Path
 
-    from escha_deploy.errors import Refused
+    from escha_deploy.utils.errors import Refused
     from escha_deploy.pipeline import (FactsFileHost, LaunchOptions, Options, ProfileTarget, hicache_off_warning,
                                        plan_request, profile_file, secret_path_problems)
     from escha_deploy.profile import load_profile

@@ -973,9 +973,9 @@ def _fills(f: Facts) -> dict[str, str]:
     ``{p2p}``, ``{chunk}``, ``{alloc}``, ``{hicache}``, ``{radix}``, ``{register}``): each names
     only settings the launch does not have (``Facts.launch``; unknown counts as not set); and
     ``{pins}``: the default release with its transformers pin (its ``facts.yaml``)."""
-    from ..flags import ENV_REGISTER_CHUNK, REGISTER_CHUNK_GIB
+    from ..pipeline.argv import ENV_REGISTER_CHUNK, REGISTER_CHUNK_GIB
     from ..profile import key_env, key_flag
-    from ..releases import load_release
+    from ..sglang.releases import load_release
 
     have = f.launch or frozenset()
     parts = []

@@ -26,10 +26,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from escha_deploy.errors import Failed, Refused
-from escha_deploy.launch_spec import ContainerSpec
+from escha_deploy.utils.errors import Failed, Refused
+from escha_deploy.pipeline.spec import ContainerSpec
 
-from escha_deploy.capabilities import LABEL_PREFIX
+from escha_deploy.sglang.capabilities import LABEL_PREFIX
 
 #: Labels ``build_launch_spec`` puts on every container (launch_spec.py); ``find`` uses them.
 LABEL_MANAGED_BY = LABEL_PREFIX + "managed-by"
@@ -60,7 +60,7 @@ def check_spec(spec: ContainerSpec, *, native: bool = False) -> list[str]:
     first applies, as the others are settings of a container.
     """
     problems: list[str] = []
-    from escha_deploy.launch_spec import SECRET_API_KEY_PATH
+    from escha_deploy.pipeline.spec import SECRET_API_KEY_PATH
 
     if spec.port_host_ip not in LOOPBACK and SECRET_API_KEY_PATH not in spec.secret_files:
         problems.append(

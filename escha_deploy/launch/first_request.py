@@ -20,7 +20,7 @@ import json
 import shlex
 from dataclasses import dataclass
 
-from escha_deploy.errors import BadInput, Failed, Refused
+from escha_deploy.utils.errors import BadInput, Failed, Refused
 
 #: The prompt the printed first request sends.
 FIRST_PROMPT = "Say hello in five words."
@@ -139,7 +139,7 @@ def ask(endpoint: str, prompt: str, *, model: str | None = None, api_key: str | 
     message."""
     import httpx
 
-    from escha_deploy.redact import Redactor
+    from escha_deploy.utils.redact import Redactor
 
     mask = Redactor([api_key] if api_key else [])
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -183,7 +183,7 @@ def check_prompt(prompt: str) -> str:
 def endpoint_of(port_host_ip: str, port_host: int) -> str:
     """The URL this host reaches a server published on ``port_host_ip``:``port_host`` at (a
     wildcard or loopback bind is asked on 127.0.0.1; an IPv6 address bracketed), as `up` waits on it."""
-    from escha_deploy.netaddr import url
+    from escha_deploy.utils.netaddr import url
 
     return url("127.0.0.1" if port_host_ip in ("0.0.0.0", "127.0.0.1", "") else port_host_ip, port_host)
 

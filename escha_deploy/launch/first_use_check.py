@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from escha_deploy.errors import Refused
-from escha_deploy.launch_spec import CONTAINER_JIT_CACHE
+from escha_deploy.utils.errors import Refused
+from escha_deploy.pipeline.spec import CONTAINER_JIT_CACHE
 
 from .prepare import Prepared
 

@@ -35,8 +35,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from escha_deploy.capabilities import LABEL_PREFIX
-from escha_deploy.errors import EschaError
+from escha_deploy.sglang.capabilities import LABEL_PREFIX
+from escha_deploy.utils.errors import EschaError
 
 from .progress import Report, quiet
 
@@ -80,7 +80,7 @@ def owner_label() -> str:
     """This process as ``LABEL_UP_OWNER`` value: ``HOSTID:PID:STARTTIME``."""
     import psutil
 
-    from escha_deploy.host import host_id
+    from escha_deploy.facts.machine import host_id
 
     return f"{host_id()}:{os.getpid()}:{psutil.Process().create_time():.2f}"
 
@@ -92,7 +92,7 @@ def owner_alive(value: str | None) -> bool | None:
     malformed label is False: containers from before the label, treated as stale."""
     import psutil
 
-    from escha_deploy.host import host_id
+    from escha_deploy.facts.machine import host_id
 
     try:
         host, pid, started = (value or "").split(":")

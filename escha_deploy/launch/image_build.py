@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from escha_deploy.errors import Refused
+from escha_deploy.utils.errors import Refused
 
 from .progress import Report, quiet
 

@@ -19,7 +19,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from escha_deploy.errors import EschaError, Internal, Refused
+from escha_deploy.utils.errors import EschaError, Internal, Refused
 
 from .prepare import Prepared
 from .progress import Report, quiet
@@ -64,7 +64,7 @@ def internal_error(res: PreflightResult, report: Report = quiet) -> Internal:
 def _masked(text: str) -> str:
     """``text`` with key-shaped values masked (``redact.Redactor``'s patterns): a traceback may
     quote an argv value."""
-    from escha_deploy.redact import Redactor
+    from escha_deploy.utils.redact import Redactor
 
     return Redactor()(text)
 
@@ -76,7 +76,7 @@ def fault_log(res: PreflightResult) -> str | None:
     with it) or when the file cannot be written."""
     import time
 
-    from escha_deploy.paths import cache_dir
+    from escha_deploy.utils.paths import cache_dir
 
     from .docker import SERVE_MODE_ENV
 

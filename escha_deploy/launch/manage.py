@@ -6,9 +6,9 @@ import os
 import sys
 from typing import Any
 
-from escha_deploy.errors import Failed, Refused
-from escha_deploy.netaddr import url as http_url
-from escha_deploy.redact import Redactor, printable
+from escha_deploy.utils.errors import Failed, Refused
+from escha_deploy.utils.netaddr import url as http_url
+from escha_deploy.utils.redact import Redactor, printable
 
 
 class NothingRunning(Refused):
@@ -21,7 +21,7 @@ def _containers(profile: str | None, *, natives: bool) -> tuple[Any, list]:
     """``(client, containers)`` of this tool for ``profile``; when native servers were found
     (``natives``), a daemon that does not answer is no error (``(None, [])``), as for ``status``
     (``watch.session.find_targets``)."""
-    from escha_deploy.errors import EschaError
+    from escha_deploy.utils.errors import EschaError
 
     from . import docker as dk
 
@@ -198,8 +198,8 @@ def container_secrets(container) -> list[str]:
     mounts at ``launch_spec.SECRET_API_KEY_PATH`` and the HF token's path), so that `logs` masks
     the key's value wherever the server logged it, as native ``serve`` does. A file that cannot
     be read here is skipped (the patterns of ``redact.Redactor`` still apply)."""
-    from escha_deploy.errors import EschaError
-    from escha_deploy.launch_spec import SECRET_API_KEY_PATH, SECRET_HF_TOKEN_PATH
+    from escha_deploy.utils.errors import EschaError
+    from escha_deploy.pipeline.spec import SECRET_API_KEY_PATH, SECRET_HF_TOKEN_PATH
 
     from .prepare import read_secret
 

@@ -50,9 +50,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from escha_deploy.errors import ExitCode
+from escha_deploy.utils.errors import ExitCode
 
-from escha_deploy.redact import Redactor, printable
+from escha_deploy.utils.redact import Redactor, printable
 
 if TYPE_CHECKING:  # the diagnosis is imported when a server failed (status reads only the state)
     from .diagnose import Diagnosis, Facts
@@ -139,7 +139,7 @@ def runtime_dir(*, make: bool = True) -> Path:
     """This user's private runtime folder, ``<tmpfs_root()>/escha-deploy-<uid>`` (else under
     the system temp dir): the port locks and the state files of native ``serve``. Raises
     ``Refused`` (3) when it is a link or another user's."""
-    from escha_deploy.errors import Refused
+    from escha_deploy.utils.errors import Refused
 
     d = (tmpfs_root() or Path(tempfile.gettempdir())) / f"escha-deploy-{os.getuid()}"
     if make:
@@ -203,7 +203,7 @@ def server_lock(port: int) -> Iterator[int]:
     ``serve`` never leaves a stale lock (its watchdog holds a copy until the server is gone)."""
     import fcntl
 
-    from escha_deploy.errors import Refused
+    from escha_deploy.utils.errors import Refused
 
     d = runtime_dir()
     path = d / f"serve-{port}.lock"
@@ -380,7 +380,7 @@ def supervise(
     kept: deque[str] = deque(maxlen=KEEP_LINES)
     forwarded: list[int] = []
     log = _LogFile(log_path) if log_path is not None else None
-    from escha_deploy.host import read_oom_kill_count
+    from escha_deploy.facts.machine import read_oom_kill_count
 
     oom_before = read_oom_kill_count(cgroup_root)
     try:

@@ -10,7 +10,7 @@ failure on SGLang's internal ZMQ ports).
 
 from __future__ import annotations
 
-from ..errors import Refused
+from ..utils.errors import Refused
 from .docker import bind_free, listening_process
 
 

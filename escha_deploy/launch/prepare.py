@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from escha_deploy.errors import BadInput, Refused
+from escha_deploy.utils.errors import BadInput, Refused
 from escha_deploy.pipeline import (LaunchOptions, Options, RuntimeClaim, facts_source, hicache_off_warning,
                                    plan_request, profile_file, secret_path_problems, shown_path)
 
 if TYPE_CHECKING:
     from escha_deploy.facts.provenance import ProvenanceKind
-    from escha_deploy.launch_spec import ContainerSpec, LaunchSpec
+    from escha_deploy.pipeline.spec import ContainerSpec, LaunchSpec
     from escha_deploy.planner.result import Plan
     from escha_deploy.profile import Profile
     from escha_deploy.profile.models import Runtime
@@ -90,7 +90,7 @@ def image_capabilities(client, image: str, labels: dict[str, str] | None = None)
     """Capabilities an image declares: its ``io.escha.runtime.capabilities`` label, else the
     runtime description file read from the image; None for a stock image. ``labels``: the
     image's labels when the caller already read them (saves an inspect)."""
-    from escha_deploy.capabilities import RUNTIME_DESCRIPTION_PATH
+    from escha_deploy.sglang.capabilities import RUNTIME_DESCRIPTION_PATH
     from escha_deploy.runtime.description import RuntimeDescription, capabilities_from_labels
 
     from . import docker as dk
@@ -103,7 +103,7 @@ def image_capabilities(client, image: str, labels: dict[str, str] | None = None)
     raw = dk.read_file_from_image(client, image, RUNTIME_DESCRIPTION_PATH)
     if raw is None:
         return None
-    from escha_deploy.jsonio import loads_json
+    from escha_deploy.utils.jsonio import loads_json
 
     data = loads_json(raw, f"{image}:{RUNTIME_DESCRIPTION_PATH}", "the runtime description")
     try:
@@ -231,9 +231,9 @@ class Prepared:
         them, the missing capabilities, the digest, where each fact came from, the container
         config, the server argv and the server's environment (``LaunchSpec.env``: what ``serve
         --spec`` sets for SGLang in the container, as ``serve --print`` shows it; redacted)."""
-        from escha_deploy.secretargs import redact_argv
+        from escha_deploy.utils.secretargs import redact_argv
 
-        from escha_deploy.redact import Redactor
+        from escha_deploy.utils.redact import Redactor
 
         r = Redactor()
         return {

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from escha_deploy import httpread
+    from escha_deploy.utils import httpread
 
 #: The ready wait polls at once, then after FIRST_POLL_S, each wait BACKOFF times the last, up
 #: to POLL_S (seconds): 0.02, 0.03, 0.045, 0.068, 0.1, 0.1, ... A server that is up within a
@@ -110,7 +110,7 @@ class Probe:
     def _request(self, method: str, path: str, body: bytes | None, deadline_s: float) -> "httpread.Answer":
         """The whole answer to one request; raises ``httpread.ReadFailed`` (no whole answer
         within ``deadline_s`` seconds, none at all, or one past the size cap)."""
-        from escha_deploy import httpread
+        from escha_deploy.utils import httpread
 
         headers = dict(self._headers)
         if body is not None:
@@ -119,7 +119,7 @@ class Probe:
                                 headers=headers, content=body)
 
     def health(self) -> bool:
-        from escha_deploy.httpread import ReadFailed
+        from escha_deploy.utils.httpread import ReadFailed
 
         try:
             return self._request("GET", "/health", None, self._deadlines["health"]).status == 200
@@ -131,7 +131,7 @@ class Probe:
         (sglang/srt/entrypoints/http_server.py ``generate_request``)."""
         import json
 
-        from escha_deploy.httpread import ReadFailed
+        from escha_deploy.utils.httpread import ReadFailed
 
         body = json.dumps({"text": "Hello", "sampling_params": {"max_new_tokens": 1, "temperature": 0}})
         try:
@@ -146,7 +146,7 @@ class Probe:
         """SGLang's ``/server_info`` as a JSON object (sglang/srt/entrypoints/http_server.py
         ``server_info``), else its deprecated alias ``/get_server_info``; None when neither
         answers 200 with an object (a server without them, or not reachable)."""
-        from escha_deploy.httpread import ReadFailed
+        from escha_deploy.utils.httpread import ReadFailed
 
         for path in ("/server_info", "/get_server_info"):
             try:

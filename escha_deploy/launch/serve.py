@@ -26,17 +26,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from escha_deploy.errors import BadInput, Failed, Refused
-from escha_deploy.secretargs import redact_argv
+from escha_deploy.utils.errors import BadInput, Failed, Refused
+from escha_deploy.utils.secretargs import redact_argv
 
 from .check import SKIP_GPU_PREFLIGHT_ENV  # noqa: F401 - the documented test switch, re-exported
 from .sglang_preflight import PREFLIGHT_ENV  # noqa: F401 - the switch (documented there), re-exported
 from .prepare import read_secret
 from .progress import Report, quiet
-from escha_deploy.redact import Redactor
+from escha_deploy.utils.redact import Redactor
 
 if TYPE_CHECKING:
-    from escha_deploy.launch_spec import LaunchSpec
+    from escha_deploy.pipeline.spec import LaunchSpec
 
     from .drift import PlannedSizes
 
@@ -48,9 +48,9 @@ def read_spec(path: str | Path) -> LaunchSpec:
     from pydantic import ValidationError
 
     from escha_deploy import __version__
-    from escha_deploy.launch_spec import LAUNCH_SPEC_SCHEMA_VERSION, LaunchSpec, launch_digest
+    from escha_deploy.pipeline.spec import LAUNCH_SPEC_SCHEMA_VERSION, LaunchSpec, launch_digest
 
-    from escha_deploy.jsonio import read_json
+    from escha_deploy.utils.jsonio import read_json
 
     p = Path(path)
     data = read_json(p, "the launch spec (--spec)")
@@ -77,7 +77,7 @@ def _runtime_capabilities() -> tuple[list[str] | None, str]:
     """This runtime's capabilities (``None``: stock) and how to name it in messages."""
     from escha_deploy.runtime.description import read_description
 
-    from escha_deploy.capabilities import runtime_description_path
+    from escha_deploy.sglang.capabilities import runtime_description_path
 
     path = runtime_description_path()
     desc = read_description(path)
@@ -92,7 +92,7 @@ def runtime_release() -> tuple[str | None, str]:
     """The SGLang release this runtime runs and where that was read: its runtime description's
     ``sglang_version`` (``runtime apply`` records the installed dist-info's); ``(None, ...)``
     for a runtime without one (nothing to compare: finding sglang would run its interpreter)."""
-    from escha_deploy.capabilities import runtime_description_path
+    from escha_deploy.sglang.capabilities import runtime_description_path
     from escha_deploy.runtime.description import read_description
 
     path = runtime_description_path()
@@ -270,7 +270,7 @@ def drift_at_ready(launch: LaunchSpec, planned: PlannedSizes, api_key: str | Non
     to the server): called by ``native.supervise`` with the server's lines up to its ready line,
     it reads ``/server_info`` on the address the server binds (loopback for a wildcard bind)
     and reports."""
-    from escha_deploy.netaddr import url as http_url
+    from escha_deploy.utils.netaddr import url as http_url
 
     from .drift import check
     from .ready import Probe
@@ -289,7 +289,7 @@ def drift_at_ready(launch: LaunchSpec, planned: PlannedSizes, api_key: str | Non
 def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dry_run: bool,
                    report: Report, extra: dict | None = None, view=None, device: dict[str, int] | None = None,
                    planned: PlannedSizes | None = None) -> int:
-    from escha_deploy import flags
+    from escha_deploy.pipeline import argv as flags
     from escha_deploy.profile import key_env
 
     from .check import check_here

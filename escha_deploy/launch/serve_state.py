@@ -40,7 +40,7 @@ class ServeState(BaseModel):
     @classmethod
     def _one_host(cls, v: str) -> str:
         """A bare host (``netaddr.parse_host``): never a URL, a path or a port."""
-        from escha_deploy.netaddr import parse_host
+        from escha_deploy.utils.netaddr import parse_host
 
         if v in ("", "0.0.0.0", "::"):
             return v
@@ -49,7 +49,7 @@ class ServeState(BaseModel):
     @property
     def url(self) -> str:
         """Where to reach it from this host: a wildcard bind is asked on loopback."""
-        from escha_deploy.netaddr import url
+        from escha_deploy.utils.netaddr import url
 
         h = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(self.host, self.host)
         return url(h, self.port)
@@ -63,7 +63,7 @@ def state_path(port: int, folder: Path | None = None) -> Path:
 
 def write_state(state: ServeState, folder: Path | None = None) -> Path:
     """Write (replace by rename) the state file of ``state.port``, mode 0600."""
-    from escha_deploy.paths import replace_file
+    from escha_deploy.utils.paths import replace_file
 
     path = state_path(state.port, folder)
     replace_file(path, (state.model_dump_json(indent=2) + "\n").encode())
@@ -90,10 +90,10 @@ def _alive(pid: int) -> bool:
 def find_states(profile: str | None = None, folder: Path | None = None) -> tuple[list[ServeState], list[str]]:
     """The live native servers (of ``profile``), and one line per state file removed as stale
     (its pid gone) or skipped as unreadable (named with its path)."""
-    from escha_deploy.errors import BadInput
-    from escha_deploy.jsonio import loads_json, read_regular
+    from escha_deploy.utils.errors import BadInput
+    from escha_deploy.utils.jsonio import loads_json, read_regular
     from escha_deploy.launch.native import runtime_dir
-    from escha_deploy.termtext import shown
+    from escha_deploy.utils.termtext import shown
 
     d = folder or runtime_dir(make=False)
     found, notes = [], []

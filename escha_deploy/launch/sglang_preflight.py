@@ -111,9 +111,9 @@ TIMEOUT_ENV = "ESCHA_SGLANG_PREFLIGHT_TIMEOUT"
 def timeout_from_env(environ: dict[str, str] | None = None) -> float:
     """The pre-flight's deadline in seconds: ``ESCHA_SGLANG_PREFLIGHT_TIMEOUT`` when set (a plain
     decimal number of seconds, more than 0 and at most 3600, read by ``units.parse_number``), else
-    ``TIMEOUT_S``. Raises ``escha_deploy.errors.BadInput`` (exit 2) naming the variable."""
-    from escha_deploy.errors import BadInput
-    from escha_deploy.units import parse_number
+    ``TIMEOUT_S``. Raises ``escha_deploy.utils.errors.BadInput`` (exit 2) naming the variable."""
+    from escha_deploy.utils.errors import BadInput
+    from escha_deploy.utils.units import parse_number
 
     raw = (os.environ if environ is None else environ).get(TIMEOUT_ENV)
     if raw is None or not raw.strip():
@@ -1253,7 +1253,7 @@ def server_flags_of(argv: list[str]) -> list[str]:
     """The flags after ``-m sglang.launch_server`` in a launch argv (the whole list when it is
     flags only): the part ``flagcheck.server_flags`` gives the parser catalog. Raises
     ``ValueError`` for a command that is no SGLang server's (what that check names)."""
-    from escha_deploy.flagcheck import server_flags
+    from escha_deploy.sglang.flagcheck import server_flags
 
     flags, problem = server_flags(list(argv))
     if problem is not None:
@@ -1279,7 +1279,7 @@ def device_figures(plan: Any, host_budget: int | None = None) -> dict[str, Any]:
     (``"12.0"``, absent when unknown), which the model-runner stage answers for the card's
     readings; ``host_budget`` (bytes for the whole box) only when the host-pool check should be
     against a described host rather than this one's free memory."""
-    from escha_deploy.launch_spec import preflight_from_plan
+    from escha_deploy.pipeline.spec import preflight_from_plan
 
     figures = preflight_from_plan(plan)
     out: dict[str, Any] = {"free_before_weights": int(figures.free_before_weights_bytes),

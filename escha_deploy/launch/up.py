@@ -25,9 +25,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from escha_deploy.errors import BadInput, EschaError, Failed, Internal, Refused
-from escha_deploy.launch_spec import CONTAINER_JIT_CACHE
-from escha_deploy.paths import plan_view_path, spec_path  # noqa: F401 (re-exported: up writes both)
+from escha_deploy.utils.errors import BadInput, EschaError, Failed, Internal, Refused
+from escha_deploy.pipeline.spec import CONTAINER_JIT_CACHE
+from escha_deploy.utils.paths import plan_view_path, spec_path  # noqa: F401 (re-exported: up writes both)
 
 from .prepare import Prepared, planned_sizes, prepare, read_secret
 from . import first_use_check, guard, image_preflight
@@ -36,7 +36,7 @@ from .logpump import LogPump
 from .progress import Report, quiet
 
 if TYPE_CHECKING:
-    from escha_deploy.launch_spec import LaunchSpec
+    from escha_deploy.pipeline.spec import LaunchSpec
     from escha_deploy.profile import Profile
 
 #: Doctor's GPU probes in the profile's image (``doctor.doctor_probe.doctor_in_image``):
@@ -68,9 +68,9 @@ class UpResult:
 def fresh_findings_saved() -> bool:
     """True when doctor's saved findings for this host are younger than a day
     (``findings.MAX_AGE``): `up` then reuses them instead of probing in the image."""
-    from escha_deploy.findings import load_findings
-    from escha_deploy.host import host_id
-    from escha_deploy.paths import doctor_findings_path
+    from escha_deploy.facts.saved import load_findings
+    from escha_deploy.facts.machine import host_id
+    from escha_deploy.utils.paths import doctor_findings_path
 
     saved = load_findings(doctor_findings_path(), host_id=host_id())
     return saved is not None and saved.is_fresh()
@@ -78,7 +78,7 @@ def fresh_findings_saved() -> bool:
 
 def write_plan_view(plan, plan_digest: str, spec_file: Path, watch=None) -> None:
     """The plan figures ``status`` compares the running server with (``CONTAINER.plan.json``)."""
-    from escha_deploy.paths import replace_file
+    from escha_deploy.utils.paths import replace_file
     from escha_deploy.launch.planview import plan_view
 
     replace_file(plan_view_path(spec_file), plan_view(plan, plan_digest, watch).model_dump_json(indent=2).encode())
@@ -89,8 +89,8 @@ def write_spec(launch: LaunchSpec, path: Path) -> None:
     ``BadInput`` (exit 2), one line naming the file and the system's reason, when the cache
     folder cannot take it (``XDG_CACHE_HOME`` read-only, full, or a file); nothing is left
     behind and nothing is started."""
-    from escha_deploy.launch_spec import spec_json
-    from escha_deploy.paths import replace_file
+    from escha_deploy.pipeline.spec import spec_json
+    from escha_deploy.utils.paths import replace_file
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -287,7 +287,7 @@ class Preflight:
 
     @property
     def spec_file(self) -> Path:
-        from escha_deploy.launch_spec import container_name
+        from escha_deploy.pipeline.spec import container_name
 
         return spec_path(container_name(self.profile.name))
 
@@ -675,7 +675,7 @@ def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, time
         # launch_facts: what this launch already sets (no fix may say to set it), HiCache, the
         # platform and the plan's largest registered host buffer; the log's lines masked first,
         # as `logs` and `serve` mask them: the evidence is printed
-        from escha_deploy.redact import Redactor
+        from escha_deploy.utils.redact import Redactor
 
         redact = Redactor([api_key or ""])
         diag = diagnose([redact(ln) for ln in pump.all], Facts(**launch_facts(prep.plan, prep.launch), exit_code=end.exit_code,
@@ -683,7 +683,7 @@ def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, time
                                         health_ok=res.health_ok, generate_ok=res.generate_ok,
                                         daemon_gone=end.daemon_gone, oom_kill=end.oom_killed,
                                         http_status=res.http_status))
-        from escha_deploy.redact import printable
+        from escha_deploy.utils.redact import printable
 
         for ln in diag.lines():
             report("info", printable(ln))

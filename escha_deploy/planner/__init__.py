@@ -31,16 +31,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Generic, Literal, TypeVar, overload
 
-from ..capabilities import SERIES_CAPABILITIES
-from ..errors import BadInput
-from ..arch import DraftFacts, ModelArch, ModelDirFacts, RankShapes, arch_mismatch, rank_shapes
-from ..gpu_facts import PeerAccess, peer_access, tp_gpu_indices
+from ..sglang.capabilities import SERIES_CAPABILITIES
+from ..utils.errors import BadInput
+from ..sglang.arch import DraftFacts, ModelArch, ModelDirFacts, RankShapes, arch_mismatch, rank_shapes
+from ..facts.gpu_rules import PeerAccess, peer_access, tp_gpu_indices
 from ..facts.host import HostFacts
 from ..profile import Profile, key_env, key_flag
 from ..profile.models import normalize_kv_dtype
 from ..profile.rules import speculative_algorithm
-from ..releases import default_release, load_release, release_findings, series_releases
-from ..units import GB, MiB, fmt_gb, fmt_gib, fmt_gib_gb, fmt_mib
+from ..sglang.releases import default_release, load_release, release_findings, series_releases
+from ..utils.units import GB, MiB, fmt_gb, fmt_gib, fmt_gib_gb, fmt_mib
 from . import kv as kvmod
 from .draft import (INTERMEDIATE_SOURCE, KV_SOURCE, DraftCount, DraftHost, SpecShape, draft_count, draft_host,
                     intermediate_mamba, mamba_slots_with_speculation, scaled_cell, spec_shape)

@@ -20,7 +20,7 @@ accept iff ``P + M <= (A0 - R') // N``.
 
 from __future__ import annotations
 
-from ..units import fmt_gb, fmt_gib, fmt_gib_gb
+from ..utils.units import fmt_gb, fmt_gib, fmt_gib_gb
 
 def stock_check(available: int, ranks: int, kv: int, mamba: int, reserve: int) -> tuple[bool, str]:
     """Whether the stock release's guard accepts the pools in the worst rank ordering; and why.
@@ -76,7 +76,7 @@ def guard_available(release: str | None, a_runtime: int, *, mem_total: int, huge
     page cache the weights leave charged to the cgroup, at least ``weights_read`` (bytes: the
     checkpoint the host's ranks read before the pools are built).
     """
-    from ..releases import load_release
+    from ..sglang.releases import load_release
 
     guard = load_release(release).host_guard
     if guard.kind == "per-pool-available":
@@ -110,7 +110,7 @@ def auto_size_pick(release: str | None, available: int, ranks: int, device_bytes
     read the same modelled host here). ``device_bytes``: per rank. A ratio <= 0 is SGLang's
     "No host memory is left for HiCache after the 10 GiB reserve".
     """
-    from ..releases import load_release
+    from ..sglang.releases import load_release
 
     guard = load_release(release).host_guard
     auto = guard.auto_size

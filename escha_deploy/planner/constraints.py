@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..units import fmt_gb
+from ..utils.units import fmt_gb
 from .checks import patched_check, stock_check
 from .pools import PINNED_MAX_BYTES, DevicePools, HostPools, host_buffers
 from .result import Budget

@@ -18,7 +18,7 @@ fraction 0.659.
 
 from __future__ import annotations
 
-from ..units import MiB
+from ..utils.units import MiB
 
 
 def prefill_graph_sizes(max_bs: int) -> list[int]:
@@ -35,7 +35,7 @@ def tier_defaults(gpu_mem_mib: int, tp: int, release: str | None = None) -> tupl
     """``(chunked_prefill_size, decode_cuda_graph_max_bs)`` SGLang picks for a card of
     ``gpu_mem_mib`` MiB: the release's memory tiers (``releases/VERSION/facts.yaml``, read from
     its ``handle_gpu_memory_settings``; default: the default release)."""
-    from ..releases import load_release
+    from ..sglang.releases import load_release
 
     tier = load_release(release).memory_defaults.tier(gpu_mem_mib)
     return tier.chunked_prefill, tier.decode_max_bs if tp < 4 else tier.decode_max_bs_tp4
@@ -46,7 +46,7 @@ def sglang_decode_max_bs(gpu_mem_mib: int, tp: int, decode_max_bs: int | None, *
     """The decode CUDA-graph max batch size SGLang ``release`` uses: ``decode_max_bs`` when
     given, else the card's tier default, lowered to ``--max-running-requests`` where the release
     caps a default at it (0.5.22+, ``memory_hook.py: handle_gpu_memory_settings``)."""
-    from ..releases import load_release
+    from ..sglang.releases import load_release
 
     if decode_max_bs:
         return decode_max_bs

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..arch import DraftFacts
+from ..sglang.arch import DraftFacts
 from ..profile import Profile
 from ..profile.rules import extra_arg, speculative_algorithm
-from ..units import fmt_gb
+from ..utils.units import fmt_gb
 
 #: Algorithms whose draft KV SGLang prices by layer count in the target's cell
 #: (``pool_configurator.py``: ``spec_algorithm.is_eagle() or is_standalone()``; NEXTN is EAGLE).

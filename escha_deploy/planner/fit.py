@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from escha_deploy.facts.host import HostFacts
 from escha_deploy.profile import Profile
-from escha_deploy.units import fmt_gib
+from escha_deploy.utils.units import fmt_gib
 
 from .result import HostFit, Plan
 

@@ -17,7 +17,7 @@ The FP4/MXFP8 pools keep scales the host pool never copies: ``None`` (HiCache un
 
 from __future__ import annotations
 
-from ..arch import DTYPE_BYTES, RankShapes
+from ..sglang.arch import DTYPE_BYTES, RankShapes
 from ..profile.models import normalize_kv_dtype
 
 

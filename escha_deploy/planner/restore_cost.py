@@ -16,7 +16,7 @@ Without a measured bandwidth the load-back time is "not measured: run `escha-dep
 
 from __future__ import annotations
 
-from ..restore_bandwidth import RestoreBandwidth
+from ..facts.restore_bandwidth import RestoreBandwidth
 from .result import HostHitCost, HostHitRow
 
 #: Prefix lengths the plan shows (tokens): a short chat turn, a long document, a code base.

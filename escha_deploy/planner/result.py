@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from escha_deploy.facts.provenance import FactSource
-from escha_deploy.gpu_facts import PeerAccess
+from escha_deploy.facts.gpu_rules import PeerAccess
 
 Verdict = Literal["ok", "unsafe", "hicache_off"]
 CheckResult = Literal["accept", "refuse"]

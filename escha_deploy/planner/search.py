@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from ..units import GB
+from ..utils.units import GB
 from .constraints import HostConstraint, HostView, first_breach
 from .pools import HostPools, host_pools_at_ratio, host_pools_at_size
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..arch import ModelArch, ModelDirFacts
+from ..sglang.arch import ModelArch, ModelDirFacts
 from ..profile import HiCache, Profile, Runtime, key_flag, profile_only_warnings
 from ..profile.rules import extra_arg, speculative_algorithm
 from ..profile.models import normalize_kv_dtype
-from ..releases import Nvfp4Prefill, Release
+from ..sglang.releases import Nvfp4Prefill, Release
 from .draft import DraftCount
 from .result import Finding
 

@@ -25,14 +25,14 @@ from typing import Sequence
 
 from pydantic import ValidationError
 
-from ..errors import BadInput, Refused
-from ..yamlpos import Positions, format_validation_errors, load_yaml_with_positions, parse_yaml_text, position_of
+from ..utils.errors import BadInput, Refused
+from ..utils.yamlpos import Positions, format_validation_errors, load_yaml_with_positions, parse_yaml_text, position_of
 from .models import FLAT_L3_KEYS, NAME_RULE, Profile
 from .rules import RULES, warnings_of
 
 
 def _profiles_dir() -> Path:
-    from ..paths import profiles_dir
+    from ..utils.paths import profiles_dir
 
     return profiles_dir()
 
@@ -51,7 +51,7 @@ def names_a_file(ref: str, relative_to: Path | None = None) -> bool:
     ``.yaml``, ``.yml`` or ``.json``, holds a path separator, or is an existing file whose
     name is not a shipped profile's (a shipped name wins over a file of the same name in the
     current folder: ``./NAME`` reads the file)."""
-    from ..jsonio import file_problem
+    from ..utils.jsonio import file_problem
 
     if ref.endswith(PROFILE_FILE_SUFFIXES) or "/" in ref or os.sep in ref:
         return True
@@ -79,7 +79,7 @@ def resolve_profile_path(ref: str, relative_to: Path | None = None) -> Path:
     (``./good`` reads ``./good.yaml``). Raises ``BadInput`` listing the known profiles when
     neither exists; a missing file is named as typed (``./good``, not ``good``).
     """
-    from ..jsonio import file_problem
+    from ..utils.jsonio import file_problem
 
     is_file = names_a_file(ref, relative_to)
     shown = ref

@@ -24,9 +24,9 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, Strict, StrictI
                       model_validator)
 from pydantic.fields import FieldInfo
 
-from ..arch import ModelArch
-from ..capabilities import CapabilityName
-from ..units import MAX_HICACHE_GB, hicache_gb_field, parse_size, size_field
+from ..sglang.arch import ModelArch
+from ..sglang.capabilities import CapabilityName
+from ..utils.units import MAX_HICACHE_GB, hicache_gb_field, parse_size, size_field
 from . import thresholds as _th
 
 
@@ -365,7 +365,7 @@ class Runtime(EschaModel):
     @field_validator("sglang_version")
     @classmethod
     def _supported_release(cls, value: str | None) -> str | None:
-        from ..releases import supported_releases
+        from ..sglang.releases import supported_releases
 
         if value is not None and value not in supported_releases():
             raise ValueError(f"SGLang {value} is not a supported release (supported: {', '.join(supported_releases())})")
@@ -374,7 +374,7 @@ class Runtime(EschaModel):
     @field_validator("extra_args")
     @classmethod
     def _no_secrets_in_extra_args(cls, value: list[str]) -> list[str]:
-        from ..secretargs import extra_args_problems
+        from ..utils.secretargs import extra_args_problems
 
         problems = extra_args_problems(value)
         if problems:
@@ -644,7 +644,7 @@ def _release_default(key: Literal["image", "base_image"], release: str | None) -
     ``release``'s image) or ``runtime.base_image`` (``base_image``: ``release``'s SGLang image), from
     the release data (``releases.image_tag``, ``releases.official_image``); ``release`` None: the
     default release."""
-    from ..releases import image_tag, official_image
+    from ..sglang.releases import image_tag, official_image
 
     return image_tag("hicache", release) if key == "image" else official_image(release)
 
@@ -654,7 +654,7 @@ def _release_images(data: Any) -> Any:
     ``runtime.base_image`` filled in where unset, for the release ``runtime.sglang_version`` names:
     a profile of a release runs, and builds on, that release's images. Left alone when the
     release is not a supported one (its own field reports that) or the sections are not mappings."""
-    from ..releases import supported_releases
+    from ..sglang.releases import supported_releases
 
     if not isinstance(data, dict):
         return data
@@ -720,7 +720,7 @@ def profile_to_data(profile: BaseModel, readable: bool = False) -> dict[str, Any
     is refused on the way in. ``readable``: a size that is no whole unit as its shortest exact
     decimal (``1.31GiB``, ``units.fmt_size_readable``) instead of bytes (``1406601789B``, the
     form the plan digest is over). A key marked ``OmitWhenUnset`` is left out while ``None``."""
-    from ..units import fmt_size_exact, fmt_size_readable
+    from ..utils.units import fmt_size_exact, fmt_size_readable
 
     fmt = fmt_size_readable if readable else fmt_size_exact
 

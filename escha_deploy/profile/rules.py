@@ -167,8 +167,8 @@ def extra_args_duplicating_keys(profile: Profile) -> list[tuple[tuple[str, ...],
 def _extra_args_keys(profile: Profile) -> list[Problem]:
     if not profile.runtime.extra_args:  # nothing to match: skip building the catalog and key map
         return []
-    from .. import capabilities as caps
-    from ..flagcheck import _parser_for
+    from ..sglang import capabilities as caps
+    from ..sglang.flagcheck import _parser_for
 
     # the catalog with every capability's declared flags (int2-kv's --kv-cache-quant-group-size)
     catalog = _parser_for(frozenset(caps.CAPABILITIES))

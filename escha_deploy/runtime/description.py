@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
-from escha_deploy.capabilities import LABEL_PREFIX, RUNTIME_DESCRIPTION_PATH
-from escha_deploy.errors import BadInput, Refused
+from escha_deploy.sglang.capabilities import LABEL_PREFIX, RUNTIME_DESCRIPTION_PATH
+from escha_deploy.utils.errors import BadInput, Refused
 
 if TYPE_CHECKING:
     from escha_deploy.facts.runtime import RuntimeFacts
@@ -141,9 +141,9 @@ def read_description(path: str | Path | None = None) -> RuntimeDescription | Non
     """The description at ``path`` (default ``capabilities.runtime_description_path()``, read
     when called); ``None`` when there is none (a stock runtime). Raises ``BadInput`` naming the file
     when it exists but does not parse."""
-    from escha_deploy import capabilities
+    from escha_deploy.sglang import capabilities
 
-    from escha_deploy.jsonio import loads_json, read_regular
+    from escha_deploy.utils.jsonio import loads_json, read_regular
 
     p = Path(path if path is not None else capabilities.runtime_description_path())
     raw = read_regular(p, "the runtime description", missing_ok=True)
@@ -178,7 +178,7 @@ def fork_capabilities(names: list[str] | tuple[str, ...]) -> list[str]:
     """Those of ``names`` that escha-deploy's patch series does not provide: a fork's commits
     (``runtime import``) or overlay patches bring them (``capabilities.CAPABILITIES`` marks
     them ``overlay``; a name it does not know is one a fork declares)."""
-    from escha_deploy.capabilities import SERIES_CAPABILITIES
+    from escha_deploy.sglang.capabilities import SERIES_CAPABILITIES
 
     return [c for c in names if c not in SERIES_CAPABILITIES]
 
@@ -191,7 +191,7 @@ def capability_hint(missing: list[str] | tuple[str, ...], *, native: bool | None
     patches. ``native``: True for a native install, False for an image, None when either may be
     (both routes named: a native ``serve``, which an image could run instead, or a ``plan`` of a
     runtime description that ``runtime apply`` or an image build wrote)."""
-    from escha_deploy.releases import series_release
+    from escha_deploy.sglang.releases import series_release
 
     fork = fork_capabilities(missing)
     if not fork:

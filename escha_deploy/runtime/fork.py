@@ -36,8 +36,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from escha_deploy.errors import BadInput, Refused
-from escha_deploy.relpaths import confine, decode_path, unquote_c
+from escha_deploy.utils.errors import BadInput, Refused
+from escha_deploy.utils.relpaths import confine, decode_path, unquote_c
 from escha_deploy.runtime.series import FilePatch, Patch, parse_diff
 
 #: The declaration file, next to the patches.
@@ -144,7 +144,7 @@ def read_commit(path: Path) -> tuple[Commit | None, list[str]]:
     says why). Raises ``BadInput`` (``file:line``) for a malformed diff, and for a file that is
     not a regular one (a FIFO in the folder would block forever) or is over 64 MiB
     (``jsonio.read_regular``)."""
-    from escha_deploy.jsonio import read_regular
+    from escha_deploy.utils.jsonio import read_regular
 
     data = read_regular(path, "the patch", max_bytes=MAX_PATCH_BYTES)
     name = path.name
@@ -258,7 +258,7 @@ class Declaration:
 
     def where(self, *key) -> str:
         """``escha-fork.yaml:LINE: a.b`` for a key path."""
-        from escha_deploy.yamlpos import position_of
+        from escha_deploy.utils.yamlpos import position_of
 
         f, line = position_of(self.positions, tuple(key)) or (self.file, 1)
         return f"{f}:{line}: {'.'.join(str(k) for k in key)}"
@@ -267,8 +267,8 @@ class Declaration:
 def read_declaration(path: Path) -> Declaration:
     """Parse ``escha-fork.yaml``; an absent file declares nothing. Raises ``BadInput`` naming
     ``file:line`` for a malformed one."""
-    from escha_deploy.jsonio import read_regular
-    from escha_deploy.yamlpos import MAX_FILE_BYTES, parse_yaml_text
+    from escha_deploy.utils.jsonio import read_regular
+    from escha_deploy.utils.yamlpos import MAX_FILE_BYTES, parse_yaml_text
 
     raw = read_regular(path, "the fork declaration", max_bytes=MAX_FILE_BYTES, missing_ok=True)
     if raw is None:
@@ -354,7 +354,7 @@ def fork_release(directory: Path) -> tuple[str, bool]:
     decl = read_declaration(Path(directory) / DECLARATION)
     if decl.release is not None:
         return decl.release, True
-    from escha_deploy.releases import series_release
+    from escha_deploy.sglang.releases import series_release
 
     return series_release(), False
 
@@ -406,11 +406,11 @@ def load_fork(directory: Path, series: list[Patch]) -> ForkImport:
 
     Raises ``Refused`` (exit 3) naming each commit that cannot be imported and each file both
     one of our patches and a fork commit touch without a decision; ``BadInput`` (exit 2) for a
-    malformed declaration: a capability not in ``escha_deploy.capabilities``, one of our
+    malformed declaration: a capability not in ``escha_deploy.sglang.capabilities``, one of our
     series' capabilities declared for a fork commit, a commit not in the directory.
     """
-    from escha_deploy.capabilities import CAPABILITIES, SERIES_CAPABILITIES
-    from escha_deploy.releases import series_release
+    from escha_deploy.sglang.capabilities import CAPABILITIES, SERIES_CAPABILITIES
+    from escha_deploy.sglang.releases import series_release
 
     directory = Path(directory)
     files = fork_patch_files(directory)

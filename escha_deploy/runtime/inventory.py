@@ -30,7 +30,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from escha_deploy.errors import BadInput, Refused
+from escha_deploy.utils.errors import BadInput, Refused
 
 PACKAGE = "sglang"
 SCHEMA_VERSION = 1
@@ -264,14 +264,14 @@ def read_inventory(path: Path) -> tuple[dict, dict[str, Entry]]:
     """``(header, files)`` of an inventory JSON; checks its recorded digest. ``BadInput`` when
     unreadable or inconsistent, or when a file name would leave the package folder
     (``relpaths.confine``: absolute, ``..``, ``//``, NUL)."""
-    from escha_deploy.jsonio import read_json
+    from escha_deploy.utils.jsonio import read_json
 
     data = read_json(path, "an inventory")
     try:
         files = {k: (int(v[0]), str(v[1])) for k, v in data["files"].items()}
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         raise BadInput(f"{path}: not an inventory ({exc})") from None
-    from escha_deploy.relpaths import confine
+    from escha_deploy.utils.relpaths import confine
 
     for rel in files:  # joined to the package folder (and the saved clean copies) by verify
         confine(rel, f"{path}: files", f"{PACKAGE}/")

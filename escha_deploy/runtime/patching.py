@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from escha_deploy.errors import BadInput, Refused
+from escha_deploy.utils.errors import BadInput, Refused
 from escha_deploy.runtime import inventory as inv
 from escha_deploy.runtime.series import PACKAGE as PACKAGE_NAME
 from escha_deploy.runtime.series import Patch, apply_series, capabilities_of, read_series
@@ -40,7 +40,7 @@ def series_dir(release: str | None = None) -> Path:
     (``releases.series_release``) and for ``None``; ``runtime_patches/<release>/`` for a release
     ``runtime rebase --onto`` wrote a series for. Raises ``Refused`` naming both releases when
     ``release`` has no series."""
-    from escha_deploy.paths import runtime_patches_dir
+    from escha_deploy.utils.paths import runtime_patches_dir
 
     root = runtime_patches_dir()
     if release is None:
@@ -48,7 +48,7 @@ def series_dir(release: str | None = None) -> Path:
     rebased = root / release
     if (rebased / "series").is_file():
         return rebased
-    from escha_deploy.releases import series_release  # pydantic: not on `verify`'s path
+    from escha_deploy.sglang.releases import series_release  # pydantic: not on `verify`'s path
 
     if release == series_release():
         return root
@@ -61,7 +61,7 @@ def series_dir(release: str | None = None) -> Path:
 
 def rebased_releases() -> list[str]:
     """The releases with a series of their own under ``runtime_patches/<release>/``, sorted."""
-    from escha_deploy.paths import runtime_patches_dir
+    from escha_deploy.utils.paths import runtime_patches_dir
 
     root = runtime_patches_dir()
     return sorted(p.name for p in root.iterdir() if (p / "series").is_file())
@@ -128,7 +128,7 @@ def compute_deltas(patches: list[Patch], read_base) -> tuple[dict[str, inv.Entry
     except Refused as exc:
         if not any(p.source == "fork" for p in patches):
             raise
-        from escha_deploy.releases import series_release
+        from escha_deploy.sglang.releases import series_release
 
         raise Refused(*exc.problems, hint=(
             f"a fork commit was made against stock {series_release()} and our patches too: where both change "
@@ -207,7 +207,7 @@ def _write_by_rename(target: Path, data: bytes) -> None:
     that is hard-linked elsewhere keeps its old bytes there. The mode is the old file's, or
     0o666 less the umask for a new file (what ``Path.write_bytes`` would give).
     """
-    from escha_deploy.paths import replace_file
+    from escha_deploy.utils.paths import replace_file
 
     replace_file(target, data)
 
@@ -218,7 +218,7 @@ def check_targets(pkg: Path, patches: list[Patch], paths) -> None:
     already refuses those, this is the applier's own guard) or whose resolved location leaves
     ``pkg`` (a symbolic link inside the tree pointing out of it). Raises ``BadInput`` naming the
     patch file and the ``+++`` line that writes the path, one line per target."""
-    from escha_deploy.relpaths import confine
+    from escha_deploy.utils.relpaths import confine
 
     where = {}
     for p in patches:
@@ -382,7 +382,7 @@ def recorded_series(path: Path) -> list[tuple[str, str]] | None:
     naming the file (and the entry) when the file is not JSON or an entry lacks a string name or
     sha256.
     """
-    from escha_deploy.jsonio import loads_json, read_regular
+    from escha_deploy.utils.jsonio import loads_json, read_regular
 
     path = Path(path)
     raw = read_regular(path, "the runtime description", missing_ok=True)

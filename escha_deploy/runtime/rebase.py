@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Literal
 
-from escha_deploy.errors import BadInput
+from escha_deploy.utils.errors import BadInput
 from escha_deploy.runtime.series import PACKAGE, FilePatch, Hunk, Patch, _find
 
 Status = Literal["applies", "fails", "already"]
@@ -472,7 +472,7 @@ def write_rebased(result: RebasedSeries, out: Path) -> list[Path]:
     files the series changes or adds, with ``[size, sha256]`` after patching, computed by
     applying the written patches to the wheel). Patches of an earlier run that the series no
     longer names are removed. Returns the files written."""
-    from escha_deploy.paths import output_folder, write_output
+    from escha_deploy.utils.paths import output_folder, write_output
     from escha_deploy.runtime import inventory as inv
     from escha_deploy.runtime.series import read_series
 

@@ -4,7 +4,7 @@ A series directory holds a ``series`` file (patch names in order; ``#`` comments
 ignored) and the ``NNNN-*.patch`` files it names. When an overlay directory has no ``series``
 file, its ``*.patch`` files apply in name order. Each patch starts with a header of
 ``Key: value`` lines before its first ``--- `` line; ``Capabilities:`` (comma separated, may be
-empty) is required and every name must be one of ``escha_deploy.capabilities.CAPABILITIES``.
+empty) is required and every name must be one of ``escha_deploy.sglang.capabilities.CAPABILITIES``.
 
 Paths in a patch are ``a/sglang/...`` / ``b/sglang/...`` (``-p1`` from site-packages); inside
 escha-deploy a file is named by its path relative to the ``sglang`` package directory.
@@ -23,8 +23,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from escha_deploy.errors import BadInput, Refused
-from escha_deploy.relpaths import confine, decode_path, unquote_c
+from escha_deploy.utils.errors import BadInput, Refused
+from escha_deploy.utils.relpaths import confine, decode_path, unquote_c
 
 _HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 PACKAGE = "sglang"
@@ -184,7 +184,7 @@ def parse_patch(data: bytes, name: str, source: str = "series") -> Patch:
     if "Capabilities" not in header:
         raise BadInput(f"{name}:1: header has no 'Capabilities:' line (write 'Capabilities:' "
                        "with an empty value if the patch provides none)")
-    from escha_deploy.capabilities import CAPABILITIES
+    from escha_deploy.sglang.capabilities import CAPABILITIES
 
     caps = tuple(c.strip() for c in header["Capabilities"].split(",") if c.strip())
     unknown = [c for c in caps if c not in CAPABILITIES]
@@ -205,7 +205,7 @@ def read_series(directory: Path, source: str = "series") -> list[Patch]:
     series_file = directory / "series"
     names: list[tuple[str, str]] = []
     if series_file.is_file():
-        from escha_deploy.jsonio import read_regular
+        from escha_deploy.utils.jsonio import read_regular
 
         raw_bytes = read_regular(series_file, "the series file", max_bytes=2**20) or b""
         for n, raw in enumerate(raw_bytes.split(b"\n"), 1):
@@ -289,7 +289,7 @@ def touched_paths(patches: list[Patch]) -> list[str]:
 
 def capabilities_of(patches: list[Patch]) -> list[str]:
     """The capabilities the patches provide, in registry order, each once."""
-    from escha_deploy.capabilities import CAPABILITIES
+    from escha_deploy.sglang.capabilities import CAPABILITIES
 
     have = {c for p in patches for c in p.capabilities}
     return [c for c in CAPABILITIES if c in have]

@@ -99,7 +99,7 @@ def scrape(base_url: str, *, api_key: str | None = None, policy=None) -> ServerR
     ``sglang:fwd_occupancy`` as NaN before its first forward pass; it is left out)."""
     import time as _time
 
-    from escha_deploy import httpread
+    from escha_deploy.utils import httpread
     from escha_deploy.bench.metrics import Snapshot
 
     from . import names

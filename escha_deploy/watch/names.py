@@ -52,7 +52,7 @@ LATER = (HOST_MAMBA_USED_STATES, HOST_MAMBA_TOTAL_STATES)
 
 def first_release(name: str) -> str | None:
     """The first supported release whose metric catalog (``metrics.json``) defines ``name``."""
-    from escha_deploy.releases import supported_releases
+    from escha_deploy.sglang.releases import supported_releases
 
     return next((v for v in supported_releases() if name in release_metrics(v)), None)
 
@@ -71,7 +71,7 @@ def release_metrics(version: str | None = None) -> dict[str, dict]:
     "extra_labels"}``. Raises ``ValueError`` when the release folder has none (a packaging bug)."""
     import json
 
-    from escha_deploy.releases import release_file
+    from escha_deploy.sglang.releases import release_file
 
     path = release_file(version, "metrics.json")
     if not path.is_file():
@@ -83,7 +83,7 @@ def known_metric_names() -> frozenset[str]:
     """Every ``sglang:`` name some supported release's catalog defines (cached per process)."""
     global _KNOWN
     if _KNOWN is None:
-        from escha_deploy.releases import supported_releases
+        from escha_deploy.sglang.releases import supported_releases
 
         _KNOWN = frozenset(m for v in supported_releases() for m in release_metrics(v))
     return _KNOWN
@@ -94,7 +94,7 @@ _KNOWN: frozenset[str] | None = None
 
 def missing_in_release(version: str | None = None) -> list[str]:
     """The names ``status`` reads that the release does not define (empty: all there)."""
-    from escha_deploy.releases import default_release, release_key
+    from escha_deploy.sglang.releases import default_release, release_key
 
     have = release_metrics(version)
     v = release_key(version or default_release())

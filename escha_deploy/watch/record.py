@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from escha_deploy.errors import BadInput
+from escha_deploy.utils.errors import BadInput
 
 #: The largest record read back (256 MiB): a look of a TP 8 box is about 6 KB, so a day of looks
 #: every 5 s is about 100 MB.
@@ -52,7 +52,7 @@ def append(path: str | Path, look: dict[str, Any], option: str = "--record") -> 
     reader: opened without blocking, ``open(2)`` O_NONBLOCK gives ENXIO)."""
     import fcntl
 
-    from escha_deploy.paths import _cannot_write
+    from escha_deploy.utils.paths import _cannot_write
 
     data, bad = finite_json({"schema_version": RECORD_SCHEMA_VERSION, **look})
     line = json.dumps(data, separators=(",", ":"), allow_nan=False, default=str)
@@ -72,7 +72,7 @@ def append(path: str | Path, look: dict[str, Any], option: str = "--record") -> 
 
 def _bounded():
     """The bounded reader's two calls: (read_regular, loads_json)."""
-    from escha_deploy import jsonio
+    from escha_deploy.utils import jsonio
 
     return jsonio.read_regular, jsonio.loads_json
 

@@ -41,10 +41,10 @@ def _read_key(path: str | None) -> str | None:
     """The API key in ``path`` (``launch.prepare.read_secret``: one bounded line); None when
     there is none or it cannot be read (SGLang 0.5.19 serves /metrics without a key anyway:
     ``srt/utils/auth.py``)."""
-    from escha_deploy.errors import BadInput
+    from escha_deploy.utils.errors import BadInput
     from escha_deploy.launch.prepare import read_secret
 
-    from escha_deploy.httpread import header_safe
+    from escha_deploy.utils.httpread import header_safe
 
     if not path:
         return None
@@ -57,8 +57,8 @@ def _read_key(path: str | None) -> str | None:
 
 def _read_json(path: Path, what: str) -> object:
     """A file ``up`` wrote, through the bounded JSON reader; None when absent or unreadable."""
-    from escha_deploy.errors import BadInput
-    from escha_deploy.jsonio import loads_json, read_regular
+    from escha_deploy.utils.errors import BadInput
+    from escha_deploy.utils.jsonio import loads_json, read_regular
 
     try:
         raw = read_regular(path, what, missing_ok=True)
@@ -88,7 +88,7 @@ def container_targets(profile: str | None) -> list[Target]:
     nothing running is ``Refused``, a daemon not answering is the daemon's error)."""
     from escha_deploy.launch import docker as dk
     from escha_deploy.launch.manage import status as rows_of
-    from escha_deploy.paths import plan_view_path, spec_path
+    from escha_deploy.utils.paths import plan_view_path, spec_path
 
     rows = rows_of(profile)
     client = dk.connect()
@@ -121,7 +121,7 @@ def find_targets(profile: str | None, note=lambda line: None) -> list[Target]:
     native server either: each caller says "nothing running" in its own words, ``status`` and
     ``ask``). With native servers found, Docker's other errors (no daemon) do not matter; without,
     they are raised as ``status`` always raised them (exit 3)."""
-    from escha_deploy.errors import EschaError
+    from escha_deploy.utils.errors import EschaError
     from escha_deploy.launch.manage import NothingRunning
 
     nat, notes = native_targets(profile)
@@ -144,9 +144,9 @@ def measured_h2d(plan: PlanView | None) -> PlanView | None:
     ``doctor/restore_probe.py``) when the plan carries none; unchanged without findings."""
     if plan is None or plan.h2d_bytes_per_s is not None:
         return plan
-    from escha_deploy.findings import load_findings
-    from escha_deploy.host import host_id
-    from escha_deploy.paths import doctor_findings_path
+    from escha_deploy.facts.saved import load_findings
+    from escha_deploy.facts.machine import host_id
+    from escha_deploy.utils.paths import doctor_findings_path
 
     f = load_findings(doctor_findings_path(), host_id=host_id())
     if f is None or f.restore_bandwidth is None:

@@ -10,7 +10,7 @@ import pytest
 
 from escha_deploy.bench import ab
 from escha_deploy.bench.models import WorkloadSpec
-from escha_deploy.errors import Failed, Refused
+from escha_deploy.utils.errors import Failed, Refused
 
 from .conftest import FAST
 from .standin_sglang import StandinConfig, StandinServer

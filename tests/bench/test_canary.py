@@ -18,7 +18,7 @@ from escha_deploy.bench.canary import (
 )
 from escha_deploy.bench.metrics import Snapshot
 from escha_deploy.bench.models import ServerFacts
-from escha_deploy.errors import BadInput
+from escha_deploy.utils.errors import BadInput
 
 #: Device pool of 20K tokens, host pool of 80K: a 2K canary, filled out with 4K prompts.
 POOLS = dict(device_tokens=20_000, host_tokens=80_000)

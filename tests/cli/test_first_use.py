@@ -9,11 +9,11 @@ import pytest
 from pydantic import BaseModel
 
 from escha_deploy import __version__
-from escha_deploy.flagcheck import load_catalog
-from escha_deploy.paths import runtime_patches_dir
+from escha_deploy.sglang.flagcheck import load_catalog
+from escha_deploy.utils.paths import runtime_patches_dir
 from escha_deploy.profile import list_profiles, load_profile, profile_to_data
 from escha_deploy.profile.models import OmitWhenUnset
-from escha_deploy.releases import default_release, supported_releases
+from escha_deploy.sglang.releases import default_release, supported_releases
 
 
 def _series_entries() -> list[str]:

@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1]))
 import hints  # noqa: E402
 
-from escha_deploy.paths import profiles_dir  # noqa: E402
+from escha_deploy.utils.paths import profiles_dir  # noqa: E402
 
 
 @pytest.mark.parametrize("command, bad", [
@@ -62,7 +62,7 @@ def test_doctor_fixes_for_a_profile_file_run_as_printed(myseed):
     from escha_deploy.facts.gpus import GpuInventory, GpuRecord
     from escha_deploy.doctor.hostinfo import DockerFacts
     from escha_deploy.doctor.run import run_doctor
-    from escha_deploy.units import GiB
+    from escha_deploy.utils.units import GiB
 
     two = GpuInventory(source="nvml", gpus=[GpuRecord(index=i, name="NVIDIA GeForce RTX 5060 Ti", memory_total_bytes=16 * GiB)
                                             for i in range(2)])

@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from escha_deploy.host import described_host
-from escha_deploy.plan_chart import segments
+from escha_deploy.facts.machine import described_host
+from escha_deploy.pipeline.chart import segments
 from escha_deploy.planner import plan
 from escha_deploy.profile import load_profile
-from escha_deploy.units import GiB
+from escha_deploy.utils.units import GiB
 from inproc import run_main
 
 SEED = ("--profile", "rtx5060ti-tp2", "--host-ram", "16GiB", "--wsl2")

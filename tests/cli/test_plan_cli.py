@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from escha_deploy.host import read_meminfo
+from escha_deploy.facts.machine import read_meminfo
 
 REQUIRED = {"profile", "tp_size", "hicache", "per_rank", "pinned_total_bytes", "max_safe_ratio",
             "recommended_ratio", "runtime_check", "verdict", "reasons", "decisions"}

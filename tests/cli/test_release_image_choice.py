@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from inproc import run_main  # noqa: E402
 
 from escha_deploy.launch.compose import render_profile  # noqa: E402
-from escha_deploy.releases import default_release, image_tag, official_image, supported_releases  # noqa: E402
+from escha_deploy.sglang.releases import default_release, image_tag, official_image, supported_releases  # noqa: E402
 
 BOX = Path(__file__).parents[1] / "golden" / "rtx5060ti-tp2-fp8" / "box.json"
 P = "rtx5060ti-tp2-fp8"

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from escha_deploy.units import fmt_size_readable, parse_size
+from escha_deploy.utils.units import fmt_size_readable, parse_size
 
 
 def test_host_ram_with_a_bare_letter_warns_it_was_read_as_gb(cli):

@@ -81,9 +81,9 @@ def test_help_and_json_plan_skip_rich_and_the_verbs_not_run():
 #: Data a plan of a described host neither reads nor writes: the launch spec (up, serve,
 #: compose), facts files, doctor's findings, an image's runtime description, the redaction of
 #: a dry run, NVML, and the model folder's lock file (no folder here: `plan` says "unpinned").
-NOT_FOR_A_DESCRIBED_PLAN = ("escha_deploy.launch_spec", "escha_deploy.factsfile", "escha_deploy.findings",
+NOT_FOR_A_DESCRIBED_PLAN = ("escha_deploy.pipeline.spec", "escha_deploy.facts.factsfile", "escha_deploy.facts.saved",
                             "escha_deploy.facts.file", "escha_deploy.facts.findings",
-                            "escha_deploy.runtime.description", "escha_deploy.redact", "pynvml",
+                            "escha_deploy.runtime.description", "escha_deploy.utils.redact", "pynvml",
                             "escha_deploy.checkpoint.lock")
 STANDIN = str(Path(__file__).resolve().parents[1] / "launch" / "standin" / "profile.yaml")
 
@@ -94,15 +94,15 @@ def test_described_plan_imports_no_spec_facts_findings_or_nvml(tmp_path):
     assert code == 0
     assert not mods & set(NOT_FOR_A_DESCRIBED_PLAN), sorted(mods & set(NOT_FOR_A_DESCRIBED_PLAN))
     # what it does import it needs: the profile, the planner and the flag check
-    assert {"escha_deploy.profile", "escha_deploy.planner", "escha_deploy.flagcheck"} <= mods
+    assert {"escha_deploy.profile", "escha_deploy.planner", "escha_deploy.sglang.flagcheck"} <= mods
 
 
 def test_json_plan_renders_its_spec_without_the_facts_file_models(tmp_path):
     """`plan --format json` renders the launch spec (its digest) but reads no facts file: the
     spec's GPU records are ``facts.gpus``'s, its facts mount path is ``paths``'s."""
     code, mods = modules_after(*PLAN, env={"XDG_CACHE_HOME": str(tmp_path)})
-    assert code == 0 and "escha_deploy.launch_spec" in mods
-    unused = {"escha_deploy.factsfile", "escha_deploy.facts.file", "escha_deploy.findings",
+    assert code == 0 and "escha_deploy.pipeline.spec" in mods
+    unused = {"escha_deploy.facts.factsfile", "escha_deploy.facts.file", "escha_deploy.facts.saved",
               "escha_deploy.facts.findings", "escha_deploy.facts.runtime"}
     assert not mods & unused, sorted(mods & unused)
 
@@ -114,8 +114,10 @@ def test_status_with_nothing_running_imports_neither_up_nor_the_diagnosis(tmp_pa
                                               "DOCKER_HOST": f"unix://{tmp_path / 'no-daemon.sock'}"})
     assert code in (3, 4), code
     assert "escha_deploy.watch.session" in mods
+    # the pipeline's stages: its package is there (the launch spec's models are pipeline/spec.py's)
+    stages = {f"escha_deploy.pipeline.{s}" for s in ("sources", "gathering", "runtime", "decision", "rendering", "request")}
     unused = {"escha_deploy.launch.up", "escha_deploy.launch.diagnose", "escha_deploy.launch.sglang_preflight",
-              "escha_deploy.launch.guard", "escha_deploy.pipeline", "escha_deploy.planner"}
+              "escha_deploy.launch.guard", "escha_deploy.planner", *stages}
     assert not mods & unused, sorted(mods & unused)
 
 
@@ -125,17 +127,17 @@ def test_live_plan_without_findings_builds_no_findings_model_and_a_gpuless_profi
     last = run_probe("plan", "--profile", STANDIN, env={"XDG_CACHE_HOME": str(tmp_path)})  # the table plan
     assert last["code"] in (0, 3), last["code"]
     mods = set(last["modules"])
-    assert "escha_deploy.findings" in mods  # it looked for findings
-    assert not {m for m in last["built"] if m.startswith(("escha_deploy.findings.", "escha_deploy.facts.findings."))}, \
+    assert "escha_deploy.facts.saved" in mods  # it looked for findings
+    assert not {m for m in last["built"] if m.startswith(("escha_deploy.facts.saved.", "escha_deploy.facts.findings."))}, \
         last["built"]
-    assert not mods & {"escha_deploy.launch_spec", "escha_deploy.factsfile", "escha_deploy.runtime.description"}
+    assert not mods & {"escha_deploy.pipeline.spec", "escha_deploy.facts.factsfile", "escha_deploy.runtime.description"}
     # container.gpus: [] asks for no GPU, so NVML is not read and pynvml not imported
     assert "pynvml" not in mods
     assert "escha_deploy.planner.result.Plan" in last["built"]  # the probe sees built models
 
 
 def test_findings_models_build_when_findings_are_read(tmp_path):
-    from escha_deploy.findings import DoctorFindings, load_findings
+    from escha_deploy.facts.saved import DoctorFindings, load_findings
 
     p = tmp_path / "findings.json"
     p.write_text(json.dumps({"created_at": "2026-11-30T00:00:00+00:00", "host_id": "h", "pinned_ceiling_bytes": 5}))

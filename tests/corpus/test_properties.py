@@ -156,7 +156,7 @@ def test_generated_sizes_and_ratios(ratio, host_ram, size, pick):
     with tempfile.TemporaryDirectory() as d:
         r = run("plan", "--host-ram", host_ram, "--linux", *opts, cwd=Path(d))
         if r.code == 0:  # accepted: then it was a finite, positive size and a plan was printed
-            from escha_deploy.units import parse_size
+            from escha_deploy.utils.units import parse_size
 
             assert parse_size(host_ram) > 0
             if pick == 0 and ratio != "auto":

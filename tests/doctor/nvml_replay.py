@@ -81,6 +81,6 @@ class RecordedNvml:
 
 def recorded_inventory(record: dict | str):
     """``query_nvml`` over the recorded answers."""
-    from escha_deploy.nvml import query_nvml
+    from escha_deploy.facts.nvml import query_nvml
 
     return query_nvml(nvml=RecordedNvml(record))

@@ -15,8 +15,8 @@ from escha_deploy.facts.gpus import GpuInventory, GpuRecord
 from escha_deploy.doctor.hostinfo import DockerFacts, classify_docker_info
 from escha_deploy.doctor.probes import PinnedCeiling
 from escha_deploy.doctor.report import DoctorReport
-from escha_deploy.findings import StoreProbeResult
-from escha_deploy.units import GB, GiB
+from escha_deploy.facts.saved import StoreProbeResult
+from escha_deploy.utils.units import GB, GiB
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NO_GPU = GpuInventory(source="none", reasons=["NVML: nvidia-ml-py not installed", "nvidia-smi: not found"])

@@ -11,7 +11,7 @@ import pytest
 
 from escha_deploy.doctor.gpu import gpu_inventory
 from escha_deploy.doctor.probes import pick_allocator, run_pinned_ceiling, run_store_case, run_store_probe
-from escha_deploy.units import GiB
+from escha_deploy.utils.units import GiB
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("needs_gpu")]
 
@@ -51,7 +51,7 @@ def test_nvml_inventory():
 def test_doctor_with_a_tp2_profile_on_one_gpu(tmp_path):
     """One GPU cannot run a TP 2 profile: exit 3, while the probes still ran and were saved."""
     from escha_deploy.doctor.run import run_doctor
-    from escha_deploy.findings import load_findings
+    from escha_deploy.facts.saved import load_findings
 
     import torch
 

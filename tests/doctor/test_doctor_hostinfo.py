@@ -13,8 +13,8 @@ import pytest
 
 from escha_deploy.doctor.hostinfo import (classify_docker_info, read_docker, read_memlock, read_memory,
                                           read_shm_size, read_wsl_signals)
-from escha_deploy.host import detect_container, detect_platform, read_cgroup_memory
-from escha_deploy.units import GiB, MiB
+from escha_deploy.facts.machine import detect_container, detect_platform, read_cgroup_memory
+from escha_deploy.utils.units import GiB, MiB
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

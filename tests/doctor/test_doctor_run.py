@@ -17,8 +17,8 @@ from escha_deploy.facts.gpus import GpuInventory, GpuRecord
 from escha_deploy.doctor.hostinfo import DockerFacts
 from escha_deploy.doctor.probes import run_pinned_ceiling, run_store_case
 from escha_deploy.doctor.run import _reusable, pinned_target, run_doctor, run_probes
-from escha_deploy.findings import DoctorFindings, StoreProbeResult, save_findings
-from escha_deploy.units import GiB
+from escha_deploy.facts.saved import DoctorFindings, StoreProbeResult, save_findings
+from escha_deploy.utils.units import GiB
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -82,7 +82,7 @@ def test_cli_unknown_profile_exits_2_in_one_line(tmp_path):
 def test_run_doctor_refuses_a_bad_profile_before_gathering(tmp_path):
     """``run_doctor`` validates the profile first: neither Docker nor the GPUs are asked, and
     the CLI's progress callback never runs."""
-    from escha_deploy.errors import BadInput
+    from escha_deploy.utils.errors import BadInput
 
     asked = []
 
@@ -191,8 +191,8 @@ def test_profile_needs_ignore_a_saved_ceiling(tmp_path, monkeypatch):
     """A plan capped by a saved ceiling would aim the next ladder at that ceiling; doctor plans
     the profile as if nothing had been measured."""
     from escha_deploy.doctor.run import needs_from_profile
-    from escha_deploy.host import host_id
-    from escha_deploy.paths import doctor_findings_path
+    from escha_deploy.facts.machine import host_id
+    from escha_deploy.utils.paths import doctor_findings_path
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     before = needs_from_profile("rtx5060ti-tp2")

@@ -13,8 +13,8 @@ import pytest
 from escha_deploy.facts.gpus import GpuInventory, GpuRecord
 from escha_deploy.doctor.hostinfo import DockerFacts
 from escha_deploy.doctor.run import run_doctor
-from escha_deploy.factsfile import facts_from_doctor_report
-from escha_deploy.units import GiB
+from escha_deploy.facts.factsfile import facts_from_doctor_report
+from escha_deploy.utils.units import GiB
 
 from conftest import cuda_available
 

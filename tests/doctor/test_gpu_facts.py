@@ -20,12 +20,12 @@ from escha_deploy.doctor.facts import gather_facts
 from escha_deploy.doctor.hostinfo import DockerFacts
 from escha_deploy.doctor.kernel_archs import image_kernel_archs
 from escha_deploy.facts.gpus import runs_on
-from escha_deploy.flags import server_args, server_env
-from escha_deploy.gpu_facts import gpu_compat, peer_access
-from escha_deploy.host import described_host
+from escha_deploy.pipeline.argv import server_args, server_env
+from escha_deploy.facts.gpu_rules import gpu_compat, peer_access
+from escha_deploy.facts.machine import described_host
 from escha_deploy.planner import plan
 from escha_deploy.profile import load_profile
-from escha_deploy.units import GiB
+from escha_deploy.utils.units import GiB
 
 from nvml_replay import FIXTURES, recorded_inventory
 
@@ -196,7 +196,7 @@ def test_consumer_blackwell_needs_nccl_2_26_2(cc, nccl, status):
 # --------------------------------------------------------------------------- facts file
 
 def _facts(path, record):
-    from escha_deploy.factsfile import FactsFile, HostSection, records_from_inventory
+    from escha_deploy.facts.factsfile import FactsFile, HostSection, records_from_inventory
 
     doc = FactsFile(host=HostSection(platform="linux", mem_total_bytes=128 * GiB),
                     gpus=records_from_inventory(recorded_inventory(record)))
@@ -207,7 +207,7 @@ def _facts(path, record):
 def test_gpu_records_travel_in_the_facts_file_and_decide_the_flags(tmp_path):
     """The NVML facts as facts-file records (brand, PCI ids, P2P per peer): ``plan --facts``
     decides peer access from them as a plan from NVML does; the digest covers them."""
-    from escha_deploy.factsfile import inventory_from_records
+    from escha_deploy.facts.factsfile import inventory_from_records
 
     docs = {}
     for record in ("nvml-2x-rtx4090.json", "nvml-2x-h200-p2p.json"):
@@ -235,7 +235,7 @@ def test_gpu_records_travel_in_the_facts_file_and_decide_the_flags(tmp_path):
 def test_records_without_p2p_facts_leave_nccl_alone():
     """A hand-written facts file listing GPUs without their P2P status proves nothing: the
     flag is rendered, but NCCL_P2P_DISABLE is not forced (NCCL detects P2P itself)."""
-    from escha_deploy.factsfile import GpuRecord, inventory_from_records
+    from escha_deploy.facts.factsfile import GpuRecord, inventory_from_records
 
     inv = inventory_from_records([GpuRecord(index=i, name="NVIDIA H200", compute_capability="9.0") for i in (0, 1)])
     args, env, p = _launch(inv, B35_SETS)
@@ -265,7 +265,7 @@ def test_a_doctor_report_carries_the_gpu_records_and_an_earlier_report_still_rea
     import copy
 
     from escha_deploy.doctor.run import run_doctor
-    from escha_deploy.factsfile import facts_from_doctor_report
+    from escha_deploy.facts.factsfile import facts_from_doctor_report
 
     inv = recorded_inventory("nvml-2x-rtx4090.json")
     r = run_doctor(None, probes=False, findings_path=tmp_path / "d.json", docker=lambda: DockerFacts(reachable=False),

@@ -5,7 +5,7 @@ from escha_deploy.doctor.checks import check_pinned_buffers, check_restore
 from escha_deploy.doctor.facts import ProbeFacts
 from escha_deploy.doctor.probes import PinnedCeiling
 from escha_deploy.doctor.run import probe_findings
-from escha_deploy.findings import DoctorFindings, RestoreBandwidth
+from escha_deploy.facts.saved import DoctorFindings, RestoreBandwidth
 
 MiB, GiB = 2**20, 2**30
 

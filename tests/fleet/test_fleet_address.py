@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from escha_deploy.cli.main import main
-from escha_deploy.errors import BadInput
+from escha_deploy.utils.errors import BadInput
 from escha_deploy.fleet.compose import render_all
 from escha_deploy.fleet.model import load_fleet
 from escha_deploy.fleet.plan import plan_fleet
@@ -63,7 +63,7 @@ def test_a_compose_port_binding_on_ipv6_is_bracketed(tmp_path):
     """A port published on an IPv6 address is ``[ADDR]:HOST:CONTAINER`` (compose-spec ``ports``
     short syntax); Debian's docker-compose reads the file back, where installed."""
     from escha_deploy.launch.compose import render
-    from escha_deploy.launch_spec import build_launch_spec
+    from escha_deploy.pipeline.spec import build_launch_spec
 
     loaded = load_fleet(write(tmp_path))
     fp = plan_fleet(loaded)

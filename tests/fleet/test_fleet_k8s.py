@@ -200,7 +200,7 @@ def test_every_serving_pod_listens_where_the_router_discovers_it(tmp_path):
     SGLang must bind 0.0.0.0 on that port. The single-node pod runs `serve` in container mode
     (ESCHA_SERVE_MODE=container) with the ConfigMap's profile and the pod's --set items: its
     argv comes from the same build_launch_spec; the LWS leader's argv is in the manifest."""
-    from escha_deploy.launch_spec import build_launch_spec
+    from escha_deploy.pipeline.spec import build_launch_spec
     from escha_deploy.profile import load_profile
 
     loaded, fp, objs = rendered(tmp_path)

@@ -19,9 +19,9 @@ from escha_deploy.doctor.facts import gather_facts
 from escha_deploy.facts.gpus import GpuInventory
 from escha_deploy.doctor.hostinfo import DockerFacts, ImageFacts
 from escha_deploy.doctor.run import build_report
-from escha_deploy.errors import BadInput
+from escha_deploy.utils.errors import BadInput
 from escha_deploy.fleet.model import load_fleet
-from escha_deploy.factsfile import load_facts_file
+from escha_deploy.facts.factsfile import load_facts_file
 from escha_deploy.fleet.plan import plan_fleet
 
 DOCTOR_FIXTURES = Path(__file__).parents[1] / "doctor" / "fixtures"
@@ -293,7 +293,7 @@ def test_router_error_is_one_line_without_httpx_hint():
     import http.server
     import threading
 
-    from escha_deploy import httpread
+    from escha_deploy.utils import httpread
 
     class Deny(http.server.BaseHTTPRequestHandler):
         def do_GET(self):

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from escha_deploy.cli.main import main
-from escha_deploy.flagcheck import check_argv
+from escha_deploy.sglang.flagcheck import check_argv
 from escha_deploy.fleet.compose import render_all
 from escha_deploy.fleet.model import load_fleet
 from escha_deploy.fleet.multinode import render_nodes

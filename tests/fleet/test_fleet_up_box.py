@@ -33,7 +33,7 @@ def _not_this_box(err: str) -> str:
 def test_dry_run_of_a_described_box_says_it_plans_this_machine(tmp_path, capsys):
     """r1 is described as 64 GiB (fleet plan plans that); the dry run here plans this machine:
     one warning names what differs and fleet plan's ratio (this machine is not 64 GiB)."""
-    from escha_deploy.host import gather_host_facts
+    from escha_deploy.facts.machine import gather_host_facts
 
     if gather_host_facts().memory_base_bytes == 64 * 2**30:
         pytest.skip("this machine is the described box")

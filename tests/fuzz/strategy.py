@@ -38,10 +38,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from escha_deploy.arch import HYBRID_FIELDS
-from escha_deploy.flagcheck import catalog_path
+from escha_deploy.sglang.arch import HYBRID_FIELDS
+from escha_deploy.sglang.flagcheck import catalog_path
 from escha_deploy.profile import Profile, key_flags, list_profiles, load_profile
-from escha_deploy.secretargs import extra_args_problems
+from escha_deploy.utils.secretargs import extra_args_problems
 
 #: Odd values for the keys SGLang reads, beyond what the type gives (edges SGLang refuses).
 HAND: dict[str, tuple[str, ...]] = {
@@ -254,7 +254,7 @@ def _flag_of(key: str) -> str | None:
 @functools.cache
 def _choices() -> dict[str, list[Any]]:
     """The default release's catalog choices per flag."""
-    from escha_deploy.releases import default_release
+    from escha_deploy.sglang.releases import default_release
 
     return {a["flags"][0]: a["choices"] for a in _catalog(default_release()) if a.get("choices")}
 

@@ -9,7 +9,7 @@ speculation, the cache: ``strategy.FLAG_GROUPS``), and in a quarter speculative 
 (``runtime.speculative``: each algorithm, SGLang's shape or a given one) with the draft folder
 users pair with it (``model.draft``: the model's own, a sibling MTP folder, an EAGLE3 draft;
 ``strategy.SPECULATIVE``). The cases are
-split between the supported releases (``escha_deploy/releases.py``: every other case each); every
+split between the supported releases (``escha_deploy/sglang/releases.py``: every other case each); every
 fourth case is speculative (``split_cases``).
 Each case is planned in-process for its release (``load_profile``, ``plan``, the argv and the
 ``SGLANG_*`` environment ``serve`` renders) and, all of a release's cases batched in ONE SGLang
@@ -65,17 +65,17 @@ from hypothesis import strategies as st
 
 from pydantic import ValidationError
 
-from escha_deploy.arch import read_model_dir
-from escha_deploy.errors import BadInput, EschaError, Refused
-from escha_deploy.flags import server_args, server_env
-from escha_deploy.host import described_host, read_draft_inputs, read_folder_facts
+from escha_deploy.sglang.arch import read_model_dir
+from escha_deploy.utils.errors import BadInput, EschaError, Refused
+from escha_deploy.pipeline.argv import server_args, server_env
+from escha_deploy.facts.machine import described_host, read_draft_inputs, read_folder_facts
 from escha_deploy.launch import sglang_preflight as pf
-from escha_deploy.launch_spec import preflight_from_plan
+from escha_deploy.pipeline.spec import preflight_from_plan
 from escha_deploy.pipeline import check_rendered_argv
 from escha_deploy.planner import plan
 from escha_deploy.profile import load_profile
-from escha_deploy.releases import default_release, supported_releases
-from escha_deploy.units import GiB
+from escha_deploy.sglang.releases import default_release, supported_releases
+from escha_deploy.utils.units import GiB
 from tests.launch.sglang_preflight_cases import VENV_PY, site_env
 from tests.script_module import load_script
 from tests.fuzz.strategy import (DRAFT_KINDS, FLAG_GROUPS, NOT_DRAWN, RUNNER, SPECULATIVE, SPECULATIVE_PAIRS,

@@ -50,7 +50,7 @@ def test_recorded_sources_are_the_scripts_pins_with_size_and_hash():
 
 def test_recorded_runtime_is_this_checkouts_series():
     from escha_deploy.runtime.series import capabilities_of, read_series
-    from escha_deploy.paths import runtime_patches_dir
+    from escha_deploy.utils.paths import runtime_patches_dir
 
     patches = read_series(runtime_patches_dir())
     rt = RECORDED["runtime"]
@@ -119,7 +119,7 @@ def _standin_closure(tmp_path: Path) -> Path:
 
 
 def _checkout_series() -> list[dict]:
-    from escha_deploy.paths import runtime_patches_dir
+    from escha_deploy.utils.paths import runtime_patches_dir
     from escha_deploy.runtime.series import read_series
 
     return [{"name": p.name, "source": "series", "sha256": p.sha256} for p in read_series(runtime_patches_dir())]

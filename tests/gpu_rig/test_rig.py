@@ -26,7 +26,7 @@ mm = _make_model()
 
 
 def _plan(profile: str, ratio: float | None = None, host=None):
-    from escha_deploy.host import described_host
+    from escha_deploy.facts.machine import described_host
     from escha_deploy.planner import plan
     from escha_deploy.profile import load_profile
 
@@ -34,7 +34,7 @@ def _plan(profile: str, ratio: float | None = None, host=None):
 
 
 def _fp8_ratio() -> float:
-    from escha_deploy.host import described_host
+    from escha_deploy.facts.machine import described_host
 
     return _plan("rtx5060ti-tp2-fp8", host=described_host(16 * GiB, "wsl2")).recommended_ratio
 
@@ -89,7 +89,7 @@ def test_the_nextn_run_plans_the_drafts_layer_packed(tmp_path):
     import json
     import struct
 
-    from escha_deploy.host import described_host, read_draft_inputs
+    from escha_deploy.facts.machine import described_host, read_draft_inputs
     from escha_deploy.planner import plan
     from escha_deploy.profile import load_profile
     from tests.oracle.cases import config_json

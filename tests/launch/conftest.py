@@ -98,7 +98,7 @@ def base_image(docker_client):
 
 def planned_sizes_for(profile_ref: str = str(STANDIN_PROFILE), overrides=()) -> dict:
     """The stand-in profile's planned per-rank figures on this host (what `up` compares)."""
-    from escha_deploy.host import gather_host_facts
+    from escha_deploy.facts.machine import gather_host_facts
     from escha_deploy.launch.prepare import planned_sizes
     from escha_deploy.planner import plan
     from escha_deploy.profile import load_profile

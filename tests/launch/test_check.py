@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from escha_deploy.host import described_host
+from escha_deploy.facts.machine import described_host
 from escha_deploy.launch.check import check_here, gpu_nodes, mounted_model_problems
-from escha_deploy.launch_spec import build_launch_spec
+from escha_deploy.pipeline.spec import build_launch_spec
 from escha_deploy.planner import plan
 from escha_deploy.profile import load_profile
-from escha_deploy.units import GiB
+from escha_deploy.utils.units import GiB
 
 
 def _tree(tmp_path: Path, mem_kib: int, limit: int | None = None, nvidia: int = 0) -> Path:
@@ -80,7 +80,7 @@ def _l3_launch(**kw):
 def test_the_spec_carries_the_l3_store_as_typed_needs():
     """The folder and cap `serve --spec` checks are the spec's `needs`, the pair its env renders
     (flags.file_l3_store): the mount point in a container, hicache.l3.dir natively."""
-    from escha_deploy.flags import CONTAINER_L3_DIR
+    from escha_deploy.pipeline.argv import CONTAINER_L3_DIR
 
     prof, launch = _l3_launch()
     cap = prof.hicache.storage_max_size
@@ -121,9 +121,9 @@ def test_a_version_1_spec_is_refused_naming_both_versions(tmp_path):
 
     import pytest
 
-    from escha_deploy.errors import Refused
+    from escha_deploy.utils.errors import Refused
     from escha_deploy.launch.serve import read_spec
-    from escha_deploy.launch_spec import LAUNCH_SPEC_SCHEMA_VERSION, spec_json
+    from escha_deploy.pipeline.spec import LAUNCH_SPEC_SCHEMA_VERSION, spec_json
 
     _, launch = _l3_launch()
     path = tmp_path / "spec.json"

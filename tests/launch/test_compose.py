@@ -244,7 +244,7 @@ def test_compose_and_plan_agree_on_a_runtime_lacking_a_capability(cli, tmp_path,
     """A machine with a runtime description (``runtime apply``) lacking int2-kv: `plan` says
     unsafe (exit 3) and compose warns with the same reasons; without one both plan the
     profile's needs (declared, not verified)."""
-    from escha_deploy import capabilities as caps
+    from escha_deploy.sglang import capabilities as caps
 
     desc = {"sglang_version": "0.5.19", "base": "wheel:test", "base_inventory_digest": "0",
             "base_inventory_committed": True, "python": "3.11.2", "sglang_dir": str(tmp_path),  # a folder that exists: a description of a gone one is stale

@@ -28,13 +28,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from escha_deploy import flags, releases
-from escha_deploy.host import described_host
+from escha_deploy.pipeline import argv as flags
+from escha_deploy.sglang import releases
+from escha_deploy.facts.machine import described_host
 from escha_deploy.launch.diagnose import (SIGNATURES, Facts, diagnose, fix_for, launch_facts, launch_settings)
-from escha_deploy.launch_spec import CONTAINER_JIT_CACHE, build_launch_spec, jit_cache_volume
+from escha_deploy.pipeline.spec import CONTAINER_JIT_CACHE, build_launch_spec, jit_cache_volume
 from escha_deploy.planner import plan
 from escha_deploy.profile import list_profiles, load_profile
-from escha_deploy.units import GiB
+from escha_deploy.utils.units import GiB
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORTS = ROOT / "tests" / "launch" / "fixtures" / "diagnose-reports.yaml"

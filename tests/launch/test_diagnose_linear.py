@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from escha_deploy.launch import diagnose as dg
 from escha_deploy.launch.diagnose import (SCAN_HEAD, SCAN_TAIL, SHOW_CHARS, SIGNATURES, diagnose, needles,
                                           scan_windows)
-from escha_deploy.redact import Redactor
+from escha_deploy.utils.redact import Redactor
 
 LOG_MB = int(os.environ.get("ESCHA_TEST_DIAGNOSE_LOG_MB", "200"))
 MEMORY_LIMIT = 1 << 30

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from escha_deploy.launch.docker import check_spec, create_args
-from escha_deploy.launch_spec import ContainerSpec
+from escha_deploy.pipeline.spec import ContainerSpec
 
 from .conftest import STANDIN_PROFILE, run_cli, STANDIN_PORT
 

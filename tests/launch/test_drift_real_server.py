@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from escha_deploy.host import described_host
+from escha_deploy.facts.machine import described_host
 from escha_deploy.launch.drift import check
 from escha_deploy.launch.prepare import planned_sizes
 from escha_deploy.planner import plan

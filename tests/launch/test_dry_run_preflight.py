@@ -125,7 +125,7 @@ def test_launchable_standin_passes_every_check_it_runs(docker_client, standin_im
 def test_up_and_its_dry_run_iterate_one_check_list(monkeypatch, tmp_path):
     """A check added to ``CHECKS`` is run by `up` (which refuses with it, before connecting to
     Docker or creating anything) and by the dry run (which reports it by name and goes on)."""
-    from escha_deploy.errors import Refused
+    from escha_deploy.utils.errors import Refused
     from escha_deploy.launch import up as up_mod
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))

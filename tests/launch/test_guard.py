@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from escha_deploy.host import host_id
+from escha_deploy.facts.machine import host_id
 from escha_deploy.launch import guard
 
 

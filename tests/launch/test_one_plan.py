@@ -79,15 +79,15 @@ def _up_and_check(docker_client, image: str, env: dict, *extra: str) -> dict:
 
 def test_dry_run_argv_label_digest_and_child_argv_are_one(docker_client, serve_image, tmp_path, no_leaks):
     got = _up_and_check(docker_client, serve_image, _env(tmp_path))
-    from escha_deploy.launch_spec import LAUNCH_SPEC_SCHEMA_VERSION
+    from escha_deploy.pipeline.spec import LAUNCH_SPEC_SCHEMA_VERSION
 
     assert got["spec"]["schema_version"] == LAUNCH_SPEC_SCHEMA_VERSION and got["spec"]["escha_version"]
     assert "--enable-hierarchical-cache" in got["child"]["argv"]
 
 
 def _save_findings(cache: Path, ceiling: int) -> None:
-    from escha_deploy.findings import DoctorFindings, save_findings
-    from escha_deploy.host import host_id
+    from escha_deploy.facts.saved import DoctorFindings, save_findings
+    from escha_deploy.facts.machine import host_id
 
     save_findings(DoctorFindings(created_at=dt.datetime.now(dt.timezone.utc).isoformat(), host_id=host_id(),
                                  platform="linux", pinned_ceiling_bytes=ceiling, pinned_ceiling_reached=True,
@@ -164,7 +164,7 @@ def test_serve_spec_refuses_another_schema_version_naming_both(docker_client, se
     code, log = _run_serve(docker_client, serve_image, ["--spec", "/etc/escha/launch-spec.json"],
                            mounts=[(str(spec_file), "/etc/escha/launch-spec.json")])
     assert code == 3, log
-    from escha_deploy.launch_spec import LAUNCH_SPEC_SCHEMA_VERSION
+    from escha_deploy.pipeline.spec import LAUNCH_SPEC_SCHEMA_VERSION
 
     assert "launch spec schema version 99" in log and f"reads schema version {LAUNCH_SPEC_SCHEMA_VERSION}" in log
 
@@ -204,7 +204,7 @@ def test_unknown_flag_in_extra_args_is_refused_on_every_path(docker_client, serv
 
 
 def _facts_file(path: Path) -> Path:
-    from escha_deploy.factsfile import FactsFile, GpuRecord, HostSection
+    from escha_deploy.facts.factsfile import FactsFile, GpuRecord, HostSection
 
     doc = FactsFile(host=HostSection(platform="linux", mem_total_bytes=16 * GiB),
                     gpus=[GpuRecord(index=0, name="NVIDIA GeForce RTX 5060 Ti", memory_total_bytes=16 * GiB,

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from escha_deploy.secretargs import SECRET_FLAGS, extra_args_problems, redact_argv
+from escha_deploy.utils.secretargs import SECRET_FLAGS, extra_args_problems, redact_argv
 from inproc import run_main
 
 from .conftest import STANDIN_PROFILE, run_cli, STANDIN_LABEL, STANDIN_CONTAINER
@@ -68,7 +68,7 @@ def printing_commands(profile: str, sets: list[str], out_file: Path) -> list[lis
 
 def test_secret_flags_cover_the_catalog():
     """Every flag of SGLang 0.5.19's parser whose name says it carries a secret is listed."""
-    from escha_deploy.flagcheck import catalog_path
+    from escha_deploy.sglang.flagcheck import catalog_path
 
     cat = json.loads(catalog_path().read_text())
     secretish = re.compile(r"api-key|password|passwd|secret|credential|access-key|auth-token|hf-token")
@@ -96,9 +96,9 @@ def test_every_spelling_is_refused_without_echoing_the_key(args):
 def test_no_catalog_flag_is_within_the_edits_of_a_secret_flag():
     """A misspelling within ``MAX_EDITS`` of a secret flag counts as it; every release's real
     flags are farther, so none of them is taken for one."""
-    from escha_deploy.flagcheck import catalog_path
-    from escha_deploy.releases import supported_releases
-    from escha_deploy.secretargs import secret_flag
+    from escha_deploy.sglang.flagcheck import catalog_path
+    from escha_deploy.sglang.releases import supported_releases
+    from escha_deploy.utils.secretargs import secret_flag
 
     for release in supported_releases():
         cat = json.loads(catalog_path(release).read_text())
@@ -109,7 +109,7 @@ def test_no_catalog_flag_is_within_the_edits_of_a_secret_flag():
 def test_url_flags_of_the_catalog_are_checked():
     """Every catalog flag that takes a URL or address (dest ``*_url``/``*_endpoint``/``*_address``,
     or URL in its help) refuses credentials in its value."""
-    from escha_deploy.flagcheck import catalog_path
+    from escha_deploy.sglang.flagcheck import catalog_path
 
     cat = json.loads(catalog_path().read_text())
     url_flags = sorted(f for a in cat["actions"] if re.search(r"(_url|_endpoint|_address)$", a.get("dest", ""))
@@ -193,7 +193,7 @@ def test_started_container_shows_no_key(docker_client, standin_image, tmp_path, 
         assert KEY not in inspect and KEY not in json.dumps(c.image.attrs)
         assert str(key_file) in inspect  # mounted by path, read-only
         # the LaunchSpec document up wrote and the container runs with serve --spec
-        from escha_deploy.launch_spec import SPEC_TARGET
+        from escha_deploy.pipeline.spec import SPEC_TARGET
 
         spec_src = next(m["Source"] for m in c.attrs["Mounts"] if m["Destination"] == SPEC_TARGET)
         spec_text = Path(spec_src).read_text()
@@ -391,7 +391,7 @@ def test_diagnose_masks_every_spelling_and_strips_terminal_escapes(tmp_path):
         r = run_main("diagnose", str(log), "--format", fmt)
         assert r.code == 0 and "host-memory-check" in r.out, r.text
         assert KEY not in r.text and "\x1b" not in r.text and "\x07" not in r.text, r.text
-    from escha_deploy.redact import Redactor, printable
+    from escha_deploy.utils.redact import Redactor, printable
 
     red = Redactor()
     assert [red(ln) for ln in log.read_text().splitlines()[:5]] == [

@@ -12,9 +12,9 @@ import socket
 import psutil
 import pytest
 
-from escha_deploy.errors import Refused
+from escha_deploy.utils.errors import Refused
 from escha_deploy.launch.preflight import port_free
-from escha_deploy.launch_spec import launch_digest, spec_json
+from escha_deploy.pipeline.spec import launch_digest, spec_json
 
 from .conftest import STANDIN_PROFILE, run_cli
 from .test_native import fake_sglang, secret_files, serve_args, serve_env  # noqa: F401 (fixtures)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from escha_deploy.errors import ExitCode, Internal, Refused
+from escha_deploy.utils.errors import ExitCode, Internal, Refused
 from escha_deploy.launch import image_preflight as ip
 from escha_deploy.launch import sglang_preflight as pf
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from escha_deploy.errors import BadInput, ExitCode
+from escha_deploy.utils.errors import BadInput, ExitCode
 from escha_deploy.launch.sglang_preflight import TIMEOUT_ENV, TIMEOUT_S, timeout_from_env
 
 

@@ -161,7 +161,7 @@ def test_a_server_sending_a_byte_a_second_cannot_hold_a_probe(kind):
     """up's ready probe reads through httpread: each request ends within its deadline in all,
     not per byte. With a per-read timeout (http.client's), a server sending one byte a second
     held /health for as long as it kept sending (the hostile server: a 4 KB header line)."""
-    from escha_deploy import httpread
+    from escha_deploy.utils import httpread
     from hostile_servers import HostileServer
 
     httpread._ssl_context()  # httpx imported and its TLS context built before any clock starts

@@ -1,7 +1,7 @@
 """Secret redaction, including SGLang 0.5.19's startup line that carries the API key
 (sglang/srt/entrypoints/engine.py: logger.info(f"server_args={server_args.resolved_dict()}"))."""
 
-from escha_deploy.redact import Redactor
+from escha_deploy.utils.redact import Redactor
 
 KEY = "sk-escha-test-0123456789"
 LINE = ("[2026-11-29 16:20:00] server_args={'model_path': '/models/q', 'host': '0.0.0.0', "

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from escha_deploy.launch.prepare import prepare
-from escha_deploy.launch_spec import spec_json
+from escha_deploy.pipeline.spec import spec_json
 
 from .conftest import RUN, STANDIN_CAPS, STANDIN_PROFILE
 

@@ -83,7 +83,7 @@ OVERRIDES = ["runtime.needs=[]", "hicache.enabled=false"]
 
 
 def planned():
-    from escha_deploy.host import gather_host_facts
+    from escha_deploy.facts.machine import gather_host_facts
     from escha_deploy.launch.prepare import planned_sizes
     from escha_deploy.planner import plan
     from escha_deploy.profile import load_profile

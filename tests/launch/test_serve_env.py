@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from escha_deploy.flags import NO_PROXY, merged_no_proxy
+from escha_deploy.pipeline.argv import NO_PROXY, merged_no_proxy
 
 from .conftest import run_cli
 from .test_native import secret_files, serve_args, serve_env  # noqa: F401 (fixtures)

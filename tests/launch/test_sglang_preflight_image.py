@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from escha_deploy.launch_spec import PreflightFigures, launch_digest
+from escha_deploy.pipeline.spec import PreflightFigures, launch_digest
 from escha_deploy.profile import load_profile
 from escha_deploy.launch.image_preflight import in_image_many, refusal
 from escha_deploy.launch.sglang_preflight import PreflightResult, device_figures, server_flags_of
@@ -68,7 +68,7 @@ def _model_folder(tmp_path: Path, name: str) -> Path:
 def _spec_variant(spec: dict, *, add: tuple[str, ...] = (), replace: dict[str, str] | None = None) -> dict:
     """The spec with its argv changed (flags appended or values replaced) and its digest recomputed,
     as `up` would have written it for that argv."""
-    from escha_deploy.launch_spec import LaunchFacts
+    from escha_deploy.pipeline.spec import LaunchFacts
 
     argv = list(spec["argv"])
     for flag, value in (replace or {}).items():
@@ -88,7 +88,7 @@ def test_serve_spec_in_the_image_refuses_at_each_stage_before_the_server_starts(
     from docker.types import Mount
 
     from escha_deploy.launch.prepare import prepare
-    from escha_deploy.launch_spec import spec_json
+    from escha_deploy.pipeline.spec import spec_json
 
     image = os.environ.get("ESCHA_TEST_HICACHE_IMAGE") or pytest.skip("ESCHA_TEST_HICACHE_IMAGE is not set")
     try:

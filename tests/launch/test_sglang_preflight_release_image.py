@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from escha_deploy.releases import default_release, series_releases
+from escha_deploy.sglang.releases import default_release, series_releases
 
 from .conftest import RUN
 from .sglang_preflight_cases import HOST_REFUSAL
@@ -47,7 +47,7 @@ def test_serve_spec_in_the_release_image_runs_that_releases_preflight(docker_cli
     from docker.types import Mount
 
     from escha_deploy.launch.prepare import prepare
-    from escha_deploy.launch_spec import spec_json
+    from escha_deploy.pipeline.spec import spec_json
 
     images = dict(x.split("=", 1) for x in os.environ.get("ESCHA_TEST_RELEASE_IMAGES", "").split())
     image = images.get(release) or pytest.skip("ESCHA_TEST_RELEASE_IMAGES names no image of this release "

@@ -10,11 +10,11 @@ import json
 
 import pytest
 
-from escha_deploy.errors import Refused
+from escha_deploy.utils.errors import Refused
 from escha_deploy.launch.prepare import prepare
 from escha_deploy.launch.serve import read_spec, sglang_preflight
 from escha_deploy.launch.sglang_preflight import PREFLIGHT_ENV, device_figures, spec_device
-from escha_deploy.launch_spec import launch_digest, spec_json
+from escha_deploy.pipeline.spec import launch_digest, spec_json
 
 
 @pytest.fixture(scope="module")

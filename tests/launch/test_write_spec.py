@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from escha_deploy.errors import BadInput
+from escha_deploy.utils.errors import BadInput
 from escha_deploy.launch.prepare import prepare
 from escha_deploy.launch.up import write_spec
 

@@ -19,15 +19,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from escha_deploy.arch import ModelArch
-from escha_deploy.flags import server_args
-from escha_deploy.host import described_host
+from escha_deploy.sglang.arch import ModelArch
+from escha_deploy.pipeline.argv import server_args
+from escha_deploy.facts.machine import described_host
 from escha_deploy.planner import device as devmod
 from escha_deploy.planner import kv as kvmod
 from escha_deploy.planner import plan
-from escha_deploy.errors import BadInput, Refused
+from escha_deploy.utils.errors import BadInput, Refused
 from escha_deploy.profile import Profile, apply_override, list_profiles, load_raw, load_profile, resolve_profile_path
-from escha_deploy.units import GiB, MiB
+from escha_deploy.utils.units import GiB, MiB
 
 REPO = Path(__file__).resolve().parents[2]
 ORACLE = REPO / "scripts" / "sglang_oracle.py"
@@ -142,8 +142,8 @@ def plan_refuses(planner: dict) -> bool:
 def _release_overrides(case: Case, release: str | None) -> tuple[str, ...]:
     """For a release our series is not made for, the case without the series' capabilities
     (the profile would be refused for that release; the oracle checks SGLang's arithmetic)."""
-    from escha_deploy.capabilities import SERIES_CAPABILITIES
-    from escha_deploy.releases import series_release
+    from escha_deploy.sglang.capabilities import SERIES_CAPABILITIES
+    from escha_deploy.sglang.releases import series_release
 
     if release is None or release == series_release():
         return case.overrides
@@ -166,7 +166,7 @@ def build_case(case: Case, release: str | None = None) -> tuple[dict, dict]:
     draft = None
     own = bool(case.draft and case.draft.get("own"))
     if case.draft is not None:
-        from escha_deploy.arch import DraftFacts, draft_kv_geometry, draft_num_layers
+        from escha_deploy.sglang.arch import DraftFacts, draft_kv_geometry, draft_num_layers
 
         draft_cfg = config_json(prof.model.architecture) if own else case.draft["config"]
         layers = draft_num_layers(draft_cfg)
@@ -227,7 +227,7 @@ def build_case(case: Case, release: str | None = None) -> tuple[dict, dict]:
     }
     dtype = kvmod.normalize_kv_dtype(rt.kv_cache.dtype)
     if result.hicache.enabled and dtype in ("bf16", "fp8_e4m3", "fp8_e5m2"):
-        from escha_deploy.arch import rank_shapes
+        from escha_deploy.sglang.arch import rank_shapes
 
         s = rank_shapes(arch, rt.tp_size)
         oracle["pools"] = {
@@ -483,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import tempfile
 
-    from escha_deploy.releases import default_release
+    from escha_deploy.sglang.releases import default_release
 
     ap = argparse.ArgumentParser(description="Cross-check plan against a release's own SGLang code")
     ap.add_argument("--release", default=default_release(), help="the SGLang release (its flag-catalog venv)")

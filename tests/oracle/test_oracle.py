@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 import escha_deploy.planner as planner_mod
-from escha_deploy import releases
+from escha_deploy.sglang import releases
 from escha_deploy.planner import device as devmod
 from escha_deploy.planner import pools as poolsmod
-from escha_deploy.releases import default_release, supported_releases
+from escha_deploy.sglang.releases import default_release, supported_releases
 
 from . import cases as oc
 
@@ -212,8 +212,8 @@ def test_sglang_sizes_nextn_on_the_models_own_mtp_layer_as_plan_does(sglang_resu
 
 def _planned(case):
     """``(profile, host, draft facts)`` as ``build_case`` plans ``case`` (its own-folder draft)."""
-    from escha_deploy.arch import DraftFacts, draft_kv_geometry
-    from escha_deploy.host import described_host
+    from escha_deploy.sglang.arch import DraftFacts, draft_kv_geometry
+    from escha_deploy.facts.machine import described_host
     from escha_deploy.profile import load_profile
 
     prof = load_profile(case.profile, list(case.overrides))
@@ -247,7 +247,7 @@ def test_another_releases_host_pools_agree_with_plan(release, tmp_path):
     with nothing left under ``cannot``; the sidecar at pages of 64 follows the release's
     facts.yaml ``draft_host_pool``. Reuses CI's saved results
     (``.cache/oracle-results-VERSION.json``) when they hold these cases' host pools."""
-    from escha_deploy.releases import load_release
+    from escha_deploy.sglang.releases import load_release
 
     venv = oc.REPO / ".cache" / f"flagcat-venv-{release}"
     if not (venv / "bin" / "python").exists():

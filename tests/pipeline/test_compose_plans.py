@@ -68,7 +68,7 @@ def test_a_flag_the_release_refuses_is_refused_with_or_without_a_plan(tmp_path):
     c = run_main("compose", "-p", PROFILE, *sets, "-o", str(out))
     assert c.code == 2 and line in c.err.splitlines(), c.err
     assert not out.exists()
-    from escha_deploy.errors import BadInput
+    from escha_deploy.utils.errors import BadInput
     from escha_deploy.launch.compose import compose_profile
 
     try:

@@ -10,9 +10,9 @@ import json
 import pytest
 import yaml
 
-from escha_deploy import flags
-from escha_deploy.factsfile import FactsFile, GpuRecord, HostSection
-from escha_deploy.host import described_host
+from escha_deploy.pipeline import argv as flags
+from escha_deploy.facts.factsfile import FactsFile, GpuRecord, HostSection
+from escha_deploy.facts.machine import described_host
 from escha_deploy.planner import plan
 from escha_deploy.profile import load_profile
 from tests.inproc import run_main

@@ -93,10 +93,10 @@ def test_up_dry_run_names_each_facts_kind_and_the_capabilities(cli, tmp_path):
 def test_gather_reads_doctors_findings_once(tmp_path, monkeypatch):
     """This host's reader reads doctor's saved findings once: the facts, their sources and
     ``plan --write-facts`` (``Gathered.findings``) all come from that one reading."""
-    import escha_deploy.findings as findings_mod
+    import escha_deploy.facts.saved as findings_mod
     from escha_deploy.facts.findings import DoctorFindings
-    from escha_deploy.host import host_id
-    from escha_deploy.paths import doctor_findings_path
+    from escha_deploy.facts.machine import host_id
+    from escha_deploy.utils.paths import doctor_findings_path
     from escha_deploy.pipeline import ThisHost, gather
     from escha_deploy.profile import load_profile
 

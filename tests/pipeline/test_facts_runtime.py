@@ -6,7 +6,7 @@ the runtime it planned when one is described, and no section when none is."""
 
 import json
 
-from escha_deploy.releases import default_release, load_release, supported_releases
+from escha_deploy.sglang.releases import default_release, load_release, supported_releases
 
 OTHER = next(v for v in supported_releases() if v != default_release())  # 0.5.23
 HOST = {"platform": "linux", "mem_total_bytes": 64 * 2**30}

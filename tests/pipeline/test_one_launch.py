@@ -24,7 +24,7 @@ GiB = 2**30
 
 
 def _write(tmp_path, profile: str):
-    from escha_deploy.factsfile import FactsFile, GpuRecord, HostSection
+    from escha_deploy.facts.factsfile import FactsFile, GpuRecord, HostSection
     from escha_deploy.runtime.description import RuntimeDescription
 
     prof = load_profile(profile)
@@ -46,13 +46,13 @@ def _write(tmp_path, profile: str):
 
 
 def _container_checks(runtime):
-    from escha_deploy import flags
-    from escha_deploy.folders import check_l3_dir
+    from escha_deploy.pipeline import argv as flags
+    from escha_deploy.facts.folders import check_l3_dir
     from escha_deploy.launch.check import Checked
 
-    return (mock.patch("escha_deploy.capabilities.RUNTIME_DESCRIPTION_PATH", str(runtime)),
+    return (mock.patch("escha_deploy.sglang.capabilities.RUNTIME_DESCRIPTION_PATH", str(runtime)),
             mock.patch("escha_deploy.launch.check.check_here", lambda *a, **k: Checked()),
-            mock.patch("escha_deploy.folders.check_l3_dir",
+            mock.patch("escha_deploy.facts.folders.check_l3_dir",
                        lambda p, cap, field="hicache.l3.dir": [] if p == flags.CONTAINER_L3_DIR
                        else check_l3_dir(p, cap, field)))
 

@@ -46,14 +46,14 @@ def _calls(name: str) -> list[tuple[str, str]]:
 
 
 def test_the_runtime_is_chosen_at_one_call_site():
-    assert _calls("choose_release") == [("escha_deploy/pipeline.py", "resolve_runtime")]
-    assert _calls("resolve_runtime") == [("escha_deploy/pipeline.py", "plan_request")]
+    assert _calls("choose_release") == [("escha_deploy/pipeline/runtime.py", "resolve_runtime")]
+    assert _calls("resolve_runtime") == [("escha_deploy/pipeline/request.py", "plan_request")]
 
 
 def test_the_launch_spec_is_rendered_at_one_call_site():
     """Every command's launch spec comes from the one request (``pipeline.render``, called by
     ``plan_request`` and, for a plan's digest, ``decide``): fleet compose and diagnose included."""
-    assert _calls("build_launch_spec") == [("escha_deploy/pipeline.py", "render")]
+    assert _calls("build_launch_spec") == [("escha_deploy/pipeline/rendering.py", "render")]
 
 
 def test_the_gathered_value_is_frozen():
@@ -73,7 +73,7 @@ def test_the_gathered_value_is_frozen():
 @pytest.fixture
 def renders(monkeypatch):
     """The argv renders (``flags.server_args`` calls) of what runs next."""
-    from escha_deploy import flags
+    from escha_deploy.pipeline import argv as flags
 
     real = flags.server_args
     seen: list[list[str]] = []
@@ -88,7 +88,7 @@ def renders(monkeypatch):
 
 
 def _facts(tmp_path) -> Path:
-    from escha_deploy.factsfile import FactsFile, GpuRecord, HostSection
+    from escha_deploy.facts.factsfile import FactsFile, GpuRecord, HostSection
 
     facts = tmp_path / "box.json"
     facts.write_text(FactsFile(host=HostSection(platform="linux", mem_total_bytes=128 * GiB), gpus=[
@@ -136,7 +136,7 @@ def test_a_native_serve_checks_its_own_argv(tmp_path, renders):
 def _node_flag_unknown(monkeypatch):
     """A multi-node render that adds a flag no SGLang release knows (a STAND-IN for a node flag
     the release's parser refuses): the single-node argv the fleet plan checked stays good."""
-    from escha_deploy import flags
+    from escha_deploy.pipeline import argv as flags
 
     real = flags.server_args
 

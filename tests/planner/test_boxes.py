@@ -5,10 +5,10 @@ not copied from the planner's output."""
 import pytest
 
 from escha_deploy.facts.host import HostFacts
-from escha_deploy.host import described_host
+from escha_deploy.facts.machine import described_host
 from escha_deploy.planner import plan
 from escha_deploy.profile import load_profile
-from escha_deploy.units import GB, GiB, MiB
+from escha_deploy.utils.units import GB, GiB, MiB
 
 
 def policy_budget(base, ranks):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from escha_deploy.errors import BadInput
+from escha_deploy.utils.errors import BadInput
 from escha_deploy.pipeline import DescribedHost, ProfileTarget, decide, gather, resolve_runtime
 from escha_deploy.profile import load_profile, profile_to_data
 
@@ -214,7 +214,7 @@ def test_a_header_that_does_not_fit_its_file_is_refused(tmp_path, cli, header, d
 
 def test_sub_byte_dtypes_count_their_bits(tmp_path):
     """F4 packs two elements in a byte (safetensors ``Dtype::bitsize``): 4 elements, 2 bytes."""
-    from escha_deploy.arch import safetensors_tensor_bytes
+    from escha_deploy.sglang.arch import safetensors_tensor_bytes
 
     m = _own_folder(tmp_path, {"mtp.w": {"dtype": "F4", "shape": [2, 2], "data_offsets": [0, 2]},
                                "__metadata__": {"format": "pt"}}, 2)
@@ -229,7 +229,7 @@ def test_the_flag_in_extra_args_is_refused_as_the_keys(cli):
 
 
 def test_the_draft_is_rendered_and_mounted(tmp_path, cli, monkeypatch):
-    from escha_deploy.launch_spec import build_launch_spec
+    from escha_deploy.pipeline.spec import build_launch_spec
 
     draft = folder(tmp_path, "d", EAGLE3_DRAFT, 10**9)
     sets = [EAGLE3, "model.draft.path=/drafts/e3", f"model.draft.host_dir={draft}"]
@@ -257,7 +257,7 @@ def test_the_draft_is_rendered_and_mounted(tmp_path, cli, monkeypatch):
 
 
 def test_profile_key_round_trips_and_leaves_unset_profiles_digest_alone():
-    from escha_deploy.launch_spec import facts_from_plan, launch_digest
+    from escha_deploy.pipeline.spec import facts_from_plan, launch_digest
 
     prof = load_profile(PROFILE, ["model.draft.path=/drafts/e3", "model.draft.host_dir=/srv/drafts/e3"])
     data = profile_to_data(prof)
@@ -279,7 +279,7 @@ def test_the_scaled_cell_rounds_as_each_release_does():
     pool_configurator.py: DefaultPoolConfigurator.__init__), as each release's facts.yaml
     (``draft_kv_cell``) says; the float rounding is kept."""
     from escha_deploy.planner.draft import scaled_cell
-    from escha_deploy.releases import load_release
+    from escha_deploy.sglang.releases import load_release
 
     old, new = (load_release(v).draft_kv_cell.rounding for v in ("0.5.19", "0.5.23"))
     assert (old, new) == ("whole", "draft_share")
@@ -298,7 +298,7 @@ def test_sglangs_sizing_stages_get_the_draft_weights_too(tmp_path):
     (``sglang_preflight.device_figures``) are the launch spec's (``preflight_from_plan``): the
     draft's weights are resident before the KV pool is sized (``_profile_available_bytes``)."""
     from escha_deploy.launch.sglang_preflight import device_figures
-    from escha_deploy.launch_spec import preflight_from_plan
+    from escha_deploy.pipeline.spec import preflight_from_plan
 
     model = folder(tmp_path, "m", DENSE, 8 * 10**9)
     draft = folder(tmp_path, "d", EAGLE3_DRAFT, 10**9)

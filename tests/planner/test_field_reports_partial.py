@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from escha_deploy import releases
+from escha_deploy.sglang import releases
 from escha_deploy.doctor.checks import ProfileNeeds, check_wsl_commit
 from escha_deploy.doctor.facts import gather_facts
 from escha_deploy.doctor.hostinfo import DockerFacts
 from escha_deploy.facts.gpus import GpuInventory
-from escha_deploy.host import described_host
+from escha_deploy.facts.machine import described_host
 from escha_deploy.pipeline import DescribedHost, ProfileTarget, decide, gather, resolve_runtime
 from escha_deploy.planner import plan
 from escha_deploy.profile import load_profile

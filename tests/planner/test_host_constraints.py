@@ -27,7 +27,7 @@ from escha_deploy.planner import plan
 from escha_deploy.planner.constraints import RELEASE_GUARDS, Breach, HostConstraint, HostView
 from escha_deploy.planner.pools import HostPools
 from escha_deploy.profile import load_profile
-from escha_deploy.units import GB, GiB
+from escha_deploy.utils.units import GB, GiB
 
 GRID = 1000  # planner.SAFE_RATIO_GRID: max_safe_ratio is on a 0.001 grid
 

@@ -15,13 +15,13 @@ import pytest
 
 from escha_deploy.bench.last import from_report, save_last_prefill
 from escha_deploy.facts.prefill import LastPrefill
-from escha_deploy.findings import load_last_prefill
-from escha_deploy.host import described_host
+from escha_deploy.facts.saved import load_last_prefill
+from escha_deploy.facts.machine import described_host
 from escha_deploy.planner import plan
 from escha_deploy.planner.restore_cost import NOT_MEASURED, host_hit_cost
-from escha_deploy.findings import RestoreBandwidth
+from escha_deploy.facts.saved import RestoreBandwidth
 from escha_deploy.profile import load_profile
-from escha_deploy.units import GiB
+from escha_deploy.utils.units import GiB
 
 BW = {"method": "pinned copy_ (torch, cudaHostAlloc buffer from the runtime hook)", "bytes": GiB,
       "load_gbps": 20.0, "backup_gbps": 18.0, "page_bytes": 49_152, "page_load_gbps": 2.0, "page_backup_gbps": 1.5}
@@ -84,7 +84,7 @@ def test_bench_last_measurement_of_the_profiles_model_wins_over_the_profile():
 
 
 def _plant_bench(model: str) -> None:
-    from escha_deploy.findings import last_prefill_path
+    from escha_deploy.facts.saved import last_prefill_path
 
     rec = LastPrefill(created_at="2026-12-01T10:00:00+00:00", url="http://127.0.0.1:54759", model=model,
                       hicache=False, prompt_tokens=2_000, tokens_per_s=275_287.0)

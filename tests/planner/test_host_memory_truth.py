@@ -19,12 +19,12 @@ from escha_deploy.doctor.checks import check_memlock, check_memory
 from escha_deploy.doctor.facts import gather_facts
 from escha_deploy.facts.gpus import GpuInventory
 from escha_deploy.doctor.hostinfo import DockerFacts
-from escha_deploy.findings import DoctorFindings, save_findings
-from escha_deploy.host import described_host, gather_host_facts, host_id, hugetlb_bytes, read_meminfo
+from escha_deploy.facts.saved import DoctorFindings, save_findings
+from escha_deploy.facts.machine import described_host, gather_host_facts, host_id, hugetlb_bytes, read_meminfo
 from escha_deploy.planner import plan
 from escha_deploy.planner.pools import host_pools_at_ratio
 from escha_deploy.profile import load_profile
-from escha_deploy.units import GB, GiB, MiB
+from escha_deploy.utils.units import GB, GiB, MiB
 
 FIX = Path(__file__).parent / "fixtures"
 POLICY = 3 * GiB, 1 * GiB, 2 * GiB  # per rank, OS, page-cache floor (profiles' safety: defaults)
@@ -289,7 +289,7 @@ def test_b25_no_restore_warning_without_a_host_tier_or_a_hybrid_model():
 
 
 def test_oom_kill_count_from_cgroup_v2_and_v1():
-    from escha_deploy.host import read_oom_kill_count
+    from escha_deploy.facts.machine import read_oom_kill_count
 
     assert read_oom_kill_count(FIX / "cgroup-v2-12g") == 2  # memory.events
     assert read_oom_kill_count(FIX / "cgroup-v1-16g") == 1  # memory.oom_control

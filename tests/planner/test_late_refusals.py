@@ -12,11 +12,11 @@ import json
 
 import pytest
 
-from escha_deploy.host import described_host
+from escha_deploy.facts.machine import described_host
 from escha_deploy.planner import plan
 from escha_deploy.planner.validate import mamba_slots_per_request
 from escha_deploy.profile import load_profile
-from escha_deploy.units import GiB
+from escha_deploy.utils.units import GiB
 
 FP8 = "rtx5060ti-tp2-fp8"
 
@@ -138,7 +138,7 @@ def test_page_head_with_direct_io_is_refused_and_with_kernel_is_not(cli):
 
 
 def test_late_refusal_names_the_yaml_line(tmp_path):
-    from escha_deploy.errors import Refused
+    from escha_deploy.utils.errors import Refused
 
     f = tmp_path / "p.yaml"
     f.write_text("extends: rtx5060ti-tp2-fp8\nname: x\nhicache:\n  hicache_io_backend: kernel_ascend\n")

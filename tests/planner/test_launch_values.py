@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from escha_deploy import flags
+from escha_deploy.pipeline import argv as flags
 from escha_deploy.facts.host import HostFacts
-from escha_deploy.flags import server_args, server_env
+from escha_deploy.pipeline.argv import server_args, server_env
 from escha_deploy.planner import STEPS, plan
 from escha_deploy.profile import list_profiles, load_profile
-from escha_deploy.units import GiB
+from escha_deploy.utils.units import GiB
 
 SETTINGS = [(), ("true",), ("false",)]
 

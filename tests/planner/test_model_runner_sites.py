@@ -31,9 +31,9 @@ import zipfile
 
 import pytest
 
-from escha_deploy import releases
-from escha_deploy.arch import ModelArch, ModelDirFacts
-from escha_deploy.flagcheck import load_catalog
+from escha_deploy.sglang import releases
+from escha_deploy.sglang.arch import ModelArch, ModelDirFacts
+from escha_deploy.sglang.flagcheck import load_catalog
 from escha_deploy.planner.validate import mixed_chunk_prefill_graph_problem, model_runner_backend_problems
 from tests.test_releases import _wheel
 

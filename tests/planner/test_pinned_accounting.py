@@ -17,12 +17,12 @@ import json
 
 import pytest
 
-from escha_deploy.host import described_host
+from escha_deploy.facts.machine import described_host
 from escha_deploy.planner import plan
 from escha_deploy.planner.pools import DevicePools, host_pools_at_ratio, pinned_buffers
 from escha_deploy.profile import load_profile
 from escha_deploy.runtime.hooks import host_alloc as ha
-from escha_deploy.units import GiB
+from escha_deploy.utils.units import GiB
 
 
 @pytest.fixture(scope="module")

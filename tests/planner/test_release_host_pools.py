@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from escha_deploy import releases
-from escha_deploy.flagcheck import load_catalog
+from escha_deploy.sglang import releases
+from escha_deploy.sglang.flagcheck import load_catalog
 
 REPO = Path(__file__).resolve().parents[2]
 LAYOUT_FLAG = "--hicache-mem-layout"

@@ -15,12 +15,12 @@ import json
 
 import pytest
 
-from escha_deploy.errors import BadInput, Refused
+from escha_deploy.utils.errors import BadInput, Refused
 from escha_deploy.facts.host import HostFacts
-from escha_deploy.host import described_host
+from escha_deploy.facts.machine import described_host
 from escha_deploy.planner import plan
 from escha_deploy.profile import load_profile
-from escha_deploy.releases import choose_release
+from escha_deploy.sglang.releases import choose_release
 
 GiB = 2**30
 NO_NEEDS = ["--set", "runtime.needs=[]"]
@@ -176,7 +176,7 @@ def test_a_release_without_our_series_is_described_as_its_stock_runtime(cli, ser
 def test_a_release_with_its_rebased_series_plans_the_patched_runtime(cli):
     """runtime_patches/0.5.23/ holds our series rebased onto 0.5.23: a profile needing it plans
     0.5.23's patched runtime (its check applies), not a refusal."""
-    from escha_deploy.releases import series_releases
+    from escha_deploy.sglang.releases import series_releases
 
     assert {"0.5.19", "0.5.23"} <= set(series_releases())  # a release added as data may bring its own
     r = cli("plan", "--profile", "rtx5060ti-tp2-fp8", "--sglang-version", "0.5.23", "--host-ram", "32GiB",
@@ -196,7 +196,7 @@ def test_each_guard_kind_reads_its_own_available_memory(monkeypatch):
     usage whole, so the weights the ranks read, left in the page cache, count too;
     ``per-pool-available`` reads psutil's MemAvailable alone. The facts are 0.5.23's with the
     kind replaced (a stand-in release, named as such)."""
-    from escha_deploy import releases
+    from escha_deploy.sglang import releases
     from escha_deploy.planner import checks
 
     real = releases.load_release("0.5.23")

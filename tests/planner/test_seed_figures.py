@@ -7,10 +7,10 @@ The reference report quotes rounded figures: host KV "2.58 GB" and host mamba
 
 import pytest
 
-from escha_deploy.host import described_host
+from escha_deploy.facts.machine import described_host
 from escha_deploy.planner import plan
 from escha_deploy.profile import load_profile
-from escha_deploy.units import GiB, MiB
+from escha_deploy.utils.units import GiB, MiB
 
 # Per rank at TP 2: 16 full-attention layers x K,V x (2 heads x 256/4 codes + 2 heads x 2 x 4
 # groups x 4 B scales/zeros) = 16 x 2 x (128 + 64)
@@ -176,7 +176,7 @@ LLAMA_CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "n
 def _folder(tmp_path, config):
     import json
 
-    from escha_deploy.arch import read_model_dir
+    from escha_deploy.sglang.arch import read_model_dir
 
     (tmp_path / "config.json").write_text(json.dumps(config))
     return read_model_dir(tmp_path)

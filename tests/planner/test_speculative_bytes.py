@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from escha_deploy.errors import BadInput
+from escha_deploy.utils.errors import BadInput
 from escha_deploy.pipeline import DescribedHost, ProfileTarget, decide, gather, resolve_runtime
 from escha_deploy.profile import load_profile
 
@@ -214,7 +214,7 @@ def test_the_draft_sidecar_is_sized_as_the_planned_release_sizes_it(tmp_path, re
     ``host_token_capacity = host_pool_group.logical_size`` (``hybrid_pool_assembler.py:
     build_full_draft_pools``): the target host pool's tokens, no padding page of its own. Each
     release's rule is its facts.yaml ``draft_host_pool``, and the plan says which it used."""
-    from escha_deploy.releases import load_release
+    from escha_deploy.sglang.releases import load_release
 
     d = _eagle3_folder(tmp_path)
     p = planned(["runtime.speculative.algorithm=EAGLE3", "model.draft.path=/drafts/e3", f"model.draft.host_dir={d}",

@@ -63,10 +63,10 @@ def test_ngram_with_pages_and_flex_attention_are_refused_as_sglang_refuses():
     """SGLang's ``_handle_ngram`` gives NGRAM the top-k ``--speculative-ngram-max-bfs-breadth`` (10)
     and refuses it above 1 with pages above 1 outside flashinfer; ``attention_hook.py`` asserts no
     speculation with flex_attention (both on 0.5.19 and 0.5.23). The fuzz found both as misses."""
-    from escha_deploy.host import described_host
+    from escha_deploy.facts.machine import described_host
     from escha_deploy.planner import plan
     from escha_deploy.profile import load_profile
-    from escha_deploy.units import GiB
+    from escha_deploy.utils.units import GiB
 
     def reasons(*sets):
         return plan(load_profile("linux-tp2-l3", ["runtime.needs=[]", *sets]), described_host(256 * GiB)).reasons

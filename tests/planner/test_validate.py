@@ -3,10 +3,10 @@ Rules that need the profile alone are refused when it loads: tests/test_profile_
 
 import pytest
 
-from escha_deploy.host import described_host
+from escha_deploy.facts.machine import described_host
 from escha_deploy.planner import plan
 from escha_deploy.profile import load_profile
-from escha_deploy.units import GiB
+from escha_deploy.utils.units import GiB
 
 BOX = described_host(64 * GiB, "linux")
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from escha_deploy.host import described_host
+from escha_deploy.facts.machine import described_host
 from escha_deploy.planner import plan
 from escha_deploy.profile import load_profile
-from escha_deploy.units import GiB
+from escha_deploy.utils.units import GiB
 
 
 def device(platform: str, *sets: str):

@@ -130,10 +130,10 @@ def mem_available() -> int:
 
 
 def _plan(profile: str, ratio: float):
-    from escha_deploy.host import described_host
+    from escha_deploy.facts.machine import described_host
     from escha_deploy.planner import plan
     from escha_deploy.profile import load_profile
-    from escha_deploy.units import GiB
+    from escha_deploy.utils.units import GiB
 
     prof = load_profile(profile)
     # the ratio decides, as SGLang's --hicache-ratio does once --hicache-size is 0
@@ -142,7 +142,7 @@ def _plan(profile: str, ratio: float):
 
 
 def _shapes(prof):
-    from escha_deploy.arch import rank_shapes
+    from escha_deploy.sglang.arch import rank_shapes
 
     return rank_shapes(prof.model.architecture, prof.runtime.tp_size)
 

@@ -161,7 +161,7 @@ def declaration(hashes: dict[str, str], decision: str | None = "drop-fork",
     """An ``escha-fork.yaml`` for the ``good`` export: ``caps`` declared for the INT2 commit
     (``None``: nothing declared), ``decision`` for our 0001 against the fork's reserve commit
     (``None``: no decision)."""
-    lines = ["# what each commit provides (names from escha_deploy/capabilities.py)"]
+    lines = ["# what each commit provides (names from escha_deploy/sglang/capabilities.py)"]
     lines += ["commits:", f"  {hashes['int2'][:10]}: {caps}"] if caps else ["commits: {}"]
     if decision:
         lines += ["overlaps:", f"  - ours: {OURS_0001}", f"    fork: {hashes['rsv'][:8]}",

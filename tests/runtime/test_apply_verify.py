@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from escha_deploy.capabilities import SERIES_CAPABILITIES
+from escha_deploy.sglang.capabilities import SERIES_CAPABILITIES
 from escha_deploy.cli.main import main
-from escha_deploy.errors import Refused
+from escha_deploy.utils.errors import Refused
 from escha_deploy.runtime import inventory as inv
 from escha_deploy.runtime import patching
 from escha_deploy.runtime.description import (
@@ -337,7 +337,7 @@ def test_plan_inside_an_image_plans_the_runtime_it_is(applied_shared, capsys, mo
     this runtime lacks, so plan prints the plan of this runtime and refuses with exit 3 naming
     both, as `serve --print` does, never a flag error for the capabilities' flags; the fp8
     profile needs only the series and plans ok. A plan of another box does not read it."""
-    import escha_deploy.capabilities as caps
+    import escha_deploy.sglang.capabilities as caps
 
     _pkg, state = applied_shared
     monkeypatch.setattr(caps, "RUNTIME_DESCRIPTION_PATH", str(state / "runtime.json"))

@@ -137,8 +137,8 @@ def test_the_hicache_image_passes_for_linux_tp2_l3(tmp_path):
     from escha_deploy.launch import first_use_check
     from escha_deploy.launch.docker import create_args
     from escha_deploy.launch.prepare import Prepared
-    from escha_deploy.launch_spec import CONTAINER_JIT_CACHE, build_launch_spec
-    from escha_deploy.host import described_host
+    from escha_deploy.pipeline.spec import CONTAINER_JIT_CACHE, build_launch_spec
+    from escha_deploy.facts.machine import described_host
     from escha_deploy.planner import plan
     from escha_deploy.profile import load_profile
 

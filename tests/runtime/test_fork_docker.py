@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from escha_deploy.capabilities import ENV_HOST_RESERVE
+from escha_deploy.sglang.capabilities import ENV_HOST_RESERVE
 
 sys.path.insert(0, str(Path(__file__).parent))
 from synthetic_fork import SUBJECT_JP, declaration, make_fork  # noqa: E402
@@ -177,7 +177,7 @@ def test_up_preflight_reads_the_same_description(images, tmp_path):
     """`up`'s preflight (``launch.prepare.prepare`` with the real daemon) reads the image's
     capabilities and plans that runtime: refused naming both for the undeclared image; the
     main image plans the patched check, the noours image the stock one without the reserve."""
-    from escha_deploy.errors import Refused
+    from escha_deploy.utils.errors import Refused
     from escha_deploy.launch import prepare as prep_mod
 
     tags, _ = images

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from escha_deploy.capabilities import ENV_HOST_RESERVE
+from escha_deploy.sglang.capabilities import ENV_HOST_RESERVE
 from escha_deploy.cli.main import main
 from escha_deploy.runtime import patching
 from escha_deploy.runtime.description import read_description
@@ -259,10 +259,10 @@ def test_applied_fork_verifies_and_one_changed_byte_is_named(fork, tmp_path, sit
 def test_plan_models_the_runtime_the_import_gives(fork, tmp_path, decision):
     """Without our 0001 the plan models stock 0.5.19's host check (10 GiB reserve) and the
     environment carries no ESCHA_HICACHE_HOST_RESERVE_BYTES; with it, the patched check."""
-    from escha_deploy.flags import server_env
-    from escha_deploy.host import described_host
+    from escha_deploy.pipeline.argv import server_env
+    from escha_deploy.facts.machine import described_host
     from escha_deploy.planner import plan
-    from escha_deploy.releases import load_release
+    from escha_deploy.sglang.releases import load_release
     from escha_deploy.profile import load_profile
 
     _, h = fork
@@ -286,7 +286,7 @@ def test_seed_box_stock_check_refuses_ratio_1_without_our_0001(fork, tmp_path):
     """What docs/runtime.md says follows on the seed's 16 GiB WSL2 VM: with the fork's reserve
     commit instead of our 0001, stock 0.5.19's check (10 GiB reserve) refuses ratio 1; with our
     0001 it is accepted."""
-    from escha_deploy.host import described_host
+    from escha_deploy.facts.machine import described_host
     from escha_deploy.planner import plan
     from escha_deploy.profile import load_profile
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from escha_deploy.capabilities import ENV_HOST_ALLOCATOR, HOST_ALLOCATOR_CHOICES
+from escha_deploy.sglang.capabilities import ENV_HOST_ALLOCATOR, HOST_ALLOCATOR_CHOICES
 from escha_deploy.runtime.hooks import host_alloc as ha
 
 GiB = 2**30

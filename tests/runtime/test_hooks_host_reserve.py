@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from escha_deploy.capabilities import ENV_HOST_RESERVE
+from escha_deploy.sglang.capabilities import ENV_HOST_RESERVE
 from escha_deploy.runtime.hooks import host_reserve as hr
 
 GiB = 2**30

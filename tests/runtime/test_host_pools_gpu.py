@@ -94,10 +94,10 @@ def _job(site: Path, *args: str, timeout: float = 400) -> dict:
 
 
 def _plan(profile: str, ratio: float | None = None):
-    from escha_deploy.host import described_host
+    from escha_deploy.facts.machine import described_host
     from escha_deploy.planner import plan
     from escha_deploy.profile import load_profile
-    from escha_deploy.units import GiB
+    from escha_deploy.utils.units import GiB
 
     prof = load_profile(profile)
     if ratio is not None:  # the ratio decides, as SGLang's --hicache-ratio does once --hicache-size is 0

@@ -17,8 +17,8 @@ import os
 import pytest
 
 from escha_deploy.cli.main import main
-from escha_deploy.errors import BadInput
-from escha_deploy.relpaths import confine, unquote_c
+from escha_deploy.utils.errors import BadInput
+from escha_deploy.utils.relpaths import confine, unquote_c
 from escha_deploy.runtime import inventory as inv
 from escha_deploy.runtime.fork import read_commit
 from escha_deploy.runtime.series import parse_patch, read_series

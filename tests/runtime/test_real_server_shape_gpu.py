@@ -106,8 +106,8 @@ def _allocator_env(allocator: str, tmp: Path) -> dict:
     plan turns into ``ESCHA_HICACHE_HOST_ALLOCATOR`` (``planner._planned_allocator``)."""
     from datetime import datetime, timezone
 
-    from escha_deploy.findings import DoctorFindings, save_findings
-    from escha_deploy.host import host_id
+    from escha_deploy.facts.saved import DoctorFindings, save_findings
+    from escha_deploy.facts.machine import host_id
 
     save_findings(DoctorFindings(created_at=datetime.now(timezone.utc).isoformat(), host_id=host_id(),
                                  platform="linux", host_allocator=allocator),

@@ -105,7 +105,7 @@ def test_a_wheel_of_another_release_is_bad_input(cli):
 
 
 def test_series_of_a_release_without_one_is_bad_input(cli):
-    from escha_deploy.releases import series_release
+    from escha_deploy.sglang.releases import series_release
     from escha_deploy.runtime.patching import rebased_releases
 
     r = cli("runtime", "rebase", "--check", "0.5.23", "--wheel", str(_wheel("0.5.23")), "--series-of", "0.4.0")

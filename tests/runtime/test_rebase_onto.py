@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from escha_deploy.errors import BadInput
+from escha_deploy.utils.errors import BadInput
 from escha_deploy.runtime import inventory as inv
 from escha_deploy.runtime.patching import series_dir
 from escha_deploy.runtime.rebase import rebase_onto

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from escha_deploy.releases import default_release, image_tag, series_releases
+from escha_deploy.sglang.releases import default_release, image_tag, series_releases
 from escha_deploy.runtime.patching import series_dir
 from escha_deploy.runtime.series import capabilities_of, read_series
 
@@ -94,7 +94,7 @@ def test_up_plans_a_profile_of_the_release_for_its_image(release, tmp_path):
     # a 0.5.19-labelled image for a profile of this release: the two releases named, exit 3
     hicache = os.environ.get("ESCHA_TEST_HICACHE_IMAGE")
     if hicache:
-        from escha_deploy.errors import Refused
+        from escha_deploy.utils.errors import Refused
 
         with pytest.raises(Refused, match=f"says {default_release()}, runtime.sglang_version says {release}"):
             prepare(name, [f"runtime.sglang_version={release}", f"container.image={hicache}",

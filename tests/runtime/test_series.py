@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from escha_deploy.capabilities import SERIES_CAPABILITIES
-from escha_deploy.errors import BadInput, Refused
+from escha_deploy.sglang.capabilities import SERIES_CAPABILITIES
+from escha_deploy.utils.errors import BadInput, Refused
 from escha_deploy.runtime import inventory as inv
 from escha_deploy.runtime import patching
 from tests.script_module import load_script

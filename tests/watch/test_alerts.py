@@ -164,11 +164,11 @@ def test_no_cached_tokens_has_no_share():
 def test_watch_thresholds_are_profile_fields_outside_the_plan_digest():
     """``watch.*`` reaches the alerts through the plan view, and changing it changes no
     digest: a threshold is no reason to replace a running server."""
-    from escha_deploy.host import described_host
-    from escha_deploy.launch_spec import build_launch_spec
+    from escha_deploy.facts.machine import described_host
+    from escha_deploy.pipeline.spec import build_launch_spec
     from escha_deploy.planner import plan
     from escha_deploy.profile import load_profile
-    from escha_deploy.units import GiB
+    from escha_deploy.utils.units import GiB
     from escha_deploy.launch.planview import plan_view
 
     digests = []
@@ -200,10 +200,10 @@ def test_host_mamba_states_are_read_when_exported():
 def test_restore_cost_inputs_come_from_the_plan():
     """The plan's host_hit_cost (the profile's hicache.prefill_tokens_per_s here; no restore
     probe on a described host) feeds the load-back-vs-recompute rule, its source named."""
-    from escha_deploy.host import described_host
+    from escha_deploy.facts.machine import described_host
     from escha_deploy.planner import plan
     from escha_deploy.profile import load_profile
-    from escha_deploy.units import GiB
+    from escha_deploy.utils.units import GiB
     from escha_deploy.launch.planview import plan_view
 
     p = plan(load_profile("rtx5060ti-tp2", ["hicache.prefill_tokens_per_s=20000"]), described_host(16 * GiB, "wsl2"))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from escha_deploy.releases import release_file, supported_releases
+from escha_deploy.sglang.releases import release_file, supported_releases
 from escha_deploy.watch import names
 
 from bench.standin_sglang import StandinConfig, StandinServer, tokenize
@@ -35,7 +35,7 @@ def gen():
 
 def _release_wheel(version: str) -> Path:
     """The release's wheel ($ESCHA_SGLANG_WHEEL for the default one, else .cache/wheels), or skip."""
-    from escha_deploy.releases import default_release
+    from escha_deploy.sglang.releases import default_release
 
     found = [w for w in ([_wheel()] if version == default_release() else []) if w is not None]
     found += sorted((REPO / ".cache" / "wheels").glob(f"sglang-{version}-*.whl"))

@@ -150,7 +150,7 @@ def test_record_is_read_back_through_the_bounded_reader(box, tmp_path):
     assert looks[-1]["targets"][0]["server"]["window"]["since_start"] is False  # --watch: over the window
     with rec.open("a") as f:
         f.write('{"schema_version": 1, "t": 1, "t": 2}\n')
-    from escha_deploy.errors import BadInput
+    from escha_deploy.utils.errors import BadInput
 
     with pytest.raises(BadInput, match=r"day2.jsonl:4"):
         read_record(rec)
@@ -182,9 +182,9 @@ def test_the_profiles_watch_thresholds_are_used(box):
 
 def test_measured_bandwidth_from_doctors_findings_beside_the_achieved(box, tmp_path, monkeypatch):
     """doctor's restore probe (saved findings of this host) is the reference the view shows."""
-    from escha_deploy.findings import DoctorFindings, RestoreBandwidth, save_findings
-    from escha_deploy.host import host_id
-    from escha_deploy.paths import doctor_findings_path
+    from escha_deploy.facts.saved import DoctorFindings, RestoreBandwidth, save_findings
+    from escha_deploy.facts.machine import host_id
+    from escha_deploy.utils.paths import doctor_findings_path
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     save_findings(DoctorFindings(created_at="2026-12-01T00:00:00+00:00", host_id=host_id(),

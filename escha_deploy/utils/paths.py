@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 #: The bounded JSON reader (``jsonio``), re-exported for the callers that import it from here.
-from .jsonio import read_json  # noqa: F401
+from escha_deploy.utils.jsonio import read_json  # noqa: F401
 
 #: The environment variable naming a facts file (``factsfile``); compose sets it to the file's
 #: path inside the container. Here rather than in ``factsfile`` so reading it builds no model.
@@ -21,7 +21,7 @@ FACTS_ENV = "ESCHA_FACTS"
 #: so the launch spec renders the mount without importing ``factsfile``'s models).
 CONTAINER_FACTS_PATH = "/etc/escha/facts.json"
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 _REPO_ROOT = PACKAGE_DIR.parent
 
 
@@ -82,7 +82,7 @@ def plan_view_path(spec_file: Path) -> Path:
 
 def _cannot_write(option: str, path: str | Path, err: int | OSError) -> Exception:
     """The ``BadInput`` (exit 2) for an output path: ``OPTION PATH: cannot write: REASON``."""
-    from .errors import BadInput
+    from escha_deploy.utils.errors import BadInput
 
     reason = os.strerror(err) if isinstance(err, int) else (err.strerror or str(err))
     return BadInput(f"{option} {path}: cannot write: {reason}")

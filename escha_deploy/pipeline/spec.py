@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .facts.provenance import FactSource  # re-exported: the launch spec carries them (`sources`)
-from .facts.gpus import GpuRecord
+from escha_deploy.facts.provenance import FactSource  # re-exported: the launch spec carries them (`sources`)
+from escha_deploy.facts.gpus import GpuRecord
 
 if TYPE_CHECKING:
-    from .planner.result import Plan
-    from .profile import Profile
+    from escha_deploy.planner.result import Plan
+    from escha_deploy.profile import Profile
 
 #: The launch-spec document schema this escha-deploy writes and reads (``serve --spec``
 #: refuses another one, naming both). 2: ``needs`` carries the file L3 store
@@ -307,9 +307,10 @@ def container_spec(profile: Profile, *, platform: str, digest: str | None = None
     ``CUDA_VISIBLE_DEVICES``) and the launch's ``digest`` for the ``io.escha.plan-digest``
     label (None: no label, as in a compose file, whose container plans for itself).
     ``spec_file``, ``overrides``, ``profile_file``, ``facts_file``: as ``build_launch_spec``."""
-    from . import __version__, flags
-    from .capabilities import LABEL_PREFIX
-    from .paths import CONTAINER_FACTS_PATH, FACTS_ENV
+    from escha_deploy import __version__
+    from escha_deploy.pipeline import argv as flags
+    from escha_deploy.sglang.capabilities import LABEL_PREFIX
+    from escha_deploy.utils.paths import CONTAINER_FACTS_PATH, FACTS_ENV
 
     c = profile.container
     hc = profile.hicache
@@ -384,8 +385,9 @@ def build_launch_spec(plan: Plan, profile: Profile, *, overrides: Sequence[str] 
     ``facts_file``: a host facts file the container plans from (compose: mounted, named by
     ``ESCHA_FACTS``). Raises nothing; the caller refuses unsafe plans first.
     """
-    from . import __version__, flags
-    from .profile import profile_to_data
+    from escha_deploy import __version__
+    from escha_deploy.pipeline import argv as flags
+    from escha_deploy.profile import profile_to_data
 
     c = profile.container
     hc = profile.hicache

@@ -22,7 +22,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .units import fmt_gb
+from escha_deploy.utils.units import fmt_gb
 
 #: Weight files SGLang 0.5.19's default loader reads (``loader.py`` ``_prepare_weights``),
 #: and the sharded-checkpoint indexes that name them.
@@ -54,7 +54,7 @@ def _weight_problems(p: Path, field: str) -> list[str]:
     """The weight files SGLang would glob that it could not load: a symbolic link to nothing,
     a file this user may not read, a folder named like a weight file, a Git LFS pointer left by
     a clone without `git lfs pull`. At most three lines, then how many more."""
-    from .jsonio import file_problem
+    from escha_deploy.utils.jsonio import file_problem
 
     out: list[str] = []
     lfs: list[str] = []
@@ -89,7 +89,7 @@ def check_model_folder(path: str, field: str = "model.host_dir") -> list[str]:
     p = Path(path)
     if not os.path.isdir(p):
         return [f"{field}: {path} is not a folder here"]
-    from .jsonio import file_problem
+    from escha_deploy.utils.jsonio import file_problem
 
     missing = []
     problem = file_problem(p / "config.json")

@@ -10,7 +10,7 @@ and P2P status may error there: an NVML error is recorded as the P2P status text
 
 from __future__ import annotations
 
-from .facts.gpus import GpuInventory, GpuRecord, with_pair_facts
+from escha_deploy.facts.gpus import GpuInventory, GpuRecord, with_pair_facts
 
 
 #: NVML P2P status codes (nvml.h ``nvmlGpuP2PStatus_t``) as words.

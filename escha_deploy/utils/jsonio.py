@@ -40,7 +40,7 @@ import os
 import stat
 from pathlib import Path
 
-from .errors import BadInput
+from escha_deploy.utils.errors import BadInput
 
 #: Largest JSON file read, in bytes (16 MiB). A facts file of an 8-GPU box is about 10 KB, a
 #: launch spec about 20 KB, a doctor report about 30 KB; a model's config.json is a few KB

@@ -102,7 +102,7 @@ def require_matplotlib() -> None:
     """``BadInput`` (exit 2) naming the extra when matplotlib is not installed."""
     import importlib.util
 
-    from escha_deploy.errors import BadInput
+    from escha_deploy.utils.errors import BadInput
 
     if importlib.util.find_spec("matplotlib") is None:
         raise BadInput("--chart: matplotlib is not installed",

@@ -17,16 +17,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .facts.findings import MAX_AGE, SCHEMA_VERSION, DoctorFindings, StoreProbeResult  # noqa: F401  (re-exported)
-from .restore_bandwidth import RestoreBandwidth  # noqa: F401  (re-exported: the findings carry it)
+from escha_deploy.facts.findings import MAX_AGE, SCHEMA_VERSION, DoctorFindings, StoreProbeResult  # noqa: F401  (re-exported)
+from escha_deploy.facts.restore_bandwidth import RestoreBandwidth  # noqa: F401  (re-exported: the findings carry it)
 
 if TYPE_CHECKING:
-    from .facts.prefill import LastPrefill
+    from escha_deploy.facts.prefill import LastPrefill
 
 def load_findings(path: Path, host_id: str | None = None) -> DoctorFindings | None:
     """Read findings from ``path``; ``None`` when absent, unreadable, or from another host."""
-    from .errors import BadInput
-    from .jsonio import read_json
+    from escha_deploy.utils.errors import BadInput
+    from escha_deploy.utils.jsonio import read_json
 
     try:
         data = read_json(path, "doctor's saved findings")
@@ -48,7 +48,7 @@ def save_findings(findings: DoctorFindings, path: Path) -> None:
 
 def last_prefill_path() -> Path:
     """Where ``bench`` keeps its last cold prefill on this box: ``cache_dir()/bench-last.json``."""
-    from .paths import cache_dir
+    from escha_deploy.utils.paths import cache_dir
 
     return cache_dir() / "bench-last.json"
 
@@ -58,7 +58,7 @@ def load_last_prefill(path: Path | None = None) -> LastPrefill | None:
     absent or unreadable."""
     import json
 
-    from .facts.prefill import LastPrefill
+    from escha_deploy.facts.prefill import LastPrefill
 
     path = path or last_prefill_path()
     try:

@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 # the facts file's models (re-exported: up, serve and compose name them from here)
-from .facts.file import (FACTS_SCHEMA_VERSION, MAX_FACT_BYTES, FactsFile, GpuRecord, HostSection,  # noqa: F401
+from escha_deploy.facts.file import (FACTS_SCHEMA_VERSION, MAX_FACT_BYTES, FactsFile, GpuRecord, HostSection,  # noqa: F401
                          inventory_from_records, records_from_inventory)
-from .facts.gpus import facts_towards
-from .facts.runtime import RuntimeFacts
-from .findings import DoctorFindings
-from .paths import CONTAINER_FACTS_PATH, FACTS_ENV  # noqa: F401  (re-exported: defined in paths, which builds no model)
+from escha_deploy.facts.gpus import facts_towards
+from escha_deploy.facts.runtime import RuntimeFacts
+from escha_deploy.facts.saved import DoctorFindings
+from escha_deploy.utils.paths import CONTAINER_FACTS_PATH, FACTS_ENV  # noqa: F401  (re-exported: defined in paths, which builds no model)
 
 if TYPE_CHECKING:
-    from .facts.host import HostFacts
+    from escha_deploy.facts.host import HostFacts
 
 
 def load_facts_file(path: str | Path, what: str = "the facts file", hint: str | None = None) -> FactsFile:
@@ -41,7 +41,7 @@ def load_facts_file(path: str | Path, what: str = "the facts file", hint: str | 
     reader of ``--facts``, ``ESCHA_FACTS`` and a fleet box's ``facts``. ``what``/``hint`` name the
     file in the reader's messages (``jsonio.read_json``). Raises ``BadInput`` (exit 2) naming the
     file and the field, or both schema versions when the file is of another one."""
-    from .jsonio import read_json
+    from escha_deploy.utils.jsonio import read_json
 
     p = Path(path)
     return facts_file_from_data(read_json(p, what, hint), p)
@@ -50,7 +50,7 @@ def load_facts_file(path: str | Path, what: str = "the facts file", hint: str | 
 def facts_file_from_data(data: object, p: Path) -> FactsFile:
     """``load_facts_file`` for JSON already read from ``p`` (named in the errors): a doctor
     report through ``facts_from_doctor_report``, else a facts file of this schema version."""
-    from .errors import BadInput
+    from escha_deploy.utils.errors import BadInput
 
     if not isinstance(data, dict):
         raise BadInput(f"{p}: a facts file is a JSON object")
@@ -58,7 +58,7 @@ def facts_file_from_data(data: object, p: Path) -> FactsFile:
         return facts_from_doctor_report(data, p)
     version = data.get("schema_version")
     if type(version) is not int or version != FACTS_SCHEMA_VERSION:  # true == 1 and 1.0 == 1 in Python
-        from . import __version__
+        from escha_deploy import __version__
 
         raise BadInput(f"{p}: schema_version: facts file schema version {version!r}; this escha-deploy "
                        f"{__version__} reads version {FACTS_SCHEMA_VERSION} (write one with "
@@ -140,7 +140,7 @@ def _gpus_of_an_earlier_report(gpus: dict, source: str | Path) -> tuple[dict, di
     shape list each GPU's memory as ``vram_bytes`` and the pair facts at the top, keyed
     ``"i-j"`` (``p2p``, ``topology``); a report in today's shape comes back as it is. Raises
     ``BadInput`` for a pair key that is not ``"i-j"``."""
-    from .errors import BadInput
+    from escha_deploy.utils.errors import BadInput
 
     legacy = {k: gpus[k] for k in ("p2p", "topology") if k in gpus}
     records = gpus.get("gpus")
@@ -182,8 +182,8 @@ def facts_from_doctor_report(report: dict, source: str | Path = "report") -> Fac
     from ``facts.gpus`` (NVML only); ``host.wsl_networking_mode`` from the same key of ``facts``; ``runtime`` from ``facts.image`` (the server image on the box's
     daemon: its reference and configuration digest; the release is not in a report). Readings of a moment (MemAvailable, cgroup usage) are left
     out. Raises ``BadInput`` naming the file and the missing or wrong key."""
-    from .errors import BadInput
-    from .facts.gpus import GpuInventory
+    from escha_deploy.utils.errors import BadInput
+    from escha_deploy.facts.gpus import GpuInventory
 
     if not isinstance(report, dict) or not isinstance(report.get("facts"), dict):
         raise BadInput(f"{source}: facts: missing; this is not a doctor report (`escha-deploy doctor --format json`)")
@@ -238,7 +238,7 @@ def facts_from_host(host: HostFacts, findings: DoctorFindings | None, gpus: list
     """A facts file describing ``host`` (live facts) with ``findings`` and ``runtime`` (``None``:
     no runtime section); MemAvailable, cgroup usage and free disk are left out: they are readings
     of a moment, stale by the next start."""
-    from . import __version__
+    from escha_deploy import __version__
 
     return FactsFile.from_host(host, findings, gpus, runtime=runtime, escha_version=__version__,
                                created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))

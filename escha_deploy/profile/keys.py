@@ -66,7 +66,7 @@ def _text(value) -> str:
 
 
 def _default(field, is_size: bool) -> str:
-    from .units import fmt_size_readable
+    from escha_deploy.utils.units import fmt_size_readable
 
     if field.default is PydanticUndefined and field.default_factory is None:
         return "required"
@@ -81,8 +81,8 @@ def _default(field, is_size: bool) -> str:
 def key_rows(profile: BaseModel) -> list[dict[str, str]]:
     """One row per leaf key of ``profile`` (dotted key): ``key``, ``value``, ``default``,
     ``unit``, ``sglang_flag`` ('' when none) and ``description``."""
-    from .flagcheck import load_catalog
-    from .profile import is_size_field, profile_to_data, sglang_flag
+    from escha_deploy.sglang.flagcheck import load_catalog
+    from escha_deploy.profile import is_size_field, profile_to_data, sglang_flag
 
     catalog = load_catalog()
     rows: list[dict[str, str]] = []

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from .planner.result import Plan
-from .units import fmt_gib_gb
+from escha_deploy.planner.result import Plan
+from escha_deploy.utils.units import fmt_gib_gb
 
 
 class CompareRow(BaseModel):
@@ -69,7 +69,7 @@ def _guard(p: Plan) -> dict[str, str]:
 
 def compare(a: Plan, b: Plan, argv_a: list[str]) -> Comparison:
     """The rows for two plans of one profile (``a`` for release A, ``b`` for B)."""
-    from .flagcheck import check_argv
+    from escha_deploy.sglang.flagcheck import check_argv
 
     ga, gb = _guard(a), _guard(b)
     rows = [CompareRow(item=k, a=ga[k], b=gb.get(k, "-"), changed=ga[k] != gb.get(k, "-")) for k in ga]

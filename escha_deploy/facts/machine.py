@@ -16,11 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .facts.gpus import GpuInventory
-from .facts.host import HostFacts, Platform
+from escha_deploy.facts.gpus import GpuInventory
+from escha_deploy.facts.host import HostFacts, Platform
 
 if TYPE_CHECKING:
-    from .facts.findings import DoctorFindings
+    from escha_deploy.facts.findings import DoctorFindings
 
 _T = TypeVar("_T")
 
@@ -152,7 +152,7 @@ def described_host(mem_total_bytes: int, platform: Platform = "linux") -> HostFa
 def read_gpu_facts() -> GpuInventory | None:
     """NVML's answers for this machine's GPUs (``nvml.query_nvml``), or ``None`` when NVML
     cannot be used here (no nvidia-ml-py, no driver library, no GPU)."""
-    from .nvml import query_nvml
+    from escha_deploy.facts.nvml import query_nvml
 
     try:
         return query_nvml()
@@ -177,14 +177,14 @@ def read_this_host(*, platform: Platform | None = None, use_findings: bool = Tru
 
     ``platform`` overrides the detected platform (``--wsl2``/``--linux``).
     """
-    from .findings import load_findings
-    from .paths import doctor_findings_path
+    from escha_deploy.facts.saved import load_findings
+    from escha_deploy.utils.paths import doctor_findings_path
 
     mem = read_meminfo(root)
     limit, usage = read_cgroup_memory(root)
     hid = host_id(root)
     findings = load_findings(doctor_findings_path(), host_id=hid) if use_findings else None
-    from .findings import load_last_prefill
+    from escha_deploy.facts.saved import load_last_prefill
 
     last = load_last_prefill() if use_findings else None
     return HostFacts(
@@ -214,7 +214,7 @@ def read_folder_facts(field: str, read: Callable[..., _T], *args: Any) -> _T:
     profile key that named the folder: a ``BadInput`` (config.json unreadable or not JSON,
     jsonio) with each line prefixed by ``field``, a ``ValueError`` (a field of the wrong shape)
     or ``OSError`` (a weights file that cannot be read) as one ``BadInput`` line (exit 2)."""
-    from .errors import BadInput
+    from escha_deploy.utils.errors import BadInput
 
     try:
         return read(*args)
@@ -232,7 +232,7 @@ def read_draft_inputs(profile, *, draft_path: str | None = None, model_path: str
     known. ``None`` without the key or when the folder is not here (the plan then says the draft
     is not counted). Raises ``BadInput`` (exit 2) naming ``model.draft.*`` for an unreadable
     config.json or safetensors header, or one of the wrong shape."""
-    from .arch import read_draft_dir
+    from escha_deploy.sglang.arch import read_draft_dir
 
     draft = profile.model.draft
     if draft is None:
@@ -244,9 +244,9 @@ def read_draft_inputs(profile, *, draft_path: str | None = None, model_path: str
     model = model_path or profile.model.host_dir
     facts = read_folder_facts(field, read_draft_dir, path, model)
     if facts is not None and not facts.own_folder and model and os.path.isdir(model):
-        from .arch import draft_folder_mismatch
-        from .errors import BadInput
-        from .profile.rules import speculative_algorithm
+        from escha_deploy.sglang.arch import draft_folder_mismatch
+        from escha_deploy.utils.errors import BadInput
+        from escha_deploy.profile.rules import speculative_algorithm
 
         mtp = speculative_algorithm(profile) == "NEXTN" or facts.nextn_layers > 0
         why = read_folder_facts(field, lambda: draft_folder_mismatch(path, model, mtp=mtp))
@@ -262,9 +262,9 @@ def read_model_folder(profile, model_path: str | None = None):
     first (``folders.check_model_folder``: config.json and weights). Raises ``BadInput``
     (exit 2) for a folder without config.json or weights, or an unreadable config.json, each
     line naming the key (``model.path`` or ``model.host_dir``)."""
-    from .arch import read_model_dir
-    from .errors import BadInput
-    from .folders import check_model_folder
+    from escha_deploy.sglang.arch import read_model_dir
+    from escha_deploy.utils.errors import BadInput
+    from escha_deploy.facts.folders import check_model_folder
 
     field = "model.path" if model_path else "model.host_dir"
     path = model_path or profile.model.host_dir
@@ -280,7 +280,7 @@ def l3_dir_problems(profile, l3_path: str | None = None) -> list[str] | None:
     missing, not writable, short of ``hicache.storage_max_size``; empty: fine), read at
     ``l3_path`` (the container's mount point in the container), default
     ``hicache.storage_dir``; ``None`` when the profile has no file L3 directory (not checked)."""
-    from .folders import check_l3_dir
+    from escha_deploy.facts.folders import check_l3_dir
 
     l3 = profile.hicache.storage_dir if profile.hicache.storage_backend_is_file else None
     if not l3:

@@ -16,7 +16,7 @@ as the ``..`` it is.
 
 from __future__ import annotations
 
-from escha_deploy.errors import BadInput
+from escha_deploy.utils.errors import BadInput
 
 #: git's one-letter escapes (``quote.c: sq_lookup`` / ``unquote_c_style``).
 _C_ESCAPES = {ord("a"): 7, ord("b"): 8, ord("t"): 9, ord("n"): 10, ord("v"): 11, ord("f"): 12,

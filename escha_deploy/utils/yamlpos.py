@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .errors import BadInput
+from escha_deploy.utils.errors import BadInput
 
 Positions = dict[tuple, tuple[str, int]]
 

@@ -30,8 +30,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import paths
-from .errors import BadInput
+from escha_deploy.utils import paths
+from escha_deploy.utils.errors import BadInput
 
 INDEX = "index.yaml"
 FACTS = "facts.yaml"
@@ -438,7 +438,7 @@ def choose_release(*, image: tuple[str | None, str] | None = None, flag: str | N
     ``Refused`` (exit 3) for an image whose release is not supported, and ``Refused`` naming
     both when two sources name different releases.
     """
-    from .errors import Refused
+    from escha_deploy.utils.errors import Refused
 
     named: list[tuple[str, str]] = []
     if image is not None and image[0]:
@@ -460,7 +460,7 @@ def choose_release(*, image: tuple[str | None, str] | None = None, flag: str | N
 
 
 def main() -> int:
-    """``python -m escha_deploy.releases``: print the supported releases, one a line, the
+    """``python -m escha_deploy.sglang.releases``: print the supported releases, one a line, the
     default first (``.ci/test`` loops over them)."""
     rest = [v for v in supported_releases() if v != default_release()]
     print("\n".join([default_release(), *rest]))

@@ -365,7 +365,7 @@ def read_model_dir(path: str | Path) -> ModelDirFacts | None:
     None, the file sizes stand in, and ``header_note`` is the header's one-line error, naming
     the file. Raises ``BadInput`` naming the file for a config.json that cannot be read or is
     not JSON (``jsonio``), ``ValueError`` for one that lacks a field."""
-    from .jsonio import loads_json, read_regular
+    from escha_deploy.utils.jsonio import loads_json, read_regular
 
     p = Path(path)
     if not os.path.isdir(p):
@@ -391,8 +391,8 @@ def read_model_dir(path: str | Path) -> ModelDirFacts | None:
             value = text.get(key)
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 context[key] = value
-    from .errors import BadInput
-    from .jsonio import is_regular_file
+    from escha_deploy.utils.errors import BadInput
+    from escha_deploy.utils.jsonio import is_regular_file
 
     shards = sorted(f for f in p.glob("*.safetensors") if is_regular_file(f))
     sizes = [f.stat().st_size for f in shards]
@@ -482,7 +482,7 @@ def draft_folder_mismatch(draft_dir: str | Path, model_dir: str | Path, *, mtp: 
     vocabulary of another size (the draft proposes token ids the target verifies:
     ``speculative/eagle_worker_v2.py`` shares the target's embedding and LM head). Reads both
     config.json files (text configs); a folder without one says nothing here."""
-    from .jsonio import loads_json, read_regular
+    from escha_deploy.utils.jsonio import loads_json, read_regular
 
     def text_of(folder: str | Path) -> tuple[str | None, dict] | None:
         cfg = Path(folder) / "config.json"
@@ -595,8 +595,8 @@ def safetensors_header(path: str | Path) -> dict[str, dict]:
     tensor) for a header length that is 0, above ``MAX_SAFETENSORS_HEADER`` or past the end of
     the file, a header that is not a JSON object, or a tensor entry that does not fit;
     ``OSError`` when the file cannot be read."""
-    from .errors import BadInput
-    from .jsonio import loads_json
+    from escha_deploy.utils.errors import BadInput
+    from escha_deploy.utils.jsonio import loads_json
 
     p = Path(path)
     with open(p, "rb") as fh:
@@ -664,7 +664,7 @@ def read_draft_dir(path: str | Path, model_folder: str | Path | None = None) -> 
     loads (``MTP_ONE_LAYER_ARCHITECTURES``). ``None`` when the folder does not exist here.
     Raises ``BadInput`` (config.json or a header unreadable) or ``ValueError`` (a config.json of
     the wrong shape), as ``read_model_dir``."""
-    from .jsonio import is_regular_file, loads_json, read_regular
+    from escha_deploy.utils.jsonio import is_regular_file, loads_json, read_regular
 
     p = Path(path)
     if not os.path.isdir(p):

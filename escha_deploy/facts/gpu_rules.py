@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .facts.gpus import GpuInventory, runs_on
+from escha_deploy.facts.gpus import GpuInventory, runs_on
 
 #: NVML brands (``nvmlBrandType_t``) of consumer cards: no PCIe P2P on the 40/50 series.
 CONSUMER_BRANDS = frozenset({"GeForce", "GeForce RTX", "Titan", "Titan RTX"})

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
     import httpx
 
-from .termtext import shown
+from escha_deploy.utils.termtext import shown
 
 #: ``status``'s and ``fleet status``'s deadline per request, seconds (``status --http-timeout``).
 #: A real SGLang 0.5.19 ``/metrics`` of a TP 1 server is 74 KB and answers in milliseconds on
@@ -129,8 +129,8 @@ class Answer:
     def json(self) -> Any:
         """The body as JSON through the bounded reader (``jsonio.loads_json``: depth, duplicate
         keys, NaN refused). Raises ``BadAnswer``."""
-        from .errors import BadInput
-        from .jsonio import loads_json
+        from escha_deploy.utils.errors import BadInput
+        from escha_deploy.utils.jsonio import loads_json
 
         try:
             return loads_json(self.body, self.url, "an answer")

@@ -1,7 +1,7 @@
 """Check an SGLang server argv against a release's flag catalog and the capabilities' flags.
 
 Pure: reads only the committed catalog of the release (``releases/VERSION/flags.json`` under
-``paths.catalog_dir()``, ``escha_deploy.releases``; the default release when none is named),
+``paths.catalog_dir()``, ``escha_deploy.sglang.releases``; the default release when none is named),
 written by ``scripts/gen_flag_catalog.py`` from the real parser and re-checked by
 ``.ci/check-flag-catalog.sh``, once per process and release (``load_catalog`` is cached; about
 2 ms).
@@ -41,8 +41,8 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from escha_deploy import capabilities as _caps
-from escha_deploy import releases
+from escha_deploy.sglang import capabilities as _caps
+from escha_deploy.sglang import releases
 
 CATALOG_SCHEMA = 1
 LAUNCH_MODULE = "sglang.launch_server"
@@ -351,7 +351,7 @@ class FlagCheckResult(BaseModel):
     def raise_for_errors(self, where: str = "argv") -> None:
         """Raise ``errors.BadInput`` with one line per error (``where: --flag: message``)."""
         if self.errors:
-            from escha_deploy.errors import BadInput
+            from escha_deploy.utils.errors import BadInput
 
             raise BadInput(
                 *(f"{where}: {e.line()}" for e in self.errors),
@@ -539,7 +539,7 @@ def check_argv(
         bad = False
         if values and (spec.type or "str") not in TYPES:
             errors.append(FlagProblem(flag=option, message=f"catalog type {spec.type} is unknown to "
-                                      "escha_deploy.flagcheck"))
+                                      "escha_deploy.sglang.flagcheck"))
             continue
         type_name, convert = TYPES[spec.type or "str"]
         for value in values:

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .capabilities import ENV_HOST_ALLOCATOR, ENV_HOST_RESERVE
-from .planner.result import Plan
-from .profile import L3Mooncake, Profile, key_env, key_flag
+from escha_deploy.sglang.capabilities import ENV_HOST_ALLOCATOR, ENV_HOST_RESERVE
+from escha_deploy.planner.result import Plan
+from escha_deploy.profile import L3Mooncake, Profile, key_env, key_flag
 
 #: Where the L3 file store lives inside the container; the host folder is bind-mounted here.
 CONTAINER_L3_DIR = "/var/lib/escha/hicache"

@@ -34,8 +34,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from escha_deploy.secretargs import PREFIXED_KEY_RE, generated, key_shaped
-from escha_deploy.termtext import printable  # noqa: F401 - the log printers' import
+from escha_deploy.utils.secretargs import PREFIXED_KEY_RE, generated, key_shaped
+from escha_deploy.utils.termtext import printable  # noqa: F401 - the log printers' import
 
 MASK = "***"
 
@@ -47,7 +47,7 @@ _FIELD_RE = re.compile(
     % "|".join(SECRET_FIELDS)
 )
 #: A secret flag and its value in a printed command line (``--api-key KEY``, ``--api-key=KEY``);
-#: the flags of ``escha_deploy.secretargs.SECRET_FLAGS``.
+#: the flags of ``escha_deploy.utils.secretargs.SECRET_FLAGS``.
 _FLAG_RE = re.compile(r"(?P<head>--(?:api-key|admin-api-key|ssl-keyfile-password)(?:=|\s+))(?P<q>['\"]?)[^\s'\"]+")
 _HF_TOKEN_RE = re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")
 _BEARER_RE = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{4,}")
