@@ -1,14 +1,14 @@
-"""Move escha_deploy's loose top-level modules into packages, from one mapping table (issue 49,
-"Packages, not loose files"): each module is moved with ``git mv``, and every reference to it is
-rewritten: imports (module-level and inside functions, relative ones made absolute), dotted
+"""Move escha_deploy's loose top-level modules into packages, from one mapping table (``MOVES``):
+each module is moved with ``git mv``, and every reference to it is rewritten: imports
+(module-level and inside functions, relative ones kept relative where their file stayed), dotted
 names in strings (``mock.patch("escha_deploy.host...")``, ``python -m escha_deploy.releases``),
 and file paths (``escha_deploy/host.py``) in the code, tests, scripts, docs, CI and
 configuration (pyproject.toml, .importlinter).
 
 Run from the repository root, on a clean tree: ``python scripts/house_moves.py``. A branch opened
 before the move rebases by running it on its own commits (it rewrites only what still names an
-old module; a second run changes nothing). ``--check``: exit 1, naming each place, when a moved
-module is still named anywhere.
+old module; a second run changes nothing; it never rewrites itself). ``--check``: exit 1,
+naming each place, when a moved module is still named anywhere.
 
 ``pipeline.py`` became the package ``escha_deploy.pipeline`` (its name kept), and was then split
 by hand, in the same commit, into one module per stage (``sources``, ``gathering``, ``runtime``,
@@ -237,6 +237,8 @@ def _text_files() -> list[Path]:
         if SKIP_PARTS & set(Path(rel).parts) or not p.is_file() or p.suffix not in TEXT_SUFFIXES:
             continue
         if rel.endswith(".patch") or "/runtime/hooks/" in rel:  # copied into SGLang: never named escha's modules
+            continue
+        if p.resolve() == Path(__file__).resolve():  # this table and its examples name the old modules
             continue
         out.append(p)
     return out
