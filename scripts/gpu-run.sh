@@ -15,6 +15,9 @@
 #     canary    tests/bench/test_canary_gpu.py (tiny rig): the default canary, first requests after ready
 #     status    tests/watch/test_status_gpu.py (tiny rig): status --watch/--check/--record under load
 #     ab        tests/bench/test_ab_gpu.py (tiny rig): bench --hicache-ab, native launcher
+#     tier      scripts/gpu_tier_variants.py: the shape-true rig once per host-tier variant (write
+#               policy, mamba strategy, ratio, chunk size; TIER_VARIANTS, TIER_PARALLEL at a time),
+#               each driven by `canary` then `bench`, writing $OUT/tier.json
 #     spec      tests/runtime/test_speculative_gpu.py: NEXTN on the tiny rig's model with one MTP
 #               layer (make_model.py tiny-mtp) and HiCache on: the host and device pools against the plan
 #     shape     pinned,register,stock
@@ -95,7 +98,7 @@ step models
 rc=0
 make() { [ -f "$RIG/models/$1/config.json" ] || python3 "$ROOT/tests/gpu_rig/make_model.py" "$1" "$RIG/models/$1"; }
 make tiny || rc=4
-if [ -n "$shape_runs" ] && [ $rc = 0 ]; then make shape-true || rc=4; fi
+if { [ -n "$shape_runs" ] || has tier; } && [ $rc = 0 ]; then make shape-true || rc=4; fi
 if has spec && [ $rc = 0 ]; then make tiny-mtp || rc=4; fi
 [ $rc = 0 ] || echo "gpu-run: a model was not made (exit 4): no tests run"
 
@@ -114,6 +117,15 @@ has ab && tests+=(tests/bench/test_ab_gpu.py)
 has spec && tests+=(tests/runtime/test_speculative_gpu.py)
 [ -n "$shape_runs" ] && tests+=(tests/runtime/test_real_server_shape_gpu.py)
 export ESCHA_GPU_SHAPE_RUNS="$shape_runs"
+if has tier && [ $rc = 0 ]; then
+    step tier
+    left=$(( DEADLINE - $(el) - 45 ))
+    timeout --signal=TERM --kill-after=20 "$left" python3 "$ROOT/scripts/gpu_tier_variants.py" \
+        --variants "${TIER_VARIANTS:-base,write_back,chunk2048,chunk8192,ratio8,ratio1,no_buffer}" \
+        --parallel "${TIER_PARALLEL:-3}" --deadline $(( left - 30 )) --out "$OUT"
+    rc=$?
+    kill_ours TERM; sleep 3; kill_ours KILL
+fi
 if [ $rc = 0 ] && [ ${#tests[@]} -gt 0 ]; then
     left=$(( DEADLINE - $(el) - 45 ))
     step pytest
