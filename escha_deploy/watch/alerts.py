@@ -79,12 +79,17 @@ def inert_host_tier(w: ServerWindow, th: Thresholds, endpoint: str | None = None
                   f"evicted_tokens_total +{_n(evicted)}, hicache_host_used_tokens {_n(used)} of "
                   f"{_n(total)}, but load_back_tokens_total {_pools(load)} and "
                   f'cached_tokens_total{{cache_source="host"}} +0'),
-        fix=("evicted prefixes reach host memory and are never loaded back: on stock 0.5.19 a "
-             "hybrid model's cache prunes instead of demoting (sglang#33713), and host KV with "
-             "too few host mamba slots has nothing to restore from (sglang#39436). Run the "
-             "patched image (`escha-deploy build --hicache`), prove it with `escha-deploy canary "
-             f"--endpoint {endpoint or 'URL'}`, or give the host RAM back "
-             "(`--set hicache.enabled=false`)."))
+        fix=("evicted prefixes reach host memory and are never loaded back. On a hybrid model a "
+             "prefix comes back only up to a node that still holds a mamba state, and under "
+             "write_through every backed-up prefill chunk takes one host mamba slot, of which "
+             "there are int(max_mamba_cache_size x hicache_ratio) + 1 (SGLang 0.5.19 "
+             "pool_host/mamba.py: MambaPoolHost); more distinct prefixes x chunks than that, asked "
+             "in the order they were filled, get none back (docs/planner.md, \"When a hybrid "
+             "model's prefix can come back from the host tier\"; sglang#39436). Fewer states per "
+             "prefix (a larger runtime.chunked_prefill_size) or more host mamba slots (a larger "
+             "hicache.hicache_ratio, within the plan's budget) move it; prove it with "
+             f"`escha-deploy canary --endpoint {endpoint or 'URL'}`, or give the host RAM back "
+             "(`--set hicache.enabled=false`). The patched image does not change this path."))
 
 
 def page_cache_low(host: HostReading, plan: PlanView | None) -> Alert | str:

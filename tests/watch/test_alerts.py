@@ -56,7 +56,22 @@ def test_inert_host_tier(rank, kw, fires):
     if fires:
         assert "load_back_tokens_total +0 kv / +0 mamba" in got.evidence
         n = len(kw.get("ranks", ("0",)))
-        assert f"+{32_700 * n:,} kv / +{16 * n} mamba" in got.evidence and "sglang#33713" in got.fix
+        assert f"+{32_700 * n:,} kv / +{16 * n} mamba" in got.evidence and "sglang#39436" in got.fix
+        # the advice names what moves it (SGLang's host mamba pool, docs/planner.md), not the
+        # patched image, whose series does not change the hybrid restore path
+        assert "host mamba slot" in got.fix and "runtime.chunked_prefill_size" in got.fix
+        assert "hicache.hicache_ratio" in got.fix and "build --hicache" not in got.fix
+
+
+@pytest.mark.parametrize("below", [True, False])
+def test_inert_either_side_of_its_request_threshold(below):
+    """At ``inert_min_requests`` - 1 the window cannot say (a reason, no alert); at the threshold
+    the same readings fire."""
+    th = al.Thresholds()
+    got = al.inert_host_tier(window(INERT, requests=th.inert_min_requests - (1 if below else 0)), th)
+    assert isinstance(got, al.Alert) is (not below)
+    if below:
+        assert f"needs {th.inert_min_requests} requests" in got
 
 
 def test_inert_threshold_is_a_parameter():
