@@ -1,0 +1,674 @@
+#!/usr/bin/env python3
+"""CPU replay of SGLang 0.5.19's own hybrid (GDN/mamba + full attention) radix cache with HiCache.
+
+WRITE-UP (filled in from what the replay shows; see ``MECHANISM`` below and the report).
+
+What runs for real (SGLang 0.5.19's code, unchanged):
+
+- ``mem_cache/unified_radix_cache.py: UnifiedRadixCache`` with its real ``FullComponent`` and
+  ``MambaComponent`` (``unified_cache/components/``) and the python ``UnifiedTreeCore`` (the
+  default ``SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND``), built as ``mem_cache/registry.py:
+  _create_unified_radix_cache`` builds it (components FULL + MAMBA) and attached to HiCache by
+  its own ``init_hicache`` -> ``hybrid_cache/hybrid_pool_assembler.py:
+  attach_hybrid_pool_to_unified_cache`` -> ``_MambaStrategy.build`` -> ``build_hybrid_mamba_stack``;
+- the device pools and allocators, on the CPU with tiny tensor shapes (1 KV head of dim 1, a
+  1x3 conv state and a 1x1x1 SSM state, 3 GDN layers + 1 full-attention layer): 
+  ``memory_pool.py: HybridReqToTokenPool`` (its ``MambaPool`` and ``allocator/mamba.py:
+  MambaSlotAllocator``, extra_buffer ping-pong buffers of 2 as with the overlap scheduler),
+  ``HybridLinearKVPool`` over ``MHATokenToKVPool``, ``allocator/token.py: TokenToKVPoolAllocator``
+  (page size 1, ``need_sort`` False as ``kv_cache_configurator.py`` picks it);
+- the host pools: ``pool_host/mha.py: MHATokenToKVPoolHost`` and ``pool_host/mamba.py:
+  MambaPoolHost`` inside the real ``pool_host/group.py: HostPoolGroup`` (their own size rules:
+  KV ``int(device_tokens * ratio)`` page-floored + 1 page; mamba ``int(device_slots * ratio)`` + 1),
+  with their real free-list allocators;
+- the request object: ``managers/schedule_batch.py: Req`` (``init_next_round_input`` ->
+  ``match_prefix``, ``set_extend_range``, ``get_fill_ids``), the admission:
+  ``managers/schedule_policy.py: PrefillAdder`` (``add_one_req`` with its ``init_load_back``,
+  ``add_chunked_req``), and the allocation helpers ``mem_cache/allocation.py: alloc_req_slots``,
+  ``alloc_token_slots`` (-> ``mem_cache/common.py: evict_from_tree_cache`` -> ``evict_for_alloc``),
+  ``mem_cache/common.py: release_kv_cache`` (-> ``cache_finished_req``),
+  ``maybe_cache_unfinished_req``.
+
+Stand-ins (named; nothing else of SGLang is replaced):
+
+- ``BookkeepingCacheController`` replaces ``hybrid_cache/hybrid_cache_controller.py:
+  HybridCacheController`` (CUDA streams and copy kernels) by patching the name
+  ``hybrid_pool_assembler.HybridCacheController`` that ``build_hybrid_mamba_stack`` calls. Its
+  ``write`` is the real one's bookkeeping (``HostPoolGroup.alloc`` of the KV host indices, then
+  ``HostPoolGroup.resolve_host_transfers`` for the mamba slot with the real host-eviction reclaim
+  callback, freeing the KV indices if that fails) and completes at once: the ack is queued with a
+  finished event, seen at the next ``writing_check``. Its ``load`` is the real one's (full
+  allocator ``alloc``, then the real ``HybridCacheController._resolve_device_transfers`` for the
+  mamba slot, with its device-eviction callback); ``start_loading`` (called through
+  ``ready_to_load_host_cache`` as the scheduler does after building the batch) queues a finished
+  ack, seen at the next ``loading_check``. No bytes move.
+- ``_DoneEvent``: the CUDA event of an ack, always finished.
+- host pool memory: ``pool_host/common.py: ALLOC_MEMORY_FUNCS`` answers a zero-stride view (no
+  pinned allocation), the write-back staging buffers are skipped and ``host_memory_budget_bytes``
+  answers "room for anything" (as ``scripts/sglang_oracle.py: stub_host_allocation``).
+- ``torchvision``: a permissive empty package (the PyPI build cannot import on CPU torch).
+- the runtime config: SGLang's own test hook ``runtime_context.get_context().override_server_args``
+  publishes a dummy ``ServerArgs`` carrying the rig's flags, with ``_mamba_cache_chunk_size`` 64
+  (FLA's chunk, what a Qwen3.5 config without ``mamba_chunk_size`` gives).
+- the scheduler loop itself (``managers/scheduler.py``) is not run: ``Replay`` calls the cache in
+  its order (below). The model forward is not run: a prefill chunk or a decode step is only its
+  allocations and its bookkeeping; output tokens are distinct ids.
+
+Order of calls per scheduler step (``Replay.step``), mirroring ``scheduler.py``:
+
+1. ``get_next_batch_to_run``: a chunked request's previous chunk is stashed
+   (``stash_chunked_request`` -> ``cache_unfinished_req(req, chunked=True)``);
+2. ``_get_new_batch_prefill_raw``: ``tree_cache.check_hicache_events()`` (write/load acks);
+   a chunked request continues (``init_next_round_input()`` without the tree, then
+   ``PrefillAdder.add_chunked_req``), else the next waiting request is matched
+   (``Req.init_next_round_input(tree_cache)``) and admitted (``PrefillAdder.add_one_req``: a host
+   hit is loaded back there through ``init_load_back``), inside ``mamba_allocator.alloc_group_begin``
+   / ``alloc_group_end``;
+3. ``ScheduleBatch.init_new`` / ``ready_to_load_host_cache`` / ``prepare_for_extend``:
+   ``alloc_for_extend`` (``alloc_req_slots``, ``alloc_token_slots``, the req_to_token writes of
+   ``write_cache_indices``' CPU path, ``kv_allocated_len``/``kv_committed_len``) and the extra-buffer
+   mamba tracking of ``ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend``
+   (``mamba_last_track_seqlen = len(prefix) + (extend_len // grid) * grid`` when the extend is at
+   least one grid, ``mamba_branching_seqlen`` honoured, ping-pong index swapped);
+4. ``batch_result_processor.py: process_batch_result_prefill``: after the last chunk the first
+   output token is appended and, the request not finished, ``maybe_cache_unfinished_req``;
+5. decode steps (``alloc_for_decode``: one ``alloc_token_slots`` per token) until the answer has
+   its length, then ``release_kv_cache`` -> ``cache_finished_req``. Decode crosses no mamba track
+   boundary in these scenarios (``mamba_track_interval`` 256; asserted), so no decode checkpoint.
+
+Requests run one at a time (the next arrives after the previous finished), so
+``max_running_requests`` never binds; the non-overlap order of steps is used (the overlap
+scheduler's one-step-late result processing is not modelled; its two ping-pong track slots are).
+
+Usage: ``python tests/replay/sglang_tree_replay.py SCENARIO [--chunk N] [--ratio R] [--policy P]
+[--json]`` with SCENARIO one of canary, bench, seed, all (all: every scenario and variant the
+tests pin, one import). Runs with the flag-catalog venv's Python (``.cache/flagcat-venv``, or
+``$ESCHA_FLAGCAT_VENV``): sglang 0.5.19, CPU torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.abc
+import importlib.machinery
+import json
+import logging
+import sys
+import time
+import types
+from array import array
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+# --------------------------------------------------------------------------- stand-ins: import
+
+
+class _Placeholder:
+    """An attribute of the torchvision stand-in: hashable, comparable, fails when called."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> "_Placeholder":
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _Placeholder(f"{self._name}.{attr}")
+
+    def __call__(self, *_a: Any, **_k: Any) -> Any:
+        raise RuntimeError(f"torchvision stand-in: {self._name} was called")
+
+    def __repr__(self) -> str:
+        return f"<torchvision stand-in {self._name}>"
+
+
+class _StandInModule(types.ModuleType):
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        value = _Placeholder(f"{self.__name__}.{attr}")
+        setattr(self, attr, value)
+        return value
+
+
+class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``torchvision`` and every ``torchvision.*`` as permissive empty packages (copied from
+    ``scripts/sglang_oracle.py``: the PyPI build does not import against the CPU torch)."""
+
+    def find_spec(self, name, path, target=None):  # noqa: D102
+        if name == "torchvision" or name.startswith("torchvision."):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):  # noqa: D102
+        mod = _StandInModule(spec.name)
+        mod.__path__ = []
+        mod.__version__ = "0.28.0"  # the release that pairs with torch 2.13
+        mod.__file__ = "<escha torchvision stand-in>"
+        return mod
+
+    def exec_module(self, module):  # noqa: D102
+        return None
+
+
+def install_torchvision_stand_in() -> None:
+    if not any(isinstance(f, _StandInFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _StandInFinder())
+
+
+# --------------------------------------------------------------------------- rig
+
+
+@dataclass
+class Rig:
+    """One box per rank, as SGLang is launched on it."""
+
+    kv_tokens: int
+    mamba_slots: int
+    ratio: float
+    chunk: int
+    policy: str = "write_through"
+    page_size: int = 1
+    max_running: int = 2
+    name: str = ""
+
+    def flags(self) -> dict[str, Any]:
+        return dict(
+            page_size=self.page_size, enable_hierarchical_cache=True, hicache_ratio=float(self.ratio),
+            hicache_write_policy=self.policy, hicache_io_backend="kernel", hicache_mem_layout="page_first",
+            mamba_radix_cache_strategy="extra_buffer", max_mamba_cache_size=self.mamba_slots,
+            chunked_prefill_size=self.chunk, max_running_requests=self.max_running,
+            max_total_tokens=self.kv_tokens, _mamba_cache_chunk_size=64,
+        )
+
+
+SHAPE_TRUE = dict(kv_tokens=28_672, mamba_slots=10, ratio=4, chunk=1024, max_running=2)
+SEED = dict(kv_tokens=210_000, mamba_slots=16, ratio=1, chunk=2048, max_running=3)
+
+# --------------------------------------------------------------------------- stand-in controller
+
+
+class _DoneEvent:
+    """Stand-in for an ack's CUDA event: the transfer it marks has completed."""
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        return None
+
+    def record(self, *_a: Any) -> None:
+        return None
+
+    def elapsed_time(self, _other: Any) -> float:
+        return 0.0
+
+
+def _make_controller_class():
+    import torch
+    from sglang.srt.managers.cache_controller import HiCacheAck
+    from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController
+
+    class BookkeepingCacheController:
+        """Stand-in for ``HybridCacheController``: its host/device index bookkeeping, transfers
+        completed at once (see the module docstring)."""
+
+        _resolve_device_transfers = HybridCacheController._resolve_device_transfers
+
+        def __init__(self, token_to_kv_pool_allocator, mem_pool_host, page_size, tp_group, *,
+                     write_policy="write_through_selective", transfer_layer_num=None, **_kw):
+            self.mem_pool_device_allocator = token_to_kv_pool_allocator
+            self.mem_pool_host = mem_pool_host
+            self.page_size = page_size
+            self.write_policy = write_policy
+            self.device = "cpu"
+            self.enable_storage = False
+            self.storage_backend = None
+            self.extra_host_mem_release_queues = {}
+            self.layer_num = transfer_layer_num
+            self.layer_done_counter = types.SimpleNamespace(
+                events=[types.SimpleNamespace(finish_event=_DoneEvent())] * 3, reset=lambda: None,
+                set_consumer=lambda i: None, wait_until=lambda t: None)
+            self.ack_write_queue: list = []
+            self.ack_load_queue: list = []
+            self.load_queue: list = []
+            self.writes = self.loads = 0
+            self.write_failures = 0
+
+        def reset(self):
+            self.ack_write_queue.clear()
+            self.ack_load_queue.clear()
+            self.load_queue.clear()
+
+        def _ack(self, node_ids, n):
+            return HiCacheAck(start_event=_DoneEvent(), finish_event=_DoneEvent(), node_ids=list(node_ids),
+                              num_tokens=n)
+
+        # HybridCacheController.write, the D->H copy completed at once
+        def write(self, device_indices, priority=None, node_id=-1, extra_pools=None):
+            host_indices = self.mem_pool_host.alloc(len(device_indices))
+            if host_indices is None:
+                self.write_failures += 1
+                return None
+            pool_transfers = self.mem_pool_host.resolve_host_transfers(
+                extra_pools, primary_device_indices=device_indices, primary_host_indices=host_indices)
+            if pool_transfers is None and extra_pools:
+                self.mem_pool_host.free(host_indices)
+                self.write_failures += 1
+                return None
+            self.writes += 1
+            self.ack_write_queue.append(self._ack([node_id], len(device_indices)))
+            return host_indices
+
+        # HybridCacheController.load, the H->D copy queued for start_loading
+        def load(self, host_indices, priority=None, node_id=-1, extra_pools=None):
+            need_load_kv = host_indices.numel() > 0
+            full_allocator = getattr(self.mem_pool_device_allocator, "full_attn_allocator",
+                                     self.mem_pool_device_allocator)
+            if not need_load_kv:
+                device_indices = torch.empty((0,), dtype=torch.int64)
+            else:
+                device_indices = full_allocator.alloc(len(host_indices))
+                if device_indices is None:
+                    return None
+            pool_transfers = self._resolve_device_transfers(
+                extra_pools, kv_device_indices=device_indices, kv_host_indices=host_indices)
+            if pool_transfers is None and extra_pools:
+                if need_load_kv:
+                    full_allocator.free(device_indices)
+                return None
+            self.loads += 1
+            self.load_queue.append((node_id, len(host_indices)))
+            return device_indices
+
+        def start_loading(self) -> int:
+            if not self.load_queue:
+                return -1
+            ids = [n for n, _ in self.load_queue]
+            self.ack_load_queue.append(self._ack(ids, sum(k for _, k in self.load_queue)))
+            self.load_queue.clear()
+            return 0
+
+        def append_host_mem_release(self, *a, **k):  # storage (L3) only
+            raise RuntimeError("BookkeepingCacheController: no storage backend in the replay")
+
+    return BookkeepingCacheController
+
+
+def _no_staging(self, *_a: Any, **_k: Any) -> None:
+    """The write-back JIT staging buffers are device-side: none on the CPU."""
+    self.can_use_write_back_jit = False
+
+
+def _stub_host_allocation() -> None:
+    """Host pools: size arithmetic unchanged, no (pinned) allocation of their bytes."""
+    import torch
+    from sglang.srt.mem_cache.pool_host import base, common, mamba, mha
+
+    def no_allocation(dims, dtype, device, pin_memory, allocator, registration_granularity_bytes=None):
+        return torch.empty(1, dtype=dtype).expand(*dims)
+
+    common.ALLOC_MEMORY_FUNCS.default_factory = lambda: no_allocation
+    common.ALLOC_MEMORY_FUNCS.clear()
+    for cls in (mha.MHATokenToKVPoolHost, mamba.MambaPoolHost):
+        cls._init_write_back_staging_buffers = _no_staging
+    for mod in (base, mha, mamba):
+        mod.host_memory_budget_bytes = lambda *_a, **_k: 1 << 62
+
+
+_PREPARED = False
+
+
+def prepare() -> None:
+    """Import SGLang once (about 20 s) and install the stand-ins."""
+    global _PREPARED
+    if _PREPARED:
+        return
+    install_torchvision_stand_in()
+    logging.disable(logging.WARNING)
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import sglang.srt.mem_cache.unified_radix_cache  # noqa: F401
+    from sglang.srt.mem_cache.hybrid_cache import hybrid_pool_assembler
+
+    _stub_host_allocation()
+    hybrid_pool_assembler.HybridCacheController = _make_controller_class()
+    _PREPARED = True
+
+
+# --------------------------------------------------------------------------- the box
+
+
+class Box:
+    """SGLang's pools and tree cache for one rig, built as the scheduler builds them."""
+
+    def __init__(self, rig: Rig):
+        prepare()
+        import torch
+        from sglang.srt.configs.mamba_utils import Mamba2CacheParams, Mamba2StateShape
+        from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+        from sglang.srt.mem_cache.memory_pool import HybridLinearKVPool, HybridReqToTokenPool
+        from sglang.srt.mem_cache.unified_cache.components import ComponentType
+        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+        from sglang.srt.runtime_context import get_context
+
+        self.rig = rig
+        self._override = get_context().override_server_args(**rig.flags())
+        self.server_args = self._override.install()
+        shape = Mamba2StateShape.create(tp_world_size=1, intermediate_size=1, n_groups=1, num_heads=1, head_dim=1,
+                                        state_size=1, conv_kernel=2)
+        cache_params = Mamba2CacheParams(shape=shape, layers=[0, 1, 2])
+        self.req_to_token_pool = HybridReqToTokenPool(
+            size=rig.max_running, mamba_size=rig.mamba_slots, mamba_spec_state_size=rig.max_running,
+            max_context_len=65_536, device="cpu", enable_memory_saver=False, cache_params=cache_params,
+            mamba_layer_ids=[0, 1, 2], enable_mamba_extra_buffer=True, enable_overlap_schedule=True)
+        self.kv_pool = HybridLinearKVPool(
+            size=rig.kv_tokens, dtype=torch.bfloat16, page_size=rig.page_size, head_num=1, head_dim=1,
+            full_attention_layer_ids=[3], device="cpu", mamba_pool=self.req_to_token_pool.mamba_pool)
+        self.allocator = TokenToKVPoolAllocator(rig.kv_tokens, dtype=torch.bfloat16, device="cpu",
+                                                kvcache=self.kv_pool, need_sort=False)
+        params = CacheInitParams(
+            disable=False, req_to_token_pool=self.req_to_token_pool, token_to_kv_pool_allocator=self.allocator,
+            page_size=rig.page_size, enable_mamba_extra_buffer=True, chunked_prefill_size=rig.chunk,
+            tree_components=(ComponentType.FULL, ComponentType.MAMBA))
+        self.cache = UnifiedRadixCache(params)
+        self.cache.init_hicache(self.server_args, params)
+        self.controller = self.cache.cache_controller
+        from sglang.srt.mem_cache.hicache_storage import PoolName
+
+        self.host_kv = self.cache.host_pool_group.get_pool(PoolName.KV)
+        self.host_mamba = self.cache.host_pool_group.get_pool(PoolName.MAMBA)
+
+    def close(self) -> None:
+        self._override.restore()
+
+    def sizes(self) -> dict[str, int]:
+        return {"device_kv": int(self.allocator.size), "device_mamba": int(self.req_to_token_pool.mamba_pool.size),
+                "host_kv": int(self.host_kv.size), "host_mamba": int(self.host_mamba.size)}
+
+
+# --------------------------------------------------------------------------- the scheduler's order
+
+
+@dataclass
+class Ask:
+    label: str
+    ids: list[int]
+    answer: int
+    out: dict[str, Any] = field(default_factory=dict)
+
+
+class Replay:
+    """Drive one Box through asks, one request at a time, in the scheduler's order."""
+
+    def __init__(self, box: Box):
+        self.box = box
+        self.cache = box.cache
+        self.next_token = 10_000_000
+        self.rid = 0
+        self.mamba_evicted = 0
+        self.kv_evicted = 0
+        self._count_evictions()
+
+    def _count_evictions(self) -> None:
+        cache = self.cache
+        original = cache._evict
+
+        def counting(params, available_size_targets=None):
+            res = original(params, available_size_targets)
+            self.kv_evicted += res.num_tokens_evicted
+            self.mamba_evicted += res.mamba_num_evicted
+            return res
+
+        cache._evict = counting
+
+    def _new_req(self, ids: list[int], answer: int):
+        from sglang.srt.managers.schedule_batch import Req
+        from sglang.srt.sampling.sampling_params import SamplingParams
+
+        self.rid += 1
+        sp = SamplingParams(max_new_tokens=answer, ignore_eos=False)
+        return Req(f"r{self.rid}", "", array("q", ids), sp)
+
+    def _adder(self):
+        from sglang.srt.managers.schedule_policy import PrefillAdder
+
+        running = types.SimpleNamespace(reqs=[], batch_size=lambda: 0)
+        return PrefillAdder(self.box.rig.page_size, self.cache, self.box.allocator, running, 0.7, 16_384,
+                            self.box.rig.chunk, 0, max_running_requests=self.box.rig.max_running)
+
+    def _extend(self, req) -> None:
+        """prepare_for_extend: alloc_for_extend + the extra-buffer mamba tracking."""
+        import torch
+        from sglang.srt.mem_cache.allocation import alloc_req_slots, alloc_token_slots
+        from sglang.srt.runtime_context import mamba_checkpoint_grid
+
+        box = self.box
+        pre_len = len(req.prefix_indices)
+        ext = req.extend_range.length
+        seq_len = pre_len + ext
+        idx = alloc_req_slots(box.req_to_token_pool, [req], self.cache)
+        out = alloc_token_slots(self.cache, ext)
+        row = idx[0]
+        box.req_to_token_pool.write((row, slice(0, pre_len)), req.prefix_indices)
+        box.req_to_token_pool.write((row, slice(pre_len, seq_len)), out.to(torch.int32))
+        req.kv.kv_allocated_len = seq_len
+        req.kv.kv_committed_len = seq_len
+        # ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend (extra_buffer, not lazy)
+        grid = mamba_checkpoint_grid(box.rig.page_size)
+        if ext >= grid:
+            aligned = pre_len + (ext // grid) * grid
+            req.kv.mamba_last_track_idx = req.kv.mamba_next_track_idx
+            req.kv.mamba_next_track_idx = box.req_to_token_pool.get_mamba_ping_pong_other_idx(
+                req.kv.mamba_next_track_idx)
+            b = req.mamba_branching_seqlen
+            if b is not None and pre_len < b < seq_len and (b - pre_len) % grid == 0:
+                aligned = b
+            req.kv.mamba_last_track_seqlen = aligned
+
+    def _token(self) -> int:
+        self.next_token += 1
+        return self.next_token
+
+    def run(self, ask: Ask) -> dict[str, Any]:
+        """One request from arrival to finish; what its first match found."""
+        from sglang.srt.managers.schedule_batch import FINISH_LENGTH
+        from sglang.srt.managers.schedule_policy import AddReqResult
+        from sglang.srt.mem_cache.common import maybe_cache_unfinished_req, release_kv_cache
+
+        cache = self.cache
+        box = self.box
+        req = self._new_req(ask.ids, ask.answer)
+        mamba_alloc = box.req_to_token_pool.mamba_allocator
+        first = True
+        chunked = False
+        loads_before = box.controller.loads
+        ev0 = (self.kv_evicted, self.mamba_evicted)
+        while True:
+            if chunked:  # get_next_batch_to_run: stash the previous chunk
+                maybe_cache_unfinished_req(req, cache, chunked=True)
+            cache.check_hicache_events()
+            adder = self._adder()
+            mamba_alloc.alloc_group_begin(0 if chunked else 1)
+            if chunked:
+                req.init_next_round_input()
+                new_chunked = adder.add_chunked_req(req)
+                res = AddReqResult.CONTINUE
+            else:
+                req.init_next_round_input(cache)
+                if first:
+                    ask.out.update(device_hit=len(req.prefix_indices), host_hit=int(req.host_hit_length),
+                                   mamba_host_hit=int(req.mamba_host_hit_length),
+                                   branching=req.mamba_branching_seqlen)
+                res = adder.add_one_req(req, has_chunked_req=False, truncation_align_size=None)
+                new_chunked = adder.new_chunked_req
+                if first:
+                    ask.out["prefix_after_load_back"] = len(req.prefix_indices)
+                    first = False
+            mamba_alloc.alloc_group_end()
+            if req not in adder.can_run_list:
+                raise RuntimeError(f"{ask.label}: not admitted ({res}); the replay runs one request at a time")
+            cache.ready_to_load_host_cache()
+            self._extend(req)
+            chunked = new_chunked is not None
+            if not chunked:
+                break
+        # last chunk done: process_batch_result_prefill
+        req.output_ids.append(self._token())
+        if len(req.output_ids) >= ask.answer:
+            req.finished_reason = FINISH_LENGTH(length=ask.answer)
+        if not req.finished():
+            maybe_cache_unfinished_req(req, cache)
+        # decode
+        interval = 256
+        while not req.finished():
+            cache.check_hicache_events()
+            seq = req.kv.kv_committed_len
+            assert (seq + 1) % interval != 0, "decode would cross a mamba track boundary (not modelled)"
+            from sglang.srt.mem_cache.allocation import alloc_token_slots
+            import torch
+
+            loc = alloc_token_slots(cache, 1)
+            box.req_to_token_pool.write((req.kv.req_pool_idx, seq), loc.to(torch.int32))
+            req.kv.kv_allocated_len += 1
+            req.kv.kv_committed_len += 1
+            req.output_ids.append(self._token())
+            if len(req.output_ids) >= ask.answer:
+                req.finished_reason = FINISH_LENGTH(length=ask.answer)
+        release_kv_cache(req, cache)
+        cache.check_hicache_events()
+        ask.out.update(loaded_back=box.controller.loads - loads_before,
+                       kv_evicted=self.kv_evicted - ev0[0], mamba_evicted=self.mamba_evicted - ev0[1])
+        return ask.out
+
+    def state(self) -> dict[str, int]:
+        box = self.box
+        return {"device_kv_free": int(box.allocator.available_size()),
+                "device_mamba_free": int(box.req_to_token_pool.mamba_allocator.available_size()),
+                "host_kv_free": int(box.host_kv.available_size()),
+                "host_mamba_free": int(box.host_mamba.available_size()),
+                "backups": box.controller.writes, "backup_failures": box.controller.write_failures}
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+class Tokens:
+    """Distinct token ids for distinct texts."""
+
+    def __init__(self) -> None:
+        self.n = 1000
+
+    def take(self, k: int) -> list[int]:
+        out = list(range(self.n, self.n + k))
+        self.n += k
+        return out
+
+
+def canary(rig: Rig) -> dict[str, Any]:
+    box = Box(rig)
+    rp = Replay(box)
+    tok = Tokens()
+    p = tok.take(4096)
+    asks = [Ask("P", p, 32), Ask("P again", p, 32)]
+    asks += [Ask(f"filler {i + 1}", tok.take(2868), 32) for i in range(11)]
+    asks.append(Ask("P last", p, 32))
+    for a in asks:
+        rp.run(a)
+    out = {"rig": rig.__dict__, "sizes": box.sizes(), "asks": [{"label": a.label, **a.out} for a in asks],
+           "state": rp.state()}
+    last = asks[-1].out
+    out["answer"] = {"device_hit": last["device_hit"], "host_hit": last["host_hit"],
+                     "prefix_after_load_back": last["prefix_after_load_back"]}
+    box.close()
+    return out
+
+
+def bench(rig: Rig, n: int = 8, prefix: int = 6000) -> dict[str, Any]:
+    box = Box(rig)
+    rp = Replay(box)
+    tok = Tokens()
+    prefixes = [tok.take(prefix) for _ in range(n)]
+    first = [Ask(f"first {i}", prefixes[i] + tok.take(16), 8) for i in range(n)]
+    second = [Ask(f"second {i}", prefixes[i] + tok.take(16), 8) for i in range(n)]
+    for a in first + second:
+        rp.run(a)
+    out = {"rig": rig.__dict__, "sizes": box.sizes(),
+           "asks": [{"label": a.label, **a.out} for a in first + second], "state": rp.state()}
+    out["answer"] = {
+        "second_pass_host_hits": sum(1 for a in second if a.out["host_hit"] > 0),
+        "second_pass_host_tokens": sum(a.out["host_hit"] for a in second),
+        "second_pass_device_hits": sum(1 for a in second if a.out["device_hit"] > 0),
+        "second_pass_device_tokens": sum(a.out["device_hit"] for a in second),
+        "second_pass_reused_tokens": sum(a.out["prefix_after_load_back"] for a in second),
+    }
+    box.close()
+    return out
+
+
+def _rig(base: dict, args: argparse.Namespace, name: str) -> Rig:
+    kw = dict(base)
+    if args.chunk:
+        kw["chunk"] = args.chunk
+    if args.ratio:
+        kw["ratio"] = args.ratio
+    if args.policy:
+        kw["policy"] = args.policy
+    return Rig(name=name, **kw)
+
+
+#: The variants the tests pin (scenario "all").
+VARIANTS: list[tuple[str, str, dict]] = [
+    ("canary", "canary", dict(SHAPE_TRUE)),
+    ("bench", "bench", dict(SHAPE_TRUE)),
+    ("bench chunk 2048", "bench", dict(SHAPE_TRUE, chunk=2048)),
+    ("bench chunk 8192", "bench", dict(SHAPE_TRUE, chunk=8192)),
+    ("bench ratio 1", "bench", dict(SHAPE_TRUE, ratio=1)),
+    ("bench ratio 8", "bench", dict(SHAPE_TRUE, ratio=8)),
+    ("bench write_back", "bench", dict(SHAPE_TRUE, policy="write_back")),
+    ("seed", "seed", dict(SEED)),
+]
+
+
+def run_scenario(kind: str, rig: Rig) -> dict[str, Any]:
+    if kind == "canary":
+        return canary(rig)
+    if kind == "bench":
+        return bench(rig)
+    if kind == "seed":
+        return bench(rig, prefix=18_000)
+    raise ValueError(kind)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("scenario", choices=["canary", "bench", "seed", "all"])
+    ap.add_argument("--chunk", type=int)
+    ap.add_argument("--ratio", type=float)
+    ap.add_argument("--policy", choices=["write_through", "write_back", "write_through_selective"])
+    ap.add_argument("--json", action="store_true", help="the whole record as JSON (default: the answers)")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    prepare()
+    t1 = time.perf_counter()
+    results: dict[str, Any] = {}
+    if args.scenario == "all":
+        for name, kind, base in VARIANTS:
+            results[name] = run_scenario(kind, Rig(name=name, **base))
+    else:
+        base = SEED if args.scenario == "seed" else SHAPE_TRUE
+        results[args.scenario] = run_scenario(args.scenario, _rig(base, args, args.scenario))
+    t2 = time.perf_counter()
+    doc = {"import_s": round(t1 - t0, 1), "replay_s": round(t2 - t1, 1), "results": results}
+    if args.json:
+        print(json.dumps(doc, indent=1, default=str))
+    else:
+        for name, r in results.items():
+            print(f"{name}: sizes {r['sizes']} answer {r['answer']} state {r['state']}")
+        print(f"import {doc['import_s']} s, replay {doc['replay_s']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
