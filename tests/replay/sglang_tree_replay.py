@@ -232,6 +232,8 @@ def _make_controller_class():
             self.ack_load_queue: list = []
             self.load_queue: list = []
             self.writes = self.loads = 0
+            self.loaded_kv_tokens = 0
+            self.loaded_mamba_slots = 0
             self.write_failures = 0
 
         def reset(self):
@@ -277,6 +279,9 @@ def _make_controller_class():
                     full_allocator.free(device_indices)
                 return None
             self.loads += 1
+            self.loaded_kv_tokens += len(host_indices)
+            self.loaded_mamba_slots += sum(len(t.host_indices) for t in extra_pools or []
+                                           if t.host_indices is not None and t.device_indices is not None)
             self.load_queue.append((node_id, len(host_indices)))
             return device_indices
 
@@ -409,6 +414,7 @@ class Replay:
         self.rid = 0
         self.mamba_evicted = 0
         self.kv_evicted = 0
+        self.host_evicted = {"kv": 0, "mamba": 0}
         self._count_evictions()
 
     def _count_evictions(self) -> None:
@@ -422,6 +428,17 @@ class Replay:
             return res
 
         cache._evict = counting
+        original_host = cache.evict_host
+
+        def counting_host(num_tokens, component_type=None):
+            from sglang.srt.mem_cache.unified_cache.components import ComponentType
+
+            ct = ComponentType.FULL if component_type is None else component_type
+            freed = original_host(num_tokens, ct)
+            self.host_evicted["mamba" if ct == ComponentType.MAMBA else "kv"] += freed
+            return freed
+
+        cache.evict_host = counting_host
 
     def _new_req(self, ids: list[int], answer: int):
         from sglang.srt.managers.schedule_batch import Req
@@ -484,6 +501,7 @@ class Replay:
         first = True
         chunked = False
         loads_before = box.controller.loads
+        kv_before, mamba_before = box.controller.loaded_kv_tokens, box.controller.loaded_mamba_slots
         ev0 = (self.kv_evicted, self.mamba_evicted)
         while True:
             if chunked:  # get_next_batch_to_run: stash the previous chunk
@@ -539,8 +557,33 @@ class Replay:
         release_kv_cache(req, cache)
         cache.check_hicache_events()
         ask.out.update(loaded_back=box.controller.loads - loads_before,
+                       loaded_kv_tokens=box.controller.loaded_kv_tokens - kv_before,
+                       loaded_mamba_slots=box.controller.loaded_mamba_slots - mamba_before,
                        kv_evicted=self.kv_evicted - ev0[0], mamba_evicted=self.mamba_evicted - ev0[1])
         return ask.out
+
+    @staticmethod
+    def _where(cd) -> str:
+        return ("D" if cd.value is not None else "-") + ("H" if cd.host_value is not None else "-")
+
+    def tree(self) -> list[str]:
+        """The radix tree, one line a node: token span from the root, where Full KV and the
+        mamba state live (D device, H host, - none)."""
+        from sglang.srt.mem_cache.unified_cache.components import ComponentType
+
+        core = self.cache.tree_core
+        lines = []
+        stack = [(core.root_node, 0, 0)]
+        while stack:
+            node, depth, indent = stack.pop()
+            end = depth + (len(node.key) if node.key is not None else 0)
+            if node is not core.root_node:
+                f = node.component_data[ComponentType.FULL]
+                m = node.component_data[ComponentType.MAMBA]
+                lines.append(f"{' ' * indent}[{depth},{end}) kv={self._where(f)} mamba={self._where(m)} lock={f.lock_ref}")
+            for child in sorted(node.children.values(), key=lambda c: -c.id):
+                stack.append((child, end, indent + 1))
+        return lines
 
     def state(self) -> dict[str, int]:
         box = self.box
@@ -548,7 +591,8 @@ class Replay:
                 "device_mamba_free": int(box.req_to_token_pool.mamba_allocator.available_size()),
                 "host_kv_free": int(box.host_kv.available_size()),
                 "host_mamba_free": int(box.host_mamba.available_size()),
-                "backups": box.controller.writes, "backup_failures": box.controller.write_failures}
+                "backups": box.controller.writes, "backup_failures": box.controller.write_failures,
+                "host_evicted_kv": self.host_evicted["kv"], "host_evicted_mamba": self.host_evicted["mamba"]}
 
 
 # --------------------------------------------------------------------------- scenarios
@@ -566,21 +610,28 @@ class Tokens:
         return out
 
 
-def canary(rig: Rig) -> dict[str, Any]:
+def canary(rig: Rig, filler_answer: int = 32, shared: int = 0) -> dict[str, Any]:
     box = Box(rig)
     rp = Replay(box)
     tok = Tokens()
-    p = tok.take(4096)
+    head = list(range(1, shared + 1))  # tokens every prompt starts with (a ledger's "Entry")
+    p = head + tok.take(4096 - shared)
     asks = [Ask("P", p, 32), Ask("P again", p, 32)]
-    asks += [Ask(f"filler {i + 1}", tok.take(2868), 32) for i in range(11)]
+    asks += [Ask(f"filler {i + 1}", head + tok.take(2868 - shared), filler_answer) for i in range(11)]
     asks.append(Ask("P last", p, 32))
-    for a in asks:
+    for a in asks[:-1]:
         rp.run(a)
+    tree_before_last = rp.tree()
+    state_before_last = rp.state()
+    rp.run(asks[-1])
     out = {"rig": rig.__dict__, "sizes": box.sizes(), "asks": [{"label": a.label, **a.out} for a in asks],
-           "state": rp.state()}
+           "state_before_last": state_before_last, "state": rp.state(),
+           "tree_before_last": tree_before_last[:6]}
     last = asks[-1].out
     out["answer"] = {"device_hit": last["device_hit"], "host_hit": last["host_hit"],
-                     "prefix_after_load_back": last["prefix_after_load_back"]}
+                     "prefix_after_load_back": last["prefix_after_load_back"],
+                     "loaded_kv_tokens": last["loaded_kv_tokens"], "loaded_mamba_slots": last["loaded_mamba_slots"],
+                     "evicted_during_fill": sum(a.out["kv_evicted"] for a in asks[2:-1])}
     box.close()
     return out
 
@@ -602,6 +653,8 @@ def bench(rig: Rig, n: int = 8, prefix: int = 6000) -> dict[str, Any]:
         "second_pass_device_hits": sum(1 for a in second if a.out["device_hit"] > 0),
         "second_pass_device_tokens": sum(a.out["device_hit"] for a in second),
         "second_pass_reused_tokens": sum(a.out["prefix_after_load_back"] for a in second),
+        "second_pass_loaded_kv_tokens": sum(a.out["loaded_kv_tokens"] for a in second),
+        "second_pass_loaded_mamba_slots": sum(a.out["loaded_mamba_slots"] for a in second),
     }
     box.close()
     return out

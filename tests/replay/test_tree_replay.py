@@ -1,0 +1,110 @@
+"""Pin what SGLang 0.5.19's own hybrid radix cache does with HiCache on the rigs' request sequences
+(``tests/replay/sglang_tree_replay.py``: the real ``UnifiedRadixCache``, components, pools, host
+pools, ``Req`` and ``PrefillAdder`` on the CPU; the cache controller stood in by bookkeeping).
+
+The tests marked ``wheel`` need the throwaway virtual environment that
+``.ci/check-flag-catalog.sh`` builds (``.cache/flagcat-venv``, or ``ESCHA_FLAGCAT_VENV``) and skip
+without it, as ``tests/test_flag_catalog.py``'s do; CI builds it before pytest runs. One
+subprocess imports SGLang once (about 20 s) and runs every scenario (about 2 s).
+
+Reading the numbers: ``device_hit``/``host_hit`` are what ``Req.init_next_round_input`` ->
+``match_prefix`` gave (``len(prefix_indices)`` and ``host_hit_length``); ``reused`` the prefix
+after ``init_load_back``; a prefix of a hybrid model is reusable only up to a node holding a mamba
+state (device, or host for a load-back), and states are kept only at chunk ends
+(``mamba_last_track_seqlen``), at a request's tracked end, and at a matched branching point.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+HARNESS = REPO / "tests" / "replay" / "sglang_tree_replay.py"
+
+
+def _venv_python() -> Path:
+    """The default release's flag-catalog venv (as ``tests/test_flag_catalog.py: _venv_python``)."""
+    venv = Path(os.environ.get("ESCHA_FLAGCAT_VENV") or REPO / ".cache" / "flagcat-venv")
+    python = venv / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"no flag-catalog venv at {venv}; .ci/check-flag-catalog.sh builds it")
+    return python
+
+
+@pytest.fixture(scope="module")
+def replay() -> dict:
+    """Every scenario and variant, from one run of the harness in the venv."""
+    proc = subprocess.run([str(_venv_python()), str(HARNESS), "all", "--json"],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)["results"]
+
+
+def _answer(replay: dict, name: str) -> dict:
+    return replay[name]["answer"]
+
+
+@pytest.mark.wheel
+def test_shape_true_pools_are_sized_by_sglangs_own_rules(replay) -> None:
+    # pool_host/mha.py: int(28,672 * 4) page-floored + 1 page; pool_host/mamba.py: int(10 * 4) + 1
+    assert replay["canary"]["sizes"] == {"device_kv": 28_672, "device_mamba": 10,
+                                         "host_kv": 114_689, "host_mamba": 41}
+    assert replay["bench ratio 1"]["sizes"]["host_kv"] == 28_673
+    assert replay["bench ratio 1"]["sizes"]["host_mamba"] == 11
+    assert replay["bench ratio 8"]["sizes"]["host_mamba"] == 81
+    assert replay["seed"]["sizes"] == {"device_kv": 210_000, "device_mamba": 16,
+                                       "host_kv": 210_001, "host_mamba": 17}
+
+
+@pytest.mark.wheel
+def test_canary_comes_back_from_host_mamba_with_full_kv_still_on_device(replay) -> None:
+    # The second ask matches 3,072 (the last chunk-end state below the 4,095-token match limit)
+    # and checkpoints the branching point 4,032 (mamba_component.py: mamba_branching_seqlen).
+    asks = {a["label"]: a for a in replay["canary"]["asks"]}
+    assert asks["P again"]["device_hit"] == 3072 and asks["P again"]["branching"] == 4032
+    # The fill takes every device mamba state of P (3 slots per filler: running + ping-pong) but
+    # never P's Full KV: the fill evicts 1 + 9 x 768 tokens (fillers' tails), not 7,936.
+    assert _answer(replay, "canary") == {
+        "device_hit": 0, "host_hit": 4032, "prefix_after_load_back": 4032,
+        "loaded_kv_tokens": 0, "loaded_mamba_slots": 2, "evicted_during_fill": 6913,
+    }
+    # host mamba: 38 of 41 slots used, none reclaimed; no backup failed
+    state = replay["canary"]["state_before_last"]
+    assert state["host_mamba_free"] == 3 and state["host_evicted_mamba"] == 0
+    assert state["backup_failures"] == 0
+
+
+@pytest.mark.wheel
+def test_bench_second_pass_per_variant(replay) -> None:
+    def hits(name: str) -> tuple[int, int]:
+        a = _answer(replay, name)
+        return a["second_pass_host_hits"], a["second_pass_host_tokens"]
+
+    # chunk 1024: each prefix reusable to its last chunk end below 6,000 (5,120), all from host
+    assert hits("bench") == (8, 8 * 5120)
+    assert hits("bench chunk 2048") == (8, 8 * 4096)
+    # chunk 8192: one chunk, the only state at 6,016 (past the shared 6,000): nothing reusable
+    assert hits("bench chunk 8192") == (0, 0)
+    # ratio 1: 11 host mamba slots, reclaimed LRU before the second pass comes back
+    assert hits("bench ratio 1") == (0, 0)
+    assert replay["bench ratio 1"]["state"]["host_evicted_mamba"] > 0
+    assert hits("bench ratio 8") == (8, 8 * 5120)
+    # write_back: chunk-end states are dropped with their device slot (only leaves are backed up)
+    assert hits("bench write_back") == (0, 0)
+    for name in ("bench", "bench chunk 2048", "bench chunk 8192", "bench ratio 1", "bench ratio 8",
+                 "bench write_back"):
+        assert _answer(replay, name)["second_pass_device_hits"] == 0, name
+
+
+@pytest.mark.wheel
+def test_seed_box_reuses_nothing_from_either_tier(replay) -> None:
+    # 16 device and 17 host mamba slots for 8 x 9 chunk states: both tiers cycle LRU
+    a = _answer(replay, "seed")
+    assert (a["second_pass_device_hits"], a["second_pass_host_hits"], a["second_pass_reused_tokens"]) == (0, 0, 0)
+    assert replay["seed"]["state"]["host_evicted_mamba"] > 100
+    assert replay["seed"]["state"]["device_kv_free"] > 70_000  # Full KV was never the limit
