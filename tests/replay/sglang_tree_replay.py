@@ -356,7 +356,7 @@ class Box:
         from sglang.srt.mem_cache.memory_pool import HybridLinearKVPool, HybridReqToTokenPool
         from sglang.srt.mem_cache.unified_cache.components import ComponentType
         from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
-        from sglang.srt.runtime_context import get_context
+        from sglang.srt.runtime_context import get_context, get_memory
 
         self.rig = rig
         self._override = get_context().override_server_args(**rig.flags())
@@ -376,6 +376,7 @@ class Box:
         params = CacheInitParams(
             disable=False, req_to_token_pool=self.req_to_token_pool, token_to_kv_pool_allocator=self.allocator,
             page_size=rig.page_size, enable_mamba_extra_buffer=True, chunked_prefill_size=rig.chunk,
+            eviction_policy=get_memory().radix_eviction_policy,
             tree_components=(ComponentType.FULL, ComponentType.MAMBA))
         self.cache = UnifiedRadixCache(params)
         self.cache.init_hicache(self.server_args, params)
@@ -662,35 +663,36 @@ def bench(rig: Rig, n: int = 8, prefix: int = 6000) -> dict[str, Any]:
 
 def _rig(base: dict, args: argparse.Namespace, name: str) -> Rig:
     kw = dict(base)
-    if args.chunk:
-        kw["chunk"] = args.chunk
-    if args.ratio:
-        kw["ratio"] = args.ratio
-    if args.policy:
-        kw["policy"] = args.policy
+    for key in ("chunk", "ratio", "policy", "kv_tokens", "mamba_slots"):
+        if getattr(args, key):
+            kw[key] = getattr(args, key)
     return Rig(name=name, **kw)
 
 
-#: The variants the tests pin (scenario "all").
-VARIANTS: list[tuple[str, str, dict]] = [
-    ("canary", "canary", dict(SHAPE_TRUE)),
-    ("bench", "bench", dict(SHAPE_TRUE)),
-    ("bench chunk 2048", "bench", dict(SHAPE_TRUE, chunk=2048)),
-    ("bench chunk 8192", "bench", dict(SHAPE_TRUE, chunk=8192)),
-    ("bench ratio 1", "bench", dict(SHAPE_TRUE, ratio=1)),
-    ("bench ratio 8", "bench", dict(SHAPE_TRUE, ratio=8)),
-    ("bench write_back", "bench", dict(SHAPE_TRUE, policy="write_back")),
-    ("seed", "seed", dict(SEED)),
+#: The variants the tests pin (scenario "all"): name, scenario, rig, scenario options.
+VARIANTS: list[tuple[str, str, dict, dict]] = [
+    ("canary", "canary", dict(SHAPE_TRUE), {}),
+    # as escha_deploy/bench/canary.py sends them: each filler asked for 1 token
+    ("canary fillers 1 token", "canary", dict(SHAPE_TRUE), dict(filler_answer=1)),
+    # 672 device tokens fewer: the fill then evicts exactly the field's 7,936 tokens per rank
+    ("canary device 28000", "canary", dict(SHAPE_TRUE, kv_tokens=28_000), dict(filler_answer=1)),
+    ("bench", "bench", dict(SHAPE_TRUE), {}),
+    ("bench chunk 2048", "bench", dict(SHAPE_TRUE, chunk=2048), {}),
+    ("bench chunk 8192", "bench", dict(SHAPE_TRUE, chunk=8192), {}),
+    ("bench ratio 1", "bench", dict(SHAPE_TRUE, ratio=1), {}),
+    ("bench ratio 8", "bench", dict(SHAPE_TRUE, ratio=8), {}),
+    ("bench write_back", "bench", dict(SHAPE_TRUE, policy="write_back"), {}),
+    ("seed", "seed", dict(SEED), {}),
 ]
 
 
-def run_scenario(kind: str, rig: Rig) -> dict[str, Any]:
+def run_scenario(kind: str, rig: Rig, **kw: Any) -> dict[str, Any]:
     if kind == "canary":
-        return canary(rig)
+        return canary(rig, **kw)
     if kind == "bench":
-        return bench(rig)
+        return bench(rig, **kw)
     if kind == "seed":
-        return bench(rig, prefix=18_000)
+        return bench(rig, prefix=18_000, **kw)
     raise ValueError(kind)
 
 
@@ -700,6 +702,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--chunk", type=int)
     ap.add_argument("--ratio", type=float)
     ap.add_argument("--policy", choices=["write_through", "write_back", "write_through_selective"])
+    ap.add_argument("--kv-tokens", type=int, help="device KV pool tokens")
+    ap.add_argument("--mamba-slots", type=int, help="device mamba slots (--max-mamba-cache-size)")
+    ap.add_argument("--filler-answer", type=int, help="canary: tokens each filler asks for (default 32)")
     ap.add_argument("--json", action="store_true", help="the whole record as JSON (default: the answers)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
@@ -707,11 +712,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     t1 = time.perf_counter()
     results: dict[str, Any] = {}
     if args.scenario == "all":
-        for name, kind, base in VARIANTS:
-            results[name] = run_scenario(kind, Rig(name=name, **base))
+        for name, kind, base, kw in VARIANTS:
+            results[name] = run_scenario(kind, Rig(name=name, **base), **kw)
     else:
         base = SEED if args.scenario == "seed" else SHAPE_TRUE
-        results[args.scenario] = run_scenario(args.scenario, _rig(base, args, args.scenario))
+        kw = {"filler_answer": args.filler_answer} if args.scenario == "canary" and args.filler_answer else {}
+        results[args.scenario] = run_scenario(args.scenario, _rig(base, args, args.scenario), **kw)
     t2 = time.perf_counter()
     doc = {"import_s": round(t1 - t0, 1), "replay_s": round(t2 - t1, 1), "results": results}
     if args.json:

@@ -77,6 +77,23 @@ def test_canary_comes_back_from_host_mamba_with_full_kv_still_on_device(replay) 
     state = replay["canary"]["state_before_last"]
     assert state["host_mamba_free"] == 3 and state["host_evicted_mamba"] == 0
     assert state["backup_failures"] == 0
+    # the tree before the last ask: P's Full KV on device and host, its states on host only
+    assert replay["canary"]["tree_before_last"][:4] == [
+        " [0,1024) kv=DH mamba=-H lock=0", "  [1024,2048) kv=DH mamba=-H lock=0",
+        "   [2048,3072) kv=DH mamba=-H lock=0", "    [3072,4032) kv=DH mamba=-H lock=0"]
+    # fillers asked for 1 token, as escha_deploy/bench/canary.py asks them: the same
+    assert _answer(replay, "canary fillers 1 token") == _answer(replay, "canary")
+
+
+@pytest.mark.wheel
+def test_canary_with_the_fields_eviction_count_still_loads_back(replay) -> None:
+    # 672 device tokens fewer than the rig's pool: the fill evicts exactly the field's 7,936
+    # tokens (1 + P's tail [3072,4095) + 9 fillers' [2048,2816) tails), and the last ask still
+    # loads P's tail (960 tokens of Full KV) and its 4,032 state back from the host tier.
+    assert _answer(replay, "canary device 28000") == {
+        "device_hit": 0, "host_hit": 4032, "prefix_after_load_back": 4032,
+        "loaded_kv_tokens": 960, "loaded_mamba_slots": 2, "evicted_during_fill": 7936,
+    }
 
 
 @pytest.mark.wheel
@@ -90,9 +107,13 @@ def test_bench_second_pass_per_variant(replay) -> None:
     assert hits("bench chunk 2048") == (8, 8 * 4096)
     # chunk 8192: one chunk, the only state at 6,016 (past the shared 6,000): nothing reusable
     assert hits("bench chunk 8192") == (0, 0)
-    # ratio 1: 11 host mamba slots, reclaimed LRU before the second pass comes back
+    # ratio 1: 11 host mamba slots and 28,673 host KV tokens, both reclaimed LRU before the
+    # second pass comes back (5 states a prefix: chunk ends 2,048..5,120 and 6,016)
     assert hits("bench ratio 1") == (0, 0)
     assert replay["bench ratio 1"]["state"]["host_evicted_mamba"] > 0
+    assert replay["bench ratio 1"]["state"]["host_evicted_kv"] > 0
+    # ratio 4: 40 states in 41 host slots, nothing reclaimed during the first pass
+    assert replay["bench"]["state"]["backup_failures"] == 0
     assert hits("bench ratio 8") == (8, 8 * 5120)
     # write_back: chunk-end states are dropped with their device slot (only leaves are backed up)
     assert hits("bench write_back") == (0, 0)
