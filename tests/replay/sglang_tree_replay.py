@@ -1,7 +1,61 @@
 #!/usr/bin/env python3
 """CPU replay of SGLang 0.5.19's own hybrid (GDN/mamba + full attention) radix cache with HiCache.
 
-WRITE-UP (filled in from what the replay shows; see ``MECHANISM`` below and the report).
+What the replay found (SGLang 0.5.19, python tree core, one request at a time):
+
+- A hybrid prefix is reusable only up to a node holding a mamba state, on the device or (for a
+  load-back) on the host (``unified_cache/components/mamba_component.py:
+  create_match_validator``, ``finalize_match_result_in_tree_core``). With ``extra_buffer`` a
+  state is kept only at (a) each prefill chunk's end, rounded down to the 64-token grid
+  (``schedule_batch.py: _mamba_radix_cache_v2_req_prepare_for_extend``,
+  ``mamba_last_track_seqlen``; inserted by ``cache_unfinished_req(chunked=True)`` and by the
+  post-prefill ``cache_unfinished_req``), (b) a matched request's branching point
+  (``mamba_branching_seqlen``, the last grid point of the Full-KV hit), and (c) decode track
+  boundaries every 256 tokens (never reached here). ``cache_finished_req`` adds none
+  (``MambaComponent.cleanup_after_caching_req`` reset ``mamba_last_track_seqlen`` to None after
+  the post-prefill insert). A match never reaches the last input token (``Req.
+  _compute_max_prefix_len``: ``input_len - 1``), so a request's own end state is useless to an
+  identical ask and a state past a shared prefix is useless to a different question.
+- Device mamba slots are the scarce resource: every admitted chunk wants 3 free slots (running
+  + 2 ping-pong, ``allocation.py: alloc_req_slots``, ``MAMBA_STATE_PER_REQ_PREFIX_CACHE``), so
+  with 10 slots each chunk evicts the LRU states; an internal node's state is tombstoned
+  without touching its Full KV (``MambaComponent._evict_device_next_node``), a leaf leaves the
+  device whole (``UnifiedRadixCache._evict_device_leaf``: demoted to host under
+  write_through). The Full KV pool is rarely what evicts.
+- Under write_through every inserted node is backed up at insert time with its state
+  (``UnifiedTreeCore`` emits ``BackupKV``; ``UnifiedRadixCache._execute_and_commit_kv_backup``
+  -> ``_execute_kv_backup`` -> controller ``write`` -> ``HostPoolGroup.resolve_host_transfers``
+  takes one host mamba slot per state, reclaiming host LRU through ``evict_host(n, MAMBA)``).
+  So the host mamba pool (``int(device_slots * ratio) + 1``) bounds how many states survive:
+  41 at ratio 4. Observed, not traced to its line: in a 6-chunk prompt the first chunk's state
+  is evicted from the device (alloc_req_slots' eviction of the 6th chunk) before any host copy
+  of it exists, and its node's Full KV reaches the host without a state, so 5 states a 6,016-token
+  prompt reach the host, not 6.
+- Under write_back only evicted device *leaves* are backed up (``_evict_components``: deferred
+  ``BackupKV``); chunk-end states on internal nodes are dropped with their device slot.
+
+Per scenario (numbers pinned in ``tests/replay/test_tree_replay.py``):
+
+- canary (shape-true rig): the second ask hits 3,072 on device and checkpoints 4,032; the 11
+  fillers take every device state of P but none of its Full KV (the fill evicts 1 + 9 x 768
+  tokens: the fillers' [2048, 2816) tails); host mamba holds 38 of 41 states, nothing reclaimed,
+  no backup failed. The last ask matches 0 on device and 4,032 from host and loads back the
+  4,032 state (mamba only; Full KV still on device). None of the candidate rules binds. With 672
+  device tokens fewer (28,000) the fill evicts exactly the field's 7,936 tokens (P's tail
+  [3072, 4095) too) and the last ask still loads 960 KV tokens + the state from host. So the
+  field's zero host hits are NOT what this tree code does on this sequence with transfers that
+  complete; the difference is outside what is replayed (see the report).
+- bench (8 x 6,000 + 16, answers 8): chunk 1024: 8 of 8 prefixes from host, 5,120 tokens each
+  (the last chunk end below 6,000; 5 states a prefix, 40 in 41 host slots); chunk 2048: 8 x
+  4,096; chunk 8192: nothing (one chunk, its only state at 6,016, past the shared 6,000);
+  ratio 1: nothing (11 host mamba slots and 28,673 host KV tokens reclaimed LRU); ratio 8: as
+  ratio 4; write_back: nothing (internal chunk states dropped on device eviction). Never a
+  device hit: 10 device slots cannot keep a prefix's states across 7 others.
+- seed (210,000 KV, 16 mamba slots, ratio 1, chunk 2048; 8 x 18,000 + 16): nothing from either
+  tier. 9 states a prefix (2,048 .. 16,384 and 17,984) for 16 device and 17 host slots: both
+  tiers cycle LRU over the 8 prefixes and the second pass finds none of its states, while
+  75,728 device KV tokens are free (Full KV never binds). The field's 5.2 s -> 1.6 s is not a
+  prefix reuse of stock 0.5.19 under this model of the sequence.
 
 What runs for real (SGLang 0.5.19's code, unchanged):
 
