@@ -130,8 +130,11 @@ Order of calls per scheduler step (``Replay.step``), mirroring ``scheduler.py``:
    its length, then ``release_kv_cache`` -> ``cache_finished_req``. Decode crosses no mamba track
    boundary in these scenarios (``mamba_track_interval`` 256; asserted), so no decode checkpoint.
 
-Requests run one at a time (the next arrives after the previous finished), so
-``max_running_requests`` never binds; the non-overlap order of steps is used (the overlap
+``Replay.run`` serves requests one at a time (the next arrives after the previous finished);
+``Replay.run_many`` serves a list that arrives at once (bench/seed ``--at-once``), with
+``max_running_requests`` and the scheduler's ``get_num_allocatable_reqs`` (min of running
+headroom and free req rows) deciding who joins a prefill batch, one prefill or one decode batch
+per step (no mixed chunks). Either way the non-overlap order of steps is used (the overlap
 scheduler's one-step-late result processing is not modelled; its two ping-pong track slots are).
 
 Usage: ``python tests/replay/sglang_tree_replay.py SCENARIO [--chunk N] [--ratio R] [--policy P]
@@ -617,6 +620,96 @@ class Replay:
                        kv_evicted=self.kv_evicted - ev0[0], mamba_evicted=self.mamba_evicted - ev0[1])
         return ask.out
 
+    def run_many(self, asks: list[Ask]) -> None:
+        """Asks that all arrive at once, served as the scheduler serves them without mixed chunks:
+        each step a prefill batch if ``PrefillAdder`` admits one (the in-flight chunked request
+        first, then waiting requests while ``get_num_allocatable_reqs`` = min(max_running -
+        decoding, free req rows) allows), else one decode step of every running request."""
+        import torch
+        from sglang.srt.managers.schedule_batch import FINISH_LENGTH
+        from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder
+        from sglang.srt.mem_cache.allocation import alloc_token_slots
+        from sglang.srt.mem_cache.common import maybe_cache_unfinished_req, release_kv_cache
+
+        cache, box = self.cache, self.box
+        pool = box.req_to_token_pool
+        waiting = [(a, self._new_req(a.ids, a.answer)) for a in asks]
+        of = {id(r): a for a, r in waiting}
+        running: list = []
+        chunked = None
+        loads = {}
+        while waiting or running or chunked is not None:
+            if chunked is not None:
+                maybe_cache_unfinished_req(chunked, cache, chunked=True)
+            cache.check_hicache_events()
+            rb = types.SimpleNamespace(reqs=list(running), batch_size=lambda: len(running))
+            adder = PrefillAdder(box.rig.page_size, cache, box.allocator, rb, 0.7, 16_384, box.rig.chunk, 0,
+                                 max_running_requests=box.rig.max_running)
+            if chunked is not None:
+                chunked.init_next_round_input()
+                chunked = adder.add_chunked_req(chunked)
+            pool.mamba_allocator.alloc_group_begin(len(waiting))
+            for a, req in list(waiting):
+                allocatable = min(box.rig.max_running - len(running), pool.available_size())
+                if len(adder.can_run_list) >= allocatable:
+                    break
+                cc = box.controller
+                before = cc.loads, cc.loaded_kv_tokens, cc.loaded_mamba_slots
+                req.init_next_round_input(cache)
+                a.out.update(device_hit=len(req.prefix_indices), host_hit=int(req.host_hit_length),
+                             mamba_host_hit=int(req.mamba_host_hit_length), branching=req.mamba_branching_seqlen)
+                res = adder.add_one_req(req, has_chunked_req=chunked is not None, truncation_align_size=None)
+                added = bool(adder.can_run_list) and adder.can_run_list[-1] is req
+                if added:
+                    a.out["prefix_after_load_back"] = len(req.prefix_indices)
+                    loads[id(req)] = (cc.loads - before[0], cc.loaded_kv_tokens - before[1],
+                                      cc.loaded_mamba_slots - before[2])
+                if res != AddReqResult.CONTINUE:
+                    if not added:
+                        req.kv.mamba_cow_src_index = None
+                        req.kv.mamba_needs_clear = False
+                        if req.kv.holds_mamba:
+                            pool.mamba_allocator.free(req.kv.mamba_pool_idx.unsqueeze(-1))
+                            req.kv.mamba_pool_idx = None
+                    break
+            pool.mamba_allocator.alloc_group_end()
+            batch = adder.can_run_list
+            if batch:
+                waiting = [(a, r) for a, r in waiting if r not in batch]
+                if adder.new_chunked_req is not None:
+                    chunked = adder.new_chunked_req
+                cache.ready_to_load_host_cache()
+                for req in batch:
+                    self._extend(req)
+                for req in batch:
+                    if req is chunked:
+                        continue
+                    req.output_ids.append(self._token())
+                    if len(req.output_ids) >= req.sampling_params.max_new_tokens:
+                        req.finished_reason = FINISH_LENGTH(length=req.sampling_params.max_new_tokens)
+                        release_kv_cache(req, cache)
+                    else:
+                        maybe_cache_unfinished_req(req, cache)
+                        running.append(req)
+                continue
+            if not running:
+                continue
+            locs = alloc_token_slots(cache, len(running))
+            for i, req in enumerate(list(running)):
+                seq = req.kv.kv_committed_len
+                assert (seq + 1) % 256 != 0, "decode would cross a mamba track boundary (not modelled)"
+                pool.write((req.kv.req_pool_idx, seq), locs[i:i + 1].to(torch.int32))
+                req.kv.kv_allocated_len += 1
+                req.kv.kv_committed_len += 1
+                req.output_ids.append(self._token())
+                if len(req.output_ids) >= req.sampling_params.max_new_tokens:
+                    req.finished_reason = FINISH_LENGTH(length=req.sampling_params.max_new_tokens)
+                    release_kv_cache(req, cache)
+                    running.remove(req)
+        cache.check_hicache_events()
+        for rid, (n, kv, mamba) in loads.items():
+            of[rid].out.update(loaded_back=n, loaded_kv_tokens=kv, loaded_mamba_slots=mamba)
+
     @staticmethod
     def _where(cd) -> str:
         return ("D" if cd.value is not None else "-") + ("H" if cd.host_value is not None else "-")
@@ -691,15 +784,19 @@ def canary(rig: Rig, filler_answer: int = 32, shared: int = 0) -> dict[str, Any]
     return out
 
 
-def bench(rig: Rig, n: int = 8, prefix: int = 6000) -> dict[str, Any]:
+def bench(rig: Rig, n: int = 8, prefix: int = 6000, at_once: bool = False) -> dict[str, Any]:
     box = Box(rig)
     rp = Replay(box)
     tok = Tokens()
     prefixes = [tok.take(prefix) for _ in range(n)]
     first = [Ask(f"first {i}", prefixes[i] + tok.take(16), 8) for i in range(n)]
     second = [Ask(f"second {i}", prefixes[i] + tok.take(16), 8) for i in range(n)]
-    for a in first + second:
-        rp.run(a)
+    if at_once:  # each pass sent at once, as scripts/gpu_tier_variants.py's bench sends it
+        rp.run_many(first)
+        rp.run_many(second)
+    else:
+        for a in first + second:
+            rp.run(a)
     out = {"rig": rig.__dict__, "sizes": box.sizes(),
            "asks": [{"label": a.label, **a.out} for a in first + second], "state": rp.state()}
     out["answer"] = {
@@ -737,6 +834,9 @@ VARIANTS: list[tuple[str, str, dict, dict]] = [
     ("bench ratio 8", "bench", dict(SHAPE_TRUE, ratio=8), {}),
     ("bench write_back", "bench", dict(SHAPE_TRUE, policy="write_back"), {}),
     ("seed", "seed", dict(SEED), {}),
+    # each pass's 8 requests sent at once (max_running 2 / 3), as the tier bench sends them
+    ("bench at once", "bench", dict(SHAPE_TRUE), dict(at_once=True)),
+    ("seed at once", "seed", dict(SEED), dict(at_once=True)),
 ]
 
 
@@ -759,6 +859,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--kv-tokens", type=int, help="device KV pool tokens")
     ap.add_argument("--mamba-slots", type=int, help="device mamba slots (--max-mamba-cache-size)")
     ap.add_argument("--filler-answer", type=int, help="canary: tokens each filler asks for (default 32)")
+    ap.add_argument("--at-once", action="store_true", help="bench/seed: each pass's requests arrive together")
     ap.add_argument("--json", action="store_true", help="the whole record as JSON (default: the answers)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
@@ -771,6 +872,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     else:
         base = SEED if args.scenario == "seed" else SHAPE_TRUE
         kw = {"filler_answer": args.filler_answer} if args.scenario == "canary" and args.filler_answer else {}
+        if args.at_once and args.scenario != "canary":
+            kw["at_once"] = True
         results[args.scenario] = run_scenario(args.scenario, _rig(base, args, args.scenario), **kw)
     t2 = time.perf_counter()
     doc = {"import_s": round(t1 - t0, 1), "replay_s": round(t2 - t1, 1), "results": results}

@@ -129,3 +129,15 @@ def test_seed_box_reuses_nothing_from_either_tier(replay) -> None:
     assert (a["second_pass_device_hits"], a["second_pass_host_hits"], a["second_pass_reused_tokens"]) == (0, 0, 0)
     assert replay["seed"]["state"]["host_evicted_mamba"] > 100
     assert replay["seed"]["state"]["device_kv_free"] > 70_000  # Full KV was never the limit
+
+
+@pytest.mark.wheel
+def test_sent_at_once_the_answers_stay(replay) -> None:
+    # 8 requests a pass arriving together (max_running 2 on the rig, 3 on the seed's box)
+    a = _answer(replay, "bench at once")
+    assert (a["second_pass_host_hits"], a["second_pass_host_tokens"]) == (8, 8 * 5120)
+    seed = _answer(replay, "seed at once")
+    assert (seed["second_pass_device_hits"], seed["second_pass_host_hits"]) == (0, 0)
+    # the seed's second pass still finds >= 16,384 tokens of Full KV on device (the branching
+    # point it checkpoints), with no mamba state on the path to start from
+    assert all(x["branching"] >= 16_384 for x in replay["seed at once"]["asks"][8:])
