@@ -54,8 +54,17 @@ Per scenario (numbers pinned in ``tests/replay/test_tree_replay.py``):
 - seed (210,000 KV, 16 mamba slots, ratio 1, chunk 2048; 8 x 18,000 + 16): nothing from either
   tier. 9 states a prefix (2,048 .. 16,384 and 17,984) for 16 device and 17 host slots: both
   tiers cycle LRU over the 8 prefixes and the second pass finds none of its states, while
-  75,728 device KV tokens are free (Full KV never binds). The field's 5.2 s -> 1.6 s is not a
-  prefix reuse of stock 0.5.19 under this model of the sequence.
+  75,728 device KV tokens are free (Full KV never binds): each second-pass ask finds 16,384 or
+  more tokens of its Full KV still on device (its ``mamba_branching_seqlen``) and no state on
+  the path to start from, so it prefills from token 0. Sent at once (max_running 3) the same.
+  The field's 5.2 s -> 1.6 s is not a prefix reuse of stock 0.5.19 under this model of the
+  sequence.
+
+Per release (read, not run; only 0.5.19 is installed): 0.5.21's ``unified_cache/components/
+mamba.py: _evict_device_next_node`` returns an ``InternalStateBackup`` under write_back, so an
+internal node's state is backed up to host before its device slot is freed; the write_back
+variant's rule (chunk states dropped) is 0.5.19's. ``MAMBA_STATE_PER_REQ_PREFIX_CACHE`` is 3 in
+0.5.19 and 0.5.21.
 
 What runs for real (SGLang 0.5.19's code, unchanged):
 
