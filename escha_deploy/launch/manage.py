@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
@@ -42,36 +41,41 @@ def native_servers(profile: str | None) -> list:
     return find_states(profile)[0]
 
 
-def _stop_native(state, grace_s: float) -> bool:
+def _stop_native(state, grace_s: float) -> str:
     """SIGTERM the native ``serve`` (it forwards the signal to SGLang and, ``grace_s`` after,
     SIGKILLs what is left: ``native.supervise``), then wait for it to exit, up to ``grace_s``
-    plus 15 s; True when it exited."""
+    plus 15 s. Only the process that wrote the state file is signalled
+    (``serve_state.signal_serve``: its pid and start time). Returns ``serve_state.identity``'s
+    word: ``SAME`` when it was signalled and exited, ``GONE`` when it had already gone,
+    ``OTHER``/``UNVERIFIED`` when nothing was signalled, and ``"running"`` when it did not exit."""
     import signal
     import time
 
-    try:
-        os.kill(state.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return True
+    from .serve_state import SAME, signal_serve
+
+    who = signal_serve(state, signal.SIGTERM)
+    if who != SAME:
+        return who
     end = time.monotonic() + grace_s + 15
     while time.monotonic() < end:
-        if _exited(state.pid):
-            return True
+        if _exited(state):
+            return SAME
         time.sleep(0.1)
-    return _exited(state.pid)
+    return SAME if _exited(state) else "running"
 
 
-def _exited(pid: int) -> bool:
-    """Whether ``pid`` has ended: gone, or a zombie its parent has not reaped yet (proc(5):
-    state ``Z`` in ``/proc/PID/stat``, the field after the parenthesised command name)."""
-    from .native import _pid_alive
+def _exited(state) -> bool:
+    """Whether the state's process has ended: gone, its pid now another process, or a zombie
+    its parent has not reaped yet (proc(5): state ``Z`` in ``/proc/PID/stat``, the field after
+    the parenthesised command name)."""
+    from .serve_state import SAME, UNVERIFIED, identity
 
-    if not _pid_alive(pid):
+    if identity(state) not in (SAME, UNVERIFIED):
         return True
     try:
-        stat = open(f"/proc/{pid}/stat", encoding="ascii", errors="replace").read()
+        stat = open(f"/proc/{state.pid}/stat", encoding="ascii", errors="replace").read()
     except OSError:
-        return not _pid_alive(pid)
+        return identity(state) not in (SAME, UNVERIFIED)
     return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
@@ -81,17 +85,28 @@ def down(profile: str | None, *, timeout_s: int | None = None) -> list[str]:
     processes of the profile (the servers ``status`` lists by their state files) get SIGTERM
     and are waited for. Bind-mounted folders (the L3 directory) and volumes are left alone.
     Returns the names stopped (a native server as ``serve pid N``). Raises ``Failed`` (4) when
-    a port stays busy or a native server does not exit."""
+    a port stays busy or a native server does not exit; ``Refused`` (3), once the rest is
+    stopped, when a state file's pid cannot be verified as the ``serve`` that wrote it (a file
+    of an older version, with no start time): it is not signalled, and the line says how to
+    stop it. A pid that is now another process is never signalled: its file is removed."""
     from . import docker as dk
+    from .serve_state import OTHER, UNVERIFIED, state_path, unverified_line
 
     natives = native_servers(profile)
     client, found = _containers(profile, natives=bool(natives))
-    stopped = []
+    stopped, unverified = [], []
     for st in natives:
         grace = float(timeout_s if timeout_s is not None else 60)
-        if not _stop_native(st, grace):
+        who = _stop_native(st, grace)
+        if who == "running":
             raise Failed(f"down: native serve pid {st.pid} (profile {st.profile}, port {st.port}) "
                          f"did not exit within {grace + 15:g} s of SIGTERM")
+        if who == UNVERIFIED:
+            unverified.append(st)
+            continue
+        if who == OTHER:  # reused between status's look and ours: stale, never signalled
+            state_path(st.port).unlink(missing_ok=True)
+            continue
         stopped.append(f"serve pid {st.pid} (native, port {st.port})")
     for c in found:
         pub = dk.published(c)
@@ -102,6 +117,9 @@ def down(profile: str | None, *, timeout_s: int | None = None) -> list[str]:
             port = pub[1]
             raise Failed(f"down: port {port} still busy after stopping {c.name}")
         stopped.append(c.name)
+    if unverified:
+        raise Refused(*(f"down: {unverified_line(st)}" for st in unverified),
+                      hint=f"the others were stopped: {', '.join(stopped)}" if stopped else None)
     return stopped
 
 
