@@ -140,13 +140,17 @@ def identity(state: ServeState) -> str:
     return SAME if now == state.pid_start else OTHER
 
 
-def unverified_line(state: ServeState, path: Path | None = None) -> str:
-    """What to do about a state file whose pid cannot be verified (``UNVERIFIED``)."""
+def unverified_line(state: ServeState, path: Path | None = None, *, down: bool = True) -> str:
+    """What to do about a state file whose pid cannot be verified (``UNVERIFIED``): for
+    ``down``, how to check and stop it by hand; for ``status``, that it is listed unverified."""
     path = path or state_path(state.port)
-    return (f"{path}: cannot verify that pid {state.pid} is the serve that wrote it (a state file of an older "
-            f"escha-deploy records no start time); not signalled. If `ps -o pid,lstart,args -p {state.pid}` shows "
-            f"escha-deploy serve (profile {state.profile}, port {state.port}), stop it with `kill -TERM "
-            f"{state.pid}`; else remove the file")
+    head = (f"{path}: cannot verify that pid {state.pid} is the serve that wrote it (a state file of an older "
+            f"escha-deploy records no start time)")
+    if not down:
+        return f"{head}; listed, but `down` will not signal it"
+    return (f"{head}; not signalled. If `ps -o pid,lstart,args -p {state.pid}` shows escha-deploy serve "
+            f"(profile {state.profile}, port {state.port}), stop it with `kill -TERM {state.pid}`; else remove "
+            f"the file")
 
 
 def signal_serve(state: ServeState, sig: int) -> str:
@@ -223,6 +227,6 @@ def find_states(profile: str | None = None, folder: Path | None = None) -> tuple
         if profile is not None and state.profile != profile:
             continue
         if who == UNVERIFIED:
-            notes.append(shown(unverified_line(state, path), 600))
+            notes.append(shown(unverified_line(state, path, down=False), 600))
         found.append(state)
     return found, notes
