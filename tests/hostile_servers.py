@@ -29,6 +29,14 @@ Kinds (``KINDS``):
 - ``escapes``: the same endpoints, whose strings (version, model name, a completion's error
   page) carry terminal escapes (``ESCAPES``: an OSC title, a CSI colour, a C1 CSI) and rich
   markup; ``POST /v1/completions`` answers 500 with them.
+- ``gzip-twice``: a small ``/metrics`` sent with ``Content-Encoding: gzip, gzip`` (each layer
+  undone in turn: 64 MiB of text from about 300 KB on the wire), whatever was asked for;
+- ``gzip-bomb``: ``Content-Encoding: gzip``, 256 MiB of text from about 1.2 MB on the wire;
+- ``gzip-broken``: ``Content-Encoding: gzip``, a valid ``/metrics`` whose gzip stream is cut off;
+- ``many-labels``: one sample with 300,000 labels (3.5 MB, under the size cap);
+- ``wide-labels``: one sample with 1,000 labels on a line under the line cap.
+
+``headers`` holds each request's headers (lower-case names), in order.
 """
 
 from __future__ import annotations
@@ -39,10 +47,42 @@ import threading
 import time
 
 KINDS = ("slow-body", "slow-headers", "huge", "huge-chunked", "endless", "nan", "overflow", "tiny-seconds",
-         "redirect", "reset-mid-request", "escapes")
+         "redirect", "reset-mid-request", "escapes", "gzip-twice", "gzip-bomb", "gzip-broken", "many-labels",
+         "wide-labels")
 
 #: About 26 bytes a line, so 50 MB is about 1.9 million series.
 _HUGE_BYTES = 50 * 10**6
+
+
+def _gzip(data: bytes) -> bytes:
+    import gzip
+
+    return gzip.compress(data, compresslevel=1, mtime=0)
+
+
+def _zeros_gzip(n: int) -> bytes:
+    """``n`` bytes of metric-text filler, gzipped, built a MiB at a time (never all in memory)."""
+    import zlib
+
+    z = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = b"#" * (1 << 20)
+    return b"".join(z.compress(block) for _ in range(n >> 20)) + z.flush()
+
+
+def _labels_body(n: int) -> bytes:
+    head = b"# TYPE sglang:token_usage gauge\n"
+    return head + b"sglang:token_usage{" + b",".join(b'l%d="v"' % i for i in range(n)) + b"} 0.5\n"
+
+
+def _encoded_body(kind: str) -> bytes:
+    if kind == "gzip-twice":
+        return _gzip(_zeros_gzip(64 << 20))
+    if kind == "gzip-bomb":
+        return _zeros_gzip(256 << 20)
+    if kind == "gzip-broken":
+        whole = _gzip(NAN_BODY.replace(b"NaN", b"1").replace(b"+Inf", b"2").replace(b"-Inf", b"3"))
+        return whole[: len(whole) - 12]
+    return b""
 
 
 def _huge_body() -> bytes:
@@ -116,7 +156,10 @@ class HostileServer:
         self.port = self._sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.requests: list[str] = []  # "METHOD PATH" of each request read
-        self._body = _huge_body() if kind in ("huge", "huge-chunked") else b""
+        self.headers: list[dict[str, str]] = []
+        self._body = (_huge_body() if kind in ("huge", "huge-chunked") else _encoded_body(kind)
+                      if kind.startswith("gzip-") else _labels_body(300_000 if kind == "many-labels" else 1000)
+                      if kind.endswith("-labels") else b"")
         self._thread = threading.Thread(target=self._serve, name=f"hostile-{kind}", daemon=True)
         self._t_end = time.monotonic() + lifetime_s
 
@@ -162,6 +205,7 @@ class HostileServer:
         method, path = (head[0].split(" ") + ["", ""])[:2]
         headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in head[1:])}
         self.requests.append(f"{method} {path}")
+        self.headers.append(headers)
         return method, path, headers, rest
 
     def _trickle(self, conn: socket.socket, data: bytes) -> None:
@@ -253,6 +297,25 @@ class HostileServer:
         data = body.encode()
         conn.sendall(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
                      b"Connection: close\r\n\r\n" % (status.encode(), len(data)) + data)
+
+    def _encoded(self, conn, coding: bytes) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Encoding: %s\r\n"
+                     b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (coding, len(self._body)) + self._body)
+
+    def _gzip_twice(self, conn, method, path) -> None:
+        self._encoded(conn, b"gzip, gzip")
+
+    def _gzip_bomb(self, conn, method, path) -> None:
+        self._encoded(conn, b"gzip")
+
+    def _gzip_broken(self, conn, method, path) -> None:
+        self._encoded(conn, b"gzip")
+
+    def _many_labels(self, conn, method, path) -> None:
+        self._nan(conn, method, path, self._body)
+
+    def _wide_labels(self, conn, method, path) -> None:
+        self._nan(conn, method, path, self._body)
 
     def _reset_mid_request(self, conn, method, path) -> None:
         answers = {"/health": b"", "/server_info": b'{"version": "0.5.19"}',

@@ -386,9 +386,9 @@ class ServerClient:
                     budget.check_length(r.headers)
                     buf = bytearray()
                     done = False
-                    async with contextlib.aclosing(r.aiter_bytes()) as pieces:
+                    # decoded under the cap, one content coding at most (httpread.body_chunks)
+                    async with contextlib.aclosing(httpread.body_chunks(r, where, budget)) as pieces:
                         async for piece in pieces:
-                            budget.take(piece)
                             buf += piece
                             while not done and (i := buf.find(b"\n")) >= 0:
                                 line = bytes(buf[:i])
@@ -505,13 +505,21 @@ def _take(chunk: dict[str, Any], out: Completion, acc: _Acc, now: float) -> None
 
 
 async def _head(r, limit: int) -> str:
-    """At most ``limit`` bytes of an answer's body, as text (an error page's start)."""
+    """At most ``limit`` bytes of an answer's body, as text (an error page's start), decoded as
+    ``httpread.body_chunks`` decodes (one coding, bounded); a body that cannot be decoded is
+    shown as its reason."""
     got = b""
-    async with contextlib.aclosing(r.aiter_bytes()) as pieces:
-        async for piece in pieces:
-            got += piece
-            if len(got) >= limit:
-                break
+    budget = httpread.Budget(str(r.url), max(limit, 1 << 20))  # one network read fits: its start is kept
+    try:
+        async with contextlib.aclosing(httpread.body_chunks(r, str(r.url), budget)) as pieces:
+            async for piece in pieces:
+                got += piece
+                if len(got) >= limit:
+                    break
+    except httpread.TooLarge:
+        pass  # a decoded chunk past 1 MiB: what came before it is shown
+    except httpread.BadAnswer as exc:
+        return f"({exc.reason})"
     return got[:limit].decode("utf-8", errors="replace")
 
 

@@ -14,9 +14,21 @@ Nothing such a server sends is trusted. The policy (``Policy``), for every reque
   refused before the body is read; a body that streams past it (chunked, or a lying length)
   is refused at the chunk that crosses it, so an endless body costs at most the cap in memory.
   The cap counts decoded bytes (after ``Content-Encoding``), so a gzip bomb stops there too.
+- **one content coding at most**: every request asks for ``Accept-Encoding: identity`` (RFC 9110
+  section 12.5.3), and what a server encodes anyway is decoded here, not by httpx (whose
+  decoder undoes every listed coding of a whole network read at once, before any cap is
+  counted): one coding (``gzip``, ``x-gzip``, ``deflate``), through ``zlib``'s decompressor
+  with ``max_length`` (a read never yields more than the room left under the cap). Two
+  codings or more (``Content-Encoding: gzip, gzip``, each layer multiplying the size) or an
+  unknown one are refused with one line (``BadAnswer``), never decoded; so is a gzip body that
+  breaks off (``ContentDecoder``). The wire bytes count against the cap too.
 - **a series cap** on Prometheus text (``metric_samples``: ``MAX_SERIES``), counted while
   parsing, and the deadline checked while parsing: a valid but huge ``/metrics`` ends with
-  ``TooLarge``, never a parse of millions of series.
+  ``TooLarge``, never a parse of millions of series. Before the parser runs, each line is
+  held to ``MAX_LINE_CHARS`` and each sample to ``MAX_LABELS`` labels (``text_bounds``):
+  ``prometheus_client``'s parser takes time quadratic in the labels of one sample, and checks
+  nothing between two samples, so one sample of 300,000 labels (2.7 MB, under the size cap)
+  would hold it for minutes.
 - **numbers are finite and exact**: a sample that is ``NaN``, ``+/-Inf`` or beyond
   ``MAX_SAMPLE`` is kept out of the samples and listed by name (``MetricSamples.nonfinite``),
   for the caller to report as "not a number" (two such values would sum to ``inf``).
@@ -65,6 +77,16 @@ MAX_SERIES = 50_000
 #: (IEEE 754 binary64: a 53-bit significand). No counter SGLang exports (tokens, bytes,
 #: seconds, requests) gets there: 2**53 tokens is 9e15.
 MAX_SAMPLE = float(2**53)
+#: Longest line of Prometheus text read, characters: a real SGLang 0.5.19 line is under 300
+#: (a histogram bucket with its five labels); a label value holding a model's path adds a few
+#: hundred more. 64 KiB is far past both.
+MAX_LINE_CHARS = 64 * 1024
+#: Most labels on one sample: SGLang 0.5.19 puts at most six on one (``model_name``,
+#: ``engine_type``, ``tp_rank``, ``pp_rank``, ``le``, ``cache_source``); the Prometheus text
+#: format sets no limit, so this is ten times that and more.
+MAX_LABELS = 64
+#: The content codings decoded (RFC 9110 section 8.4.1: ``x-gzip`` is ``gzip``'s alias); one at most.
+CODINGS = ("gzip", "x-gzip", "deflate")
 
 
 class ReadFailed(Exception):
@@ -154,6 +176,7 @@ def async_client(policy: Policy = Policy(), *, connect_s: float | None = None, *
     import httpx
 
     timeout = httpx.Timeout(policy.deadline_s, connect=min(connect_s or policy.deadline_s, policy.deadline_s))
+    kw["headers"] = {"Accept-Encoding": "identity", **dict(kw.get("headers") or {})}
     return httpx.AsyncClient(timeout=timeout, trust_env=False,
                              follow_redirects=False, verify=_ssl_context(), **kw)
 
@@ -211,6 +234,96 @@ class Budget:
             raise TooLarge(self.url, f"the answer goes past {self.max_bytes:,} bytes; at most that many are read")
 
 
+def content_coding(headers: Mapping[str, str] | httpx.Headers, url: str) -> str | None:
+    """The one content coding of an answer (``CODINGS``), None for none (or ``identity``).
+    Raises ``BadAnswer`` for two codings or more (each is undone in turn, so each multiplies
+    the decoded size: RFC 9110 section 8.4) or one not in ``CODINGS``."""
+    values = headers.get_list("content-encoding") if hasattr(headers, "get_list") else (
+        [headers["content-encoding"]] if "content-encoding" in headers else [])
+    codings = [c.strip().lower() for v in values for c in v.split(",") if c.strip()]
+    codings = [c for c in codings if c != "identity"]
+    if len(codings) > 1:
+        raise BadAnswer(url, f"the answer is encoded {len(codings)} times (Content-Encoding: "
+                             f"{shown(', '.join(codings), 60)}); one coding at most is decoded")
+    if codings and codings[0] not in CODINGS:
+        raise BadAnswer(url, f"the answer's Content-Encoding {shown(codings[0], 40)} is not one of "
+                             f"{', '.join(CODINGS)} (identity was asked for)")
+    return codings[0] if codings else None
+
+
+class ContentDecoder:
+    """One content coding undone with a bound: ``feed(data, room)`` returns at most ``room + 1``
+    decoded bytes (``zlib``'s ``max_length``), so a caller that refuses past ``room`` never holds
+    more than that; ``end(room)`` the rest, and ``BadAnswer`` when the stream broke off or is
+    not of its coding. ``deflate`` is read as zlib data, else as raw deflate (what some servers
+    send: httpx does the same)."""
+
+    def __init__(self, coding: str, url: str) -> None:
+        import zlib
+
+        self.coding, self.url = coding, url
+        self._raw_tried = coding != "deflate"
+        self._z = zlib.decompressobj(16 + zlib.MAX_WBITS if coding in ("gzip", "x-gzip") else zlib.MAX_WBITS)
+        self._fed = False
+
+    def _bad(self, why: str) -> BadAnswer:
+        return BadAnswer(self.url, f"the body cannot be decoded ({self.coding}: {shown(why, 80)})")
+
+    def feed(self, data: bytes, room: int) -> bytes:
+        import zlib
+
+        if self._z.eof:  # bytes after the end of the stream: not of this coding's one stream
+            if data.strip(b"\0"):
+                raise self._bad("data after the end of the compressed stream")
+            return b""
+        try:
+            out = self._z.decompress(data, max(room, 0) + 1)
+        except zlib.error as exc:
+            if self._raw_tried or self._fed:
+                raise self._bad(str(exc)) from None
+            self._raw_tried = True
+            self._z = zlib.decompressobj(-zlib.MAX_WBITS)
+            return self.feed(data, room)
+        self._fed = True
+        return out
+
+    def end(self, room: int) -> bytes:
+        import zlib
+
+        if not self._fed:
+            return b""
+        try:
+            out = self._z.flush(max(room, 0) + 1)
+        except zlib.error as exc:
+            raise self._bad(str(exc)) from None
+        if not self._z.eof and len(out) <= room:
+            raise self._bad("the compressed stream ends early")
+        return out
+
+
+async def body_chunks(r: httpx.Response, url: str, budget: Budget) -> AsyncIterator[bytes]:
+    """The decoded body of ``r`` (opened with ``stream``), chunk by chunk, under ``budget``: the
+    raw bytes off the wire (``Response.aiter_raw``: not decoded by httpx) are counted, then at
+    most one content coding is undone (``content_coding``, ``ContentDecoder``) within the room
+    left; ``TooLarge`` past the cap, ``BadAnswer`` for codings refused. Close it
+    (``contextlib.aclosing``) when stopping early."""
+    coding = content_coding(r.headers, url)
+    dec = ContentDecoder(coding, url) if coding else None
+    wire = Budget(url, budget.max_bytes)
+    async with contextlib.aclosing(cast("AsyncGenerator[bytes, None]", r.aiter_raw())) as chunks:
+        async for chunk in chunks:
+            wire.take(chunk)
+            out = chunk if dec is None else dec.feed(chunk, budget.max_bytes - budget.n)
+            budget.take(out)
+            if out:
+                yield out
+    if dec is not None:
+        out = dec.end(budget.max_bytes - budget.n)
+        budget.take(out)
+        if out:
+            yield out
+
+
 async def aread(client: httpx.AsyncClient, method: str, url: str, *, policy: Policy = Policy(),
                 redact: Callable[[str], str] = str,
                 **kw: Any) -> Answer:
@@ -226,10 +339,9 @@ async def aread(client: httpx.AsyncClient, method: str, url: str, *, policy: Pol
             sent[0] = True
             budget.check_length(r.headers)
             parts = []
-            # an async generator (httpx/_models.py: Response.aiter_bytes), closed at a refusal too
-            async with contextlib.aclosing(cast("AsyncGenerator[bytes, None]", r.aiter_bytes())) as chunks:
+            # an async generator, closed at a refusal too
+            async with contextlib.aclosing(body_chunks(r, shown_url, budget)) as chunks:
                 async for chunk in chunks:
-                    budget.take(chunk)
                     parts.append(chunk)
             return Answer(url=shown_url, status=r.status_code, body=b"".join(parts),
                           content_type=r.headers.get("content-type", "").lower(),
@@ -368,6 +480,7 @@ def metric_samples(text: str, url: str, policy: Policy = Policy(), *, started: f
     ``DeadlinePassed``, or ``BadAnswer`` for text that is not Prometheus text."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    text_bounds(text, url)
     t_end = None if started is None else started + policy.deadline_s
     out: dict[SampleKey, float] = {}
     bad: dict[SampleKey, float] = {}
@@ -393,3 +506,20 @@ def metric_samples(text: str, url: str, policy: Policy = Policy(), *, started: f
     except (ValueError, TypeError, IndexError, KeyError) as exc:  # the parser's ways of refusing text
         raise BadAnswer(url, f"not Prometheus text ({_exc_text(exc)})") from None
     return MetricSamples(out, bad)
+
+
+def text_bounds(text: str, url: str) -> None:
+    """Refuse Prometheus text with a line past ``MAX_LINE_CHARS`` or a sample with more than
+    ``MAX_LABELS`` labels (``TooLarge``), before a parser spends time on either. Labels are
+    counted as ``="`` pairs of the line (one per label; a label value holding ``="`` counts
+    more, never fewer). Linear in the text."""
+    import re
+
+    pair = re.compile(r'=\s*"')
+    for i, line in enumerate(text.split("\n"), 1):
+        if len(line) > MAX_LINE_CHARS:
+            raise TooLarge(url, f"line {i} is {len(line):,} characters; at most {MAX_LINE_CHARS:,} are read")
+        if "{" in line and not line.startswith("#"):
+            n = len(pair.findall(line))
+            if n > MAX_LABELS:
+                raise TooLarge(url, f"line {i}: a sample with {n:,} labels; at most {MAX_LABELS} are read")

@@ -33,6 +33,8 @@ def test_a_server_closing_mid_request_is_one_line_exit_4(verb, extra):
     ("slow-headers", "/health: no whole answer within 2 s"),
     ("slow-body", "/health: no whole answer within 2 s"),
     ("endless", "/health: the answer goes past 8,388,608 bytes"),
+    # two codings: refused as such, never undone (each layer multiplies the size: MemoryError)
+    ("gzip-twice", "/health: the answer is encoded 2 times (Content-Encoding: gzip, gzip)"),
 ])
 def test_a_hostile_probe_is_refused_within_the_deadline(kind, words):
     with HostileServer(kind) as srv:
