@@ -6,6 +6,7 @@ secret it names in any output, within 10 s and 1 GiB of address space."""
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import resource
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from canned_server import CannedServer
 from inproc import CLEAN_LINE, OverBudget, run_bounded
 
 HERE = Path(__file__).resolve().parent
@@ -25,7 +27,7 @@ CASES = [{**c, "_file": f.name} for f in sorted((HERE / "cases").glob("*.yaml"))
          for c in yaml.safe_load(f.read_text())["cases"]]
 FIELDS = {"id", "argv", "commands", "profile", "profile_bytes", "profile_pad", "files", "files_bytes", "fifos",
           "symlinks", "modes", "env", "stdin", "unprivileged", "exit", "fragment", "warning", "secret", "problems",
-          "isolate", "_file"}
+          "isolate", "server", "_file"}
 #: root may read and write anything; ``unprivileged`` cases run without the capabilities that
 #: let it (util-linux setpriv), as an ordinary user would.
 DROP_CAPS = ("setpriv", "--inh-caps=-dac_override,-dac_read_search",
@@ -49,9 +51,11 @@ _REPEAT = re.compile(r"\$repeat\((\d+), (.*?)\)\$")
 _BYTE = re.compile(r"\$byte\(([0-9a-f]{2})\)\$")
 
 
-def expand(text: str, d: Path, p: Path) -> str:
+def _expand(text: str, d: Path, p: Path, server: CannedServer | None = None) -> str:
     text = _REPEAT.sub(lambda m: m.group(2) * int(m.group(1)), text)
     text = _BYTE.sub(lambda m: chr(0xDC00 + int(m.group(1), 16)), text)
+    if server is not None:
+        text = text.replace("{url}", server.url).replace("{port}", str(server.port))
     return (text.replace("{p}", str(p)).replace("{d}", str(d)).replace("{uid}", str(os.getuid()))
             .replace("{pid}", str(os.getpid())))
 
@@ -90,8 +94,20 @@ def _limit_subprocess() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
 
+def expand(text: str, d: Path, p: Path) -> str:
+    return _expand(text, d, p)
+
+
 def run_case(case: dict, argv: list[str], tmp_path: Path) -> tuple[int, str, str, float]:
+    if "server" not in case:
+        return _run_case(case, argv, tmp_path, None)
+    with CannedServer(case["server"], lambda text: expand(text, tmp_path, tmp_path / "profile.yaml")) as server:
+        return _run_case(case, argv, tmp_path, server)
+
+
+def _run_case(case: dict, argv: list[str], tmp_path: Path, server: CannedServer | None) -> tuple[int, str, str, float]:
     d = tmp_path
+    expand = functools.partial(_expand, server=server)
     p = d / "profile.yaml"
     for name, text in (case.get("files") or {}).items():
         name = expand(name, d, p)
