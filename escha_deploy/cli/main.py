@@ -48,6 +48,16 @@ def main(argv: list[str] | None = None) -> int:
             print(_profile_hint(ctx, message) or f"hint: see `{ctx.command_path if ctx else 'escha-deploy'} --help`",
                   file=sys.stderr)
         sys.exit(exc.exit_code)
+    except Exception as exc:  # noqa: BLE001 - only docker-py's own family is answered here
+        # a Docker API error (the daemon answered 500, a container removed meanwhile) that no
+        # command turned into its own words: one line and exit 3, never docker-py's traceback
+        if not ((mod := type(exc).__module__ or "") == "docker" or mod.startswith("docker.")):
+            raise
+        from escha_deploy.launch.docker import daemon_refusal
+
+        for line in daemon_refusal(exc, (args[0] if args and not args[0].startswith("-") else "escha-deploy")).lines():
+            print(line, file=sys.stderr)
+        sys.exit(3)
     finally:
         sys.stdout.flush()  # through the wrapper: a closed pipe is noticed here, not at exit
         sys.stdout = stdout

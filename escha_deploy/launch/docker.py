@@ -182,6 +182,65 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300]
 
 
+#: The hint of a daemon that answers with an error.
+DAEMON_ERROR_HINT = "check the daemon (`docker info`; its log: `journalctl -u docker`) and retry"
+
+
+def is_daemon_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is what docker-py raises for the daemon's answer or its connection: its
+    own family (``docker.errors.DockerException``: ``APIError`` for an HTTP error status,
+    ``NotFound`` for a container removed meanwhile) or the ``requests`` errors it lets through
+    (a connection that breaks mid-call, a read timeout). Tells by module, so that nothing is
+    imported to ask."""
+    mod = type(exc).__module__ or ""
+    return mod == "docker" or mod.startswith(("docker.", "requests.", "urllib3."))
+
+
+def daemon_refusal(exc: BaseException, command: str = "docker") -> Refused:
+    """One line (``Refused``, exit 3) for an error of the Docker API: the status and the call
+    (``APIError``: its response's method and path, the daemon's ``message``), never
+    docker-py's whole URL with its query or a traceback. Text from the daemon is shown through
+    ``termtext.shown`` (no control sequences)."""
+    from escha_deploy.utils.termtext import shown
+
+    response = getattr(exc, "response", None)
+    status = getattr(exc, "status_code", None) or getattr(response, "status_code", None)
+    if status is not None and response is not None:
+        from http import HTTPStatus
+        from urllib.parse import urlsplit
+
+        try:
+            phrase = " " + HTTPStatus(int(status)).phrase
+        except ValueError:
+            phrase = ""
+        req = getattr(response, "request", None)
+        call = f"{getattr(req, 'method', '') or ''} {urlsplit(str(getattr(response, 'url', '') or '')).path}".strip()
+        why = getattr(exc, "explanation", None) or ""
+        if isinstance(why, bytes):
+            why = why.decode("utf-8", "replace")
+        if status == 404:
+            text = f"the daemon no longer knows {call or 'it'} (removed meanwhile?)"
+        else:
+            text = f"the daemon answered HTTP {status}{phrase} to {call or 'a call'}"
+        if why:
+            text += f" ({shown(str(why), 200)})"
+    else:
+        text = f"the daemon's answer broke off ({shown(_one_line(exc), 200)})"
+    return Refused(f"{command}: docker: {text}", hint=DAEMON_ERROR_HINT)
+
+
+@contextlib.contextmanager
+def daemon_errors(command: str = "docker") -> Iterator[None]:
+    """Run docker-py calls; what the daemon answers with an error (``is_daemon_error``) becomes
+    ``daemon_refusal``'s one line."""
+    try:
+        yield
+    except Exception as exc:
+        if not is_daemon_error(exc):
+            raise
+        raise daemon_refusal(exc, command) from None
+
+
 def find(client, profile: str | None = None, *, all: bool = True) -> list:
     """Containers this tool created (label ``io.escha.managed``), optionally for one profile."""
     labels = [f"{LABEL_MANAGED_BY}={MANAGED_BY}"]

@@ -16,21 +16,22 @@ class NothingRunning(Refused):
     say it in their own words."""
 
 
-def _containers(profile: str | None, *, natives: bool) -> tuple[Any, list]:
+def _containers(profile: str | None, *, natives: bool, command: str = "down") -> tuple[Any, list]:
     """``(client, containers)`` of this tool for ``profile``; when native servers were found
-    (``natives``), a daemon that does not answer is no error (``(None, [])``), as for ``status``
-    (``watch.session.find_targets``)."""
+    (``natives``), a daemon that does not answer, or answers with an error, is no error
+    (``(None, [])``), as for ``status`` (``watch.session.find_targets``)."""
     from escha_deploy.utils.errors import EschaError
 
     from . import docker as dk
 
     try:
         client = dk.connect()
+        with dk.daemon_errors(command):
+            return client, dk.find(client, profile)
     except EschaError:
         if natives:
             return None, []
         raise
-    return client, dk.find(client, profile)
 
 
 def native_servers(profile: str | None) -> list:
@@ -112,7 +113,8 @@ def down(profile: str | None, *, timeout_s: int | None = None) -> list[str]:
         pub = dk.published(c)
         grace = timeout_s if timeout_s is not None else int(
             c.labels.get(dk.LABEL_STOP_TIMEOUT) or c.attrs["Config"].get("StopTimeout") or 60)
-        dk.stop(c, grace)
+        with dk.daemon_errors("down"):
+            dk.stop(c, grace)
         if pub and not dk.wait_port_free(*pub):
             port = pub[1]
             raise Failed(f"down: port {port} still busy after stopping {c.name}")
@@ -131,8 +133,10 @@ def status(profile: str | None) -> list[dict[str, Any]]:
     from . import docker as dk
 
     client = dk.connect()
+    with dk.daemon_errors("status"):
+        found = dk.find(client, profile)
     rows = []
-    for c in dk.find(client, profile):
+    for c in found:
         st = c.attrs.get("State", {})
         started = st.get("StartedAt", "")
         uptime = None
@@ -167,14 +171,16 @@ def logs(profile: str | None, *, follow: bool, tail: int | str = "all", out=None
         _native_log(natives[0], follow=follow, tail=tail, out=out)
         return
     client = dk.connect()
-    found = dk.find(client, profile)
+    with dk.daemon_errors("logs"):
+        found = dk.find(client, profile)
     if not found:
         raise Refused(f"logs: nothing running{' for profile ' + profile if profile else ''}")
     r = Redactor(container_secrets(found[0]))
     try:
-        for line in dk.log_lines(found[0], follow=follow, tail=tail):
-            out.write(printable(r(line)) + "\n")
-            out.flush()
+        with dk.daemon_errors("logs"):
+            for line in dk.log_lines(found[0], follow=follow, tail=tail):
+                out.write(printable(r(line)) + "\n")
+                out.flush()
     except KeyboardInterrupt:
         pass
 
@@ -265,12 +271,14 @@ def diagnose_container(profile: str | None, container=None):
             raise Refused(f"logs: native serve pid {natives[0].pid} keeps no log at {path} "
                           f"({exc.strerror or exc})") from None
         return diagnose(lines, Facts())  # already redacted by serve; it is running: no exit code
-    if container is None:
-        client = dk.connect()
-        found = dk.find(client, profile)
-        if not found:
-            raise Refused(f"logs: nothing running{' for profile ' + profile if profile else ''}")
-        container = found[0]
-    r = Redactor(container_secrets(container))
-    lines = [r(ln) for ln in dk.log_lines(container, follow=False)]
-    return diagnose(lines, Facts(**facts_from_container(container)))
+    with dk.daemon_errors("diagnose"):
+        if container is None:
+            client = dk.connect()
+            found = dk.find(client, profile)
+            if not found:
+                raise Refused(f"logs: nothing running{' for profile ' + profile if profile else ''}")
+            container = found[0]
+        r = Redactor(container_secrets(container))
+        lines = [r(ln) for ln in dk.log_lines(container, follow=False)]
+        facts = facts_from_container(container)
+    return diagnose(lines, Facts(**facts))

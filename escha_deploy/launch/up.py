@@ -284,6 +284,8 @@ class Preflight:
     api_key: str | None = None
     failed: list[str] = field(default_factory=list)
     doctor_probe: DoctorProbe | None = None
+    #: why the checks that need the daemon did not run (the dry run, with no client)
+    daemon_note: str = "the Docker daemon does not answer"
 
     @property
     def spec_file(self) -> Path:
@@ -482,6 +484,7 @@ CHECKS: list[Check] = [
 PREFLIGHT = tuple(c.name for c in CHECKS)
 
 _NO_DAEMON = "the Docker daemon does not answer"
+_DAEMON_ERROR = "the Docker daemon answered with an error"
 
 
 @dataclass
@@ -513,14 +516,40 @@ def run_preflight(ctx: Preflight) -> tuple[list[CheckResult], list[EschaError]]:
         ctx.failed.append(check.name)
         errors.append(err)
 
+    def daemon_failed(exc: Exception) -> EschaError:
+        """A Docker API error (the daemon answered 500, a container went meanwhile): one line,
+        exit 3. The dry run then goes on as for a daemon that does not answer: no client, the
+        plan made again without it, the checks that need it "not run"."""
+        from . import docker as dk
+
+        err = dk.daemon_refusal(exc, "up --dry-run" if ctx.dry else "up")
+        if ctx.dry:
+            ctx.client = None
+            ctx.daemon_note = _DAEMON_ERROR
+        return err
+
     for check in CHECKS:
         if ctx.running is not None:
             results.append(CheckResult(check.name, "not needed", "the profile's server is already running"))
             continue
         try:
-            if "plan" in check.needs:
-                ctx.planned()
-            why = check.not_needed(ctx)
+            try:
+                if "plan" in check.needs:
+                    ctx.planned()
+                why = check.not_needed(ctx)
+            except Exception as exc:
+                from . import docker as dk
+
+                if not dk.is_daemon_error(exc):
+                    raise
+                err = daemon_failed(exc)
+                if not ctx.dry:
+                    raise err from None
+                errors.append(err)
+                ctx.prep = None
+                if "plan" in check.needs:
+                    ctx.planned()
+                why = check.not_needed(ctx)
         except EschaError as exc:
             if not ctx.dry:
                 raise
@@ -529,10 +558,17 @@ def run_preflight(ctx: Preflight) -> tuple[list[CheckResult], list[EschaError]]:
         if why is not None:
             results.append(CheckResult(check.name, "not needed", why))
         elif "daemon" in check.needs and ctx.client is None:
-            results.append(CheckResult(check.name, "not run", _NO_DAEMON + check.without_daemon))
+            results.append(CheckResult(check.name, "not run", ctx.daemon_note + check.without_daemon))
         else:
             try:
-                state, detail = check.run(ctx)
+                try:
+                    state, detail = check.run(ctx)
+                except Exception as exc:
+                    from . import docker as dk
+
+                    if not dk.is_daemon_error(exc):
+                        raise
+                    raise daemon_failed(exc) from None
                 results.append(CheckResult(check.name, state, detail))
             except EschaError as exc:
                 fail(check, exc)

@@ -92,7 +92,8 @@ def container_targets(profile: str | None) -> list[Target]:
 
     rows = rows_of(profile)
     client = dk.connect()
-    by_name = {c.name: c for c in dk.find(client, profile)}
+    with dk.daemon_errors("status"):
+        by_name = {c.name: c for c in dk.find(client, profile)}
     out = []
     for row in rows:
         plan, key = None, None

@@ -1,4 +1,4 @@
-"""A corpus case's ``server``: an HTTP/1.1 server on 127.0.0.1 (a port the OS picks) that gives
+"""A corpus case's ``server`` (and a test's stand-in daemon): an HTTP/1.1 server on 127.0.0.1 (a port the OS picks) that gives
 canned answers, so a case can feed a command what a server sends as it feeds it a file.
 
 ``answers`` maps a path pattern (``fnmatch``, matched against the path without its query; the
