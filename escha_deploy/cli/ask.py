@@ -36,6 +36,10 @@ def register(app: typer.Typer) -> None:
             "or the key the running server was started with).")] = None,
         max_tokens: Annotated[int, typer.Option("--max-tokens", parser=number_option(1, 1 << 20, integer=True),
                                                 help="Tokens to generate at most.")] = 256,
+        timeout: Annotated[float, typer.Option(
+            "--timeout", parser=number_option(0.1, 24 * 3600),
+            help="Seconds for each request, all of it: connecting, the status line and the whole answer "
+            "(a first request after start may compile kernels).")] = 300.0,
         format: FormatOpt = OutputFormat.table,
     ) -> None:
         """Send one request to the running server and print its answer and cached-token sources."""
@@ -69,9 +73,13 @@ def register(app: typer.Typer) -> None:
             key = key or targets[0].api_key
         assert endpoint is not None
         info(f"ask: {endpoint}")
-        answer = send(endpoint.rstrip("/"), prompt, model=model, api_key=key, max_tokens=max_tokens)
+        answer = send(endpoint.rstrip("/"), prompt, model=model, api_key=key, max_tokens=max_tokens,
+                      timeout_s=timeout)
         if format is OutputFormat.json:
             print_json(answer.__dict__)
             return
-        typer.echo(answer.text)
+        from escha_deploy.utils.termtext import printable
+
+        # the server's text, line by line, without what a terminal would act on (escape sequences)
+        typer.echo("\n".join(printable(line) for line in answer.text.split("\n")))
         info(answer.cache_line())

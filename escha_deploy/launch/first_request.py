@@ -113,64 +113,91 @@ def _int(v) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def parse_answer(data: dict) -> Answer:
-    """An ``Answer`` from a chat completion's JSON. Raises ``Failed`` (4) when it has no choice."""
+def _dict(v) -> dict:
+    """``v`` when it is a JSON object, else ``{}``: a field of the wrong type reads as absent."""
+    return v if isinstance(v, dict) else {}
+
+
+def parse_answer(data: object) -> Answer:
+    """An ``Answer`` from a chat completion's JSON. Raises ``Failed`` (4) when it has no choice;
+    a field of another type than SGLang's (``usage`` a number, ``message`` a list) reads as
+    absent, never as a traceback."""
     choices = data.get("choices") if isinstance(data, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise Failed("ask: the server's answer has no choices")
-    msg = choices[0].get("message") or {}
-    usage = data.get("usage") or {}
-    details = usage.get("prompt_tokens_details") or {}
-    ext = ((data.get("sglext") or {}).get("cached_tokens_details") or {}) if isinstance(data.get("sglext"), dict) else {}
-    return Answer(text=str(msg.get("content") or ""), prompt_tokens=_int(usage.get("prompt_tokens")),
+    assert isinstance(data, dict)
+    msg = _dict(choices[0].get("message"))
+    usage = _dict(data.get("usage"))
+    details = _dict(usage.get("prompt_tokens_details"))
+    ext = _dict(_dict(data.get("sglext")).get("cached_tokens_details"))
+    content = msg.get("content")
+    return Answer(text=content if isinstance(content, str) else "", prompt_tokens=_int(usage.get("prompt_tokens")),
                   completion_tokens=_int(usage.get("completion_tokens")),
-                  cached_tokens=_int(details.get("cached_tokens")) if isinstance(details, dict) else None,
-                  device_tokens=_int(ext.get("device")) if isinstance(ext, dict) else None,
-                  host_tokens=_int(ext.get("host")) if isinstance(ext, dict) else None)
+                  cached_tokens=_int(details.get("cached_tokens")), device_tokens=_int(ext.get("device")),
+                  host_tokens=_int(ext.get("host")))
+
+
+def _page(text: str, api_key: str | None, mask) -> str:
+    """An error page's start as one printable line (``termtext.shown``), the key masked; a page
+    that quotes the key wrapped across a line break or spaces (which the mask cannot match)
+    is not shown at all."""
+    from escha_deploy.utils.termtext import shown
+
+    if api_key and "".join(text.split()).count(api_key) > text.count(api_key):  # the key split by whitespace
+        return "(not shown: it quotes the API key across a line break)"
+    return shown(mask(" ".join(mask(text).split())), 300)
 
 
 def ask(endpoint: str, prompt: str, *, model: str | None = None, api_key: str | None = None,
         max_tokens: int = FIRST_MAX_TOKENS, timeout_s: float = ASK_TIMEOUT_S) -> Answer:
     """Send ``prompt`` to ``endpoint`` as one chat completion and return the answer.
 
-    ``model``: the served name (default: the first of the server's ``/v1/models``). Raises
-    ``Refused`` (3) when nothing answers at ``endpoint`` or it refuses the key (401),
-    ``Failed`` (4) for any other HTTP error or a malformed answer; the key never appears in a
-    message."""
-    import httpx
-
+    ``model``: the served name (default: the first of the server's ``/v1/models``). Every read
+    goes through ``httpread`` (identity encoding, one coding at most, the body cap, the bounded
+    JSON reader, and ``timeout_s`` for the whole request: a server that trickles its answer
+    cannot restart it). Raises ``Refused`` (3) when nothing answers at ``endpoint`` or it
+    refuses the key (401), ``Failed`` (4) for any other HTTP error, an answer cut off, late,
+    too large or malformed; the key never appears in a message."""
+    from escha_deploy.utils import httpread
     from escha_deploy.utils.redact import Redactor
 
     mask = Redactor([api_key] if api_key else [])
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        with httpx.Client(base_url=endpoint, headers=headers, timeout=httpx.Timeout(timeout_s, connect=5.0),
-                          trust_env=False) as http:
-            if model is None:
-                r = http.get("/v1/models")
-                if r.status_code == 401:
-                    raise Refused(f"ask: {endpoint} refused the API key (HTTP 401)",
-                                  hint="pass --api-key-file with the server's key file")
-                ids = [m.get("id") for m in (r.json().get("data") or [])] if r.status_code == 200 else []
-                model = next((i for i in ids if isinstance(i, str)), None)
-                if model is None:
-                    raise Failed(f"ask: {endpoint}/v1/models names no model (HTTP {r.status_code})")
-            r = http.post("/v1/chat/completions", json=chat_body(model, prompt, max_tokens, cache_details=True))
-    except httpx.TransportError as exc:
-        raise Refused(f"ask: nothing answers at {endpoint} ({mask(type(exc).__name__ + ': ' + str(exc))})",
-                      hint="`escha-deploy status` lists the running servers") from None
-    except ValueError as exc:  # a body that is not JSON
-        raise Failed(f"ask: {endpoint} answered something that is not JSON ({mask(str(exc))})") from None
-    if r.status_code == 401:
-        raise Refused(f"ask: {endpoint} refused the API key (HTTP 401)",
-                      hint="pass --api-key-file with the server's key file")
-    if r.status_code != 200:
-        raise Failed(f"ask: {endpoint}/v1/chat/completions answered HTTP {r.status_code}: "
-                     f"{mask(' '.join(r.text.split()))[:300]}")
-    try:
-        return parse_answer(r.json())
-    except ValueError:
-        raise Failed(f"ask: {endpoint} answered something that is not JSON") from None
+    policy = httpread.Policy(deadline_s=timeout_s)
+
+    def call(method: str, path: str, body: dict | None = None) -> httpread.Answer:
+        hdrs = {**headers, **({"Content-Type": "application/json"} if body is not None else {})}
+        content = json.dumps(body).encode() if body is not None else None
+        try:
+            r = httpread.request(method, endpoint + path, policy=policy, headers=hdrs, content=content)
+        except httpread.Unreachable as exc:
+            raise Refused(f"ask: nothing answers at {endpoint} ({mask(exc.reason)})",
+                          hint="`escha-deploy status` lists the running servers") from None
+        except httpread.ReadFailed as exc:
+            raise Failed(f"ask: {mask(str(exc))}") from None
+        if r.status == 401:
+            raise Refused(f"ask: {endpoint} refused the API key (HTTP 401)",
+                          hint="pass --api-key-file with the server's key file")
+        return r
+
+    def json_of(r: httpread.Answer):
+        try:
+            return r.json()
+        except httpread.BadAnswer as exc:
+            raise Failed(f"ask: {mask(str(exc))}") from None
+
+    if model is None:
+        r = call("GET", "/v1/models")
+        data = json_of(r) if r.status == 200 else {}
+        listed = _dict(data).get("data")
+        ids = [_dict(m).get("id") for m in listed] if isinstance(listed, list) else []
+        model = next((i for i in ids if isinstance(i, str) and i), None)
+        if model is None:
+            raise Failed(f"ask: {endpoint}/v1/models names no model (HTTP {r.status})")
+    r = call("POST", "/v1/chat/completions", chat_body(model, prompt, max_tokens, cache_details=True))
+    if r.status != 200:
+        raise Failed(f"ask: {endpoint}/v1/chat/completions answered HTTP {r.status}: {_page(r.text(), api_key, mask)}")
+    return parse_answer(json_of(r))
 
 
 def check_prompt(prompt: str) -> str:
