@@ -301,7 +301,7 @@ class ContentDecoder:
         return out
 
 
-async def body_chunks(r: httpx.Response, url: str, budget: Budget) -> AsyncIterator[bytes]:
+async def body_chunks(r: httpx.Response, url: str, budget: Budget) -> AsyncGenerator[bytes, None]:
     """The decoded body of ``r`` (opened with ``stream``), chunk by chunk, under ``budget``: the
     raw bytes off the wire (``Response.aiter_raw``: not decoded by httpx) are counted, then at
     most one content coding is undone (``content_coding``, ``ContentDecoder``) within the room
