@@ -192,7 +192,8 @@ def _native_log(state, *, follow: bool, tail: int | str, out) -> None:
     version, which kept no log file)."""
     import time
 
-    from .native import _pid_alive, serve_log_path
+    from .native import serve_log_path
+    from .serve_state import SAME, UNVERIFIED, identity
 
     path = serve_log_path(state.port)
     try:
@@ -206,7 +207,7 @@ def _native_log(state, *, follow: bool, tail: int | str, out) -> None:
         out.write("".join(shown))
         out.flush()
         try:
-            while follow and _pid_alive(state.pid):
+            while follow and identity(state) in (SAME, UNVERIFIED):  # a pid given out again ends it
                 chunk = f.read()
                 if chunk:
                     out.write(chunk)
