@@ -88,13 +88,14 @@ def _cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None)
     return out.getvalue()
 
 
-def _l3_mounted(path: str, cap_bytes: int | None, field: str = "hicache.storage_dir") -> list[str]:
-    """STAND-IN for ``folders.check_l3_dir`` in container mode: the container's L3 mount
-    (``flags.CONTAINER_L3_DIR``) does not exist on the machine that renders the golden files."""
+def _l3_mounted(path: str, **kw):
+    """STAND-IN for ``folders.read_l3_dir`` in container mode: the container's L3 mount
+    (``flags.CONTAINER_L3_DIR``) does not exist on the machine that renders the golden files
+    (read as fine, with no reading: the plan weighs no room)."""
     from escha_deploy.pipeline import argv as flags
-    from escha_deploy.facts.folders import check_l3_dir
+    from escha_deploy.facts.folders import read_l3_dir
 
-    return [] if path == flags.CONTAINER_L3_DIR else check_l3_dir(path, cap_bytes, field)
+    return ([], None) if path == flags.CONTAINER_L3_DIR else read_l3_dir(path, **kw)
 
 
 def _environment_fits(launch, capabilities, **kw):
@@ -132,7 +133,7 @@ def render(tmp: Path) -> dict[str, str]:
         files[f"{profile}/box.json"] = facts_text
         runtime = out / "runtime.json"
         runtime.write_text(json.dumps(runtime_doc(load_profile(profile)), indent=2) + "\n")
-        with mock.patch("escha_deploy.facts.folders.check_l3_dir", _l3_mounted), \
+        with mock.patch("escha_deploy.facts.folders.read_l3_dir", _l3_mounted), \
                 mock.patch("escha_deploy.launch.check.check_here", _environment_fits), \
                 mock.patch("escha_deploy.sglang.capabilities.RUNTIME_DESCRIPTION_PATH", str(runtime)):
             serve = _cli("serve", "--profile", profile, "--print",

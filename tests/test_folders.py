@@ -78,17 +78,19 @@ def _free(p: Path) -> int:
     return st.f_bavail * st.f_frsize
 
 
-def test_b33_free_space_below_the_cap_is_refused_at_plan_up_and_serve(tmp_path):
-    cap = _free(tmp_path) + 10**12  # a terabyte more than this filesystem has free
+def test_b33_free_space_below_the_need_is_refused_at_plan_up_and_serve(tmp_path):
+    # the cap is per rank (TP2: two caps); 2 GB more than this filesystem has free, less than its size
+    cap = _free(tmp_path) // 2 + 10**9
     sets = ["--set", f"hicache.l3.dir={tmp_path}", "--set", f"hicache.l3.max_size={cap}B"]
     for argv in (["plan", "-p", L3, "--hicache-size", "3", *sets], ["up", "-p", L3, *sets, "--dry-run"],
                  ["serve", "-p", L3, "--set", "runtime.needs=[]", *sets, "--print"]):
         r = cli(*argv)
         assert r.returncode == 3, (argv, r.stderr)
-        # up and serve refuse with the line alone; plan shows the plan with it as a reason
-        said = " ".join((r.stdout if argv[0] == "plan" else r.stderr).split())
+        # up refuses with the line alone; plan shows the plan with it as a reason, serve --print its refusals
+        said = " ".join((r.stderr if argv[0] == "up" else r.stdout).split())  # serve --print: its refusals
         assert f"hicache.l3.dir: {tmp_path} has" in said and f"on {mount_point(tmp_path)} (statvfs)" in said
         assert "less than the" in said and "Traceback" not in r.stderr
+        assert "x 2 ranks" in said and "delete" not in said and "free space there" not in said
 
 
 def test_b33_unwritable_directory_is_refused(tmp_path):
@@ -124,7 +126,7 @@ def test_plan_of_this_host_shows_the_plan_with_a_missing_directory_as_its_reason
     d = json.loads(r.stdout)  # one JSON object, as for any plan
     assert d["verdict"] == "unsafe" and d["per_rank"]["pinned_bytes"] > 0
     assert d["reasons"][0] == (f"hicache.l3.dir: {missing} does not exist here; create it (mkdir -p {missing}) "
-                               "on a disk with the cap free")
+                               "on a disk with room for the tier")
     assert not any("not checked" in w for w in d["warnings"])
     table = cli("plan", "-p", L3, "--hicache-size", "3", *sets)
     assert table.returncode == 3 and "error:" not in table.stderr

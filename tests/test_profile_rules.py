@@ -144,7 +144,8 @@ def test_the_flat_l3_keys_are_read_into_the_variant_with_one_warning(tmp_path):
                             "  storage_max_size: 100GB\n")
     warnings: list[str] = []
     prof = load_profile(str(flat), warnings=warnings)
-    assert prof.hicache.l3.model_dump() == {"kind": "file", "dir": "/srv/l3", "max_size": 100 * 10**9}
+    assert prof.hicache.l3.model_dump() == {"kind": "file", "dir": "/srv/l3", "max_size": 100 * 10**9,
+                                            "min_free_space": None}
     assert warnings == [f"{flat}:4: hicache.hicache_storage_backend: read hicache_storage_backend as l3.kind and "
                         "storage_dir as l3.dir and storage_max_size as l3.max_size: write "
                         "`l3: {kind: file, dir: DIR, max_size: SIZE}` instead"]

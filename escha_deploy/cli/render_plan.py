@@ -64,6 +64,11 @@ def render_plan(p: Plan) -> None:
         con.print(f"allocator {first.allocator} ({first.allocator_source}); pinned bytes: {first.source}",
                   soft_wrap=True)
 
+    if p.l3_disk is not None:
+        from escha_deploy.planner.disk import describe
+
+        con.print(f"file L3 disk: {describe(p.l3_disk)} ({p.l3_disk.source})", soft_wrap=True, markup=False)
+
     hh = p.host_hit_cost
     if hh is not None:
         t = Table(title="host_hit_cost: a cached prefix loaded back from host RAM vs recomputed (per rank)",

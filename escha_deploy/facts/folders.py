@@ -9,10 +9,14 @@ directory's problem as a reason of the plan (``pipeline.plan_here``).
   ``_prepare_weights``: ``*.safetensors``, then ``*.bin``, ``*.pt``). A folder without them is
   bad input (exit 2); when a sub-folder has them the fix names it (a download one level off).
 - File L3 directory (``hicache.l3.dir``, SGLang's ``HiCacheFile`` backend,
-  ``sglang/srt/mem_cache/hicache_storage.py``): it must exist, take a new file, and have the
-  cap (``hicache.l3.max_size``) free on the filesystem it is mounted on (``statvfs``
-  ``f_bavail * f_frsize``: what an unprivileged writer can use); otherwise the store fails
-  late, after a 10-minute load. Refused before start (exit 3).
+  ``sglang/srt/mem_cache/hicache_storage.py``): it must exist, take a new file, and its files
+  be listable (``read_l3_dir``, which also reads the filesystem as SGLang's
+  ``LRUFileEvictor._fs_stats`` does and sums the store's own files, those SGLang counts inside
+  the cap at start: ``_scan_existing_files``). The disk the tier needs is each owning rank's
+  cap plus the free-space watermark (``sglang.filestore``); free space plus the store's own
+  files must cover it (``l3_space_problems``): a store reused across restarts is counted, never
+  to be deleted. Otherwise the store fails late, after a 10-minute load. Refused before start
+  (exit 3); nothing in the folder is ever removed here.
 """
 
 from __future__ import annotations
@@ -22,7 +26,12 @@ import os
 import tempfile
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from escha_deploy.utils.units import fmt_gb
+
+if TYPE_CHECKING:
+    from escha_deploy.facts.host import L3DirReading
 
 #: Weight files SGLang 0.5.19's default loader reads (``loader.py`` ``_prepare_weights``),
 #: and the sharded-checkpoint indexes that name them.
@@ -127,23 +136,94 @@ def _writable(p: Path) -> str | None:
         return exc.strerror or str(exc)
 
 
-def check_l3_dir(path: str, cap_bytes: int | None, field: str = "hicache.l3.dir") -> list[str]:
-    """Refusals for the file L3 directory at ``path``: missing, not a folder, not writable (a
-    file is really created and removed: permissions, a read-only mount and ACLs all show), or
-    less free space than ``cap_bytes`` (bytes, ``hicache.l3.max_size``) on its filesystem."""
+def read_l3_dir(path: str, *, tp_size: int, mla: bool,
+                field: str = "hicache.l3.dir") -> tuple[list[str], "L3DirReading | None"]:
+    """The file L3 folder at ``path`` where the server runs: its refusals (missing, not a
+    folder, not writable: a file is really created and removed, so permissions, a read-only
+    mount and ACLs all show; its filesystem or files unreadable), else its reading: the
+    filesystem's size and free space (``statvfs``) and the bytes of the store's own page files
+    (``sglang.filestore.own_file`` for a TP ``tp_size`` server, ``mla``: rank-replicated KV).
+    Reads only; removes nothing but its own probe file."""
+    from escha_deploy.facts.host import L3DirReading
+    from escha_deploy.sglang.filestore import own_file
+
     p = Path(path)
     if not os.path.exists(p):
-        return [f"{field}: {path} does not exist here; create it (mkdir -p {path}) on a disk with the cap free"]
+        return [f"{field}: {path} does not exist here; create it (mkdir -p {path}) on a disk with room for the tier"], None
     if not os.path.isdir(p):
-        return [f"{field}: {path} is not a folder"]
+        return [f"{field}: {path} is not a folder"], None
     why = _writable(p)
     if why is not None:
         return [f"{field}: {path} is not writable ({why}); the L3 file store writes there "
-                f"(chown it to the server's user or pick another folder)"]
-    if cap_bytes:
+                f"(chown it to the server's user or pick another folder)"], None
+    try:
         st = os.statvfs(p)
-        free = st.f_bavail * st.f_frsize
-        if free < cap_bytes:
-            return [f"{field}: {path} has {fmt_gb(free)} free on {mount_point(p)} (statvfs), less than the "
-                    f"{fmt_gb(cap_bytes)} cap (hicache.l3.max_size); free space there or lower the cap"]
+    except OSError as exc:
+        return [f"{field}: {path}: cannot read its filesystem (statvfs: {exc.strerror or exc})"], None
+    own = own_n = other = 0
+    try:
+        with os.scandir(p) as it:
+            for entry in it:
+                if not entry.name.endswith(".bin"):
+                    continue
+                size = entry.stat(follow_symlinks=False).st_size
+                if own_file(entry.name, tp_size, mla=mla):
+                    own, own_n = own + size, own_n + 1
+                else:
+                    other += size
+    except OSError as exc:
+        return [f"{field}: {path}: cannot read the store's files ({exc.strerror or exc}); SGLang counts them "
+                f"at start (lru_file_evictor.py: _scan_existing_files): let the server's user list and read the "
+                f"folder"], None
+    return [], L3DirReading(path=str(path), mount=str(mount_point(p)), fs_bytes=st.f_blocks * st.f_frsize,
+                            free_bytes=st.f_bavail * st.f_frsize, store_bytes=own, store_files=own_n,
+                            other_bytes=other)
+
+
+def _floor_gb(n: int) -> str:
+    return f"{max(0, n) // 10**9}GB"
+
+
+def l3_space_problems(r: "L3DirReading", *, cap: int, ranks: int, min_free: int) -> list[str]:
+    """Refusals of the file L3 store's room (pure): the watermark (``hicache.l3.min_free_space``)
+    not below the filesystem's size; the tier's need (``cap`` bytes per owning rank x ``ranks``
+    + ``min_free``) above the filesystem's size (SGLang would clamp each rank's cap to the
+    filesystem less the watermark, so the ranks together could fill it: ``LRUFileEvictor.__init__``);
+    free space plus the store's own files (which SGLang counts inside the cap at start and
+    evicts as it needs room) short of the need. The advice lowers the cap or moves the folder;
+    it never asks to delete the store."""
+    need = cap * ranks + min_free
+    wm = f" + min_free_space {fmt_gb(min_free)}" if min_free else ""
+    how = f"hicache.l3.max_size {fmt_gb(cap)} per rank x {ranks} rank{'s' if ranks != 1 else ''}{wm}"
+    if min_free and min_free >= r.fs_bytes:
+        return [f"hicache.l3.min_free_space: {fmt_gb(min_free)} is not less than the whole filesystem at {r.mount} "
+                f"({fmt_gb(r.fs_bytes)}, statvfs): SGLang would clamp every rank's cap to 0 and keep nothing there; "
+                f"lower it"]
+    if need > r.fs_bytes:
+        return [f"hicache.l3.max_size: the tier needs {fmt_gb(need)} ({how}), more than the whole filesystem at "
+                f"{r.mount} holds ({fmt_gb(r.fs_bytes)}, statvfs): lower hicache.l3.max_size to "
+                f"{_floor_gb((r.fs_bytes - min_free) // ranks)} or put hicache.l3.dir on a larger disk"]
+    room = r.free_bytes + r.store_bytes
+    if room < need:
+        others = (f"; {fmt_gb(r.other_bytes)} of other .bin files there belong to no rank of this server "
+                  f"(another model or TP size) and are not counted" if r.other_bytes else "")
+        return [f"hicache.l3.dir: {r.path} has {fmt_gb(r.free_bytes)} free + {fmt_gb(r.store_bytes)} in this "
+                f"store's own files on {r.mount} (statvfs), less than the {fmt_gb(need)} the tier needs ({how}){others}: "
+                f"lower hicache.l3.max_size to {_floor_gb((room - min_free) // ranks)} (the store's files stay and "
+                f"count) or put hicache.l3.dir on a larger disk"]
+    return []
+
+
+def check_l3_dir(path: str, cap_bytes: int | None, field: str = "hicache.l3.dir", *, tp_size: int = 1,
+                 ranks: int = 1, mla: bool = False, min_free: int = 0) -> list[str]:
+    """Refusals for the file L3 directory at ``path`` (``read_l3_dir``), and, with a cap
+    (``cap_bytes`` per owning rank, ``hicache.l3.max_size``), of its room for ``ranks`` owning
+    ranks and the watermark ``min_free`` (``l3_space_problems``)."""
+    problems, reading = read_l3_dir(path, tp_size=tp_size, mla=mla, field=field)
+    if problems or reading is None:
+        return problems
+    if cap_bytes:
+        return l3_space_problems(reading, cap=cap_bytes, ranks=ranks, min_free=min_free)
+    if min_free and min_free >= reading.fs_bytes:
+        return l3_space_problems(reading, cap=0, ranks=ranks, min_free=min_free)
     return []

@@ -16,6 +16,24 @@ from ..facts.restore_bandwidth import RestoreBandwidth
 from ..utils.units import fmt_gib
 from .gpus import GpuInventory
 
+class L3DirReading(BaseModel):
+    """The file L3 store's folder as read where the server runs (``folders.read_l3_dir``):
+    ``statvfs`` figures as SGLang's ``LRUFileEvictor._fs_stats`` takes them (``fs_bytes``:
+    ``f_blocks * f_frsize``; ``free_bytes``: ``f_bavail * f_frsize``), and the store's own files
+    there (``store_bytes`` in ``store_files`` files: those the server's ranks count and evict as
+    theirs, ``sglang.filestore.own_file``). Bytes."""
+
+    model_config = ConfigDict(frozen=True)
+    path: str
+    mount: str
+    fs_bytes: int = Field(ge=0)
+    free_bytes: int = Field(ge=0)
+    store_bytes: int = Field(ge=0)
+    store_files: int = Field(ge=0)
+    other_bytes: int = Field(0, ge=0, description="bytes of .bin files there that no rank of this server owns "
+                             "(another TP size or model): SGLang never evicts them")
+
+
 #: The kernel the server runs under: ``wsl2`` for Microsoft's WSL2 kernel, else ``linux``.
 Platform = Literal["linux", "wsl2"]
 
@@ -67,6 +85,9 @@ class HostFacts(BaseModel):
     l3_checked: bool = Field(
         default=False, description="the L3 directory was checked here (exists, writable, cap free: "
         "folders.check_l3_dir); false when the plan describes another host")
+    l3_dir: L3DirReading | None = Field(
+        default=None, description="the file L3 folder's filesystem and the store's own files, read where the "
+        "server runs; None: not read (another host, or no folder to read)")
     gpus: GpuInventory | None = Field(
         default=None, description="the GPUs as NVML reports them (brand, PCI ids, P2P status, topology); "
         "None: not read (a described host, or no NVML here)")

@@ -275,14 +275,16 @@ def read_model_folder(profile, model_path: str | None = None):
     return read_folder_facts(field, read_model_dir, path) if path else None
 
 
-def l3_dir_problems(profile, l3_path: str | None = None) -> list[str] | None:
-    """The file L3 directory's problems where the server runs (``folders.check_l3_dir``:
-    missing, not writable, short of ``hicache.storage_max_size``; empty: fine), read at
-    ``l3_path`` (the container's mount point in the container), default
-    ``hicache.storage_dir``; ``None`` when the profile has no file L3 directory (not checked)."""
-    from escha_deploy.facts.folders import check_l3_dir
+def l3_dir_problems(profile, l3_path: str | None = None, *, mla: bool = False):
+    """The file L3 directory where the server runs (``folders.read_l3_dir``): ``(problems,
+    reading)``, its refusals (missing, not a folder, not writable, its files unreadable; empty:
+    fine) and its filesystem and the store's own files (for the plan, which weighs them against
+    the tier's need), read at ``l3_path`` (the container's mount point in the container), default
+    ``hicache.l3.dir``; ``None`` when the profile has no file L3 directory (not checked).
+    ``mla``: the model's KV is rank-replicated (the model folder's ``kv_rank_replicated``)."""
+    from escha_deploy.facts.folders import read_l3_dir
 
     l3 = profile.hicache.storage_dir if profile.hicache.storage_backend_is_file else None
     if not l3:
         return None
-    return check_l3_dir(l3_path or l3, profile.hicache.storage_max_size)
+    return read_l3_dir(l3_path or l3, tp_size=profile.runtime.tp_size, mla=mla)

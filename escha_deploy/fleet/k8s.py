@@ -4,7 +4,9 @@ Per group:
 
 - ``nodes: 1`` (replicas): a **Deployment** of ``escha-deploy serve`` pods, or a **StatefulSet**
   when the profile's HiCache uses the file L3 backend (each replica keeps its own L3 volume
-  from a ``volumeClaimTemplate``; a file L3 is never shared between instances). The profile
+  from a ``volumeClaimTemplate``, sized at the plan's disk need: each owning rank's cap x those
+  ranks + the watermark, ``planner.disk``; a profile without a cap is refused, as a file L3 is
+  never shared between instances). The profile
   travels in a ConfigMap (mounted at ``/etc/escha/profile.yaml``) and ``serve`` plans again in
   the pod, as in a container.
 - ``nodes: N``: a **LeaderWorkerSet** (kubernetes-sigs/lws; ``leaderworkerset.x-k8s.io/v1``):
@@ -164,7 +166,11 @@ def _single_node(loaded: LoadedFleet, fp: FleetPlan, g: Group, n_instances: int)
         from ..pipeline.argv import CONTAINER_L3_DIR
 
         mounts.append({"name": "l3", "mountPath": CONTAINER_L3_DIR})
-        size = prof.hicache.storage_max_size or 100 * 10**9
+        disk = bp.plan.l3_disk
+        if disk is None or disk.need_bytes is None:  # no cap: the store grows until the volume is full
+            raise BadInput(f"hicache.l3.max_size: group {g.name}'s profile {prof.name} has a file L3 store without a "
+                           f"cap, so its volume has no size: set hicache.l3.max_size (per rank)")
+        size = disk.need_bytes  # each owning rank's cap x those ranks + the watermark (planner.disk)
         workload = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta,
                     "spec": {"replicas": n_instances, "serviceName": name, "selector": selector, "template": template,
                              "volumeClaimTemplates": [{"metadata": {"name": "l3"}, "spec": {

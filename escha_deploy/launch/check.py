@@ -12,8 +12,8 @@ Each check compares one thing the running environment can see with the ``LaunchS
   ``CAP_IPC_LOCK`` (mlock(2): then the limit does not apply);
 - the model folder at ``LaunchNeeds.model_path``, and a speculative draft's at
   ``LaunchNeeds.draft_path``: present, with config.json and weights;
-- the file L3 store at ``LaunchNeeds.l3_dir``: present, writable, ``LaunchNeeds.l3_max_bytes``
-  free (``folders.check_l3_dir``).
+- the file L3 store at ``LaunchNeeds.l3_dir``: present, writable, free space plus the store's own
+  files holding ``l3_max_bytes`` x ``l3_owner_ranks`` + ``l3_min_free_bytes`` (``folders.check_l3_dir``).
 
 A disagreement refuses with exit 3, one line each with both numbers; a model folder without
 config.json or weights (the model's or the draft's) is bad input (exit 2).
@@ -91,7 +91,8 @@ def check_l3(needs: LaunchNeeds) -> list[str]:
 
     if not needs.l3_dir:
         return []
-    return check_l3_dir(needs.l3_dir, needs.l3_max_bytes)
+    return check_l3_dir(needs.l3_dir, needs.l3_max_bytes, tp_size=needs.l3_tp_size, ranks=needs.l3_owner_ranks,
+                        mla=needs.l3_rank_replicated, min_free=needs.l3_min_free_bytes)
 
 
 def check_here(launch: LaunchSpec, capabilities: list[str] | None, *, where: str, gpus: bool = True,

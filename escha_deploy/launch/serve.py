@@ -190,7 +190,8 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
     device = device_figures(plan)  # the sizing stages of SGLang's pre-flight: the plan's figures
     if dry_run and (missing or plan.verdict == "unsafe"):
         _print(launch, *_secrets(launch), extra={"verdict": plan.verdict, "missing_capabilities": missing,
-                                                 "preflight_device": device})
+                                                 "preflight_device": device},
+               refusals=plan.refusal_lines() if plan.verdict == "unsafe" else ())
         require_capabilities(caps, profile.runtime.needs, where, native=False if in_container else None)
         return 3
     from escha_deploy.launch.planview import plan_view

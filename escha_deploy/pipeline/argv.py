@@ -206,7 +206,8 @@ def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L
     - INT2 layout (``SGLANG_MIXED_KV_*``), read by the OSCAR overlay;
     - ``NCCL_P2P_DISABLE=1`` under WSL2 and where NVML shows no peer access (``plan.nccl_p2p_disabled``;
       microsoft/WSL#12467, NVIDIA/nccl#1637); ``NO_PROXY`` for loopback (sglang#9814);
-    - the L3 file backend's directory and cap (``SGLANG_HICACHE_FILE_BACKEND_*``, ``file_l3_store``);
+    - the L3 file backend's directory, cap and free-space watermark (``SGLANG_HICACHE_FILE_BACKEND_*``,
+      ``file_l3_store``; the watermark ``_MIN_FREE_SPACE``, ``LRUFileEvictor._load_config``);
     - ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1`` when ``runtime.allow_longer_context_length``;
     - ``SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB`` (``register_chunk_gib``) when a host buffer on the
       cudaHostRegister path is larger than ``REGISTER_CHUNK_GIB``;
@@ -240,6 +241,8 @@ def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L
         env[key_env("hicache.l3.dir")] = store[0]
         if store[1]:
             env[key_env("hicache.l3.max_size")] = str(store[1])
+        if profile.hicache.storage_min_free:  # bytes; SGLang's human_readable_int takes a plain number
+            env[key_env("hicache.l3.min_free_space")] = str(profile.hicache.storage_min_free)
     l3 = profile.hicache.l3
     if hc.enabled and hc.storage_backend == "mooncake" and isinstance(l3, L3Mooncake):
         if l3.master:

@@ -38,7 +38,7 @@ class Gathered(NamedTuple):
     without one (``fleet`` keeps it for the checks only a fleet has); ``draft``: what
     ``model.draft``'s folder says (``arch.DraftFacts``; ``None`` without the key or the folder
     here); ``l3_refusals``: the file L3 directory's problems when the server runs here
-    (``folders.check_l3_dir``: missing, not writable, short of ``hicache.storage_max_size``;
+    (``folders.read_l3_dir``: missing, not writable, its files unreadable; the room is the plan's;
     empty when fine or not checked): ``plan`` makes them reasons of an unsafe plan, ``up`` its
     ``L3 folder`` check, ``serve`` refuses them (exit 3); ``findings``: doctor's saved findings
     for this machine as its reader read them (``None`` for a described host, a facts file, whose
@@ -232,9 +232,11 @@ def gather(profile: Profile, source: FactsSource) -> Gathered:
     host = reading.host
     model_dir = read_model_folder(profile, model_path)
     check_here = isinstance(src, (ThisHost, FactsFileHost)) and src.server_here
-    l3_refusals = l3_dir_problems(profile, l3_path) if check_here else None
-    if l3_refusals is not None:
-        host = host.model_copy(update={"l3_checked": True})
+    l3 = (l3_dir_problems(profile, l3_path, mla=bool(model_dir and model_dir.kv_rank_replicated))
+          if check_here else None)
+    l3_refusals = l3[0] if l3 is not None else None
+    if l3 is not None:
+        host = host.model_copy(update={"l3_checked": True, "l3_dir": l3[1]})
     if model_dir is not None:
         # read now from the folder's config.json and safetensors headers
         value = (_fmt_bytes(model_dir.tensor_bytes) + " of tensors (safetensors headers)" if model_dir.tensor_bytes

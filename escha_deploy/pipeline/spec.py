@@ -33,8 +33,9 @@ if TYPE_CHECKING:
 
 #: The launch-spec document schema this escha-deploy writes and reads (``serve --spec``
 #: refuses another one, naming both). 2: ``needs`` carries the file L3 store
-#: (``l3_dir``, ``l3_max_bytes``), which version 1 left in ``env`` alone.
-LAUNCH_SPEC_SCHEMA_VERSION = 2
+#: (``l3_dir``, ``l3_max_bytes``), which version 1 left in ``env`` alone. 3: and the ranks that keep
+#: their own files under that cap, the watermark and the file suffixes (``l3_owner_ranks``, ...).
+LAUNCH_SPEC_SCHEMA_VERSION = 3
 #: Where ``up`` mounts the spec document (read-only) in the container.
 SPEC_TARGET = "/etc/escha/launch-spec.json"
 
@@ -142,8 +143,16 @@ class LaunchNeeds(BaseModel):
     l3_dir: str | None = Field(default=None, description="the file L3 store's directory as the server sees it "
                                "(flags.CONTAINER_L3_DIR in a container, hicache.l3.dir natively): present and "
                                "writable; None: the plan has no file L3")
-    l3_max_bytes: int | None = Field(default=None, ge=0, description="the file L3 store's cap (hicache.l3.max_size, "
-                                     "bytes): free on l3_dir's filesystem; None: no cap or no file L3")
+    l3_max_bytes: int | None = Field(default=None, ge=0, description="the file L3 store's cap per owning rank "
+                                     "(hicache.l3.max_size, bytes); None: no cap or no file L3")
+    l3_owner_ranks: int = Field(default=1, ge=1, description="ranks that keep their own L3 files, each under the "
+                                "cap (plan.l3_disk.owner_ranks): free space plus the store's own files must hold "
+                                "l3_max_bytes x l3_owner_ranks + l3_min_free_bytes")
+    l3_min_free_bytes: int = Field(default=0, ge=0, description="hicache.l3.min_free_space (bytes)")
+    l3_tp_size: int = Field(default=1, ge=1, description="runtime.tp_size: the ranks' file suffixes "
+                            "(_{tp_rank}_{tp_size}) say which files are the store's own")
+    l3_rank_replicated: bool = Field(default=False, description="the model's KV is rank-replicated (MLA): every "
+                                     ".bin file there is the store's own")
     draft_path: str | None = Field(default=None, description="the speculative draft's folder as the server sees it "
                                    "(model.draft.path in a container, model.draft.host_dir natively): config.json "
                                    "and weights there; None: no draft folder is mounted")
@@ -418,6 +427,10 @@ def build_launch_spec(plan: Plan, profile: Profile, *, overrides: Sequence[str] 
                         pinned_bytes_per_rank=plan.per_rank.pinned_bytes if plan.hicache.enabled else 0,
                         model_path=native_model if native else profile.model.path if model_dir else None,
                         l3_dir=store[0] if store else None, l3_max_bytes=store[1] if store else None,
+                        l3_owner_ranks=plan.l3_disk.owner_ranks if store and plan.l3_disk else 1,
+                        l3_min_free_bytes=plan.l3_disk.min_free_bytes if store and plan.l3_disk else 0,
+                        l3_rank_replicated=bool(store and plan.l3_disk and plan.l3_disk.rank_replicated),
+                        l3_tp_size=profile.runtime.tp_size,
                         draft_path=(native_draft if native else draft.path) if draft and draft.host_dir else None)
     return LaunchSpec(
         escha_version=__version__, profile=profile.name, profile_data=profile_data, plan_digest=digest,

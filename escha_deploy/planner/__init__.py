@@ -49,6 +49,7 @@ from .constraints import (WSL2_MEMORY_ADVICE, HostConstraint, HostView, binding_
                           breaches, buffer_over_limit, first_breach, host_constraints)
 from .device import sglang_default_mem_fraction, sglang_min_reserved_mib, sglang_reserved_mib
 from .pools import PINNED_MAX_BYTES, DevicePools, HostPools, host_pools_at_ratio, host_pools_at_size, pinned_buffers
+from .disk import L3Disk
 from .search import SAFE_RATIO_GRID, SafeRatios, headroom, search_safe
 from .result import (AutoSizeCheck, CheckResult, HostGuardView, Budget, Decision, DevicePlan, Finding, HiCachePlan, HostBuffer, HostHitCost, KvDtypeRow,
                      PerRank, Plan, RuntimeCheck, SafetyPolicy, Verdict)
@@ -191,6 +192,7 @@ class _Ctx:
     findings: list[Finding] = field(default_factory=list)
     verdict: Verdict = "ok"
     short_now_bytes: int | None = None  # what the live host lacks now (MemAvailable), if anything
+    l3_disk: L3Disk | None = None  # the file L3 store's disk [host_pools]; None without one
     shapes = _Output[RankShapes]("model_shapes")
     dev = _Output[DevicePools]("device_pools")
     sizing = _Output[DeviceSizing]("device_pools")
@@ -820,11 +822,22 @@ def step_host_pools(c: _Ctx) -> None:
     if "hicache-host-reserve-env" in c.inp.capabilities:
         # the patched runtime reads its reserve from the environment; the stock one has its 10 GiB
         c.hicache = h = h.model_copy(update={"host_reserve_bytes": c.view.patched_reserve})
-    if h.storage_backend == "file" and not c.inp.host.l3_checked:
-        cap = c.inp.profile.hicache.storage_max_size
-        need = f"and have {fmt_gb(cap)} free (l3.max_size) " if cap else ""
-        c.warnings.append(f"hicache.l3.dir: {c.inp.profile.hicache.storage_dir} was not checked (this plan describes "
-                          f"another host): there it must exist, be writable {need}where it is mounted")
+    if h.storage_backend == "file":
+        from .disk import describe, l3_disk
+
+        hc = c.inp.profile.hicache
+        c.l3_disk, unsafe = l3_disk(
+            release=c.inp.release, tp_size=c.ranks, mla=bool(c.inp.model_dir and c.inp.model_dir.kv_rank_replicated),
+            hybrid=c.inp.arch.is_hybrid, cap=hc.storage_max_size, min_free=hc.storage_min_free,
+            page_bytes=c.sizing.page_size * c.dev.host_kv_bytes_per_token, reading=c.inp.host.l3_dir)
+        c.unsafe += unsafe
+        c.decide("host_pools", "file L3 disk", fmt_gb(c.l3_disk.need_bytes) if c.l3_disk.need_bytes else "no cap",
+                 describe(c.l3_disk))
+        if not c.inp.host.l3_checked:
+            need = f"and have {fmt_gb(c.l3_disk.need_bytes)} free or in the store's own files " \
+                if c.l3_disk.need_bytes else ""
+            c.warnings.append(f"hicache.l3.dir: {hc.storage_dir} was not checked (this plan describes "
+                              f"another host): there it must exist, be writable {need}where it is mounted")
     if c.inp.host.available_now_bytes is not None:
         need_bytes = total + c.budget.server_processes_bytes + c.budget.os_reserve_bytes
         if c.inp.host.available_now_bytes < need_bytes:
@@ -1160,5 +1173,6 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
         findings=c.findings, verdict=c.verdict, reasons=c.reasons, warnings=c.warnings, decisions=c.decisions,
         peer_access=c.launch.peers, mamba_radix_cache_strategy=c.launch.mamba_strategy,
         custom_all_reduce_disabled=c.launch.custom_all_reduce_off, nccl_p2p_disabled=c.launch.nccl_p2p_off,
+        l3_disk=c.l3_disk,
     )
 

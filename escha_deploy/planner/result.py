@@ -332,6 +332,10 @@ class Plan(BaseModel):
         when it has none): the lines ``up``, ``serve`` and ``compose --facts`` refuse with."""
         return [f"plan: {r}" for r in self.reasons] or ["plan: unsafe"]
 
+    l3_disk: "L3Disk | None" = Field(
+        None, description="the file L3 store's disk: each owning rank's cap x the ranks that keep their own files "
+        "+ the watermark, and the folder's filesystem and fill where read (planner.disk); None without a file L3")
+
     argv_check: "ArgvCheck | None" = Field(
         None, description="the rendered argv checked against the runtime's flag catalog (filled by the CLI)")
 
@@ -344,5 +348,7 @@ class ArgvCheck(BaseModel):
     declared: list[str] = Field(description="'--flag value (capability)' accepted as declared")
     errors: list[str]
 
+
+from .disk import L3Disk  # noqa: E402  (Plan names it; disk.py imports nothing of this module)
 
 Plan.model_rebuild()

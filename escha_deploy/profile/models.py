@@ -400,6 +400,13 @@ class L3File(EschaModel):
         Size | None, Field(description="cap of the L3 files (SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE), e.g. 512GB"),
         SGLangFlag(env="SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"),
     ] = None
+    min_free_space: Annotated[
+        Size | None,
+        Field(description="free space SGLang keeps on the store's filesystem, evicting to hold it "
+              "(SGLANG_HICACHE_FILE_BACKEND_MIN_FREE_SPACE; unset: SGLang's 0), e.g. 20GB; each rank's cap is "
+              "clamped to the filesystem's size less it"),
+        SGLangFlag(env="SGLANG_HICACHE_FILE_BACKEND_MIN_FREE_SPACE"),
+    ] = None
 
 
 class L3Mooncake(EschaModel):
@@ -508,6 +515,12 @@ class HiCache(EschaModel):
     def storage_max_size(self) -> int | None:
         """The file L3 backend's cap in bytes (``l3.max_size``); ``None`` for other backends."""
         return self.l3.max_size if isinstance(self.l3, L3File) else None
+
+    @property
+    def storage_min_free(self) -> int:
+        """The file L3 backend's free-space watermark in bytes (``l3.min_free_space``; SGLang's
+        default 0)."""
+        return int(self.l3.min_free_space or 0) if isinstance(self.l3, L3File) else 0
 
     @property
     def storage_backend_is_file(self) -> bool:

@@ -221,6 +221,11 @@ def _hicache_combinations(profile: Profile) -> list[Problem]:
         out.append(Problem(("hicache", "l3", "dir"),
                            "the file backend needs a host directory (it must outlive the container): set hicache.l3.dir",
                            (backend,) + on))
+    if sb == "file" and hc.storage_max_size == 0:
+        # SGLang reads "0" as no cap at all (lru_file_evictor.py: _parse_size_to_bytes)
+        out.append(Problem(("hicache", "l3", "max_size"),
+                           "0 turns SGLang's cap off (the store then grows until the disk is full): give a size, "
+                           "e.g. 512GB, or leave the key out", (backend,) + on))
     return out
 
 

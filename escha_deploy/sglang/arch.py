@@ -342,6 +342,12 @@ class ModelDirFacts(BaseModel):
                                             "the text config's num_attention_heads); None when it names none")
     v_head_dim: int | None = Field(default=None, description="config.json's v_head_dim; None when absent or 0, "
                                    "where SGLang's model config takes head_dim (srt/configs/model_config.py)")
+    architectures: tuple[str, ...] = Field(default=(), description="config.json's architectures")
+    kv_rank_replicated: bool = Field(default=False, description="SGLang keeps the KV rank-replicated (MLA): the "
+                                     "file L3 store's files are TP rank 0's (sglang.filestore.rank_replicated)")
+    text_subconfig: bool = Field(default=False, description="config.json nests its text model in text_config "
+                                 "(SGLang's hf_text_config is not the top config)")
+    language_model_only: bool = Field(default=False, description="config.json's language_model_only")
 
 
 def quant_method_of(config: dict) -> tuple[str, str] | None:
@@ -387,6 +393,15 @@ def read_model_dir(path: str | Path) -> ModelDirFacts | None:
         if qm is not None:
             context["quant_method"] = qm[1]
         text = _text_config(config)
+        if isinstance(config, dict):
+            from escha_deploy.sglang.filestore import rank_replicated
+
+            archs = config.get("architectures")
+            if isinstance(archs, list):
+                context["architectures"] = tuple(a for a in archs if isinstance(a, str))
+            context["kv_rank_replicated"] = rank_replicated(config)
+            context["text_subconfig"] = isinstance(config.get("text_config"), dict)
+            context["language_model_only"] = config.get("language_model_only") is True
         for key in ("num_attention_heads", "v_head_dim"):
             value = text.get(key)
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:

@@ -238,6 +238,19 @@ class MixedChunkPrefillGraph(_Model):
     source: str
 
 
+class FileStoreOwners(_Model):
+    """Which TP ranks keep their own files in the file L3 store (``HiCacheFile``), each under
+    its own ``LRUFileEvictor`` and so its own ``SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE`` cap.
+    A model whose KV is not rank-replicated: every TP rank (keys suffixed
+    ``_{tp_rank}_{tp_size}``), in every release here. A rank-replicated (MLA) model: ``mla``
+    says: ``rank0`` (TP rank 0 alone owns and evicts the shared files; the others write none
+    while a cap is set) or ``rank0-and-tp-sharded`` (rank 0 owns the shared KV files and every
+    rank its own TP-sharded state, a hybrid model's mamba state, under its own cap)."""
+
+    mla: Literal["rank0", "rank0-and-tp-sharded"]
+    source: str
+
+
 class Release(_Model):
     """The hand-written facts of one SGLang release (``releases/X.Y.Z/facts.yaml``).
     ``nvfp4_prefill``: the release's NVFP4 backend resolution, None where it has none.
@@ -247,7 +260,8 @@ class Release(_Model):
     ``trtllm_mha_pages``: trtllm_mha's page sizes (``TrtllmMhaPages``).
     ``mixed_chunk_prefill_graph``: the prefill graph backends mixed chunk takes
     (``MixedChunkPrefillGraph``). ``draft_host_pool``: how a speculative draft's sidecar host KV
-    pool is sized (``DraftHostPool``). ``flags_not_planned``: flags refused because
+    pool is sized (``DraftHostPool``). ``file_store_owners``: which ranks keep their own
+    file L3 files, each under its own cap (``FileStoreOwners``). ``flags_not_planned``: flags refused because
     they reach pool classes the plan does not size (``FlagNotPlanned``)."""
 
     version: Annotated[str, Field(pattern=_VERSION)]
@@ -267,6 +281,7 @@ class Release(_Model):
     trtllm_mha_pages: TrtllmMhaPages | None = None
     mixed_chunk_prefill_graph: MixedChunkPrefillGraph | None = None
     flags_not_planned: tuple[FlagNotPlanned, ...] = ()
+    file_store_owners: FileStoreOwners
 
 
 class ImageTags(_Model):

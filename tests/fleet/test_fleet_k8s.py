@@ -220,3 +220,25 @@ def test_every_serving_pod_listens_where_the_router_discovers_it(tmp_path):
     lws = next(o for o in objs if o["kind"] == "LeaderWorkerSet")
     leader = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["args"]
     assert (leader[leader.index("--host") + 1], leader[leader.index("--port") + 1]) == ("0.0.0.0", port)
+
+
+def test_the_l3_volume_is_the_plans_disk_need_and_a_store_without_a_cap_is_refused(tmp_path):
+    """SGLang's file L3 cap holds per rank (each rank's LRUFileEvictor, lru_file_evictor.py):
+    linux-tp2-l3's 512 GB at TP2 is a 1,024 GB volume, never a silent default."""
+    from escha_deploy.utils.errors import BadInput
+
+    _, fp, objs = rendered(tmp_path, l3=True)
+    sts = next(o for o in objs if o["kind"] == "StatefulSet")
+    [claim] = sts["spec"]["volumeClaimTemplates"]
+    need = fp.box_plan("l3a").plan.l3_disk.need_bytes
+    assert need == 2 * 512 * 10**9
+    assert claim["spec"]["resources"]["requests"]["storage"] == f"{-(-need // 2**20)}Mi"
+    (tmp_path / "nocap.yaml").write_text("extends: linux-tp2-l3\nname: nocap\nhicache:\n  l3:\n    kind: file\n"
+                                         "    dir: /var/lib/escha/hicache\n    max_size: null\n")
+    doc = yaml.safe_load((tmp_path / "fleet.yaml").read_text())
+    next(b for b in doc["boxes"] if b["name"] == "l3a")["profile"] = str(tmp_path / "nocap.yaml")
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    loaded = load_fleet(tmp_path / "fleet.yaml")
+    with pytest.raises(BadInput, match=r"^hicache.l3.max_size: group longctx's profile nocap has a file L3 store "
+                                       r"without a cap"):
+        render_k8s(loaded, plan_fleet(loaded))

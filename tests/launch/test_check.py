@@ -4,6 +4,7 @@ config.json or weights is bad input."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from escha_deploy.facts.machine import described_host
@@ -104,10 +105,17 @@ def test_the_l3_check_reads_the_needs_never_the_env(tmp_path):
     root = _tree(tmp_path, 256 * 2**20, nvidia=2)
     got = check_here(spec, spec.facts.capabilities, where="here", root=root, environ={})
     assert [r for r in got.refusals if r.startswith("hicache.l3.dir:")] == [
-        f"hicache.l3.dir: {missing} does not exist here; create it (mkdir -p {missing}) on a disk with the cap free"]
+        f"hicache.l3.dir: {missing} does not exist here; create it (mkdir -p {missing}) on a disk with room for the tier"]
     missing.mkdir()
     huge = spec.model_copy(update={"needs": spec.needs.model_copy(update={"l3_max_bytes": 2**62})})
     got = check_here(huge, spec.facts.capabilities, where="here", root=root, environ={})
+    assert any(r.startswith("hicache.l3.max_size: the tier needs ") and "more than the whole filesystem" in r
+               for r in got.refusals)
+    st = os.statvfs(missing)  # each of the needs' owner ranks holds its cap: together 2 GB over the free space
+    short = spec.model_copy(update={"needs": spec.needs.model_copy(update={
+        "l3_max_bytes": st.f_bavail * st.f_frsize // spec.needs.l3_owner_ranks + 10**9})})
+    got = check_here(short, spec.facts.capabilities, where="here", root=root, environ={})
+    assert spec.needs.l3_owner_ranks == 2
     assert any(r.startswith(f"hicache.l3.dir: {missing} has ") and "less than the" in r for r in got.refusals)
     ok = spec.model_copy(update={"needs": spec.needs.model_copy(update={"l3_max_bytes": 1})})
     got = check_here(ok, spec.facts.capabilities, where="here", root=root, environ={})
@@ -115,7 +123,7 @@ def test_the_l3_check_reads_the_needs_never_the_env(tmp_path):
 
 
 def test_a_version_1_spec_is_refused_naming_both_versions(tmp_path):
-    """Version 1 kept the L3 store in env alone; this escha-deploy reads version 2 and refuses
+    """Version 1 kept the L3 store in env alone; this escha-deploy reads version 3 and refuses
     another one in one line (launch/serve.read_spec), exit 3."""
     import json
 
@@ -136,10 +144,10 @@ def test_a_version_1_spec_is_refused_naming_both_versions(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(Refused) as err:
         read_spec(path)
-    assert LAUNCH_SPEC_SCHEMA_VERSION == 2
+    assert LAUNCH_SPEC_SCHEMA_VERSION == 3
     assert list(err.value.problems) == [f"{path}: launch spec schema version 1 (written by escha-deploy "
                                   f"{launch.escha_version}); this escha-deploy {launch.escha_version} reads "
-                                  "schema version 2"]
+                                  "schema version 3"]
 
 
 def test_the_draft_folder_is_a_need_serve_checks(tmp_path):

@@ -7,7 +7,7 @@ profile, with a runtime description that has the profile's capabilities.
 STAND-INs, named: the runtime description file (/etc/escha/runtime.json of an image; written
 here), the container's environment check (`launch.check.check_here`: memory, GPUs, the model
 folder at model.path, which this machine does not have) and the container's L3 mount point
-(`folders.check_l3_dir` for flags.CONTAINER_L3_DIR)."""
+(`folders.read_l3_dir` for flags.CONTAINER_L3_DIR)."""
 
 from __future__ import annotations
 
@@ -47,14 +47,13 @@ def _write(tmp_path, profile: str):
 
 def _container_checks(runtime):
     from escha_deploy.pipeline import argv as flags
-    from escha_deploy.facts.folders import check_l3_dir
+    from escha_deploy.facts.folders import read_l3_dir
     from escha_deploy.launch.check import Checked
 
     return (mock.patch("escha_deploy.sglang.capabilities.RUNTIME_DESCRIPTION_PATH", str(runtime)),
             mock.patch("escha_deploy.launch.check.check_here", lambda *a, **k: Checked()),
-            mock.patch("escha_deploy.facts.folders.check_l3_dir",
-                       lambda p, cap, field="hicache.l3.dir": [] if p == flags.CONTAINER_L3_DIR
-                       else check_l3_dir(p, cap, field)))
+            mock.patch("escha_deploy.facts.folders.read_l3_dir",
+                       lambda p, **kw: ([], None) if p == flags.CONTAINER_L3_DIR else read_l3_dir(p, **kw)))
 
 
 @pytest.mark.parametrize("profile", list_profiles())
