@@ -193,6 +193,7 @@ class _Ctx:
     verdict: Verdict = "ok"
     short_now_bytes: int | None = None  # what the live host lacks now (MemAvailable), if anything
     l3_disk: L3Disk | None = None  # the file L3 store's disk [host_pools]; None without one
+    mm_reservation: int = 0  # bytes per rank SGLang reserves for multimodal allocations [device_pools]
     shapes = _Output[RankShapes]("model_shapes")
     dev = _Output[DevicePools]("device_pools")
     sizing = _Output[DeviceSizing]("device_pools")
@@ -304,6 +305,11 @@ def step_device_pools(c: _Ctx) -> None:
     # (KVCacheConfigurator._handle_max_mamba_cache, DefaultPoolConfigurator.calculate_pool_sizes);
     # the draft's weights are loaded by then and come out of it too (planner.draft).
     rest = _static_budget(c) - c.inp.weights_bytes - d.weights_bytes
+    # a multimodal model's embedding cache (and GPU feature-transport pools) come out before the
+    # pools are sized (kv_cache_configurator.py: mm_runtime_reservation_gb); only a model folder says
+    c.mm_reservation = _mm_reservation(c)
+    if c.mm_reservation:
+        rest -= c.mm_reservation
     if c.inp.arch.is_hybrid and slots is None and not per_slot:
         # no linear-attention layer (full_attention_interval 1): no state to size slots by;
         # SGLang asserts one above 0 bytes and stops (validate names the key)
@@ -423,6 +429,23 @@ def _static_budget(c: _Ctx) -> int:
     return int(free * mfs)
 
 
+def _mm_reservation(c: _Ctx) -> int:
+    """Bytes per rank SGLang reserves for multimodal allocations out of the KV budget
+    (``sglang.multimodal.reservation``), from the model folder's config.json; 0 without a folder
+    (the profile's architecture names no ``architectures``) or for a text-only model."""
+    md = c.inp.model_dir
+    if md is None or not md.architectures:
+        return 0
+    from ..sglang.multimodal import reservation
+
+    r = reservation(md.architectures, text_subconfig=md.text_subconfig, vision_or_audio=bool(md.media_configs),
+                    both_vision_and_audio=len(md.media_configs) == 2, language_model_only=md.language_model_only,
+                    extra_args=list(c.inp.profile.runtime.extra_args or []), release=c.inp.release)
+    if r.bytes:
+        c.decide("device_pools", "multimodal reservation per rank", r.bytes, f"{r.why} ({r.source})")
+    return r.bytes
+
+
 def step_device_budget(c: _Ctx) -> None:
     rt = c.inp.profile.runtime
     vram, hidden, ctx, free = _free_before_weights(c)
@@ -443,7 +466,7 @@ def step_device_budget(c: _Ctx) -> None:
     # allocated beside them, out of the room the fraction leaves (memory_pool.py: ReqToTokenPool).
     draft_weights, draft_kv = c.inp.draft.weights_bytes, c.sizing.draft_kv_bytes
     need = (c.inp.weights_bytes + c.dev.kv_bytes + c.dev.mamba_bytes + c.sizing.int2_hp_bytes
-            + draft_weights + draft_kv + c.sizing.mamba_intermediate_bytes)
+            + draft_weights + draft_kv + c.sizing.mamba_intermediate_bytes + c.mm_reservation)
     reserved = int(sglang_reserved_mib(vram // MiB, c.ranks, chunked_prefill=rt.chunked_prefill_size,
                                        decode_max_bs=rt.cuda_graph_max_bs,
                                        prefill_graphs=not rt.disable_prefill_cuda_graph, release=c.inp.release,
@@ -458,6 +481,7 @@ def step_device_budget(c: _Ctx) -> None:
         mem_fraction_static=mfs, mem_fraction_static_source=mfs_source,
         sglang_default_mem_fraction_static=default, sglang_reserved_bytes=reserved,
         static_budget_bytes=static, static_need_bytes=need, activation_room_bytes=room, fits=budgeted <= static,
+        mm_reservation_bytes=c.mm_reservation,
     )
     # one unit (GiB) for every term and the result; the WSL2 term only where WSL2 hides memory
     wsl2_term = f" - {fmt_gib(hidden)} hidden by WSL2" if c.inp.host.platform == "wsl2" else ""
@@ -475,6 +499,8 @@ def step_device_budget(c: _Ctx) -> None:
                if draft_weights or draft_kv else "")
     if c.sizing.mamba_intermediate_bytes:
         drafted += f" + intermediate mamba states {fmt_gb(c.sizing.mamba_intermediate_bytes)}"
+    if c.mm_reservation:
+        drafted += f" + multimodal reservation {fmt_gb(c.mm_reservation)}"
     if not c.device.fits:
         c.unsafe.append(
             f"device: weights {fmt_gb(c.inp.weights_bytes)} + KV pool {fmt_gb(c.dev.kv_bytes)} + mamba pool "
@@ -482,7 +508,7 @@ def step_device_budget(c: _Ctx) -> None:
             f"{fmt_gb(need)} per rank exceed the static budget {fmt_gb(static)}: lower "
             "runtime.max_total_tokens or max_mamba_cache_size, or raise runtime.mem_fraction_static"
             + (" (SGLang counts the draft's weights too: kv_cache_configurator.py: "
-               "KVCacheConfigurator._profile_available_bytes)" if drafted else ""))
+               "KVCacheConfigurator._profile_available_bytes)" if draft_weights or draft_kv else ""))
     floor = int(sglang_min_reserved_mib(c.ranks) * MiB)
     if room < floor:
         c.unsafe.append(

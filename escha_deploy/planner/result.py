@@ -191,7 +191,11 @@ class DevicePlan(BaseModel):
     sglang_default_mem_fraction_static: float
     sglang_reserved_bytes: int = Field(description="SGLang's activation + CUDA-graph estimate")
     static_budget_bytes: int = Field(description="free_before_weights x mem_fraction_static")
-    static_need_bytes: int = Field(description="weights + device pools (a counted speculative draft's included)")
+    static_need_bytes: int = Field(description="weights + device pools (a counted speculative draft's included) "
+                                   "+ the multimodal reservation")
+    mm_reservation_bytes: int = Field(0, description="what SGLang reserves out of the KV budget for a multimodal "
+                                      "model (kv_cache_configurator.py: mm_runtime_reservation_gb); 0: none or no "
+                                      "model folder to say")
     activation_room_bytes: int
     fits: bool
     compute_capability: str | None = Field(None, description="the card's compute capability the plan judged "

@@ -345,8 +345,11 @@ class ModelDirFacts(BaseModel):
     architectures: tuple[str, ...] = Field(default=(), description="config.json's architectures")
     kv_rank_replicated: bool = Field(default=False, description="SGLang keeps the KV rank-replicated (MLA): the "
                                      "file L3 store's files are TP rank 0's (sglang.filestore.rank_replicated)")
-    text_subconfig: bool = Field(default=False, description="config.json nests its text model in text_config "
-                                 "(SGLang's hf_text_config is not the top config)")
+    text_subconfig: bool = Field(default=False, description="config.json nests its text model (thinker_config, "
+                                 "llm_config, language_config or text_config: SGLang's hf_text_config is not the "
+                                 "top config)")
+    media_configs: tuple[str, ...] = Field(default=(), description="config.json's vision_config and audio_config, "
+                                           "those present")
     language_model_only: bool = Field(default=False, description="config.json's language_model_only")
 
 
@@ -400,7 +403,11 @@ def read_model_dir(path: str | Path) -> ModelDirFacts | None:
             if isinstance(archs, list):
                 context["architectures"] = tuple(a for a in archs if isinstance(a, str))
             context["kv_rank_replicated"] = rank_replicated(config)
-            context["text_subconfig"] = isinstance(config.get("text_config"), dict)
+            # get_hf_text_config's sub-configs (srt/utils/hf_transformers/common.py)
+            context["text_subconfig"] = any(isinstance(config.get(k), dict) for k in
+                                            ("thinker_config", "llm_config", "language_config", "text_config"))
+            context["media_configs"] = tuple(k for k in ("vision_config", "audio_config")
+                                             if isinstance(config.get(k), dict))
             context["language_model_only"] = config.get("language_model_only") is True
         for key in ("num_attention_heads", "v_head_dim"):
             value = text.get(key)

@@ -64,6 +64,9 @@ class Case:
     #: and its weight bytes (all ranks), the facts ``arch.read_draft_dir`` would read; ``own``:
     #: the draft is the model's own folder (NEXTN on its MTP layers; no config of its own)
     draft: dict | None = None
+    #: the model folder's config.json ``architectures`` (both sides): a multimodal one makes
+    #: SGLang reserve its bytes out of the KV budget (kv_cache_configurator.py: mm_runtime_reservation_gb)
+    architectures: tuple[str, ...] = ()
 
 
 def config_json(arch: ModelArch) -> dict:
@@ -175,7 +178,12 @@ def build_case(case: Case, release: str | None = None) -> tuple[dict, dict]:
                            weights_source="the case's draft", num_layers=layers[0] if layers else None,
                            layers_source=layers[1] if layers else "", kv_heads=heads, head_dim=head_dim,
                            nextn_layers=nextn)
-    result = plan(prof, host, model_dir=None, release=release, draft=draft)
+    model_dir = None
+    if case.architectures:
+        from escha_deploy.sglang.arch import ModelDirFacts
+
+        model_dir = ModelDirFacts(path="(the oracle's model folder)", architectures=case.architectures)
+    result = plan(prof, host, model_dir=model_dir, release=release, draft=draft)
     argv = stock_argv(server_args(result, prof))
     arch = prof.model.architecture
     if prof.runtime.mamba_ssm_dtype:
@@ -220,7 +228,7 @@ def build_case(case: Case, release: str | None = None) -> tuple[dict, dict]:
                    + ([] if rt.max_mamba_cache_size or not arch.is_hybrid else ["--max-mamba-cache-size"])},
         "id": case.id,
         "argv": argv,
-        "config": config_json(arch),
+        "config": {**config_json(arch), **({"architectures": list(case.architectures)} if case.architectures else {})},
         **({"draft_own": True} if own else {"draft_config": case.draft["config"]} if case.draft is not None else {}),
         "gpu": {"vram_bytes": prof.hardware.gpu_vram, "name": "NVIDIA " + prof.hardware.gpu_name,
                 "capability": prof.hardware.compute_capability or case.gpu_capability, "count": rt.tp_size},
@@ -365,8 +373,22 @@ SPECULATIVE_CASES = [
 ]
 
 
+#: A multimodal model folder (the real Qwen3.5 checkpoints' architecture): SGLang reserves
+#: SGLANG_VLM_CACHE_SIZE_MB out of the KV budget, and SGLANG_MM_FEATURE_CACHE_MB more with a GPU
+#: feature transport; SGLang sizes the pools itself so the reservation shows in its tokens.
+MULTIMODAL_CASES = [
+    Case(id="multimodal-qwen3_5-auto", profile="rtx5060ti-tp2-fp8", overrides=(
+        "runtime.max_total_tokens=null", "runtime.max_mamba_cache_size=null"),
+         architectures=("Qwen3_5ForConditionalGeneration",)),
+    Case(id="multimodal-qwen3_5-cuda-ipc", profile="rtx5060ti-tp2-fp8", overrides=(
+        "runtime.max_total_tokens=null", "runtime.max_mamba_cache_size=null",
+        "runtime.extra_args=[--mm-feature-transport,cuda_ipc]"),
+         architectures=("Qwen3_5ForConditionalGeneration",)),
+]
+
+
 def all_cases() -> list[Case]:
-    return shipped_cases() + matrix_cases() + REFUSAL_CASES + SPECULATIVE_CASES
+    return shipped_cases() + matrix_cases() + REFUSAL_CASES + SPECULATIVE_CASES + MULTIMODAL_CASES
 
 
 def run_oracle(oracle_cases: list[dict], workdir: Path, venv: Path) -> dict:
