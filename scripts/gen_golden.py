@@ -108,11 +108,16 @@ def _environment_fits(launch, capabilities, **kw):
 
 
 def _fleet_doc(profile: str) -> dict:
+    """One box alone and a two-node group; a profile with speculative decoding spans its two
+    nodes by TP (SGLang refuses pipeline parallelism with it)."""
+    from escha_deploy.profile import load_profile
+
     boxes = [{"name": n, "address": f"127.0.0.{i}", "profile": profile, "facts": "box.json"}
              for i, n in enumerate(("solo", "n0", "n1"), start=1)]
-    return {"name": "golden", "boxes": boxes,
-            "groups": [{"name": "one", "boxes": ["solo"]},
-                       {"name": "two", "nodes": 2, "boxes": ["n0", "n1"]}],
+    two: dict = {"name": "two", "nodes": 2, "boxes": ["n0", "n1"]}
+    if load_profile(profile).runtime.speculative is not None:
+        two["parallel"] = "tp"
+    return {"name": "golden", "boxes": boxes, "groups": [{"name": "one", "boxes": ["solo"]}, two],
             "kubernetes": {"namespace": "llm"}}
 
 

@@ -747,34 +747,50 @@ def run(cases: list[dict]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="escha-oracle-models-") as models:
         root = Path(models)
         for case in cases:
-            path = _model_dir(root, case)
-            argv = _with_draft(_with_model(case["argv"], path), root, case)
-            kept: list = []
-            res: dict[str, Any] = {"id": case["id"], "resolve": resolve(argv, case, spy, kept), "cannot": {}}
-            for part in ("device", "pools"):
-                if adapter[part] is not True and case.get(part):
-                    res["cannot"][part] = adapter[part]
-            if case.get("device") and kept and adapter["device"] is True:
-                dropped = [f for f in case["device"].get("sglang_sizes", []) if f in argv]
-                if dropped:  # the profile left these to SGLang: let it size them itself
-                    kept.clear()
-                    auto = argv
-                    for flag in dropped:
-                        auto = _drop(auto, flag)
-                    resolve(auto, case, {}, kept)
-                res["device"] = device_pools(kept[0], case) if kept else {"error": "auto-sized argv refused", "site": "sglang/"}
-            res["defaults"] = resolve(_drop(argv, "--mem-fraction-static"), case, spy)
-            if case.get("pools") and adapter["pools"] is True:
-                try:
-                    res["pools"] = host_pools(case, (res.get("device") or {}).get("draft"))
-                except ImportError:  # a harness fault, as in resolve()
-                    raise
-                except Exception as exc:
-                    _refusal_or_fault(exc, case, "host pools")
-                    res["pools"] = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
-            results.append(res)
+            # the variables the server's environment sets that SGLang reads while it resolves
+            # and sizes (the case's "env", e.g. SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN), for this
+            # case only; and what SGLang's argument resolution writes there (--mamba-ssm-dtype is
+            # SGLANG_MAMBA_SSM_DTYPE, which configs/mamba_utils.py: mamba2_state_dtype reads while
+            # sizing) goes with the case, or a case without the flag sizes with the previous one's
+            before = dict(os.environ)
+            os.environ.update(case.get("env") or {})
+            try:
+                results.append(_one_case(root, case, adapter, spy))
+            finally:
+                os.environ.clear()
+                os.environ.update(before)
     t2 = time.perf_counter()
     return {"sglang": installed, "import_s": round(t1 - t0, 2), "cases_s": round(t2 - t1, 2), "results": results}
+
+
+def _one_case(root: Path, case: dict, adapter: dict, spy: dict) -> dict[str, Any]:
+    """SGLang's answers for one case (``run``)."""
+    path = _model_dir(root, case)
+    argv = _with_draft(_with_model(case["argv"], path), root, case)
+    kept: list = []
+    res: dict[str, Any] = {"id": case["id"], "resolve": resolve(argv, case, spy, kept), "cannot": {}}
+    for part in ("device", "pools"):
+        if adapter[part] is not True and case.get(part):
+            res["cannot"][part] = adapter[part]
+    if case.get("device") and kept and adapter["device"] is True:
+        dropped = [f for f in case["device"].get("sglang_sizes", []) if f in argv]
+        if dropped:  # the profile left these to SGLang: let it size them itself
+            kept.clear()
+            auto = argv
+            for flag in dropped:
+                auto = _drop(auto, flag)
+            resolve(auto, case, {}, kept)
+        res["device"] = device_pools(kept[0], case) if kept else {"error": "auto-sized argv refused", "site": "sglang/"}
+    res["defaults"] = resolve(_drop(argv, "--mem-fraction-static"), case, spy)
+    if case.get("pools") and adapter["pools"] is True:
+        try:
+            res["pools"] = host_pools(case, (res.get("device") or {}).get("draft"))
+        except ImportError:  # a harness fault, as in resolve()
+            raise
+        except Exception as exc:
+            _refusal_or_fault(exc, case, "host pools")
+            res["pools"] = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+    return res
 
 
 def main(argv: list[str] | None = None) -> int:

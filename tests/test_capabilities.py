@@ -56,7 +56,7 @@ def test_profiles_run_the_image_build_tags_for_the_release_they_plan():
 
 
 def test_shipped_profile_names():
-    assert list_profiles() == ["linux-tp2-l3", "rtx5060ti-tp2", "rtx5060ti-tp2-fp8"]
+    assert list_profiles() == ["linux-tp2-l3", "rtx5060ti-tp2", "rtx5060ti-tp2-fp8", "rtx5090-tp2-mtp3-l3"]
     import yaml
 
     compose = yaml.safe_load((ROOT / "compose.yaml").read_text())

@@ -8,7 +8,7 @@ import pytest
 from escha_deploy.utils.errors import BadInput
 from escha_deploy.profile import Profile, list_profiles, load_profile, profile_json_schema
 
-SHIPPED = ["linux-tp2-l3", "rtx5060ti-tp2", "rtx5060ti-tp2-fp8"]
+SHIPPED = ["linux-tp2-l3", "rtx5060ti-tp2", "rtx5060ti-tp2-fp8", "rtx5090-tp2-mtp3-l3"]
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:

@@ -101,7 +101,8 @@ def test_bad_profile_file_lists_every_error_with_file_line(cli, tmp_path):
 
 def test_profiles_list_show_validate(cli):
     r = cli("profiles", "list", "--format", "json")
-    assert [x["name"] for x in json.loads(r.out)] == ["linux-tp2-l3", "rtx5060ti-tp2", "rtx5060ti-tp2-fp8"]
+    assert [x["name"] for x in json.loads(r.out)] == ["linux-tp2-l3", "rtx5060ti-tp2", "rtx5060ti-tp2-fp8",
+                                                      "rtx5090-tp2-mtp3-l3"]
     show = cli("profiles", "show", "rtx5060ti-tp2-fp8", "-f", "json")
     assert json.loads(show.out)["runtime"]["kv_cache"]["dtype"] == "fp8_e4m3"
     assert cli("profiles", "validate").code == 0

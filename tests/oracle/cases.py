@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from escha_deploy.sglang.arch import ModelArch
-from escha_deploy.pipeline.argv import server_args
+from escha_deploy.pipeline.argv import server_args, server_env
 from escha_deploy.facts.machine import described_host
 from escha_deploy.planner import device as devmod
 from escha_deploy.planner import kv as kvmod
@@ -35,6 +35,10 @@ ORACLE = REPO / "scripts" / "sglang_oracle.py"
 #: HF ``architectures`` SGLang routes each model_type to (its model registry names).
 ARCHITECTURES = {"qwen3_5_text": "Qwen3_5ForCausalLM", "qwen3_next": "Qwen3NextForCausalLM",
                  "qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM"}
+
+#: Variables of the server's environment SGLang reads while it resolves its arguments and sizes
+#: the pools, which the oracle's SGLang gets for the case (the rest concern running, not sizing).
+ORACLE_ENV = ("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN",)
 
 #: A dense (non-hybrid) model of the same width, for the dense half of the matrix.
 DENSE_ARCH = ("{model_type: qwen3, num_hidden_layers: 64, num_key_value_heads: 8, head_dim: 128, "
@@ -228,6 +232,7 @@ def build_case(case: Case, release: str | None = None) -> tuple[dict, dict]:
                    + ([] if rt.max_mamba_cache_size or not arch.is_hybrid else ["--max-mamba-cache-size"])},
         "id": case.id,
         "argv": argv,
+        **({"env": env} if (env := {k: v for k, v in server_env(result, prof).items() if k in ORACLE_ENV}) else {}),
         "config": {**config_json(arch), **({"architectures": list(case.architectures)} if case.architectures else {})},
         **({"draft_own": True} if own else {"draft_config": case.draft["config"]} if case.draft is not None else {}),
         "gpu": {"vram_bytes": prof.hardware.gpu_vram, "name": "NVIDIA " + prof.hardware.gpu_name,
@@ -251,8 +256,17 @@ def build_case(case: Case, release: str | None = None) -> tuple[dict, dict]:
 
 def shipped_cases() -> list[Case]:
     """Every shipped profile on a described Linux host with room for its pools."""
-    return [Case(id=f"shipped-{name}", profile=name, host_ram=(128 if "l3" in name else 32) * GiB, shipped=True)
-            for name in list_profiles()]
+    return [Case(id=f"shipped-{name}", profile=name, host_ram=(128 if "l3" in name else 32) * GiB, shipped=True,
+                 draft=_own_draft(name)) for name in list_profiles()]
+
+
+def _own_draft(name: str) -> dict | None:
+    """A shipped profile that drafts with its model's own MTP layers (NEXTN, ``model.draft.path``
+    the model's): the oracle's draft is the model folder, 200 MB of MTP tensors as in the
+    speculative cases."""
+    prof = load_profile(name)
+    d = prof.model.draft
+    return {"own": True, "weights": 2 * 10**8} if d is not None and d.path == prof.model.path else None
 
 
 def matrix_cases() -> list[Case]:
