@@ -136,14 +136,28 @@ def _writable(p: Path) -> str | None:
         return exc.strerror or str(exc)
 
 
-def read_l3_dir(path: str, *, tp_size: int, mla: bool,
-                field: str = "hicache.l3.dir") -> tuple[list[str], "L3DirReading | None"]:
+#: Seconds a scan of the store's files runs before it says how far it got (then every as many).
+SCAN_PROGRESS_S = 2.0
+
+
+def _say_progress(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+
+
+def read_l3_dir(path: str, *, tp_size: int, mla: bool, field: str = "hicache.l3.dir",
+                progress=_say_progress, clock=None) -> tuple[list[str], "L3DirReading | None"]:
     """The file L3 folder at ``path`` where the server runs: its refusals (missing, not a
     folder, not writable: a file is really created and removed, so permissions, a read-only
     mount and ACLs all show; its filesystem or files unreadable), else its reading: the
     filesystem's size and free space (``statvfs``) and the bytes of the store's own page files
     (``sglang.filestore.own_file`` for a TP ``tp_size`` server, ``mla``: rank-replicated KV).
-    Reads only; removes nothing but its own probe file."""
+    Reads only; removes nothing but its own probe file. A scan of a large store says how far it
+    got every ``SCAN_PROGRESS_S`` seconds (``progress``, a line on stderr by default)."""
+    import time
+
+    clock = clock or time.monotonic
     from escha_deploy.facts.host import L3DirReading
     from escha_deploy.sglang.filestore import own_file
 
@@ -160,10 +174,16 @@ def read_l3_dir(path: str, *, tp_size: int, mla: bool,
         st = os.statvfs(p)
     except OSError as exc:
         return [f"{field}: {path}: cannot read its filesystem (statvfs: {exc.strerror or exc})"], None
-    own = own_n = other = 0
+    own = own_n = other = seen = 0
+    next_say = clock() + SCAN_PROGRESS_S
     try:
         with os.scandir(p) as it:
             for entry in it:
+                seen += 1
+                if seen % 1024 == 0 and clock() >= next_say:
+                    progress(f"{field}: scanning {path}: {seen:,} entries so far, {fmt_gb(own)} in this store's "
+                             f"own {own_n:,} files")
+                    next_say = clock() + SCAN_PROGRESS_S
                 if not entry.name.endswith(".bin"):
                     continue
                 size = entry.stat(follow_symlinks=False).st_size

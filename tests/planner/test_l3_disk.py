@@ -146,3 +146,26 @@ def test_a_model_folder_says_whether_its_kv_is_rank_replicated(tmp_path):
     facts = read_model_dir(tmp_path)
     assert facts is not None and not facts.kv_rank_replicated and facts.text_subconfig
     assert facts.architectures == ("Qwen3_5ForConditionalGeneration",)
+
+
+def test_a_large_store_scan_says_how_far_it_got_and_an_unreadable_one_is_one_line(tmp_path, monkeypatch):
+    store = tmp_path / "l3"
+    store.mkdir()
+    for i in range(2048):
+        (store / f"k{i}_m_{i % 2}_2.bin").write_bytes(b"\0")
+    ticks = iter(range(10**6))  # a clock one second a call: every check finds the interval passed
+    said: list[str] = []
+    _, reading = read_l3_dir(str(store), tp_size=2, mla=False, progress=said.append, clock=lambda: next(ticks))
+    assert reading is not None and reading.store_files == 2048 and reading.store_bytes == 2048
+    assert said == [f"hicache.l3.dir: scanning {store}: 2,048 entries so far, 0.00 GB in this store's own 2,047 files"]
+    # a listing that fails (fault injected: root reads any folder) is one line naming the key
+    import escha_deploy.facts.folders as folders
+
+    def denied(_path):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(folders.os, "scandir", denied)
+    problems, reading = read_l3_dir(str(store), tp_size=2, mla=False)
+    assert reading is None and problems == [
+        f"hicache.l3.dir: {store}: cannot read the store's files (Permission denied); SGLang counts them at start "
+        "(lru_file_evictor.py: _scan_existing_files): let the server's user list and read the folder"]
