@@ -155,8 +155,6 @@ tests pin, one import). Runs with the flag-catalog venv's Python (``.cache/flagc
 from __future__ import annotations
 
 import argparse
-import importlib.abc
-import importlib.machinery
 import json
 import logging
 import sys
@@ -164,61 +162,21 @@ import time
 import types
 from array import array
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 # --------------------------------------------------------------------------- stand-ins: import
 
 
-class _Placeholder:
-    """An attribute of the torchvision stand-in: hashable, comparable, fails when called."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __getattr__(self, attr: str) -> "_Placeholder":
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        return _Placeholder(f"{self._name}.{attr}")
-
-    def __call__(self, *_a: Any, **_k: Any) -> Any:
-        raise RuntimeError(f"torchvision stand-in: {self._name} was called")
-
-    def __repr__(self) -> str:
-        return f"<torchvision stand-in {self._name}>"
-
-
-class _StandInModule(types.ModuleType):
-    def __getattr__(self, attr: str) -> Any:
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        value = _Placeholder(f"{self.__name__}.{attr}")
-        setattr(self, attr, value)
-        return value
-
-
-class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """``torchvision`` and every ``torchvision.*`` as permissive empty packages (copied from
-    ``scripts/sglang_oracle.py``: the PyPI build does not import against the CPU torch)."""
-
-    def find_spec(self, name, path, target=None):  # noqa: D102
-        if name == "torchvision" or name.startswith("torchvision."):
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):  # noqa: D102
-        mod = _StandInModule(spec.name)
-        mod.__path__ = []
-        mod.__version__ = "0.28.0"  # the release that pairs with torch 2.13
-        mod.__file__ = "<escha torchvision stand-in>"
-        return mod
-
-    def exec_module(self, module):  # noqa: D102
-        return None
-
-
 def install_torchvision_stand_in() -> None:
-    if not any(isinstance(f, _StandInFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _StandInFinder())
+    """The oracle's permissive ``torchvision`` stand-in (``scripts/sglang_oracle.py``: the PyPI
+    build does not import against the CPU torch), first on ``sys.meta_path``."""
+    scripts = str(Path(__file__).resolve().parents[2] / "scripts")
+    if scripts not in sys.path:
+        sys.path.insert(0, scripts)
+    import sglang_oracle
+
+    sglang_oracle.install_torchvision_stand_in()
 
 
 # --------------------------------------------------------------------------- rig
