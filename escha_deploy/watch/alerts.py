@@ -106,7 +106,7 @@ def page_cache_low(host: HostReading, plan: PlanView | None) -> Alert | str:
         evidence=(f"page cache {_gb(host.page_cache_bytes)} (/proc/meminfo Active(file) + "
                   f"Inactive(file)) under the floor {_gb(plan.page_cache_floor_bytes)}{avail}"),
         fix=("the pinned host pools and the processes leave too little for file pages: lower "
-             "hicache.ratio (`escha-deploy plan` recommends one) or stop what else uses memory; "
+             "hicache.hicache_ratio (`escha-deploy plan` recommends one) or stop what else uses memory; "
              "the floor is safety.page_cache_floor"))
 
 
@@ -122,7 +122,7 @@ def swapping(hw: HostWindow | None, th: Thresholds) -> Alert | str:
         evidence=(f"swap in {hw.swap_in_pages_per_s:,.1f} + out {hw.swap_out_pages_per_s:,.1f} "
                   f"pages/s over {hw.seconds:.0f} s (/proc/vmstat pswpin, pswpout) > "
                   f"{th.swap_pages_per_s:g}"),
-        fix=("pinned pools cannot be swapped, so everything else is: lower hicache.ratio until "
+        fix=("pinned pools cannot be swapped, so everything else is: lower hicache.hicache_ratio until "
              "MemAvailable stays above the plan's reserves (`escha-deploy plan`)"))
 
 
@@ -140,7 +140,7 @@ def memory_pressure(host: HostReading, th: Thresholds) -> Alert | str:
     return Alert(
         id="memory_pressure", title="tasks stall on memory",
         evidence=f"memory PSI some avg10 {psi.some_avg10:.1f} % ({where}) > {th.psi_some_avg10:g} %",
-        fix=("the box reclaims memory continuously: lower hicache.ratio or stop what else uses "
+        fix=("the box reclaims memory continuously: lower hicache.hicache_ratio or stop what else uses "
              "memory; systemd-oomd kills at 60 % by default"))
 
 
@@ -175,8 +175,8 @@ def kv_dropped(w: ServerWindow) -> Alert | str:
         id="kv_dropped", title="device KV dropped without a host backup",
         evidence="hicache_dropped_tokens_total " + "; ".join(rows),
         fix=("write-back backups failed under host memory pressure (SGLang 0.5.19 "
-             "hiradix_cache.py, reason host_pressure): use hicache.write_policy write_through "
-             "or lower hicache.ratio"))
+             "hiradix_cache.py, reason host_pressure): use hicache.hicache_write_policy write_through "
+             "or lower hicache.hicache_ratio"))
 
 
 def load_back_slower_than_recompute(w: ServerWindow, plan: PlanView | None,
@@ -206,7 +206,7 @@ def load_back_slower_than_recompute(w: ServerWindow, plan: PlanView | None,
         evidence="; ".join(slow) + f"; prefill recomputes at {rate:,.0f} tokens/s ({recompute * 1e6:.1f} us/token, "
                  f"{where})",
         fix=("the host -> device path is slow (unpinned host memory, a narrow PCIe link): "
-             "`escha-deploy doctor` measures it; try hicache.io_backend kernel, or turn the "
+             "`escha-deploy doctor` measures it; try hicache.hicache_io_backend kernel, or turn the "
              "host tier off"))
 
 
