@@ -8,7 +8,7 @@ import typer
 
 from .options import FormatOpt, OutputFormat, SetOpt
 
-profiles_app = typer.Typer(help="List, show and validate profiles.", no_args_is_help=True)
+profiles_app = typer.Typer(help="List, show, copy and validate profiles.", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -87,6 +87,43 @@ def show_command(
     import yaml
 
     typer.echo(yaml.safe_dump(profile_to_data(p, readable=True), sort_keys=False), nl=False)
+
+
+def say_where_read(ref: str) -> None:
+    """One short stderr line for a shipped profile name (``-p NAME``): the file it was read
+    from, which is escha-deploy's own copy (site-packages when installed), so an edit there is
+    not what the user meant; ``profiles copy`` makes one to edit."""
+    from ..profile import shipped_profile_file
+
+    from .output import info
+
+    path = shipped_profile_file(ref)
+    if path is not None:
+        info(f"profile {ref}: the shipped file {path} (to edit a copy: `escha-deploy profiles copy {ref}`)")
+
+
+@profiles_app.command("copy")
+def copy_command(
+    name: Annotated[str, typer.Argument(help="A shipped profile's name (see `escha-deploy profiles list`).")],
+    dest: Annotated[Optional[str], typer.Argument(
+        help="The copy's file (.yaml or .yml), or a folder to write NAME.yaml in. Default: ./NAME.yaml.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace DEST when it exists.")] = False,
+) -> None:
+    """Write an editable copy of a shipped profile and say how to use it.
+
+    A shipped name (`-p NAME`) always reads escha-deploy's own file; the copy is read by its
+    path (`-p ./NAME.yaml`). The copy is the shipped text, comments kept, so it plans as the
+    shipped profile does until you edit it. Exit 2 (nothing written) for an unknown name or an
+    existing DEST without --force."""
+    import shlex
+
+    from ..profile import copy_profile
+
+    target = copy_profile(name, dest, force=force)
+    shown = str(target) if target.is_absolute() or str(target).startswith(".") else f"./{target}"
+    typer.echo(f"wrote {shown}: a copy of the shipped profile {name}")
+    typer.echo(f"edit it, then pass its path: `escha-deploy plan -p {shlex.quote(shown)}` "
+               f"(`-p {name}` keeps reading the shipped file)")
 
 
 @profiles_app.command("validate")

@@ -16,6 +16,7 @@ from __future__ import annotations
 from .loading import (
     PROFILE_FILE_SUFFIXES,
     apply_override,
+    copy_profile,
     deep_merge,
     key_source,
     list_profiles,
@@ -24,6 +25,7 @@ from .loading import (
     names_a_file,
     profile_name,
     resolve_profile_path,
+    shipped_profile_file,
 )
 from .models import (
     DEFAULT_CUDA_CONTEXT,
@@ -84,8 +86,8 @@ from .rules import (
 )
 
 __all__ = [
-    "PROFILE_FILE_SUFFIXES", "apply_override", "deep_merge", "key_source", "list_profiles", "load_profile",
-    "load_raw", "names_a_file", "profile_name", "resolve_profile_path",
+    "PROFILE_FILE_SUFFIXES", "apply_override", "copy_profile", "deep_merge", "key_source", "list_profiles", "load_profile",
+    "load_raw", "names_a_file", "profile_name", "resolve_profile_path", "shipped_profile_file",
     "DEFAULT_CUDA_CONTEXT", "DEFAULT_MAX_RATIO", "DEFAULT_OS_RESERVE", "DEFAULT_PAGE_CACHE_FLOOR",
     "DEFAULT_RATIO_STEP", "DEFAULT_RECOMMEND_HEADROOM", "DEFAULT_SERVER_PROCESS_PER_RANK",
     "DEFAULT_WSL2_HIDDEN_VRAM", "IMAGE_REF", "MAX_GPUS", "MAX_RATIO", "MAX_SECONDS", "MAX_TOKENS",

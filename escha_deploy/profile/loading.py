@@ -115,6 +115,50 @@ def resolve_profile_path(ref: str, relative_to: Path | None = None) -> Path:
                    hint="or pass a path to a profile YAML file")
 
 
+def shipped_profile_file(ref: str) -> Path | None:
+    """The shipped file a profile reference reads (``rtx5060ti-tp2`` -> the ``profiles/``
+    folder's ``rtx5060ti-tp2.yaml``, in site-packages for an installed escha-deploy), or ``None``
+    for a reference that reads a file of the user's (``names_a_file``) or names no profile."""
+    from ..utils.jsonio import file_problem
+
+    if names_a_file(ref):
+        return None
+    path = _profiles_dir() / f"{ref}.yaml"
+    return path if file_problem(path) is None else None
+
+
+#: The first line of a shipped profile: the schema for editors (yaml-language-server), relative
+#: to the shipped folder; a copy elsewhere names the installed schema by its absolute path.
+_SCHEMA_LINE = "# yaml-language-server: $schema="
+
+
+def copy_profile(name: str, dest: str | None = None, *, force: bool = False) -> Path:
+    """Write an editable copy of the shipped profile ``name`` to ``dest`` (default
+    ``./NAME.yaml``; a folder gets ``NAME.yaml`` inside it) and return its path. The text is
+    the shipped file's, comments and line numbers kept, with its editor-schema line pointing at
+    the installed schema, so the copy loads and plans as the shipped profile does. Refuses
+    (``BadInput``, nothing written) a name that is not a shipped profile, a destination that is
+    not ``.yaml``/``.yml``, and an existing file unless ``force``."""
+    from ..utils.paths import catalog_dir, write_output
+
+    source = shipped_profile_file(name) if "/" not in name and os.sep not in name else None
+    if source is None:
+        known = ", ".join(list_profiles()) or "(none)"
+        raise BadInput(f"profiles copy: {name!r} is not a shipped profile: known profiles are {known}")
+    target = Path(dest) if dest else Path(f"{name}.yaml")
+    if os.path.isdir(target):
+        target = target / f"{name}.yaml"
+    if target.suffix not in (".yaml", ".yml"):
+        raise BadInput(f"{target}: a profile copy is a YAML file: name it {target.name}.yaml")
+    if os.path.lexists(target) and not force:
+        raise BadInput(f"{target}: exists; pass another DEST, or --force to replace it")
+    lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
+    if lines and lines[0].startswith(_SCHEMA_LINE):
+        lines[0] = f"{_SCHEMA_LINE}{catalog_dir().resolve() / 'profile.schema.json'}\n"
+    write_output(target, "".join(lines), "profiles copy")
+    return target
+
+
 #: The YAML values with nothing below them (``deep_merge`` moves only the key's own position).
 _SCALARS = (str, int, float, type(None))
 
