@@ -140,7 +140,7 @@ def plan_command(
         from .profiles import say_where_read
         from .render_plan import render_plan
 
-        say_where_read(profile)  # after every input check: an error stays one line
+        say_where_read(profile, "plan")  # after every input check: an error stays one line
         render_plan(result)
         from ..launch.sglang_preflight import host_note
 

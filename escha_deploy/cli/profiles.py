@@ -89,7 +89,7 @@ def show_command(
     typer.echo(yaml.safe_dump(profile_to_data(p, readable=True), sort_keys=False), nl=False)
 
 
-def say_where_read(ref: str) -> None:
+def say_where_read(ref: str, verb: str) -> None:
     """One short stderr line for a shipped profile name (``-p NAME``): the file it was read
     from, which is escha-deploy's own copy (site-packages when installed), so an edit there is
     not what the user meant; ``profiles copy`` makes one to edit."""
@@ -99,7 +99,8 @@ def say_where_read(ref: str) -> None:
 
     path = shipped_profile_file(ref)
     if path is not None:
-        info(f"profile {ref}: the shipped file {path} (to edit a copy: `escha-deploy profiles copy {ref}`)")
+        info(f"{verb}: profile {ref} read from the shipped file {path} "
+             f"(to edit a copy: `escha-deploy profiles copy {ref}`)")
 
 
 @profiles_app.command("copy")

@@ -54,8 +54,5 @@ def register(app: typer.Typer) -> None:
 
             raise typer.Exit(serve_spec(spec, dry_run=dry_run, report=report))
         from escha_deploy.launch.serve import serve as run_serve
-        from .profiles import say_where_read
-
-        say_where_read(profile)
 
         raise typer.Exit(run_serve(profile, list(set_ or []), dry_run=dry_run, facts_path=facts, report=report))

@@ -84,13 +84,13 @@ def register(app: typer.Typer) -> None:
 
                     # loaded once: `up` plans it, --canary reads its API key file
                     prof = load_profile(profile, overrides)
-                    from .profiles import say_where_read
-
-                    say_where_read(profile)
                     res = start(profile, overrides, timeout_s=timeout, build=build, report=report,
                                 facts_path=facts, ready=mine, loaded=prof, doctor_probe=doctor_in_image)
                     follow = not detach and mine.container is not None
                     _print_result(res, format, prof)
+                    from .profiles import say_where_read
+
+                    say_where_read(profile, "up")  # once it runs: an error before stays one line
                     if canary:
                         _canary(res.endpoint, prof)
                     if follow:

@@ -8,6 +8,13 @@ directory's problem as a reason of the plan (``pipeline.plan_here``).
   its ``DefaultModelLoader`` globs (``sglang/srt/model_loader/loader.py``
   ``_prepare_weights``: ``*.safetensors``, then ``*.bin``, ``*.pt``). A folder without them is
   bad input (exit 2); when a sub-folder has them the fix names it (a download one level off).
+- A Hugging Face cache snapshot (``hf download`` without ``--local-dir``:
+  ``HUB/models--ORG--NAME/snapshots/REV/`` holding relative symbolic links to
+  ``../../blobs/HASH``, https://huggingface.co/docs/huggingface_hub/guides/manage-cache) is a
+  model folder too: read here through its links, and mounted with its repository's ``blobs/``
+  (``hf_blobs_mount``) so the links resolve in the container. Any other link that leaves the
+  folder (or, for a snapshot, its repository's ``blobs/``) is refused: the container sees only
+  what is mounted.
 - File L3 directory (``hicache.l3.dir``, SGLang's ``HiCacheFile`` backend,
   ``sglang/srt/mem_cache/hicache_storage.py``): it must exist, take a new file, and its files
   be listable (``read_l3_dir``, which also reads the filesystem as SGLang's
@@ -91,6 +98,75 @@ def _weight_problems(p: Path, field: str) -> list[str]:
     return out
 
 
+#: The folders a Hugging Face cache keeps repositories in (``models--``, ``datasets--``,
+#: ``spaces--`` + the id with ``/`` as ``--``; huggingface_hub ``constants.REPO_ID_SEPARATOR``).
+HF_REPO_PREFIXES = ("models--", "datasets--", "spaces--")
+
+
+def hf_repo_root(path: str) -> str | None:
+    """The repository folder (``.../models--ORG--NAME``) when ``path`` names, as written, a
+    snapshot of a Hugging Face cache (``.../models--ORG--NAME/snapshots/REV``), else ``None``.
+    Pure: the path's words only (a launch spec is derived without I/O)."""
+    import posixpath
+
+    p = posixpath.normpath(path)
+    snapshots = posixpath.dirname(p)
+    repo = posixpath.dirname(snapshots)
+    if posixpath.basename(snapshots) == "snapshots" and posixpath.basename(repo).startswith(HF_REPO_PREFIXES) \
+            and posixpath.basename(p) not in ("", ".", ".."):
+        return repo
+    return None
+
+
+def hf_blobs_mount(host_dir: str, container_path: str) -> tuple[str, str] | None:
+    """``(host blobs folder, where the container must see it)`` for a snapshot folder mounted at
+    ``container_path``: its links read ``../../blobs/HASH`` (relative, as huggingface_hub makes
+    them), so the repository's ``blobs/`` goes at ``container_path/../../blobs``. ``None`` for a
+    folder that is not a snapshot. Pure."""
+    import posixpath
+
+    repo = hf_repo_root(host_dir)
+    if repo is None:
+        return None
+    return posixpath.join(repo, "blobs"), posixpath.normpath(posixpath.join(container_path, "..", "..", "blobs"))
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _link_problems(p: Path, field: str) -> list[str]:
+    """Symbolic links in the folder that the container could not follow: one that resolves
+    outside the folder, except, in a Hugging Face snapshot, a relative one into its
+    repository's ``blobs/`` (mounted beside it). At most three lines, then how many more."""
+    repo = hf_repo_root(str(p))
+    real = os.path.realpath(p)
+    blobs = os.path.realpath(os.path.join(repo, "blobs")) if repo else None
+    out: list[str] = []
+    seen = 0
+    for top, dirs, files in os.walk(p):
+        for name in sorted(dirs + files):
+            f = os.path.join(top, name)
+            if not os.path.islink(f):
+                continue
+            seen += 1
+            if seen > MAX_WEIGHT_FILES_CHECKED:
+                break
+            target, resolved = os.readlink(f), os.path.realpath(f)
+            if _inside(resolved, real) or (blobs and not os.path.isabs(target) and _inside(resolved, blobs)):
+                continue
+            where = f"outside {p}" + (" and its cache's blobs/" if blobs else "")
+            fix = "copy the file into the folder"
+            snapshot = hf_repo_root(real)
+            if snapshot and not repo:
+                fix = f"set {field}={real} (the Hugging Face snapshot itself, so its blobs/ is mounted)"
+            out.append(f"{field}: {f}: a link to {target}, {where}: the container sees only the mounted "
+                       f"folder; {fix}")
+    if len(out) > 3:
+        out = out[:3] + [f"{field}: ... and {len(out) - 3} more links like these"]
+    return out
+
+
 def check_model_folder(path: str, field: str = "model.host_dir") -> list[str]:
     """Problems with the model folder at ``path`` (one line each, naming ``field``): not a
     folder, no ``config.json``, no weights (``WEIGHT_GLOBS``; an index file without its shards
@@ -111,7 +187,9 @@ def check_model_folder(path: str, field: str = "model.host_dir") -> list[str]:
         missing.append(f"weights ({', '.join(WEIGHT_GLOBS)}; {index} names shards that are not here)" if index
                        else f"weights ({', '.join(WEIGHT_GLOBS)})")
     if not missing:
-        return _weight_problems(p, field)
+        # links are judged on the host (``*.host_dir``), where the mounts are decided; inside
+        # the container (``model.path``) what is mounted is all there is, a dangling link named above
+        return _weight_problems(p, field) or (_link_problems(p, field) if field.endswith("host_dir") else [])
     line = f"{field}: {path} has no {' and no '.join(missing)}"
     down = _subfolders_with_model(p)
     if down:

@@ -307,6 +307,20 @@ def host_address(profile: Profile) -> str:
     return "0.0.0.0" if profile.container.expose else "127.0.0.1"
 
 
+def _folder_mounts(host_dir: str, target: str) -> list[Mount]:
+    """A model (or draft) folder, read-only at ``target``; a Hugging Face cache snapshot
+    (``.../models--ORG--NAME/snapshots/REV``, its files links to ``../../blobs/HASH``) also has
+    its repository's ``blobs/`` read-only where those links point from ``target``
+    (``folders.hf_blobs_mount``), so the server reads real files, not dangling links."""
+    from escha_deploy.facts.folders import hf_blobs_mount
+
+    mounts = [Mount(source=host_dir, target=target, read_only=True)]
+    blobs = hf_blobs_mount(host_dir, target)
+    if blobs is not None:
+        mounts.append(Mount(source=blobs[0], target=blobs[1], read_only=True))
+    return mounts
+
+
 def container_spec(profile: Profile, *, platform: str, digest: str | None = None, overrides: Sequence[str] = (),
                    profile_file: str | None = None, spec_file: str | None = None,
                    facts_file: str | None = None) -> ContainerSpec:
@@ -326,12 +340,12 @@ def container_spec(profile: Profile, *, platform: str, digest: str | None = None
     mounts: list[Mount] = []
     model_dir = c.model_dir or profile.model.host_dir
     if model_dir:
-        mounts.append(Mount(source=model_dir, target=profile.model.path, read_only=True))
+        mounts += _folder_mounts(model_dir, profile.model.path)
     draft = profile.model.draft
     if draft is not None and draft.host_dir and not (model_dir and draft.path == profile.model.path):
         # the draft folder, read-only at the path the server is given (--speculative-draft-model-path);
         # a draft in the model's own folder (NEXTN/MTP) is already mounted there
-        mounts.append(Mount(source=draft.host_dir, target=draft.path, read_only=True))
+        mounts += [m for m in _folder_mounts(draft.host_dir, draft.path) if m not in mounts]
     if c.hf_cache_dir:
         mounts.append(Mount(source=c.hf_cache_dir, target=CONTAINER_HF_CACHE))
     if hc.enabled and hc.storage_dir:

@@ -212,8 +212,8 @@ def test_a_reader_that_closes_the_pipe_keeps_the_exit_code(args, code):
         os.close(w)
     assert p.returncode == code, p.stderr
     # a table names the shipped file it read (one line, before the plan); nothing else
-    said = [] if "json" in args else ["profile rtx5060ti-tp2"]
-    assert [ln.split(":")[0] for ln in p.stderr.splitlines()] == said
+    said = [] if "json" in args else ["plan: profile rtx5060ti-tp2 read from the shipped file"]
+    assert [ln.split(" /")[0] for ln in p.stderr.splitlines()] == said
 
 
 def test_ratio_replaces_a_profile_files_hicache_size_and_says_where_it_was(cli):

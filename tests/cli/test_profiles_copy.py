@@ -57,7 +57,7 @@ def test_refusals_write_nothing(cli, tmp_path, monkeypatch):
 def test_a_shipped_name_says_which_file_it_read(cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     r = cli("plan", "-p", "rtx5060ti-tp2", "--host-ram", "16GiB", "--wsl2")
-    line = (f"profile rtx5060ti-tp2: the shipped file {shipped_profile_file('rtx5060ti-tp2')} "
+    line = (f"plan: profile rtx5060ti-tp2 read from the shipped file {shipped_profile_file('rtx5060ti-tp2')} "
             "(to edit a copy: `escha-deploy profiles copy rtx5060ti-tp2`)")
     assert r.err.splitlines()[0] == line
     cli("profiles", "copy", "rtx5060ti-tp2")
