@@ -43,8 +43,8 @@ def test_a_header_whose_offsets_run_past_the_file_is_refused_naming_the_file(tmp
     """A tensor whose data_offsets end past the file's data (a truncated shard, or a header that
     lies): dtype x shape agrees with the offsets, so only the check against the file's length
     catches it (safetensors' Metadata::validate, MetadataIncompleteBuffer). The headers are
-    refused, naming the file, the tensor and the data the file holds; the file sizes stand in,
-    in read_model_dir and in plan's weights source."""
+    refused, naming the file, the tensor and the data the file holds, and the file sizes stand
+    in, in read_model_dir; plan refuses the shard (exit 3), as SGLang would fail on it."""
     from escha_deploy.sglang.arch import read_model_dir
 
     good = safetensors({"w": ("BF16", [4, 4])})  # 32 data bytes
@@ -55,9 +55,11 @@ def test_a_header_whose_offsets_run_past_the_file_is_refused_naming_the_file(tmp
             "of the file's data (16 bytes)")
     assert facts.tensor_bytes is None and facts.header_note == want
     assert facts.safetensors_bytes == len(cut)
-    plan = json.loads(cli("plan", "-p", "rtx5060ti-tp2-fp8", "--host-ram", "16GiB", "--wsl2",
-                          "--set", f"model.host_dir={d}", "-f", "json").out)
-    assert plan["weights_source"] == "file sizes" and f"(the headers: {want})" in plan["weights_source_detail"]
+    r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--host-ram", "16GiB", "--wsl2", "--set", f"model.host_dir={d}",
+            "-f", "json")
+    assert r.code == 3 and r.out == "" and r.err.splitlines()[0] == (
+        f"error: model.host_dir: {d / 'model.safetensors'}: {len(cut)} bytes, shorter than the {len(good)} its "
+        "header needs (a partial download or copy?)")
 
 
 def test_plan_says_which_source_fed_the_budget_and_the_pin(cli, tmp_path):

@@ -21,6 +21,8 @@ Examples:
   escha-deploy model pull Qwen/Qwen3.5-27B@main --to /srv/models/Qwen3.5-27B
 
   escha-deploy model verify /srv/models/Qwen3.x-27B-GPTQ-Int4
+
+  escha-deploy model adopt ~/.cache/huggingface/hub/models--Qwen--Qwen3.5-27B-FP8/snapshots/COMMIT
 """
 
 
@@ -29,6 +31,7 @@ def register(app: typer.Typer) -> None:
 
     model = typer.Typer(name="model", no_args_is_help=True, help="Fetch, verify and pin model checkpoints.")
     app.add_typer(model, name="model", rich_help_panel=PANEL_LIFECYCLE)
+    _adopt_command(model)
 
     @model.command("pull", epilog=EXAMPLES)
     def pull_cmd(
@@ -97,6 +100,30 @@ def register(app: typer.Typer) -> None:
                           hint=f"`escha-deploy model pull {lock.repo}@{lock.commit} --to {folder}` fetches them again")
         if format is not OutputFormat.json:
             typer.echo(f"{lock.pin()}\t{folder}\t{len(lock.files)} files verified")
+
+
+def _adopt_command(model: typer.Typer) -> None:
+    @model.command("adopt", epilog=EXAMPLES)
+    def adopt_cmd(
+        folder: Annotated[Path, typer.Argument(help="A model folder already on disk (a copy, a download by "
+                                               "hand, a Hugging Face cache snapshot).")],
+        force: Annotated[bool, typer.Option("--force", help="Re-pin a folder that has a lock file.")] = False,
+        format: FormatOpt = OutputFormat.table,
+    ) -> None:
+        """Check a local model folder offline and pin it: config.json, every shard the
+        safetensors index names present and whole, the headers adding up, the 16-bit tensors
+        of config.json's dtype; then the sha256 of each file (progress on stderr) into
+        escha-model.lock.json, which `model verify` re-checks. Exit 3 naming each problem,
+        2 for a folder that is not one or cannot be written; nothing is written on error."""
+        from escha_deploy.checkpoint.adopt import adopt
+
+        from .output import info, print_json
+
+        lock = adopt(folder, report=info, force=force)
+        if format is OutputFormat.json:
+            print_json({"folder": str(folder), "lock": lock.model_dump(mode="json")})
+            return
+        typer.echo(f"{lock.pin()}\t{folder}\t{len(lock.files)} files pinned")
 
 
 def _target(target: str, overrides: list[str]) -> tuple[str | None, str | None, str | None, str | None]:

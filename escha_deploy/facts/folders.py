@@ -197,6 +197,50 @@ def check_model_folder(path: str, field: str = "model.host_dir") -> list[str]:
     return [line]
 
 
+def shard_problems(path: str, field: str = "model.host_dir") -> list[str]:
+    """The weights a safetensors checkpoint lacks: a shard its index
+    (``*.safetensors.index.json``, ``weight_map``: tensor -> shard, as transformers writes it)
+    names that is not in the folder, and a shard shorter than its own header says
+    (``arch.safetensors_shortfall``: a partial download). One line each naming the file, at
+    most three, then how many more; empty when whole. SGLang would fail on either after
+    minutes of loading, so ``plan``, ``up`` and ``serve`` refuse them (exit 3)."""
+    from escha_deploy.sglang.arch import safetensors_shortfall
+    from escha_deploy.utils.errors import BadInput
+    from escha_deploy.utils.jsonio import is_regular_file, read_json
+
+    p = Path(path)
+    out: list[str] = []
+    for index in sorted(p.glob("*.safetensors.index.json")):
+        try:
+            data = read_json(index, "a safetensors index")
+        except BadInput as exc:
+            out.append(f"{field}: {exc.problems[0]}")
+            continue
+        wmap = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(wmap, dict) or not all(isinstance(v, str) for v in wmap.values()):
+            out.append(f"{field}: {index}: not a safetensors index (no weight_map of tensor -> file)")
+            continue
+        counts: dict[str, int] = {}
+        for shard in wmap.values():
+            counts[shard] = counts.get(shard, 0) + 1
+        for shard, n in sorted(counts.items()):
+            if "/" in shard or shard in ("", ".", ".."):
+                out.append(f"{field}: {index}: names {shard!r}, not a file of this folder")
+            elif not is_regular_file(p / shard):
+                out.append(f"{field}: {p / shard}: missing ({index.name} names it for {n:,} tensors)")
+    for f in sorted(p.glob("*.safetensors")):
+        try:
+            short = safetensors_shortfall(f)
+        except OSError:
+            continue  # unreadable: _weight_problems names it
+        if short is not None:
+            out.append(f"{field}: {f}: {short[0]:,} bytes, shorter than the {short[1]:,} its header "
+                       "needs (a partial download or copy?)")
+    if len(out) > 3:
+        out = out[:3] + [f"{field}: ... and {len(out) - 3} more files like these"]
+    return out
+
+
 def mount_point(path: Path) -> Path:
     """The mount point of the filesystem holding ``path`` (``os.path.ismount`` upwards)."""
     p = path.resolve()

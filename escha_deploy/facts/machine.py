@@ -272,6 +272,13 @@ def read_model_folder(profile, model_path: str | None = None):
         problems = check_model_folder(path, field)
         if problems:
             raise BadInput(*problems)
+        from escha_deploy.facts.folders import shard_problems
+        from escha_deploy.utils.errors import Refused
+
+        missing = shard_problems(path, field)
+        if missing:
+            raise Refused(*missing, hint="fetch those files again whole (`escha-deploy model pull PROFILE` "
+                          "resumes), then `escha-deploy model adopt FOLDER` checks and pins a folder")
     return read_folder_facts(field, read_model_dir, path) if path else None
 
 

@@ -648,6 +648,39 @@ def safetensors_header(path: str | Path) -> dict[str, dict]:
     return tensors
 
 
+def safetensors_shortfall(path: str | Path) -> tuple[int, int] | None:
+    """``(file bytes, bytes its header needs)`` when a safetensors file is shorter than its own
+    header says (a partial download or copy: the header length, or a tensor's data_offsets end,
+    past the end of the file; safetensors' loader refuses it, ``MetadataIncompleteBuffer``);
+    ``None`` when it is long enough or its header says nothing usable, such as a file under
+    the 8 bytes of the header length (``safetensors_header`` names that). Raises ``OSError`` when the file cannot be read."""
+    from escha_deploy.utils.errors import BadInput
+    from escha_deploy.utils.jsonio import loads_json
+
+    with open(path, "rb") as fh:
+        file_size = os.fstat(fh.fileno()).st_size
+        head = fh.read(8)
+        if len(head) < 8:  # not a safetensors file at all: safetensors_header names it
+            return None
+        n = int.from_bytes(head, "little")
+        if not 0 < n <= MAX_SAFETENSORS_HEADER:
+            return None
+        if n > file_size - 8:
+            return file_size, 8 + n
+        raw = fh.read(n)
+    try:
+        header = loads_json(raw, path, "a safetensors header")
+    except BadInput:
+        return None
+    if not isinstance(header, dict):
+        return None
+    ends = [info["data_offsets"][1] for name, info in header.items() if name != "__metadata__"
+            and isinstance(info, dict) and isinstance(info.get("data_offsets"), list)
+            and len(info["data_offsets"]) == 2 and isinstance(info["data_offsets"][1], int)]
+    need = 8 + n + max(ends, default=0)
+    return (file_size, need) if need > file_size else None
+
+
 def safetensors_tensor_bytes(path: str | Path, contains: str) -> int:
     """Bytes of the tensors of one safetensors file whose name contains ``contains``, from its
     checked header (``safetensors_header``: every tensor of it is checked, not only those

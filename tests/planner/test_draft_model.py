@@ -180,14 +180,19 @@ def _own_folder(tmp_path: Path, header: dict | bytes, data: int = 0, length: int
     return m
 
 
+#: A file shorter than its header says: the model folder's own check refuses it first (exit 3,
+#: ``folders.shard_problems``), as the same folder is the draft's.
+SHORT = "its header needs (a partial download or copy?)"
+
+
 @pytest.mark.parametrize("header, data, length, fragment", [
     # an MTP tensor claiming 1 PB in a 60-byte file: it was planned as weights -500000.00 GB, verdict ok
     ({"mtp.w": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 10**15]}}, 0, None,
-     "tensor 'mtp.w' has data_offsets [0, 1000000000000000] past the end of the file's data (0 bytes)"),
+     SHORT),
     # a tensor the draft does not count is checked too
     ({"mtp.w": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]},
       "model.w": {"dtype": "BF16", "shape": [4], "data_offsets": [2, 10]}}, 4, None,
-     "tensor 'model.w' has data_offsets [2, 10] past the end of the file's data (4 bytes)"),
+     SHORT),
     ({"mtp.w": {"dtype": "BF16", "shape": [1000], "data_offsets": [0, 2]}}, 2, None,
      "tensor 'mtp.w' holds 2 bytes but BF16 x [1000] is 2,000"),
     ({"mtp.w": {"dtype": "Q2", "shape": [1], "data_offsets": [0, 2]}}, 2, None,
@@ -198,16 +203,17 @@ def _own_folder(tmp_path: Path, header: dict | bytes, data: int = 0, length: int
      "tensor 'mtp.w' has no valid shape"),
     # a header length past the end of the file: it was read as whatever the file held
     (b"{}" + b" " * 190, 0, 50_000_000,
-     "not a safetensors file (header length 50,000,000 runs past the end of the file, 200 bytes"),
+     SHORT),
 ])
 def test_a_header_that_does_not_fit_its_file_is_refused(tmp_path, cli, header, data, length, fragment):
     m = _own_folder(tmp_path, header, data, length)
     r = cli("plan", "-p", PROFILE, "--host-ram", "64GiB", "--linux", "--set", f"model.host_dir={m}",
             "--set", f"model.draft={{path: /models/Qwen3.x-27B-FP8, host_dir: {m}}}",
             *(a for s in NEXTN for a in ("--set", s)))
-    assert r.code == 2, r.out + r.err
+    assert r.code == (3 if fragment == SHORT else 2), r.out + r.err
+    key = "model.host_dir" if fragment == SHORT else "model.draft.host_dir"
     errors = [ln for ln in r.err.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1 and errors[0].startswith(f"error: model.draft.host_dir: {m}/model.safetensors: ")
+    assert len(errors) == 1 and errors[0].startswith(f"error: {key}: {m}/model.safetensors: ")
     assert fragment in errors[0], errors[0]
     assert "Traceback" not in r.err and not r.out
 
