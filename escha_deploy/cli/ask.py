@@ -50,6 +50,10 @@ def register(app: typer.Typer) -> None:
         from .output import info, print_json
 
         check_prompt(prompt)
+        if endpoint is not None:  # a URL as bench and canary take it: HOST:PORT alone is bad input, not "down"
+            from .bench import check_endpoint
+
+            check_endpoint(endpoint)
         key = read_secret(str(api_key_file), "--api-key-file") if api_key_file else None
         model = None
         if profile is not None:

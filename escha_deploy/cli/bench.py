@@ -129,6 +129,8 @@ def check_endpoint(url: str, name: str = "--endpoint") -> str:
 
     Refuses a password in the URL (it would be printed in every progress and error line; pass
     the key with --api-key-file or ESCHA_API_KEY), a port outside 1-65535, no host, spaces."""
+    import re
+
     import httpx
 
     from escha_deploy.utils.errors import BadInput
@@ -148,7 +150,10 @@ def check_endpoint(url: str, name: str = "--endpoint") -> str:
         raise BadInput(f"{name}: a base URL takes no query (?...) or fragment (#...), which would be printed "
                        f"in every line (got {shown!r}); pass a key with --api-key-file or ESCHA_API_KEY")
     if u.scheme not in ("http", "https") or not u.host:
-        raise BadInput(f"{name}: expected http://HOST:PORT, got {shown!r}")
+        # HOST:PORT without a scheme parses as scheme HOST: say the URL it would be
+        bare = "://" not in url and re.fullmatch(r"[A-Za-z0-9.\-]+:[0-9]{1,5}(/.*)?|\[[0-9A-Fa-f:.]+\]:[0-9]{1,5}(/.*)?", url)
+        raise BadInput(f"{name}: expected http://HOST:PORT, got {shown!r}",
+                       hint=f"with its scheme: `{name} http://{url}`" if bare else None)
     if port is not None and not 0 < port < 65536:
         raise BadInput(f"{name}: port {port} is outside 1-65535")
     return url

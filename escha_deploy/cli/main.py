@@ -45,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"error: {message}", file=sys.stderr)
             ctx = getattr(exc, "ctx", None)
-            print(_profile_hint(ctx, message) or f"hint: see `{ctx.command_path if ctx else 'escha-deploy'} --help`",
-                  file=sys.stderr)
+            print(_profile_hint(ctx, message) or _set_hint(ctx, message, args)
+                  or f"hint: see `{ctx.command_path if ctx else 'escha-deploy'} --help`", file=sys.stderr)
         sys.exit(exc.exit_code)
     except Exception as exc:  # noqa: BLE001 - only docker-py's own family is answered here
         # a Docker API error (the daemon answered 500, a container removed meanwhile) that no
@@ -124,6 +124,34 @@ def _profile_hint(ctx, message: str) -> str | None:
         if word in shipped or (names_a_file(word) and os.path.isfile(word)):
             return f"hint: did you mean `--profile {word}`?"
     return None
+
+
+#: click's message for an option the command does not have (``click.parser``: "No such option").
+_NO_SUCH_OPTION = re.compile(r"^No such option: (--[A-Za-z0-9][A-Za-z0-9-]*)")
+
+
+def _set_hint(ctx, message: str, args: list[str]) -> str | None:
+    """``hint: --hicache-ratio is SGLang's flag of the profile key hicache.hicache_ratio: pass
+    `--set hicache.hicache_ratio=2``` when a command that takes ``--set`` got an SGLang flag that
+    a profile key sets (``SGLangFlag`` metadata, ``profile.models.key_metadata``); the value is
+    the one typed after the flag (``VALUE`` when none). Else ``None``."""
+    m = _NO_SUCH_OPTION.match(message)
+    command = getattr(ctx, "command", None)
+    if m is None or command is None or not any("--set" in getattr(p, "opts", ()) for p in command.params):
+        return None
+    from escha_deploy.profile.models import key_metadata
+
+    flag = m.group(1)
+    keys = sorted(k for k, meta in key_metadata().items() if meta.flag == flag and not meta.secret)
+    if len(keys) != 1:
+        return None
+    value = "VALUE"
+    for i, word in enumerate(args):
+        if word == flag and i + 1 < len(args) and not args[i + 1].startswith("--"):
+            value = args[i + 1]
+        elif word.startswith(flag + "="):
+            value = word.split("=", 1)[1]
+    return f"hint: {flag} is SGLang's flag of the profile key {keys[0]}: pass `--set {keys[0]}={value}`"
 
 
 if __name__ == "__main__":  # pragma: no cover
