@@ -85,4 +85,6 @@ def number_option(least: float | None = None, most: float | None = None, *,
             raise typer.BadParameter(f"{str(text).strip()} is not in the range {lo}x{hi}")
         return value
 
+    # typer names the value after the parser (``--max-tokens <parse>``): name it for what it reads
+    parse.__name__ = "integer" if integer else "number"
     return parse

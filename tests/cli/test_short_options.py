@@ -58,3 +58,16 @@ def test_logs_dash_f_is_follow_as_its_example_says():
     example = next(ln.split()[1:] for ln in EXAMPLES.splitlines() if ln.strip().endswith(" -f"))
     ctx = logs.make_context("logs", example[1:])
     assert ctx.params["follow"] is True and ctx.params["profile"] == "rtx5060ti-tp2-fp8"
+
+
+def test_no_option_shows_its_parsers_name_as_its_value():
+    """typer names an option's value after its ``parser=`` function: 21 options showed
+    ``<parse>``; ``number_option`` names it ``<number>`` or ``<integer>``."""
+    root = typer.main.get_command(build_app())
+    shown = []
+    for path, cmd, ctx in _commands(root, ("escha-deploy",)):
+        for p in cmd.params:
+            record = p.get_help_record(ctx) if hasattr(p, "get_help_record") else None
+            if record and "<parse>" in record[0]:
+                shown.append(f"{' '.join(path)} {record[0]}")
+    assert shown == []
