@@ -90,7 +90,26 @@ def build_app(command: str | None = None) -> typer.Typer:
     modules = (COMMANDS[command],) if command in COMMANDS else VERB_MODULES
     for name in modules:
         importlib.import_module(f"escha_deploy.cli.{name}").register(app)
+    _keep_examples_whole(app)
     return app
+
+
+def _keep_examples_whole(app: typer.Typer) -> None:
+    """Mark each indented paragraph of every epilog (the examples) with click's ``\\b``, which
+    prints a paragraph's lines as written: click rewraps paragraphs to the terminal, and joined
+    two examples into one line or broke one across two."""
+    for info in app.registered_commands:
+        if info.epilog:
+            info.epilog = _no_rewrap(info.epilog)
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            _keep_examples_whole(group.typer_instance)
+
+
+def _no_rewrap(epilog: str) -> str:
+    paragraphs = epilog.split("\n\n")
+    return "\n\n".join("\b\n" + p.lstrip("\n") if p.strip() and p.lstrip("\n").startswith("  ")
+                       and not p.lstrip("\n").startswith("\b") else p for p in paragraphs)
 
 
 def _print_version(value: bool) -> None:

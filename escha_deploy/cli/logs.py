@@ -12,6 +12,7 @@ from .options import FormatLongOpt, OptionalProfileOpt, OutputFormat
 EXAMPLES = """
 Examples:
 
+\b
   escha-deploy logs --profile rtx5060ti-tp2-fp8 -f
   escha-deploy logs --profile rtx5060ti-tp2-fp8 --diagnose
 """

@@ -19,8 +19,9 @@ def register(app: typer.Typer) -> None:
     app.command(
         "plan",
         rich_help_panel="Planning",
-        epilog="Examples:  escha-deploy plan --profile rtx5060ti-tp2 --host-ram 16GiB --wsl2 --ratio 2\n\n"
-        "escha-deploy plan -p rtx5060ti-tp2-fp8 --format json",
+        # \b: click keeps the paragraph's lines as written (an example is never rewrapped)
+        epilog="Examples:\n\n\b\n  escha-deploy plan --profile rtx5060ti-tp2 --host-ram 16GiB --wsl2 --ratio 2\n"
+        "  escha-deploy plan -p rtx5060ti-tp2-fp8 --format json",
     )(plan_command)
 
 

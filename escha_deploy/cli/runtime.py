@@ -243,9 +243,9 @@ def inventory_cmd(
 
 @runtime_app.command(
     "import",
-    epilog="Example:  git -C ~/sglang format-patch vX.Y.Z..escha -o ~/escha-fork && "
-    "escha-deploy runtime import ~/escha-fork --base-wheel sglang-X.Y.Z-*.whl (X.Y.Z: the SGLang "
-    "release the fork is made on, one our series is made for or rebased onto)",
+    epilog="Example (X.Y.Z: the SGLang release the fork is made on, one our series is made for or "
+    "rebased onto):\n\n\b\n  git -C ~/sglang format-patch vX.Y.Z..escha -o ~/escha-fork\n"
+    "  escha-deploy runtime import ~/escha-fork --base-wheel sglang-X.Y.Z-*.whl",
 )
 def import_cmd(
     directory: Annotated[Path, typer.Argument(

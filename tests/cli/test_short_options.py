@@ -71,3 +71,16 @@ def test_no_option_shows_its_parsers_name_as_its_value():
             if record and "<parse>" in record[0]:
                 shown.append(f"{' '.join(path)} {record[0]}")
     assert shown == []
+
+
+def test_every_example_in_a_help_is_printed_whole():
+    """An ``escha-deploy ...`` example of a command's epilog is one line of its --help, as
+    written: click rewraps a paragraph unless it starts with ``\\b``, and joined `plan`'s,
+    `logs`'s and `runtime import`'s examples into one another."""
+    root = typer.main.get_command(build_app())
+    broken = []
+    for path, cmd, ctx in _commands(root, ("escha-deploy",)):
+        examples = [ln.strip() for ln in (cmd.epilog or "").splitlines() if ln.strip().startswith("escha-deploy ")]
+        shown = {ln.strip() for ln in cmd.get_help(ctx).splitlines()}
+        broken += [f"{' '.join(path)}: {ex}" for ex in examples if ex not in shown]
+    assert broken == []
