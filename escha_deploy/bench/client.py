@@ -234,8 +234,8 @@ class ServerClient:
         try:
             health = await self._get("/health")
         except httpread.Unreachable as exc:
-            raise Refused(
-                f"{self.url}: cannot connect ({self._redact(exc.reason)})",
+            raise Refused(  # the reason says "cannot connect (...)" already (httpread)
+                f"{self.url}: {self._redact(exc.reason)}",
                 hint="start the server (`escha-deploy up`) or check --endpoint",
             ) from None
         if health is not None and health.status != 200:

@@ -41,3 +41,14 @@ def test_ask_takes_a_url_and_names_the_one_it_meant():
     assert r.code == 2 and r.out == ""
     assert r.err.splitlines() == [f"error: --endpoint: expected http://HOST:PORT, got 'localhost:{port}'",
                                   f"hint: with its scheme: `--endpoint http://localhost:{port}`"]
+
+
+@pytest.mark.parametrize("verb", ["bench", "canary"])
+def test_a_closed_port_says_cannot_connect_once(verb):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed on leaving: nothing listens there
+    r = run_main(verb, "-e", f"http://127.0.0.1:{port}")
+    assert r.code == 3
+    error = next(ln for ln in r.err.splitlines() if ln.startswith("error: "))
+    assert error.startswith(f"error: http://127.0.0.1:{port}: cannot connect (") and error.count("cannot connect") == 1
