@@ -10,17 +10,13 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from escha_deploy.pipeline.chart import CHART_INSTALL_HINT, CHART_MISSING  # plan --chart's words, one place
 from escha_deploy.utils.errors import BadInput
 from escha_deploy.utils.paths import write_output
 
 from .models import BenchReport, CachedFigure, CanaryResult, PassResult, ServerRun
 from .workload import warm_marks
 
-#: How to get matplotlib, said when it is missing.
-CHART_INSTALL_HINT = (
-    "install the chart extra: pip install '.[chart]' from the escha-deploy checkout "
-    "(or: pip install matplotlib)"
-)
 
 _SHORT_SOURCE = {
     "usage.prompt_tokens_details.cached_tokens": "usage",
@@ -142,8 +138,7 @@ def chart(report: BenchReport, path: Path) -> Path:
     try:
         import matplotlib
     except ImportError:
-        raise BadInput("--chart needs matplotlib, which is not installed",
-                       hint=CHART_INSTALL_HINT) from None
+        raise BadInput(CHART_MISSING, hint=CHART_INSTALL_HINT) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

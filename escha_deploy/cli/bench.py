@@ -273,10 +273,9 @@ def register(app: typer.Typer) -> None:
             try:
                 import matplotlib  # noqa: F401 - fail before a long run, not after
             except ImportError:
-                from escha_deploy.bench.render import CHART_INSTALL_HINT
+                from escha_deploy.bench.render import CHART_INSTALL_HINT, CHART_MISSING
 
-                raise BadInput("--chart needs matplotlib, which is not installed",
-                               hint=CHART_INSTALL_HINT) from None
+                raise BadInput(CHART_MISSING, hint=CHART_INSTALL_HINT) from None
         from pydantic import ValidationError
 
         ptok = _tokens(prefix_tokens, "--prefix-tokens")

@@ -1,6 +1,6 @@
 """``plan --chart OUT.png``: the memory plan drawn as one bar against the memory base, for
 people who would rather look than read. ``segments`` is pure (the plan's bytes, in order);
-``draw`` needs matplotlib (the ``chart`` extra: ``pip install 'escha-deploy[chart]'``).
+``draw`` needs matplotlib (the ``chart`` extra: ``pip install '.[chart]'`` in the checkout).
 
 Bytes come from the plan (``Plan.budget`` and ``Plan.per_rank``); the chart prints GB (1e9)
 and GiB (2**30) side by side, as ``plan`` does.
@@ -98,6 +98,15 @@ def draw(plan: Plan, path: str) -> bytes:
     return buf.getvalue()
 
 
+#: What `plan --chart` and `bench --chart` say when matplotlib is missing, and how to get it:
+#: escha-deploy installs from its checkout (README.md), so the extra is installed from there.
+CHART_MISSING = "--chart needs matplotlib, which is not installed"
+CHART_INSTALL_HINT = (
+    f"install the {EXTRA} extra: pip install '.[{EXTRA}]' from the escha-deploy checkout "
+    "(or: pip install matplotlib)"
+)
+
+
 def require_matplotlib() -> None:
     """``BadInput`` (exit 2) naming the extra when matplotlib is not installed."""
     import importlib.util
@@ -105,8 +114,7 @@ def require_matplotlib() -> None:
     from escha_deploy.utils.errors import BadInput
 
     if importlib.util.find_spec("matplotlib") is None:
-        raise BadInput("--chart: matplotlib is not installed",
-                       hint=f"install the {EXTRA!r} extra: pip install 'escha-deploy[{EXTRA}]'")
+        raise BadInput(CHART_MISSING, hint=CHART_INSTALL_HINT)
 
 
 def weights_words(plan) -> str:
