@@ -128,8 +128,9 @@ def _budget_check(v: HostView, pools: HostPools) -> Breach | None:
         PINNED_BUDGET.name,
         f"pinned {fmt_gb(total)} ({v.ranks} ranks x (KV {fmt_gb(pools.kv_bytes)} + mamba {fmt_gb(pools.mamba_bytes)}"
         + (f" + draft KV {fmt_gb(pools.draft_kv_bytes)}" if pools.draft_kv_bytes else "") + ")) "
-        f"exceeds the {kind} budget, {over}: pinned pages cannot be paged out, so the box would swap (ratio 2 pinned 10.3 GB on a "
-        "16 GiB WSL2 VM and its page cache fell to 589 MB)", PINNED_BUDGET.advice(v))
+        f"exceeds the {kind} budget, {over}: pinned pages cannot be paged out, so the box would swap (a field "
+        "report: ratio 2 pinned 10.3 GB, its sum of rounded figures 2 x (2.58 + 2.55 GB) where these are SGLang "
+        "0.5.19's exact bytes, on a 32 GB Windows host, and its page cache fell to 589 MB)", PINNED_BUDGET.advice(v))
 
 
 def _budget_room(v: HostView, pools: HostPools) -> int:
