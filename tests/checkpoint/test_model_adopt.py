@@ -88,6 +88,7 @@ def test_a_short_shard_is_refused_by_plan_and_adopt_naming_it(tmp_path):
     ("index", "names model-00002-of-00002.safetensors for tensor 'a.weight', which is in " + SHARD1),
     ("total", "metadata.total_size is 1 bytes, the shards' tensors are 49,152"),
     ("twice", "tensor 'a.weight' is in both"),
+    ("dup", "has the key 'a.weight' twice in one object"),
 ])
 def test_a_folder_whose_parts_disagree_is_refused(tmp_path, change, said):
     files = checkpoint_files()
@@ -98,10 +99,13 @@ def test_a_folder_whose_parts_disagree_is_refused(tmp_path, change, said):
         index["weight_map"]["a.weight"] = "model-00002-of-00002.safetensors"
     elif change == "total":
         index["metadata"]["total_size"] = 1
-    else:
+    elif change == "twice":
         files["model-00002-of-00002.safetensors"] = safetensors({"a.weight": ("BF16", [64, 256])})
         index["weight_map"] = {"a.weight": SHARD1}
     files["model.safetensors.index.json"] = json.dumps(index).encode()
+    if change == "dup":  # an index naming one tensor twice (JSON keeps the last, silently)
+        files["model.safetensors.index.json"] = files["model.safetensors.index.json"].replace(
+            b'"weight_map": {', b'"weight_map": {"a.weight": "model-00002-of-00002.safetensors", ')
     d = _plain(tmp_path, files)
     r = run_main("model", "adopt", str(d))
     assert r.code == 3 and said in r.err and "Traceback" not in r.err, r.err
