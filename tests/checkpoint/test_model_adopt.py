@@ -69,6 +69,10 @@ def test_a_missing_shard_is_refused_by_plan_and_adopt_naming_it(tmp_path):
     a = run_main("model", "adopt", str(snap))
     assert a.code == 3 and f"{snap / SHARD1}: missing" in a.err
     assert not (snap / LOCK_NAME).exists()
+    for argv in (("serve", "--print"), ("up", "--dry-run")):  # the same check, before anything starts
+        r = run_main(argv[0], "-p", "rtx5060ti-tp2-fp8", "--set", f"model.host_dir={snap}", *argv[1:],
+                     env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+        assert r.code == 3 and line in r.err.splitlines(), r.err
 
 
 def test_a_short_shard_is_refused_by_plan_and_adopt_naming_it(tmp_path):
