@@ -92,6 +92,12 @@ def _pod_common(loaded: LoadedFleet, bp, prof) -> tuple[dict, dict, list, list]:
     elif prof.model.host_dir:
         volumes.append({"name": "model", "hostPath": {"path": prof.model.host_dir, "type": "Directory"}})
         mounts.append({"name": "model", "mountPath": prof.model.path, "readOnly": True})
+        from escha_deploy.facts.folders import hf_blobs_mount
+
+        blobs = hf_blobs_mount(prof.model.host_dir, prof.model.path)
+        if blobs is not None:  # a Hugging Face cache snapshot: its links point into ../../blobs
+            volumes.append({"name": "model-blobs", "hostPath": {"path": blobs[0], "type": "Directory"}})
+            mounts.append({"name": "model-blobs", "mountPath": blobs[1], "readOnly": True})
     draft = prof.model.draft
     if draft is not None and draft.host_dir and draft.path != prof.model.path:
         # the speculative draft's folder, as the container mounts it (launch_spec.container_spec)

@@ -242,3 +242,23 @@ def test_the_l3_volume_is_the_plans_disk_need_and_a_store_without_a_cap_is_refus
     with pytest.raises(BadInput, match=r"^hicache.l3.max_size: group longctx's profile nocap has a file L3 store "
                                        r"without a cap"):
         render_k8s(loaded, plan_fleet(loaded))
+
+
+def test_a_hugging_face_snapshot_mounts_its_blobs_in_the_pod(tmp_path):
+    """As the container does (launch_spec.container_spec): the snapshot at model.path and its
+    repository's blobs/ where the snapshot's ../../blobs links point from there."""
+    from tests.hf_layout import hf_cache, snapshot
+
+    root = hf_cache(tmp_path / "hub")
+    path = fleet_file(tmp_path)
+    doc = yaml.safe_load(path.read_text())
+    for b in doc["boxes"]:
+        b["set"] = [f"model.host_dir={snapshot(root)}"]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    loaded = load_fleet(path)
+    objs = render_k8s(loaded, plan_fleet(loaded))
+    pod = next(o for o in objs if o["kind"] == "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+    assert {"name": "model-blobs", "hostPath": {"path": str(root / "blobs"), "type": "Directory"}} in pod["volumes"]
+    mounts = pod["containers"][0]["volumeMounts"]
+    assert {"name": "model-blobs", "mountPath": "/blobs", "readOnly": True} in mounts
+    assert {"name": "model", "mountPath": "/models/Qwen3.x-27B-GPTQ-Int4", "readOnly": True} in mounts
