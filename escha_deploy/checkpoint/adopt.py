@@ -44,6 +44,8 @@ LOCAL = "local (model adopt)"
 WINDOWS_FS = ("9p", "drvfs", "v9fs")
 #: Below this rate (bytes/s) a read is called slow.
 SLOW_BYTES_PER_S = 100_000_000
+#: Seconds between two progress lines while a file is hashed.
+PROGRESS_EVERY_S = 5.0
 
 
 def _fs_type(path: Path) -> str | None:
@@ -155,7 +157,7 @@ def _hash(f: Path, report: Report, done: int, total: int, slow_fs: str | None) -
             h.update(chunk)
             read += len(chunk)
             now = time.monotonic()
-            if now - last >= 5:
+            if now - last >= PROGRESS_EVERY_S:
                 last = now
                 rate = read / max(now - t0, 1e-9)
                 why = ""

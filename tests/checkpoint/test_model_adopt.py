@@ -135,3 +135,20 @@ def test_a_read_only_folder_is_refused_before_hashing(tmp_path):
     assert r.returncode == 2, r.stderr
     assert r.stderr.splitlines() == [f"error: model adopt: {d}: cannot write {LOCK_NAME} there (Read-only file system)"]
     assert not (d / LOCK_NAME).exists()
+
+
+def test_progress_names_a_windows_drive_as_the_cause_of_a_slow_read(tmp_path, monkeypatch):
+    """Under WSL2 a folder on /mnt/c is a 9p mount (/proc/self/mounts), read at tens of MB/s:
+    the progress says so. The mount type and the progress interval are stood in for here."""
+    from escha_deploy.checkpoint import adopt
+
+    d = _plain(tmp_path)
+    assert adopt._fs_type(d) not in (None, *adopt.WINDOWS_FS)  # read from this box's /proc/self/mounts
+    monkeypatch.setattr(adopt, "_fs_type", lambda _p: "9p")
+    monkeypatch.setattr(adopt, "PROGRESS_EVERY_S", 0.0)
+    monkeypatch.setattr(adopt, "SLOW_BYTES_PER_S", float("inf"))
+    said: list[str] = []
+    adopt.adopt(d, report=said.append)
+    assert said[0].endswith("(on a Windows drive, 9p: slow under WSL2)")
+    assert any(f"slow: {d} is on a Windows drive (9p)" in line for line in said), said
+    assert said[-1].startswith("model adopt: hashed ")
