@@ -282,6 +282,7 @@ def _make_controller_class():
                 self.write_failures += 1
                 return None
             self.writes += 1
+            TOTALS["writes"] += 1
             self.ack_write_queue.append(self._ack([node_id], len(device_indices)))
             return host_indices
 
@@ -345,6 +346,9 @@ def _stub_host_allocation() -> None:
 
 
 _PREPARED = False
+#: Across every box of one process: the D->H writes the stand-in controller completed (what
+#: ``tests/gpu_rig/tier_trace`` should count as successful backups when it wraps this run).
+TOTALS = {"writes": 0}
 
 
 def prepare() -> None:
@@ -843,7 +847,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             kw["at_once"] = True
         results[args.scenario] = run_scenario(args.scenario, _rig(base, args, args.scenario), **kw)
     t2 = time.perf_counter()
-    doc = {"import_s": round(t1 - t0, 1), "replay_s": round(t2 - t1, 1), "results": results}
+    doc = {"import_s": round(t1 - t0, 1), "replay_s": round(t2 - t1, 1), "results": results,
+           "totals": dict(TOTALS)}
     if args.json:
         print(json.dumps(doc, indent=1, default=str))
     else:

@@ -36,13 +36,28 @@ def _venv_python() -> Path:
     return python
 
 
+TIER_TRACE = REPO / "tests" / "gpu_rig" / "tier_trace"
+
+
 @pytest.fixture(scope="module")
-def replay() -> dict:
-    """Every scenario and variant, from one run of the harness in the venv."""
+def replay_doc(tmp_path_factory) -> dict:
+    """Every scenario and variant, from one run of the harness in the venv, with the GPU runs'
+    test-only trace (``tests/gpu_rig/tier_trace``) loaded as on the GPU machine: its events are
+    read back into ``doc["trace"]``."""
+    trace = tmp_path_factory.mktemp("trace") / "tier.jsonl"
+    env = dict(os.environ, ESCHA_GPU_TIER_TRACE=str(trace),
+               PYTHONPATH=os.pathsep.join(p for p in (str(TIER_TRACE), os.environ.get("PYTHONPATH")) if p))
     proc = subprocess.run([str(_venv_python()), str(HARNESS), "all", "--json"],
-                          capture_output=True, text=True, timeout=600, cwd=REPO)
+                          capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)["results"]
+    doc = json.loads(proc.stdout)
+    doc["trace"] = [json.loads(line) for line in trace.read_text().splitlines()] if trace.is_file() else []
+    return doc
+
+
+@pytest.fixture(scope="module")
+def replay(replay_doc) -> dict:
+    return replay_doc["results"]
 
 
 def _answer(replay: dict, name: str) -> dict:
@@ -141,3 +156,20 @@ def test_sent_at_once_the_answers_stay(replay) -> None:
     # the seed's second pass still finds >= 16,384 tokens of Full KV on device (the branching
     # point it checkpoints), with no mamba state on the path to start from
     assert all(x["branching"] >= 16_384 for x in replay["seed at once"]["asks"][8:])
+
+
+@pytest.mark.wheel
+def test_the_gpu_tier_trace_records_what_sglangs_tree_did(replay_doc) -> None:
+    """The trace scripts/gpu_tier_variants.py loads into a real server's processes wraps SGLang
+    0.5.19's own methods by their real signatures: on the replay (the same code, on the CPU) it
+    records every kind of event its summary counts, raises nothing, and counts as many
+    successful D->H backups as the stand-in controller completed."""
+    events = replay_doc["trace"]
+    kinds = {e["event"] for e in events}
+    assert "trace_error" not in kinds, [e for e in events if e["event"] == "trace_error"][:3]
+    assert {"backup", "evict_leaf", "evict_host", "mamba_state", "mamba_evict", "match"} <= kinds, kinds
+    ok = sum(1 for e in events if e["event"] == "backup" and e["ok"])
+    assert ok == replay_doc["totals"]["writes"] > 0
+    # host hits the trace saw at admission: one per host-hit ask the scenarios report
+    assert any(e["event"] == "match" and e["host"] > 0 for e in events)
+    assert any(e["event"] == "mamba_state" and e["chunked"] for e in events)
