@@ -92,6 +92,7 @@ class _ReportPinned(_View):
 
 class _ReportNccl(_View):
     ok: StrictBool | None = None
+    env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
 
 
 class _ReportProbes(_View):
@@ -203,11 +204,16 @@ def facts_from_doctor_report(report: dict, source: str | Path = "report") -> Fac
     created = view.created_at or ""
     findings = None
     if ran:
-        findings = DoctorFindings(
-            created_at=created, host_id=facts.host_id or "", platform=facts.platform,
-            host_allocator=probes.host_allocator, pinned_ceiling_bytes=pinned.largest_bytes,
-            pinned_ceiling_reached=bool(pinned.reached),
-            nccl_smoke_ok=probes.nccl[-1].ok if probes.nccl else None)
+        try:
+            findings = DoctorFindings(
+                created_at=created, host_id=facts.host_id or "", platform=facts.platform,
+                host_allocator=probes.host_allocator, pinned_ceiling_bytes=pinned.largest_bytes,
+                pinned_ceiling_reached=bool(pinned.reached),
+                nccl_smoke_ok=probes.nccl[-1].ok if probes.nccl else None,
+                # the environment the smoke test passed with, as doctor saves it (run.probe_findings)
+                nccl_env=next((dict(a.env) for a in probes.nccl if a.ok), {}))
+        except ValidationError as exc:  # an env naming another program's variable
+            raise BadInput(*(f"{source}: facts.probes.nccl.env: {e['msg']}" for e in exc.errors()[:5])) from None
     gpus, renamed = _gpus_of_an_earlier_report(facts.gpus, source) if facts.gpus else (None, {})
     try:
         inv = GpuInventory.model_validate(gpus) if gpus else None

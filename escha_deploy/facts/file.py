@@ -84,6 +84,7 @@ class FactsFile(BaseModel):
             host_id=self.host.host_id, pinned_ceiling_bytes=f.pinned_ceiling_bytes if f else None,
             pinned_ceiling_reached=f.pinned_ceiling_reached if f else False,
             host_allocator=f.host_allocator if f else None,
+            nccl_env=dict(f.nccl_env) if f and f.nccl_smoke_ok else {},
             restore_bandwidth=f.restore_bandwidth if f else None, l3_checked=l3_checked,
             gpus=inventory_from_records(list(self.gpus)))
 

@@ -10,13 +10,16 @@ findings; user-facing models are strict, stored data is not.
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..facts.restore_bandwidth import RestoreBandwidth
 
 SCHEMA_VERSION = 1
+#: The names ``nccl_env`` may hold: NCCL's variables (NCCL docs, "Environment Variables").
+NCCL_VAR = re.compile(r"NCCL_[A-Z0-9_]+")
 MAX_AGE = _dt.timedelta(days=1)
 
 
@@ -67,13 +70,25 @@ class DoctorFindings(BaseModel):
         default_factory=dict, description="cudaDevAttr values read by the store probe "
         "(CanUseHostPointerForRegisteredMem, ...)"
     )
-    nccl_env: dict[str, str] = Field(default_factory=dict)
+    nccl_env: dict[str, str] = Field(
+        default_factory=dict, description="the NCCL environment the all-reduce smoke test first passed with "
+        "(NCCL_* variables only, e.g. NCCL_P2P_DISABLE=1); the launch renders it")
     nccl_smoke_ok: bool | None = Field(
         default=None, description="the all-reduce smoke test passed with nccl_env (None: not run)"
     )
     checks: list[dict[str, Any]] = Field(default_factory=list, description="the doctor report's checks")
     restore_bandwidth: RestoreBandwidth | None = Field(
         default=None, description="host <-> device GB/s the restore probe measured (plan's host_hit_cost)")
+
+    @field_validator("nccl_env")
+    @classmethod
+    def _only_nccl_variables(cls, env: dict[str, str]) -> dict[str, str]:
+        """The launch renders these into the server's environment: only NCCL's own variables
+        (``NCCL_*``, NCCL docs "Environment Variables"), never another program's."""
+        for name in env:
+            if not NCCL_VAR.fullmatch(name):
+                raise ValueError(f"{name!r} is not an NCCL variable (NCCL_ followed by capitals, digits, _)")
+        return env
 
     def age(self, now: _dt.datetime | None = None) -> _dt.timedelta:
         """How long ago the probes ran (``now`` default: the current UTC time)."""

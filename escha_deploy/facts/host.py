@@ -75,6 +75,9 @@ class HostFacts(BaseModel):
     )
     restore_bandwidth: RestoreBandwidth | None = Field(
         default=None, description="doctor's restore-bandwidth probe (host <-> device GB/s), for host_hit_cost")
+    nccl_env: dict[str, str] = Field(
+        default_factory=dict, description="the NCCL environment doctor's all-reduce smoke test passed with "
+        "(findings.nccl_env; empty: not run, failed, or passed with NCCL's defaults); the planner renders it")
     prefill_tokens_per_s: Number | None = Field(
         default=None, ge=MIN_PREFILL_TOKENS_PER_S, le=1e9,
         description="`bench`'s last cold prefill on this box (tokens/s), for host_hit_cost")

@@ -201,6 +201,7 @@ def read_this_host(*, platform: Platform | None = None, use_findings: bool = Tru
         pinned_ceiling_bytes=findings.pinned_ceiling_bytes if findings else None,
         pinned_ceiling_reached=findings.pinned_ceiling_reached if findings else False,
         host_allocator=findings.host_allocator if findings else None,
+        nccl_env=dict(findings.nccl_env) if findings and findings.nccl_smoke_ok else {},
         restore_bandwidth=findings.restore_bandwidth if findings else None,
         prefill_tokens_per_s=last.tokens_per_s if last else None,
         prefill_source=last.source if last else None,

@@ -256,7 +256,10 @@ def compose_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_fi
                 f"`escha-deploy plan --profile {profile_ref}{sets} --facts {facts_file}` shows the budget"))
         if (off := hicache_off_warning(plan)) is not None:
             warnings.append(off)
-        spec = launch.container
+        # the NCCL settings this box's plan decided (NVML's facts, doctor's smoke test) shown in
+        # the file too: the container's `serve` plans from the mounted facts file to the same ones
+        nccl = {k: v for k, v in launch.env.items() if k.startswith("NCCL_")}
+        spec = launch.container.model_copy(update={"environment": {**launch.container.environment, **nccl}})
     else:
         # no host facts: the profile's runtime.extra_args checked against its release, the
         # container half rendered (the container plans for itself where it runs)

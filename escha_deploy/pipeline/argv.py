@@ -205,7 +205,9 @@ def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L
     - ``ESCHA_HICACHE_HOST_ALLOCATOR``: ``pinned`` on WSL2, doctor's pick or ``auto`` elsewhere;
     - INT2 layout (``SGLANG_MIXED_KV_*``), read by the OSCAR overlay;
     - ``NCCL_P2P_DISABLE=1`` under WSL2 and where NVML shows no peer access (``plan.nccl_p2p_disabled``;
-      microsoft/WSL#12467, NVIDIA/nccl#1637); ``NO_PROXY`` for loopback (sglang#9814);
+      microsoft/WSL#12467, NVIDIA/nccl#1637) or where doctor's all-reduce smoke test passed only
+      with it, and the rest of what that test passed with (``plan.nccl_env``); ``NO_PROXY`` for
+      loopback (sglang#9814);
     - the L3 file backend's directory, cap and free-space watermark (``SGLANG_HICACHE_FILE_BACKEND_*``,
       ``file_l3_store``; the watermark ``_MIN_FREE_SPACE``, ``LRUFileEvictor._load_config``);
     - ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1`` when ``runtime.allow_longer_context_length``;
@@ -234,6 +236,7 @@ def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L
         })
     if plan.nccl_p2p_disabled:
         env[key_env("container.nccl_p2p_disable")] = "1"
+    env.update(plan.nccl_env)  # the rest of what doctor's smoke test passed with (planner: launch_values)
     if rt.allow_longer_context_length:
         env[key_env("runtime.allow_longer_context_length")] = "1"
     store = file_l3_store(plan, profile, l3_dir=l3_dir)

@@ -96,6 +96,7 @@ class LaunchValues:
     peers: PeerAccess
     custom_all_reduce_off: bool
     nccl_p2p_off: bool
+    nccl_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -973,7 +974,13 @@ def step_launch_values(c: _Ctx) -> None:
       ``runtime.disable_custom_all_reduce`` wins;
     - ``NCCL_P2P_DISABLE=1``: NCCL's P2P transport is off under WSL2 and where NVML shows the TP
       GPUs without peer access (microsoft/WSL#12467, NVIDIA/nccl#1637); without NVML facts NCCL
-      detects P2P itself; ``container.nccl_p2p_disable`` wins.
+      detects P2P itself; ``container.nccl_p2p_disable`` wins;
+    - what doctor's all-reduce smoke test found (``HostFacts.nccl_env``, the environment it first
+      passed with): every variable of it is rendered (``Plan.nccl_env``), and where it passed only
+      with ``NCCL_P2P_DISABLE=1`` both P2P decisions follow it, whatever NVML says of peer
+      access: NVML can call a pair P2P-capable that an IOMMU or PCIe ACS keeps from working
+      (vllm#51513), and custom all-reduce needs the same peer mappings (sgl-project/sglang#4814).
+      The profile's keys still win, with a warning.
     """
     profile, platform = c.inp.profile, c.inp.host.platform
     strategy, why = resolved_mamba_strategy(profile, c.inp.arch)
@@ -982,6 +989,11 @@ def step_launch_values(c: _Ctx) -> None:
     tp = profile.runtime.tp_size
     peers = peer_access(c.inp.host.gpus, tp_gpu_indices(tp, profile.container.gpus), platform)
     set_car = profile.runtime.disable_custom_all_reduce
+    p2p_var = key_env("container.nccl_p2p_disable")
+    found = dict(c.inp.host.nccl_env) if tp >= 2 else {}
+    found_p2p_off = found.get(p2p_var) == "1"
+    smoke = (f"doctor's all-reduce smoke test passed only with {p2p_var}=1 on these GPUs "
+             "(NVML's peer access is not enough behind an IOMMU or PCIe ACS: vllm#51513)")
     if tp < 2:
         car = False
     elif set_car is not None:
@@ -989,22 +1001,34 @@ def step_launch_values(c: _Ctx) -> None:
         if car:
             c.decide("launch", "custom all-reduce off", key_flag("runtime.disable_custom_all_reduce"),
                      "runtime.disable_custom_all_reduce: true")
+        elif found_p2p_off:
+            c.warnings.append(f"runtime.disable_custom_all_reduce: false keeps custom all-reduce on although {smoke}")
     else:
-        car = not peers.proven
+        car = not peers.proven or found_p2p_off
         if car:
             c.decide("launch", "custom all-reduce needs proven peer access",
-                     key_flag("runtime.disable_custom_all_reduce"), peers.detail)
+                     key_flag("runtime.disable_custom_all_reduce"),
+                     peers.detail if not peers.proven else f"{smoke}; custom all-reduce maps buffers across "
+                     "GPUs through CUDA IPC (sgl-project/sglang#4814)")
     set_p2p = profile.container.nccl_p2p_disable
     if set_p2p is not None:
         p2p = set_p2p
+        if not p2p and found_p2p_off:
+            c.warnings.append(f"container.nccl_p2p_disable: false keeps NCCL's P2P transport on although {smoke}")
     else:
-        p2p = tp >= 2 and (platform == "wsl2" or (peers is not None and peers.denied))
-    c.launch = LaunchValues(mamba_strategy=strategy, peers=peers, custom_all_reduce_off=car, nccl_p2p_off=p2p)
+        p2p = tp >= 2 and (platform == "wsl2" or (peers is not None and peers.denied) or found_p2p_off)
+    # the rest of what the smoke test passed with (NCCL_SHM_DISABLE=1 after P2P off alone failed)
+    rest = {k: v for k, v in sorted(found.items()) if k != p2p_var}
+    c.launch = LaunchValues(mamba_strategy=strategy, peers=peers, custom_all_reduce_off=car, nccl_p2p_off=p2p,
+                            nccl_env=rest)
     if p2p:
-        c.decide("launch", "NCCL P2P transport off", f"{key_env('container.nccl_p2p_disable')}=1",
+        c.decide("launch", "NCCL P2P transport off", f"{p2p_var}=1",
                  "container.nccl_p2p_disable: true" if set_p2p else
                  "WSL2: NCCL's P2P transport hangs or fails there (microsoft/WSL#12467)" if platform == "wsl2" else
-                 f"{peers.detail} (NVIDIA/nccl#1637)")
+                 f"{peers.detail} (NVIDIA/nccl#1637)" if peers is not None and peers.denied else smoke)
+    for k, v in rest.items():
+        c.decide("launch", "NCCL setting doctor found", f"{k}={v}",
+                 "doctor's all-reduce smoke test passed only with it (docs/doctor.md)")
 
 
 STEPS: tuple[tuple[str, Callable[[_Ctx], None]], ...] = (
@@ -1199,6 +1223,6 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
         findings=c.findings, verdict=c.verdict, reasons=c.reasons, warnings=c.warnings, decisions=c.decisions,
         peer_access=c.launch.peers, mamba_radix_cache_strategy=c.launch.mamba_strategy,
         custom_all_reduce_disabled=c.launch.custom_all_reduce_off, nccl_p2p_disabled=c.launch.nccl_p2p_off,
-        l3_disk=c.l3_disk,
+        l3_disk=c.l3_disk, nccl_env=c.launch.nccl_env,
     )
 

@@ -309,6 +309,10 @@ class Plan(BaseModel):
     nccl_p2p_disabled: bool = Field(
         False, description="set NCCL_P2P_DISABLE=1: TP >= 2 under WSL2 or where NVML shows no peer access "
         "(microsoft/WSL#12467, NVIDIA/nccl#1637), or as container.nccl_p2p_disable says")
+    nccl_env: dict[str, str] = Field(
+        default_factory=dict, exclude_if=lambda v: not v,
+        description="NCCL variables beyond NCCL_P2P_DISABLE that doctor's all-reduce smoke test passed with "
+        "(e.g. NCCL_SHM_DISABLE=1), rendered into the server's environment; absent: none")
     plan_digest: str | None = Field(
         None, description="sha256 of the container launch this plan renders (profile, fact values, argv, env: "
         "launch_spec.launch_digest), the digest `up --dry-run`, `serve --print` and the container label carry; "
