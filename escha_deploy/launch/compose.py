@@ -184,7 +184,8 @@ def _volumes_note(doc: dict[str, Any]) -> str:
 class Rendered:
     """A rendered compose file: ``text`` (the YAML with its header), ``plan`` (the facts file's
     plan; None without one: nothing was planned), ``image`` (the service's ``image:``) and
-    ``warnings`` (one line each, for stderr: a facts file's plan without HiCache)."""
+    ``warnings`` (one line each, for stderr: a facts file's plan without HiCache, or with a device
+    KV pool SGLang caps)."""
 
     text: str
     plan: Plan | None
@@ -256,6 +257,8 @@ def compose_profile(profile_ref: str, overrides: Sequence[str] = (), *, facts_fi
                 f"`escha-deploy plan --profile {profile_ref}{sets} --facts {facts_file}` shows the budget"))
         if (off := hicache_off_warning(plan)) is not None:
             warnings.append(off)
+        # a size SGLang caps rather than refuses (planner._cap_fixed_tokens): said where the file is made
+        warnings += [w for w in plan.warnings if w.startswith("runtime.max_total_tokens:")]
         # the NCCL settings this box's plan decided (NVML's facts, doctor's smoke test) shown in
         # the file too: the container's `serve` plans from the mounted facts file to the same ones
         nccl = {k: v for k, v in launch.env.items() if k.startswith("NCCL_")}

@@ -364,6 +364,8 @@ def step_device_pools(c: _Ctx) -> None:
         c.decide("device_pools", "device KV tokens", tokens, "runtime.max_total_tokens")
         if slots:
             c.decide("device_pools", "device mamba slots", slots, "runtime.max_mamba_cache_size")
+    if rt.max_total_tokens is not None:
+        tokens = _cap_fixed_tokens(c, tokens, max(rest, 0) // cell // page_size * page_size, cell)
     host_kv = host_per_token or device_kv_per_token
     packed, sidecar = _draft_host_per_token(c, dtype, host_kv)
     dev = DevicePools(
@@ -398,6 +400,34 @@ def step_device_pools(c: _Ctx) -> None:
                             int2_hp_bytes=int2_hp_bytes, req_to_token_bytes=req_to_token_bytes,
                             draft_kv_per_token=draft_per_token, draft_kv_bytes=(tokens + page_size) * draft_per_token,
                             mamba_intermediate_bytes=intermediate)
+
+
+def _cap_fixed_tokens(c: _Ctx, tokens: int, profiled: int, cell: int) -> int:
+    """The device KV tokens SGLang uses for a fixed ``runtime.max_total_tokens``: the smaller of it
+    and what the budget holds once the weights, the draft and the mamba pool are out of it
+    (``profiled``, the figure SGLang's configurator sizes when the key is unset), with SGLang's
+    warning as the plan's (``mem_cache/kv_cache_configurator.py: _apply_token_constraints``:
+    "max_total_tokens=N is larger than the profiled value M. Use the profiled value instead.").
+    A budget that holds no token stays as it was: SGLang stops there ("Not enough memory",
+    ``model_executor/pool_configurator.py``) and the device budget refuses it."""
+    if tokens <= profiled or profiled <= 0:
+        return tokens
+    rt = c.inp.profile.runtime
+    c.decide("device_pools", "device KV tokens (capped as SGLang caps them)", profiled,
+             f"runtime.max_total_tokens {tokens:,} is larger than the {profiled:,} tokens of {cell:,} B that the "
+             "static budget holds beside the weights, the draft and the mamba pool: SGLang uses the profiled value "
+             "(kv_cache_configurator.py: _apply_token_constraints)")
+    ctx = rt.context_length
+    c.warnings.append(
+        f"runtime.max_total_tokens: {tokens:,} tokens do not fit the device budget beside the weights, the draft and "
+        f"the mamba pool; SGLang caps the pool at the profiled {profiled:,} tokens and warns "
+        "\"max_total_tokens=... is larger than the profiled value\" (kv_cache_configurator.py: "
+        f"_apply_token_constraints), so the plan and the argv use {profiled:,}"
+        + (f"; a request longer than {profiled - 1:,} tokens is refused (runtime.context_length {ctx:,}; "
+           "managers/tp_worker.py: max_req_len)" if ctx and ctx >= profiled else "")
+        + "; to keep the size, lower what shares the budget (the draft, runtime.max_mamba_cache_size) or raise "
+        "runtime.mem_fraction_static")
+    return profiled
 
 
 def _free_before_weights(c: _Ctx) -> tuple[int, int, int, int]:

@@ -24,6 +24,7 @@ import pytest
 
 from escha_deploy.utils.errors import BadInput
 from escha_deploy.pipeline import DescribedHost, ProfileTarget, decide, gather, resolve_runtime
+from escha_deploy.pipeline.argv import server_args
 from escha_deploy.profile import load_profile
 
 PROFILE = "rtx5060ti-tp2-fp8"  # 16 full-attention layers, 2 KV heads of 256 per rank, fp8 KV: 16,384 B/token
@@ -61,20 +62,39 @@ def planned(sets: list[str], *, host_ram: int, platform: str):
 def test_nextn_on_the_models_own_mtp_layer_packs_one_layer_into_the_host_pool(tmp_path):
     """The issue's case: NEXTN (3 steps, top-k 1, 4 draft tokens) with the model's own folder as
     the draft, at 15 GiB under WSL2: 17 layers of 1,024 B in the host pool per token per rank
-    (16,384 without the draft), and the recommended ratio keeps the pinned total in the budget."""
+    (16,384 without the draft), and the recommended ratio keeps the pinned total in the budget.
+
+    The profile fixes max_total_tokens at 28,672; beside the draft's weights and the intermediate
+    mamba states they no longer fit the device budget. SGLang does not refuse that: it caps the
+    pool at the profiled value and warns (``kv_cache_configurator.py: _apply_token_constraints``),
+    so the plan is ``ok`` at the capped size, says so, and renders it (before: ``unsafe``, exit 3,
+    9.50 GB needed against a 9.03 GB static budget)."""
     m = own_folder(tmp_path)
     base = [f"model.host_dir={m}"]
     without = planned(base, host_ram=15 * GiB, platform="wsl2")
     p = planned(base + NEXTN + ["model.draft.path=/models/Qwen3.x-27B-GPTQ-Int4", f"model.draft.host_dir={m}"],
                 host_ram=15 * GiB, platform="wsl2")
+    assert without.verdict == "ok" and without.per_rank.device_kv_tokens == 28_672
     assert without.per_rank.host_kv_bytes_per_token == 16_384
+    assert p.verdict == "ok", p.reasons
     r = p.per_rank
     assert r.host_kv_bytes_per_token == 256 * 2 * (16 + 1) * 1 * 2 == 17_408  # dim x heads x layers x fp8 x K,V
+    # SGLang's profiled value: what the static budget leaves after the target's and the draft's
+    # weights, the mamba pool (10 slots + 1) and the intermediate states (2 requests + 1) x 4
+    # draft tokens, in cells of 16,384 + 1,024 B (kv_cache_configurator.py: _profile_available_bytes,
+    # _handle_max_mamba_cache; pool_configurator.py: calculate_pool_sizes; page size 1)
+    rest = (p.device.static_budget_bytes - r.weights_bytes - r.draft_weights_bytes - (10 + 1) * PER_SLOT
+            - PER_SLOT * (2 + 1) * 4)
+    assert r.device_mamba_intermediate_bytes == PER_SLOT * (2 + 1) * 4
+    assert r.device_kv_tokens == rest // 17_408 == 1_410
+    warning = next(w for w in p.warnings if w.startswith("runtime.max_total_tokens:"))
+    assert "28,672" in warning and "1,410" in warning and "_apply_token_constraints" in warning
+    argv = server_args(p, load_profile(PROFILE, base + NEXTN))
+    assert argv[argv.index("--max-total-tokens") + 1] == "1410"
     ratio = p.hicache.ratio
-    assert ratio is not None and r.host_kv_tokens == int(28_672 * ratio) + 1
+    assert ratio is not None and r.host_kv_tokens == int(1_410 * ratio) + 1
     assert r.host_kv_bytes == r.host_kv_tokens * 17_408
     assert p.pinned_total_bytes <= p.budget.pinned_budget_bytes
-    assert ratio < without.hicache.ratio  # the draft's layer costs host room: a lower ratio fits
     # every buffer list counts the packed layer: one K-and-V buffer of tokens x 17,408 B
     kv = next(b for b in r.host_buffers if b.name.startswith("host KV buffer"))
     assert kv.requested_bytes == r.host_kv_bytes
@@ -232,3 +252,14 @@ def test_the_draft_sidecar_is_sized_as_the_planned_release_sizes_it(tmp_path, re
     why = next(x.reason for x in p.decisions if x.rule == "host draft KV pool (sidecar)")
     assert ("no padding page of its own" in why) is not padding
     assert f"SGLang {release}" in why
+
+
+def test_issue_40s_nextn_command_exits_0_and_says_the_cap(cli, tmp_path):
+    """``plan -p rtx5060ti-tp2-fp8 --host-ram 15GiB --wsl2`` with NEXTN and the model's own folder
+    as the draft, as a user types it: exit 0 (before: 3), the cap said with SGLang's figure."""
+    m = own_folder(tmp_path)
+    sets = [f"model.host_dir={m}", *NEXTN, "model.draft.path=/models/Qwen3.x-27B-GPTQ-Int4", f"model.draft.host_dir={m}"]
+    r = cli("plan", "-p", PROFILE, "--host-ram", "15GiB", "--wsl2", *(a for s in sets for a in ("--set", s)))
+    assert r.code == 0, r.err
+    said = r.out + r.err
+    assert "runtime.max_total_tokens: 28,672 tokens do not fit" in said and "profiled 1,410 tokens" in said
