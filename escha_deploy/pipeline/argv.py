@@ -203,7 +203,9 @@ def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L
       planner sets when the runtime has the ``hicache-host-reserve-env`` capability (else the
       stock 10 GiB applies);
     - ``ESCHA_HICACHE_HOST_ALLOCATOR``: ``pinned`` on WSL2, doctor's pick or ``auto`` elsewhere;
-    - INT2 layout (``SGLANG_MIXED_KV_*``), read by the OSCAR overlay;
+    - INT2 layout (``SGLANG_MIXED_KV_SCALE_DTYPE``), read by the OSCAR overlay, and its mixed HP+INT2
+      window (``SGLANG_ENABLE_MIXED_KV_WINDOWS=1`` with ``SGLANG_MIXED_KV_HP_DTYPE``, ``_PREFIX_TOKENS``,
+      ``_RECENT_TOKENS``) only where the plan counts that window's arena (``runtime.kv_cache.int2.mixed_windows``);
     - ``NCCL_P2P_DISABLE=1`` under WSL2 and where NVML shows no peer access (``plan.nccl_p2p_disabled``;
       microsoft/WSL#12467, NVIDIA/nccl#1637) or where doctor's all-reduce smoke test passed only
       with it, and the rest of what that test passed with (``plan.nccl_env``); ``NO_PROXY`` for
@@ -228,12 +230,15 @@ def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L
     rt = profile.runtime
     if rt.kv_cache.dtype == "int2":
         i2 = rt.kv_cache.int2
-        env.update({
-            key_env("runtime.kv_cache.int2.scale_dtype"): i2.scale_dtype,
-            key_env("runtime.kv_cache.int2.hp_dtype"): i2.hp_dtype,
-            key_env("runtime.kv_cache.int2.prefix_tokens"): str(i2.prefix_tokens),
-            key_env("runtime.kv_cache.int2.recent_tokens"): str(i2.recent_tokens),
-        })
+        # the scale dtype is the INT2 layout's, read with or without the window
+        env[key_env("runtime.kv_cache.int2.scale_dtype")] = i2.scale_dtype
+        if plan.per_rank.device_int2_hp_bytes:  # the planner counted the mixed window: it is built
+            env.update({
+                key_env("runtime.kv_cache.int2.mixed_windows"): "1",
+                key_env("runtime.kv_cache.int2.hp_dtype"): i2.hp_dtype,
+                key_env("runtime.kv_cache.int2.prefix_tokens"): str(i2.prefix_tokens),
+                key_env("runtime.kv_cache.int2.recent_tokens"): str(i2.recent_tokens),
+            })
     if plan.nccl_p2p_disabled:
         env[key_env("container.nccl_p2p_disable")] = "1"
     env.update(plan.nccl_env)  # the rest of what doctor's smoke test passed with (planner: launch_values)

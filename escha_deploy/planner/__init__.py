@@ -385,7 +385,10 @@ def step_device_pools(c: _Ctx) -> None:
                   else max(tokens // 2, 1))
     else:
         mrr = max((slots or 0) // MAMBA_SLOTS_PER_REQUEST, 1)
-    if dtype == "int2":
+    # the mixed HP+INT2 window's arena exists only where the fork builds it: the variable set and no
+    # speculative decoding (OSCAR-derived model_executor/pool_configurator.py: _compute_cell_size);
+    # on a hybrid model validate refuses the key (the fork never builds it there)
+    if dtype == "int2" and i2.mixed_windows and rt.speculative is None:
         int2_hp_bytes = kvmod.int2_hp_arena_bytes(
             s, prefix_tokens=i2.prefix_tokens, recent_tokens=i2.recent_tokens, page_size=page_size,
             max_running_requests=mrr, hp_dtype=i2.hp_dtype)

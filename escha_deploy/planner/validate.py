@@ -694,6 +694,26 @@ def _hybrid_max_total_tokens(i: Inputs) -> list[Finding]:
     return []
 
 
+def _int2_mixed_windows(i: Inputs) -> list[Finding]:
+    """The fork's mixed HP+INT2 KV window (``runtime.kv_cache.int2.mixed_windows``): its report
+    says the window is carried but never constructed on a hybrid GDN model, so turning it on there
+    asks for an arena the runtime does not build (refused); with speculative decoding OSCAR-derived
+    SGLang does not build it either (``model_executor/pool_configurator.py: _compute_cell_size``
+    requires ``speculative_algorithm is None``), so it is not counted, and the plan says so."""
+    rt = i.rt
+    if rt.kv_cache.dtype != "int2" or not rt.kv_cache.int2.mixed_windows:
+        return []
+    if i.arch.is_hybrid:
+        return [_error("runtime.kv_cache.int2.mixed_windows",
+                       "true on a hybrid (GDN) model: the fork's mixed HP+INT2 KV window is carried but never "
+                       "constructed on one, so no such window would exist; set it to false")]
+    if rt.speculative is not None:
+        return [_warn("runtime.kv_cache.int2.mixed_windows",
+                      "true with speculative decoding: the mixed window is not built then (pool_configurator.py: "
+                      "_compute_cell_size needs speculative_algorithm None); the plan counts no window arena")]
+    return []
+
+
 def _eagle_extra_buffer(i: Inputs) -> list[Finding]:
     """An EAGLE-style ``--speculative-algorithm`` with the mamba extra_buffer strategy on a
     hybrid model returns token-0 output (sglang#36537); extra_buffer_lazy supports it
@@ -871,6 +891,8 @@ RULES: tuple[Rule, ...] = (
          _hybrid_slots_per_request),
     Rule("hybrid-max-total-tokens", "mem_cache/kv_cache_configurator.py: resolve_max_num_reqs",
          _hybrid_max_total_tokens),
+    Rule("int2-mixed-windows", "OSCAR-derived model_executor/pool_configurator.py: _compute_cell_size "
+         "(SGLANG_ENABLE_MIXED_KV_WINDOWS)", _int2_mixed_windows),
     Rule("eagle-not-on-extra-buffer", "sglang#36537; sglang#30437", _eagle_extra_buffer),
     Rule("draft-not-counted", "planner/draft.py: draft_count (what SGLang loads that the plan cannot size)",
          _draft_not_counted),

@@ -238,6 +238,15 @@ class Int2Options(EschaModel):
     recent_tokens: Annotated[
         StrictInt, Field(ge=0, le=MAX_TOKENS, description="SGLANG_MIXED_KV_RECENT_TOKENS: bf16 recent window (multiple of the page)"), SGLangFlag(env="SGLANG_MIXED_KV_RECENT_TOKENS")
     ] = 256
+    mixed_windows: Annotated[
+        bool | None, Field(description="SGLANG_ENABLE_MIXED_KV_WINDOWS=1: build the fork's mixed HP+INT2 KV window (a "
+                    "high-precision sink and recent-window arena beside the INT2 pool; hp_dtype, prefix_tokens and "
+                    "recent_tokens size it). OSCAR-derived SGLang builds it only with this variable set and no "
+                    "speculative decoding (model_executor/pool_configurator.py: _compute_cell_size); the fork "
+                    "carries it but never builds it on a hybrid GDN model, so there it is refused. false or unset: "
+                    "no arena counted, none of its variables rendered"),
+        SGLangFlag(env="SGLANG_ENABLE_MIXED_KV_WINDOWS"), OmitWhenUnset(),
+    ] = None
 
 
 KvDtype = Literal["auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "int2",
