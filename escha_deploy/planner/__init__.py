@@ -364,7 +364,7 @@ def step_device_pools(c: _Ctx) -> None:
         c.decide("device_pools", "device KV tokens", tokens, "runtime.max_total_tokens")
         if slots:
             c.decide("device_pools", "device mamba slots", slots, "runtime.max_mamba_cache_size")
-    if rt.max_total_tokens is not None:
+    if rt.max_total_tokens is not None and cell > 0:  # a 0 B cell (no KV layer) has nothing to cap
         tokens = _cap_fixed_tokens(c, tokens, max(rest, 0) // cell // page_size * page_size, cell)
     host_kv = host_per_token or device_kv_per_token
     packed, sidecar = _draft_host_per_token(c, dtype, host_kv)

@@ -263,3 +263,11 @@ def test_issue_40s_nextn_command_exits_0_and_says_the_cap(cli, tmp_path):
     assert r.code == 0, r.err
     said = r.out + r.err
     assert "runtime.max_total_tokens: 28,672 tokens do not fit" in said and "profiled 1,410 tokens" in said
+
+
+def test_a_kv_cell_of_0_bytes_is_not_capped_but_refused_by_its_rule(cli):
+    """INT2 on a head_dim of 1 has no KV cell (0 B a token): the cap has nothing to divide by,
+    and the plan refuses by the head_dim rule, one line, no traceback (the fuzz drew it)."""
+    r = cli("plan", "-p", "rtx5060ti-tp2", "--host-ram", "64GiB", "--set", "model.architecture.head_dim=1")
+    assert r.code == 3 and "Traceback" not in r.err + r.out
+    assert "model.architecture.head_dim: INT2 packs 4 codes per byte" in r.out
