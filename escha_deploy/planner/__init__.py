@@ -366,6 +366,14 @@ def step_device_pools(c: _Ctx) -> None:
             c.decide("device_pools", "device mamba slots", slots, "runtime.max_mamba_cache_size")
     if rt.max_total_tokens is not None and cell > 0:  # a 0 B cell (no KV layer) has nothing to cap
         tokens = _cap_fixed_tokens(c, tokens, max(rest, 0) // cell // page_size * page_size, cell)
+    if rt.min_total_tokens is not None and tokens < rt.min_total_tokens:
+        how = (f"caps runtime.max_total_tokens {rt.max_total_tokens:,} at" if rt.max_total_tokens is not None
+               and tokens < rt.max_total_tokens else "sizes it at")
+        c.unsafe.append(
+            f"runtime.min_total_tokens: SGLang {how} {tokens:,} tokens, what the static budget holds beside the "
+            f"weights{', the draft' if d.weights_bytes or draft_per_token else ''} and the mamba pool "
+            f"(kv_cache_configurator.py: _apply_token_constraints), below the {rt.min_total_tokens:,} this profile "
+            "needs; lower what shares the budget or raise runtime.mem_fraction_static")
     host_kv = host_per_token or device_kv_per_token
     packed, sidecar = _draft_host_per_token(c, dtype, host_kv)
     dev = DevicePools(

@@ -694,6 +694,18 @@ def _hybrid_max_total_tokens(i: Inputs) -> list[Finding]:
     return []
 
 
+def _min_total_tokens(i: Inputs) -> list[Finding]:
+    """``runtime.min_total_tokens`` above ``runtime.max_total_tokens``: no pool SGLang sizes can
+    have both (it never grows the pool past ``--max-total-tokens``: ``_apply_token_constraints``)."""
+    rt = i.rt
+    if rt.min_total_tokens is not None and rt.max_total_tokens is not None and rt.min_total_tokens > rt.max_total_tokens:
+        return [_error("runtime.min_total_tokens",
+                       f"{rt.min_total_tokens:,} is above runtime.max_total_tokens {rt.max_total_tokens:,}: SGLang "
+                       "never sizes the pool past --max-total-tokens (kv_cache_configurator.py: "
+                       "_apply_token_constraints)")]
+    return []
+
+
 def _int2_mixed_windows(i: Inputs) -> list[Finding]:
     """The fork's mixed HP+INT2 KV window (``runtime.kv_cache.int2.mixed_windows``): its report
     says the window is carried but never constructed on a hybrid GDN model, so turning it on there
@@ -891,6 +903,7 @@ RULES: tuple[Rule, ...] = (
          _hybrid_slots_per_request),
     Rule("hybrid-max-total-tokens", "mem_cache/kv_cache_configurator.py: resolve_max_num_reqs",
          _hybrid_max_total_tokens),
+    Rule("min-total-tokens", "mem_cache/kv_cache_configurator.py: _apply_token_constraints", _min_total_tokens),
     Rule("int2-mixed-windows", "OSCAR-derived model_executor/pool_configurator.py: _compute_cell_size "
          "(SGLANG_ENABLE_MIXED_KV_WINDOWS)", _int2_mixed_windows),
     Rule("eagle-not-on-extra-buffer", "sglang#36537; sglang#30437", _eagle_extra_buffer),

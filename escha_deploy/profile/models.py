@@ -328,6 +328,15 @@ class Runtime(EschaModel):
     max_total_tokens: Annotated[
         StrictInt | None, Field(gt=0, le=MAX_TOKENS, description="--max-total-tokens: device KV pool size (tokens)"), SGLangFlag("--max-total-tokens")
     ] = None
+    min_total_tokens: Annotated[
+        StrictInt | None,
+        Field(ge=2, le=MAX_TOKENS, description="the fewest device KV tokens this profile can serve with: where SGLang "
+              "would size the pool smaller (it caps a max_total_tokens that does not fit, "
+              "mem_cache/kv_cache_configurator.py: _apply_token_constraints, or sizes it itself), the plan refuses, "
+              "naming both figures. At least 2: SGLang stops on a smaller pool (managers/tp_worker.py: max_req_len "
+              "must be above 0). Unset: any pool SGLang accepts"),
+        OmitWhenUnset(),
+    ] = None
     max_mamba_cache_size: Annotated[
         StrictInt | None, Field(gt=0, le=MAX_TOKENS, description="--max-mamba-cache-size: device mamba state slots"), SGLangFlag("--max-mamba-cache-size")
     ] = None

@@ -271,3 +271,22 @@ def test_a_kv_cell_of_0_bytes_is_not_capped_but_refused_by_its_rule(cli):
     r = cli("plan", "-p", "rtx5060ti-tp2", "--host-ram", "64GiB", "--set", "model.architecture.head_dim=1")
     assert r.code == 3 and "Traceback" not in r.err + r.out
     assert "model.architecture.head_dim: INT2 packs 4 codes per byte" in r.out
+
+
+def test_a_profile_minimum_refuses_a_cap_below_it_and_one_sglang_refuses_is_bad_input(cli, tmp_path):
+    """``runtime.min_total_tokens``: the same NEXTN case with a profile that needs 2,048 tokens is
+    refused naming the key and SGLang's 1,410; a minimum SGLang would not start with (below 2:
+    ``managers/tp_worker.py: max_req_len``) is one line, exit 2; one above max_total_tokens, exit 3."""
+    m = own_folder(tmp_path)
+    sets = [f"model.host_dir={m}", *NEXTN, "model.draft.path=/models/Qwen3.x-27B-GPTQ-Int4", f"model.draft.host_dir={m}"]
+    p = planned(sets + ["runtime.min_total_tokens=2048"], host_ram=15 * GiB, platform="wsl2")
+    assert p.verdict == "unsafe"
+    assert [r for r in p.reasons if r.startswith("runtime.min_total_tokens: SGLang caps runtime.max_total_tokens "
+                                                 "28,672 at 1,410 tokens") and "2,048" in r], p.reasons
+    assert planned(sets + ["runtime.min_total_tokens=1410"], host_ram=15 * GiB, platform="wsl2").verdict == "ok"
+    r = cli("plan", "-p", PROFILE, "--host-ram", "15GiB", "--set", "runtime.min_total_tokens=1")
+    assert r.code == 2 and "Traceback" not in r.err
+    assert [ln for ln in r.err.splitlines() if "runtime.min_total_tokens" in ln and "2" in ln]
+    r = cli("plan", "-p", PROFILE, "--host-ram", "64GiB", "--set", "runtime.min_total_tokens=30000", "-f", "json")
+    assert r.code == 3
+    assert [x for x in json.loads(r.out)["reasons"] if x.startswith("runtime.min_total_tokens: 30,000 is above")]
