@@ -739,6 +739,29 @@ def _eagle_extra_buffer(i: Inputs) -> list[Finding]:
     return []
 
 
+#: The attention backends that implement a top-k > 1 draft tree on pages of more than one token
+#: (``arg_groups/speculative_hook.py: _handle_eagle_family``, ``_PAGE_TREE_SPEC_BACKENDS``; the
+#: same in 0.5.19, 0.5.21 and 0.5.23).
+PAGE_TREE_SPEC_BACKENDS = ("flashinfer", "fa3", "triton")
+
+
+def _eagle_topk_page_backend(i: Inputs) -> list[Finding]:
+    """``runtime.speculative.eagle_topk`` above 1 with a page above 1 token and an attention
+    backend the profile names that cannot draft a tree on pages: SGLang raises at argument
+    resolution. An unset backend is SGLang's pick, not judged here."""
+    sp, backend = i.rt.speculative, i.rt.attention_backend
+    # the EAGLE family and STANDALONE run _handle_eagle_family (speculative/spec_info.py: handle_server_args)
+    if sp is None or speculative_algorithm(i.profile) not in EAGLE_STYLE | {"STANDALONE"} or backend is None:
+        return []
+    if (sp.eagle_topk or 1) > 1 and i.page_size > 1 and backend not in PAGE_TREE_SPEC_BACKENDS:
+        return [_error("runtime.attention_backend",
+                       f"{backend} with runtime.speculative.eagle_topk {sp.eagle_topk} on pages of {i.page_size} "
+                       f"tokens: SGLang drafts a top-k tree on pages only with {', '.join(PAGE_TREE_SPEC_BACKENDS)} "
+                       "and stops at start (speculative_hook.py: _handle_eagle_family); use one of them, eagle_topk 1 "
+                       "or runtime.page_size 1")]
+    return []
+
+
 def _draft_not_counted(i: Inputs) -> list[Finding]:
     """Each part of a speculative draft the plan does not count (``DraftCount.not_counted``)."""
     if not speculative_algorithm(i.profile):
@@ -907,6 +930,7 @@ RULES: tuple[Rule, ...] = (
     Rule("int2-mixed-windows", "OSCAR-derived model_executor/pool_configurator.py: _compute_cell_size "
          "(SGLANG_ENABLE_MIXED_KV_WINDOWS)", _int2_mixed_windows),
     Rule("eagle-not-on-extra-buffer", "sglang#36537; sglang#30437", _eagle_extra_buffer),
+    Rule("eagle-topk-page-backend", "arg_groups/speculative_hook.py: _handle_eagle_family", _eagle_topk_page_backend),
     Rule("draft-not-counted", "planner/draft.py: draft_count (what SGLang loads that the plan cannot size)",
          _draft_not_counted),
     Rule("torch-compile-on-hybrid", "sglang#35777", _torch_compile_hybrid),

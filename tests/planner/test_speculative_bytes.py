@@ -290,3 +290,18 @@ def test_a_profile_minimum_refuses_a_cap_below_it_and_one_sglang_refuses_is_bad_
     r = cli("plan", "-p", PROFILE, "--host-ram", "64GiB", "--set", "runtime.min_total_tokens=30000", "-f", "json")
     assert r.code == 3
     assert [x for x in json.loads(r.out)["reasons"] if x.startswith("runtime.min_total_tokens: 30,000 is above")]
+
+
+@pytest.mark.parametrize("backend, refused", [("fa4", True), ("torch_native", True), ("fa3", False), ("triton", False)])
+def test_a_topk_tree_on_pages_needs_a_backend_that_drafts_one(backend, refused):
+    """EAGLE with top-k 4 on the multi-token pages of ``linux-tp2-l3`` and an attention backend the
+    profile names: SGLang stops at argument resolution unless it is flashinfer, fa3 or triton
+    (``speculative_hook.py: _handle_eagle_family``); the differential fuzz found plan accepting it."""
+    sets = ["runtime.speculative={algorithm: EAGLE, num_steps: 2, eagle_topk: 4, num_draft_tokens: 8}",
+            f"runtime.attention_backend={backend}", "hicache.enabled=false"]
+    prof = load_profile("linux-tp2-l3", sets)
+    g = gather(prof, DescribedHost(128 * GiB, "linux"))
+    p = decide(prof, g, resolve_runtime(prof, g, ProfileTarget()))
+    lines = [r for r in p.reasons if r.startswith(f"runtime.attention_backend: {backend} with runtime.speculative"
+                                                  ".eagle_topk 4")]
+    assert bool(lines) == refused, p.reasons
