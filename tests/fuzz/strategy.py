@@ -110,6 +110,12 @@ NOT_DRAWN: dict[str, str] = {
     "container.model_dir": "a host folder",
     "container.hf_cache_dir": "a host folder",
     "hicache.l3": "a union of L3 backends: drawn for linux-tp2-l3 only, as it ships",
+    "runtime.min_total_tokens": "no SGLang input: the profile's own floor on the pool SGLang sizes; a refusal it "
+                                "makes is by design, never one the SGLang side can judge (tests/planner/"
+                                "test_speculative_bytes.py covers it)",
+    "runtime.kv_cache.int2.mixed_windows": "the INT2 fork's variable (SGLANG_ENABLE_MIXED_KV_WINDOWS): the stock "
+                                           "SGLang the fuzz asks stands in for int2 (OVERLAY_STAND_INS) and reads "
+                                           "no such window (tests/planner/test_int2_mixed_window.py covers it)",
 }
 
 
