@@ -305,3 +305,37 @@ def test_a_topk_tree_on_pages_needs_a_backend_that_drafts_one(backend, refused):
     lines = [r for r in p.reasons if r.startswith(f"runtime.attention_backend: {backend} with runtime.speculative"
                                                   ".eagle_topk 4")]
     assert bool(lines) == refused, p.reasons
+
+
+def test_the_cap_is_said_by_serve_print_up_dry_run_and_compose(tmp_path):
+    """The same cap (NEXTN on the fp8 profile, a 15 GiB WSL2 box described by a facts file, no
+    model folder) reaches every command that renders the launch: ``serve --print`` renders the
+    capped ``--max-total-tokens``, ``up --dry-run`` that and the warning, ``compose --facts`` says
+    it on stderr."""
+    from escha_deploy.facts.factsfile import FactsFile, HostSection
+    from tests.inproc import run_main
+    from tests.pipeline.test_one_launch import _container_checks
+    from escha_deploy.runtime.description import RuntimeDescription
+
+    facts = tmp_path / "box.json"
+    facts.write_text(FactsFile(host=HostSection(platform="wsl2", mem_total_bytes=15 * GiB)).model_dump_json())
+    runtime = tmp_path / "runtime.json"
+    runtime.write_text(RuntimeDescription(
+        sglang_version="0.5.19", base="image:lmsysorg/sglang:v0.5.19", base_inventory_digest="0" * 64,
+        base_inventory_committed=True, python="3.11.2", sglang_dir="/sglang",
+        capabilities=list(load_profile(PROFILE).runtime.needs), inventory_digest="0" * 64).model_dump_json())
+    sets = [a for s in NEXTN for a in ("--set", s)]
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"}
+    a, b, c = _container_checks(runtime)
+    with a, b, c:
+        serve = run_main("serve", "--profile", PROFILE, *sets, "--print",
+                         env={**env, "ESCHA_SERVE_MODE": "container", "ESCHA_FACTS": str(facts)})
+        dry = run_main("up", "--profile", PROFILE, *sets, "--facts", str(facts), "--dry-run", "--format", "json", env=env)
+        compose = run_main("compose", "--profile", PROFILE, *sets, "--facts", str(facts), env=env)
+    assert serve.code == 0 and compose.code == 0, serve.err + compose.err
+    printed, got = json.loads(serve.out), json.loads(dry.out)
+    tokens = got["argv"][got["argv"].index("--max-total-tokens") + 1]
+    assert int(tokens) < 28_672 and printed["argv"] == got["argv"]
+    assert [w for w in got["warnings"] if w.startswith("plan: runtime.max_total_tokens: 28,672 tokens do not fit")
+            and f"profiled {int(tokens):,} tokens" in w]
+    assert "runtime.max_total_tokens: 28,672 tokens do not fit" in compose.err
