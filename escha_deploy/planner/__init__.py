@@ -365,13 +365,15 @@ def step_device_pools(c: _Ctx) -> None:
         if slots:
             c.decide("device_pools", "device mamba slots", slots, "runtime.max_mamba_cache_size")
     if rt.max_total_tokens is not None and cell > 0:  # a 0 B cell (no KV layer) has nothing to cap
-        tokens = _cap_fixed_tokens(c, tokens, max(rest, 0) // cell // page_size * page_size, cell)
+        tokens = _cap_fixed_tokens(c, tokens, max(rest, 0) // cell // page_size * page_size, cell,
+                                   drafted=bool(d.weights_bytes or draft_per_token))
     if rt.min_total_tokens is not None and tokens < rt.min_total_tokens:
         how = (f"caps runtime.max_total_tokens {rt.max_total_tokens:,} at" if rt.max_total_tokens is not None
                and tokens < rt.max_total_tokens else "sizes it at")
         c.unsafe.append(
             f"runtime.min_total_tokens: SGLang {how} {tokens:,} tokens, what the static budget holds beside the "
-            f"weights{', the draft' if d.weights_bytes or draft_per_token else ''} and the mamba pool "
+            f"weights{', the draft' if d.weights_bytes or draft_per_token else ''}"
+            f"{' and the mamba pool' if c.inp.arch.is_hybrid else ''} "
             f"(kv_cache_configurator.py: _apply_token_constraints), below the {rt.min_total_tokens:,} this profile "
             "needs; lower what shares the budget or raise runtime.mem_fraction_static")
     host_kv = host_per_token or device_kv_per_token
@@ -413,7 +415,7 @@ def step_device_pools(c: _Ctx) -> None:
                             mamba_intermediate_bytes=intermediate)
 
 
-def _cap_fixed_tokens(c: _Ctx, tokens: int, profiled: int, cell: int) -> int:
+def _cap_fixed_tokens(c: _Ctx, tokens: int, profiled: int, cell: int, drafted: bool) -> int:
     """The device KV tokens SGLang uses for a fixed ``runtime.max_total_tokens``: the smaller of it
     and what the budget holds once the weights, the draft and the mamba pool are out of it
     (``profiled``, the figure SGLang's configurator sizes when the key is unset), with SGLang's
@@ -424,20 +426,24 @@ def _cap_fixed_tokens(c: _Ctx, tokens: int, profiled: int, cell: int) -> int:
     if tokens <= profiled or profiled <= 0:
         return tokens
     rt = c.inp.profile.runtime
+    parts = ["the weights", *(["the draft"] if drafted else []), *(["the mamba pool"] if c.inp.arch.is_hybrid else [])]
+    sharers = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
     c.decide("device_pools", "device KV tokens (capped as SGLang caps them)", profiled,
              f"runtime.max_total_tokens {tokens:,} is larger than the {profiled:,} tokens of {cell:,} B that the "
-             "static budget holds beside the weights, the draft and the mamba pool: SGLang uses the profiled value "
+             f"static budget holds beside {sharers}: SGLang uses the profiled value "
              "(kv_cache_configurator.py: _apply_token_constraints)")
     ctx = rt.context_length
+    lower = ", ".join(x for x in ("the draft" if drafted else "",
+                                  "runtime.max_mamba_cache_size" if c.inp.arch.is_hybrid else "") if x)
     c.warnings.append(
-        f"runtime.max_total_tokens: {tokens:,} tokens do not fit the device budget beside the weights, the draft and "
-        f"the mamba pool; SGLang caps the pool at the profiled {profiled:,} tokens and warns "
+        f"runtime.max_total_tokens: {tokens:,} tokens do not fit the device budget beside {sharers}; "
+        f"SGLang caps the pool at the profiled {profiled:,} tokens and warns "
         "\"max_total_tokens=... is larger than the profiled value\" (kv_cache_configurator.py: "
         f"_apply_token_constraints), so the plan and the argv use {profiled:,}"
         + (f"; a request longer than {profiled - 1:,} tokens is refused (runtime.context_length {ctx:,}; "
            "managers/tp_worker.py: max_req_len)" if ctx and ctx >= profiled else "")
-        + "; to keep the size, lower what shares the budget (the draft, runtime.max_mamba_cache_size) or raise "
-        "runtime.mem_fraction_static")
+        + "; to keep the size, " + (f"lower what shares the budget ({lower}) or " if lower else "")
+        + "raise runtime.mem_fraction_static")
     return profiled
 
 
