@@ -140,17 +140,22 @@ ARCH_MODULES = {
 
 @functools.lru_cache(maxsize=1)
 def shipped_profiles() -> list[dict]:
-    """The shipped profiles (``profiles/*.yaml``) as raw YAML, ``extends`` merged one level deep
-    per section (what this script needs: ``model.quantization``, ``model.architecture``)."""
+    """The shipped profiles (``profiles/*.yaml``) as raw YAML, their ``extends`` chain merged (a
+    profile may extend one that extends another) per section, one level deep (what this script
+    needs: ``model.quantization``, ``model.architecture``)."""
     raw = {f.stem: yaml.safe_load(f.read_text(encoding="utf-8")) or {} for f in sorted((REPO / "profiles").glob("*.yaml"))}
-    out = []
-    for data in raw.values():
-        base = raw.get(data.get("extends", ""), {})
+
+    def resolved(data: dict, seen: tuple[str, ...] = ()) -> dict:
+        parent = data.get("extends", "")
+        if not parent or parent in seen or parent not in raw:
+            return data
+        base = resolved(raw[parent], (*seen, parent))
         merged = {**base, **data}
         for section in ("model", "runtime"):
             merged[section] = {**(base.get(section) or {}), **(data.get(section) or {})}
-        out.append(merged)
-    return out
+        return merged
+
+    return [resolved(data) for data in raw.values()]
 
 
 def shipped_kinds() -> tuple[list[str], list[str]]:
