@@ -99,7 +99,9 @@ CITATIONS = (
     # what stock SGLang lacks or was reported doing, with the release it was read in
     ("escha_deploy/planner/validate.py", "stock SGLang 0.5.19 has no int2 KV pool"),
     ("escha_deploy/planner/validate.py", "illegal-memory-access reports on stock 0.5.19 (sglang#16771, #30055)"),
-    ("escha_deploy/watch/alerts.py", "on stock 0.5.19 a hybrid model's cache prunes instead of demoting (sglang#33713)"),
+    ("escha_deploy/watch/alerts.py", "(SGLang 0.5.19 pool_host/mamba.py: MambaPoolHost)"),
+    # the seed's figures are that release's exact bytes (DESIGN's seed table)
+    ("escha_deploy/planner/constraints.py", "where these are SGLang 0.5.19's exact bytes"),
     ("escha_deploy/watch/alerts.py", "(SGLang 0.5.19 hiradix_cache.py, reason host_pressure)"),
     # the metrics a release added
     ("escha_deploy/watch/reading.py", "SGLang 0.5.23+"),

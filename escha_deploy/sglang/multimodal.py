@@ -15,7 +15,8 @@ it off for by default (``mm_disabled_models``, with SGLang's own model classes; 
 both a vision and an audio config). ``has_multimodal_subconfig``: the config nests its text model
 (``get_hf_text_config``: ``thinker_config``, ``llm_config``, ``language_config``, ``text_config``)
 or, with ``--model-impl transformers``, has a vision or audio config. 0.5.21 and 0.5.23 keep the
-function and the rule; their architecture lists grow (``EXTRA_ARCHITECTURES``). "GB" there is
+function and the rule; their architecture lists grow (each release's ``facts.yaml``:
+``multimodal_architectures_added``). "GB" there is
 GiB (``get_available_gpu_memory`` divides by 1 << 30), so the bytes are MB x 2**20.
 """
 
@@ -51,16 +52,6 @@ MULTIMODAL_ARCHITECTURES = frozenset({
     "MiDashengLMModel", "StepVLForConditionalGeneration", "Step3p7ForConditionalGeneration",
     "KimiK25ForConditionalGeneration",
 })
-_ADDED_0_5_21 = frozenset({
-    "Cosmos3EdgeForConditionalGeneration", "DiffusionGemmaForBlockDiffusion", "Glm5NextForConditionalGeneration",
-    "NemotronH_Omni_Reasoning_V3", "Qwen4ExpForConditionalGeneration", "BailingMMNativeForConditionalGeneration",
-    "BailingMM2NativeForConditionalGeneration", "BailingMoeV3VLForConditionalGeneration",
-})
-#: Architectures a later release's list adds (the same list in its ``model_config.py``).
-EXTRA_ARCHITECTURES: dict[str, frozenset[str]] = {
-    "0.5.21": _ADDED_0_5_21,
-    "0.5.23": _ADDED_0_5_21 | {"EmbeddingGemma2Model", "MuseSparkForConditionalGeneration"},
-}
 #: ``mm_disabled_models``: multimodal off by default for these (first architecture), with
 #: SGLang's own model classes, unless ``--enable-multimodal``.
 OFF_BY_DEFAULT = frozenset({"Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration",
@@ -90,10 +81,11 @@ def _flag_value(args: Sequence[str], flag: str) -> str | None:
 
 
 def reservation(architectures: Sequence[str], *, text_subconfig: bool, vision_or_audio: bool,
-                language_model_only: bool, extra_args: Sequence[str] = (), release: str = "0.5.19",
+                language_model_only: bool, extra_args: Sequence[str] = (), release: str | None = None,
                 both_vision_and_audio: bool = False) -> Reservation:
     """The multimodal reservation for a model folder's config.json facts and the server's extra
-    flags (``--enable-multimodal``, ``--model-impl``, ``--mm-feature-transport``)."""
+    flags (``--enable-multimodal``, ``--model-impl``, ``--mm-feature-transport``), by ``release``'s
+    rule (default: the default release; its ``facts.yaml`` adds architectures to the list)."""
     archs = list(architectures)
     if not archs:
         return Reservation(0, "no architectures in config.json")
@@ -106,7 +98,9 @@ def reservation(architectures: Sequence[str], *, text_subconfig: bool, vision_or
             return Reservation(0, "a MiMo-V2 without both vision_config and audio_config: multimodal off")
     if language_model_only:
         return Reservation(0, "config.json says language_model_only")
-    known = MULTIMODAL_ARCHITECTURES | EXTRA_ARCHITECTURES.get(release, frozenset())
+    from .releases import load_release
+
+    known = MULTIMODAL_ARCHITECTURES | set(load_release(release).multimodal_architectures_added)
     arch = next((a for a in archs if a in known), None)
     if arch is not None:
         why = f"{arch} is a multimodal architecture"

@@ -262,7 +262,9 @@ class Release(_Model):
     (``MixedChunkPrefillGraph``). ``draft_host_pool``: how a speculative draft's sidecar host KV
     pool is sized (``DraftHostPool``). ``file_store_owners``: which ranks keep their own
     file L3 files, each under its own cap (``FileStoreOwners``). ``flags_not_planned``: flags refused because
-    they reach pool classes the plan does not size (``FlagNotPlanned``)."""
+    they reach pool classes the plan does not size (``FlagNotPlanned``).
+    ``multimodal_architectures_added``: the architectures this release's ``configs/model_config.py``
+    multimodal list has beyond the list in ``sglang/multimodal.py`` (``MULTIMODAL_ARCHITECTURES``)."""
 
     version: Annotated[str, Field(pattern=_VERSION)]
     source: str
@@ -282,6 +284,7 @@ class Release(_Model):
     mixed_chunk_prefill_graph: MixedChunkPrefillGraph | None = None
     flags_not_planned: tuple[FlagNotPlanned, ...] = ()
     file_store_owners: FileStoreOwners
+    multimodal_architectures_added: tuple[str, ...] = ()
 
 
 class ImageTags(_Model):
