@@ -42,7 +42,7 @@ def test_dry_run_prints_every_check_when_the_l3_folder_is_missing(cli, monkeypat
     assert rows["docker daemon"] == "failed" and rows["L3 folder"] == "failed", r.out
     assert rows["model folder"] == "failed", r.out
     errors = [ln for ln in r.err.splitlines() if ln.startswith("error: ")]
-    assert f"error: hicache.l3.dir: {l3} does not exist here; create it (mkdir -p {l3}) on a disk with the cap free" \
+    assert f"error: hicache.l3.dir: {l3} does not exist here; create it (mkdir -p {l3}) on a disk with room for the tier" \
         in errors
     assert any("model.host_dir / container.model_dir" in e for e in errors)
     assert len(errors) >= 3, errors
