@@ -367,13 +367,25 @@ def _scan(wheel: Path) -> tuple[Check, ...]:
 #: Run in SGLang's interpreter (the flag-catalog venv): the pre-flight's SGLang side
 #: (``escha_deploy/launch/sglang_preflight.py: sglang_side``) on each argv of stdin with its
 #: plan's device figures (so the sizing stages run too), with a profile hook recording every
-#: SGLang function called; then ``sys.modules``.
+#: SGLang function called; then ``sys.modules``. Each argv runs with the environment variables
+#: SGLang reads while resolving and sizing that its launch sets (the oracle case's ``env``, e.g.
+#: ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN``), put back after it.
 _TRACE_SIDE = r"""
 import json, runpy, sys
 import sglang
+import os
 request = json.loads(sys.stdin.read())
 argvs, devices = request["argvs"], request["devices"]
+envs = request.get("envs") or [{} for _ in argvs]
 side = runpy.run_path(sys.argv[1])["sglang_side"]
+def run(a, d, e):
+    saved = dict(os.environ)
+    os.environ.update(e)
+    try:
+        return side(a, d)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 called = set()
 def hook(frame, event, arg):
     if event == "call":
@@ -382,7 +394,7 @@ def hook(frame, event, arg):
         if "/sglang/srt/" in path:
             called.add((path[path.rindex("/sglang/") + len("/sglang/"):], code.co_qualname))
 sys.setprofile(hook)
-results = [side(a, d) for a, d in zip(argvs, devices)]
+results = [run(a, d, e) for a, d, e in zip(argvs, devices, envs)]
 sys.setprofile(None)
 print(json.dumps({"results": results, "called": sorted(called),
                   "modules": sorted(m for m in sys.modules if m == "sglang" or m.startswith("sglang."))}))
@@ -410,6 +422,15 @@ def shipped_requests(release: str) -> list[tuple[str, dict, list[str], dict[str,
     return out
 
 
+def shipped_envs(release: str) -> dict[str, dict[str, str]]:
+    """Per shipped profile, the environment its launch sets that SGLang reads while resolving and
+    sizing (``tests/oracle/cases: build_case``'s ``env``; empty for most profiles)."""
+    sys.path.insert(0, str(REPO))
+    from tests.oracle.cases import build_case, shipped_cases
+
+    return {case.profile: dict(build_case(case, release)[0].get("env") or {}) for case in shipped_cases()}
+
+
 def trace(release: str, venv: Path) -> dict:
     """What SGLang imports and runs during its pre-flight for each shipped profile (argument
     resolution, model config, attention-backend choice and, with the plan's device figures, the
@@ -425,12 +446,18 @@ def trace(release: str, venv: Path) -> dict:
     card = {"vram_bytes": 16 * 2**30 - 2**28, "name": "NVIDIA GeForce RTX 5060 Ti", "capability": "12.0"}
     with tempfile.TemporaryDirectory(prefix="escha-late-trace-") as tmp:
         names, argvs, devices = [], [], []
+        envs_by_name = shipped_envs(release)
         for name, config, argv, device in shipped_requests(release):
             folder = Path(tmp) / name
             folder.mkdir()
             (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
             (folder / "model.safetensors").write_bytes(b"\0" * 64)
+            model = argv[argv.index("--model-path") + 1]
             argv[argv.index("--model-path") + 1] = str(folder)
+            if "--speculative-draft-model-path" in argv:  # a draft in the model's own folder (NEXTN's MTP layer)
+                i = argv.index("--speculative-draft-model-path") + 1
+                if argv[i] == model:
+                    argv[i] = str(folder)
             names.append(name)
             argvs.append(argv)
             devices.append(device)
@@ -439,7 +466,9 @@ def trace(release: str, venv: Path) -> dict:
                "HOME": tmp}
         proc = subprocess.run([str(venv / "bin" / "python"), "-c", _TRACE_SIDE,
                                str(REPO / "escha_deploy" / "launch" / "sglang_preflight.py")],
-                              input=json.dumps({"argvs": argvs, "devices": devices}), capture_output=True, text=True, env=env, timeout=900, check=False)
+                              input=json.dumps({"argvs": argvs, "devices": devices,
+                                                "envs": [envs_by_name.get(n, {}) for n in names]}),
+                              capture_output=True, text=True, env=env, timeout=900, check=False)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"the traced pre-flight failed (exit {proc.returncode}): {proc.stderr.strip()[-600:]}")
@@ -463,10 +492,16 @@ def trace(release: str, venv: Path) -> dict:
 
 
 def traced_argv(argv: list[str]) -> list[str]:
-    """``argv`` as the trace records it: the model folder (a temporary one) shown as ``MODEL``."""
+    """``argv`` as the trace records it: the model folder (a temporary one) shown as ``MODEL``, and a
+    draft in that same folder (NEXTN's MTP layer) too."""
     out = list(argv)
     if "--model-path" in out:
-        out[out.index("--model-path") + 1] = "MODEL"
+        i = out.index("--model-path") + 1
+        model, out[i] = out[i], "MODEL"
+        if "--speculative-draft-model-path" in out:
+            j = out.index("--speculative-draft-model-path") + 1
+            if out[j] == model:
+                out[j] = "MODEL"
     return out
 
 
