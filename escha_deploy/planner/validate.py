@@ -745,6 +745,35 @@ def _eagle_extra_buffer(i: Inputs) -> list[Finding]:
 PAGE_TREE_SPEC_BACKENDS = ("flashinfer", "fa3", "triton")
 
 
+#: ``--speculative-ngram-max-bfs-breadth``'s default (``server_args.py``): NGRAM's draft tree
+#: breadth, which ``_handle_ngram`` makes its ``speculative_eagle_topk``.
+NGRAM_BFS_BREADTH = 10
+
+
+def _ngram_fa4_pages(i: Inputs) -> list[Finding]:
+    """NGRAM with ``fa4`` (the profile's ``runtime.attention_backend``) on an sm100 card: SGLang's
+    argument resolution first forces fa4's page to 128 tokens for a non-MLA model (its speculative
+    top-k is still unset: ``arg_groups/overrides.py: _fa4_page_constraint``), then the NGRAM hook
+    sets that top-k to the tree's breadth (``speculative_ngram_max_bfs_breadth``, 10 by default)
+    and refuses a top-k above 1 on pages above 1 token with any backend but flashinfer
+    (``arg_groups/speculative_hook.py: _handle_ngram``; found by the differential fuzz on 0.5.21,
+    the code reads the same in 0.5.19 and 0.5.23)."""
+    if i.rt.speculative is None or speculative_algorithm(i.profile) != "NGRAM" or i.rt.attention_backend != "fa4":
+        return []
+    cc = i.profile.hardware.compute_capability or ""
+    if cc.split(".")[0] != "10":  # the models this plan sizes have no MLA attention (``_mla_backend``)
+        return []
+    breadth = _flag_int(i.rt.extra_args or [], "--speculative-ngram-max-bfs-breadth", NGRAM_BFS_BREADTH)
+    if breadth <= 1:
+        return []
+    return [_error("runtime.attention_backend",
+                   f"fa4 with NGRAM speculative decoding on sm_{cc.replace('.', '')}: SGLang sets fa4's page to 128 "
+                   f"tokens, then refuses NGRAM's draft tree (top-k = speculative_ngram_max_bfs_breadth {breadth}) on "
+                   "pages above 1 token with any backend but flashinfer, and stops at start (overrides.py: "
+                   "_fa4_page_constraint; speculative_hook.py: _handle_ngram); use flashinfer, or "
+                   "--speculative-ngram-max-bfs-breadth 1 in runtime.extra_args")]
+
+
 def _eagle_topk_page_backend(i: Inputs) -> list[Finding]:
     """``runtime.speculative.eagle_topk`` above 1 with a page above 1 token and an attention
     backend the profile names that cannot draft a tree on pages: SGLang raises at argument
@@ -931,6 +960,8 @@ RULES: tuple[Rule, ...] = (
          "(SGLANG_ENABLE_MIXED_KV_WINDOWS)", _int2_mixed_windows),
     Rule("eagle-not-on-extra-buffer", "sglang#36537; sglang#30437", _eagle_extra_buffer),
     Rule("eagle-topk-page-backend", "arg_groups/speculative_hook.py: _handle_eagle_family", _eagle_topk_page_backend),
+    Rule("ngram-fa4-pages", "arg_groups/overrides.py: _fa4_page_constraint; arg_groups/speculative_hook.py: "
+         "_handle_ngram", _ngram_fa4_pages),
     Rule("draft-not-counted", "planner/draft.py: draft_count (what SGLang loads that the plan cannot size)",
          _draft_not_counted),
     Rule("torch-compile-on-hybrid", "sglang#35777", _torch_compile_hybrid),

@@ -339,3 +339,23 @@ def test_the_cap_is_said_by_serve_print_up_dry_run_and_compose(tmp_path):
     assert [w for w in got["warnings"] if w.startswith("plan: runtime.max_total_tokens: 28,672 tokens do not fit")
             and f"profiled {int(tokens):,} tokens" in w]
     assert "runtime.max_total_tokens: 28,672 tokens do not fit" in compose.err
+
+
+@pytest.mark.parametrize("cc,backend,extra,refused", [
+    ("10.0", "fa4", [], True),             # fa4's page forced to 128, then NGRAM's tree of 10
+    ("10.0", "flashinfer", [], False),     # the backend SGLang drafts the tree on pages with
+    ("10.0", "fa4", ["--speculative-ngram-max-bfs-breadth", "'1'"], False),  # no tree: top-k 1
+    ("12.0", "fa4", [], False),            # not sm100: fa4's page stays
+])
+def test_ngram_with_fa4_on_sm100(cc, backend, extra, refused):
+    """NGRAM with fa4 on an sm100 card: SGLang forces fa4's page to 128 tokens
+    (``overrides.py: _fa4_page_constraint``), then refuses NGRAM's top-k tree on pages with any
+    backend but flashinfer (``speculative_hook.py: _handle_ngram``); the differential fuzz found plan
+    accepting it on 0.5.21."""
+    sets = ["runtime.speculative={algorithm: NGRAM}", f"runtime.attention_backend={backend}",
+            f'hardware.compute_capability="{cc}"', f"runtime.extra_args=[{', '.join(extra)}]", "hicache.enabled=false"]
+    prof = load_profile("rtx5060ti-tp2-fp8", sets)
+    g = gather(prof, DescribedHost(128 * GiB, "linux"))
+    p = decide(prof, g, resolve_runtime(prof, g, ProfileTarget()))
+    lines = [r for r in p.reasons if r.startswith("runtime.attention_backend: fa4 with NGRAM")]
+    assert bool(lines) == refused, p.reasons
