@@ -22,7 +22,13 @@ so the line reads ``[2026-11-29 16:20:00] server_args={'model_path': ..., 'api_k
    header (``Cookie: session=KEY; theme=x``, ``Set-Cookie: id=KEY; Path=/``, its attributes
    kept), and a generated-looking word after a key-like name (``key``, ``token``, ``secret``,
    ``auth``, ``session``, ``credential``, ``password`` in the name: ``X-Token KEY``,
-   ``session_key: KEY``), so a count (``#new-token: 8192``) is left as it is.
+   ``session_key: KEY``), so a count (``#new-token: 8192``) is left as it is;
+7. tokens whose shape is their issuer's: AWS access key ids (``AKIA``/``ASIA`` + 16), JWTs
+   (``eyJ...``, three base64url parts), Google ``AIza...`` keys, a PEM private key's body (on
+   one line, a JSON string with ``\\n`` escapes included, or over the lines a caller passes one by
+   one), a Slack webhook's path, ``mysql -pPW``, a ``.netrc`` password, and the password of a
+   schemeless ``user:pass@host``. An image digest (``name:tag@sha256:...``), a hash, a path and
+   the shell's ``PWD=/path`` are left as they are.
 
 ``printable`` drops terminal control sequences (ANSI CSI and OSC escapes, other C0 and C1
 control characters but tab) from a log line about to be printed: a log may carry an OSC
@@ -51,11 +57,21 @@ _FIELD_RE = re.compile(
 _FLAG_RE = re.compile(r"(?P<head>--(?:api-key|admin-api-key|ssl-keyfile-password)(?:=|\s+))(?P<q>['\"]?)[^\s'\"]+")
 _HF_TOKEN_RE = re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")
 _BEARER_RE = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{4,}")
-#: An unquoted secret-named key and its value (``api-key: K``, ``api_key=K``, ``SGLANG_API_KEY=K``,
-#: ``HF_TOKEN=K``); ``None``/``null`` (no key set) are left as they are.
+#: A secret-named key and its value (``api-key: K``, ``api_key=K``, ``SGLANG_API_KEY=K``,
+#: ``HF_TOKEN=K``, ``PGPASSWORD=K``, ``MYSQL_PWD=K``, AWS's ``aws_secret_access_key = K`` and
+#: ``"SessionToken": "K"``, ``X-Amz-Security-Token: K``, Azure's ``AccountKey=K``): the name may
+#: follow a letter or ``_`` (``DB_PASSWORD``), a quote may close it before the separator (JSON's
+#: ``"password": "K"``, whose quoted value is masked whole, spaces included), and the separator
+#: may be the fullwidth colon or equals sign (U+FF1A, U+FF1D). ``None``/``null`` (no key set)
+#: are left as they are.
+_SECRET_NAMES = (r"(?:admin[-_])?(?:api[-_]?key|hf[-_]token|ssl[-_]keyfile[-_]password|access[-_]?token|"
+                 r"secret[-_]?(?:access[-_]?)?key|session[-_]?token|security[-_]?token|account[-_]?key|"
+                 r"password|passwd|[-_]pwd)")
 _UNQUOTED_RE = re.compile(
-    r"(?i)(?P<head>(?<![A-Za-z0-9])(?:admin[-_])?(?:api[-_]key|hf[-_]token|ssl[-_]keyfile[-_]password|"
-    r"access[-_]token|secret[-_]key|password)\s*[:=]\s*)(?!(?:None|null|~)(?![^\s,;}\])]))(?P<val>[^\s'\",;}\])&#]+)")
+    r"(?i)(?P<head>" + _SECRET_NAMES + r"['\"]?\s*[:=\uff1a\uff1d]\s*)"
+    r"(?:(?P<q>['\"])(?P<qval>[^'\"\n]*)(?P=q)"
+    r"|(?!(?:None|null|~)(?![^\s,;}\])]))(?P<val>[^\s'\",;}\])&#]+))")
+_UNQUOTED_HINTS = ("key", "token", "passw", "pwd")
 #: ``Authorization: <scheme> <credential>`` (headers, curl -v, a dumped dict).
 _AUTH_RE = re.compile(r"(?i)(?P<head>authorization['\"]?\s*[:=]\s*['\"]?(?:[A-Za-z]+\s+)?)(?P<val>[^\s'\",;}]+)")
 #: A URL's user (and password): ``scheme://user:pass@host``.
@@ -83,6 +99,35 @@ _NAMED_WORD_RE = re.compile(
     r"(?:\s*[:=]\s*|\s+)['\"]?)(?P<val>[^\s'\",;}\])&#]+)")
 _PAIR_HINT_RE = re.compile(r"token|secret|session|passwd|pwd|credential|apikey")
 _NAME_HINT_RE = re.compile(r"key|token|secret|auth|session|credential|passw")
+#: AWS access key ids: ``AKIA`` (long-term) or ``ASIA`` (temporary) and 16 capitals and digits
+#: (AWS IAM User Guide, "Unique identifiers", the ID prefixes table).
+_AWS_ID_RE = re.compile(r"(?<![A-Za-z0-9])A(?:KI|SI)A[A-Z0-9]{16}(?![A-Za-z0-9])")
+#: A JSON Web Token (RFC 7519, compact serialization, RFC 7515 section 7.1): three base64url
+#: parts joined by dots, the header a JSON object (``{"`` encodes as ``eyJ``); an unsigned one
+#: has an empty third part.
+_JWT_RE = re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*")
+#: A Google API key: ``AIza`` and 35 letters, digits, ``-`` and ``_``.
+_GCP_KEY_RE = re.compile(r"(?<![A-Za-z0-9_-])AIza[A-Za-z0-9_-]{35}")
+#: A PEM private key (RFC 7468): its body between the BEGIN and END lines, on one line (a JSON
+#: string with ``\n`` escapes, as in a Google service-account file) or to the end of this one.
+_PEM_BEGIN = r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"
+_PEM_END = r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----"
+_PEM_RE = re.compile(r"(?P<head>" + _PEM_BEGIN + r")(?P<body>(?:(?!-----END ).)*)(?P<end>" + _PEM_END + r")?",
+                     re.DOTALL)
+_PEM_END_RE = re.compile(_PEM_END)
+#: A Slack incoming webhook's secret path (``https://hooks.slack.com/services/T.../B.../...``).
+_SLACK_HOOK_RE = re.compile(r"(?i)(?P<head>hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_-]+")
+#: A MySQL/MariaDB client's password glued to ``-p`` (``mysql -u root -pPW``; with a space the
+#: client prompts and the word is the database, MySQL Reference Manual, "--password").
+_MYSQL_P_RE = re.compile(r"(?i)(?P<head>\b(?:mysql|mariadb)[a-z-]*\b[^\n]*?\s-p)(?P<val>[^\s'\"]+)")
+#: A ``.netrc`` entry's password (``machine HOST login USER password PW``; GNU inetutils' netrc
+#: tokens): a word after ``password`` on a line that names a machine or login.
+_NETRC_RE = re.compile(r"(?i)(?P<head>\b(?:machine|default|login)\s[^\n]*?\bpassword\s+)(?P<val>[^\s'\"]+)")
+#: ``user:password@host`` without a scheme (a DSN, ``psql``'s or ``redis-cli``'s argument): the
+#: password masked, the user and host kept. Not an image's ``name:tag@sha256:`` digest.
+_BARE_USERINFO_RE = re.compile(
+    r"(?P<head>(?<![A-Za-z0-9._%+/:@-])[A-Za-z0-9._%+-]+:)(?P<val>[^\s@/:'\"]+)(?P<at>@)"
+    r"(?!sha(?:1|224|256|384|512):)(?=[A-Za-z0-9\[])")
 #: Secret values shorter than this are not replaced literally (they would mask common words);
 #: the field patterns still mask them where SGLang prints them.
 MIN_LITERAL = 6
@@ -94,8 +139,16 @@ class Redactor:
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         vals = sorted({s for s in secrets if s and len(s) >= MIN_LITERAL}, key=len, reverse=True)
         self._literal = re.compile("|".join(re.escape(v) for v in vals)) if vals else None
+        #: Inside a PEM private key printed over several lines (called line by line)
+        self._in_pem = False
 
     def __call__(self, text: str) -> str:
+        if self._in_pem:  # a body line of a private key begun on an earlier line
+            end = _PEM_END_RE.search(text)
+            if end is None:
+                return MASK
+            self._in_pem = False
+            text = MASK + text[end.start():]
         if self._literal is not None:
             text = self._literal.sub(MASK, text)
         # each pattern only where its literal is (str.find is far cheaper than a failing regex
@@ -110,8 +163,8 @@ class Redactor:
         if "hf_" in text:
             text = _HF_TOKEN_RE.sub(MASK, text)
         low = text.lower()
-        if any(w in low for w in ("key", "token", "password")):
-            text = _UNQUOTED_RE.sub(lambda m: m.group("head") + MASK, text)
+        if any(w in low for w in _UNQUOTED_HINTS):
+            text = _UNQUOTED_RE.sub(_masked_value, text)
         if "authorization" in low:
             text = _AUTH_RE.sub(lambda m: m.group("head") + MASK, text)
         if "://" in text and "@" in text:
@@ -119,7 +172,31 @@ class Redactor:
         if "=" in text and ("?" in text or "&" in text):
             text = _QUERY_RE.sub(lambda m: m.group("head") + MASK, text)
         text = _BEARER_RE.sub(lambda m: m.group(1) + MASK, text)
+        if "PRIVATE KEY-----" in text:
+            text = _PEM_RE.sub(self._pem, text)
         return _by_shape(text, low)
+
+    def _pem(self, m: re.Match[str]) -> str:
+        if m.group("end") is None:  # the body goes on past this line
+            self._in_pem = True
+        return m.group("head") + MASK + (m.group("end") or "")
+
+
+def _masked_value(m: re.Match[str]) -> str:
+    """``_UNQUOTED_RE``'s match with its value masked (a quoted one inside its quotes)."""
+    q = m.group("q")
+    if q is None:
+        return m.group("head") + MASK
+    val = m.group("qval")
+    return m.group("head") + q + (MASK if val and val not in ("None", "null") else val) + q
+
+
+def _pair_masked(m: re.Match[str]) -> str:
+    """``_PAIR_RE``'s match with its value masked; but the shell's ``PWD=/path`` and
+    ``OLDPWD=/path`` (POSIX, "Shell Variables") are the working folder, not a password."""
+    if m.group("head").rstrip("= ").endswith("PWD") and m.group("val").startswith("/"):
+        return m.group(0)
+    return m.group("head") + MASK
 
 
 def _by_shape(text: str, low: str) -> str:
@@ -127,8 +204,22 @@ def _by_shape(text: str, low: str) -> str:
     (before the other patterns: the names it looks for are not masked by them)."""
     if _PREFIX_HINT_RE.search(low):
         text = PREFIXED_KEY_RE.sub(MASK, text)
+    if "IA" in text:
+        text = _AWS_ID_RE.sub(MASK, text)
+    if "eyJ" in text:
+        text = _JWT_RE.sub(MASK, text)
+    if "AIza" in text:
+        text = _GCP_KEY_RE.sub(MASK, text)
+    if "hooks.slack" in low:
+        text = _SLACK_HOOK_RE.sub(lambda m: m.group("head") + MASK, text)
+    if "mysql" in low or "mariadb" in low:
+        text = _MYSQL_P_RE.sub(lambda m: m.group("head") + MASK, text)
+    if "password" in low:
+        text = _NETRC_RE.sub(lambda m: m.group("head") + (m.group("val") if m.group("val") == MASK else MASK), text)
+    if "@" in text and ":" in text:
+        text = _BARE_USERINFO_RE.sub(lambda m: m.group("head") + MASK + m.group("at"), text)
     if "=" in text and _PAIR_HINT_RE.search(low):
-        text = _PAIR_RE.sub(lambda m: m.group("head") + MASK, text)
+        text = _PAIR_RE.sub(_pair_masked, text)
     if "cookie" in low:
         text = _COOKIE_RE.sub(lambda m: m.group("head") + _COOKIE_PAIR_RE.sub(
             lambda c: c.group(0) if c.group("name").strip().lower() in _COOKIE_ATTRS
