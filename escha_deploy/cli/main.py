@@ -32,8 +32,10 @@ def main(argv: list[str] | None = None) -> int:
             import traceback
 
             traceback.print_exc()
-        for line in exc.lines():
-            print(line, file=sys.stderr)
+        from escha_deploy.utils.termtext import printable
+
+        for line in exc.lines():  # a line may quote a file's key or a server's words
+            print(printable(line, newlines=True), file=sys.stderr)
         sys.exit(int(exc.exit_code))
     except typer.Abort:
         print("Aborted!", file=sys.stderr)
@@ -43,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         if "\n" in message:  # `escha-deploy` alone: the help text, as before
             exc.show()
         else:
-            print(f"error: {message}", file=sys.stderr)
+            from escha_deploy.utils.termtext import printable
+
+            print(f"error: {printable(message)}", file=sys.stderr)
             ctx = getattr(exc, "ctx", None)
             print(_profile_hint(ctx, message) or _set_hint(ctx, message, args)
                   or f"hint: see `{ctx.command_path if ctx else 'escha-deploy'} --help`", file=sys.stderr)

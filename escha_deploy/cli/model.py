@@ -77,8 +77,8 @@ def register(app: typer.Typer) -> None:
             print_json({"folder": str(res.folder), "lock": res.lock.model_dump(mode="json"), "fetched": res.fetched,
                         "present": res.present, "fetched_bytes": res.fetched_bytes})
             return
-        typer.echo(f"{res.lock.pin()}\t{res.folder}\t{len(res.lock.files)} files verified "
-                   f"({len(res.fetched)} fetched, {len(res.present)} already here)")
+        typer.echo(_printable(f"{res.lock.pin()}\t{res.folder}\t{len(res.lock.files)} files verified "
+                   f"({len(res.fetched)} fetched, {len(res.present)} already here)"))
 
     @model.command("verify", epilog=EXAMPLES)
     def verify_cmd(
@@ -99,7 +99,7 @@ def register(app: typer.Typer) -> None:
             raise Refused(*(f"model verify: {p}" for p in problems),
                           hint=f"`escha-deploy model pull {lock.repo}@{lock.commit} --to {folder}` fetches them again")
         if format is not OutputFormat.json:
-            typer.echo(f"{lock.pin()}\t{folder}\t{len(lock.files)} files verified")
+            typer.echo(_printable(f"{lock.pin()}\t{folder}\t{len(lock.files)} files verified"))
 
 
 def _adopt_command(model: typer.Typer) -> None:
@@ -123,7 +123,15 @@ def _adopt_command(model: typer.Typer) -> None:
         if format is OutputFormat.json:
             print_json({"folder": str(folder), "lock": lock.model_dump(mode="json")})
             return
-        typer.echo(f"{lock.pin()}\t{folder}\t{len(lock.files)} files pinned")
+        typer.echo(_printable(f"{lock.pin()}\t{folder}\t{len(lock.files)} files pinned"))
+
+
+def _printable(line: str) -> str:
+    """``line`` without terminal controls: a lock's repository id and a folder's name are
+    a file's words (``termtext.printable``)."""
+    from escha_deploy.utils.termtext import printable
+
+    return printable(line)
 
 
 def _target(target: str, overrides: list[str]) -> tuple[str | None, str | None, str | None, str | None]:

@@ -31,13 +31,19 @@ def stderr_console():
 
 
 def warn(message: str) -> None:
-    """A warning line on stderr."""
-    print(f"warning: {message}", file=sys.stderr)
+    """A warning line on stderr, without terminal controls (``termtext.printable``): it may
+    quote a file, a server or a log."""
+    from escha_deploy.utils.termtext import printable
+
+    print(f"warning: {printable(message, newlines=True)}", file=sys.stderr)
 
 
 def info(message: str) -> None:
-    """A progress or info line on stderr."""
-    print(message, file=sys.stderr)
+    """A progress or info line on stderr (``model pull``'s names a file the hub listed),
+    without terminal controls."""
+    from escha_deploy.utils.termtext import printable
+
+    print(printable(message, newlines=True), file=sys.stderr)
 
 
 def report(level: str, message: str, /) -> None:

@@ -26,7 +26,11 @@ def render_plan(p: Plan) -> None:
               f"KV {p.kv_cache_dtype}, page {p.page_size}, HiCache {chosen}  ({escape(hc.requested)})", soft_wrap=True)
     con.print(f"SGLang {p.sglang_release} ({escape(p.sglang_release_source or 'the default release')})",
               soft_wrap=True)
-    con.print(f"weights: {p.weights_source} ({escape(p.weights_source_detail)}); {escape(p.model_pin or 'unpinned')}",
+    from escha_deploy.utils.termtext import printable
+
+    # the pin quotes the model folder's name and its lock file's repository id
+    con.print(f"weights: {p.weights_source} ({escape(printable(p.weights_source_detail))}); "
+              f"{escape(printable(p.model_pin or 'unpinned'))}",
               soft_wrap=True)
 
     t = Table(title="Per rank (GB = 1e9 B)", title_justify="left")
@@ -168,9 +172,11 @@ def render_plan(p: Plan) -> None:
     con.print(f"verdict: [bold {colour}]{p.verdict}[/]{short}")
     from rich.markup import escape
 
-    for reason in p.reasons:  # reasons quote config sections like [wsl2]: not markup
-        con.print(f"  - {escape(reason)}", soft_wrap=True)
+    # reasons quote config sections like [wsl2]: not markup; and a model folder's or a file's
+    # names: no terminal controls
+    for reason in p.reasons:
+        con.print(f"  - {escape(printable(reason))}", soft_wrap=True)
     if p.host_fit is not None:
-        con.print(f"  host: {escape(p.host_fit.line)}", soft_wrap=True)
+        con.print(f"  host: {escape(printable(p.host_fit.line))}", soft_wrap=True)
     for w in p.warnings:
-        con.print(f"  [yellow]warning[/]: {escape(w)}", soft_wrap=True)
+        con.print(f"  [yellow]warning[/]: {escape(printable(w))}", soft_wrap=True)

@@ -325,14 +325,16 @@ def import_cmd(
         print_json(data)
         return
     from rich.table import Table
+    from rich.text import Text
 
     from escha_deploy.cli.output import stdout_console
+    from escha_deploy.utils.termtext import printable
 
     t = Table(title=f"apply order ({len(fi.order)} patches)")
     for col in ("#", "patch", "commit", "capabilities", "left out"):
         t.add_column(col, overflow="fold")
     for n, row in enumerate(data["order"], 1):
-        t.add_row(str(n), f"{row['name']}\n{row['subject'] or ''}",
+        t.add_row(str(n), Text(printable(row["name"]) + "\n" + printable(row["subject"] or "")),
                   (row["commit"] or "escha-deploy")[:12], ", ".join(row["capabilities"]),
                   ", ".join(row["left_out"]))
     stdout_console().print(t)

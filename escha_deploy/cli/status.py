@@ -179,7 +179,7 @@ def _printable(value):
     if isinstance(value, str):
         return printable(value)
     if isinstance(value, dict):
-        return {k: _printable(v) for k, v in value.items()}
+        return {_printable(k): _printable(v) for k, v in value.items()}  # a rank's label is a header
     if isinstance(value, list):
         return [_printable(v) for v in value]
     return value

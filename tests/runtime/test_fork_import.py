@@ -436,3 +436,26 @@ def test_a_malformed_release_is_bad_input_naming_the_line(fork, tmp_path, capsys
     rc, _, err = _import(capsys, d, "--base-wheel", str(_wheel23()), "--output", str(tmp_path / "out"))
     assert rc == 2, err
     assert f"{DECLARATION}:" in err and "release: expected the SGLang release the fork branch is on, X.Y.Z" in err
+
+
+def test_a_subject_with_terminal_controls_prints_without_them(fork, tmp_path, capsys):
+    """A commit's subject is a file's words: the apply-order table prints it without ESC
+    sequences or bidi controls (``termtext.printable``)."""
+    out, _ = fork
+    repo = tmp_path / "repo"
+    shutil.copytree(out / "repo", repo)
+
+    def git(*a):
+        subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True)
+
+    git("checkout", "-q", "-b", "ctl", "v0.5.19")
+    new_pkg = repo / "python" / "sglang" / "srt" / "mem_cache" / "int2"
+    new_pkg.mkdir()
+    (new_pkg / "__init__.py").write_text("x = 1\n")
+    git("add", "-A")
+    git("commit", "-qm", "int2: \x1b]0;PWNED\x07\x1b[31mred\u202eder [bold]x")
+    git("format-patch", "-q", "-o", str(tmp_path / "ctl"), "v0.5.19..ctl")
+    rc, stdout, err = _import(capsys, tmp_path / "ctl", "-o", str(tmp_path / "o"))
+    assert rc == 0, err
+    assert "int2: redder [bold]x" in stdout
+    assert not any(c in stdout + err for c in ("\x1b", "\x07", "\u202e")), repr(stdout)
