@@ -64,11 +64,56 @@ def read_lock(folder: str | Path) -> ModelLock | None:
     raw = read_regular(p, "a model lock file", missing_ok=True, max_bytes=16 << 20)
     if raw is None:
         return None
+    data = loads_json(raw, p, "a model lock file")
+    version = data.get("schema_version", LOCK_SCHEMA_VERSION) if isinstance(data, dict) else LOCK_SCHEMA_VERSION
+    if type(version) is not int or version != LOCK_SCHEMA_VERSION:
+        # a later version's lock may mean something else by the same fields: never read as ours
+        from escha_deploy.utils.termtext import shown
+
+        raise BadInput(f"{p}: schema_version {shown(repr(version), 40)} is not the one this "
+                       f"escha-deploy reads ({LOCK_SCHEMA_VERSION})",
+                       hint="a newer escha-deploy wrote it; `escha-deploy model pull` rewrites it for this one")
     try:
-        return ModelLock.model_validate(loads_json(raw, p, "a model lock file"))
+        lock = ModelLock.model_validate(data)
     except ValueError as exc:
         first = str(exc).splitlines()[1:2] or [str(exc)]
         raise BadInput(f"{p}: not a model lock file ({first[0].strip()})") from None
+    problems = lock_problems(lock)
+    if problems:
+        raise BadInput(*(f"{p}: {x}" for x in problems))
+    return lock
+
+
+def lock_problems(lock: ModelLock) -> list[str]:
+    """What a lock file read from disk claims that cannot be checked as it stands, one line per
+    entry, naming it: no file at all (``"files": []`` would verify nothing); a name that leads
+    out of the folder (absolute, ``..``, an empty or ``.`` part: the folder is the root every
+    name is confined to, as a hub's repository is); a name twice; an entry with no hash (a size
+    alone proves nothing of the bytes); a hash that is not hex of its length."""
+    from escha_deploy.utils.termtext import shown
+
+    if not lock.files:
+        return ["files: empty; a lock names at least one file (`escha-deploy model pull` writes them)"]
+    out: list[str] = []
+    seen: set[str] = set()
+    for i, f in enumerate(lock.files):
+        where = f"files[{i}] {shown(repr(f.name), 120)}"
+        parts = f.name.replace("\\", "/").split("/")
+        drive = len(f.name) > 1 and f.name[0].isalpha() and f.name[1] == ":" and f.name[2:3] in ("", "/", "\\")
+        if f.name.startswith(("/", "\\")) or drive or \
+                any(x in ("", ".", "..") for x in parts) or "\0" in f.name:
+            out.append(f"{where}: not a name inside the model folder (absolute, or with an empty, . or .. part)")
+            continue
+        if f.name in seen:
+            out.append(f"{where}: named twice")
+        seen.add(f.name)
+        if f.sha256 is None and f.git_sha1 is None:
+            out.append(f"{where}: no hash (sha256 or git_sha1); a size alone does not verify the bytes")
+        for key, n in (("sha256", 64), ("git_sha1", 40)):
+            h = getattr(f, key)
+            if h is not None and (len(h) != n or any(c not in "0123456789abcdef" for c in h.lower())):
+                out.append(f"{where}: {key} is not {n} hex digits")
+    return out
 
 
 def write_lock(folder: str | Path, lock: ModelLock) -> Path:
