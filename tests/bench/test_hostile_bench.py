@@ -62,7 +62,7 @@ def test_the_servers_strings_reach_the_terminal_without_escapes():
         facts = asyncio.run(probe())
         r = run_main("bench", "-e", srv.url, "--request-timeout", "5")
     for text in (facts.version, facts.model, facts.model_type, *facts.architectures, facts.hicache_write_policy):
-        assert text == "red2J[link=http://127.0.0.1/x]ok[/link]", text
+        assert text == "red[link=http://127.0.0.1/x]ok[/link]", text
     assert r.code == 4 and not any(c in r.text for c in "\x1b\x07\x9b"), r.text
     (error,) = clean(r.err)
-    assert error == f"error: {srv.url}/v1/completions answered 500: red2J[link=http://127.0.0.1/x]ok[/link]"
+    assert error == f"error: {srv.url}/v1/completions answered 500: red[link=http://127.0.0.1/x]ok[/link]"

@@ -81,7 +81,8 @@ def test_an_error_page_is_printable_and_a_wrapped_key_is_not_shown(tmp_path):
     plain = "boom \x1b]0;PWNED\x07\x1b[31mred\x9b2J"
     with CannedServer({"/v1/models": MODELS, "/v1/chat/completions": {"status": 500, "body": plain}}) as srv:
         r, errors = ask(srv.url)
-    assert errors == [f"error: ask: {srv.url}/v1/chat/completions answered HTTP 500: boom red2J"], r.err
+    # 0x9B is the one-byte CSI (ECMA-48, 5.4): "2J" is its parameter and final byte, dropped with it
+    assert errors == [f"error: ask: {srv.url}/v1/chat/completions answered HTTP 500: boom red"], r.err
 
 
 def test_the_answer_text_reaches_the_terminal_without_escapes():
