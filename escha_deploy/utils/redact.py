@@ -70,7 +70,7 @@ _SECRET_NAMES = (r"(?:admin[-_])?(?:api[-_]?key|hf[-_]token|ssl[-_]keyfile[-_]pa
 _UNQUOTED_RE = re.compile(
     r"(?i)(?P<head>" + _SECRET_NAMES + r"['\"]?\s*[:=\uff1a\uff1d]\s*)"
     r"(?:(?P<q>['\"])(?P<qval>[^'\"\n]*)(?P=q)"
-    r"|(?!(?:None|null|~)(?![^\s,;}\])]))(?P<val>[^\s'\",;}\])&#]+))")
+    r"|(?!(?:None|null|~)(?![^\s,;}\])])|[{\[(])(?P<val>[^\s'\",;}\])&#]+))")
 _UNQUOTED_HINTS = ("key", "token", "passw", "pwd")
 #: ``Authorization: <scheme> <credential>`` (headers, curl -v, a dumped dict).
 _AUTH_RE = re.compile(r"(?i)(?P<head>authorization['\"]?\s*[:=]\s*['\"]?(?:[A-Za-z]+\s+)?)(?P<val>[^\s'\",;}]+)")
@@ -182,8 +182,17 @@ class Redactor:
         return m.group("head") + MASK + (m.group("end") or "")
 
 
+#: The word a name ends (back to a space, quote, ``=``, ``,`` or bracket): a ``/`` in it makes
+#: the name a path's part (``/etc/passwd: ...``, ``/run/secrets/api_key: no such file``).
+_WORD_BEFORE_RE = re.compile(r"[^\s'\"=,;({\[]*$")
+
+
 def _masked_value(m: re.Match[str]) -> str:
-    """``_UNQUOTED_RE``'s match with its value masked (a quoted one inside its quotes)."""
+    """``_UNQUOTED_RE``'s match with its value masked (a quoted one inside its quotes); a name
+    inside a path is not one, and its match is kept."""
+    before = _WORD_BEFORE_RE.search(m.string, max(0, m.start() - 256), m.start())
+    if before is not None and "/" in before.group():
+        return m.group(0)
     q = m.group("q")
     if q is None:
         return m.group("head") + MASK

@@ -106,3 +106,14 @@ def test_diagnose_json_is_redacted(tmp_path, cli):
             assert json.loads(res.out)["matches"]
         for _, secret in SHAPES:
             assert secret not in res.out + res.err, (fmt, secret)
+
+
+def test_a_name_inside_a_path_or_before_a_structure_is_not_a_secret_name():
+    """A file named passwd or api_key is a path (its error is kept whole), and a secret-named
+    key whose value is an object or a list (a compose file's ``secrets:``) names no value."""
+    r = Redactor()
+    for line in ("open /etc/passwd: permission denied",
+                 "/run/secrets/escha_api_key: no such file or directory",
+                 '{"escha_api_key": {"file": "./router.key"}}', "db_password: [a, b]"):
+        assert r(line) == line
+    assert r("DB_PASSWORD: fake-pw-escha-0043") == "DB_PASSWORD: ***"
