@@ -152,3 +152,13 @@ def test_each_shipped_profile_names_its_checkpoint_or_says_none_is_published(cli
     r = cli("model", "pull", "rtx5060ti-tp2", "--to", str(tmp_path / "w2"))
     assert r.code == 2 and "model pull: rtx5060ti-tp2: model.checkpoint.repo is null (none published" in r.err
     assert not any("/resolve/" in p for _, p, _ in hub.requests)
+
+
+def test_the_progress_line_prints_a_hubs_file_name_without_terminal_controls(cli, hub, tmp_path):
+    """A name the hub lists reaches the progress line on stderr: its ESC sequences and bidi
+    controls do not (``termtext.printable``)."""
+    hostile = "\x1b]0;PWNED\x07\x1b[31m\u202e\u2066"
+    hub.add("escha-test/hostile-names", {**checkpoint(), f"tokenizer_config{hostile}.json": b"{}"})
+    r = cli("model", "pull", "escha-test/hostile-names", "--to", str(tmp_path / "m"))
+    assert "model pull: tokenizer_config" in r.err, r.err
+    assert not any(c in r.out + r.err for c in ("\x1b", "\x07", "\u202e", "\u2066")), repr(r.err)
