@@ -115,6 +115,11 @@ _PEM_END = r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----"
 _PEM_RE = re.compile(r"(?P<head>" + _PEM_BEGIN + r")(?P<body>(?:(?!-----END ).)*)(?P<end>" + _PEM_END + r")?",
                      re.DOTALL)
 _PEM_END_RE = re.compile(_PEM_END)
+#: A PEM body line: base64 (RFC 7468, section 3: 64 characters a line, the last one shorter,
+#: ``=`` padding), after whatever prefix a log gives each line; and the most such lines masked
+#: after a BEGIN (an 8192-bit RSA key is about 100), so a BEGIN line alone never hides a log.
+_PEM_BODY_LINE_RE = re.compile(r"(?:^|\s)(?:[A-Za-z0-9+/]{16,}={0,2}|[A-Za-z0-9+/]*={1,2})\s*$")
+PEM_MAX_LINES = 200
 #: A Slack incoming webhook's secret path (``https://hooks.slack.com/services/T.../B.../...``).
 _SLACK_HOOK_RE = re.compile(r"(?i)(?P<head>hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_-]+")
 #: A MySQL/MariaDB client's password glued to ``-p`` (``mysql -u root -pPW``; with a space the
@@ -139,16 +144,22 @@ class Redactor:
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         vals = sorted({s for s in secrets if s and len(s) >= MIN_LITERAL}, key=len, reverse=True)
         self._literal = re.compile("|".join(re.escape(v) for v in vals)) if vals else None
-        #: Inside a PEM private key printed over several lines (called line by line)
+        #: Inside a PEM private key printed over several lines (called line by line), and the
+        #: body lines masked so far
         self._in_pem = False
+        self._pem_lines = 0
 
     def __call__(self, text: str) -> str:
         if self._in_pem:  # a body line of a private key begun on an earlier line
             end = _PEM_END_RE.search(text)
-            if end is None:
+            if end is not None:
+                self._in_pem = False
+                text = MASK + text[end.start():]
+            elif self._pem_lines < PEM_MAX_LINES and _PEM_BODY_LINE_RE.search(text):
+                self._pem_lines += 1
                 return MASK
-            self._in_pem = False
-            text = MASK + text[end.start():]
+            else:  # not a key's line (a BEGIN with no body, a log that went on): read as any line
+                self._in_pem = False
         if self._literal is not None:
             text = self._literal.sub(MASK, text)
         # each pattern only where its literal is (str.find is far cheaper than a failing regex
@@ -178,7 +189,7 @@ class Redactor:
 
     def _pem(self, m: re.Match[str]) -> str:
         if m.group("end") is None:  # the body goes on past this line
-            self._in_pem = True
+            self._in_pem, self._pem_lines = True, 0
         return m.group("head") + MASK + (m.group("end") or "")
 
 

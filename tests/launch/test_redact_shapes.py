@@ -69,6 +69,13 @@ def test_a_pem_block_over_many_lines():
     assert out[0] == "loading key" and out[-1] == "server up"
     assert not any(PEM_BODY in x or PEM_BODY[::-1] in x for x in out)
     assert Redactor()("\n".join(lines)).count(PEM_BODY) == 0
+    # a BEGIN line with no body after it hides nothing that follows
+    r = Redactor()
+    tail = ["-----BEGIN PRIVATE KEY-----", "ValueError: Not enough host memory available.", "server up"]
+    assert [r(x) for x in tail][1:] == tail[1:]
+    r = Redactor()
+    assert [r(x) for x in ["[ts] -----BEGIN PRIVATE KEY-----", f"[ts] {PEM_BODY}", "[ts] AbC=", "[ts] ok."]] == [
+        "[ts] -----BEGIN PRIVATE KEY-----***", "***", "***", "[ts] ok."]
 
 
 ORDINARY = [
