@@ -149,17 +149,29 @@ class DriftReport(BaseModel):
     items: list[DriftItem] = Field(description="figures that differ")
     compared: int = Field(description="how many planned/observed pairs were compared")
     compared_server_info: int = Field(0, description="how many of them came from /server_info")
+    server_info_not_compared: str | None = Field(
+        None, description="why no /server_info figure was compared (None: some were)")
 
     def report_lines(self, verb: str) -> list[tuple[Level, str]]:
         """``(level, line)`` pairs, what ``up`` and ``serve`` print once the server is ready
         (``verb`` names the command): a ``warning`` ``drift: ...`` line per figure that differs
-        (``DriftItem.line``), else one ``info`` line saying how many figures agreed. Never
-        changes the command's exit status: the server is up and serving."""
-        if self.items:
-            return [("warning", i.line()) for i in self.items]
-        if not self.compared:
-            return [("info", f"{verb}: no pool size the plan predicts was found in the server's log")]
+        (``DriftItem.line``), else one ``info`` line saying how many figures agreed. When the
+        ``/server_info`` half was not compared, one ``warning`` line says what was compared and
+        that it was not, and why; "the server's sizes are the plan's" is never said then.
+        Never changes the command's exit status: the server is up and serving."""
         log = self.compared - self.compared_server_info
+        skipped = self.server_info_not_compared
+        not_compared = f"/server_info not compared: {skipped}" if skipped else None
+        if self.items:
+            return [("warning", i.line()) for i in self.items] + (
+                [("warning", f"{verb}: {log} figures from the server's log compared; {not_compared}")]
+                if not_compared else [])
+        if not self.compared:
+            return [("warning" if not_compared else "info",
+                     f"{verb}: no pool size the plan predicts was found in the server's log"
+                     + (f"; {not_compared}" if not_compared else ""))]
+        if not_compared:
+            return [("warning", f"{verb}: {log} figures from the server's log are the plan's; {not_compared}")]
         return [("info", f"{verb}: the server's sizes are the plan's ({log} figures from its log"
                          + (f", {self.compared_server_info} from /server_info)" if self.compared_server_info
                             else ")"))]
@@ -218,14 +230,17 @@ def differs(planned: int, observed: int, unit: str) -> bool:
     return planned != observed
 
 
-def compare(planned: PlannedSizes, observed: ObservedSizes, server_info: ServerInfo | None = None) -> DriftReport:
+def compare(planned: PlannedSizes, observed: ObservedSizes, server_info: ServerInfo | None = None,
+            server_info_why: str | None = None) -> DriftReport:
     """Compare each figure both sides have; report those that differ (``differs``).
 
     Per-rank figures (host KV tokens and bytes, host mamba bytes, device mamba slots, device
     KV tokens) are
     compared for every rank that logged them; the scheduler figures (``max_total_num_tokens``
     against ``kv_tokens``, max running requests, context length, ``available_gpu_mem``) once;
-    then those ``/server_info`` reported (``server_info_sizes``).
+    then those ``/server_info`` reported (``server_info_sizes``). Without ``server_info``,
+    ``server_info_why`` says why it is missing (default "not read"); with one that holds none
+    of the figures the plan predicts, that is the reason.
     """
     items: list[DriftItem] = []
     n = n_info = 0
@@ -262,12 +277,16 @@ def compare(planned: PlannedSizes, observed: ObservedSizes, server_info: ServerI
         check("context length", None, planned.context_length, si.context_length, "tokens", "server_info")
         check("device mamba slots", None, planned.device_mamba_slots, si.max_mamba_cache_size, "slots",
               "server_info")
-    return DriftReport(observed=observed, items=items, compared=n, compared_server_info=n_info)
+    why = (server_info_why or "not read") if server_info is None else (
+        None if n_info else "it reported none of the figures the plan predicts")
+    return DriftReport(observed=observed, items=items, compared=n, compared_server_info=n_info,
+                       server_info_not_compared=why)
 
 
-def check(planned: PlannedSizes, lines: Iterable[str], server_info: Mapping[str, Any] | None = None) -> DriftReport:
+def check(planned: PlannedSizes, lines: Iterable[str], server_info: Mapping[str, Any] | None = None,
+          server_info_why: str | None = None) -> DriftReport:
     """The drift check ``up`` and ``serve --profile`` run once the server is ready: ``compare``
     of the plan's figures with the server's log lines and, when it answered, its
-    ``/server_info`` object (``ready.Probe.server_info``)."""
+    ``/server_info`` object (``ready.read_server_info``); else ``server_info_why`` says why not."""
     return compare(planned, parse_sizes(lines),
-                   server_info_sizes(server_info) if server_info is not None else None)
+                   server_info_sizes(server_info) if server_info is not None else None, server_info_why)

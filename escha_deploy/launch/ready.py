@@ -36,6 +36,17 @@ HEALTH_TIMEOUT_S = 2.0
 GENERATE_TIMEOUT_S = 60.0
 #: Seconds for one ``/server_info`` answer (it asks every scheduler for its internal state).
 SERVER_INFO_TIMEOUT_S = 10.0
+#: How long the drift check waits for the server's first healthy answer (``/health`` 200) before
+#: it reads ``/server_info`` (``read_server_info``), seconds. SGLang logs its ready line before a
+#: cold server has compiled its kernels (Triton, JIT); meanwhile ``/health`` and ``/server_info``
+#: do not answer. A cold first start on an H100 took 30-50 s past the ready line; this is more
+#: than twice that. ``HEALTHY_WAIT_ENV`` (seconds, more than 0 and at most 3600) changes it.
+HEALTHY_WAIT_S = 120.0
+HEALTHY_WAIT_ENV = "ESCHA_HEALTHY_WAIT"
+#: Seconds between two progress lines of that wait; its polls back off from ``FIRST_POLL_S``
+#: to ``HEALTHY_POLL_S`` (a compiling server is asked twice a second, not ten times).
+HEALTHY_PROGRESS_S = 5.0
+HEALTHY_POLL_S = 0.5
 
 #: Startup phases in the order SGLang 0.5.19 logs them, each with the message that starts it.
 #: Sources: model_executor/model_runner.py load_model ("Load weight begin/end"),
@@ -118,11 +129,13 @@ class Probe:
         return httpread.request(method, self._base + path, policy=httpread.Policy(deadline_s=deadline_s),
                                 headers=headers, content=body)
 
-    def health(self) -> bool:
+    def health(self, deadline_s: float | None = None) -> bool:
+        """``GET /health`` answered 200 within ``deadline_s`` seconds (default: the probe's)."""
         from escha_deploy.utils.httpread import ReadFailed
 
         try:
-            return self._request("GET", "/health", None, self._deadlines["health"]).status == 200
+            return self._request("GET", "/health", None,
+                                 self._deadlines["health"] if deadline_s is None else deadline_s).status == 200
         except ReadFailed:
             return False
 
@@ -157,6 +170,75 @@ class Probe:
             if isinstance(info, dict):
                 return info
         return None
+
+
+def healthy_wait_from_env(environ: dict[str, str] | None = None) -> float:
+    """``read_server_info``'s wait in seconds: ``ESCHA_HEALTHY_WAIT`` when set (a plain decimal
+    number of seconds, more than 0 and at most 3600), else ``HEALTHY_WAIT_S``. Raises
+    ``escha_deploy.utils.errors.BadInput`` (exit 2) naming the variable."""
+    import os
+
+    from escha_deploy.utils.errors import BadInput
+    from escha_deploy.utils.units import parse_number
+
+    raw = (os.environ if environ is None else environ).get(HEALTHY_WAIT_ENV)
+    if raw is None or not raw.strip():
+        return HEALTHY_WAIT_S
+    try:
+        value = float(parse_number(raw))
+    except ValueError as e:
+        raise BadInput(f"{HEALTHY_WAIT_ENV}: {e}") from None
+    if not 0 < value <= 3600:
+        raise BadInput(f"{HEALTHY_WAIT_ENV}: expected seconds in (0, 3600] (got {raw.strip()!r})")
+    return value
+
+
+@dataclass
+class ServerInfoRead:
+    """What ``read_server_info`` got: ``info`` (the ``/server_info`` object), else ``why`` it
+    has none, in words a user reads after "/server_info not compared: "."""
+
+    info: dict | None
+    why: str | None = None
+
+
+def read_server_info(probe: Probe, *, wait_s: float, progress: Callable[[str], None] = lambda line: None,
+                     clock: Callable[[], float] = time.monotonic,
+                     pause: Callable[[float], object] = time.sleep) -> ServerInfoRead:
+    """The drift check's ``/server_info``, asked once the server has answered ``/health`` 200,
+    waiting for that at most ``wait_s`` seconds (``HEALTHY_WAIT_S``; each ``/health`` request's
+    deadline is cut to what is left, so the wait ends within ``wait_s`` plus one poll's
+    bookkeeping). ``progress`` gets a line when the first ``/health`` fails and one every
+    ``HEALTHY_PROGRESS_S`` seconds after, each saying what is waited for. A server already
+    healthy (``up`` asks after its ready wait) costs one ``/health``. Never raises for HTTP
+    errors."""
+    start = clock()
+    wait = FIRST_POLL_S
+    next_note: float | None = None
+    while True:
+        left = wait_s - (clock() - start)
+        if left <= 0:
+            return ServerInfoRead(None, f"/health did not answer 200 within {wait_s:g} s")
+        if probe.health(min(HEALTH_TIMEOUT_S, left)):
+            break
+        now = clock()
+        if next_note is None:
+            progress(f"waiting for the server's first healthy answer (/health 200) before reading /server_info, "
+                     f"up to {wait_s:g} s (a cold SGLang compiles kernels after its ready line)")
+            next_note = now + HEALTHY_PROGRESS_S
+        elif now >= next_note:
+            progress(f"still waiting for /health 200 before reading /server_info "
+                     f"({now - start:.0f} s of {wait_s:g} s)")
+            next_note = now + HEALTHY_PROGRESS_S
+        left = wait_s - (clock() - start)
+        if left > 0:
+            pause(min(wait, left))
+        wait = min(wait * BACKOFF, HEALTHY_POLL_S)
+    info = probe.server_info()
+    if info is None:
+        return ServerInfoRead(None, "neither /server_info nor /get_server_info answered 200 with a JSON object "
+                                    f"(within {probe._deadlines['server_info']:g} s each)")
+    return ServerInfoRead(info)
 
 
 def wait_ready(

@@ -269,19 +269,25 @@ def drift_at_ready(launch: LaunchSpec, planned: PlannedSizes, api_key: str | Non
     """``serve --profile``'s drift check, the one ``up`` runs once its server is ready
     (``drift.check``, ``DriftReport.report_lines``: the same lines, and the exit status is left
     to the server): called by ``native.supervise`` with the server's lines up to its ready line,
-    it reads ``/server_info`` on the address the server binds (loopback for a wildcard bind)
-    and reports."""
+    it waits for the server's first healthy answer (``ready.read_server_info``: a cold SGLang
+    compiles kernels after its ready line; at most ``ESCHA_HEALTHY_WAIT`` seconds, progress
+    shown), reads ``/server_info`` on the address the server binds (loopback for a wildcard
+    bind) and reports, naming a half it could not compare and why. Raises ``BadInput`` (exit
+    2) now, before the server starts, for an ``ESCHA_HEALTHY_WAIT`` that is not seconds."""
     from escha_deploy.utils.netaddr import url as http_url
 
     from .drift import check
-    from .ready import Probe
+    from .ready import Probe, healthy_wait_from_env, read_server_info
 
+    wait_s = healthy_wait_from_env()
     c = launch.container
     endpoint = http_url("127.0.0.1" if c.port_host_ip in ("0.0.0.0", "127.0.0.1") else c.port_host_ip,
                         c.port_host)
 
     def on_ready(lines: list[str]) -> None:
-        for level, line in check(planned, lines, Probe(endpoint, api_key).server_info()).report_lines("serve"):
+        got = read_server_info(Probe(endpoint, api_key), wait_s=wait_s,
+                               progress=lambda line: report("info", f"serve: {line}"))
+        for level, line in check(planned, lines, got.info, got.why).report_lines("serve"):
             report(level, line)
 
     return on_ready

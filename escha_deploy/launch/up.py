@@ -749,7 +749,12 @@ def _wait(client, c, prep: Prepared, endpoint: str, api_key: str | None, *, time
         dk.set_restart_after_ready(c, spec.restart_after_ready)
     except NotFound:
         raise Failed(f"up: the server {guard.End(gone=True).what()}") from None
-    drift = check(planned_sizes(prep.plan, prep.profile.runtime), pump.all, Probe(endpoint, api_key).server_info())
+    from .ready import HEALTHY_WAIT_S, read_server_info
+
+    # the ready wait saw /health 200 already: this costs one /health unless the server stalls again
+    got = read_server_info(Probe(endpoint, api_key), wait_s=HEALTHY_WAIT_S,
+                           progress=lambda line: report("info", f"up: {line}"))
+    drift = check(planned_sizes(prep.plan, prep.profile.runtime), pump.all, got.info, got.why)
     for level, ln in drift.report_lines("up"):
         report(level, ln)
     lines = [i.line() for i in drift.items]

@@ -56,7 +56,9 @@ def test_the_real_log_is_the_plan():
     assert (r.host_kv_tokens, r.device_kv_tokens, r.device_mamba_slots) == (4097, 2048, 16)
     assert (rep.observed.max_running_requests, rep.observed.context_len) == (3, 4096)
     assert rep.compared == 8
-    assert rep.report_lines("serve") == [("info", "serve: the server's sizes are the plan's (8 figures from its log)")]
+    # /server_info not given: that half is named, never "the server's sizes are the plan's" alone
+    assert rep.report_lines("serve") == [("warning", "serve: 8 figures from the server's log are the plan's; "
+                                                     "/server_info not compared: not read")]
 
 
 @pytest.mark.parametrize("old, new, figure", [
@@ -75,7 +77,8 @@ def test_one_number_changed_fails_naming_its_figure(old, new, figure):
     rep = check(planned("h200-tiny.yaml"), text.replace(old, new).splitlines())
     lines = [i.line() for i in rep.items]
     assert len(lines) == 1 and lines[0].startswith(f"drift: {figure}: planned "), lines
-    assert rep.report_lines("serve") == [("warning", lines[0])]
+    assert rep.report_lines("serve") == [("warning", lines[0]), ("warning", "serve: 8 figures from the server's log "
+                                                                 "compared; /server_info not compared: not read")]
 
 
 def test_server_info_of_that_run_agrees_and_a_changed_figure_is_named():

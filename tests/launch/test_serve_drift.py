@@ -7,7 +7,10 @@ SGLang cannot start here (no torch, no GPU), so the child is a STAND-IN for
 (``memory_pool.py``: ``KVCache._finalize_allocation_log`` and ``MambaPool.__init__``;
 ``scheduler.py``: ``Scheduler.__init__``'s rank-0 line) with the figures the test gives it,
 answers ``GET /server_info`` on the ``--host``/``--port`` of its argv with the fields
-``http_server.py: server_info`` returns, then logs SGLang's ready line. The same check on a real
+``http_server.py: server_info`` returns, then logs SGLang's ready line. ``STANDIN_COLD``
+plays a cold start: until that many ``/health`` requests have been answered, ``/health`` and
+``/server_info`` answer 503 (SGLang compiling kernels after its ready line), or, ``never``,
+neither ever answers (the request hangs). The same check on a real
 server's log is ``test_drift_real_server.py``.
 """
 
@@ -31,7 +34,7 @@ from .conftest import STANDIN_PROFILE
 STANDIN = textwrap.dedent('''\
     #!/usr/bin/env python3
     # STAND-IN for `python -m sglang.launch_server` (see the test module's docstring).
-    import json, os, signal, sys, threading
+    import json, os, signal, sys, threading, time
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     argv = sys.argv[1:]
     host, port = argv[argv.index("--host") + 1], int(argv[argv.index("--port") + 1])
@@ -45,18 +48,26 @@ STANDIN = textwrap.dedent('''\
         "V size: 0.82 GB")
     log(f"max_total_num_tokens={fig['tokens']}, chunked_prefill_size=2048, max_prefill_tokens=16384, "
         f"max_running_requests={fig['requests']}, context_len={fig['context']}, available_gpu_mem=0.95 GB")
+    cold = os.environ.get("STANDIN_COLD", "0")
+    healths = []
     class H(BaseHTTPRequestHandler):
         def log_message(self, *a):
             pass
         def do_GET(self):
-            body = json.dumps(info).encode() if self.path == "/server_info" else b"{}"
-            self.send_response(200 if self.path == "/server_info" else 404)
+            if cold == "never":
+                time.sleep(3600)
+            if self.path == "/health":
+                healths.append(1)
+            warm = len(healths) > int(cold)
+            code = (200 if warm else 503) if self.path in ("/health", "/server_info") else 404
+            body = json.dumps(info).encode() if self.path == "/server_info" and warm else b"{}"
+            self.send_response(code)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
     httpd = ThreadingHTTPServer((host, port), H)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    signal.signal(signal.SIGTERM, lambda s, f: sys.exit(0))
+    signal.signal(signal.SIGTERM, lambda s, f: os._exit(0))
     log("The server is fired up and ready to roll!")
     signal.pause()
 ''')
@@ -100,12 +111,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve_until_checked(script: Path, figures: dict, server_info: dict) -> tuple[int, list[str]]:
+#: What ends the check at ready: a drift warning, all agreed, or a half not compared.
+DONE = ("drift:", "the server's sizes are the plan's", "/server_info not compared")
+
+
+def serve_until_checked(script: Path, figures: dict, server_info: dict, extra_env: dict | None = None,
+                        times: dict[str, float] | None = None) -> tuple[int, list[str]]:
     """Run native `serve` of the stand-in until its check at ready has printed, then SIGTERM it;
-    its exit status and its lines."""
+    its exit status and its lines. ``times`` gets the monotonic times at which the ready line
+    (``ready``) and the check's last line (``checked``) were read."""
     port = free_port()
     env = dict(os.environ, ESCHA_SGLANG_PYTHON=str(script), ESCHA_SKIP_GPU_PREFLIGHT="1",
-               STANDIN_FIGURES=json.dumps(figures), STANDIN_SERVER_INFO=json.dumps(server_info))
+               STANDIN_FIGURES=json.dumps(figures), STANDIN_SERVER_INFO=json.dumps(server_info),
+               **(extra_env or {}))
     env.pop("ESCHA_SERVE_MODE", None)
     cmd = [sys.executable, "-m", "escha_deploy.cli.main", "serve", "--profile", str(STANDIN_PROFILE),
            *[a for o in OVERRIDES for a in ("--set", o)], "--set", f"container.port={port}",
@@ -123,10 +141,14 @@ def serve_until_checked(script: Path, figures: dict, server_info: dict) -> tuple
     lines: list[str] = []
     deadline = time.monotonic() + 60
     try:
-        while not any("drift:" in ln or "the server's sizes are the plan's" in ln for ln in lines):
+        while not any(d in ln for ln in lines for d in DONE):
             line = got.get(timeout=max(deadline - time.monotonic(), 0.01))
             assert line is not None, f"serve ended before its check at ready: {lines}"
             lines.append(line)
+            if times is not None and "ready to roll" in line:
+                times.setdefault("ready", time.monotonic())
+        if times is not None:
+            times["checked"] = time.monotonic()
         p.send_signal(signal.SIGTERM)
         code = p.wait(timeout=30)
         while (line := got.get(timeout=10)) is not None:
@@ -165,3 +187,44 @@ def test_a_figure_that_differs_is_a_drift_warning_and_the_server_keeps_serving(s
     n = pl.max_running_requests
     assert (f"warning: drift: max running requests: planned {n} requests, /server_info reports {n - 1} "
             f"requests ({-1 / n:+.1%})") in lines, lines
+
+
+def agreeing(pl) -> tuple[dict, dict]:
+    """The stand-in's log figures and ``/server_info`` object, both the plan's."""
+    fig = {"tokens": pl.kv_tokens, "slots": pl.device_mamba_slots, "requests": pl.max_running_requests,
+           "context": pl.context_length}
+    info = {"max_total_num_tokens": pl.kv_tokens, "context_length": pl.context_length,
+            "max_mamba_cache_size": pl.device_mamba_slots,
+            "internal_states": [{"effective_max_running_requests_per_dp": pl.max_running_requests}]}
+    return fig, info
+
+
+#: The test's own deadline for the first healthy answer (ESCHA_HEALTHY_WAIT), seconds.
+WAIT_S = 2.0
+
+
+def test_a_cold_server_is_waited_for_and_then_both_halves_are_compared(standin):
+    """/health and /server_info answer 503 to the first three /health polls after the ready
+    line (a cold SGLang compiling kernels): the check waits for /health 200, then reads
+    /server_info."""
+    fig, info = agreeing(planned())
+    code, lines = serve_until_checked(standin, fig, info, {"STANDIN_COLD": "3", "ESCHA_HEALTHY_WAIT": "20"})
+    assert code == 0, lines
+    assert ("serve: waiting for the server's first healthy answer (/health 200) before reading /server_info, "
+            "up to 20 s (a cold SGLang compiles kernels after its ready line)") in lines, "\n".join(lines)
+    said = [ln for ln in lines if "the server's sizes are the plan's" in ln or "not compared" in ln]
+    assert said == ["serve: the server's sizes are the plan's (5 figures from its log, 4 from /server_info)"], lines
+
+
+def test_a_server_never_healthy_ends_the_wait_at_its_deadline_naming_the_half_not_compared(standin):
+    """/health and /server_info never answer (each request hangs): the wait ends at the deadline
+    the test sets, with one line naming what was compared and what was not."""
+    fig, info = agreeing(planned())
+    times: dict[str, float] = {}
+    code, lines = serve_until_checked(standin, fig, info, {"STANDIN_COLD": "never",
+                                                           "ESCHA_HEALTHY_WAIT": f"{WAIT_S:g}"}, times)
+    assert code == 0, lines
+    said = [ln for ln in lines if "plan's" in ln or "not compared" in ln]
+    assert said == [f"warning: serve: 5 figures from the server's log are the plan's; /server_info not compared: "
+                    f"/health did not answer 200 within {WAIT_S:g} s"], lines
+    assert times["checked"] - times["ready"] <= WAIT_S + 2, times
