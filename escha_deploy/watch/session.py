@@ -121,13 +121,19 @@ def find_targets(profile: str | None, note=lambda line: None) -> list[Target]:
     stale state file removed. No container of the profile is no error (``[]`` when there is no
     native server either: each caller says "nothing running" in its own words, ``status`` and
     ``ask``). With native servers found, Docker's other errors (no daemon) do not matter; without,
-    they are raised as ``status`` always raised them (exit 3)."""
+    they are raised as ``status`` always raised them (exit 3). With native servers found and no
+    daemon to ask (``docker.daemon_configured``: no socket), Docker is not asked and docker-py
+    is not imported: its import and the failed connect were a third of ``status --check``'s
+    start on a native box (docs/performance.md)."""
     from escha_deploy.utils.errors import EschaError
+    from escha_deploy.launch.docker import daemon_configured
     from escha_deploy.launch.manage import NothingRunning
 
     nat, notes = native_targets(profile)
     for n in notes:
         note(n)
+    if nat and not daemon_configured():
+        return nat
     try:
         con = container_targets(profile)
     except NothingRunning:

@@ -262,3 +262,18 @@ def test_an_unreadable_state_file_is_named_and_skipped(runtime):
     bad.write_text('{"pid": 1, "pid": 2}')
     r = run_main("status", "--profile", "watch-bad", env=NO_DOCKER)
     assert r.code == 3 and f"{bad}: unreadable state file" in r.err and "twice" in r.err
+
+
+def test_check_of_a_native_server_imports_no_docker_client(box, tmp_path):
+    """A native server and no Docker daemon to ask: ``status --check`` neither imports docker-py
+    nor connects (a subprocess: this test process has docker-py loaded already)."""
+    import subprocess
+    import sys
+
+    srv, name = box(device_tokens=500, host_tokens=20_000)
+    code = ("import sys\nfrom escha_deploy.cli.main import main\n"
+            "try:\n    rc = main(sys.argv[1:])\nexcept SystemExit as e:\n    rc = e.code\nprint('exit', rc)\n"
+            "print('docker loaded:', 'docker' in sys.modules)\n")
+    p = subprocess.run([sys.executable, "-c", code, "status", "--profile", name, "--check", "--interval", "0.05"],
+                       env={**os.environ, **NO_DOCKER}, capture_output=True, text=True, timeout=120)
+    assert p.stdout.splitlines()[-2:] == ["exit 0", "docker loaded: False"], p.stdout + p.stderr
