@@ -193,3 +193,50 @@ def test_a_generate_answer_that_is_not_an_object_is_not_ready():
         assert probe.generate() is False and probe.last_status == 200
     finally:
         srv.close()
+
+
+def test_the_wait_for_a_healthy_answer_says_what_it_waits_for_every_few_seconds():
+    """A server whose /health answers 503 to its first 30 polls, one poll a (simulated) second:
+    a line at the first failure, then one every HEALTHY_PROGRESS_S; /server_info read after."""
+    srv = _Server(ready_after=30)
+    now = [0.0]
+    lines: list[str] = []
+
+    def pause(s):
+        now[0] += 1.0
+
+    try:
+        got = ready.read_server_info(Probe(srv.url), wait_s=100, progress=lines.append, clock=lambda: now[0],
+                                     pause=pause)
+    finally:
+        srv.close()
+    assert got.info == {} and got.why is None
+    assert lines == ["waiting for the server's first healthy answer (/health 200) before reading /server_info, "
+                     "up to 100 s (a cold SGLang compiles kernels after its ready line)",
+                     *(f"still waiting for /health 200 before reading /server_info ({t} s of 100 s)"
+                       for t in (5, 10, 15, 20, 25))]
+    assert srv.paths.count("/health") == 31 and srv.paths[-1] == "/server_info"
+
+
+def test_a_server_never_healthy_is_not_asked_for_server_info():
+    srv = _Server(ready_after=10**6)
+    now = [0.0]
+
+    def pause(s):
+        now[0] += 1.0
+
+    try:
+        got = ready.read_server_info(Probe(srv.url), wait_s=3, clock=lambda: now[0], pause=pause)
+    finally:
+        srv.close()
+    assert got.info is None and got.why == "/health did not answer 200 within 3 s"
+    assert set(srv.paths) == {"/health"}
+
+
+@pytest.mark.parametrize("raw", ["nan", "0", "-1", "3601", "soon"])
+def test_a_healthy_wait_that_is_not_seconds_is_bad_input(raw):
+    from escha_deploy.utils.errors import BadInput
+
+    with pytest.raises(BadInput, match="^ESCHA_HEALTHY_WAIT: "):
+        ready.healthy_wait_from_env({"ESCHA_HEALTHY_WAIT": raw})
+    assert ready.healthy_wait_from_env({}) == ready.HEALTHY_WAIT_S
