@@ -158,26 +158,6 @@ def to_docker(args: dict[str, Any]) -> dict[str, Any]:
 API_TIMEOUT_S = 60
 
 
-#: The socket docker-py talks to without ``DOCKER_HOST`` (docker-py ``docker/constants.py``
-#: ``DEFAULT_UNIX_SOCKET``).
-DEFAULT_SOCKET = "/var/run/docker.sock"
-
-
-def daemon_configured(environ: dict[str, str] | None = None) -> bool:
-    """Whether ``connect`` could reach a daemon at all, told without importing docker-py or
-    connecting: ``DOCKER_HOST`` names a unix socket that exists or any other address (tcp, ssh:
-    only a connect tells), or, without it, ``DEFAULT_SOCKET`` exists. False means no container
-    of this tool can be asked for (``docker.from_env`` reads only ``DOCKER_HOST``)."""
-    import os
-
-    host = ((os.environ if environ is None else environ).get("DOCKER_HOST") or "").strip()
-    if not host:
-        return os.path.exists(DEFAULT_SOCKET)
-    if host.startswith("unix://"):
-        return os.path.exists(host[len("unix://"):])
-    return True
-
-
 def connect(timeout_s: float = 10.0):
     """A docker-py client for the daemon in the environment (DOCKER_HOST or the socket).
 

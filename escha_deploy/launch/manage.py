@@ -125,6 +125,27 @@ def down(profile: str | None, *, timeout_s: int | None = None) -> list[str]:
     return stopped
 
 
+#: The socket docker-py talks to without ``DOCKER_HOST`` (docker-py ``docker/constants.py``
+#: ``DEFAULT_UNIX_SOCKET``).
+DEFAULT_SOCKET = "/var/run/docker.sock"
+
+
+def daemon_configured(environ: dict[str, str] | None = None) -> bool:
+    """Whether ``docker.connect`` could reach a daemon at all, told without importing docker-py
+    (or ``launch.docker``, which imports the launch spec's models) or connecting:
+    ``DOCKER_HOST`` names a unix socket that exists or any other address (tcp, ssh: only a
+    connect tells), or, without it, ``DEFAULT_SOCKET`` exists. False means no container of this
+    tool can be asked for (docker-py's ``from_env`` reads only ``DOCKER_HOST``)."""
+    import os
+
+    host = ((os.environ if environ is None else environ).get("DOCKER_HOST") or "").strip()
+    if not host:
+        return os.path.exists(DEFAULT_SOCKET)
+    if host.startswith("unix://"):
+        return os.path.exists(host[len("unix://"):])
+    return True
+
+
 def status(profile: str | None) -> list[dict[str, Any]]:
     """One row per container of this tool: state, endpoint, plan digest, uptime (s).
     Raises ``Refused`` (exit 3, as systemctl is-active) when nothing is there."""

@@ -122,12 +122,11 @@ def find_targets(profile: str | None, note=lambda line: None) -> list[Target]:
     native server either: each caller says "nothing running" in its own words, ``status`` and
     ``ask``). With native servers found, Docker's other errors (no daemon) do not matter; without,
     they are raised as ``status`` always raised them (exit 3). With native servers found and no
-    daemon to ask (``docker.daemon_configured``: no socket), Docker is not asked and docker-py
+    daemon to ask (``manage.daemon_configured``: no socket), Docker is not asked and docker-py
     is not imported: its import and the failed connect were a third of ``status --check``'s
     start on a native box (docs/performance.md)."""
     from escha_deploy.utils.errors import EschaError
-    from escha_deploy.launch.docker import daemon_configured
-    from escha_deploy.launch.manage import NothingRunning
+    from escha_deploy.launch.manage import NothingRunning, daemon_configured
 
     nat, notes = native_targets(profile)
     for n in notes:
