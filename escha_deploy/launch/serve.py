@@ -273,7 +273,8 @@ def drift_at_ready(launch: LaunchSpec, planned: PlannedSizes, api_key: str | Non
     compiles kernels after its ready line; at most ``ESCHA_HEALTHY_WAIT`` seconds, progress
     shown), reads ``/server_info`` on the address the server binds (loopback for a wildcard
     bind) and reports, naming a half it could not compare and why. Raises ``BadInput`` (exit
-    2) now, before the server starts, for an ``ESCHA_HEALTHY_WAIT`` that is not seconds."""
+    2) when called, before the pre-flight and the start, for an ``ESCHA_HEALTHY_WAIT`` that is
+    not seconds."""
     from escha_deploy.utils.netaddr import url as http_url
 
     from .drift import check
@@ -332,6 +333,8 @@ def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dr
 
         # natively the server binds the spec's host address and port (build_launch_spec renders them into the argv)
         port_free(launch.container.port_host_ip, launch.container.port_host)
+    # read ESCHA_HEALTHY_WAIT now: a bad value is exit 2 before the pre-flight and the start
+    on_ready = drift_at_ready(launch, planned, api_key, report) if planned is not None else None
     sglang_preflight(launch, argv, env, report, device)
     report("info", f"serve: {launch.profile}: plan {launch.verdict}, "
                    f"HiCache {'on' if launch.hicache_enabled else 'off'}; starting SGLang")
@@ -350,8 +353,7 @@ def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dr
                                             launch=launch_settings(launch, native=not in_container)),
                                 secret_root=root, lock_fd=lock_fd,
                                 grace_s=float(launch.container.stop_timeout_s),
-                                on_ready=drift_at_ready(launch, planned, api_key, report)
-                                if planned is not None else None,
+                                on_ready=on_ready,
                                 log_path=None if in_container else serve_log_path(launch.container.port_host))
         except OSError as exc:
             raise Failed(f"serve: cannot start {argv[0] if argv else 'the server'}: {exc}") from None

@@ -228,3 +228,19 @@ def test_a_server_never_healthy_ends_the_wait_at_its_deadline_naming_the_half_no
     assert said == [f"warning: serve: 5 figures from the server's log are the plan's; /server_info not compared: "
                     f"/health did not answer 200 within {WAIT_S:g} s"], lines
     assert times["checked"] - times["ready"] <= WAIT_S + 2, times
+
+
+def test_a_healthy_wait_that_is_not_seconds_is_refused_before_the_server_starts(standin):
+    """ESCHA_HEALTHY_WAIT is read before the pre-flight and the start: exit 2, one line, no
+    server line printed."""
+    port = free_port()
+    env = dict(os.environ, ESCHA_SGLANG_PYTHON=str(standin), ESCHA_SKIP_GPU_PREFLIGHT="1",
+               ESCHA_HEALTHY_WAIT="soon", STANDIN_FIGURES="{}", STANDIN_SERVER_INFO="{}")
+    env.pop("ESCHA_SERVE_MODE", None)
+    p = subprocess.run([sys.executable, "-m", "escha_deploy.cli.main", "serve", "--profile", str(STANDIN_PROFILE),
+                        *[a for o in OVERRIDES for a in ("--set", o)], "--set", f"container.port={port}"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert [ln for ln in p.stderr.splitlines() if ln.startswith("error:")] == [
+        "error: ESCHA_HEALTHY_WAIT: expected a number in decimal (got the string 'soon')"], p.stderr
+    assert "starting SGLang" not in p.stderr and "Traceback" not in p.stderr, p.stderr
