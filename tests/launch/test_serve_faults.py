@@ -34,6 +34,10 @@ STANDIN = textwrap.dedent('''\
     cfg = argv[argv.index("--config") + 1]
     yaml.safe_load(open(cfg))  # what SGLang does first, while parsing its arguments
     print("config-file=" + cfg, flush=True)
+    # the modes as this process found them: `serve` unlinks the file once the server is ready,
+    # which can be before the test reads the line above on a loaded machine
+    print("config-modes=%o,%o" % (os.stat(cfg).st_mode & 0o777, os.stat(os.path.dirname(cfg)).st_mode & 0o777),
+          flush=True)
     kids = [subprocess.Popen([sys.executable, "-c", code, "scheduler-standin", MARK]) for code in (
         "import time; time.sleep(3600)",
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)")]
@@ -154,7 +158,7 @@ def test_sigkill_after_ready_leaves_no_process_and_no_secrets_file(standin, tmp_
     p = start_serve(standin)
     try:
         cfg = Path(read_until(p, "config-file=").split("=", 1)[1])
-        assert cfg.stat().st_mode & 0o777 == 0o600 and cfg.parent.stat().st_mode & 0o777 == 0o700
+        assert read_until(p, "config-modes=").split("=", 1)[1].strip() == "600,700"
         read_until(p, "ready to roll")
         deadline = time.time() + 5
         while cfg.exists() and time.time() < deadline:
