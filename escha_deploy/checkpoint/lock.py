@@ -72,7 +72,7 @@ def read_lock(folder: str | Path) -> ModelLock | None:
 
         raise BadInput(f"{p}: schema_version {shown(repr(version), 40)} is not the one this "
                        f"escha-deploy reads ({LOCK_SCHEMA_VERSION})",
-                       hint="a newer escha-deploy wrote it; `escha-deploy model pull` rewrites it for this one")
+                       hint="a newer escha-deploy wrote it; `escha-deploy model pull PROFILE` rewrites it for this one")
     try:
         lock = ModelLock.model_validate(data)
     except ValueError as exc:
@@ -93,7 +93,7 @@ def lock_problems(lock: ModelLock) -> list[str]:
     from escha_deploy.utils.termtext import shown
 
     if not lock.files:
-        return ["files: empty; a lock names at least one file (`escha-deploy model pull` writes them)"]
+        return ["files: empty; a lock names at least one file (`escha-deploy model pull PROFILE` writes them)"]
     out: list[str] = []
     seen: set[str] = set()
     for i, f in enumerate(lock.files):
