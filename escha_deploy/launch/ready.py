@@ -178,19 +178,9 @@ def healthy_wait_from_env(environ: dict[str, str] | None = None) -> float:
     ``escha_deploy.utils.errors.BadInput`` (exit 2) naming the variable."""
     import os
 
-    from escha_deploy.utils.errors import BadInput
-    from escha_deploy.utils.units import parse_number
+    from escha_deploy.utils.units import seconds_from_env
 
-    raw = (os.environ if environ is None else environ).get(HEALTHY_WAIT_ENV)
-    if raw is None or not raw.strip():
-        return HEALTHY_WAIT_S
-    try:
-        value = float(parse_number(raw))
-    except ValueError as e:
-        raise BadInput(f"{HEALTHY_WAIT_ENV}: {e}") from None
-    if not 0 < value <= 3600:
-        raise BadInput(f"{HEALTHY_WAIT_ENV}: expected seconds in (0, 3600] (got {raw.strip()!r})")
-    return value
+    return seconds_from_env(os.environ if environ is None else environ, HEALTHY_WAIT_ENV, HEALTHY_WAIT_S)
 
 
 @dataclass

@@ -112,19 +112,9 @@ def timeout_from_env(environ: dict[str, str] | None = None) -> float:
     """The pre-flight's deadline in seconds: ``ESCHA_SGLANG_PREFLIGHT_TIMEOUT`` when set (a plain
     decimal number of seconds, more than 0 and at most 3600, read by ``units.parse_number``), else
     ``TIMEOUT_S``. Raises ``escha_deploy.utils.errors.BadInput`` (exit 2) naming the variable."""
-    from escha_deploy.utils.errors import BadInput
-    from escha_deploy.utils.units import parse_number
+    from escha_deploy.utils.units import seconds_from_env
 
-    raw = (os.environ if environ is None else environ).get(TIMEOUT_ENV)
-    if raw is None or not raw.strip():
-        return TIMEOUT_S
-    try:
-        value = float(parse_number(raw))
-    except ValueError as e:
-        raise BadInput(f"{TIMEOUT_ENV}: {e}") from None
-    if not 0 < value <= 3600:
-        raise BadInput(f"{TIMEOUT_ENV}: expected seconds in (0, 3600] (got {raw.strip()!r})")
-    return value
+    return seconds_from_env(os.environ if environ is None else environ, TIMEOUT_ENV, TIMEOUT_S)
 
 # --------------------------------------------------------------------------- SGLang's side
 

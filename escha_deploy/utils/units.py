@@ -176,6 +176,24 @@ def parse_number(value: Any, *, integer: bool = False) -> float | int:
     return float(value)
 
 
+def seconds_from_env(environ: Any, name: str, default: float, *, most: float = 3600) -> float:
+    """Seconds from the environment variable ``name`` of ``environ`` (a mapping): a plain decimal
+    number (``parse_number``), more than 0 and at most ``most``; ``default`` when unset or blank.
+    Raises ``escha_deploy.utils.errors.BadInput`` (exit 2) naming the variable."""
+    from .errors import BadInput
+
+    raw = environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(parse_number(raw))
+    except ValueError as e:
+        raise BadInput(f"{name}: {e}") from None
+    if not 0 < value <= most:
+        raise BadInput(f"{name}: expected seconds in (0, {most:g}] (got {raw.strip()!r})")
+    return value
+
+
 def fmt_size_exact(n: int) -> str:
     """Bytes as the shortest exact size string ``parse_size`` reads back: ``12GiB``, ``5.9GB``
     is not exact so ``5900MB``, else ``1406601789B``. (The plan digest is over this form.)"""
