@@ -27,8 +27,6 @@ Active only when ``ESCHA_GPU_TIER_TRACE`` is set; then the next ``sitecustomize`
 ``sys.path`` (the serving closure's stub finder) runs as it would have.
 """
 
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import json
 import os
@@ -155,35 +153,10 @@ def _wrap_mamba(module):
 _WRAPPERS = {_CACHE: _wrap_cache, _MAMBA: _wrap_mamba}
 
 
-class _Loader(importlib.abc.Loader):
-    def __init__(self, inner, wrap):
-        self.inner, self.wrap = inner, wrap
-
-    def create_module(self, spec):
-        return self.inner.create_module(spec)
-
-    def exec_module(self, module):
-        self.inner.exec_module(module)
-        self.wrap(module)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname, path=None, target=None):
-        wrap = _WRAPPERS.get(fullname)
-        if wrap is None:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return None
-        spec.loader = _Loader(spec.loader, wrap)
-        return spec
-
-
 if _TRACE and not getattr(sys, "_escha_tier_trace", False):
     sys._escha_tier_trace = True
-    sys.meta_path.insert(0, _Finder())
-    _next = importlib.machinery.PathFinder.find_spec(
-        "sitecustomize", [p for p in sys.path if os.path.abspath(p or ".") != _HERE])
-    if _next is not None and _next.loader is not None:
-        _mod = importlib.util.module_from_spec(_next)
-        _next.loader.exec_module(_mod)
+    # the finder and the chaining to the next sitecustomize: tests/gpu_rig/site_hooks.py, by path
+    _spec = importlib.util.spec_from_file_location("escha_gpu_site_hooks", os.path.join(_HERE, "..", "site_hooks.py"))
+    _hooks = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_hooks)
+    _hooks.install(_WRAPPERS, _HERE)
