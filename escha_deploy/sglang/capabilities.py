@@ -22,6 +22,10 @@ ENV_HOST_RESERVE = "ESCHA_HICACHE_HOST_RESERVE_BYTES"
 #: Environment variable read by the host-allocator patch: ``auto``, ``register`` or ``pinned``.
 ENV_HOST_ALLOCATOR = "ESCHA_HICACHE_HOST_ALLOCATOR"
 HOST_ALLOCATOR_CHOICES = ("auto", "register", "pinned")
+#: Environment variable read by the host-mamba-slots patch: the host mamba pool's state count
+#: (slots, a whole number >= 1) in place of SGLang's ``int(device slots x --hicache-ratio)``
+#: (``srt/mem_cache/pool_host/mamba.py: MambaPoolHost.__init__``); unset = stock.
+ENV_HOST_MAMBA_SLOTS = "ESCHA_HICACHE_HOST_MAMBA_SLOTS"
 
 #: Where an image describes its runtime (schema version, SGLang version, base, Python, series,
 #: capabilities, inventory digest). Mirrored in OCI labels under ``LABEL_PREFIX``.
@@ -100,6 +104,17 @@ CAPABILITIES: dict[str, Capability] = {
             ),
         ),
         Capability(
+            name="hicache-host-mamba-slots",
+            source="series",
+            description=(
+                "the HiCache host mamba pool sized on its own by ESCHA_HICACHE_HOST_MAMBA_SLOTS "
+                "(states per rank; unset = device slots x --hicache-ratio, as stock), so a hybrid "
+                "model's prefixes can come back without pinning host KV nobody fills"
+            ),
+            env=(ENV_HOST_MAMBA_SLOTS,),
+            upstream=("sglang#39436",),
+        ),
+        Capability(
             name="int2-kv",
             source="overlay",
             description="OSCAR INT2 KV cache with a host pool for codes and scales/zeros",
@@ -131,6 +146,7 @@ CapabilityName = Literal[
     "hicache-host-reserve-env",
     "hicache-host-allocator",
     "transfer-geometry-check",
+    "hicache-host-mamba-slots",
     "int2-kv",
     "w2-weights",
     "mamba-mixed-chunk-fix",
