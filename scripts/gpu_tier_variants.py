@@ -59,6 +59,11 @@ VARIANTS: dict[str, list[str]] = {
                   "runtime.extra_args=[--grammar-backend, none, --skip-server-warmup, --cuda-graph-backend-decode, "
                   "disabled, --cuda-graph-backend-prefill, disabled, --disable-overlap-schedule]"],
     "wb_chunk8192": ["hicache.hicache_write_policy=write_back", "runtime.chunked_prefill_size=8192"],
+    # patch 0004 (ESCHA_HICACHE_HOST_MAMBA_SLOTS): host mamba states apart from the ratio. The CPU
+    # replay (tests/replay) predicts 8 of 8 prefixes back at 5,120 tokens each with ratio 2 and
+    # 48 states, and none with ratio 1 and 48 states (host KV 28,673 tokens < 8 x 6,000)
+    "r2_slots48": ["hicache.hicache_ratio=2", "env:ESCHA_HICACHE_HOST_MAMBA_SLOTS=48"],
+    "r1_slots48": ["hicache.hicache_ratio=1", "env:ESCHA_HICACHE_HOST_MAMBA_SLOTS=48"],
 }
 
 SERIES = re.compile(r"^(sglang:[a-z_]+)(?:\{([^}]*)\})?\s+([0-9.eE+-]+|NaN)$")
@@ -141,18 +146,24 @@ def run_variant(name: str, sets: list[str], port: int, logs: Path, prefixes: int
     rec: dict = {"variant": name, "sets": sets, "port": port}
     env = dict(os.environ)
     args = ["serve", "--profile", str(PROFILE), "--set", f"container.port={port}"]
+    server_env = {}
     for s in sets:
-        args += ["--set", s]
+        if s.startswith("env:"):  # a variable for the server only (a patch's knob no profile key sets yet)
+            k, _, v = s[4:].partition("=")
+            server_env[k] = v
+        else:
+            args += ["--set", s]
     r = escha(*args, "--print", env=env, timeout=300)
     if r.returncode != 0:
         rec["error"] = f"serve --print exit {r.returncode}: {r.stderr[-1500:]}"
         return rec
     spec = json.loads(r.stdout)
     rec["argv"] = spec["argv"]
+    rec["server_env"] = server_env
     trace = logs / f"tier-{name}.jsonl"
     trace.unlink(missing_ok=True)
     log = logs / f"tier-{name}.log"
-    senv = dict(env, **spec["env"], ESCHA_GPU_TIER_TRACE=str(trace),
+    senv = dict(env, **spec["env"], **server_env, ESCHA_GPU_TIER_TRACE=str(trace),
                 PYTHONPATH=os.pathsep.join([str(TRACE_SITE), env.get("PYTHONPATH", "")]))
     t_start = time.monotonic()
     with open(log, "wb") as out:

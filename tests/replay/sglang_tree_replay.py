@@ -155,6 +155,7 @@ tests pin, one import). Runs with the flag-catalog venv's Python (``.cache/flagc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
@@ -194,6 +195,9 @@ class Rig:
     page_size: int = 1
     max_running: int = 2
     name: str = ""
+    #: patch 0004 (``ESCHA_HICACHE_HOST_MAMBA_SLOTS``): the host mamba pool's state count in place
+    #: of ``int(mamba_slots * ratio)``; None = stock
+    host_mamba_slots: Optional[int] = None
 
     def flags(self) -> dict[str, Any]:
         return dict(
@@ -369,6 +373,29 @@ def prepare() -> None:
     _PREPARED = True
 
 
+@contextlib.contextmanager
+def _host_mamba_slots(slots: Optional[int]):
+    """Patch 0004's size rule on the stock tree (stand-in, named): while the hybrid stack is
+    built, ``MambaPoolHost`` gets the ratio ``(slots + 0.5) / device_slots``, so its own
+    ``int(device_pool.size * host_to_device_ratio)`` is ``slots``, as the patched constructor's
+    ``escha_host_mamba_slots.host_mamba_size`` makes it; the host KV pool keeps the rig's ratio."""
+    if slots is None:
+        yield
+        return
+    from sglang.srt.mem_cache.pool_host import mamba
+
+    original = mamba.MambaPoolHost.__init__
+
+    def sized(self, device_pool, host_to_device_ratio, *a, **k):
+        original(self, device_pool, (slots + 0.5) / device_pool.size, *a, **k)
+
+    mamba.MambaPoolHost.__init__ = sized
+    try:
+        yield
+    finally:
+        mamba.MambaPoolHost.__init__ = original
+
+
 # --------------------------------------------------------------------------- the box
 
 
@@ -407,7 +434,8 @@ class Box:
             eviction_policy=get_memory().radix_eviction_policy,
             tree_components=(ComponentType.FULL, ComponentType.MAMBA))
         self.cache = UnifiedRadixCache(params)
-        self.cache.init_hicache(self.server_args, params)
+        with _host_mamba_slots(rig.host_mamba_slots):
+            self.cache.init_hicache(self.server_args, params)
         self.controller = self.cache.cache_controller
         from sglang.srt.mem_cache.hicache_storage import PoolName
 
@@ -785,7 +813,7 @@ def bench(rig: Rig, n: int = 8, prefix: int = 6000, at_once: bool = False) -> di
 
 def _rig(base: dict, args: argparse.Namespace, name: str) -> Rig:
     kw = dict(base)
-    for key in ("chunk", "ratio", "policy", "kv_tokens", "mamba_slots"):
+    for key in ("chunk", "ratio", "policy", "kv_tokens", "mamba_slots", "host_mamba_slots"):
         if getattr(args, key):
             kw[key] = getattr(args, key)
     return Rig(name=name, **kw)
@@ -829,6 +857,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--policy", choices=["write_through", "write_back", "write_through_selective"])
     ap.add_argument("--kv-tokens", type=int, help="device KV pool tokens")
     ap.add_argument("--mamba-slots", type=int, help="device mamba slots (--max-mamba-cache-size)")
+    ap.add_argument("--host-mamba-slots", type=int,
+                    help="patch 0004's ESCHA_HICACHE_HOST_MAMBA_SLOTS: host mamba states in place of slots x ratio")
     ap.add_argument("--filler-answer", type=int, help="canary: tokens each filler asks for (default 32)")
     ap.add_argument("--at-once", action="store_true", help="bench/seed: each pass's requests arrive together")
     ap.add_argument("--json", action="store_true", help="the whole record as JSON (default: the answers)")
