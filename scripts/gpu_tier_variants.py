@@ -63,6 +63,9 @@ VARIANTS: dict[str, list[str]] = {
     # replay (tests/replay) predicts 8 of 8 prefixes back at 5,120 tokens each with ratio 2 and
     # 48 states, and none with ratio 1 and 48 states (host KV 28,673 tokens < 8 x 6,000)
     "r2_slots48": ["hicache.hicache_ratio=2", "env:ESCHA_HICACHE_HOST_MAMBA_SLOTS=48"],
+    # what the plan's reachability (planner/reach.py) guarantees for 8 x 6,000: 56 states, 55,424
+    # host KV tokens (ratio 2 gives 57,345)
+    "r2_slots56": ["hicache.hicache_ratio=2", "env:ESCHA_HICACHE_HOST_MAMBA_SLOTS=56"],
     "r1_slots48": ["hicache.hicache_ratio=1", "env:ESCHA_HICACHE_HOST_MAMBA_SLOTS=48"],
 }
 

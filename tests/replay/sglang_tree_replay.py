@@ -836,6 +836,15 @@ VARIANTS: list[tuple[str, str, dict, dict]] = [
     # each pass's 8 requests sent at once (max_running 2 / 3), as the tier bench sends them
     ("bench at once", "bench", dict(SHAPE_TRUE), dict(at_once=True)),
     ("seed at once", "seed", dict(SEED), dict(at_once=True)),
+    # patch 0004: host mamba states apart from the ratio (planner/reach.py predicts each)
+    ("bench ratio 2 host mamba 56", "bench", dict(SHAPE_TRUE, ratio=2, host_mamba_slots=56), {}),
+    ("bench ratio 2 host mamba 48", "bench", dict(SHAPE_TRUE, ratio=2, host_mamba_slots=48), {}),
+    ("bench ratio 1 host mamba 48", "bench", dict(SHAPE_TRUE, ratio=1, host_mamba_slots=48), {}),
+    ("seed host mamba 80", "seed", dict(SEED, host_mamba_slots=80), {}),
+    ("seed ratio 4", "seed", dict(SEED, ratio=4), {}),
+    ("bench ratio 2 host mamba 56 at once", "bench", dict(SHAPE_TRUE, ratio=2, host_mamba_slots=56),
+     dict(at_once=True)),
+    ("seed host mamba 80 at once", "seed", dict(SEED, host_mamba_slots=80), dict(at_once=True)),
 ]
 
 

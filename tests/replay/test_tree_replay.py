@@ -173,3 +173,51 @@ def test_the_gpu_tier_trace_records_what_sglangs_tree_did(replay_doc) -> None:
     # host hits the trace saw at admission: one per host-hit ask the scenarios report
     assert any(e["event"] == "match" and e["host"] > 0 for e in events)
     assert any(e["event"] == "mamba_state" and e["chunked"] for e in events)
+
+
+#: The replay's scenarios as the plan's workloads (``planner/reach.py``): bench 8 x 6,000, seed 8 x 18,000
+_WORKLOADS = {"bench": (8, 6_000), "seed": (8, 18_000)}
+
+
+@pytest.mark.wheel
+def test_plan_reachability_agrees_with_the_replay(replay) -> None:
+    """Every bench/seed variant, predicted by the plan's pure rule from the host pools SGLang's own
+    constructors built (less their padding slot and page): where the plan says ``all``, every
+    prefix comes back (host or device) with between ``restore_tokens`` and ``restore_tokens_max``
+    tokens each; where it says ``none``, nothing does. ``not_guaranteed`` asserts nothing of the
+    count (LRU decides: ratio 1 returns 0 of 8, the first seed's box at ratio 4 all 8)."""
+    from escha_deploy.planner.reach import Workload, reach
+
+    seen = {"all": 0, "none": 0, "not_guaranteed": 0}
+    for name, r in replay.items():
+        kind = name.split()[0]
+        if kind not in _WORKLOADS:
+            continue
+        rig, sizes, a = r["rig"], r["sizes"], r["answer"]
+        w = Workload(*_WORKLOADS[kind])
+        p = reach(w, chunk=rig["chunk"], host_kv_tokens=sizes["host_kv"] - 1,
+                  host_mamba_slots=sizes["host_mamba"] - 1, write_policy=rig["policy"])
+        seen[p.verdict] += 1
+        back = a["second_pass_host_hits"] + a["second_pass_device_hits"]
+        if p.verdict == "all":
+            assert back == w.prefixes, (name, p, a)
+            assert (w.prefixes * p.restore_tokens <= a["second_pass_reused_tokens"]
+                    <= w.prefixes * p.restore_tokens_max), (name, p, a)
+        elif p.verdict == "none":
+            assert a["second_pass_reused_tokens"] == 0, (name, p, a)
+    # the grid covers each verdict: the pins below would not catch a rule that says "all" everywhere
+    assert seen["all"] >= 5 and seen["none"] >= 2 and seen["not_guaranteed"] >= 3, seen
+
+
+@pytest.mark.wheel
+def test_patch_0004s_host_mamba_count_brings_the_seed_box_back(replay) -> None:
+    # ratio 1 (17 host states): none of 8; ratio 1 with 80 host states: all 8, 1,280 MB of host KV
+    # per rank fewer than ratio 4 (which gets them back too, with 840,001 host KV tokens)
+    assert replay["seed"]["answer"]["second_pass_reused_tokens"] == 0
+    got = replay["seed host mamba 80"]
+    assert got["sizes"]["host_mamba"] == 81 and got["sizes"]["host_kv"] == 210_001
+    assert got["answer"]["second_pass_host_hits"] + got["answer"]["second_pass_device_hits"] == 8
+    # the shape-true rig at ratio 2: 56 host states all 8 prefixes at 5,120 tokens each (what the
+    # GPU run's r2_slots56 variant is asked to show); ratio 1's host KV (28,673 tokens) is too small
+    assert replay["bench ratio 2 host mamba 56"]["answer"]["second_pass_host_tokens"] == 8 * 5_120
+    assert replay["bench ratio 1 host mamba 48"]["answer"]["second_pass_reused_tokens"] == 0
