@@ -66,6 +66,10 @@ VARIANTS: dict[str, list[str]] = {
     # what the plan's reachability (planner/reach.py) guarantees for 8 x 6,000: 56 states, 55,424
     # host KV tokens (ratio 2 gives 57,345)
     "r2_slots56": ["hicache.hicache_ratio=2", "env:ESCHA_HICACHE_HOST_MAMBA_SLOTS=56"],
+    # the plan's own choice for the bench's workload (hicache.host_mamba_slots auto, the ratio auto):
+    # ratio 1.95 and 56 host mamba states, all 8 prefixes back at 5,120 tokens each (plan's
+    # host_tier_reach, recorded in tier.json beside what the server did)
+    "planned": ["hicache.workload=8x6000", "hicache.host_mamba_slots=auto", "hicache.hicache_ratio=auto"],
     "r1_slots48": ["hicache.hicache_ratio=1", "env:ESCHA_HICACHE_HOST_MAMBA_SLOTS=48"],
 }
 
@@ -162,6 +166,12 @@ def run_variant(name: str, sets: list[str], port: int, logs: Path, prefixes: int
         return rec
     spec = json.loads(r.stdout)
     rec["argv"] = spec["argv"]
+    if any(x.startswith("hicache.workload=") for x in sets):  # the plan's prediction, beside what the server does
+        pr = escha("plan", *args[1:], "--format", "json", env=env, timeout=300)
+        try:
+            rec["predicted"] = json.loads(pr.stdout).get("host_tier_reach")
+        except ValueError:
+            rec["predicted"] = {"exit": pr.returncode, "stderr": pr.stderr[-1500:]}
     rec["server_env"] = server_env
     trace = logs / f"tier-{name}.jsonl"
     trace.unlink(missing_ok=True)

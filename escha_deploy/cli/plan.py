@@ -27,6 +27,7 @@ def register(app: typer.Typer) -> None:
 
 def plan_command(
     profile: ProfileOpt = DEFAULT_PROFILE,
+    workload: Annotated[Optional[str], typer.Option("--workload", help="The prefixes the host tier should bring back, COUNTxTOKENS (8x18000: 8 distinct 18,000-token prefixes, each asked again): which come back per host-pool split, and what hicache.host_mamba_slots: auto sizes. Default: the profile's hicache.workload.")] = None,
     ratio: Annotated[Optional[str], typer.Option("--ratio", help="--hicache-ratio to plan: a number > 0, or auto (the recommended safe ratio). Default: the profile's.")] = None,
     hicache_size: Annotated[Optional[str], typer.Option("--hicache-size", help="--hicache-size per rank instead of a ratio: whole GB (1e9), as SGLang takes it: 30 or 30GB.")] = None,
     host_ram: Annotated[Optional[str], typer.Option("--host-ram", help="Plan for a described host: the MemTotal its Linux kernel sees (under WSL2 the VM's), e.g. 16GiB. Ignores doctor findings.")] = None,
@@ -72,6 +73,13 @@ def plan_command(
             problems.append(f"--hicache-size: {exc}")
     if ratio is not None and hicache_size is not None:
         problems.append("--ratio and --hicache-size are mutually exclusive")
+    if workload is not None:
+        from ..profile.workload import parse_workload
+
+        try:
+            parse_workload(workload)
+        except ValueError as exc:
+            problems.append(f"--workload: {exc}")
     if wsl2 and linux:
         problems.append("--wsl2 and --linux are mutually exclusive")
     if facts is not None and host_ram is not None:
@@ -98,7 +106,7 @@ def plan_command(
         check_output(chart, "--chart")
         require_matplotlib()
 
-    overrides = list(set_ or [])
+    overrides = list(set_ or []) + ([f"hicache.workload={workload.strip()}"] if workload is not None else [])
     from ..profile import load_profile
 
     positions: dict = {}

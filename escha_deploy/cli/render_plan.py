@@ -73,6 +73,24 @@ def render_plan(p: Plan) -> None:
 
         con.print(f"file L3 disk: {describe(p.l3_disk)} ({p.l3_disk.source})", soft_wrap=True, markup=False)
 
+    if p.host_tier_reach:
+        w = p.host_tier_reach[0]
+        t = Table(title=f"host tier: {w.prefixes} x {w.prefix_tokens:,}-token prefixes asked twice, which come back "
+                        "(per rank; planner/reach.py)", title_justify="left")
+        t.add_column("split", min_width=24, ratio=1)
+        for col in ("host KV", "host mamba", "pinned", "back"):
+            t.add_column(col, justify="right", no_wrap=True)
+        for row in p.host_tier_reach:
+            back = {"all": f"{row.restored}/{row.prefixes} at {row.restore_tokens:,}+",
+                    "none": "none", "not_guaranteed": "not sure"}[row.verdict]
+            t.add_row(escape(row.config), f"{row.host_kv_tokens:,}", f"{row.host_mamba_slots:,}",
+                      fmt_gb(row.pinned_bytes_per_rank), back)
+        con.print(t)
+        con.print(f"both passes of {w.prefixes} prefixes take {w.states_needed:,} host mamba states and "
+                  f"{w.kv_tokens_needed:,} host KV tokens; "
+                  + "; ".join(f"{escape(r.config.split(':')[0])}: {escape(r.why)}" for r in p.host_tier_reach)
+                  + "; not sure: LRU decides (it can return none)", soft_wrap=True)
+
     hh = p.host_hit_cost
     if hh is not None:
         t = Table(title="host_hit_cost: a cached prefix loaded back from host RAM vs recomputed (per rank)",

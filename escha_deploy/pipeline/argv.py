@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from escha_deploy.sglang.capabilities import ENV_HOST_ALLOCATOR, ENV_HOST_RESERVE
+from escha_deploy.sglang.capabilities import ENV_HOST_ALLOCATOR, ENV_HOST_MAMBA_SLOTS, ENV_HOST_RESERVE
 from escha_deploy.planner.result import Plan
 from escha_deploy.profile import L3Mooncake, Profile, key_env, key_flag
 
@@ -203,6 +203,8 @@ def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L
       planner sets when the runtime has the ``hicache-host-reserve-env`` capability (else the
       stock 10 GiB applies);
     - ``ESCHA_HICACHE_HOST_ALLOCATOR``: ``pinned`` on WSL2, doctor's pick or ``auto`` elsewhere;
+    - ``ESCHA_HICACHE_HOST_MAMBA_SLOTS``: ``plan.hicache.host_mamba_slots``, the host mamba states
+      the planner set under patch 0004 (``hicache.host_mamba_slots``; unset: device slots x ratio);
     - INT2 layout (``SGLANG_MIXED_KV_SCALE_DTYPE``), read by the OSCAR overlay, and its mixed HP+INT2
       window (``SGLANG_ENABLE_MIXED_KV_WINDOWS=1`` with ``SGLANG_MIXED_KV_HP_DTYPE``, ``_PREFIX_TOKENS``,
       ``_RECENT_TOKENS``) only where the plan counts that window's arena (``runtime.kv_cache.int2.mixed_windows``);
@@ -224,6 +226,8 @@ def server_env(plan: Plan, profile: Profile, *, l3_dir: str | None = CONTAINER_L
         env[ENV_HOST_RESERVE] = str(hc.host_reserve_bytes)
     if hc.enabled and hc.host_allocator:
         env[ENV_HOST_ALLOCATOR] = hc.host_allocator
+    if hc.enabled and hc.host_mamba_slots is not None:  # decided by the planner (host_mamba)
+        env[ENV_HOST_MAMBA_SLOTS] = str(hc.host_mamba_slots)
     chunk = register_chunk_gib(plan)
     if chunk is not None:
         env[ENV_REGISTER_CHUNK] = str(chunk)

@@ -27,7 +27,7 @@ from the profile's safety policy; no threshold is tuned to a test.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Generic, Literal, TypeVar, overload
 
@@ -51,8 +51,9 @@ from .device import sglang_default_mem_fraction, sglang_min_reserved_mib, sglang
 from .pools import PINNED_MAX_BYTES, DevicePools, HostPools, host_pools_at_ratio, host_pools_at_size, pinned_buffers
 from .disk import L3Disk
 from .search import SAFE_RATIO_GRID, SafeRatios, headroom, search_safe
+from .reach import Reach, Workload, needs as reach_needs, parse_workload, reach
 from .result import (AutoSizeCheck, CheckResult, HostGuardView, Budget, Decision, DevicePlan, Finding, HiCachePlan, HostBuffer, HostHitCost, KvDtypeRow,
-                     PerRank, Plan, RuntimeCheck, SafetyPolicy, Verdict)
+                     PerRank, Plan, ReachRow, RuntimeCheck, SafetyPolicy, Verdict)
 from .validate import l3_host_bytes, mamba_slots_per_request, resolved_mamba_strategy, validate
 
 __all__ = ["plan", "Plan", "PlanInputs", "STEPS", "StepOrderError"]
@@ -127,6 +128,8 @@ class PlanInputs:
     draft: DraftCount = DraftCount()  # what of the speculative draft is counted (planner.draft)
     spec: SpecShape = SpecShape()  # the speculative configuration SGLang resolves (planner.draft)
     draft_host: DraftHost = DraftHost()  # how HiCache mirrors the draft's KV (planner.draft)
+    workload: Workload | None = None  # --workload, else hicache.workload: what the host tier should bring back
+    workload_source: str = ""
 
 
 class StepOrderError(RuntimeError):
@@ -195,6 +198,9 @@ class _Ctx:
     short_now_bytes: int | None = None  # what the live host lacks now (MemAvailable), if anything
     l3_disk: L3Disk | None = None  # the file L3 store's disk [host_pools]; None without one
     mm_reservation: int = 0  # bytes per rank SGLang reserves for multimodal allocations [device_pools]
+    workload_sized: bool = False  # host_mamba_slots auto sized the host mamba pool for the workload [host_mamba]
+    workload_ratio: float | None = None  # the ratio whose host KV holds that workload [host_mamba]
+    workload_fitted: Workload | None = None  # the workload's prefixes that fit the budget [host_mamba]
     shapes = _Output[RankShapes]("model_shapes")
     dev = _Output[DevicePools]("device_pools")
     sizing = _Output[DeviceSizing]("device_pools")
@@ -494,6 +500,111 @@ def _mm_reservation(c: _Ctx) -> int:
     return r.bytes
 
 
+#: The capability of patch 0004 (runtime_patches/0004-hicache-host-mamba-slots.patch).
+HOST_MAMBA_CAPABILITY = "hicache-host-mamba-slots"
+
+
+def planned_chunk(c: _Ctx) -> int:
+    """Chunked prefill (tokens) the server runs with: ``runtime.chunked_prefill_size``, else the
+    release's default for this card (``device.tier_defaults``, SGLang's
+    ``handle_gpu_memory_settings``)."""
+    from .device import tier_defaults
+
+    rt = c.inp.profile.runtime
+    if rt.chunked_prefill_size and rt.chunked_prefill_size > 0:
+        return int(rt.chunked_prefill_size)
+    return tier_defaults(c.inp.profile.hardware.gpu_vram // MiB, c.ranks, c.inp.release)[0]
+
+
+def step_host_mamba(c: _Ctx) -> None:
+    """The host mamba pool's state count under patch 0004 (``hicache.host_mamba_slots``): an
+    explicit count, or ``auto``: the states ``hicache.workload``'s two passes take
+    (``reach.needs``), for as many of its prefixes as fit the pinned budget with the host KV
+    they need (``workload_fit``); set on ``c.dev`` (and the host view) so every host pool,
+    constraint and search after this step sees it. Nothing for a dense model, HiCache off or
+    the key unset. Raises ``BadInput`` (one line naming the key) for a count on a runtime
+    without the capability."""
+    hc = c.inp.profile.hicache
+    want = hc.host_mamba_slots
+    if want is None or not hc.enabled or not c.dev.mamba_slots:
+        return
+    if HOST_MAMBA_CAPABILITY not in c.inp.capabilities:
+        if want == "auto":
+            c.warnings.append(f"hicache.host_mamba_slots auto: the runtime lacks {HOST_MAMBA_CAPABILITY} "
+                              "(patch 0004), so SGLang's device slots x ratio sizes the host mamba pool")
+            return
+        raise BadInput(f"hicache.host_mamba_slots {want}: the runtime lacks the capability {HOST_MAMBA_CAPABILITY} "
+                       "(patch 0004 of escha-deploy's series, which reads ESCHA_HICACHE_HOST_MAMBA_SLOTS); "
+                       "build the runtime with the series or remove the key")
+    if want == "auto":
+        w = c.inp.workload
+        if w is None:
+            c.warnings.append("hicache.host_mamba_slots auto: no workload (hicache.workload or --workload "
+                              "COUNTxTOKENS), so SGLang's device slots x ratio sizes the host mamba pool")
+            return
+        chunk = planned_chunk(c)
+        fit = workload_fit(c, w, c.dev)
+        if fit is None:
+            c.warnings.append(f"hicache.host_mamba_slots auto: not even 1 of {w.label()} fits the pinned budget "
+                              "with its host KV and mamba states; SGLang's device slots x ratio sizes the host pools")
+            return
+        wn, slots, ratio = fit
+        c.workload_ratio, c.workload_fitted = ratio, wn
+        why = (f"auto: {wn.label()} asked twice at chunked prefill {chunk:,} leaves {slots:,} mamba states "
+               f"(one per prefill chunk, planner/reach.py) ({c.inp.workload_source})")
+        if wn.prefixes < w.prefixes:
+            why += f"; {wn.prefixes} of the workload's {w.prefixes} prefixes fit the pinned budget"
+            c.warnings.append(f"hicache.workload {w.label()}: {wn.prefixes} of its {w.prefixes} prefixes fit the pinned "
+                              f"budget with their host KV and mamba states ({slots:,} states); the host tier is "
+                              "sized for those")
+    else:
+        slots, why = int(want), "hicache.host_mamba_slots (the profile)"
+    c.dev = replace(c.dev, host_mamba_slots=slots)
+    c.view = replace(c.view, dev=c.dev)
+    c.workload_sized = want == "auto"
+    c.decide("host_mamba", "host mamba states (ESCHA_HICACHE_HOST_MAMBA_SLOTS)", slots, why)
+
+
+def workload_fit(c: _Ctx, w: Workload, dev: DevicePools) -> tuple[Workload, int, float] | None:
+    """The most of ``w``'s prefixes (``n <= w.prefixes``) whose two passes fit the pinned budget
+    under patch 0004, with ``safety.recommend_headroom`` left: ``(workload of n, host mamba
+    states, ratio)``, the ratio ``workload_ratio``'s (at least ``hicache.min_ratio``); None when
+    not even one prefix fits. Bisects n (the pinned bytes grow with it)."""
+    import bisect
+
+    chunk, rec = planned_chunk(c), c.inp.profile.safety.recommend_headroom
+
+    def at(n: int) -> tuple[Workload, int, float, bool]:
+        wn = replace(w, prefixes=n)
+        slots = reach_needs(wn, chunk)[2]
+        d = replace(dev, host_mamba_slots=slots)
+        ratio = workload_ratio(c, wn, d)
+        pools = host_pools_at_ratio(d, ratio)
+        v = replace(c.view, dev=d)
+        ok = first_breach(v, pools, c.constraints) is None and headroom(v, pools, c.constraints) >= rec
+        return wn, slots, ratio, ok
+
+    ns = range(1, w.prefixes + 1)
+    first_bad = bisect.bisect_left(ns, True, key=lambda n: not at(n)[3])
+    if first_bad == 0:
+        return None
+    wn, slots, ratio, _ = at(ns[first_bad - 1])
+    return wn, slots, ratio
+
+
+def workload_ratio(c: _Ctx, w: Workload, dev: DevicePools) -> float:
+    """The smallest ratio on the ``safety.ratio_step`` grid, at least ``hicache.min_ratio``, whose
+    host KV pool holds both passes of ``w`` (``reach.needs``' KV tokens plus the padding page):
+    what ``hicache_ratio: auto`` picks when patch 0004 sized the mamba pool for the workload,
+    leaving the rest of the pinned budget unpinned."""
+    step = c.inp.profile.safety.ratio_step
+    kv_needed = reach_needs(w, planned_chunk(c))[3] + dev.kv_page_size
+    k = max(1, int(kv_needed / max(dev.kv_tokens, 1) / step))
+    while host_pools_at_ratio(dev, round(k * step, 6)).kv_tokens < kv_needed:
+        k += 1
+    return max(round(k * step, 6), c.inp.profile.hicache.min_ratio)
+
+
 def step_device_budget(c: _Ctx) -> None:
     rt = c.inp.profile.runtime
     vram, hidden, ctx, free = _free_before_weights(c)
@@ -759,9 +870,17 @@ def step_choose_hicache(c: _Ctx) -> None:
     if size:
         c.decide("choose_hicache", "hicache_size", size, requested)
     elif ratio_req == "auto":
-        if c.safe.recommended_ratio is not None and c.safe.recommended_ratio >= hc.min_ratio:
+        fit = c.workload_ratio if c.workload_sized else None
+        if fit is not None and c.safe.recommended_ratio is not None and fit <= c.safe.recommended_ratio:
+            ratio = fit
+            c.decide("choose_hicache", "hicache_ratio", ratio,
+                     f"auto: the smallest ratio whose host KV holds the workload's prefixes asked twice "
+                     f"(host mamba sized apart by patch 0004; the recommended {c.safe.recommended_ratio} would pin "
+                     "host KV those prefixes' states cannot use)")
+        elif c.safe.recommended_ratio is not None and c.safe.recommended_ratio >= hc.min_ratio:
             ratio = c.safe.recommended_ratio
-            c.decide("choose_hicache", "hicache_ratio", ratio, "auto: the recommended ratio")
+            c.decide("choose_hicache", "hicache_ratio", ratio, "auto: the recommended ratio"
+                     + (f" (the workload's {fit} does not fit the pinned budget)" if fit is not None else ""))
         elif c.hicache_off_reason is None:
             at_min = host_pools_at_ratio(c.dev, hc.min_ratio)
             why = _first_failure(c, at_min) or (
@@ -784,6 +903,8 @@ def step_choose_hicache(c: _Ctx) -> None:
     if c.inp.arch.is_hybrid:
         runtime = (f"stock SGLang {c.inp.release}" if not c.inp.capabilities & set(SERIES_CAPABILITIES) else
                    f"stock SGLang {c.inp.release}: {_no_series(c)}" if _series_missing(c) else
+                   f"SGLang {c.inp.release} with this series, whose patch 0004 sizes the host mamba pool; the "
+                   "restore path is SGLang's" if HOST_MAMBA_CAPABILITY in c.inp.capabilities else
                    f"SGLang {c.inp.release} with this series, which does not change the hybrid restore path")
         rt, hc0 = c.inp.profile.runtime, c.inp.profile.hicache
         inert = hybrid_host_hits_inert(c.inp.release, rt.mamba_radix_cache_strategy, rt.page_size or 1,
@@ -798,6 +919,7 @@ def step_choose_hicache(c: _Ctx) -> None:
         enabled=True, ratio=None if size else ratio, size_gb=size, requested=requested,
         mem_layout=hc.hicache_mem_layout, io_backend=hc.hicache_io_backend,
         storage_backend=hc.hicache_storage_backend, host_allocator=allocator,
+        host_mamba_slots=c.dev.host_mamba_slots,
     )
 
 
@@ -1083,6 +1205,7 @@ STEPS: tuple[tuple[str, Callable[[_Ctx], None]], ...] = (
     ("device_pools", step_device_pools),
     ("device_budget", step_device_budget),
     ("pinned_budget", step_pinned_budget),
+    ("host_mamba", step_host_mamba),
     ("runtime_checks", step_runtime_checks),
     ("safe_ratio", step_safe_ratio),
     ("choose_hicache", step_choose_hicache),
@@ -1114,6 +1237,64 @@ def _host_buffer_rows(c: _Ctx) -> list[HostBuffer]:
     return [HostBuffer(name=b.name, requested_bytes=b.requested_bytes, pinned_bytes=b.pinned_bytes,
                        allocator=b.allocator, allocator_source=why, source=b.source)
             for b in pinned_buffers(c.pools, allocator)]
+
+
+def _reach_row(c: _Ctx, label: str, pools: HostPools, w: Workload, chunk: int, strategy: str) -> ReachRow:
+    r: Reach = reach(w, chunk=chunk, host_kv_tokens=max(pools.kv_tokens - c.sizing.page_size, 0),
+                     host_mamba_slots=max(pools.mamba_slots - 1, 0),
+                     write_policy=c.inp.profile.hicache.hicache_write_policy, strategy=strategy)
+    return ReachRow(config=label, host_kv_tokens=pools.kv_tokens, host_mamba_slots=pools.mamba_slots,
+                    pinned_bytes_per_rank=pools.pinned_bytes, verdict=r.verdict, restored=r.restored,
+                    prefixes=w.prefixes, prefix_tokens=w.prefix_tokens, restore_tokens=r.restore_tokens, restore_tokens_max=r.restore_tokens_max,
+                    states_needed=r.states_needed, kv_tokens_needed=r.kv_tokens_needed, why=r.why)
+
+
+def _host_tier_reach(c: _Ctx) -> list[ReachRow]:
+    """The workload's second pass against the chosen host pools and, beside it, the other split:
+    SGLang's own (device slots x ratio) when patch 0004 sized the mamba pool, else the count 0004
+    would set (``reach.needs``). Empty: a dense model, HiCache off or no workload."""
+    w = c.inp.workload
+    if w is None or not c.hicache.enabled or not c.dev.mamba_slots:
+        return []
+    chunk = planned_chunk(c)
+    strategy = c.launch.mamba_strategy or "extra_buffer"
+    h = c.hicache
+
+    def at(dev: DevicePools) -> HostPools:
+        return host_pools_at_size(dev, h.size_gb) if h.size_gb else host_pools_at_ratio(dev, float(h.ratio or 0))
+
+    how = f"--hicache-size {h.size_gb}" if h.size_gb else f"--hicache-ratio {h.ratio:g}"
+    sf, hc = c.inp.profile.safety, c.inp.profile.hicache
+
+    def recommended(dev: DevicePools) -> float | None:
+        return search_safe(replace(c.view, dev=dev), c.constraints, max_ratio=hc.max_ratio, ratio_step=sf.ratio_step,
+                           recommend_headroom=sf.recommend_headroom, by_size=False).recommended_ratio
+
+    if c.dev.host_mamba_slots is not None:
+        wn = c.workload_fitted or w
+        rows = [_reach_row(c, f"planned: {how}, {c.dev.host_mamba_slots:,} host mamba states (patch 0004)"
+                           + (f", sized for {wn.prefixes} of the {w.prefixes} prefixes" if wn != w else ""),
+                           c.pools, wn, chunk, strategy)]
+        stock = replace(c.dev, host_mamba_slots=None)
+        r = recommended(stock) if not h.size_gb and hc.hicache_ratio == "auto" else None
+        pools = host_pools_at_ratio(stock, r) if r is not None else at(stock)
+        rows.append(_reach_row(c, f"stock: --hicache-ratio {r:g} (its recommended), device slots x ratio" if r is not None
+                               else f"stock: {how}, device slots x ratio", pools, wn, chunk, strategy))
+        return rows
+    rows = [_reach_row(c, f"planned: {how}, device slots x ratio (stock split)", c.pools, w, chunk, strategy)]
+    have = HOST_MAMBA_CAPABILITY in c.inp.capabilities
+    note = "; set hicache.host_mamba_slots: auto)" if have else ", which this runtime lacks)"
+    fit = workload_fit(c, w, c.dev) if not h.size_gb else None
+    if fit is not None:
+        wn, need, ratio = fit
+        part = f", sized for {wn.prefixes} of the {w.prefixes} prefixes" if wn != w else ""
+        rows.append(_reach_row(c, f"--hicache-ratio {ratio:g} with {need:,} host mamba states{part} (patch 0004{note}",
+                               host_pools_at_ratio(replace(c.dev, host_mamba_slots=need), ratio), wn, chunk, strategy))
+    elif h.size_gb:
+        need = reach_needs(w, chunk)[2]
+        rows.append(_reach_row(c, f"{how} with {need:,} host mamba states (patch 0004{note}",
+                               at(replace(c.dev, host_mamba_slots=need)), w, chunk, strategy))
+    return rows
 
 
 def profile_weights_per_rank(profile: Profile) -> tuple[int, str]:
@@ -1162,7 +1343,8 @@ def served_model(profile: Profile) -> str:
 def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None = None,
          ratio: float | None = None, hicache_size_gb: int | None = None,
          capabilities: frozenset[str] | set[str] | None = None, hicache_source: str | None = None,
-         release: str | None = None, release_source: str = "", draft: DraftFacts | None = None) -> Plan:
+         release: str | None = None, release_source: str = "", draft: DraftFacts | None = None,
+         workload: Workload | None = None) -> Plan:
     """Plan ``profile`` on ``host``: every byte the runtime will allocate, its own checks, the
     safe HiCache ratio and a verdict with reasons.
 
@@ -1176,6 +1358,8 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
     target runtime provides; default: what the profile needs (the image built for it).
     ``release``: the SGLang release planned (``releases.choose_release``; default: the default
     release): its host guard, memory defaults and parser; ``release_source`` where it came from.
+    ``workload``: what the host tier should bring back (``--workload``; default the profile's
+    ``hicache.workload``): ``Plan.host_tier_reach`` and ``hicache.host_mamba_slots: auto``.
     Pure: no I/O (the release's committed data is read once per process). Raises nothing for unsafe plans; see ``Plan.verdict``.
     """
     caps = frozenset(profile.runtime.needs if capabilities is None else capabilities)
@@ -1209,7 +1393,9 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
                      capabilities=caps, ratio_override=ratio, size_override=hicache_size_gb,
                      hicache_source=hicache_source, model_dir=model_dir, release=release or default_release(),
                      release_source=release_source or "the default release", draft=counted,
-                     spec=spec_shape(profile), draft_host=draft_host(profile, draft))
+                     spec=spec_shape(profile), draft_host=draft_host(profile, draft),
+                     workload=workload or (parse_workload(profile.hicache.workload) if profile.hicache.workload else None),
+                     workload_source="--workload" if workload else "hicache.workload")
     c = _Ctx(inp)
     if model_dir and model_dir.arch:
         # the folder's config.json wins (it is what SGLang loads), but a profile written for
@@ -1231,6 +1417,7 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
         weights_source_detail=wsrc + (f" (the headers: {model_dir.header_note})"
                                       if model_dir and model_dir.header_note and not model_dir.tensor_bytes else ""),
         host_hit_cost=_host_hit_cost(c),
+        host_tier_reach=_host_tier_reach(c),
         profile=profile.name, sglang_release=c.inp.release, sglang_release_source=release_source, tp_size=c.ranks, platform=host.platform, host_source=host.source,
         hybrid=arch.is_hybrid, kv_cache_dtype=profile.runtime.kv_cache.dtype, page_size=c.sizing.page_size,
         hicache=c.hicache,

@@ -53,6 +53,11 @@ class DevicePools:
     #: facts.yaml ``draft_host_pool``): ``ratio`` (an independent pool: page rounding plus one
     #: padding page) or ``shared`` (``host_token_capacity`` = the target host pool's tokens).
     draft_host_capacity: str = "ratio"
+    #: The host mamba pool's state count set by patch 0004 (``ESCHA_HICACHE_HOST_MAMBA_SLOTS``,
+    #: ``runtime_patches/0004-hicache-host-mamba-slots.patch``) in place of
+    #: ``int(mamba_slots x ratio)``; None: SGLang's own rule (stock). Not a device pool: the host
+    #: pools read it here, so every host constraint and search sees it.
+    host_mamba_slots: int | None = None
 
 
 @dataclass(frozen=True)
@@ -134,10 +139,17 @@ def draft_sidecar(dev: DevicePools, pools: HostPools) -> HostPools:
     return replace(pools, draft_kv_tokens=tokens, draft_kv_bytes=tokens * dev.draft_host_bytes_per_token)
 
 
+def _host_mamba_slots(dev: DevicePools, stock: int) -> int:
+    """The host mamba pool's slots: SGLang's count (``stock``), or patch 0004's
+    ``dev.host_mamba_slots`` in its place (``escha_host_mamba_slots.host_mamba_size``), plus the
+    one extra slot ``MambaPoolHost.__init__``'s page count adds either way."""
+    return _round_pages(dev.host_mamba_slots if dev.host_mamba_slots is not None else stock, 1)
+
+
 def host_pools_at_ratio(dev: DevicePools, ratio: float) -> HostPools:
     """Per-rank host pools at ``--hicache-ratio ratio``."""
     kv_tokens = _round_pages(int(dev.kv_tokens * ratio), dev.kv_page_size)
-    slots = _round_pages(int(dev.mamba_slots * ratio), 1) if dev.mamba_slots else 0
+    slots = _host_mamba_slots(dev, int(dev.mamba_slots * ratio)) if dev.mamba_slots else 0
     return _with_buffers(dev, HostPools(
         kv_tokens=kv_tokens, kv_bytes=kv_tokens * dev.host_kv_bytes_per_token,
         mamba_slots=slots, mamba_bytes=slots * dev.mamba_bytes_per_slot,
@@ -164,7 +176,7 @@ def host_pools_at_size(dev: DevicePools, size_gb: int) -> HostPools:
     elif not dev.mamba_bytes_per_slot:
         slots = _round_pages(dev.mamba_slots, 1)
     else:
-        slots = _round_pages(int(mamba_gb * 1e9 // dev.mamba_bytes_per_slot), 1)
+        slots = _host_mamba_slots(dev, int(mamba_gb * 1e9 // dev.mamba_bytes_per_slot))
     return _with_buffers(dev, HostPools(
         kv_tokens=kv_tokens, kv_bytes=kv_tokens * dev.host_kv_bytes_per_token,
         mamba_slots=slots, mamba_bytes=slots * dev.mamba_bytes_per_slot,

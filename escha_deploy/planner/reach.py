@@ -38,43 +38,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ..profile.workload import Workload, parse_workload
+
+__all__ = ["MAMBA_GRID", "Reach", "Workload", "needs", "parse_workload", "reach", "state_positions"]
+
 #: The mamba chunk grid of a Qwen3.5-class config without ``mamba_chunk_size``: FLA's chunk, 64
 #: (``configs/mamba_utils.py``; ``ServerArgs._mamba_cache_chunk_size``).
 MAMBA_GRID = 64
 
 Verdict = Literal["all", "not_guaranteed", "none"]
-
-
-@dataclass(frozen=True)
-class Workload:
-    """``prefixes`` distinct prompts of ``prefix_tokens`` shared tokens, each with a
-    ``question_tokens`` question answered in ``answer_tokens``, asked twice (the second time
-    with another question). Defaults: the bench's question and answer (``escha-deploy bench``)."""
-
-    prefixes: int
-    prefix_tokens: int
-    question_tokens: int = 16
-    answer_tokens: int = 8
-
-    @property
-    def prompt_tokens(self) -> int:
-        return self.prefix_tokens + self.question_tokens
-
-    def label(self) -> str:
-        return f"{self.prefixes} x {self.prefix_tokens:,} tokens"
-
-
-def parse_workload(text: str) -> Workload:
-    """``COUNTxTOKENS`` (``8x18000``, ``8x18K``; K = 1,000) as a ``Workload``. Raises
-    ``ValueError`` with the expected form for anything else (a count or size below 1)."""
-    raw = text.strip().lower().replace("_", "").replace(",", "")
-    count, sep, size = raw.partition("x")
-    mult = 1
-    if size.endswith("k"):
-        size, mult = size[:-1], 1000
-    if not sep or not count.isdigit() or not size.isdigit() or int(count) < 1 or int(size) * mult < 1:
-        raise ValueError(f"{text!r}: expected COUNTxTOKENS, e.g. 8x18000 or 8x18K (both whole numbers >= 1)")
-    return Workload(prefixes=int(count), prefix_tokens=int(size) * mult)
 
 
 def state_positions(start: int, end: int, chunk: int, grid: int = MAMBA_GRID) -> list[int]:

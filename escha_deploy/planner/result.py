@@ -99,6 +99,8 @@ class HiCachePlan(BaseModel):
     host_allocator: str | None = Field(None, description="ESCHA_HICACHE_HOST_ALLOCATOR for the patched runtime")
     host_reserve_bytes: int | None = Field(None, description="ESCHA_HICACHE_HOST_RESERVE_BYTES for the patched "
                                            "runtime (bytes; runtime_check.patched_reserve_bytes); None: stock runtime")
+    host_mamba_slots: int | None = Field(None, description="ESCHA_HICACHE_HOST_MAMBA_SLOTS for a runtime with "
+                                         "patch 0004 (host mamba states per rank); None: SGLang's device slots x ratio")
 
 
 class Budget(BaseModel):
@@ -263,6 +265,27 @@ class HostHitCost(BaseModel):
     bytes_rule: str
 
 
+class ReachRow(BaseModel):
+    """One host-pool split against the plan's workload (``planner.reach``): which prefixes come
+    back on the second pass, per rank. ``verdict``: ``all`` / ``none`` / ``not_guaranteed``;
+    ``restored`` of ``prefixes`` at ``restore_tokens`` tokens each (up to ``restore_tokens_max``);
+    the pools (tokens, slots, pinned bytes, padding included) and what both passes need."""
+
+    config: str
+    host_kv_tokens: int
+    host_mamba_slots: int
+    pinned_bytes_per_rank: int
+    verdict: Literal["all", "none", "not_guaranteed"]
+    restored: int
+    prefixes: int
+    prefix_tokens: int
+    restore_tokens: int
+    restore_tokens_max: int
+    states_needed: int
+    kv_tokens_needed: int
+    why: str
+
+
 class Plan(BaseModel):
     profile: str
     sglang_release: str = Field(description="the SGLang release planned (its guard, defaults and flags)")
@@ -317,6 +340,9 @@ class Plan(BaseModel):
         None, description="sha256 of the container launch this plan renders (profile, fact values, argv, env: "
         "launch_spec.launch_digest), the digest `up --dry-run`, `serve --print` and the container label carry; "
         "filled where the facts were gathered (pipeline.decide)")
+    host_tier_reach: list[ReachRow] = Field(default_factory=list, description=(
+        "the workload's second pass (hicache.workload / --workload) against the chosen host pools and the "
+        "other split (stock or patch 0004's): planner/reach.py"))
     host_hit_cost: HostHitCost | None = Field(
         None, description="load-back of a cached prefix from host RAM vs recompute (planner/restore_cost.py); "
         "None with HiCache off")

@@ -485,6 +485,18 @@ class HiCache(EschaModel):
         Literal["write_back", "write_through", "write_through_selective"],
         Field(description="--hicache-write-policy"), SGLangFlag("--hicache-write-policy")
     ] = "write_through"
+    host_mamba_slots: Annotated[
+        Union[Literal["auto"], Annotated[StrictInt, Field(ge=1, le=1_000_000)], None],
+        Field(description="host mamba states per rank apart from the ratio (ESCHA_HICACHE_HOST_MAMBA_SLOTS, "
+              "patch 0004: capability hicache-host-mamba-slots); auto: what hicache.workload's two passes take "
+              "(planner/reach.py); null: SGLang's device slots x ratio. The planner renders the variable"),
+    ] = None
+    workload: Annotated[
+        str | None,
+        Field(description="the prefixes this box should bring back, COUNTxTOKENS (8x18000: 8 distinct "
+              "18,000-token prefixes, each asked again): plan's host-tier reachability and "
+              "host_mamba_slots: auto; `plan --workload` overrides"),
+    ] = None
     l3: Annotated[
         L3 | None,
         Field(description="the L3 (storage) tier behind host RAM, by kind: {kind: file, dir, max_size}, "
@@ -518,6 +530,17 @@ class HiCache(EschaModel):
         out = handler(data)
         out._flat_keys, out._ignored_keys = flat, ignored
         return out
+
+    @field_validator("workload")
+    @classmethod
+    def _workload_form(cls, v: str | None) -> str | None:
+        """``COUNTxTOKENS`` (``planner.reach.parse_workload``'s form), checked here so a typo is
+        one line naming the key."""
+        if v is not None:
+            from .workload import parse_workload
+
+            parse_workload(v)
+        return v
 
     @property
     def hicache_storage_backend(self) -> str | None:
