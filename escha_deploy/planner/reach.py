@@ -128,8 +128,8 @@ def reach(w: Workload, *, chunk: int, host_kv_tokens: int, host_mamba_slots: int
     if strategy != "extra_buffer":
         return out("not_guaranteed", f"--mamba-radix-cache-strategy {strategy}: not modelled (extra_buffer is)")
     if write_policy == "write_back":
-        return out("none", "write_back backs up only evicted device leaves; SGLang 0.5.19 drops the chunk "
-                           "states on inner nodes (unified_radix_cache.py: _evict_components)")
+        return out("none", "write_back backs up only evicted device leaves and drops the chunk states on inner "
+                           "nodes (unified_radix_cache.py: _evict_components, as read in the default release)")
     if restore == 0:
         return out("none", f"no chunk ends within the {w.prefix_tokens:,}-token prefix at chunked prefill "
                            f"{chunk:,}: the only state is past the shared tokens")

@@ -97,10 +97,16 @@ def test_on_the_16_gib_wsl2_reference_box_the_prefixes_that_fit_are_sized() -> N
 
 
 def test_unset_keeps_sglangs_own_split_byte_for_byte() -> None:
-    a = _plan(32, "linux", WITH_0004)
-    b = _plan(32, "linux", frozenset(SERIES))
+    a = _plan(32, "linux", WITH_0004, host_mamba_slots="null", workload="null")
+    b = _plan(32, "linux", frozenset(SERIES), host_mamba_slots="null", workload="null")
     assert a.hicache.host_mamba_slots is None and a.per_rank == b.per_rank
     assert a.host_tier_reach == []  # no workload: no reachability table
+
+
+def test_the_reference_profile_plans_its_workload_with_0004_and_falls_back_without() -> None:
+    # rtx5060ti-tp2 ships hicache.workload 8x18000 and host_mamba_slots auto
+    assert _plan(32, "linux", WITH_0004).hicache.host_mamba_slots == 80
+    assert _plan(32, "linux", frozenset(SERIES)).hicache.host_mamba_slots is None
 
 
 def test_an_explicit_count_on_a_runtime_without_0004_is_one_line_naming_the_key() -> None:
