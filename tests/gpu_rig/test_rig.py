@@ -75,6 +75,29 @@ def test_shape_true_rig_is_one_seed_rank():
         assert (r.host_kv_tokens, r.host_mamba_slots) == (114_689, 41)
 
 
+def test_the_planned_shape_true_rig_gets_the_plans_host_tier():
+    """h200-shape-true-planned.yaml on a runtime with the series' four patches: 56 host mamba states
+    (ESCHA_HICACHE_HOST_MAMBA_SLOTS) and ratio 1.95, all 8 of 8 x 6,000 back at 5,120 tokens: what
+    the GPU runs compare with the real server (docs/runtime.md)."""
+    from escha_deploy.facts.machine import described_host
+    from escha_deploy.planner import plan
+    from escha_deploy.profile import load_profile
+    from escha_deploy.sglang.capabilities import SERIES_CAPABILITIES
+    from escha_deploy.utils.units import GiB
+
+    p = plan(load_profile(str(RIG / "h200-shape-true-planned.yaml")), described_host(128 * GiB, "linux"),
+             capabilities=frozenset(SERIES_CAPABILITIES))
+    assert p.verdict == "ok", p.reasons
+    assert (p.hicache.ratio, p.hicache.host_mamba_slots) == (1.95, 56)
+    assert (p.per_rank.host_kv_tokens, p.per_rank.host_mamba_slots) == (55_911, 57)
+    planned = p.host_tier_reach[0]
+    assert (planned.verdict, planned.restored, planned.restore_tokens) == ("all", 8, 5_120)
+    # the stock rig keeps SGLang's split: its parents' workload and 0004 count are not the rig's
+    stock = plan(load_profile(str(RIG / "h200-shape-true.yaml")), described_host(128 * GiB, "linux"),
+                 capabilities=frozenset(SERIES_CAPABILITIES))
+    assert stock.hicache.host_mamba_slots is None and stock.host_tier_reach == []
+
+
 def test_make_model_refuses_an_unknown_config(tmp_path, capsys):
     assert mm.main(["nonesuch", str(tmp_path / "m")]) == 2
     assert "nonesuch: not a config name (tiny, tiny-mtp, shape-true) or JSON file" in capsys.readouterr().err
