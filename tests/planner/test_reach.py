@@ -103,10 +103,13 @@ def test_unset_keeps_sglangs_own_split_byte_for_byte() -> None:
     assert a.host_tier_reach == []  # no workload: no reachability table
 
 
-def test_the_reference_profile_plans_its_workload_with_0004_and_falls_back_without() -> None:
-    # rtx5060ti-tp2 ships hicache.workload 8x18000 and host_mamba_slots auto
-    assert _plan(32, "linux", WITH_0004).hicache.host_mamba_slots == 80
-    assert _plan(32, "linux", frozenset(SERIES)).hicache.host_mamba_slots is None
+def test_the_reference_profile_shows_its_workloads_table_and_the_split_0004_would_set() -> None:
+    # rtx5060ti-tp2 ships hicache.workload 8x18000 with SGLang's own split (host_mamba_slots null)
+    p = _plan(32, "linux", WITH_0004)
+    assert p.hicache.host_mamba_slots is None and p.hicache.ratio == 4.0
+    assert [(r.verdict, r.restored) for r in p.host_tier_reach] == [("not_guaranteed", 0), ("all", 8)]
+    assert "set hicache.host_mamba_slots: auto" in p.host_tier_reach[1].config
+    assert _plan(32, "linux", WITH_0004, host_mamba_slots="auto").hicache.host_mamba_slots == 80
 
 
 def test_an_explicit_count_on_a_runtime_without_0004_is_one_line_naming_the_key() -> None:
