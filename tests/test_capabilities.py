@@ -9,8 +9,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_capability_names_and_sources():
-    assert set(caps.SERIES_CAPABILITIES) == {"hicache-host-reserve-env", "hicache-host-allocator",
-                                             "transfer-geometry-check"}
+    assert caps.SERIES_CAPABILITIES == ("hicache-host-reserve-env", "hicache-host-allocator",
+                                        "transfer-geometry-check", "hicache-host-mamba-slots")
     assert {n for n, c in caps.CAPABILITIES.items() if c.source == "overlay"} == {
         "int2-kv", "w2-weights", "mamba-mixed-chunk-fix"}
 
@@ -28,6 +28,8 @@ def test_patch_environment_names_in_the_hooks():
     hooks = ROOT / "escha_deploy" / "runtime" / "hooks"
     assert caps.ENV_HOST_RESERVE in (hooks / "host_reserve.py").read_text()
     assert caps.ENV_HOST_ALLOCATOR in (hooks / "host_alloc.py").read_text()
+    assert caps.ENV_HOST_MAMBA_SLOTS in (hooks / "host_mamba_slots.py").read_text()
+    assert caps.CAPABILITIES["hicache-host-mamba-slots"].env == (caps.ENV_HOST_MAMBA_SLOTS,)
 
 
 def test_profiles_run_the_image_build_tags_for_the_release_they_plan():

@@ -29,6 +29,7 @@ HOOK_COPIES = {
     "srt/mem_cache/pool_host/escha_host_reserve.py": HOOKS / "host_reserve.py",
     "srt/mem_cache/pool_host/escha_host_alloc.py": HOOKS / "host_alloc.py",
     "srt/mem_cache/pool_host/escha_transfer_geometry.py": HOOKS / "transfer_geometry.py",
+    "srt/mem_cache/pool_host/escha_host_mamba_slots.py": HOOKS / "host_mamba_slots.py",
 }
 
 
@@ -42,6 +43,7 @@ def test_series_declares_exactly_our_capabilities():
         "0001-hicache-host-reserve.patch",
         "0002-hicache-host-allocator.patch",
         "0003-transfer-geometry-check.patch",
+        "0004-hicache-host-mamba-slots.patch",
     ]
     assert capabilities_of(patches) == list(SERIES_CAPABILITIES)
     for p in patches:
