@@ -62,7 +62,7 @@ def test_apply_then_verify_ok(applied_shared, capsys):
     capsys.readouterr()
     assert _verify(pkg, state, "--format", "json") == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["ok"] and out["files"] == 4371 + 3
+    assert out["ok"] and out["files"] == 4371 + 4  # + our 4 hooks
     desc = read_description(state / "runtime.json")
     assert desc.capabilities == list(SERIES_CAPABILITIES)
     assert desc.base == "wheel:cp311-cp311-manylinux_2_34_x86_64"

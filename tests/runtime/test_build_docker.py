@@ -85,7 +85,8 @@ def test_image_verifies_and_describes_itself():
     image = _need_image(client, IMAGE)
     labels = image.labels
     assert labels["io.escha.runtime.capabilities"] == (
-        "hicache-host-reserve-env,hicache-host-allocator,transfer-geometry-check")
+        "hicache-host-reserve-env,hicache-host-allocator,transfer-geometry-check,"
+        "hicache-host-mamba-slots")
     verify = _run(IMAGE, "escha-deploy", "runtime", "verify", "--format", "json")
     assert verify.returncode == 0, verify.stderr
     assert json.loads(verify.stdout)["ok"]

@@ -108,14 +108,14 @@ def test_fork_image_verifies_and_describes_its_commits(images):
     verify = _run(tags["main"], "escha-deploy", "runtime", "verify", "--format", "json")
     assert verify.returncode == 0, verify.stderr
     v = json.loads(verify.stdout)
-    assert v["ok"] and v["files"] == 4371 + 3 + 2  # + our 3 hooks + the fork's 2 new modules
+    assert v["ok"] and v["files"] == 4371 + 4 + 2  # + our 4 hooks + the fork's 2 new modules
     desc = json.loads(_run(tags["main"], "cat", "/etc/escha/runtime.json").stdout)
     fork = [e for e in desc["series"] if e["source"] == "fork"]
     assert [e["commit"] for e in fork] == [h["int2"], h["jp"], h["tools"]]
     assert fork[1]["subject"] == SUBJECT_JP and fork[2]["left_out"] == ["tools/x.py"]
-    assert [e["name"] for e in desc["series"]][:3] == [
+    assert [e["name"] for e in desc["series"]][:4] == [
         "0001-hicache-host-reserve.patch", "0002-hicache-host-allocator.patch",
-        "0003-transfer-geometry-check.patch"]
+        "0003-transfer-geometry-check.patch", "0004-hicache-host-mamba-slots.patch"]
     assert len(desc["dropped"]) == 1 and h["rsv"][:12] in desc["dropped"][0]
     labels = _client().images.get(tags["main"]).labels
     assert [c["commit"] for c in json.loads(labels["io.escha.runtime.fork"])] == [

@@ -148,9 +148,11 @@ def test_ours_first_is_refused_where_the_fork_commit_no_longer_applies(fork, tmp
 
 @pytest.mark.parametrize("decision,order", [
     ("drop-fork", [OURS_0001, "0002-hicache-host-allocator.patch",
-                   "0003-transfer-geometry-check.patch", "0001-escha-OSCAR-INT2-KV-cache.patch",
+                   "0003-transfer-geometry-check.patch", "0004-hicache-host-mamba-slots.patch",
+                   "0001-escha-OSCAR-INT2-KV-cache.patch",
                    "0002-hicache-INT2-KV.patch", "0004-tools-mamba-transfer-repro.patch"]),
     ("drop-ours", ["0002-hicache-host-allocator.patch", "0003-transfer-geometry-check.patch",
+                   "0004-hicache-host-mamba-slots.patch",
                    "0001-escha-OSCAR-INT2-KV-cache.patch", "0002-hicache-INT2-KV.patch",
                    "0003-hicache-read-host-memory-once-per-TP-group.patch",
                    "0004-tools-mamba-transfer-repro.patch"]),
@@ -246,7 +248,7 @@ def test_applied_fork_verifies_and_one_changed_byte_is_named(fork, tmp_path, sit
     assert "ホスト" in (pkg / "srt/mem_cache/pool_host/mha.py").read_text(encoding="utf-8")
     capsys.readouterr()
     assert run("runtime", "verify", "--sglang-dir", str(pkg), "--state-dir", str(state)) == 0
-    assert "ok: 4376 files" in capsys.readouterr().out  # 4,371 + 3 hooks + 2 fork files
+    assert "ok: 4377 files" in capsys.readouterr().out  # 4,371 + 4 hooks + 2 fork files
     data = bytearray((pkg / "srt/mem_cache/int2_kv.py").read_bytes())
     data[10] ^= 0x01
     (pkg / "srt/mem_cache/int2_kv.py").write_bytes(bytes(data))
@@ -363,8 +365,9 @@ def test_inventory_deltas_cover_the_fork_files(fork, tmp_path, capsys, sglang_wh
     deltas = json.loads(capsys.readouterr().out)["deltas"]
     assert {"srt/mem_cache/int2_kv.py", "srt/layers/quantization/escha_w2.py",
             "srt/mem_cache/memory_pool.py", "srt/mem_cache/pool_host/mha.py",
-            "srt/mem_cache/pool_host/escha_host_reserve.py"} <= set(deltas)
-    assert len(deltas) == 11
+            "srt/mem_cache/pool_host/escha_host_reserve.py",
+            "srt/mem_cache/pool_host/escha_host_mamba_slots.py"} <= set(deltas)
+    assert len(deltas) == 12
 
 
 def test_a_file_that_is_not_a_format_patch_mail_is_refused(fork, tmp_path, capsys):

@@ -35,7 +35,7 @@ def _check(cli, version: str, *extra: str):
 def test_the_series_applies_to_0_5_19(cli):
     r, out = _check(cli, "0.5.19")
     assert r.code == 0, r.err
-    assert [v["status"] for v in out["verdicts"]] == ["applies"] * 3 and out["ok"]
+    assert [v["status"] for v in out["verdicts"]] == ["applies"] * 4 and out["ok"]
 
 
 def test_the_0_5_23_series_applies_to_0_5_23(cli):
@@ -44,7 +44,7 @@ def test_the_0_5_23_series_applies_to_0_5_23(cli):
     assert r.code == 0, r.err
     assert [v["name"] for v in out["verdicts"]] == [
         "0001-hicache-host-reserve.patch", "0002-hicache-host-allocator.patch",
-        "0003-transfer-geometry-check.patch"]
+        "0003-transfer-geometry-check.patch", "0004-hicache-host-mamba-slots.patch"]
     assert all(v["status"] == "applies" for v in out["verdicts"]) and out["ok"]
 
 
@@ -57,6 +57,7 @@ def test_the_0_5_19_series_fails_on_0_5_23_naming_file_and_hunk(cli):
     assert "srt/mem_cache/pool_host/base.py" in failing["0001-hicache-host-reserve.patch"]
     assert failing["0002-hicache-host-allocator.patch"] == {"srt/mem_cache/pool_host/common.py"}
     assert failing["0003-transfer-geometry-check.patch"] == {"srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py"}
+    assert failing["0004-hicache-host-mamba-slots.patch"] == {"srt/mem_cache/pool_host/mamba.py"}
     hunk = out["verdicts"][2]["failures"][0]
     assert (hunk["hunk"], hunk["header"]) == (1, "@@ -18,6 +18,9 @@")
     assert "0003-transfer-geometry-check.patch (fails: srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py)" in r.err

@@ -155,7 +155,7 @@ def test_apply_and_verify_on_0_5_23(cli, site23, tmp_path):
     assert [e["name"] for e in desc["series"]] == [p.name for p in read_series(series_dir(RELEASE))]
     assert [e["sha256"] for e in desc["series"]] == [p.sha256 for p in read_series(series_dir(RELEASE))]
     assert desc["capabilities"] == ["hicache-host-reserve-env", "hicache-host-allocator",
-                                    "transfer-geometry-check"]
+                                    "transfer-geometry-check", "hicache-host-mamba-slots"]
     assert b"_escha_host_reserve.budget_bytes(" in (pkg / "srt/mem_cache/pool_host/base.py").read_bytes()
     r = cli("runtime", "verify", "--sglang-dir", str(pkg), "--state-dir", str(state))
     assert r.code == 0 and r.out.startswith("ok: "), r.err
