@@ -248,7 +248,8 @@ def test_compose_and_plan_agree_on_a_runtime_lacking_a_capability(cli, tmp_path,
 
     desc = {"sglang_version": "0.5.19", "base": "wheel:test", "base_inventory_digest": "0",
             "base_inventory_committed": True, "python": "3.11.2", "sglang_dir": str(tmp_path),  # a folder that exists: a description of a gone one is stale
-            "capabilities": ["hicache-host-reserve-env", "hicache-host-allocator", "transfer-geometry-check"],
+            "capabilities": ["hicache-host-reserve-env", "hicache-host-allocator", "transfer-geometry-check",
+                             "hicache-host-mamba-slots"],
             "inventory_digest": "0"}
     path = tmp_path / "runtime.json"
     path.write_text(json.dumps(desc))
