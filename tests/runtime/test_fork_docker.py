@@ -2,7 +2,7 @@
 files) imported with ``escha-deploy runtime import`` and built by ``escha-deploy build --hicache``
 on the real dockerd, on the local Debian base with the real sglang 0.5.19 wheel.
 
-Three images, one build each per run: ``.ci/test`` builds the main one (our 0001-0003 kept, the
+Three images, one build each per run: ``.ci/test`` builds the main one (our 0001-0004 kept, the
 fork's reserve commit dropped, ``int2-kv`` and ``w2-weights`` declared); this module's session
 fixture builds two variants from the same export with the Docker layer cache (only the layer
 that applies the patches differs): ``undeclared`` (no capability declared) and ``noours`` (our
