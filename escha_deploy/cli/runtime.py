@@ -266,7 +266,7 @@ def import_cmd(
     layout): check them, order them with escha-deploy's series, and copy them for the build."""
     from escha_deploy.cli.output import info, print_json
     from escha_deploy.utils.errors import BadInput
-    from escha_deploy.utils.paths import output_folder, write_output
+    from escha_deploy.utils.paths import output_folder
     from escha_deploy.runtime import inventory as inv
     from escha_deploy.runtime import patching
     from escha_deploy.runtime.fork import DECLARATION, fork_patch_files
@@ -296,15 +296,17 @@ def import_cmd(
         deltas, _ = patching.compute_deltas(
             fi.order, lambda rel: inv.read_wheel_file(base_wheel, rel))
     if output.resolve() != directory.resolve():
-        output_folder(output, "--output")
+        from escha_deploy.utils.ownedfolder import replace_owned
+
         try:
-            for old in [*output.glob("*.patch"), output / DECLARATION, output / "series"]:
-                old.unlink(missing_ok=True)
+            files = {f.name: f.read_bytes()
+                     for f in [*fork_patch_files(directory), directory / DECLARATION] if f.is_file()}
         except OSError as exc:
-            raise BadInput(f"--output {output}: cannot write: {exc.strerror or exc}") from None
-        for f in [*fork_patch_files(directory), directory / DECLARATION]:
-            if f.is_file():
-                write_output(output / f.name, f.read_bytes(), "--output")
+            raise BadInput(f"{directory}: cannot read: {exc.strerror or exc}") from None
+        # what the build reads (fork_patch_files, DECLARATION) and an older import's "series"
+        replace_owned(output, files,
+                      lambda n: n.endswith(".patch") or n in (DECLARATION, "series"),
+                      "--output", "runtime import")
     by_file = {c.file: c for c in fi.commits}
     data = {
         "directory": str(directory), "output": str(output),

@@ -6,6 +6,7 @@ duplicate key and bounded nesting; a bad line is named as ``FILE:LINE``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -61,13 +62,58 @@ def append(path: str | Path, look: dict[str, Any], option: str = "--record") -> 
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
         try:
             fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-            while buf:  # os.write may write part of it
-                buf = buf[os.write(fd, buf):]
+            _append_whole(fd, buf, path)
         finally:
             os.close(fd)
     except OSError as exc:
         raise _cannot_write(option, path, exc) from None
     return bad
+
+
+def _last_byte(path: str | Path, size: int) -> bytes:
+    """The byte at ``size - 1`` of ``path`` (b"" when it cannot be read)."""
+    try:
+        rfd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return b""
+    try:
+        return os.pread(rfd, 1, size - 1)
+    except OSError:
+        return b""
+    finally:
+        os.close(rfd)
+
+
+def _append_whole(fd: int, buf: bytes, path: str | Path) -> None:
+    """Append ``buf`` (one line) to the open file ``fd`` whole or not at all: under an exclusive
+    ``flock(2)`` (another ``status --record`` appending to the file waits), after a newline when
+    the file's last line is unfinished (a torn line an older version left: the new one starts
+    on a line of its own), and on a failed write (``ENOSPC``) the file is cut back to its size
+    before (``ftruncate(2)``) so the next append does not continue a torn line. A file that is
+    not a regular file (a FIFO, ``/dev/full``) is written as it comes. Raises ``OSError``."""
+    import fcntl
+    import stat
+
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        while buf:  # os.write may write part of it
+            buf = buf[os.write(fd, buf):]
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        size = os.fstat(fd).st_size
+        if size and _last_byte(path, size) not in (b"\n", b""):
+            buf = b"\n" + buf
+        view = memoryview(buf)
+        try:
+            while view:  # os.write may write part of it
+                view = view[os.write(fd, view):]
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def _bounded():

@@ -10,6 +10,7 @@ The planner half: the capabilities the import gives decide which host check the 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from escha_deploy.cli.main import main
 from escha_deploy.runtime import patching
 from escha_deploy.runtime.description import read_description
 from escha_deploy.runtime.fork import DECLARATION, read_commit
+from escha_deploy.utils.ownedfolder import RECORD
 
 sys.path.insert(0, str(Path(__file__).parent))
 from synthetic_fork import AUTHOR_JP, OURS_0001, SUBJECT_JP, declaration, make_fork  # noqa: E402
@@ -174,7 +176,7 @@ def test_declared_drop_is_accepted_in_one_order(fork, tmp_path, capsys, sglang_w
     assert int2["capabilities"] == ["int2-kv", "w2-weights"]
     assert ("hicache-host-reserve-env" in data["capabilities"]) == (decision == "drop-fork")
     assert sorted(p.name for p in out_dir.iterdir()) == sorted(
-        [p.name for p in d.glob("*.patch")] + [DECLARATION])
+        [p.name for p in d.glob("*.patch")] + [DECLARATION, RECORD])
 
 
 @pytest.mark.parametrize("where, reason", [
@@ -350,7 +352,7 @@ def test_default_output_is_runtime_fork_of_the_checkout(fork, tmp_path, capsys, 
     rc, _, err = _import(capsys, d)
     assert rc == 0, err
     assert sorted(p.name for p in (ctx / "runtime_fork").iterdir()) == sorted(
-        [p.name for p in d.glob("*.patch")] + [DECLARATION])
+        [p.name for p in d.glob("*.patch")] + [DECLARATION, RECORD])
     assert "build with `escha-deploy build --hicache` there" in err
 
 
@@ -462,3 +464,60 @@ def test_a_subject_with_terminal_controls_prints_without_them(fork, tmp_path, ca
     assert rc == 0, err
     assert "int2: redder [bold]x" in stdout
     assert not any(c in stdout + err for c in ("\x1b", "\x07", "\u202e")), repr(stdout)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+@pytest.mark.parametrize("planted", ["0001-another-fork.patch", DECLARATION])
+def test_import_over_files_it_did_not_write_refuses_and_keeps_them(fork, tmp_path, capsys, planted):
+    """Another fork's patch or a hand-written escha-fork.yaml in -o: refused, one line naming
+    it, exit 3, every file as it was (the first import's and the planted one)."""
+    _, h = fork
+    d = _dir(fork, tmp_path, "good", _decl(h))
+    out = tmp_path / "o"
+    assert _import(capsys, d, "-o", str(out))[0] == 0
+    (out / planted).write_text("# written by hand\n")
+    before = _files(out)
+    rc, stdout, err = _import(capsys, d, "-o", str(out))
+    assert rc == 3 and "Traceback" not in err, err
+    assert f"holds {planted}, not written by runtime import" in err.splitlines()[0]
+    assert _files(out) == before
+
+
+def test_a_folder_an_earlier_version_filled_is_refused_with_the_command_that_clears_it(
+        fork, tmp_path, capsys):
+    _, h = fork
+    d = _dir(fork, tmp_path, "good", _decl(h))
+    out = tmp_path / "o"
+    shutil.copytree(d, out)  # what an import without a record left
+    before = _files(out)
+    rc, _, err = _import(capsys, d, "-o", str(out))
+    assert rc == 3 and "no record of who wrote them" in err.splitlines()[0], err
+    assert f"rm -- {out}/*.patch {out / DECLARATION}" in re.sub(r"\s+", " ", err)
+    assert _files(out) == before
+
+
+def test_a_full_disk_at_the_rename_keeps_the_previous_import(fork, tmp_path, capsys, monkeypatch):
+    """Fault injection: every rename (os.rename, os.replace) fails with ENOSPC. The previous
+    import stays whole; the error is one line naming --output."""
+    import errno
+    import os
+
+    _, h = fork
+    d = _dir(fork, tmp_path, "good", _decl(h))
+    out = tmp_path / "o"
+    assert _import(capsys, d, "-o", str(out))[0] == 0
+    before = _files(out)
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "rename", full)
+    monkeypatch.setattr(os, "replace", full)
+    rc, _, err = _import(capsys, _dir(fork, tmp_path, "all", _decl(h)), "-o", str(out))
+    monkeypatch.undo()
+    assert rc in (2, 3) and "Traceback" not in err
+    assert _files(out) == before
+    assert sorted(os.listdir(tmp_path)) == sorted(["all", "good", "o"])
