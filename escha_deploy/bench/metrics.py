@@ -50,6 +50,9 @@ class Snapshot:
 
     samples: dict[_Key, float] = field(default_factory=dict)
     nonfinite: dict[_Key, float] = field(default_factory=dict)
+    #: series the text gave more than once, and the samples after ``# EOF`` (``MetricSamples``)
+    duplicates: list[_Key] = field(default_factory=list)
+    after_eof: int = 0
 
     @classmethod
     def parse(cls, text: str, url: str = "/metrics", policy=None, *, started: float | None = None) -> "Snapshot":
@@ -59,7 +62,7 @@ class Snapshot:
         from escha_deploy.utils.httpread import Policy, metric_samples
 
         got = metric_samples(text, url, policy or Policy(), started=started)
-        return cls(got.samples, got.nonfinite)
+        return cls(got.samples, got.nonfinite, got.duplicates, got.after_eof)
 
     def nonfinite_read(self, names) -> list[_Key]:
         """The non-finite series among ``names`` (a histogram's name covers its ``_sum``,

@@ -456,6 +456,11 @@ class MetricSamples:
 
     samples: dict[SampleKey, float] = field(default_factory=dict)
     nonfinite: dict[SampleKey, float] = field(default_factory=dict)
+    #: keys given more than once (the last value is kept), in the order first repeated
+    duplicates: list[SampleKey] = field(default_factory=list)
+    #: samples after a ``# EOF`` line (OpenMetrics 1.0, "Overall structure": the exposition
+    #: MUST end with it); they are read, and named as suspect
+    after_eof: int = 0
 
 
 def series_name(key: SampleKey) -> str:
@@ -484,7 +489,15 @@ def metric_samples(text: str, url: str, policy: Policy = Policy(), *, started: f
     t_end = None if started is None else started + policy.deadline_s
     out: dict[SampleKey, float] = {}
     bad: dict[SampleKey, float] = {}
+    dups: dict[SampleKey, None] = {}
     n = 0
+    eof = text.find("\n# EOF")
+    eof_at = -1 if eof < 0 and not text.startswith("# EOF") else max(eof, 0)
+    after_eof = 0
+    if eof_at >= 0:
+        rest = text[eof_at:].lstrip("\n").split("\n", 1)
+        after_eof = sum(1 for ln in (rest[1] if len(rest) > 1 else "").split("\n")
+                        if ln.strip() and not ln.startswith("#"))
     try:
         for family in text_string_to_metric_families(text):
             for s in family.samples:
@@ -494,6 +507,8 @@ def metric_samples(text: str, url: str, policy: Policy = Policy(), *, started: f
                 if t_end is not None and n % 1000 == 0 and time.monotonic() > t_end:
                     raise DeadlinePassed(url, f"the answer was not parsed within {policy.deadline_s:g} s")
                 key = (s.name, tuple(sorted(s.labels.items())))
+                if key in out or key in bad:
+                    dups[key] = None
                 v = float(s.value)
                 if math.isfinite(v) and abs(v) <= MAX_SAMPLE:
                     out[key] = v
@@ -505,7 +520,7 @@ def metric_samples(text: str, url: str, policy: Policy = Policy(), *, started: f
         raise
     except (ValueError, TypeError, IndexError, KeyError) as exc:  # the parser's ways of refusing text
         raise BadAnswer(url, f"not Prometheus text ({_exc_text(exc)})") from None
-    return MetricSamples(out, bad)
+    return MetricSamples(out, bad, list(dups), after_eof)
 
 
 def text_bounds(text: str, url: str) -> None:

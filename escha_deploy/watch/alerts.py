@@ -210,6 +210,17 @@ def load_back_slower_than_recompute(w: ServerWindow, plan: PlanView | None,
              "host tier off"))
 
 
+def implausible_numbers(w: ServerWindow) -> Alert | str:
+    """The server's figures contradict themselves or their ranges (``reading.suspect_numbers``,
+    ``reading.backwards``): no alert built on them can be trusted, so this is one."""
+    if not w.suspect:
+        return ""
+    return Alert(id="implausible_numbers", title="the server's figures cannot be true",
+                 evidence="; ".join(w.suspect),
+                 fix="read /metrics by hand (curl URL/metrics): a proxy or exporter between "
+                     "escha-deploy and SGLang, or a second server on the port, can give such figures")
+
+
 def evaluate(*, server: ServerWindow | None, host: HostReading | None, host_win: HostWindow | None,
              plan: PlanView | None, th: Thresholds = Thresholds(),
              container_events: list[str] = (), oom_killed: bool = False,
@@ -218,7 +229,8 @@ def evaluate(*, server: ServerWindow | None, host: HostReading | None, host_win:
     ev = Evaluation()
     results: list[tuple[str, Alert | str]] = []
     if server is not None:
-        results += [("inert_host_tier", inert_host_tier(server, th, endpoint)), ("kv_dropped", kv_dropped(server)),
+        results += [("implausible_numbers", implausible_numbers(server)),
+                    ("inert_host_tier", inert_host_tier(server, th, endpoint)), ("kv_dropped", kv_dropped(server)),
                     ("load_back_slower_than_recompute",
                      load_back_slower_than_recompute(server, plan, prefill_tokens_per_s))]
     if host is not None:

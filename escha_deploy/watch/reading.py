@@ -73,6 +73,9 @@ class ServerReading(BaseModel):
     unknown_series: list[str] = Field(
         default_factory=list,
         description="sglang: series no supported release's catalog (metrics.json) defines, by name")
+    suspect: list[str] = Field(
+        default_factory=list,
+        description="one line per figure of this scrape that cannot be true (suspect_numbers)")
 
 
 class CgroupReading(BaseModel):
@@ -188,10 +191,65 @@ def server_reading(snap: Snapshot) -> ServerReading:
             if r in t:
                 fields[k] = dict(t[r])
         out[r] = RankReading(**fields, exported=sorted(fields))
-    return ServerReading(hicache=snap.has(n.HOST_TOTAL_TOKENS), cached_tokens=cached,
-                         prompt_tokens=snap.total(n.PROMPT_TOKENS),
-                         requests=snap.total(n.NUM_REQUESTS), ranks=out,
-                         unknown_series=unknown_series(snap))
+    reading = ServerReading(hicache=snap.has(n.HOST_TOTAL_TOKENS), cached_tokens=cached,
+                            prompt_tokens=snap.total(n.PROMPT_TOKENS),
+                            requests=snap.total(n.NUM_REQUESTS), ranks=out,
+                            unknown_series=unknown_series(snap))
+    return reading.model_copy(update={"suspect": suspect_numbers(snap, reading)})
+
+
+#: At most this many suspect lines per look (the rest counted in the last one).
+MAX_SUSPECT_LINES = 6
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:,.0f} %"
+
+
+def _cap(lines: list[str]) -> list[str]:
+    if len(lines) <= MAX_SUSPECT_LINES:
+        return lines
+    return [*lines[: MAX_SUSPECT_LINES - 1], f"and {len(lines) - MAX_SUSPECT_LINES + 1} more suspect figures"]
+
+
+def suspect_numbers(snap: Snapshot, r: ServerReading) -> list[str]:
+    """One line per figure of one scrape that cannot be true, each shown as read (never
+    clamped): a share outside 0..100 % (``token_usage`` and ``mamba_usage`` are fractions of a
+    pool, SGLang 0.5.19 ``scheduler_metrics_mixin.py``; the host pool's used tokens over its
+    total), a token count or counter below 0, more cached prompt tokens than prompt tokens
+    (``cached_tokens_total`` counts a part of each finished request's prompt,
+    ``metrics_collector.py: observe_one_finished_request``), a series the text gives twice (the
+    last value is kept), and samples after ``# EOF`` (OpenMetrics 1.0: the text ends there)."""
+    from escha_deploy.utils.httpread import series_name
+
+    out: list[str] = []
+    for rk, rr in r.ranks.items():
+        who = rank_name(rk)
+        for label, v in (("device KV use (sglang:token_usage)", rr.token_usage),
+                         ("mamba use (sglang:mamba_usage)", rr.mamba_usage)):
+            if v is not None and not 0.0 <= v <= 1.0:
+                out.append(f"{who}: {label} is {_pct(v)}, outside 0-100 %")
+        used, total = rr.host_used_tokens, rr.host_total_tokens
+        if used is not None and total is not None and (used < 0 or total < 0 or used > total):
+            fill = f" ({_pct(used / total)})" if total > 0 else ""
+            out.append(f"{who}: host pool fill is {used:,.0f} of {total:,.0f} tokens{fill}, outside 0-100 %")
+        for fname in ("evicted_tokens", "load_back_bytes", "load_back_seconds", "backup_bytes"):
+            v = getattr(rr, fname)
+            if v < 0:
+                out.append(f"{who}: {fname.replace('_', ' ')} is {v:,.0f}, below 0 (a counter)")
+    if r.prompt_tokens < 0 or r.requests < 0:
+        out.append(f"prompt tokens {r.prompt_tokens:,.0f} / requests {r.requests:,.0f}: a counter below 0")
+    cached = sum(r.cached_tokens.values())
+    if cached > r.prompt_tokens >= 0 and snap.has(n.PROMPT_TOKENS):
+        out.append(f"{cached:,.0f} cached prompt tokens, more than the {r.prompt_tokens:,.0f} prompt "
+                   "tokens (sglang:cached_tokens_total, sglang:prompt_tokens_total)")
+    if snap.duplicates:
+        out.append(f"{len(snap.duplicates)} series given twice or more (the last value read): "
+                   + ", ".join(series_name(k) for k in snap.duplicates[:2])
+                   + (" ..." if len(snap.duplicates) > 2 else ""))
+    if snap.after_eof:
+        out.append(f"{snap.after_eof} samples after '# EOF', where the text must end (read anyway)")
+    return _cap(out)
 
 
 _SUFFIXES = ("_bucket", "_sum", "_count", "_created")
@@ -282,6 +340,8 @@ class ServerWindow(BaseModel):
     cached_tokens: dict[str, float]
     ranks: dict[str, RankWindow]
     unknown_series: list[str] = Field(default_factory=list)
+    suspect: list[str] = Field(default_factory=list, description="figures that cannot be true "
+                               "(``suspect_numbers``, ``backwards``), one line each")
 
     def share(self, source: str) -> float | None:
         """Share (0..1) of the window's cached prompt tokens that came from ``source``
@@ -314,12 +374,49 @@ def server_window(new: ServerReading, old: ServerReading | None, seconds: float 
             backup_tokens=_inc_map(now.backup_tokens, o.backup_tokens if o else None),
             backup_bytes=_inc(now.backup_bytes, o.backup_bytes if o else None),
             dropped_tokens=_inc_map(now.dropped_tokens, o.dropped_tokens if o else None))
-    return ServerWindow(
+    w = ServerWindow(
         seconds=seconds, since_start=old is None, hicache=new.hicache,
         requests=_inc(new.requests, old.requests if old else None),
         prompt_tokens=_inc(new.prompt_tokens, old.prompt_tokens if old else None),
         cached_tokens=_inc_map(new.cached_tokens, old.cached_tokens if old else None),
         ranks=ranks, unknown_series=new.unknown_series)
+    suspect = list(new.suspect)
+    if old is not None:
+        suspect += backwards(new, old)
+        if w.cached_total > w.prompt_tokens >= 0 and not any("cached prompt tokens" in x for x in suspect):
+            suspect.append(f"{w.cached_total:,.0f} cached prompt tokens in the window, more than its "
+                           f"{w.prompt_tokens:,.0f} prompt tokens")
+    return w.model_copy(update={"suspect": _cap(suspect)})
+
+
+def _counters(r: ServerReading) -> dict[str, float]:
+    """Every counter of a reading by a name for messages."""
+    out = {n.PROMPT_TOKENS: r.prompt_tokens}
+    out.update({f"{n.CACHED_TOKENS}{{cache_source={k}}}": v for k, v in r.cached_tokens.items()})
+    for rk, rr in r.ranks.items():
+        for fname in ("evicted_tokens", "load_back_bytes", "load_back_seconds", "load_back_ops", "backup_bytes"):
+            if fname in rr.exported:
+                out[f"{rank_name(rk)}: {fname.replace('_', ' ')}"] = getattr(rr, fname)
+        for fname in ("load_back_tokens", "backup_tokens", "dropped_tokens"):
+            for k, v in getattr(rr, fname).items():
+                out[f"{rank_name(rk)}: {fname.replace('_', ' ')} {k}"] = v
+    return out
+
+
+def backwards(new: ServerReading, old: ServerReading) -> list[str]:
+    """Counters that went down between two looks while the request count did not: not a
+    restart (a restart sets every counter back, the request count too, and the window counts
+    from the new values, as Prometheus's ``increase()`` does), so a figure that cannot be true.
+    One line, naming at most two of them."""
+    if new.requests < old.requests:
+        return []
+    was = _counters(old)
+    down = [(k, was[k], v) for k, v in _counters(new).items() if k in was and v < was[k]]
+    if not down:
+        return []
+    shown = ", ".join(f"{k} {a:,.0f} -> {b:,.0f}" for k, a, b in down[:2])
+    more = f" and {len(down) - 2} more" if len(down) > 2 else ""
+    return [f"counter went backwards while the request count did not (not a restart): {shown}{more}"]
 
 
 class HostWindow(BaseModel):

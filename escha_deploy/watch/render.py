@@ -33,6 +33,8 @@ def render_row(row: dict[str, Any]):
     from rich.table import Table
     from rich.text import Text
 
+    from escha_deploy.utils.termtext import printable
+
     parts: list = []
     head = (f"[bold]{escape(row['profile'])}[/] {row.get('kind', '')} "
             f"{escape(str(row.get('container') or 'pid ' + str(row.get('pid', '?'))))} "
@@ -86,6 +88,8 @@ def render_row(row: dict[str, Any]):
         for label, cell, total in lines:
             t.add_row(label, *(cell(v) for v in ranks.values()), *((total,) if multi else ()))
         parts.append(t)
+        for line in srv.get("suspect_numbers") or ():
+            parts.append(Text(f"warning: suspect figure: {printable(line)}", style="yellow"))
         if srv.get("unknown_series"):
             parts.append(Text("series no supported release defines (not read): "
                               + ", ".join(srv["unknown_series"]), style="yellow"))

@@ -80,6 +80,7 @@ def server_section(w: ServerWindow, plan: PlanView | None) -> dict[str, Any]:
                    "prompt_tokens": w.prompt_tokens, "cached_tokens": w.cached_tokens,
                    "share": {s: w.share(s) for s in ("device", "host", "storage")}},
         "ranks": ranks, "total": total, "unknown_series": list(w.unknown_series),
+        "suspect_numbers": list(w.suspect),
     }
 
 
