@@ -71,8 +71,18 @@ def mounted_model_problems(path: str, *, native: bool = False, section: str = "m
     ``SECTION.host_dir`` is mounted), ``SECTION.host_dir`` natively (``native``: the server
     loads the host folder). ``section``: ``model``, or ``model.draft`` for a speculative
     draft's folder."""
-    from escha_deploy.facts.folders import check_model_folder as check
+    import errno
 
+    from escha_deploy.facts.folders import check_model_folder as check
+    from escha_deploy.utils.termtext import shown
+
+    try:
+        os.stat(path)
+    except OSError as exc:  # a name past PATH_MAX or NAME_MAX, a loop of links: one line, no traceback
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+            key = f"{section}.host_dir" if native else f"{section}.path"
+            return [f"{key}: {shown(path, 80)} ({len(path):,} characters) cannot be used here: "
+                    f"{exc.strerror or exc}"]
     if native:
         if not Path(path).is_dir():
             return [f"{section}.host_dir: {path} is not a folder here (natively serve loads {section}.host_dir; "

@@ -30,7 +30,9 @@ subreaper (prctl(2) ``PR_SET_CHILD_SUBREAPER``), so every descendant, one that c
 ``setsid`` included, stays under it; once ``serve`` ends for any reason (SIGKILL included: the
 kernel closes its end of the watchdog's pipe) it ends them all (SIGTERM, the grace, SIGKILL)
 and exits only when none is left. The server gets a parent-death signal (SIGTERM,
-``PR_SET_PDEATHSIG``) should the watchdog itself be killed.
+``PR_SET_PDEATHSIG``) should the watchdog itself be killed, and ``serve`` is a subreaper too
+while it supervises (``_Reaper``): the tree the killed watchdog leaves comes to ``serve``,
+which ends it as the watchdog would have (SIGTERM, the grace, SIGKILL) before it exits 4.
 """
 
 from __future__ import annotations
@@ -329,6 +331,78 @@ class _Watchdog:
         os.close(self.status)
 
 
+class _Reaper:
+    """``serve`` itself a child subreaper (prctl(2) ``PR_SET_CHILD_SUBREAPER``) while it
+    supervises: should the watchdog be killed (SIGKILL), the server's tree, a grandchild that
+    left with ``setsid`` included, is reparented to ``serve`` rather than to init, and
+    ``end_orphans`` ends it (SIGTERM, the grace, SIGKILL) as the watchdog would have. The
+    children ``serve`` had before are left alone; ``restore`` puts the attribute back."""
+
+    def __init__(self) -> None:
+        import ctypes
+
+        from .watchdog import PR_SET_CHILD_SUBREAPER, _prctl
+
+        self._prctl, self._set = _prctl, PR_SET_CHILD_SUBREAPER
+        was = ctypes.c_int(0)
+        libc = ctypes.CDLL(None, use_errno=True)
+        self.was = was.value if libc.prctl(PR_SET_CHILD_SUBREAPER + 1, ctypes.byref(was), 0, 0, 0) == 0 else 0
+        self.before = set(_children(os.getpid()))
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+    def restore(self) -> None:
+        self._prctl(self._set, self.was)
+
+    def end_orphans(self, watchdog_pid: int, grace_s: float) -> list[int]:
+        """End every process reparented to ``serve`` since it began supervising (not the
+        watchdog, not a child it had before), with their descendants; reap them. Returns the
+        pids it found."""
+        from .watchdog import _signal_all, descendants
+
+        def tree() -> list[int]:
+            top = [p for p in _children(os.getpid()) if p not in self.before and p != watchdog_pid]
+            return [*top, *(d for p in top for d in descendants(p))]
+
+        def reap() -> None:
+            for pid in _children(os.getpid(), zombies=True):
+                if pid not in self.before and pid != watchdog_pid:
+                    with contextlib.suppress(ChildProcessError, OSError):
+                        os.waitpid(pid, os.WNOHANG)
+
+        found = tree()
+        if not found:
+            return []
+        _signal_all(found, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while (left := tree()) and time.monotonic() < deadline:
+            reap()
+            time.sleep(0.05)
+        while left := tree():
+            _signal_all(left, signal.SIGKILL)
+            reap()
+            time.sleep(0.02)
+        reap()
+        return found
+
+
+def _children(pid: int, *, zombies: bool = False) -> list[int]:
+    """The direct children of ``pid`` (the ppid field of ``/proc/N/stat``), live ones unless
+    ``zombies``."""
+    out: list[int] = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                st = fh.read().decode("ascii", "replace")
+        except OSError:
+            continue
+        fields = st[st.rfind(")") + 2:].split()  # after "(comm)": state ppid ...
+        if len(fields) > 1 and int(fields[1]) == pid and (zombies or fields[0] not in ("Z", "X")):
+            out.append(int(name))
+    return out
+
+
 def exit_code_for(child_code: int) -> int:
     """A child's returncode as a process exit status: -N (killed by signal N) becomes 128+N."""
     return 128 - child_code if child_code < 0 else child_code
@@ -383,9 +457,11 @@ def supervise(
     from escha_deploy.facts.machine import read_oom_kill_count
 
     oom_before = read_oom_kill_count(cgroup_root)
+    reaper = _Reaper()
     try:
         dog = _Watchdog(cmd, env=env, grace_s=grace_s, secret_dir=tmpdir, lock_fd=lock_fd)
     except BaseException:
+        reaper.restore()
         if tmpdir is not None:
             shutil.rmtree(tmpdir, ignore_errors=True)
         raise
@@ -471,6 +547,9 @@ def supervise(
             for s, h in previous.items():
                 signal.signal(s, h)
         dog.close(grace_s + 10)  # the watchdog ends what is left of the tree, then exits
+        if dog.code is None or dog.proc.returncode != 0:  # the watchdog died: its orphans are ours
+            reaper.end_orphans(dog.proc.pid, grace_s)
+        reaper.restore()
         reader.join(timeout=5)
         dog.out.close()
         if log is not None:

@@ -205,11 +205,12 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
 
 
 def _secrets(launch: LaunchSpec) -> tuple[str | None, str | None]:
-    """The API key and HF token the spec's files hold (``BadInput`` when a named key file is
-    unreadable; a missing HF token file is no token)."""
+    """The API key and HF token the spec's files hold: ``BadInput`` (exit 2, one line naming
+    the file, never its bytes) when a named file is missing, unreadable or not one value
+    (``prepare.read_secret``), the HF token's as the API key's: a server started without the
+    token the profile names would fail later, at a gated model's download, with no word of why."""
     api_key = read_secret(launch.api_key_file, "api key file") if launch.api_key_file else None
-    hf_token = (read_secret(launch.hf_token_file, "hf token file")
-                if launch.hf_token_file and Path(launch.hf_token_file).is_file() else None)
+    hf_token = read_secret(launch.hf_token_file, "hf token file") if launch.hf_token_file else None
     return api_key, hf_token
 
 
@@ -340,12 +341,17 @@ def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dr
                    f"HiCache {'on' if launch.hicache_enabled else 'off'}; starting SGLang")
     # Natively: one `serve` per port (a file lock), secrets on tmpfs, and a sweep of what a
     # `serve` killed before its server was ready left; in the container Docker arbitrates.
-    lock = contextlib.nullcontext(None) if in_container else server_lock(launch.container.port_host)
-    with lock as lock_fd:
+    with contextlib.ExitStack() as stack:
         root = None if in_container else tmpfs_root()
-        for d in sweep_secret_dirs(root):
-            report("info", f"serve: removed {d}, left by a `serve` that was killed before its server was ready")
-        state = None if in_container else _write_state(launch, view)
+        state = None
+        try:
+            lock_fd = None if in_container else stack.enter_context(server_lock(launch.container.port_host))
+            for d in sweep_secret_dirs(root):
+                report("info", f"serve: removed {d}, left by a `serve` that was killed before its server was ready")
+            state = None if in_container else _write_state(launch, view)
+            log_path = None if in_container else serve_log_path(launch.container.port_host)
+        except OSError as exc:
+            raise _runtime_folder_refusal(exc) from None
         try:
             outcome = supervise(argv, env=env, secrets=[s for s in (api_key, hf_token) if s],
                                 config_flag=flags.CONFIG_FLAG, config_secrets=flags.secret_config(api_key),
@@ -353,9 +359,10 @@ def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dr
                                             launch=launch_settings(launch, native=not in_container)),
                                 secret_root=root, lock_fd=lock_fd,
                                 grace_s=float(launch.container.stop_timeout_s),
-                                on_ready=on_ready,
-                                log_path=None if in_container else serve_log_path(launch.container.port_host))
+                                on_ready=on_ready, log_path=log_path)
         except OSError as exc:
+            if root is not None and exc.filename and str(exc.filename).startswith(str(root)):
+                raise _runtime_folder_refusal(exc) from None  # the secrets file or the log: nothing started
             raise Failed(f"serve: cannot start {argv[0] if argv else 'the server'}: {exc}") from None
         finally:
             if state is not None:
@@ -363,6 +370,21 @@ def _check_and_run(launch: LaunchSpec, caps: list[str] | None, where: str, *, dr
 
                 remove_state(state.port, state.pid)
     return outcome.exit_code
+
+
+def _runtime_folder_refusal(exc: OSError) -> Refused:
+    """A native ``serve`` that cannot write in its runtime folder (``native.runtime_dir``:
+    ``$XDG_RUNTIME_DIR``, else ``/dev/shm``; a full tmpfs, a read-only mount, no permission):
+    ``Refused`` (exit 3), one line naming the folder and the system's reason; nothing started.
+    The port lock, the state file, the secrets file and the log go there."""
+    from .native import tmpfs_root
+
+    root = tmpfs_root()
+    where = (f"$XDG_RUNTIME_DIR ({root})" if root is not None and str(root) == os.environ.get("XDG_RUNTIME_DIR")
+             else str(root or "the temporary folder"))
+    return Refused(f"serve: cannot write in {where}: {exc.strerror or exc}; nothing was started",
+                   hint="free space there, or set XDG_RUNTIME_DIR to a folder of yours on a tmpfs "
+                   "with room (the port lock, the state file, the secrets file and the log go there)")
 
 
 def _write_state(launch: LaunchSpec, view):

@@ -320,3 +320,25 @@ def test_second_signal_escalates_at_once(standin, tmp_path):
         p.kill()
         for ln in ours(str(tmp_path)):
             os.kill(int(ln.split(":")[0]), signal.SIGKILL)
+
+
+def test_sigkill_of_the_watchdog_leaves_no_process(standin, tmp_path):
+    """The watchdog killed (SIGKILL) while `serve` runs a stubborn server (it ignores SIGTERM)
+    whose grandchild left its session with setsid: `serve` is a subreaper too, so the tree
+    comes to it; it ends all of it (SIGTERM, the 2 s stop timeout, SIGKILL) and exits 4."""
+    p = start_serve(standin, stubborn=True)
+    try:
+        read_until(p, "ready to roll")
+        assert until(lambda: len(ours(str(tmp_path))) == 4), ours(str(tmp_path))
+        dogs = [ln for ln in ours("watchdog.py") if f"escha-serve-{p.pid}-" in ln]
+        assert len(dogs) == 1, ours("watchdog.py")
+        os.kill(int(dogs[0].split(":")[0]), signal.SIGKILL)
+        out = p.communicate(timeout=30)[0]
+        assert p.returncode == 4, out
+        assert "watchdog ended before the server did" in out
+        left = gone_within(str(tmp_path), 2)  # serve ended it all before it exited
+        assert left == [], left
+    finally:
+        p.kill()
+        for ln in ours(str(tmp_path)):
+            os.kill(int(ln.split(":")[0]), signal.SIGKILL)
