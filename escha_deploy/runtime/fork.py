@@ -38,7 +38,7 @@ from pathlib import Path
 
 from escha_deploy.utils.errors import BadInput, Refused
 from escha_deploy.utils.relpaths import confine, decode_path, unquote_c
-from escha_deploy.runtime.series import FilePatch, Patch, parse_diff
+from escha_deploy.runtime.series import FilePatch, Patch, once, parse_diff
 
 #: The declaration file, next to the patches.
 DECLARATION = "escha-fork.yaml"
@@ -153,6 +153,10 @@ def read_commit(path: Path) -> tuple[Commit | None, list[str]]:
     if m is None:
         return None, [f"{name}:1: not a `git format-patch` file (no 'From <commit hash> ...' "
                       "first line)"]
+    second = next((i for i in range(1, len(lines)) if _FROM_LINE.match(lines[i])), None)
+    if second is not None:  # git am (git mailsplit) would make two commits of it
+        raise BadInput(f"{name}:{second + 1}: a second mail ('From <commit hash>' line) in one file; "
+                       "export one commit per file, as `git format-patch` does")
     msg = email.message_from_bytes(data, policy=email.policy.default)
     if msg.is_multipart():
         return None, [f"{name}: a multipart mail (format-patch --attach); export without "
@@ -237,6 +241,7 @@ def read_commit(path: Path) -> tuple[Commit | None, list[str]]:
     if problems:
         return commit, problems
     files = parse_diff(masked, name, REPO_ROOT) + empty_files
+    once(files, name, REPO_ROOT)
     return Commit(commit.file, commit.commit, commit.subject, commit.author, commit.date,
                   commit.sha256, tuple(files), tuple(left_out)), []
 

@@ -109,6 +109,9 @@ def parse_diff(lines: list[bytes], name: str, root: str = PACKAGE) -> list[FileP
     while i < len(lines):
         line = lines[i]
         if not line.startswith(b"--- "):
+            if files and line.startswith(b"@@ -"):  # git apply: "patch fragment without header"
+                raise BadInput(f"{name}:{i + 1}: a hunk with no file header before it (git apply "
+                               "refuses it: patch fragment without header)")
             i += 1
             continue
         if i + 1 >= len(lines) or not lines[i + 1].startswith(b"+++ "):
@@ -155,11 +158,37 @@ def parse_diff(lines: list[bytes], name: str, root: str = PACKAGE) -> list[FileP
                 i += 1
             if len(old_l) != old_n or len(new_l) != new_n:
                 raise BadInput(f"{name}:{i}: hunk {hdr!r} is shorter than its header says")
+            if i < len(lines) and _hunk_line(lines[i]):
+                raise BadInput(f"{name}:{i + 1}: hunk {hdr!r} has more lines than its header says "
+                               f"(-{old_n} +{new_n}); git apply would drop or refuse them")
             hunks.append(Hunk(hdr, int(m.group(1)), tuple(old_l), tuple(new_l)))
         if not hunks:
             raise BadInput(f"{name}:{i}: file {new or old} has no hunks")
         files.append(FilePatch(old, new, tuple(hunks), start + 2))
+    once(files, name, root)
     return files
+
+
+def _hunk_line(ln: bytes) -> bool:
+    """A line that can only be part of a hunk's body: ``+``, ``-`` or `` `` first, but not the
+    next file's ``--- `` line nor format-patch's signature separator (``-- ``)."""
+    if ln[:1] == b"+" or ln[:1] == b" ":
+        return True
+    return ln[:1] == b"-" and not ln.startswith(b"--- ") and ln.rstrip(b"\r\n") != b"-- "
+
+
+def once(files: list[FilePatch], name: str, root: str = PACKAGE) -> None:
+    """Refuse (``BadInput``) a patch that changes one file in two blocks (two new files of one
+    name, a file patched twice): ``git diff`` and ``git format-patch`` write one block per file,
+    and the second block would be applied to what the first one made, or dropped."""
+    seen: dict[str, FilePatch] = {}
+    for fp in files:
+        for p in {fp.old, fp.new} - {None}:
+            first = seen.setdefault(p, fp)  # type: ignore[arg-type]
+            if first is not fp:
+                at = f"line {first.line}" if first.line else "an earlier block"
+                raise BadInput(f"{name}:{fp.line or 1}: {root}/{p} is changed twice in one patch "
+                               f"(first at {at}); one block per file, as git writes it")
 
 
 def parse_patch(data: bytes, name: str, source: str = "series") -> Patch:
