@@ -142,3 +142,37 @@ def test_a_hybrid_architecture_with_a_gdn_field_null_is_refused(cli, field):
             "--set", f"model.architecture.{field}=null", "--set", "runtime.max_mamba_cache_size=null",
             "--host-ram", "256GiB", "--linux")
     assert r.code in (0, 3) and "Traceback" not in r.err and "a hybrid GDN model" not in r.err, r.err
+
+
+@pytest.mark.parametrize("factor, message", [
+    (0, "rope_scaling.factor: input should be greater than 0 (got 0)"),
+    (-2.0, "rope_scaling.factor: input should be greater than 0 (got -2.0)"),
+])
+def test_a_rope_factor_that_leaves_no_context_is_refused(factor, message):
+    with pytest.raises(ValueError) as exc:
+        derived_context_length({**DENSE, "max_position_embeddings": 32768, "rope_scaling": {"factor": factor}})
+    assert str(exc.value) == message
+
+
+def test_a_rope_factor_of_1e308_is_one_line_not_an_overflow():
+    """1e308 x 32768 is inf; ``int(inf)`` was an OverflowError traceback."""
+    with pytest.raises(ValueError) as exc:
+        derived_context_length({**DENSE, "max_position_embeddings": 32768, "rope_scaling": {"factor": 1e308}})
+    assert str(exc.value) == ("rope_scaling.factor 1e+308 x max_position_embeddings 32768 is inf tokens of "
+                              "context, past 9.01e+15 (2**53, the largest count a float holds exactly)")
+
+
+@pytest.mark.parametrize("raw, words", [
+    (json.dumps({**DENSE, "max_position_embeddings": 32768, "rope_scaling": {"factor": 1e308}}),
+     "is inf tokens of context"),
+    (json.dumps({**DENSE, "max_position_embeddings": 32768, "rope_scaling": {"factor": 0}}),
+     "rope_scaling.factor: input should be greater than 0 (got 0)"),
+    ("\ufeff" + json.dumps({**DENSE, "max_position_embeddings": 32768}),
+     "config.json:1: the model's config.json starts with a UTF-8 byte order mark"),
+])
+def test_plan_refuses_a_config_json_sglang_cannot_start_with(cli, tmp_path, raw, words):
+    d = _folder(tmp_path, None, raw=raw)
+    r = cli("plan", "-p", "rtx5060ti-tp2-fp8", "--set", f"model.host_dir={d}", "--host-ram", "24GiB")
+    errors = [ln for ln in r.err.splitlines() if ln.startswith("error: ")]
+    assert r.code == 2 and len(errors) == 1 and words in errors[0], (r.code, r.err)
+    assert "Traceback" not in r.err + r.out

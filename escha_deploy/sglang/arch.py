@@ -231,6 +231,16 @@ def _check_types(text: dict, config: dict) -> None:
         factor = rope.get("factor")
         if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))):
             raise ValueError(f"{where}rope_scaling.factor: expected a number (got {_json_kind(factor)})")
+        # SGLang multiplies the context length by it (get_context_length): 0 or less leaves no
+        # context (transformers 5.12 modeling_rope_utils.py warns below 1: "factor field must be
+        # a float or int >= 1"; a factor in (0, 1) is a warning there, and plans here)
+        if factor is not None and not factor > 0:
+            raise ValueError(f"{where}rope_scaling.factor: input should be greater than 0 (got {factor!r})")
+
+
+#: The largest context length read from a config.json (tokens): 2**53, past which a float
+#: (SGLang computes ``rope_scaling.factor`` times the length in floats) no longer counts exactly.
+MAX_CONTEXT_TOKENS = float(2**53)
 
 
 def derived_context_length(config: object) -> tuple[int, str] | None:
@@ -249,7 +259,12 @@ def derived_context_length(config: object) -> tuple[int, str] | None:
     for key in CONTEXT_LENGTH_KEYS:
         value = text.get(key)
         if value is not None:
-            return int(factor * value), key if factor == 1 else f"{key} x rope_scaling.factor {factor:g}"
+            tokens = factor * value
+            if not tokens <= MAX_CONTEXT_TOKENS:  # inf too: int() of it is an OverflowError
+                raise ValueError(f"rope_scaling.factor {factor:g} x {key} {value} is {tokens:.3g} tokens of "
+                                 f"context, past {MAX_CONTEXT_TOKENS:.3g} (2**53, the largest count a "
+                                 "float holds exactly)")
+            return int(tokens), key if factor == 1 else f"{key} x rope_scaling.factor {factor:g}"
     return None
 
 
@@ -384,7 +399,7 @@ def read_model_dir(path: str | Path) -> ModelDirFacts | None:
     cfg = p / "config.json"
     raw = read_regular(cfg, "the model's config.json", missing_ok=True)
     if raw is not None:
-        config = loads_json(raw, cfg, "the model's config.json")
+        config = loads_json(raw, cfg, "the model's config.json", bom=False)
         try:
             arch = arch_from_config(config)
             ctx = derived_context_length(config)
@@ -511,7 +526,7 @@ def draft_folder_mismatch(draft_dir: str | Path, model_dir: str | Path, *, mtp: 
         raw = read_regular(cfg, "config.json", missing_ok=True)
         if raw is None:
             return None
-        config = loads_json(raw, cfg, "config.json")
+        config = loads_json(raw, cfg, "config.json", bom=False)
         if not isinstance(config, dict):
             return None
         archs = config.get("architectures")
@@ -733,7 +748,7 @@ def read_draft_dir(path: str | Path, model_folder: str | Path | None = None) -> 
     raw = read_regular(cfg, "the draft model's config.json", missing_ok=True)
     if raw is not None:
         try:
-            config = loads_json(raw, cfg, "the draft model's config.json")
+            config = loads_json(raw, cfg, "the draft model's config.json", bom=False)
             layers = draft_num_layers(config)
             geometry = draft_kv_geometry(config)
         except ValueError as exc:

@@ -203,13 +203,16 @@ def _too_deep(value: object, max_depth: int) -> bool:
 
 
 def loads_json(raw: bytes | str, source: str | Path, what: str, *, max_depth: int = MAX_JSON_DEPTH,
-               hint: str | None = None) -> object:
+               hint: str | None = None, bom: bool = True) -> object:
     """Parse ``raw`` (the bytes of ``source``, a file or ``IMAGE:PATH``) as strict JSON.
 
     Raises ``BadInput`` (exit 2), one line naming ``source`` and ``what``: not UTF-8 (the byte
     offset), not JSON (``SOURCE:LINE: WHAT is not JSON (MESSAGE, column N)``), ``NaN``/
     ``Infinity``/an overflowing number, nesting deeper than ``max_depth``, or a duplicate key.
     Returns the value (``dict``, ``list``, ``str``, ``int``, ``float``, ``bool`` or ``None``).
+    A leading UTF-8 byte order mark is skipped, or with ``bom=False`` refused (``BadInput``):
+    transformers reads a config.json with ``json.loads`` of its text, which refuses one
+    (``configuration_utils.py: PretrainedConfig._dict_from_json_file``).
     """
     if isinstance(raw, bytes):
         try:
@@ -221,6 +224,10 @@ def loads_json(raw: bytes | str, source: str | Path, what: str, *, max_depth: in
     else:
         text = raw
     if text.startswith("\ufeff"):
+        if not bom:  # a file read as transformers reads config.json (json.loads of its UTF-8 text)
+            raise BadInput(f"{source}:1: {what} starts with a UTF-8 byte order mark, which the reader "
+                           "SGLang uses refuses (json.loads: Unexpected UTF-8 BOM)",
+                           hint=hint or "save it as UTF-8 without a BOM")
         text = text[1:]
     deep = BadInput(f"{source}: {what} is nested deeper than {max_depth} levels", hint=hint)
     try:
