@@ -68,3 +68,20 @@ def test_the_digest_covers_fact_values_not_where_they_came_from(tmp_path):
 def test_facts_and_host_ram_are_exclusive(tmp_path):
     with pytest.raises(BadInput):
         facts_source(str(_write(tmp_path, _doc())), host_ram=8 * GiB)
+
+
+@pytest.mark.parametrize("when", ["yesterday", "2026-13-45T00:00:00", ""])
+def test_created_at_that_is_not_a_time_is_named(tmp_path, when):
+    """``created_at`` says when the file was written; ``yesterday`` said it no better than
+    nothing and was accepted."""
+    doc = {**_doc(), "created_at": when}
+    with pytest.raises(BadInput) as err:
+        load_facts_file(_write(tmp_path, doc))
+    line = err.value.problems[0]
+    assert line.startswith(f"{tmp_path / 'box.json'}:") and "created_at" in line
+    assert "expected an ISO 8601 date and time" in line, line
+
+
+def test_created_at_as_the_file_writes_it_is_read(tmp_path):
+    f = load_facts_file(_write(tmp_path, _doc(created_at="2026-11-30T00:00:00+00:00")))
+    assert f is not None

@@ -178,3 +178,19 @@ def test_a_text_parsed_again_is_a_copy_its_caller_may_change(tmp_path):
         parse_yaml_text("a: 1\na: 2\n", "dup.yaml")
     with pytest.raises(BadInput):
         parse_yaml_text("a: 1\na: 2\n", "dup.yaml")
+
+
+def test_two_merge_sources_giving_one_key_two_values_are_refused():
+    """YAML 1.1's merge type (yaml.org/type/merge.html) gives the first source's value; PyYAML
+    gives the last's: such a file means two things, so it is one line naming the key."""
+    text = "a: &a {port: 31000, x: 1}\nb: &b {port: 32000, x: 1}\nc:\n  <<: [*a, *b]\n"
+    with pytest.raises(BadInput) as exc:
+        parse_yaml_text(text, "p.yaml")
+    assert exc.value.problems == (
+        "p.yaml:4: merge key '<<': 'port' comes from two of its sources with different values (lines 1 "
+        "and 2); YAML 1.1 takes the first, this reader the last: keep one",)
+
+
+def test_merge_sources_that_agree_and_an_explicit_key_over_a_merge_are_read():
+    data, _ = parse_yaml_text("a: &a {port: 1, x: 1}\nb: &b {x: 1, y: 2}\nc:\n  <<: [*a, *b]\n  port: 3\n", "p.yaml")
+    assert data["c"] == {"port": 3, "x": 1, "y": 2}

@@ -22,7 +22,7 @@ import datetime as _dt
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError, field_validator
 
 # the facts file's models (re-exported: up, serve and compose name them from here)
 from escha_deploy.facts.file import (FACTS_SCHEMA_VERSION, MAX_FACT_BYTES, FactsFile, GpuRecord, HostSection,  # noqa: F401
@@ -125,6 +125,13 @@ class _Report(_View):
 
     created_at: StrictStr | None = None
     facts: _ReportFacts
+
+    @field_validator("created_at")
+    @classmethod
+    def _iso_time(cls, value: str | None) -> str | None:
+        from .file import iso_time
+
+        return iso_time(value)
 
 
 def is_doctor_report(data: object) -> bool:

@@ -45,6 +45,22 @@ class HostSection(BaseModel):
         description="`wslinfo --networking-mode` (nat, mirrored, ...); null: not WSL2 or unknown")
 
 
+def iso_time(value: str | None) -> str | None:
+    """``value`` when it is an ISO 8601 date and time (``datetime.fromisoformat``, what
+    ``facts.json`` writes: ``2026-12-07T10:00:00+00:00``) or None; else ``ValueError`` naming
+    the shape (``yesterday`` said when the file was written no better than nothing)."""
+    import datetime as _dt
+
+    if value is None:
+        return None
+    try:
+        _dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"expected an ISO 8601 date and time such as 2026-12-07T10:00:00+00:00 "
+                         f"(got {value[:40]!r})") from None
+    return value
+
+
 class FactsFile(BaseModel):
     """The facts file (schema version ``FACTS_SCHEMA_VERSION``). ``escha_version`` and
     ``created_at`` say who wrote it and when; they are not facts and are not digested."""
@@ -60,6 +76,11 @@ class FactsFile(BaseModel):
         default=None, exclude_if=lambda v: v is None,
         description="the box's runtime: SGLang release, capabilities, server image, each with its source "
         "(null or absent: not described)")
+
+    @field_validator("created_at")
+    @classmethod
+    def _iso_time(cls, value: str | None) -> str | None:
+        return iso_time(value)
 
     @field_validator("gpus")
     @classmethod

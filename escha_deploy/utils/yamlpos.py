@@ -151,6 +151,34 @@ def _scalar_problem(loader: Any, node: yaml.ScalarNode, file: str) -> str | None
     return None
 
 
+def _merge_conflicts(loader: Any, value: yaml.Node, file: str, line: int) -> list[str]:
+    """A key that two sources of one merge (``<<: [*a, *b]``) give with different values: YAML
+    1.1's merge type gives the first source's ("keys in mapping nodes earlier in the sequence
+    override keys specified in later mapping nodes", yaml.org/type/merge.html), PyYAML's
+    constructor the last's, so the file means two things; one line per such key."""
+    sources = value.value if isinstance(value, yaml.SequenceNode) else [value]
+    seen: dict[Any, tuple[Any, int]] = {}
+    out: list[str] = []
+    for src in sources:
+        if not isinstance(src, yaml.MappingNode):
+            continue
+        for k_node, v_node in src.value:
+            if not isinstance(k_node, yaml.ScalarNode):
+                continue
+            try:
+                v = loader.construct_object(v_node, deep=True)
+                hash(k_node.value)
+            except (yaml.YAMLError, ValueError, OverflowError, TypeError):
+                continue
+            at = v_node.start_mark.line + 1
+            if k_node.value in seen and seen[k_node.value][0] != v:
+                out.append(f"{file}:{line}: merge key '<<': {k_node.value!r} comes from two of its sources with "
+                           f"different values (lines {seen[k_node.value][1]} and {at}); YAML 1.1 takes the first, "
+                           "this reader the last: keep one")
+            seen.setdefault(k_node.value, (v, at))
+    return out
+
+
 def _walk(loader: Any, node: yaml.Node, path: tuple, file: str, out: Positions, problems: list[str]) -> None:
     out.setdefault(path, (file, node.start_mark.line + 1))
     if isinstance(node, yaml.ScalarNode):
@@ -172,7 +200,8 @@ def _walk(loader: Any, node: yaml.Node, path: tuple, file: str, out: Positions, 
                 except (yaml.YAMLError, TypeError):
                     ident = key
                 if ident == "<<" or key_node.tag == "tag:yaml.org,2002:merge":
-                    pass  # a merge key may repeat; SafeConstructor merges them in order
+                    # a merge key may repeat; SafeConstructor merges them in order
+                    problems += _merge_conflicts(loader, value_node, file, line)
                 elif not isinstance(ident, str):  # `5:`, `null:`, `yes:` (YAML 1.1 reads it as true)
                     problems.append(f"{file}:{line}: {key or 'null'}: a key here is text, but YAML reads this one as "
                                     f"{type(ident).__name__ if ident is not None else 'null'}; quote it or remove it")
