@@ -52,6 +52,17 @@ def secret_control_problem(value: str, where: str, *, offset: int = 0) -> str | 
     return None
 
 
+def _loops(p: Path) -> bool:
+    """Whether following the link ``p`` never ends (``ELOOP``: it names itself, or a ring)."""
+    import errno
+
+    try:
+        os.stat(p)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
+
+
 def read_secret(path: str, what: str) -> str:
     """The secret a file holds: its text less one trailing newline (LF or CRLF), a UTF-8 byte
     order mark and surrounding spaces. Raises ``BadInput`` naming the file (never the value,
@@ -62,6 +73,11 @@ def read_secret(path: str, what: str) -> str:
     p = Path(path)
     try:
         if not p.exists():
+            if os.path.islink(p):  # exists() follows it: a loop (ELOOP) or a missing target
+                why = "a symbolic link that loops" if _loops(p) else "a symbolic link to no file"
+                from escha_deploy.utils.termtext import shown
+
+                raise BadInput(f"{what}: cannot read a value from {shown(path)}: {why}")
             raise BadInput(f"{what}: cannot read a value from {shown_path(path)}: no such file")
         if not p.is_file():
             raise OSError
