@@ -147,8 +147,9 @@ def plan_request(profile: Profile, facts: FactsSource | None, runtime: RuntimeSo
     plan = decide(profile, g, rt, ratio=options.ratio, hicache_size_gb=options.hicache_size_gb,
                   hicache_source=options.hicache_source, check_argv=options.check_argv and options.launch is None,
                   digest=options.digest and options.launch is None)
-    if rt.notes:
-        plan = plan.model_copy(update={"warnings": list(rt.notes) + list(plan.warnings)})
+    over = _platform_over_file(facts, g)
+    if rt.notes or over:
+        plan = plan.model_copy(update={"warnings": over + list(rt.notes) + list(plan.warnings)})
     launch = None
     if (lo := options.launch) is not None:
         sources = list(plan.fact_sources)
@@ -166,6 +167,19 @@ def plan_request(profile: Profile, facts: FactsSource | None, runtime: RuntimeSo
     off = hicache_off_warning(plan)
     warnings = ([off] if off else []) + list(plan.warnings)
     return Request(g, rt, plan, launch, tuple(refusals), tuple(warnings))
+
+
+def _platform_over_file(facts: FactsSource, g: Gathered) -> list[str]:
+    """The line that says ``--wsl2``/``--linux`` overrode a facts file that says the other: the
+    option wins (``FactsFileHost.platform``), but not without a word."""
+    from escha_deploy.pipeline.sources import FactsFileHost
+
+    ff = g.facts_file
+    if not isinstance(facts, FactsFileHost) or facts.platform is None or ff is None \
+            or ff.host.platform == facts.platform:
+        return []
+    return [f"--{facts.platform}: {facts.named} {facts.path} says the host is {ff.host.platform}; "
+            f"planned for {facts.platform}, as the option says"]
 
 
 def plan_here(profile: Profile, facts: FactsSource, runtime: BoxRuntime, options: Options = Options()) -> Request:
