@@ -187,8 +187,23 @@ def _hub_error(exc: BaseException, repo: str, rev: str | None, where: str, mask:
     if isinstance(exc, HfHubHTTPError):
         code = exc.response.status_code if exc.response is not None else "?"
         return Refused(f"model pull: {repo}: {where} answered HTTP {code}")
+    if not _network_error(exc):  # it answered: JSON of another shape, not JSON at all
+        return Refused(f"model pull: {repo}: {where} answered something that is not the hub's API "
+                       f"({mask(type(exc).__name__)})",
+                       hint="is HF_ENDPOINT the hub (or a mirror of its API)?")
     return Refused(f"model pull: {repo}: cannot reach {where} ({mask(type(exc).__name__)})",
                    hint="offline: --offline (or HF_HUB_OFFLINE=1) checks the folder against its lock file")
+
+
+def _network_error(exc: BaseException) -> bool:
+    """Whether ``exc`` says the hub was not reached (the HTTP client's transport errors, the
+    system's), as opposed to an answer the hub's client could not read. The client's classes
+    are matched by name along the exception's bases: huggingface_hub 2.x sends through
+    ``httpx2`` (``TransportError``), 1.x through ``httpx``, older releases through ``requests``
+    (``ConnectionError``, ``Timeout``)."""
+    if isinstance(exc, (OSError, TimeoutError)):
+        return True
+    return any(c.__name__ in ("TransportError", "ConnectionError", "Timeout") for c in type(exc).__mro__)
 
 
 def resolve(repo: str, rev: str | None, *, token: str | None, where: str,

@@ -299,10 +299,12 @@ def status_command(
             else:  # the router's strings are text, never markup
                 t.add_row(escape(url), "[green]yes[/]" if w.healthy else "[red]no[/]", escape(w.status or "-"),
                           escape(w.model_id or "-"), "-" if w.load is None else str(w.load))
-        if not state.reachable:
+        if not state.reachable or state.error:
             from ..utils.errors import Refused
 
-            raise Refused(f"fleet status: the router at {state.url} does not answer: {state.error}")
+            raise Refused(f"fleet status: the router at {state.url} "
+                          + (f"does not answer: {state.error}" if not state.reachable else
+                             f"answers in a shape it does not have: {state.error}"))
         stdout_console().print(t)
     if not state.ready:
         raise typer.Exit(int(ExitCode.REFUSED))

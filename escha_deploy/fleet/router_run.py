@@ -89,7 +89,8 @@ def router_workers(loaded: LoadedFleet, expected: list[str] | None = None,
     """Ask SMG ``GET /workers`` (with the API key when the fleet has one), read through the
     policy for servers we do not control (``httpread``: ``timeout_s`` seconds in all, default
     ``httpread.DEFAULT_DEADLINE_S``; a size cap; no redirect). The router's strings are kept
-    printable; a worker entry of another shape is left out. Never raises."""
+    printable; a worker entry of another shape is left out; an answer that is not SMG's
+    ``{"workers": [...]}`` is ``error`` with ``reachable`` (it answered). Never raises."""
     from ..utils import httpread
     from ..utils.termtext import shown
 
@@ -105,6 +106,11 @@ def router_workers(loaded: LoadedFleet, expected: list[str] | None = None,
     except httpread.ReadFailed as exc:
         return RouterState(url=url, reachable=False, error=str(exc), expected=expected or [])
     entries = data.get("workers") if isinstance(data, dict) else None
+    if not isinstance(entries, list):  # not "no worker registered": an answer of another shape
+        got = ("an object without a 'workers' list" if isinstance(data, dict)
+               else f"JSON {type(data).__name__}" if data is not None else "JSON null")
+        return RouterState(url=url, reachable=True, expected=expected or [],
+                           error=f"{answer.url} answered {got}, not SMG's {{\"workers\": [...]}}")
     workers = []
     for w in entries if isinstance(entries, list) else []:
         if not isinstance(w, dict):
