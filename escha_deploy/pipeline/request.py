@@ -169,7 +169,7 @@ def plan_request(profile: Profile, facts: FactsSource | None, runtime: RuntimeSo
     return Request(g, rt, plan, launch, tuple(refusals), tuple(warnings))
 
 
-def _platform_over_file(facts: FactsSource, g: Gathered) -> list[str]:
+def _platform_over_file(facts: FactsSource | None, g: Gathered) -> list[str]:
     """The line that says ``--wsl2``/``--linux`` overrode a facts file that says the other: the
     option wins (``FactsFileHost.platform``), but not without a word."""
     from escha_deploy.pipeline.sources import FactsFileHost
