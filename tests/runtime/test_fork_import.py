@@ -500,8 +500,8 @@ def test_a_folder_an_earlier_version_filled_is_refused_with_the_command_that_cle
 
 
 def test_a_full_disk_at_the_rename_keeps_the_previous_import(fork, tmp_path, capsys, monkeypatch):
-    """Fault injection: every rename (os.rename, os.replace) fails with ENOSPC. The previous
-    import stays whole; the error is one line naming --output."""
+    """Fault injection: every rename (os.rename, os.replace) into or out of the folder fails
+    with ENOSPC. The previous import stays whole; the error is one line naming --output."""
     import errno
     import os
 
@@ -511,13 +511,20 @@ def test_a_full_disk_at_the_rename_keeps_the_previous_import(fork, tmp_path, cap
     assert _import(capsys, d, "-o", str(out))[0] == 0
     before = _files(out)
 
-    def full(*a, **k):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    real = {"rename": os.rename, "replace": os.replace}
 
-    monkeypatch.setattr(os, "rename", full)
-    monkeypatch.setattr(os, "replace", full)
-    rc, _, err = _import(capsys, _dir(fork, tmp_path, "all", _decl(h)), "-o", str(out))
+    def full(call):
+        def fn(src, dst, *a, **k):  # a rename into or out of the import's folder: the disk is full
+            if any(str(p).startswith(str(out)) for p in (src, dst)):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return real[call](src, dst, *a, **k)
+        return fn
+
+    monkeypatch.setattr(os, "rename", full("rename"))
+    monkeypatch.setattr(os, "replace", full("replace"))
+    rc, _, err = _import(capsys, d, "-o", str(out))  # the same import again
     monkeypatch.undo()
-    assert rc in (2, 3) and "Traceback" not in err
+    assert rc == 2 and "Traceback" not in err, err
+    assert err.splitlines()[0].startswith(f"error: --output {out}: cannot write: No space left on device")
     assert _files(out) == before
-    assert sorted(os.listdir(tmp_path)) == sorted(["all", "good", "o"])
+    assert sorted(os.listdir(tmp_path)) == ["good", "o"]
