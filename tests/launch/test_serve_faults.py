@@ -332,10 +332,13 @@ def test_sigkill_of_the_watchdog_leaves_no_process(standin, tmp_path):
         assert until(lambda: len(ours(str(tmp_path))) == 4), ours(str(tmp_path))
         dogs = [ln for ln in ours("watchdog.py") if f"escha-serve-{p.pid}-" in ln]
         assert len(dogs) == 1, ours("watchdog.py")
+        t0 = time.monotonic()
         os.kill(int(dogs[0].split(":")[0]), signal.SIGKILL)
         out = p.communicate(timeout=30)[0]
+        took = time.monotonic() - t0
         assert p.returncode == 4, out
         assert "watchdog ended before the server did" in out
+        assert took < 2 + 2, took  # the stop timeout this test set (2 s), plus 2 s
         left = gone_within(str(tmp_path), 2)  # serve ended it all before it exited
         assert left == [], left
     finally:
