@@ -150,7 +150,16 @@ def plan_command(
         from .render_plan import render_plan
 
         say_where_read(profile, "plan")  # after every input check: an error stays one line
-        render_plan(result)
+        # the next line's commands: this profile and its --set options (the ratio options as `up`
+        # takes them), and for a re-plan the same host
+        launch = (["-p", profile] + [x for item in (set_ or []) for x in ("--set", item.strip())]
+                  + (["--set", f"hicache.hicache_ratio={ratio.strip()}"] if ratio is not None else [])
+                  + (["--set", f"hicache.hicache_size={size_value}"] if size_value is not None else [])
+                  + (["--set", f"hicache.workload={workload.strip()}"] if workload is not None else [])
+                  + (["--facts", facts] if facts is not None else []))
+        host = ((["--host-ram", host_ram] if host_ram is not None else []) + (["--wsl2"] if wsl2 else [])
+                + (["--linux"] if linux else []) + (["--sglang-version", sglang_version] if sglang_version else []))
+        render_plan(result, launch, host)
         from ..launch.sglang_preflight import host_note
 
         if (note := host_note()) is not None:  # where SGLang does not import, its own pre-flight waits for `up`

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from ..planner.result import Plan
 from ..utils.units import fmt_gib_gb, fmt_gb, fmt_gib, fmt_mib
 
@@ -11,7 +13,47 @@ def _b(n: int | None) -> str:
     return "-" if n is None else f"{n:,} B ({fmt_gb(n)})"
 
 
-def render_plan(p: Plan) -> None:
+def _reach_line(p: Plan) -> str | None:
+    """The host tier's answer for the planned split (``Plan.host_tier_reach[0]``), and the other
+    split's where it brings back more."""
+    if not p.host_tier_reach:
+        return None
+    w = p.host_tier_reach[0]
+    load = f"{w.prefixes} x {w.prefix_tokens:,}"
+    said = {"all": f"{w.restored} of {w.prefixes} prefixes of {load} come back",
+            "none": f"none of the {w.prefixes} prefixes of {load} comes back",
+            "not_guaranteed": f"not sure any of the {w.prefixes} prefixes of {load} comes back (LRU decides)"}[w.verdict]
+    better = [r for r in p.host_tier_reach[1:] if r.verdict == "all" and (w.verdict != "all" or r.restored > w.restored)]
+    if better:
+        said += f"; {better[0].restored} of them with {re.sub(r', sized for [^(]*', ' ', better[0].config)}"
+    return f"host tier: {said}"
+
+
+def _next_line(p: Plan, command: list[str], host: list[str]) -> str:
+    """What to run next: the reasons' fixes as one re-plan, or the launch (on the planned host)."""
+    import shlex
+
+    if p.verdict == "unsafe":
+        sets = list(dict.fromkeys(f.set_item() for f in p.fixes if f.problem in p.reasons))
+        if sets and all(any(f.problem == r for f in p.fixes) for r in p.reasons):
+            keys = {s.partition("=")[0] for s in sets}
+            kept = [x for i, x in enumerate(command) if not (  # a --set the fix replaces goes
+                (x == "--set" and command[i + 1].partition("=")[0] in keys)
+                or (i and command[i - 1] == "--set" and x.partition("=")[0] in keys))]
+            argv = ["escha-deploy", "plan", *kept, *host] + [x for s in sets for x in ("--set", s)]
+            return f"next: `{shlex.join(argv)}` (the reasons' fix, below)"
+        return "next: change what the reasons below name, then plan again"
+    up = shlex.join(["escha-deploy", "up", *command])
+    if p.host_source in ("described", "facts"):
+        return f"next: on the host this plan describes, `{up} --dry-run`, then `{up}`"
+    return f"next: `{up} --dry-run`, then `{up}`"
+
+
+def render_plan(p: Plan, command: list[str] | None = None, host: list[str] | None = None) -> None:
+    """Print the plan: its answer first (verdict, ratios, pinned against the budget, the host
+    tier's answer, what to run next), then the header and the tables. ``command``: the profile
+    and ``--set`` options of this plan (as ``up`` takes them), ``host``: the options that describe
+    its host (``plan``'s own), for the commands the next line names."""
     from rich.console import Console
     from rich.table import Table
     from rich.markup import escape
@@ -21,6 +63,29 @@ def render_plan(p: Plan) -> None:
     hc = p.hicache
     chosen = ("off" if not hc.enabled else f"--hicache-size {hc.size_gb} (GB per rank)" if hc.size_gb
               else f"--hicache-ratio {hc.ratio:g}")
+    b = p.budget
+    # the answer first, five lines: each is whole however narrow the terminal (soft_wrap)
+    short = (f" [bold yellow]but {fmt_gb(p.short_now_bytes)} short of memory available now (warning below)[/]"
+             if p.short_now_bytes and p.verdict != "unsafe" else "")
+    con.print(f"verdict: [bold {colour}]{p.verdict}[/]{short}: HiCache {chosen}", soft_wrap=True)
+    if hc.enabled or p.max_safe_ratio is not None:
+        safe = f"largest safe ratio: [bold]{p.max_safe_ratio if p.max_safe_ratio is not None else 'none'}[/]"
+        grid = (f"(a {p.safety_policy.ratio_step} grid, >= {fmt_mib(p.safety_policy.recommend_headroom_bytes)} "
+                f"headroom, at most the ratio cap {p.ratio_cap} = hicache.max_ratio)")
+        if hc.enabled:
+            con.print(f"{safe}   recommended: [bold]{p.recommended_ratio if p.recommended_ratio is not None else 'none'}"
+                      f"[/] {grid}", soft_wrap=True)
+        else:  # HiCache is off in this plan: nothing to recommend
+            con.print(f"{safe} {grid}; HiCache off", soft_wrap=True)
+    if hc.enabled:
+        spare = b.pinned_budget_bytes - p.pinned_total_bytes
+        con.print(f"pinned: {fmt_gb(p.per_rank.pinned_bytes)} per rank, [bold]{fmt_gb(p.pinned_total_bytes)} in total[/] "
+                  f"against the pinned budget {fmt_gb(b.pinned_budget_bytes)} ("
+                  + (f"{fmt_gb(spare) if spare >= 10**9 else fmt_mib(spare)} to spare" if spare >= 0
+                     else f"{fmt_gb(-spare)} over") + f"; binding: {b.binding})", soft_wrap=True)
+    if (reach := _reach_line(p)) is not None:
+        con.print(escape(reach), soft_wrap=True)
+    con.print(escape(_next_line(p, command or ["-p", p.profile], host or [])), soft_wrap=True)
     # header lines are not wrapped (soft_wrap): a piped plan keeps its file:line whole
     con.print(f"[bold]{escape(p.profile)}[/]  TP {p.tp_size}, {p.platform} host ({p.host_source}), "
               f"KV {p.kv_cache_dtype}, page {p.page_size}, HiCache {chosen}  ({escape(hc.requested)})", soft_wrap=True)
@@ -106,7 +171,6 @@ def render_plan(p: Plan) -> None:
                   + (f"{hh.prefill_tokens_per_s:g} tok/s, {hh.prefill_source}" if hh.prefill_tokens_per_s
                      else hh.prefill_source) + f"; bytes: {hh.bytes_rule}", soft_wrap=True)
 
-    b = p.budget
     t = Table(title="Pinned budget (the profile's safety policy)", title_justify="left")
     # the label keeps a readable width at 80 columns; the long binding explanation in the
     # second column wraps instead of squeezing the labels to nothing
@@ -128,15 +192,6 @@ def render_plan(p: Plan) -> None:
     if b.available_now_bytes is not None:
         t.add_row("MemAvailable now", _b(b.available_now_bytes))
     con.print(t)
-    if hc.enabled or p.max_safe_ratio is not None:
-        safe = f"largest safe ratio: [bold]{p.max_safe_ratio if p.max_safe_ratio is not None else 'none'}[/]"
-        grid = (f"(a {p.safety_policy.ratio_step} grid, >= {fmt_mib(p.safety_policy.recommend_headroom_bytes)} "
-                f"headroom, at most the ratio cap {p.ratio_cap} = hicache.max_ratio)")
-        if hc.enabled:
-            con.print(f"{safe}   recommended: [bold]{p.recommended_ratio if p.recommended_ratio is not None else 'none'}"
-                      f"[/] {grid}")
-        else:  # HiCache is off in this plan: nothing to recommend
-            con.print(f"{safe} {grid}; HiCache off")
 
     rc = p.runtime_check
     if rc is not None:
@@ -185,11 +240,7 @@ def render_plan(p: Plan) -> None:
         a = p.argv_check
         con.print(f"argv: {a.verified} flags verified against SGLang {p.sglang_release}'s parser catalog"
                   + (f"; declared by capabilities, not verified: {', '.join(a.declared)}" if a.declared else ""))
-    short = (f" [bold yellow]but {fmt_gb(p.short_now_bytes)} short of memory available now (warning below)[/]"
-             if p.short_now_bytes and p.verdict != "unsafe" else "")
     con.print(f"verdict: [bold {colour}]{p.verdict}[/]{short}")
-    from rich.markup import escape
-
     # reasons quote config sections like [wsl2]: not markup; and a model folder's or a file's
     # names: no terminal controls
     for reason in p.reasons:

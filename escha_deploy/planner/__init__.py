@@ -27,6 +27,7 @@ from the profile's safety policy; no threshold is tuned to a test.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Generic, Literal, TypeVar, overload
@@ -52,7 +53,7 @@ from .pools import PINNED_MAX_BYTES, DevicePools, HostPools, host_pools_at_ratio
 from .disk import L3Disk
 from .search import SAFE_RATIO_GRID, SafeRatios, headroom, search_safe
 from .reach import Reach, Workload, needs as reach_needs, parse_workload, reach
-from .result import (AutoSizeCheck, CheckResult, HostGuardView, Budget, Decision, DevicePlan, Finding, HiCachePlan, HostBuffer, HostHitCost, KvDtypeRow,
+from .result import (AutoSizeCheck, CheckResult, HostGuardView, Budget, Decision, DevicePlan, Finding, HiCachePlan, Fix, HostBuffer, HostHitCost, KvDtypeRow,
                      PerRank, Plan, ReachRow, RuntimeCheck, SafetyPolicy, Verdict)
 from .validate import l3_host_bytes, mamba_slots_per_request, resolved_mamba_strategy, validate
 
@@ -187,6 +188,7 @@ class _Ctx:
     warnings: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     unsafe: list[str] = field(default_factory=list)  # reasons that make the verdict unsafe
+    fixes: list[Fix] = field(default_factory=list)  # the change a reason or warning names, as data
     # filled by steps
     a_guard_detail: str = ""
     constraints: tuple[HostConstraint, ...] = ()  # the host constraints of this release
@@ -223,6 +225,11 @@ class _Ctx:
 
     def decide(self, step: str, rule: str, value: object, reason: str) -> None:
         self.decisions.append(Decision(step=step, rule=rule, value=value, reason=reason))
+
+    def fix(self, problem: str, key: str, value: object) -> str:
+        """Record that ``--set key=value`` answers ``problem`` (a reason or warning); returns it."""
+        self.fixes.append(Fix(problem=problem, key=key, value=f"{value:g}" if isinstance(value, float) else str(value)))
+        return problem
 
 
 # --------------------------------------------------------------------------- steps
@@ -612,14 +619,9 @@ def step_device_budget(c: _Ctx) -> None:
     static = int(free * mfs)
     drop = c.inp.profile.safety.wsl2_mem_fraction_drop
     cc = c.inp.profile.hardware.compute_capability or ""
-    if (rt.mem_fraction_static is not None and c.inp.host.platform == "wsl2" and cc.startswith("12.") and drop > 0
-            and mfs > round(default - drop, 3)):
-        # _mem_fraction lowers only SGLang's default; a fraction the profile sets is taken as is
-        c.warnings.append(
-            f"runtime.mem_fraction_static {mfs:g} is above the {round(default - drop, 3):g} this plan would use under "
-            f"WSL2 (SGLang's default {default:g} minus safety.wsl2_mem_fraction_drop {drop:g}): the Windows side keeps "
-            "a hidden share of each GPU, and allocations past it fail as 'CUDA driver error: device not ready' "
-            "(microsoft/WSL#41176: 0.88 failed, 0.80 worked); unset it or lower it under WSL2")
+    # _mem_fraction lowers only SGLang's default; a fraction the profile sets is taken as is
+    wsl2_target = (round(default - drop, 3) if rt.mem_fraction_static is not None and c.inp.host.platform == "wsl2"
+                   and cc.startswith("12.") and drop > 0 and mfs > round(default - drop, 3) else None)
     # SGLang sizes the KV and mamba pools from what the weights leave of the static budget
     # (kv_cache_configurator.py: _profile_available_bytes); the request-to-token table is
     # allocated beside them, out of the room the fraction leaves (memory_pool.py: ReqToTokenPool).
@@ -660,27 +662,58 @@ def step_device_budget(c: _Ctx) -> None:
         drafted += f" + intermediate mamba states {fmt_gb(c.sizing.mamba_intermediate_bytes)}"
     if c.mm_reservation:
         drafted += f" + multimodal reservation {fmt_gb(c.mm_reservation)}"
-    if not c.device.fits:
-        c.unsafe.append(
-            f"device: weights {fmt_gb(c.inp.weights_bytes)} + KV pool {fmt_gb(c.dev.kv_bytes)} + mamba pool "
-            f"{fmt_gb(c.dev.mamba_bytes)} + other {fmt_gb(c.sizing.int2_hp_bytes)}{drafted} = "
-            f"{fmt_gb(need)} per rank exceed the static budget {fmt_gb(static)}: lower "
-            "runtime.max_total_tokens or max_mamba_cache_size, or raise runtime.mem_fraction_static"
-            + (" (SGLang counts the draft's weights too: kv_cache_configurator.py: "
-               "KVCacheConfigurator._profile_available_bytes)" if draft_weights or draft_kv else ""))
     floor = int(sglang_min_reserved_mib(c.ranks) * MiB)
+    # the fraction's bounds for these pools, on SGLang's 0.001 grid: the lowest whose static budget
+    # holds them as planned, the highest that leaves SGLang's floor, and the highest that leaves
+    # its own estimate of activations and CUDA graphs (memory_hook.py: handle_gpu_memory_settings)
+    lowest = math.ceil(budgeted / max(free, 1) * 1000) / 1000
+    below_floor = math.floor((free - c.sizing.req_to_token_bytes - floor) / max(free, 1) * 1000) / 1000
+    below_estimate = math.floor((free - c.sizing.req_to_token_bytes - reserved) / max(free, 1) * 1000) / 1000
+    if not c.device.fits:
+        raise_to = (f"raise runtime.mem_fraction_static to {lowest:g}" if lowest <= below_floor else
+                    f"runtime.mem_fraction_static cannot hold them: {lowest:g} would leave less than SGLang's "
+                    f"{fmt_gb(floor)} floor (memory_hook.py: handle_gpu_memory_settings)")
+        text = (f"device: weights {fmt_gb(c.inp.weights_bytes)} + KV pool {fmt_gb(c.dev.kv_bytes)} + mamba pool "
+                f"{fmt_gb(c.dev.mamba_bytes)} + other {fmt_gb(c.sizing.int2_hp_bytes)}{drafted} = "
+                f"{fmt_gb(need)} per rank exceed the static budget {fmt_gb(static)}: lower "
+                f"runtime.max_total_tokens or max_mamba_cache_size, or {raise_to}"
+                + (" (SGLang counts the draft's weights too: kv_cache_configurator.py: "
+                   "KVCacheConfigurator._profile_available_bytes)" if draft_weights or draft_kv else ""))
+        c.unsafe.append(c.fix(text, "runtime.mem_fraction_static", lowest) if lowest <= below_floor else text)
+    keep = (f"the weights and device pools as planned ({fmt_gb(budgeted)}) need at least {lowest:g} of the "
+            f"{fmt_gb(free)} free before the weights")
     if room < floor:
         c.unsafe.append(
             f"device: mem_fraction_static {mfs} leaves {fmt_gb(room)} per GPU for activations, CUDA graphs "
             f"and NCCL, below the {fmt_gb(floor)} SGLang keeps even when it sizes the pool after graph "
             "capture (memory_hook.py: handle_gpu_memory_settings): the first long prefill would run out of "
             f"memory; lower runtime.mem_fraction_static (SGLang's default here is {default})")
-    elif room < reserved:
-        c.warnings.append(
-            f"device: mem_fraction_static {mfs} leaves {fmt_gb(room)} per GPU for activations and CUDA "
-            f"graphs; SGLang's own estimate is {fmt_gb(reserved)} (its default fraction would be {default}). "
-            f"Above SGLang's {fmt_gb(floor)} floor, so not refused; if a long prefill runs out of memory, "
-            "lower runtime.mem_fraction_static (docs/planner.md, \"Device headroom\")")
+    short = (f"it leaves {fmt_gb(room)} per GPU for activations and CUDA graphs, under SGLang's own estimate "
+             f"{fmt_gb(reserved)} (its default fraction would be {default}) but above its {fmt_gb(floor)} floor, so "
+             "not refused (docs/planner.md, \"Device headroom\")") if floor <= room < reserved else ""
+    if wsl2_target is not None:
+        # one line for the fraction: the WSL2 target and, where it applies, the headroom
+        head = (f"runtime.mem_fraction_static {mfs:g} is above the {wsl2_target:g} this plan would use under WSL2 "
+                f"(SGLang's default {default:g} minus safety.wsl2_mem_fraction_drop {drop:g}): the Windows side keeps "
+                "a hidden share of each GPU, and allocations past it fail as 'CUDA driver error: device not ready' "
+                "(microsoft/WSL#41176: 0.88 failed, 0.80 worked)" + (f"; {short}" if short else ""))
+        if lowest <= wsl2_target:
+            c.warnings.append(c.fix(f"{head}; lower it to {wsl2_target:g} ({keep})",
+                                    "runtime.mem_fraction_static", wsl2_target))
+        else:
+            c.warnings.append(f"{head}; it cannot go down to {wsl2_target:g} as this profile stands: {keep}; "
+                              "smaller device pools (runtime.max_total_tokens, runtime.max_mamba_cache_size) "
+                              "or smaller weights would let it")
+    elif short:
+        if lowest <= below_estimate:
+            c.warnings.append(c.fix(f"device: mem_fraction_static {mfs}: {short}; lower runtime.mem_fraction_static to "
+                                    f"{below_estimate:g} to leave it ({keep})",
+                                    "runtime.mem_fraction_static", below_estimate))
+        else:
+            c.warnings.append(f"device: mem_fraction_static {mfs}: {short}; lowering it cannot leave SGLang's estimate "
+                              f"as this profile stands: {keep}, which leaves at most "
+                              f"{fmt_gb(free - c.sizing.req_to_token_bytes - int(free * lowest))}; smaller device "
+                              "pools (runtime.max_total_tokens, runtime.max_mamba_cache_size) would")
 
 
 
@@ -996,8 +1029,13 @@ def step_host_pools(c: _Ctx) -> None:
     hint = ((f"; use a ratio <= {c.safe.max_safe_ratio}" if c.safe.max_safe_ratio and not h.size_gb else "")
             + (f"; use hicache_size <= {c.safe.max_safe_size_gb}" if c.safe.max_safe_size_gb and h.size_gb else ""))
     at = f"hicache.hicache_size: at {h.size_gb} GB per rank" if h.size_gb else f"hicache.hicache_ratio: at {h.ratio}"
-    c.unsafe += [f"{at} {b.message}{hint}" + (f"; {b.advice}" if b.advice else "")
-                 for b in breaches(c.view, p, c.constraints)]
+    for b in breaches(c.view, p, c.constraints):
+        text = f"{at} {b.message}{hint}" + (f"; {b.advice}" if b.advice else "")
+        if c.safe.max_safe_size_gb and h.size_gb:
+            c.fix(text, "hicache.hicache_size", c.safe.max_safe_size_gb)
+        elif c.safe.max_safe_ratio and not h.size_gb:
+            c.fix(text, "hicache.hicache_ratio", c.safe.max_safe_ratio)
+        c.unsafe.append(text)
     if p.kv_tokens <= c.dev.kv_tokens:
         c.warnings.append(f"hicache: the host KV pool ({p.kv_tokens:,} tokens) is not larger than the device pool "
                           f"({c.dev.kv_tokens:,}); L2 cache effectiveness is reduced (SGLang's own warning)")
@@ -1124,8 +1162,10 @@ def step_verdict(c: _Ctx) -> None:
                                  f"(cudaHostAlloc) allocation (sglang#7666): one step higher, the {nxt[0]} would be "
                                  f"{nxt[1]:,} B; not by hicache.max_ratio {hc.max_ratio}")
             elif advice and limited:
-                c.reasons.append(f"the ratio is limited by {c.budget.binding_detail}, not by hicache.max_ratio "
-                                 f"{hc.max_ratio}; {advice}")
+                # the budget's terms are the first reason's: said once
+                limit = (c.budget.binding_detail if c.budget.binding == "ceiling"
+                         else f"the pinned budget {fmt_gib_gb(c.budget.pinned_budget_bytes)}")
+                c.reasons.append(f"the ratio is limited by {limit}, not by hicache.max_ratio {hc.max_ratio}; {advice}")
         else:
             c.reasons = ["HiCache is disabled in the profile; the device pools fit"]
 
@@ -1455,6 +1495,7 @@ def plan(profile: Profile, host: HostFacts, *, model_dir: ModelDirFacts | None =
             ratio_step=sf.ratio_step, max_ratio=profile.hicache.max_ratio, min_ratio=profile.hicache.min_ratio,
         ),
         findings=c.findings, verdict=c.verdict, reasons=c.reasons, warnings=c.warnings, decisions=c.decisions,
+        fixes=[f for f in c.fixes if f.problem in c.reasons or f.problem in c.warnings],
         peer_access=c.launch.peers, mamba_radix_cache_strategy=c.launch.mamba_strategy,
         custom_all_reduce_disabled=c.launch.custom_all_reduce_off, nccl_p2p_disabled=c.launch.nccl_p2p_off,
         l3_disk=c.l3_disk, nccl_env=c.launch.nccl_env,

@@ -286,6 +286,23 @@ class ReachRow(BaseModel):
     why: str
 
 
+class Fix(BaseModel):
+    """The change one of the plan's reasons or warnings names, as data: ``--set KEY=VALUE`` on
+    the same command (``escha-deploy plan -p PROFILE --set KEY=VALUE``) removes that line
+    (``problem``, the reason's or warning's text as the plan says it) without a new refusal.
+    A line whose change cannot remove it says why in its own text and carries no fix."""
+
+    model_config = ConfigDict(frozen=True)
+
+    problem: str = Field(description="the reason or warning this fix answers, word for word")
+    key: str = Field(description="the profile key to change, as --set takes it (e.g. runtime.mem_fraction_static)")
+    value: str = Field(description="its new value, as --set takes it")
+
+    def set_item(self) -> str:
+        """``KEY=VALUE``, as ``--set`` takes it."""
+        return f"{self.key}={self.value}"
+
+
 class Plan(BaseModel):
     profile: str
     sglang_release: str = Field(description="the SGLang release planned (its guard, defaults and flags)")
@@ -315,6 +332,10 @@ class Plan(BaseModel):
     verdict: Verdict
     reasons: list[str]
     warnings: list[str]
+    fixes: list[Fix] = Field(
+        default_factory=list, exclude_if=lambda v: not v,
+        description="the change each reason or warning names, as data (key and value for --set): following "
+        "one removes its line without a new refusal; absent: no line names a change that does")
     short_now_bytes: int | None = Field(
         None, description="a live host's MemAvailable now falls this many bytes short of what the plan needs "
         "(pinned pools + server processes + OS reserve); the verdict stays, the line says it; null: enough, "
