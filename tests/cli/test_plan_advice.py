@@ -115,3 +115,12 @@ def test_unsafe_plan_names_its_fix_as_the_next_command(cli):
                    "--set hicache.hicache_ratio=1.48` (the reasons' fix, below)"), nxt
     again = cli("plan", "-p", "rtx5060ti-tp2", "--host-ram", "16GiB", "--wsl2", "--set", "hicache.hicache_ratio=1.48")
     assert again.code == 0 and again.out.startswith("verdict: ok")
+
+
+def test_readme_shows_the_plans_first_five_lines(cli):
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    r = cli("plan", "--profile", "rtx5060ti-tp2", "--host-ram", "16GiB", "--wsl2")
+    head = r.out.splitlines()[:5]
+    assert "\n".join(head) + "\n" in readme, head

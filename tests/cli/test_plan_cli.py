@@ -283,5 +283,8 @@ def test_a_piped_plan_keeps_its_header_lines_whole(cli, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     r = cli("plan", "--profile", "rtx5060ti-tp2", "--host-ram", "16GiB", "--wsl2")
     assert r.code == 0, r.err
-    first = r.out.splitlines()[0]
+    lines = r.out.splitlines()
+    # the answer's five lines lead (each whole too), then the header
+    assert lines[0].startswith("verdict: ok") and lines[4].startswith("next: ") and lines[4].endswith("`"), lines[:5]
+    first = lines[5]
     assert first.startswith("rtx5060ti-tp2  TP 2,") and re.search(r"rtx5060ti-tp2\.yaml:\d+\)\)$", first), first
