@@ -537,8 +537,15 @@ def step_host_mamba(c: _Ctx) -> None:
         return
     if HOST_MAMBA_CAPABILITY not in c.inp.capabilities:
         if want == "auto":
-            c.warnings.append(f"hicache.host_mamba_slots auto: the runtime lacks {HOST_MAMBA_CAPABILITY} "
-                              "(patch 0004), so SGLang's device slots x ratio sizes the host mamba pool")
+            said = (f"the runtime lacks {HOST_MAMBA_CAPABILITY} (patch 0004), so SGLang's device slots x ratio "
+                    "sizes the host mamba pool")
+            w = c.inp.workload
+            if w is not None and (hc.hicache_size or workload_fit(c, w, c.dev) is not None):
+                # the host tier's rows say it (planner/reach.py: the planned stock split beside
+                # patch 0004's, "which this runtime lacks"): a decision, not a second warning
+                c.decide("host_mamba", "host mamba slots", "device slots x ratio", f"auto: {said}")
+            else:
+                c.warnings.append(f"hicache.host_mamba_slots auto: {said}")
             return
         raise BadInput(f"hicache.host_mamba_slots {want}: the runtime lacks the capability {HOST_MAMBA_CAPABILITY} "
                        "(patch 0004 of escha-deploy's series, which reads ESCHA_HICACHE_HOST_MAMBA_SLOTS); "

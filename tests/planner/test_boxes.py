@@ -166,8 +166,9 @@ def test_live_host_short_of_memory_now_says_so_in_the_verdict_line():
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         render_plan(p)
-    [line] = [ln for ln in buf.getvalue().splitlines() if ln.startswith("verdict:")]
-    assert line == f"verdict: ok but {p.short_now_bytes / GB:.2f} GB short of memory available now (warning below)"
+    first, line = [ln for ln in buf.getvalue().splitlines() if ln.startswith("verdict:")]  # the answer, the reasons
+    short = f"verdict: ok but {p.short_now_bytes / GB:.2f} GB short of memory available now (warning below)"
+    assert line == short and first == f"{short}: HiCache --hicache-ratio {p.hicache.ratio:g}"
     enough = plan(prof, HostFacts(source="live", platform="linux", mem_total_bytes=32 * GiB,
                                   mem_available_bytes=30 * GiB))
     assert enough.short_now_bytes is None

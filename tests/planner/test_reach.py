@@ -123,7 +123,14 @@ def test_an_explicit_count_on_a_runtime_without_0004_is_one_line_naming_the_key(
 def test_auto_without_the_capability_keeps_stock_and_says_so() -> None:
     p = _plan(32, "linux", frozenset(SERIES), workload="8x18000", host_mamba_slots="auto")
     assert p.hicache.host_mamba_slots is None
-    assert any("runtime lacks hicache-host-mamba-slots" in w for w in p.warnings)
+    # said once: the host tier's rows name the split patch 0004 would give "which this runtime
+    # lacks", the decision why; no warning repeats it
+    assert "which this runtime lacks" in p.host_tier_reach[1].config
+    assert any(d.step == "host_mamba" and "runtime lacks hicache-host-mamba-slots" in d.reason for d in p.decisions)
+    assert not any("hicache-host-mamba-slots" in w for w in p.warnings)
+    # without a workload there is no table to say it: the warning does
+    bare = _plan(32, "linux", frozenset(SERIES), workload="null", host_mamba_slots="auto")
+    assert any("runtime lacks hicache-host-mamba-slots" in w for w in bare.warnings)
 
 
 @pytest.mark.parametrize("key,value,needle", [
