@@ -21,6 +21,7 @@ import typer
 
 from escha_deploy.utils.httpread import DEFAULT_DEADLINE_S
 
+from .bench import ApiKeyFileOpt, ApiKeyOpt  # the key as bench, canary and ask take it
 from .options import FormatOpt, OptionalProfileOpt, OutputFormat, number_option
 
 #: The longest ``--interval``, seconds (a day): a look a day is the slowest watch that means
@@ -38,6 +39,8 @@ Examples:
 
   escha-deploy status --check --interval 5
 
+  escha-deploy status --endpoint http://127.0.0.1:30000 --profile rtx5060ti-tp2-fp8 --check
+
 Watching a running box: docs/launch.md.
 """
 
@@ -47,7 +50,14 @@ def register(app: typer.Typer) -> None:
 
     @app.command("status", rich_help_panel=PANEL_LIFECYCLE, epilog=EXAMPLES)
     def status(
+        ctx: typer.Context,
         profile: OptionalProfileOpt = None,
+        endpoint: Annotated[Optional[str], typer.Option(
+            "--endpoint", "-e", help="Watch the server at this URL (http://HOST:PORT), one escha-deploy did not "
+            "start: its /metrics and /server_info. With --profile the plan's figures (planned on this host) "
+            "stand beside it; without, they are omitted.")] = None,
+        api_key: ApiKeyOpt = None,
+        api_key_file: ApiKeyFileOpt = None,
         format: FormatOpt = OutputFormat.table,
         watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh every --interval seconds "
                                             "(rich live display) until Ctrl-C or --count looks.")] = False,
@@ -89,7 +99,15 @@ def register(app: typer.Typer) -> None:
         from escha_deploy.utils.httpread import Policy
 
         policy = Policy(deadline_s=http_timeout)
-        targets = find_targets(_profile_name(profile), note=lambda line: info(f"status: {line}"))
+        if endpoint is not None:
+            targets = [_endpoint_target(ctx, endpoint, profile, api_key, api_key_file, http_timeout)]
+        else:
+            if api_key_file is not None:
+                from escha_deploy.utils.errors import BadInput
+
+                raise BadInput("status: --api-key-file goes with --endpoint (a server escha-deploy started is "
+                               "read with the key it was started with)")
+            targets = find_targets(_profile_name(profile), note=lambda line: info(f"status: {line}"))
         if not targets:
             raise Refused(f"status: nothing running{' for profile ' + _profile_name(profile) if profile else ''}")
         watchers = [Watcher(t, window_s=window, prefill_tokens_per_s=prefill_tps, since_start=not watch,
@@ -137,19 +155,55 @@ def register(app: typer.Typer) -> None:
         else:
             _table(rows, stdout_console())
         if check:
-            alerts = [f"{r['profile']}: {a['id']}: {a['evidence']}" for r in rows for a in r["alerts"]]
+            alerts = [f"{_label(r)}: {a['id']}: {a['evidence']}" for r in rows for a in r["alerts"]]
             alerts += [f"{r['profile']}: not running: container {r['container']} is {r['state']}"
                        for r in rows if r["state"] != "running"]
             if alerts:
                 raise Refused(*(f"status --check: alert {a}" for a in alerts),
                               hint="each alert's fix is in `escha-deploy status` and docs/launch.md")
-            quiet = [f"{r['profile']}: {r['metrics_error']}" for r in rows if r["metrics_error"]]
+            quiet = [f"{_label(r)}: {r['metrics_error']}" for r in rows if r["metrics_error"]]
             quiet += [f"{path} is not a number (NaN or Inf)" for path in unproven]
             if quiet:
                 raise Inconclusive(*(f"status --check: {q}" for q in quiet),
                                    hint="/metrics must answer HTTP 200 with SGLang's series, all numbers, within "
                                    "--http-timeout (runtime.enable_metrics starts the server with --enable-metrics); "
                                    "docs/launch.md")
+
+
+def _label(row: dict) -> str:
+    """What a ``--check`` line names: the profile, or the URL of an ``--endpoint`` without one."""
+    return row["endpoint"] if row.get("kind") == "endpoint" and row["profile"] == "-" else row["profile"]
+
+
+def _endpoint_target(ctx: typer.Context, url: str, profile: str | None, api_key: str | None,
+                     api_key_file: Path | None, deadline_s: float):
+    """``--endpoint URL``: the URL checked as ``bench`` checks it, the key as ``bench`` takes it
+    (``--api-key-file`` or ``ESCHA_API_KEY``; else the profile's ``container.api_key_file`` when
+    readable), ``/server_info`` read once, and the ``--profile``'s plan on this host (None
+    without one)."""
+    from escha_deploy.launch.ready import Probe
+    from escha_deploy.watch.session import _read_key, endpoint_target
+
+    from .bench import _api_key, check_endpoint
+
+    check_endpoint(url)
+    key = _api_key(ctx, api_key, api_key_file)
+    view, name = None, None
+    if profile is not None:
+        from escha_deploy.launch.planview import plan_view
+        from escha_deploy.pipeline import BoxRuntime, Options, facts_source, plan_here
+        from escha_deploy.profile import load_profile
+
+        prof = load_profile(profile)
+        name = prof.name
+        plan = plan_here(prof, facts_source(None), BoxRuntime(), Options(check_argv=False, digest=True)).plan
+        view = plan_view(plan, plan.plan_digest or "", prof.watch)
+        key = key or _read_key(prof.container.api_key_file)
+    got = Probe(url, key, server_info_s=deadline_s).server_info()
+    why = None if got is not None else ("neither /server_info nor /get_server_info answered 200 with a JSON "
+                                        f"object within {deadline_s:g} s")
+    return endpoint_target(url.rstrip("/"), profile=name, plan=view, api_key=key, server_info=got,
+                           server_info_why=why)
 
 
 def _table(rows: list[dict], console) -> None:

@@ -36,9 +36,10 @@ def render_row(row: dict[str, Any]):
     from escha_deploy.utils.termtext import printable
 
     parts: list = []
-    head = (f"[bold]{escape(row['profile'])}[/] {row.get('kind', '')} "
-            f"{escape(str(row.get('container') or 'pid ' + str(row.get('pid', '?'))))} "
-            f"{escape(str(row['endpoint']))}  plan {row['plan_digest'] or '-'}  up {row['uptime_s']} s")
+    who = "" if row.get("kind") == "endpoint" else f"{escape(str(row.get('container') or 'pid ' + str(row.get('pid', '?'))))} "
+    up = "" if row["uptime_s"] is None else f"  up {row['uptime_s']} s"
+    head = (f"[bold]{escape(row['profile'])}[/] {row.get('kind', '')} {who}"
+            f"{escape(str(row['endpoint']))}  plan {row['plan_digest'] or '-'}{up}")
     parts.append(Text.from_markup(head))
     srv, plan = row.get("server"), row.get("plan")
     if row.get("metrics_error"):
@@ -112,7 +113,14 @@ def render_row(row: dict[str, Any]):
         parts.append(Text(f"container {cm['name']}: memory {_gb(cm['usage_bytes'])} of {_gb(cm['limit_bytes'])}, "
                           f"file {_gb(cm['file_bytes'])}, anon {_gb(cm['anon_bytes'])}; events "
                           f"{', '.join(cm['events']) or 'none'}{'; OOM killed' if cm['oom_killed'] else ''}"))
-    if plan is None:
+    si = row.get("server_info")
+    if si:  # an --endpoint server: what it says it runs
+        parts.append(Text("server_info: " + ", ".join(f"{k} {v}" for k, v in si.items() if v is not None)))
+    elif row.get("server_info_error"):
+        parts.append(Text(f"/server_info: {row['server_info_error']}", style="yellow"))
+    for note in row.get("notes") or []:
+        parts.append(Text(f"note: {note}", style="dim"))
+    if plan is None and row.get("kind") != "endpoint":
         parts.append(Text("plan: no figures (not started by this escha-deploy's up or serve)", style="dim"))
     for a in row.get("alerts", []):
         parts.append(Text.from_markup(f"[bold red]ALERT {a['id']}[/]: {escape(a['title'])}\n"

@@ -35,6 +35,44 @@ class Target:
     pids: list[int] = field(default_factory=list)
     container: Any = None
     client: Any = None
+    read_host: bool = True  # this machine's memory is the server's (not a remote --endpoint)
+
+
+#: ``/server_info`` fields an ``--endpoint`` row shows (SGLang's ``server_info``,
+#: sglang/srt/entrypoints/http_server.py: the server's arguments and its scheduler's figures).
+SERVER_INFO_FIELDS = ("version", "model_path", "served_model_name", "tp_size", "page_size",
+                      "enable_hierarchical_cache", "hicache_ratio", "hicache_size", "hicache_write_policy",
+                      "max_total_num_tokens", "max_mamba_cache_size", "enable_metrics")
+
+
+def endpoint_target(url: str, *, profile: str | None, plan: PlanView | None, api_key: str | None,
+                    server_info: dict | None, server_info_why: str | None) -> Target:
+    """A server escha-deploy did not start (``status --endpoint URL``): no state file, container
+    or pid to read; its ``/metrics`` and ``/server_info`` are what there is. ``plan``: the
+    ``--profile``'s plan on this host, else None (the plan-relative figures are omitted, and
+    the row says so). This machine's memory is read only for a loopback URL (the server is
+    here); a remote server's host is not this one."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(url).hostname or "").strip("[]")
+    try:
+        local = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        local = False
+    info = {k: server_info.get(k) for k in SERVER_INFO_FIELDS if k in server_info} if server_info else None
+    notes = []
+    if plan is None:
+        notes.append("no --profile: the plan-relative figures (planned host pools, the page-cache floor, the "
+                     "measured bandwidth) are omitted")
+    if not local:
+        notes.append("not a loopback URL: this machine's memory is not the server's, so the host is not read")
+    row = {"profile": profile or "-", "container": None, "state": "running", "endpoint": url,
+           "plan_digest": plan.plan_digest[:12] if plan and plan.plan_digest else None, "image": None,
+           "uptime_s": None, "restart_policy": None, "kind": "endpoint", "pid": None,
+           "server_info": info, "server_info_error": None if server_info else server_info_why, "notes": notes}
+    return Target(kind="endpoint", profile=profile or "-", url=url, row=row, plan=plan, api_key=api_key,
+                  read_host=local)
 
 
 def _read_key(path: str | None) -> str | None:
@@ -193,7 +231,7 @@ class Watcher:
                 server = collect.scrape(t.url, api_key=t.api_key, policy=self.policy)
             except (collect.ServerDown, collect.MetricsUnavailable) as exc:
                 err = ("server not answering: " if isinstance(exc, collect.ServerDown) else "") + str(exc)
-        host = collect.read_host(t.pids, self.root, cgroup=t.kind == "native")
+        host = collect.read_host(t.pids, self.root, cgroup=t.kind == "native") if t.read_host else None
         cont = None
         now = collect.now()
         if t.container is not None:
