@@ -68,7 +68,7 @@ def render_plan(p: Plan, command: list[str] | None = None, host: list[str] | Non
     short = (f" [bold yellow]but {fmt_gb(p.short_now_bytes)} short of memory available now (warning below)[/]"
              if p.short_now_bytes and p.verdict != "unsafe" else "")
     con.print(f"verdict: [bold {colour}]{p.verdict}[/]{short}: HiCache {chosen}", soft_wrap=True)
-    if hc.enabled or p.max_safe_ratio is not None:
+    if hc.enabled or p.max_safe_ratio is not None or p.ratio_cap is not None:  # the profile asked for HiCache
         safe = f"largest safe ratio: [bold]{p.max_safe_ratio if p.max_safe_ratio is not None else 'none'}[/]"
         grid = (f"(a {p.safety_policy.ratio_step} grid, >= {fmt_mib(p.safety_policy.recommend_headroom_bytes)} "
                 f"headroom, at most the ratio cap {p.ratio_cap} = hicache.max_ratio)")
@@ -83,6 +83,8 @@ def render_plan(p: Plan, command: list[str] | None = None, host: list[str] | Non
                   f"against the pinned budget {fmt_gb(b.pinned_budget_bytes)} ("
                   + (f"{fmt_gb(spare) if spare >= 10**9 else fmt_mib(spare)} to spare" if spare >= 0
                      else f"{fmt_gb(-spare)} over") + f"; binding: {b.binding})", soft_wrap=True)
+    else:
+        con.print(f"pinned: none (HiCache off); the pinned budget {fmt_gb(b.pinned_budget_bytes)}", soft_wrap=True)
     if (reach := _reach_line(p)) is not None:
         con.print(escape(reach), soft_wrap=True)
     con.print(escape(_next_line(p, command or ["-p", p.profile], host or [])), soft_wrap=True)
