@@ -207,7 +207,8 @@ def test_dot_slash_name_reads_the_file_or_its_yaml_and_an_error_keeps_the_path_a
     (tmp_path / "good.yaml").write_text("extends: rtx5060ti-tp2-fp8\nname: good\n")
     r = cli("plan", "-p", "./good", "--host-ram", "64GiB")
     assert r.code == 0, r.err
-    assert r.out.startswith("good  TP 2")
+    assert r.out.splitlines()[5].startswith("good  TP 2")  # after the plan's five answer lines
+    assert "`escha-deploy up -p ./good --dry-run`" in r.out.splitlines()[4]  # the next line names it as typed
     assert profile_file("./good") == str((tmp_path / "good.yaml").resolve())  # up mounts the file plan read
     (tmp_path / "j.json").write_text('{"extends": "rtx5060ti-tp2-fp8", "name": "j"}')
     assert load_profile("./j").name == "j"
