@@ -67,6 +67,32 @@ def base_missing(client, base_image: str) -> None:
                       hint=f"pull it first: docker pull {base_image}{pin} (README.md, docs/runtime.md)") from None
 
 
+def _base_lock(ctx: Path, base_lock: str | None, built: str | None, version: str) -> dict[str, str] | None:
+    """The build arguments of the lock file (``BASE_LOCK_DIR``, ``BASE_LOCK``) the image build checks
+    its base's tree against, read and checked here first: ``--base-lock`` (relative to the context
+    ``ctx``), else ``runtime.lock.DEFAULT_LOCK`` when the base is ``built`` from a commit. ``BadInput``
+    (exit 2, nothing started) for a lock that is missing, outside the context, not a lock file, or
+    that pins another version than ``version``."""
+    from escha_deploy.runtime.lock import DEFAULT_LOCK, read_lock
+    from escha_deploy.utils.errors import BadInput
+
+    if base_lock is None and built is None:
+        return None
+    rel = Path(base_lock or DEFAULT_LOCK)
+    path = (ctx / rel).resolve()
+    if not path.is_relative_to(ctx.resolve()) or path.parent == ctx.resolve():
+        raise BadInput(f"--base-lock {rel}: must be a file in a folder of the build context {ctx}")
+    if not path.is_file():
+        raise BadInput(f"--base-lock {rel}: no such file in {ctx}",
+                       hint=f"pin the tree first: `escha-deploy runtime lock --python SGLANG_PY --output {ctx / DEFAULT_LOCK}`"
+                       " in the base image or a copy of its tree (docs/runtime.md, \"A commit-built base\")")
+    lock = read_lock(path)
+    if lock.version != version:
+        raise BadInput(f"--base-lock {rel}: pins SGLang {lock.version}, but --sglang-version is {version}",
+                       hint="name one version: the lock's, or lock the tree the base image holds")
+    return {"BASE_LOCK_DIR": path.parent.relative_to(ctx.resolve()).as_posix(), "BASE_LOCK": path.name}
+
+
 def register(app: typer.Typer) -> None:
     @app.command("build", rich_help_panel=PANEL_RUNTIME)
     def build_cmd(
@@ -97,6 +123,11 @@ def register(app: typer.Typer) -> None:
             "--fork-dir", help="Folder of a fork's commits imported by `escha-deploy runtime "
             "import`, relative to the context; applied with escha-deploy's series in the order its "
             "escha-fork.yaml gives.")] = "runtime_fork",
+        base_lock: Annotated[Optional[str], typer.Option(
+            "--base-lock", help="The lock file of a commit-built SGLang in --base-image (`escha-deploy runtime "
+            "lock`), relative to the context; the build refuses a tree that does not match it. Default: "
+            "runtime_base/sglang.lock.json when --sglang-version is built from a commit (docs/runtime.md, "
+            "\"A commit-built base\").")] = None,
         fmt: FormatOpt = OutputFormat.table,
     ) -> None:
         """Build the runtime image (classic builder, progress on stderr)."""
@@ -109,8 +140,17 @@ def register(app: typer.Typer) -> None:
         from escha_deploy.sglang.releases import check_supported, default_release, image_tag, image_tag_release, official_image
         from escha_deploy.runtime import patching
 
-        release = check_supported(sglang_version or (base_image and image_tag_release(base_image))
-                                  or default_release(), "--sglang-version")
+        from escha_deploy.sglang.releases import is_built_version, nearest_release
+
+        built = sglang_version if sglang_version and is_built_version(sglang_version) else None
+        if built:  # built from a commit: its nearest release's series, its own pinned tree
+            release = nearest_release(built, "--sglang-version")
+            if not base_image:
+                raise BadInput(f"--sglang-version {built}: built from a commit, so no official image holds it; "
+                               "name the image that does with --base-image NAME@sha256:...")
+        else:
+            release = check_supported(sglang_version or (base_image and image_tag_release(base_image))
+                                      or default_release(), "--sglang-version")
         base_image = base_image or official_image(release)
 
         dockerfile = "Dockerfile.hicache" if hicache else "docker/Dockerfile"
@@ -126,6 +166,7 @@ def register(app: typer.Typer) -> None:
             raise BadInput(f"{ctx / wheelhouse}: no escha-deploy wheelhouse for Python "
                            f"{python_version}",
                            hint=f"scripts/build-wheelhouse.sh {python_version}")
+        lock_arg = _base_lock(ctx, base_lock, built, sglang_version or release) if hicache else None
         patches = None
         if hicache:
             if not (ctx / overlay_dir).is_dir():
@@ -136,7 +177,9 @@ def register(app: typer.Typer) -> None:
         if "@sha256:" not in base_image:
             warn(f"--base-image {base_image} is not pinned by digest; the build is not "
                  "reproducible (use NAME@sha256:...)")
-        args = build_args(base_image, python_version, wheelhouse, overlay_dir, patches, release)
+        args = build_args(base_image, python_version, wheelhouse, overlay_dir, patches, built or release)
+        if lock_arg is not None:
+            args.update(lock_arg)
         from escha_deploy import __version__
         from escha_deploy.runtime.description import LABEL_ESCHA
 
@@ -148,7 +191,7 @@ def register(app: typer.Typer) -> None:
             args["FORK_DIR"] = fork_dir
             if fork_label(patches):  # provenance of the fork's commits, non-ASCII kept
                 labels[LABEL_FORK] = fork_label(patches)
-        tag = tag or image_tag("hicache" if hicache else "stock", release)
+        tag = tag or image_tag("hicache" if hicache else "stock", release, built=built)
         try:
             client = docker.APIClient(version="auto")
             base_missing(client, base_image)  # before the build starts: it would pull tens of GB itself

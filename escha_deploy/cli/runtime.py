@@ -38,6 +38,21 @@ OverlayOpt = Annotated[
                  "*.patch by name). See docs/runtime.md."),
 ]
 
+BaseLockOpt = Annotated[
+    Optional[str],
+    typer.Option("--base-lock", envvar="ESCHA_BASE_LOCK",
+                 help="The lock file of a commit-built SGLang (`escha-deploy runtime lock`): the tree must "
+                 "match it file by file (each changed, missing or extra file named, exit 3). Empty: none. "
+                 "See docs/runtime.md, \"A commit-built base\"."),
+]
+
+
+def _lock_path(base_lock: Optional[str]) -> Optional[Path]:
+    """``--base-lock``'s file; ``None`` for none or empty (a plain `docker build` passes an empty
+    build argument)."""
+    return Path(base_lock) if base_lock else None
+
+
 ForkOpt = Annotated[
     Optional[Path],
     typer.Option("--fork-dir", envvar="ESCHA_RUNTIME_FORK",
@@ -88,6 +103,7 @@ def apply_cmd(
         "--expect-sglang-version", help="The SGLang release the labels promised; refuse if the "
         "installed one is another (empty: not checked).")] = None,
     fork_dir: ForkOpt = None,
+    base_lock: BaseLockOpt = None,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Apply escha-deploy's patch series (+ a fork's imported commits, + overlays) to the installed sglang,
@@ -112,12 +128,17 @@ def apply_cmd(
     if expect_sglang_version and located.version != expect_sglang_version:
         from escha_deploy.utils.errors import Refused
 
+        from escha_deploy.runtime.lock import DEFAULT_LOCK
+        from escha_deploy.sglang.releases import is_built_version
+
+        lock_hint = (f" --base-lock {DEFAULT_LOCK} (the tree pinned first: `escha-deploy runtime lock`)"
+                     if located.version and is_built_version(located.version) else "")
         raise Refused(f"build argument SGLANG_VERSION={expect_sglang_version!r} but the installed sglang "
                       f"at {located.package_dir} is {located.version}",
-                      hint=f"build with --sglang-version {located.version}, or on a base image that holds "
+                      hint=f"build with --sglang-version {located.version}{lock_hint}, or on a base image that holds "
                       f"SGLang {expect_sglang_version}")
     result = patching.apply(located, sd, overlay_dir, base_ref, expect_capabilities,
-                            expect_series, __version__, fork_dir=fork_dir)
+                            expect_series, __version__, fork_dir=fork_dir, base_lock=_lock_path(base_lock))
     write_description(result.description, _description_file(state_dir))
     info(f"wrote {_description_file(state_dir)}")
     _print_description(result.description, fmt)
@@ -133,6 +154,7 @@ def verify_cmd(
         "--base-wheel", help="Read the clean base files from this stock wheel instead of "
         "the copies apply saved.")] = None,
     fork_dir: ForkOpt = None,
+    base_lock: BaseLockOpt = None,
     first_use: Annotated[bool, typer.Option(
         "--first-use/--no-first-use", help="Also check what the server builds after ready for the L3 backends "
         "the series' profiles turn on: a C++ compiler, <openssl/sha.h> and -lcrypto for SGLang's HiCache hash "
@@ -150,7 +172,8 @@ def verify_cmd(
     located = inv.locate(sglang_dir, python)
     sd = _state_dir(state_dir)
     recorded = patching.recorded_series(_description_file(state_dir))
-    result = patching.verify(located, sd, recorded, overlay_dir, base_wheel, fork_dir=fork_dir)
+    result = patching.verify(located, sd, recorded, overlay_dir, base_wheel, fork_dir=fork_dir,
+                             base_lock=_lock_path(base_lock))
     data = {"ok": result.drift.ok, "sglang_dir": str(located.package_dir),
             "base": result.base, "files": result.files,
             "expected_digest": result.expected_digest,
@@ -239,6 +262,85 @@ def inventory_cmd(
             dt.add_row(rel, "deleted" if e is None else str(e["size"]),
                        "" if e is None else e["sha256"])
         stdout_console().print(dt)
+
+
+@runtime_app.command("lock")
+def lock_cmd(
+    sglang_dir: SglangDirOpt = None,
+    python: PythonOpt = None,
+    output: Annotated[Path, typer.Option(
+        "--output", "-o", help="The lock file to write (its folder must exist); keep it with the build "
+        "context, where `escha-deploy build` reads it.")] = Path("runtime_base/sglang.lock.json"),
+    commit: Annotated[Optional[str], typer.Option(
+        "--commit", help="The commit the tree is built from (hex, 7-40 digits). Default: the one its "
+        "version names (+gCOMMIT).")] = None,
+    fmt: FormatOpt = OutputFormat.table,
+) -> None:
+    """Pin an SGLang built from a commit: every file's size and sha256 into a lock file, after finding
+    its nearest release (docs/runtime.md, "A commit-built base")."""
+    import re
+
+    from escha_deploy.cli.output import info, print_json
+    from escha_deploy.utils.errors import BadInput
+    from escha_deploy.utils.paths import check_output, write_output
+    from escha_deploy.runtime import inventory as inv
+    from escha_deploy.runtime import patching
+    from escha_deploy.runtime.lock import lock_text, nearest_findings
+    from escha_deploy.sglang.releases import built_commit, nearest_release
+
+    check_output(output, "--output")  # before hashing, not after
+    if commit is not None and not re.fullmatch(r"[0-9a-f]{7,40}", commit):
+        raise BadInput(f"--commit {commit!r}: expected a commit hash, 7 to 40 lowercase hex digits")
+    located = inv.locate(sglang_dir, python)
+    if located.version is None:
+        raise BadInput(f"{located.package_dir}: no version (no dist-info METADATA, no _version.py): "
+                       "cannot tell which SGLang this is")
+    named = built_commit(located.version)
+    if commit and named and not (commit.startswith(named) or named.startswith(commit)):
+        raise BadInput(f"--commit {commit}: the tree's version {located.version} names commit {named}; "
+                       "name the parent one way")
+    nearest = nearest_release(located.version, str(located.package_dir))
+    files = _scan_with_progress(located.package_dir)
+    # the rebase check: our series for that release applies to this tree's own files
+    patches = patching.load_patches(None, None, patching.series_release_of(located.version))
+    patching.compute_deltas(patches, lambda rel: (located.package_dir / rel).read_bytes() if rel in files else None)
+    found = nearest_findings(files, nearest, patching.committed_inventories(nearest))
+    text, digest = lock_text(located.version, commit or named, nearest, files)
+    write_output(output, text, "--output")
+    data = {"lock": str(output), "version": located.version, "commit": commit or named,
+            "nearest_release": nearest, "files": len(files), "bytes": sum(s for s, _ in files.values()),
+            "digest": digest, "series_applies": [p.name for p in patches], "differs_count": found.differs_count,
+            "differs": found.differs, "unchecked": found.unchecked}
+    if fmt == OutputFormat.json:
+        print_json(data)
+        return
+    from escha_deploy.utils.termtext import printable
+
+    print(f"locked: SGLang {printable(located.version)} at {located.package_dir}: {len(files)} files, "
+          f"digest {digest}")
+    print(f"nearest release: {nearest} (the version's release prefix); our series applies: "
+          f"{', '.join(p.name for p in patches)}")
+    print(f"differs from {nearest}: {found.differs_count} files" + "".join(f"\n  {printable(d)}" for d in found.differs))
+    for line in found.unchecked:
+        print(f"not checked: {line}")
+    info(f"wrote {output}; build with `escha-deploy build --sglang-version {located.version} --base-image REF` "
+         f"(the lock read from {output} when it is runtime_base/sglang.lock.json of the context, else "
+         "--base-lock)")
+
+
+def _scan_with_progress(package_dir: Path) -> dict:
+    """``inventory.scan`` of ``package_dir`` with a progress bar on stderr (rich; about 4,400
+    files for an SGLang tree)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from escha_deploy.cli.output import stderr_console
+    from escha_deploy.runtime import inventory as inv
+
+    rels = inv.list_files(package_dir)
+    with Progress(TextColumn("hashing sglang/"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=stderr_console(), transient=False) as progress:
+        task = progress.add_task("hash", total=len(rels))
+        return inv.hash_files(package_dir, rels, lambda: progress.advance(task))
 
 
 @runtime_app.command(
@@ -517,9 +619,12 @@ def _print_description(desc, fmt: OutputFormat) -> None:
         *[("dropped", d) for d in desc.dropped],
         ("capabilities", ", ".join(desc.capabilities) or "none"),
         ("inventory digest", desc.inventory_digest),
+        *([("built from a commit", desc.built.summary())] if desc.built is not None else []),
     ]
+    from escha_deploy.utils.termtext import printable
+
     for k, v in rows:
-        print(f"{k}: {v}")
+        print(f"{k}: {printable(str(v))}")
 
 
 def first_use_or_refuse(python: Optional[str]) -> None:

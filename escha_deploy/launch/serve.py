@@ -106,6 +106,11 @@ def check_release(planned: str | None, path: str | Path) -> None:
     """``Refused`` (exit 3, both named) when this runtime's SGLang release is not the one the
     launch spec at ``path`` was planned for; nothing to check when either is unknown."""
     running, where = runtime_release()
+    if running:
+        from escha_deploy.sglang.releases import is_built_version, nearest_release
+
+        if is_built_version(running):  # built from a commit: planned with its nearest release
+            running = nearest_release(running, where)
     if planned and running and planned != running:
         raise Refused(f"SGLang release: {where} runs {running}, but the launch spec {path} was planned for "
                       f"{planned}", hint=f"plan for this image (`escha-deploy up` reads its release), or run an "

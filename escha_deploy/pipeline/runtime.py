@@ -111,10 +111,24 @@ def resolve_runtime(profile: Profile, g: Gathered | None, source: RuntimeSource)
         release = ReleaseChoice(version=check_supported(*source.release), source=source.release[1])
     else:
         release = choose_release(image=claim, flag=flag, profile=profile.runtime.sglang_version)
+    if release.built is not None:  # said once, in the plan's notes
+        notes.append(built_note(release, desc))
     if isinstance(source, RuntimeClaim):
-        return Runtime(release=release, capabilities=caps, where=source.where, kind=source.kind)
+        return Runtime(release=release, capabilities=caps, where=source.where, kind=source.kind, notes=tuple(notes))
     return Runtime(release=release, capabilities=caps, facts=tuple(facts), binding=binding, notes=tuple(notes),
                    described=(box or _described_runtime(desc, flag)) if isinstance(source, BoxRuntime) else None)
+
+
+def built_note(release: ReleaseChoice, desc: RuntimeDescription | None) -> str:
+    """The plan's one line on a runtime built from a commit (``release.built``): its description's
+    account (``BuiltBase.summary``: the nearest release, the lock, what differs, what was not
+    checked) when this machine's description is of it, else the rule alone and what it leaves
+    unchecked."""
+    if desc is not None and desc.built is not None and desc.built.version == release.built:
+        return desc.built.summary()
+    return (f"SGLang {release.built} is built from a commit: planned with the rules of SGLang {release.version}, "
+            f"its nearest release ({release.source}); not checked: what differs from {release.version} (no "
+            "runtime description of it read here: `escha-deploy runtime describe` in its image says)")
 
 
 def runtime_here(notes: list[str] | None = None) -> RuntimeDescription | None:

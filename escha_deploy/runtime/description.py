@@ -59,6 +59,40 @@ class SeriesEntry(BaseModel):
     left_out: list[str] = Field(default_factory=list)
 
 
+class BuiltBase(BaseModel):
+    """An SGLang built from a commit, not a release (docs/runtime.md, "A commit-built base"):
+    its ``version`` and ``commit``; ``nearest_release``, whose rules the plan applies
+    (``releases.nearest_release``: the version's release prefix); ``lock_digest``/``lock_file``:
+    the lock file its tree was checked against at apply (``runtime.lock``; None: its inventory was
+    recorded, not pinned beforehand); ``differs``: the files that differ from the nearest
+    release's committed inventory (``differs_count`` in all); ``unchecked``: what could not be
+    checked for it, each once."""
+
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+    version: str
+    commit: str | None = None
+    nearest_release: str
+    lock_digest: str | None = None
+    lock_file: str | None = None
+    differs: list[str] = Field(default_factory=list)
+    differs_count: int = 0
+    unchecked: list[str] = Field(default_factory=list)
+
+    def summary(self) -> str:
+        """One line for a plan: what it is, what differs from its nearest release, what was not
+        checked."""
+        commit = f" (commit {self.commit})" if self.commit else ""
+        pin = f"pinned by {self.lock_file} (digest {self.lock_digest[:12]})" if self.lock_digest else \
+            "its inventory recorded at apply, not pinned by a lock file"
+        differs = (f"{self.differs_count} files differ from {self.nearest_release} "
+                   f"({', '.join(self.differs[:3])}{', ...' if self.differs_count > 3 else ''})"
+                   if self.differs_count else f"no file differs from {self.nearest_release}'s committed inventory")
+        unchecked = "; ".join(self.unchecked)
+        return (f"SGLang {self.version}{commit} is built from a commit: planned with the rules of SGLang "
+                f"{self.nearest_release}, its nearest release; {pin}; {differs}"
+                + (f"; not checked: {unchecked}" if unchecked else ""))
+
+
 class RuntimeDescription(BaseModel):
     """``/etc/escha/runtime.json``. Lenient on read (unknown keys ignored: stored data, not user
     input)."""
@@ -87,6 +121,8 @@ class RuntimeDescription(BaseModel):
         "(a closure's kernel package, stubbed modules, dispatch edits, environment)")
     closure_env: dict[str, str] = Field(
         default_factory=dict, description="environment variables a closure's SGLang runs with")
+    built: BuiltBase | None = Field(
+        default=None, description="an SGLang built from a commit: its nearest release and what differs from it")
     escha_version: str | None = Field(
         default=None, description="the escha-deploy installed in the image (serve --spec runs it)",
         # images built before the field took the LaunchSpec's name wrote escha_deploy_version
@@ -102,12 +138,19 @@ class RuntimeDescription(BaseModel):
         from pydantic import ValidationError
 
         src = Provenance(kind="runtime_description", where=where)
+        release = self.planned_release
         try:
             return RuntimeFacts(
-                sglang_release=self.sglang_version, sglang_release_source=src if self.sglang_version else None,
+                sglang_release=release, sglang_release_source=src if release else None,
                 capabilities=[CapabilityFact(name=c, source=src) for c in dict.fromkeys(self.capabilities)])
         except ValidationError as exc:  # a release that is no x.y.z, a capability name of another shape
             raise BadInput(*(f"{where}: {_description_key(e['loc'])}: {e['msg']}" for e in exc.errors()[:5])) from None
+
+    @property
+    def planned_release(self) -> str | None:
+        """The release whose rules plan this runtime: its ``sglang_version``, or for one built
+        from a commit its nearest release (``built``)."""
+        return self.built.nearest_release if self.built is not None else self.sglang_version
 
     def labels(self) -> dict[str, str]:
         """The OCI labels that mirror this description."""

@@ -159,6 +159,30 @@ def scan(package_dir: Path) -> dict[str, Entry]:
     return out
 
 
+def list_files(package_dir: Path) -> list[str]:
+    """The relative paths (``/`` separators) ``scan`` would hash, sorted, no ``__pycache__``."""
+    out: list[str] = []
+    root = str(package_dir)
+    cut = len(root) + 1
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        out.extend(os.path.join(dirpath, n)[cut:].replace(os.sep, "/") for n in filenames)
+    return sorted(out)
+
+
+def hash_files(package_dir: Path, rels: list[str], advance=None) -> dict[str, Entry]:
+    """``scan``'s ``{path: (size, sha256)}`` of the files ``rels`` under ``package_dir``, calling
+    ``advance()`` after each (a progress bar)."""
+    out: dict[str, Entry] = {}
+    for rel in rels:
+        with open(os.path.join(package_dir, rel), "rb", buffering=0) as f:
+            data = f.readall()
+        out[rel] = (len(data), hashlib.sha256(data).hexdigest())
+        if advance is not None:
+            advance()
+    return out
+
+
 def _open_wheel(wheel: Path) -> zipfile.ZipFile:
     """The wheel as a zip; ``BadInput`` naming it when it is missing or not a zip."""
     try:

@@ -32,7 +32,7 @@ from escha_deploy.runtime.series import Patch, apply_series, capabilities_of, re
 
 if TYPE_CHECKING:
     # imported where a description is built: the models import pydantic, which `verify` skips
-    from escha_deploy.runtime.description import RuntimeDescription, SeriesEntry
+    from escha_deploy.runtime.description import BuiltBase, RuntimeDescription, SeriesEntry
 
 def series_dir(release: str | None = None) -> Path:
     """The series folder for SGLang ``release``: ``runtime_patches/`` (shipped in the wheel as
@@ -71,8 +71,35 @@ def series_release_of(version: str | None) -> str | None:
     """The release whose series an install of sglang ``version`` gets: ``version`` when
     ``runtime_patches/<version>/`` holds a series, else ``None`` (the series our patches are
     made for, as before any rebase: its base inventory then tells a stock wheel of another
-    release by its drift)."""
+    release by its drift). An SGLang built from a commit (``0.5.23.post1.dev4+g...``) gets the
+    series of its release prefix (``releases.nearest_release``'s rule)."""
+    if version and version not in rebased_releases():
+        import re
+
+        m = re.match(r"v?(\d+\.\d+\.\d+)\.post\d+", version)
+        version = m.group(1) if m else version
     return version if version and version in rebased_releases() else None
+
+
+def _built_version(version: str | None) -> bool:
+    """True for a PEP 440 version with more than ``X.Y.Z`` (``releases.is_built_version``; here
+    without importing pydantic, which ``verify`` skips)."""
+    import re
+
+    return bool(version) and re.fullmatch(r"v?\d+\.\d+\.\d+", version or "") is None
+
+
+def built_of(located: inv.Located) -> str | None:
+    """The nearest release (``releases.nearest_release``) when the installed sglang's version is
+    more than ``X.Y.Z`` (built from a commit; text that is no PEP 440 version is refused there),
+    else None. Raises one line (exit 2 or 3)
+    naming the package when that release cannot be told."""
+    from escha_deploy.sglang.releases import nearest_release
+
+    if not _built_version(located.version):  # a release (supported or not: its wheel's inventory tells)
+        return None
+    assert located.version is not None
+    return nearest_release(located.version, f"{located.package_dir}")
 
 
 def committed_base_path(tag: str | None, release: str | None = None) -> Path | None:
@@ -86,6 +113,16 @@ def committed_base_path(tag: str | None, release: str | None = None) -> Path | N
         return None
     p = folder / "base" / f"{tag}.json"
     return p if p.is_file() else None
+
+
+def committed_inventories(release: str) -> list[Path]:
+    """Every inventory committed for ``release``'s wheels (``base/*.json`` of its series folder,
+    ``series_dir``); ``[]`` when the release has no series."""
+    try:
+        folder = series_dir(release)
+    except Refused:
+        return []
+    return sorted((folder / "base").glob("*.json"))
 
 
 def has_fork(fork_dir: Path | None) -> bool:
@@ -261,6 +298,7 @@ def apply(
     expect_series: str | None = None,
     escha_version: str | None = None,
     fork_dir: Path | None = None,
+    base_lock: Path | None = None,
 ) -> ApplyResult:
     """Patch the installed sglang in place, then verify it; write the state and description.
 
@@ -270,9 +308,18 @@ def apply(
     patch or overlay.
     """
     pkg = located.package_dir
+    nearest = built_of(located)  # before anything is read or written: a version no rule places
+    lock = None
+    if base_lock is not None:
+        from escha_deploy.runtime.lock import read_lock
+
+        lock = read_lock(base_lock)
     base = inv.scan(pkg)
+    if lock is not None:  # the pinned tree, file by file, before anything is written
+        lock.check_tree(base, located.version, str(pkg))
     release = series_release_of(located.version)
-    committed = committed_base_path(located.wheel_tag, release)
+    # a commit-built tree is not the stock wheel its tag names: never checked against its inventory
+    committed = None if nearest else committed_base_path(located.wheel_tag, release)
     if committed is not None:
         _, committed_files = inv.read_inventory(committed)
         drift = inv.compare(base, committed_files)
@@ -283,7 +330,15 @@ def apply(
                 "`escha-deploy runtime verify`)",
             )
     base_digest = inv.digest(base)
-    if committed is None:
+    if lock is not None:
+        print(f"base: {pkg} matches {lock.path} ({len(base)} files, digest {base_digest[:12]})", file=sys.stderr)
+    elif nearest is not None:
+        from escha_deploy.runtime.lock import DEFAULT_LOCK
+
+        print(f"SGLang {located.version} is built from a commit and no lock file pins it: its inventory is "
+              f"recorded as found; pin it beforehand with `escha-deploy runtime lock --sglang-dir {pkg} --output "
+              f"{DEFAULT_LOCK}`", file=sys.stderr)
+    if committed is None and lock is None:
         print(f"no committed base inventory for {base_id(located, base_ref)}: recorded the one "
               f"found, digest {base_digest}", file=sys.stderr)
 
@@ -348,6 +403,7 @@ def apply(
     from escha_deploy.runtime.description import RuntimeDescription
 
     desc = RuntimeDescription(
+        built=built_base(located, nearest, base, lock),
         sglang_version=located.version,
         base=base_id(located, base_ref),
         base_inventory_digest=base_digest,
@@ -361,6 +417,23 @@ def apply(
         escha_version=escha_version,
     )
     return ApplyResult(desc, deltas, len(base))
+
+
+def built_base(located: inv.Located, nearest: str | None, base: dict[str, inv.Entry], lock) -> BuiltBase | None:
+    """The description's record of a commit-built base (``built_of``: ``nearest`` its nearest
+    release, None for a release), with what differs from that release (``lock.nearest_findings``)."""
+    if nearest is None or located.version is None:
+        return None
+    from escha_deploy.runtime.description import BuiltBase
+    from escha_deploy.runtime.lock import nearest_findings
+    from escha_deploy.sglang.releases import built_commit
+
+    found = nearest_findings(base, nearest, committed_inventories(nearest))
+    return BuiltBase(version=located.version, commit=(lock.commit if lock is not None else None)
+                     or built_commit(located.version), nearest_release=nearest,
+                     lock_digest=lock.digest if lock is not None else None,
+                     lock_file=lock.path.name if lock is not None else None,
+                     differs=found.differs, differs_count=found.differs_count, unchecked=found.unchecked)
 
 
 @dataclass
@@ -410,6 +483,7 @@ def verify(
     overlay_dir: Path | None = None,
     base_wheel: Path | None = None,
     fork_dir: Path | None = None,
+    base_lock: Path | None = None,
 ) -> VerifyResult:
     """Compare the installed tree with base + deltas. Returns the drift (empty when equal).
 
@@ -422,8 +496,20 @@ def verify(
     the base inventory, or the patches differ from those the description records.
     """
     state_dir = Path(state_dir)
-    committed = committed_base_path(located.wheel_tag, series_release_of(located.version))
-    if committed is not None:
+    committed = None if _built_version(located.version) else committed_base_path(
+        located.wheel_tag, series_release_of(located.version))
+    if base_lock is not None:  # the pinned base: the one recorded at apply must be it
+        from escha_deploy.runtime.lock import read_lock
+
+        lock = read_lock(base_lock)
+        applied_base = state_dir / "base-inventory.json"
+        if applied_base.is_file():
+            drift = inv.compare(inv.read_inventory(applied_base)[1], lock.files)
+            if not drift.ok:
+                raise Refused(*[f"{lock.path}: the base applied was not this lock's: {line}" for line in drift.lines()],
+                              hint="apply again on the pinned tree (`escha-deploy runtime apply --base-lock FILE`)")
+        header, base = {"base": f"lock:{lock.path.name}"}, lock.files
+    elif committed is not None:
         header, base = inv.read_inventory(committed)
     elif (state_dir / "base-inventory.json").is_file():
         header, base = inv.read_inventory(state_dir / "base-inventory.json")

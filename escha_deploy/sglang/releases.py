@@ -358,12 +358,13 @@ def series_releases() -> tuple[str, ...]:
                  if v == series_release() or (root / v / "series").is_file())
 
 
-def image_tag(kind: Literal["hicache", "stock"], version: str | None = None) -> str:
+def image_tag(kind: Literal["hicache", "stock"], version: str | None = None, *, built: str | None = None) -> str:
     """The tag of the ``kind`` image built for ``version`` (default: ``default_release()``):
-    ``index.yaml``'s ``image_tags`` with the release put in (``escha-sglang:X.Y.Z-hicache``).
-    ``BadInput`` for a release that is not supported."""
+    ``index.yaml``'s ``image_tags`` with the release put in (``escha-sglang:X.Y.Z-hicache``); for an
+    SGLang ``built`` from a commit, its version put in instead, ``+`` as ``-`` (a Docker tag holds
+    ``[A-Za-z0-9_.-]``). ``BadInput`` for a release that is not supported."""
     release = check_supported(version or default_release(), "release")
-    return getattr(_index().image_tags, kind).replace("{release}", release)
+    return getattr(_index().image_tags, kind).replace("{release}", built.replace("+", "-") if built else release)
 
 
 def official_image(version: str | None = None) -> str:
@@ -438,12 +439,71 @@ def load_release(version: str | None = None) -> Release:
     return release
 
 
+#: A PEP 440 version as setuptools-scm writes an SGLang built from git (``X.Y.Z`` with an
+#: optional pre-release, ``.postN``, ``.devN`` and ``+local`` part: packaging.python.org,
+#: "Version specifiers"; setuptools-scm's ``guess-next-dev`` and ``post-release`` schemes).
+_BUILT = re.compile(r"^v?(?P<release>\d+\.\d+\.\d+)(?P<pre>(?:a|b|rc)\d+)?(?P<post>\.post\d+)?"
+                    r"(?P<dev>\.dev\d+)?(?:\+(?P<local>[a-z0-9]+(?:\.[a-z0-9]+)*))?$", re.I)
+#: Where docs/runtime.md states the rule ``nearest_release`` follows.
+BUILT_DOC = 'docs/runtime.md, "A commit-built base"'
+
+
+def built_commit(version: str) -> str | None:
+    """The commit a setuptools-scm version names in its local part (``+g1a2b3c4`` ->
+    ``1a2b3c4``; ``+g1a2b3c4.d20261207``: the same, built from a dirty tree), else None."""
+    m = _BUILT.match(version.strip())
+    local = (m.group("local") or "") if m else ""
+    head = local.split(".", 1)[0]
+    return head[1:] if re.fullmatch(r"g[0-9a-f]{7,40}", head) else None
+
+
+def nearest_release(version: str, where: str) -> str:
+    """The supported release whose rules apply to SGLang ``version`` built from a commit (read
+    from ``where``), by the rule docs/runtime.md states ("A commit-built base"): the version's
+    release prefix (PEP 440: ``0.5.19.post1.dev7+g1a2b3c4`` -> ``0.5.19``, a commit after the tag
+    ``v0.5.19``), which must be a supported release. A release itself is its own nearest release.
+
+    Cannot be told, one line each: a version that is no PEP 440 version (``BadInput``, exit 2); a
+    pre-release or a ``.devN`` with no ``.postN`` (``0.5.20.dev3``: setuptools-scm's default
+    scheme for a commit *before* 0.5.20, after an unknown tag) and a prefix that is not a
+    supported release (``Refused``, exit 3). The rebase check and the late-check trace against
+    that release are ``runtime lock``'s (``runtime.lock.nearest_findings``)."""
+    from escha_deploy.utils.errors import Refused
+
+    m = _BUILT.match(version.strip())
+    if m is None:
+        raise BadInput(f"{where}: SGLang {version!r} is not a PEP 440 version (X.Y.Z[.postN][.devN][+gCOMMIT]); "
+                       f"its nearest release cannot be told ({BUILT_DOC})")
+    release = m.group("release")
+    if m.group("pre") or (m.group("dev") and not m.group("post")):
+        raise Refused(f"{where}: SGLang {version} is a commit before the release {release}, after a tag the "
+                      f"version does not name; its nearest release cannot be told ({BUILT_DOC})",
+                      hint="build it with setuptools-scm's post-release scheme (X.Y.Z.postN.devM), or from a "
+                      "release tag")
+    if release not in supported_releases():
+        raise Refused(f"{where}: SGLang {version} is built after {release}, not a supported release "
+                      f"(supported: {', '.join(supported_releases())}); its nearest release cannot be told "
+                      f"({BUILT_DOC})")
+    return release
+
+
+def is_built_version(version: str) -> bool:
+    """True when ``version`` is a PEP 440 version with more than its release part
+    (``0.5.19.post1.dev7+g1a2b3c4``: built from a commit), False for a plain ``X.Y.Z`` or text
+    that is no such version."""
+    m = _BUILT.match(version.strip())
+    return m is not None and m.group("release") != version.strip()
+
+
 class ReleaseChoice(_Model):
     """The release a plan targets and where that came from (``source``: ``the image X``,
-    ``--sglang-version``, ``runtime.sglang_version``, or ``the default release``)."""
+    ``--sglang-version``, ``runtime.sglang_version``, or ``the default release``). ``built``:
+    the SGLang version when the runtime is built from a commit, not a release (``version`` is
+    then its nearest release, ``nearest_release``), else None."""
 
     version: str
     source: str
+    built: str | None = None
 
 
 def choose_release(*, image: tuple[str | None, str] | None = None, flag: str | None = None,
@@ -459,19 +519,28 @@ def choose_release(*, image: tuple[str | None, str] | None = None, flag: str | N
     from escha_deploy.utils.errors import Refused
 
     named: list[tuple[str, str]] = []
+    built: str | None = None
     if image is not None and image[0]:
-        if image[0] not in supported_releases():
-            raise Refused(f"{image[1]} runs SGLang {image[0]}, not a supported release "
-                          f"(supported: {', '.join(supported_releases())})")
-        named.append((image[0], image[1]))
+        version = image[0]
+        if version not in supported_releases():  # built from a commit: planned with its nearest release
+            built, version = version, nearest_release(version, image[1])
+        named.append((version, image[1]))
     if flag:
-        named.append((check_supported(flag, "--sglang-version"), "--sglang-version"))
+        if is_built_version(flag):
+            built = built or flag
+            named.append((nearest_release(flag, "--sglang-version"), "--sglang-version"))
+        else:
+            named.append((check_supported(flag, "--sglang-version"), "--sglang-version"))
     if profile:
         named.append((check_supported(profile, profile_where), profile_where))
     for version, where in named[1:]:
         if version != named[0][0]:
             raise Refused(f"SGLang release: {named[0][1]} says {named[0][0]}, {where} says {version}",
                           hint="name one release, or plan for the image that runs it")
+    if named and built:
+        return ReleaseChoice(version=named[0][0], built=built, source=(
+            f"{named[0][1]}: SGLang {built}, built from a commit, planned with the rules of SGLang "
+            f"{named[0][0]}, its nearest release ({BUILT_DOC})"))
     if named:
         return ReleaseChoice(version=named[0][0], source=named[0][1])
     return ReleaseChoice(version=default_release(), source="the default release, escha_deploy/catalog/releases/index.yaml")
