@@ -187,20 +187,22 @@ def _action_record(action: argparse.Action) -> dict[str, Any]:
     return record
 
 
-def installed_release(expected: str | None = None) -> str:
+def installed_release(expected: str | None = None, need_folder: bool = True) -> str:
     """The installed sglang's version; ``SystemExit(2)`` when it is not ``expected`` (if given)
-    or has no release folder."""
+    or, with ``need_folder``, has no release folder (an SGLang built from a commit has none: its
+    catalog goes to ``--out``, ``escha-deploy runtime lock``)."""
     import importlib.metadata
 
     installed = importlib.metadata.version("sglang")
     if expected and installed != expected:
         print(f"error: installed sglang is {installed}, expected {expected}", file=sys.stderr)
         raise SystemExit(2)
-    release_folder(installed)
+    if need_folder:
+        release_folder(installed)
     return installed
 
 
-def build_catalog(expected: str | None = None) -> tuple[dict[str, Any], dict[str, float | bool]]:
+def build_catalog(expected: str | None = None, need_folder: bool = True) -> tuple[dict[str, Any], dict[str, float | bool]]:
     """Import the real parser and describe it.
 
     Returns ``(catalog, stats)``: the catalog mapping (schema, runtime, version, parser source,
@@ -208,7 +210,7 @@ def build_catalog(expected: str | None = None) -> tuple[dict[str, Any], dict[str
     whether the torchvision stand-in was used. Raises ``SystemExit(2)`` when the installed
     sglang is not ``expected`` or has no release folder.
     """
-    installed = installed_release(expected)
+    installed = installed_release(expected, need_folder)
     stand_in = _install_torchvision_stand_in()
     t0 = time.perf_counter()
     from sglang.srt.server_args import ServerArgs  # the real parser's only entry point
@@ -321,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="escha-flagcat-") as tmp:
         _clean_environment(tmp)
-        catalog, stats = build_catalog(args.release)
+        catalog, stats = build_catalog(args.release, need_folder=args.out is None)
     if args.out is None:
         args.out = release_folder(catalog["version"]) / "flags.json"
     text = render(catalog)

@@ -62,7 +62,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wheel", type=Path, default=os.environ.get("ESCHA_SGLANG_WHEEL"),
                     help="the release's wheel (default: $ESCHA_SGLANG_WHEEL)")
     ap.add_argument("--check", action="store_true", help="exit 1 if the committed file differs")
+    ap.add_argument("--tree", type=Path, help="an installed sglang package folder instead of a wheel (an SGLang "
+                    "built from a commit: `escha-deploy runtime lock`); needs --out and --version")
+    ap.add_argument("--version", help="--tree: its SGLang version")
+    ap.add_argument("--out", type=Path, help="--tree: where to write the catalog")
     a = ap.parse_args(argv)
+    if a.tree is not None:
+        if a.out is None or a.version is None:
+            ap.error("--tree needs --out FILE and --version VERSION")
+        text = (a.tree / SOURCE.removeprefix("sglang/")).read_text(encoding="utf-8")
+        data = {"release": a.version, "source": SOURCE.removeprefix("sglang/"),
+                "generated_by": "scripts/gen_metric_names.py", "metrics": extract(text)}
+        a.out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        return 0
     if a.wheel is None or not Path(a.wheel).is_file():
         print("gen_metric_names: --wheel (or $ESCHA_SGLANG_WHEEL) must name the release's wheel", file=sys.stderr)
         return 2

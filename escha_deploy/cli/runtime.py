@@ -278,6 +278,7 @@ def lock_cmd(
 ) -> None:
     """Pin an SGLang built from a commit: every file's size and sha256 into a lock file, after finding
     its nearest release (docs/runtime.md, "A commit-built base")."""
+    import os
     import re
 
     from escha_deploy.cli.output import info, print_json
@@ -304,13 +305,35 @@ def lock_cmd(
     # the rebase check: our series for that release applies to this tree's own files
     patches = patching.load_patches(None, None, patching.series_release_of(located.version))
     patching.compute_deltas(patches, lambda rel: (located.package_dir / rel).read_bytes() if rel in files else None)
-    found = nearest_findings(files, nearest, patching.committed_inventories(nearest))
-    text, digest = lock_text(located.version, commit or named, nearest, files)
+    parser = None
+    if python or os.environ.get(inv.ENV_SGLANG_PYTHON):  # the tree's own parser, in its own interpreter
+        import dataclasses
+        import tempfile
+
+        from escha_deploy.runtime.lock import read_parser, side_files
+        from escha_deploy.utils.paths import source_checkout
+
+        checkout = source_checkout()
+        if checkout is None or not (checkout / "scripts" / "gen_flag_catalog.py").is_file():
+            raise BadInput("runtime lock --python: the releases' generators (scripts/gen_flag_catalog.py) are not "
+                           "here: run it in the escha-deploy checkout you build from")
+        flags_out, metrics_out = side_files(output)
+        info(f"reading the parser of SGLang {located.version} in {python or os.environ[inv.ENV_SGLANG_PYTHON]} "
+             "(the releases' generators)")
+        with tempfile.TemporaryDirectory(prefix="escha-lock-") as tmp:
+            found_parser = read_parser(python or os.environ[inv.ENV_SGLANG_PYTHON], located.package_dir,
+                                       located.version, nearest, checkout / "scripts", Path(tmp) / "flags.json",
+                                       Path(tmp) / "metrics.json")
+            write_output(flags_out, (Path(tmp) / "flags.json").read_bytes(), "--output")
+            write_output(metrics_out, (Path(tmp) / "metrics.json").read_bytes(), "--output")
+        parser = {**dataclasses.asdict(found_parser), "flags_file": flags_out.name, "metrics_file": metrics_out.name}
+    found = nearest_findings(files, nearest, patching.committed_inventories(nearest), parser)
+    text, digest = lock_text(located.version, commit or named, nearest, files, parser)
     write_output(output, text, "--output")
     data = {"lock": str(output), "version": located.version, "commit": commit or named,
             "nearest_release": nearest, "files": len(files), "bytes": sum(s for s, _ in files.values()),
             "digest": digest, "series_applies": [p.name for p in patches], "differs_count": found.differs_count,
-            "differs": found.differs, "unchecked": found.unchecked}
+            "differs": found.differs, "parser": parser, "parser_differs": found.parser, "unchecked": found.unchecked}
     if fmt == OutputFormat.json:
         print_json(data)
         return
@@ -321,6 +344,8 @@ def lock_cmd(
     print(f"nearest release: {nearest} (the version's release prefix); our series applies: "
           f"{', '.join(p.name for p in patches)}")
     print(f"differs from {nearest}: {found.differs_count} files" + "".join(f"\n  {printable(d)}" for d in found.differs))
+    for line in found.parser:
+        print(f"differs from {nearest}: {printable(line)}")
     for line in found.unchecked:
         print(f"not checked: {line}")
     info(f"wrote {output}; build with `escha-deploy build --sglang-version {located.version} --base-image REF` "

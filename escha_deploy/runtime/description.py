@@ -66,7 +66,9 @@ class BuiltBase(BaseModel):
     the lock file its tree was checked against at apply (``runtime.lock``; None: its inventory was
     recorded, not pinned beforehand); ``differs``: the files that differ from the nearest
     release's committed inventory (``differs_count`` in all); ``unchecked``: what could not be
-    checked for it, each once."""
+    checked for it, each once; ``parser_read``: the lock holds what its own server parser and
+    metric names are (``runtime lock --python``), ``parser_differs`` how they differ from the
+    nearest release's."""
 
     model_config = ConfigDict(extra="ignore", defer_build=True)
     version: str
@@ -77,6 +79,8 @@ class BuiltBase(BaseModel):
     differs: list[str] = Field(default_factory=list)
     differs_count: int = 0
     unchecked: list[str] = Field(default_factory=list)
+    parser_read: bool = False
+    parser_differs: list[str] = Field(default_factory=list)
 
     def summary(self) -> str:
         """One line for a plan: what it is, what differs from its nearest release, what was not
@@ -87,6 +91,9 @@ class BuiltBase(BaseModel):
         differs = (f"{self.differs_count} files differ from {self.nearest_release} "
                    f"({', '.join(self.differs[:3])}{', ...' if self.differs_count > 3 else ''})"
                    if self.differs_count else f"no file differs from {self.nearest_release}'s committed inventory")
+        if self.parser_read:
+            differs += "; " + ("; ".join(self.parser_differs) if self.parser_differs else
+                               f"its parser's flags and its metric names are {self.nearest_release}'s")
         unchecked = "; ".join(self.unchecked)
         return (f"SGLang {self.version}{commit} is built from a commit: planned with the rules of SGLang "
                 f"{self.nearest_release}, its nearest release; {pin}; {differs}"

@@ -428,12 +428,13 @@ def built_base(located: inv.Located, nearest: str | None, base: dict[str, inv.En
     from escha_deploy.runtime.lock import nearest_findings
     from escha_deploy.sglang.releases import built_commit
 
-    found = nearest_findings(base, nearest, committed_inventories(nearest))
+    found = nearest_findings(base, nearest, committed_inventories(nearest), lock.parser if lock is not None else None)
     return BuiltBase(version=located.version, commit=(lock.commit if lock is not None else None)
                      or built_commit(located.version), nearest_release=nearest,
                      lock_digest=lock.digest if lock is not None else None,
                      lock_file=lock.path.name if lock is not None else None,
-                     differs=found.differs, differs_count=found.differs_count, unchecked=found.unchecked)
+                     differs=found.differs, differs_count=found.differs_count, unchecked=found.unchecked,
+                     parser_differs=found.parser, parser_read=lock is not None and lock.parser is not None)
 
 
 @dataclass

@@ -86,11 +86,30 @@ def preflight_python(tmp_path: Path, site: Path) -> tuple[str, dict[str, str]]:
     return str(VENV_PY), env
 
 
+def tree_python(tmp_path: Path, python: str, site: Path) -> str:
+    """An interpreter that imports the commit-built tree first (a wrapper, as ``--python`` and
+    ``ESCHA_SGLANG_PYTHON`` take one): ``python`` with ``site`` first on PYTHONPATH."""
+    wrapper = tmp_path / f"python-{Path(python).parent.parent.name}"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="{site}${{PYTHONPATH:+:$PYTHONPATH}}" exec "{python}" "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
 def test_a_commit_built_tree_is_pinned_applied_planned_rendered_and_preflighted(built, tmp_path, capsys):
     pkg, lock, state = built
-    r = _lock(pkg, lock, "--format", "json")
+    sys.path.insert(0, str(REPO / "tests"))
+    from launch.sglang_preflight_cases import VENV_PY
+
+    # pinned, its own parser and metric names read in its own interpreter (the flag-catalog venv's)
+    r = run_main("runtime", "lock", "--python", tree_python(tmp_path, str(VENV_PY), pkg.parent), "--output", str(lock),
+                 "--format", "json")
     assert r.code == 0, r.err
     out = json.loads(r.out)
+    # the tree's parser is 0.5.19's (only its version differs), and it says so
+    assert out["parser"]["flags"] == 504 and out["parser_differs"] == []
+    tree_flags = json.loads((tmp_path / "sglang.flags.json").read_text())
+    assert tree_flags["version"] == VERSION and len(tree_flags["actions"]) == 504
+    assert json.loads((tmp_path / "sglang.metrics.json").read_text())["release"] == VERSION
     assert (out["version"], out["commit"], out["nearest_release"]) == (VERSION, "1a2b3c4", "0.5.19")
     assert out["series_applies"] == ["0001-hicache-host-reserve.patch", "0002-hicache-host-allocator.patch",
                                      "0003-transfer-geometry-check.patch"]
@@ -121,10 +140,10 @@ def test_a_commit_built_tree_is_pinned_applied_planned_rendered_and_preflighted(
     said = [w for w in plan["warnings"] if "is built from a commit" in w]
     assert len(said) == 1, plan["warnings"]
     assert "pinned by sglang.lock.json" in said[0] and "changed: sglang/_version.py" in said[0]
-    assert "not checked: " in said[0] and "flag catalog" in said[0]
+    assert "its parser's flags and its metric names are 0.5.19's" in said[0]
+    assert "not checked: " not in said[0] or "parser" not in said[0].split("not checked: ", 1)[1]
 
     # serve renders it, and SGLang's pre-flight accepts the render in the tree's own package
-    sys.path.insert(0, str(REPO / "tests"))
     from launch.sglang_preflight_cases import model_folder, rendered
 
     from escha_deploy.launch import sglang_preflight as pf
@@ -184,6 +203,17 @@ def test_a_version_whose_nearest_release_cannot_be_told_is_one_line(site, tmp_pa
     assert not lock.exists()
     r = run_main("runtime", "apply", "--sglang-dir", str(pkg), "--state-dir", str(tmp_path / "state"))
     assert r.code == code and len(errors(r.err)) == 1 and not (tmp_path / "state" / "runtime.json").exists()
+
+
+def test_a_tree_whose_sglang_cannot_be_imported_to_read_its_parser_is_one_line(built, tmp_path):
+    """This test process's Python lacks what SGLang imports (numpy, torch): its parser cannot be imported there."""
+    pkg, lock, _ = built
+    python = tree_python(tmp_path, sys.executable, pkg.parent)
+    r = run_main("runtime", "lock", "--python", python, "--output", str(lock))
+    assert r.code == 3, r.err
+    (line,) = errors(r.err)
+    assert line.startswith(f"error: {python}: SGLang {VERSION} at {pkg} cannot be imported to read its parser: ")
+    assert "ModuleNotFoundError: No module named" in line and not lock.exists()
 
 
 def test_bad_lock_files_and_a_parent_named_two_ways_are_one_line(built, tmp_path):
