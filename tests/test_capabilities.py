@@ -54,7 +54,7 @@ def test_profiles_run_the_image_build_tags_for_the_release_they_plan():
                                     f"runtime.sglang_version={supported_releases()[-1]}"])
         assert (named.container.image, named.runtime.base_image) == ("mine:1", "base:2")
     build = (ROOT / "escha_deploy" / "cli" / "build.py").read_text()
-    assert 'image_tag("hicache" if hicache else "stock", release)' in build
+    assert 'image_tag("hicache" if hicache else "stock", release, built=built)' in build
 
 
 def test_shipped_profile_names():

@@ -387,6 +387,10 @@ def import_cmd(
         "--base-wheel", help="Also apply everything to the clean files of this stock "
         "sglang wheel (of the release the fork is made on) now, so a hunk that does not apply is refused here, not in "
         "the image build.")] = None,
+    base_dir: Annotated[Optional[Path], typer.Option(
+        "--base-dir", help="Also apply everything to the clean files of this SGLang package folder now: the "
+        "commit-built parent the fork's escha-fork.yaml names (parent:), pinned by --base-lock.")] = None,
+    base_lock: BaseLockOpt = None,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Import a fork's commits (git format-patch against the SGLang release it is made on, SGLang repository
@@ -417,11 +421,29 @@ def import_cmd(
 
         release = inv.wheel_version(base_wheel)
         check_fork_release(directory, release)
+    base_files = None
+    if base_dir is not None:
+        if base_wheel is not None:
+            raise BadInput("runtime import: give one of --base-wheel (a release) or --base-dir (a commit-built parent)")
+        from escha_deploy.runtime.fork import check_fork_base
+
+        located = inv.locate(base_dir)
+        base_files = inv.scan(located.package_dir)
+        if base_lock:
+            from escha_deploy.runtime.lock import read_lock
+
+            read_lock(Path(base_lock)).check_tree(base_files, located.version, str(located.package_dir))
+        release = located.version
+        check_fork_base(directory, release, inv.digest(base_files), str(located.package_dir))
     fi = patching.fork_with_series(directory, patching.series_release_of(release))
     deltas = None
     if base_wheel is not None:
         deltas, _ = patching.compute_deltas(
             fi.order, lambda rel: inv.read_wheel_file(base_wheel, rel))
+    elif base_dir is not None:
+        pkg = inv.locate(base_dir).package_dir
+        deltas, _ = patching.compute_deltas(
+            fi.order, lambda rel: (pkg / rel).read_bytes() if rel in (base_files or {}) else None)
     if output.resolve() != directory.resolve():
         from escha_deploy.utils.ownedfolder import replace_owned
 
@@ -447,7 +469,7 @@ def import_cmd(
                   for p in fi.order],
         "dropped": fi.dropped,
         "capabilities": patching.capabilities_of(fi.order),
-        "deltas_checked_against": str(base_wheel) if base_wheel else None,
+        "deltas_checked_against": str(base_wheel or base_dir) if (base_wheel or base_dir) else None,
         "deltas": len(deltas) if deltas is not None else None,
     }
     if fmt == OutputFormat.json:
@@ -471,7 +493,7 @@ def import_cmd(
         print(f"dropped: {line}")
     print(f"capabilities: {', '.join(data['capabilities']) or 'none'}")
     if deltas is not None:
-        print(f"applies cleanly to {base_wheel.name}: {len(deltas)} files changed or added")
+        print(f"applies cleanly to {base_wheel.name if base_wheel else base_dir}: {len(deltas)} files changed or added")
     if output.resolve() != directory.resolve():
         if output.name == "runtime_fork" and (output.parent / "Dockerfile.hicache").is_file():
             how = "`escha-deploy build --hicache` there"

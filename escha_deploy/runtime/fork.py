@@ -258,6 +258,10 @@ class Declaration:
     #: The SGLang release the fork branch is on (``git format-patch vX.Y.Z..BRANCH``); None when
     #: not declared: the release our series is made for (``fork_release``).
     release: str | None = None
+    #: The commit-built base the commits are made against (docs/runtime.md, "A commit-built
+    #: base"): ``("commit", HEX)`` or ``("inventory", SHA256)`` (its lock's or base inventory's
+    #: digest); None when the branch is on a release tag.
+    parent: tuple[str, str] | None = None
     positions: dict = field(default_factory=dict)
     file: str = DECLARATION
 
@@ -293,8 +297,26 @@ def read_declaration(path: Path) -> Declaration:
     if not isinstance(data, dict):
         raise BadInput(f"{path}:1: expected a mapping with release, commits, drop, overlaps")
     for key in data:
-        if key not in ("release", "commits", "drop", "overlaps"):
-            problems.append(f"{decl.where(key)}: unknown key (expected release, commits, drop, overlaps)")
+        if key not in ("release", "parent", "commits", "drop", "overlaps"):
+            problems.append(f"{decl.where(key)}: unknown key (expected release, parent, commits, drop, overlaps)")
+    if "parent" in data:
+        par = data["parent"]
+        named = [k for k in ("commit", "inventory") if isinstance(par, dict) and k in par]
+        if not isinstance(par, dict) or not named or set(par) - {"commit", "inventory"}:
+            problems.append(f"{decl.where('parent')}: expected {{commit: HEX}} or {{inventory: SHA256}}, the "
+                            "SGLang tree built from a commit that the branch is on")
+        elif len(named) > 1 or "release" in data:
+            both = " and ".join([*(f"parent.{k}" for k in named), *(["release"] if "release" in data else [])])
+            problems.append(f"{decl.where('parent')}: the parent is named two ways ({both}); name it one way: "
+                            "parent.commit (the commit it is built from) or parent.inventory (its lock's digest)")
+        elif named == ["commit"] and not (isinstance(par["commit"], str) and _HASH.match(par["commit"].lower())):
+            problems.append(f"{decl.where('parent', 'commit')}: expected a commit hash, 7 to 40 hex digits")
+        elif named == ["inventory"] and not (isinstance(par["inventory"], str)
+                                             and re.fullmatch(r"[0-9a-f]{64}", par["inventory"])):
+            problems.append(f"{decl.where('parent', 'inventory')}: expected the lock's digest, 64 hex digits "
+                            "(`escha-deploy runtime lock` prints it)")
+        else:
+            decl.parent = (named[0], par[named[0]].lower())
     if "release" in data:
         rel = data["release"]
         if not (isinstance(rel, str) and re.fullmatch(r"\d+\.\d+\.\d+", rel)):
@@ -387,6 +409,39 @@ def check_fork_release(directory: Path, runtime_release: str | None) -> None:
         f"rebase --check {m.group(0)} --fork-dir DIR` shows which commits need it)")
 
 
+def fork_parent(directory: Path) -> tuple[str, str] | None:
+    """The parent a fork directory's ``escha-fork.yaml`` names (``Declaration.parent``), or None."""
+    return read_declaration(Path(directory) / DECLARATION).parent
+
+
+def check_fork_base(directory: Path, version: str | None, base_digest: str | None, where: str) -> None:
+    """Refuse (exit 3, one line) fork commits whose declared base is not this one: a ``parent:``
+    (``Declaration.parent``) that is not the tree at ``where`` (SGLang ``version``, the commit its
+    version names; ``base_digest``: the inventory digest of its unpatched files, its lock's), else
+    ``check_fork_release``'s release check."""
+    parent = fork_parent(directory)
+    if parent is None:
+        check_fork_release(directory, version)
+        return
+    decl = Path(directory) / DECLARATION
+    kind, value = parent
+    if kind == "commit":
+        from escha_deploy.sglang.releases import built_commit
+
+        have = built_commit(version) if version else None
+        if have and (have.startswith(value) or value.startswith(have)):
+            return
+        this = f"built from commit {have}" if have else "no commit named in its version"
+    else:
+        if base_digest == value:
+            return
+        this = f"base inventory digest {base_digest}"
+    raise Refused(f"{decl}: the fork's commits are made against the parent {kind} {value}; {where} is SGLang "
+                  f"{version} ({this})",
+                  hint="apply them to the tree they were made on, or export them again from this base "
+                  "(`git format-patch BASE..BRANCH`) and name it in parent:")
+
+
 def fork_patch_files(directory: Path) -> list[Path]:
     """The ``*.patch`` files of a fork directory, by name (format-patch numbers them)."""
     return sorted(Path(directory).glob("*.patch"))
@@ -414,7 +469,7 @@ def load_fork(directory: Path, series: list[Patch]) -> ForkImport:
     malformed declaration: a capability not in ``escha_deploy.sglang.capabilities``, one of our
     series' capabilities declared for a fork commit, a commit not in the directory.
     """
-    from escha_deploy.sglang.capabilities import CAPABILITIES, SERIES_CAPABILITIES
+    from escha_deploy.sglang.capabilities import fork_capability_problem
     from escha_deploy.sglang.releases import series_release
 
     directory = Path(directory)
@@ -451,16 +506,9 @@ def load_fork(directory: Path, series: list[Patch]) -> ForkImport:
         if isinstance(c, str):
             problems.append(c)
             continue
-        for n in names:
-            if n not in CAPABILITIES:
-                problems.append(f"{decl.where('commits', key)}: unknown capability {n!r} (known: "
-                                f"{', '.join(x for x in CAPABILITIES if x not in SERIES_CAPABILITIES)})")
-            elif n in SERIES_CAPABILITIES:
-                problems.append(
-                    f"{decl.where('commits', key)}: {n!r} comes only from our series "
-                    f"({', '.join(SERIES_CAPABILITIES)}); a fork commit may not declare it "
-                    "(keep our patch, or drop it and run without that capability)")
-        caps[c.file] = tuple(n for n in names if n in CAPABILITIES)
+        bad = [(n, fork_capability_problem(n)) for n in names]
+        problems += [f"{decl.where('commits', key)}: {why}" for _, why in bad if why]
+        caps[c.file] = tuple(n for n, why in bad if why is None)
     dropped_fork: dict[str, str] = {}
     for n, key in enumerate(decl.drop):
         c = _resolve(decl, key, commits, decl.where("drop", n))

@@ -167,6 +167,15 @@ def compute_deltas(patches: list[Patch], read_base) -> tuple[dict[str, inv.Entry
             raise
         from escha_deploy.sglang.releases import series_release
 
+        fork_only = [p for p in patches if p.source == "fork"]
+        try:  # the fork's commits alone, in their order, on this base: do they apply at all?
+            apply_series(fork_only, read_base)
+        except Refused:
+            raise Refused(*exc.problems, hint=(
+                "the fork's commits do not apply to this base even without our patches: they were made against "
+                "another base than the one escha-fork.yaml names (release:, or parent: for an SGLang built from a "
+                "commit); export them from that base (`git format-patch BASE..BRANCH`), or name the base they "
+                "were made on (docs/runtime.md, 'Bring your fork')")) from None
         raise Refused(*exc.problems, hint=(
             f"a fork commit was made against stock {series_release()} and our patches too: where both change "
             "the same lines only one order (fork-first, ours-first) or a drop applies; set it "
@@ -343,9 +352,9 @@ def apply(
               f"found, digest {base_digest}", file=sys.stderr)
 
     if has_fork(fork_dir):
-        from escha_deploy.runtime.fork import check_fork_release
+        from escha_deploy.runtime.fork import check_fork_base
 
-        check_fork_release(Path(fork_dir), located.version)  # type: ignore[arg-type]
+        check_fork_base(Path(fork_dir), located.version, base_digest, str(pkg))  # type: ignore[arg-type]
     fork = fork_with_series(fork_dir, release) if has_fork(fork_dir) else None
     patches = load_patches(overlay_dir, fork_dir, release)
     names = [p.name for p in patches]
@@ -525,9 +534,10 @@ def verify(
     if fork_dir is None and (state_dir / "fork").is_dir():
         fork_dir = state_dir / "fork"
     if has_fork(fork_dir):
-        from escha_deploy.runtime.fork import check_fork_release
+        from escha_deploy.runtime.fork import check_fork_base
 
-        check_fork_release(Path(fork_dir), located.version)  # type: ignore[arg-type]
+        check_fork_base(Path(fork_dir), located.version, inv.digest(base),  # type: ignore[arg-type]
+                        str(located.package_dir))
     patches = load_patches(overlay_dir, fork_dir, series_release_of(located.version))
     if recorded is not None:
         now = [(p.name, p.sha256) for p in patches]

@@ -317,8 +317,10 @@ def touched_paths(patches: list[Patch]) -> list[str]:
 
 
 def capabilities_of(patches: list[Patch]) -> list[str]:
-    """The capabilities the patches provide, in registry order, each once."""
+    """The capabilities the patches provide, in registry order, each once; then a fork's own
+    (``capabilities.FORK_CAPABILITY``, declared in escha-fork.yaml), in the order declared."""
     from escha_deploy.sglang.capabilities import CAPABILITIES
 
     have = {c for p in patches for c in p.capabilities}
-    return [c for c in CAPABILITIES if c in have]
+    own = [c for p in patches for c in p.capabilities if c not in CAPABILITIES]  # a fork's own, namespaced
+    return [c for c in CAPABILITIES if c in have] + list(dict.fromkeys(own))

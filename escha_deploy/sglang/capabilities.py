@@ -13,7 +13,9 @@ checks that every user agrees.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import StringConstraints
 
 #: Environment variable read by the host-reserve patch: bytes kept free of HiCache host pools.
 #: Default when unset: 10 GiB, SGLang 0.5.19's ``HICACHE_HOST_MEMORY_RESERVE_BYTES``
@@ -142,6 +144,12 @@ CAPABILITIES: dict[str, Capability] = {
     )
 }
 
+#: A capability a fork declares of its own (``escha-fork.yaml``, ``runtime import``):
+#: ``NAMESPACE.NAME`` in lowercase letters, digits and ``-``. Ours never hold a dot, so a fork's
+#: cannot shadow them; the namespace ``escha`` is ours, and a NAME that is one of ours is refused
+#: (``fork_capability_problem``).
+FORK_CAPABILITY = r"^[a-z0-9][a-z0-9-]{0,30}\.[a-z0-9][a-z0-9-]{0,62}$"
+
 CapabilityName = Literal[
     "hicache-host-reserve-env",
     "hicache-host-allocator",
@@ -150,7 +158,40 @@ CapabilityName = Literal[
     "int2-kv",
     "w2-weights",
     "mamba-mixed-chunk-fix",
-]
+] | Annotated[str, StringConstraints(strict=True, pattern=FORK_CAPABILITY)]
+
+
+def is_fork_capability(name: str) -> bool:
+    """True for a name of the fork's own namespace (``FORK_CAPABILITY``), not one of ours."""
+    return name not in CAPABILITIES and fork_capability_problem(name) is None
+
+
+def fork_capability_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a capability a fork commit declares (None: it can: one of our
+    overlay capabilities, or one of the fork's own, ``FORK_CAPABILITY``). The message shows
+    ``name`` through the terminal filter (a control character as ``\\x1b``)."""
+    import re
+
+    from escha_deploy.utils.termtext import printable
+
+    shown = printable(repr(name))
+    if any(ord(ch) < 0x20 or 0x7f <= ord(ch) < 0xa0 for ch in name):
+        return f"{shown} holds control characters; a capability name is NAMESPACE.NAME in a-z, 0-9 and -"
+    if name in SERIES_CAPABILITIES:
+        return (f"{shown} comes only from our series ({', '.join(SERIES_CAPABILITIES)}); a fork commit may not "
+                "declare it (keep our patch, or drop it and run without that capability)")
+    if name in CAPABILITIES:
+        return None
+    ns, dot, rest = name.partition(".")
+    if dot and (ns == "escha" or rest in CAPABILITIES):
+        return (f"{shown} collides with escha-deploy's capabilities (the namespace escha, and the names "
+                f"{', '.join(CAPABILITIES)}); name the fork's own NAMESPACE.NAME with another name")
+    if not dot:
+        return (f"unknown capability {shown} (known: {', '.join(x for x in CAPABILITIES if x not in SERIES_CAPABILITIES)}); "
+                f"a capability of the fork's own is namespaced, NAMESPACE.NAME (e.g. myfork.{printable(name)[:40]})")
+    if re.fullmatch(FORK_CAPABILITY, name) is None:
+        return f"{shown}: a fork's own capability is NAMESPACE.NAME, each of a-z, 0-9 and - (at most 31 and 63)"
+    return None
 
 #: Capabilities our own series (runtime_patches/series) provides.
 SERIES_CAPABILITIES: tuple[str, ...] = tuple(

@@ -272,3 +272,163 @@ def test_applys_hint_and_builds_options_agree(built, tmp_path):
                  "--sglang-version", other)
     assert r.code == 2 and errors(r.err) == [
         f"error: --base-lock runtime_base/sglang.lock.json: pins SGLang {VERSION}, but --sglang-version is {other}"]
+
+
+# --------------------------------------------------------------------------- a fork on that parent
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "Fork Dev", "GIT_AUTHOR_EMAIL": "dev@example.com", "GIT_COMMITTER_NAME": "Fork Dev",
+           "GIT_COMMITTER_EMAIL": "dev@example.com", "GIT_AUTHOR_DATE": "2026-12-01T09:00:00+00:00",
+           "GIT_COMMITTER_DATE": "2026-12-01T09:00:00+00:00"}
+MLA_OLD = "class MLATokenToKVPoolHost"
+
+
+def make_fork(pkg: Path, out: Path, declaration: str, *, against: Path | None = None) -> dict[str, str]:
+    """A fork made with real git on the parent ``pkg`` (``against``: another tree instead), in
+    SGLang's repository layout, exported with ``git format-patch`` into ``out/patches`` with
+    ``declaration`` (``{restore}`` and ``{mla}`` stand for the two commits' hashes) as its
+    escha-fork.yaml: ``restore`` edits the file only the parent has (``EXTRA``), ``mla`` a file the
+    release has too. Returns the hashes."""
+    import shutil
+    import subprocess
+
+    base = against or pkg
+    repo = out / "repo"
+    env = {**os.environ, **GIT_ENV}
+    for k in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        env.pop(k, None)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                              env=env).stdout
+
+    for rel in (EXTRA, "srt/mem_cache/pool_host/mla.py", "_version.py"):
+        if (base / rel).is_file():
+            (repo / "python/sglang" / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(base / rel, repo / "python/sglang" / rel)
+    git("init", "-q", "-b", "main")
+    git("add", "-A")
+    git("commit", "-q", "-m", "the parent's files")
+    git("tag", "parent")
+    hashes = {}
+    extra = repo / "python/sglang" / EXTRA
+    if extra.is_file():
+        extra.write_text(extra.read_text() + "RESTORE_ORDER = ('target', 'draft')\n")
+    else:  # made against the release: its _version.py instead
+        v = repo / "python/sglang/_version.py"
+        v.write_text(v.read_text().replace("__version__ = version = ", "# a fork note\n__version__ = version = "))
+    git("commit", "-q", "-am", "qsa: restore target and draft state in order")
+    hashes["restore"] = git("rev-parse", "HEAD").strip()
+    mla = repo / "python/sglang/srt/mem_cache/pool_host/mla.py"
+    mla.write_text(mla.read_text().replace(MLA_OLD, "# fork: unchanged behaviour\n" + MLA_OLD, 1))
+    git("commit", "-q", "-am", "qsa: a note in the MLA host pool")
+    hashes["mla"] = git("rev-parse", "HEAD").strip()
+    git("format-patch", "-q", "parent..HEAD", "-o", str(out / "patches"))
+    (out / "patches" / "escha-fork.yaml").write_text(declaration.format(**{k: v[:12] for k, v in hashes.items()}))
+    return hashes
+
+
+FORK_DECL = "parent: {{commit: 1a2b3c4}}\ncommits:\n  {restore}: [qsa.restore-order]\n"
+
+
+def test_a_fork_on_the_parent_imports_applies_and_its_capability_reaches_the_labels(built, tmp_path):
+    from escha_deploy.runtime.description import LABEL_CAPABILITIES
+
+    pkg, lock, state = built
+    assert _lock(pkg, lock).code == 0
+    make_fork(pkg, tmp_path / "fork", FORK_DECL)
+    r = run_main("runtime", "import", str(tmp_path / "fork" / "patches"), "--base-dir", str(pkg), "--base-lock",
+                 str(lock), "--output", str(tmp_path / "imported"), "--format", "json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["capabilities"][-1] == "qsa.restore-order"
+    r = _apply(pkg, state, lock, "--fork-dir", str(tmp_path / "imported"))
+    assert r.code == 0, r.err
+    desc = read_description(state / "runtime.json")
+    assert desc.capabilities == ["hicache-host-reserve-env", "hicache-host-allocator", "transfer-geometry-check",
+                                 "qsa.restore-order"]
+    assert desc.labels()[LABEL_CAPABILITIES].endswith(",qsa.restore-order")
+    assert [e.subject for e in desc.series if e.source == "fork"] == [
+        "qsa: restore target and draft state in order", "qsa: a note in the MLA host pool"]
+    assert run_main("runtime", "verify", "--sglang-dir", str(pkg), "--state-dir", str(state),
+                    "--base-lock", str(lock)).code == 0
+    r = run_main("runtime", "describe")
+    assert r.code == 0 and "capabilities: hicache-host-reserve-env, hicache-host-allocator, " \
+        "transfer-geometry-check, qsa.restore-order" in r.out
+
+    # it changes no plan figure (the planner given the description's capabilities with and without
+    # it, on one described box); a profile key that asks for it is checked like ours
+    from escha_deploy.facts.machine import described_host
+    from escha_deploy.planner import plan
+    from escha_deploy.profile import load_profile
+
+    prof = load_profile("rtx5060ti-tp2-fp8", [])
+    box = described_host(32 * 2**30, "linux")
+    with_it = plan(prof, box, capabilities=frozenset(desc.capabilities)).model_dump(exclude={"capabilities"})
+    without = plan(prof, box, capabilities=frozenset(desc.capabilities[:-1])).model_dump(exclude={"capabilities"})
+    assert with_it == without
+    sys.path.insert(0, str(REPO / "tests"))
+    from launch.sglang_preflight_cases import model_folder
+
+    model = model_folder(tmp_path, "rtx5060ti-tp2-fp8")
+    asks = ("serve", "--print", "-p", "rtx5060ti-tp2-fp8", "--set", f"model.host_dir={model}",
+            "--set", "runtime.needs=[qsa.restore-order]")
+    r = run_main(*asks)
+    assert r.code == 0, r.err
+    data = json.loads((state / "runtime.json").read_text())
+    data["capabilities"] = data["capabilities"][:-1]  # a runtime without it
+    (state / "runtime.json").write_text(json.dumps(data))
+    r = run_main(*asks)
+    assert r.code == 3 and f"error: this runtime ({state / 'runtime.json'}): runtime lacks capability " \
+        "'qsa.restore-order'" in r.err
+
+
+def test_a_fork_made_on_the_parent_is_refused_on_another_base_naming_both(site, tmp_path, monkeypatch):
+    """The stock release tree (no commit in its version) is not the parent the fork names."""
+    monkeypatch.setenv("ESCHA_RUNTIME_DESCRIPTION", str(tmp_path / "state" / "runtime.json"))
+    parent = tmp_path / "parent"
+    import shutil
+
+    shutil.copytree(site, parent, copy_function=os.link)
+    make_built(parent)
+    make_fork(parent / "sglang", tmp_path / "fork", FORK_DECL)
+    r = run_main("runtime", "apply", "--sglang-dir", str(site / "sglang"), "--state-dir", str(tmp_path / "state"),
+                 "--fork-dir", str(tmp_path / "fork" / "patches"))
+    assert r.code == 3
+    assert errors(r.err) == [f"error: {tmp_path / 'fork' / 'patches' / 'escha-fork.yaml'}: the fork's commits are made "
+                             f"against the parent commit 1a2b3c4; {site / 'sglang'} is SGLang 0.5.19 (no commit named "
+                             "in its version)"]
+
+
+def test_a_patch_made_against_another_base_than_the_parent_named_says_so(built, site, tmp_path):
+    """The fork declares the parent, but its commits were made on the stock release tree."""
+    pkg, lock, state = built
+    stock = tmp_path / "stock"
+    with __import__("zipfile").ZipFile(__import__("tests.runtime.conftest", fromlist=["find_wheel"]).find_wheel()) as z:
+        for rel in ("sglang/_version.py", "sglang/srt/mem_cache/pool_host/mla.py"):
+            z.extract(rel, stock)
+    make_fork(pkg, tmp_path / "fork", FORK_DECL.replace("qsa.restore-order", "qsa.note"), against=stock / "sglang")
+    r = _apply(pkg, state, lock, "--fork-dir", str(tmp_path / "fork" / "patches"))
+    assert r.code == 3
+    assert len(errors(r.err)) == 1 and "_version.py" in errors(r.err)[0]
+    hint = next(ln for ln in r.err.splitlines() if ln.startswith("hint:"))
+    assert "made against another base than the one escha-fork.yaml names" in hint
+    assert not (state / "runtime.json").exists()
+
+
+@pytest.mark.parametrize("declaration, says", [
+    ("parent: {{commit: 1a2b3c4, inventory: " + "ab" * 32 + "}}\ncommits: {{}}\n",
+     "parent: the parent is named two ways (parent.commit and parent.inventory)"),
+    ("release: 0.5.19\nparent: {{commit: 1a2b3c4}}\ncommits: {{}}\n",
+     "parent: the parent is named two ways (parent.commit and release)"),
+    (FORK_DECL.replace("qsa.restore-order", "escha.restore-order"), "'escha.restore-order' collides with escha-deploy's"),
+    (FORK_DECL.replace("qsa.restore-order", "qsa.int2-kv"), "'qsa.int2-kv' collides with escha-deploy's"),
+    (FORK_DECL.replace("qsa.restore-order", '"qsa.x\\e[31m"'), "'qsa.x\\x1b[31m' holds control characters"),
+    (FORK_DECL.replace("qsa.restore-order", "restore-order"), "unknown capability 'restore-order'"),
+])
+def test_bad_fork_declarations_are_one_line_naming_it(built, tmp_path, declaration, says):
+    pkg, lock, _ = built
+    make_fork(pkg, tmp_path / "fork", declaration)
+    r = run_main("runtime", "import", str(tmp_path / "fork" / "patches"), "--output", str(tmp_path / "imported"))
+    assert r.code == 2, r.err
+    (line,) = errors(r.err)
+    assert line.startswith("error: ") and "escha-fork.yaml:" in line and says in line, line
+    assert "\x1b" not in r.err and not (tmp_path / "imported").exists()
