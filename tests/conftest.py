@@ -166,7 +166,8 @@ LONGEST_FILES = ("tests/launch/test_up_signals.py", "tests/fuzz/test_differentia
                  "tests/launch/test_sglang_preflight_own_process.py", "tests/launch/test_sglang_preflight_image.py",
                  "tests/launch/test_up_faults.py", "tests/launch/test_one_plan.py",
                  "tests/launch/test_sglang_preflight_model_runner.py", "tests/launch/test_sglang_preflight.py",
-                 "tests/launch/test_lifecycle.py", "tests/corpus/test_corpus.py", "tests/test_flag_catalog.py",
+                 "tests/launch/test_lifecycle.py", "tests/runtime/test_commit_built_base.py", "tests/corpus/test_corpus.py",
+                 "tests/test_flag_catalog.py",
                  "tests/replay/test_tree_replay.py",
                  "tests/runtime/test_build_docker.py", "tests/runtime/test_first_use.py")
 

@@ -400,9 +400,14 @@ def test_a_fork_made_on_the_parent_is_refused_on_another_base_naming_both(site, 
 
 def test_a_patch_made_against_another_base_than_the_parent_named_says_so(built, site, tmp_path):
     """The fork declares the parent, but its commits were made on the stock release tree."""
+    import zipfile
+
+    from .conftest import find_wheel
+
     pkg, lock, state = built
+    assert _lock(pkg, lock).code == 0
     stock = tmp_path / "stock"
-    with __import__("zipfile").ZipFile(__import__("tests.runtime.conftest", fromlist=["find_wheel"]).find_wheel()) as z:
+    with zipfile.ZipFile(find_wheel()) as z:
         for rel in ("sglang/_version.py", "sglang/srt/mem_cache/pool_host/mla.py"):
             z.extract(rel, stock)
     make_fork(pkg, tmp_path / "fork", FORK_DECL.replace("qsa.restore-order", "qsa.note"), against=stock / "sglang")
