@@ -112,6 +112,8 @@ def resolve_runtime(profile: Profile, g: Gathered | None, source: RuntimeSource)
     else:
         release = choose_release(image=claim, flag=flag, profile=profile.runtime.sglang_version)
     if release.built is not None:  # said once, in the plan's notes
+        if desc is None and isinstance(source, RuntimeClaim) and source.release_where.startswith("this runtime ("):
+            desc = runtime_here()  # native serve: the claim is this machine's description's
         notes.append(built_note(release, desc))
     if isinstance(source, RuntimeClaim):
         return Runtime(release=release, capabilities=caps, where=source.where, kind=source.kind, notes=tuple(notes))

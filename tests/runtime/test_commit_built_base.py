@@ -153,7 +153,11 @@ def test_a_commit_built_tree_is_pinned_applied_planned_rendered_and_preflighted(
         assert res.code == 0, res.err
         return res
 
-    argv, device = rendered(cli, "rtx5060ti-tp2-fp8", model_folder(tmp_path, "rtx5060ti-tp2-fp8"))
+    model = model_folder(tmp_path, "rtx5060ti-tp2-fp8")
+    argv, device = rendered(cli, "rtx5060ti-tp2-fp8", model)
+    printed = run_main("serve", "--print", "-p", "rtx5060ti-tp2-fp8", "--set", f"model.host_dir={model}")
+    assert printed.code == 0 and printed.text.count("is built from a commit") == 1, printed.text
+    assert "pinned by sglang.lock.json" in printed.text
     python, env = preflight_python(tmp_path, pkg.parent)
     res = pf.run(python, argv, env, device=device)
     assert res.ok is True, (res.stage, res.message, res.site, res.not_run)
