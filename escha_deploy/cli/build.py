@@ -80,8 +80,11 @@ def _base_lock(ctx: Path, base_lock: str | None, built: str | None, version: str
         return None
     rel = Path(base_lock or DEFAULT_LOCK)
     path = (ctx / rel).resolve()
-    if not path.is_relative_to(ctx.resolve()) or path.parent == ctx.resolve():
-        raise BadInput(f"--base-lock {rel}: must be a file in a folder of the build context {ctx}")
+    folder = path.parent.relative_to(ctx.resolve()).as_posix() if path.is_relative_to(ctx.resolve()) else None
+    if folder is None or not (folder == "runtime_base" or re.fullmatch(r"build/base-[^/]+", folder)):
+        # .dockerignore sends only these folders to the daemon
+        raise BadInput(f"--base-lock {rel}: must be a file in runtime_base/ or build/base-NAME/ of the build "
+                       f"context {ctx} (the folders .dockerignore sends to the build)")
     if not path.is_file():
         raise BadInput(f"--base-lock {rel}: no such file in {ctx}",
                        hint=f"pin the tree first: `escha-deploy runtime lock --python SGLANG_PY --output {ctx / DEFAULT_LOCK}`"
@@ -90,7 +93,7 @@ def _base_lock(ctx: Path, base_lock: str | None, built: str | None, version: str
     if lock.version != version:
         raise BadInput(f"--base-lock {rel}: pins SGLang {lock.version}, but --sglang-version is {version}",
                        hint="name one version: the lock's, or lock the tree the base image holds")
-    return {"BASE_LOCK_DIR": path.parent.relative_to(ctx.resolve()).as_posix(), "BASE_LOCK": path.name}
+    return {"BASE_LOCK_DIR": folder, "BASE_LOCK": path.name}
 
 
 def register(app: typer.Typer) -> None:

@@ -180,6 +180,8 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
         raise Refused(*plan.refusal_lines())
     if (off := hicache_off_warning(plan)) is not None:
         report("warning", off)
+    for note in req.runtime.notes:  # a runtime built from a commit: what it is, what was not checked (once)
+        report("warning", note)
     report("info", f"serve: {profile.name}: plan digest {launch.plan_digest} ({plan.verdict}), planned here")
     # the container settings `up` refuses (docker.check_spec), natively the one about binding
     # beyond loopback without an API key: exit 3 before anything starts, --print included

@@ -13,9 +13,7 @@ checks that every user agrees.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
-
-from pydantic import StringConstraints
+from typing import Annotated, Any, Literal
 
 #: Environment variable read by the host-reserve patch: bytes kept free of HiCache host pools.
 #: Default when unset: 10 GiB, SGLang 0.5.19's ``HICACHE_HOST_MEMORY_RESERVE_BYTES``
@@ -150,7 +148,7 @@ CAPABILITIES: dict[str, Capability] = {
 #: (``fork_capability_problem``).
 FORK_CAPABILITY = r"^[a-z0-9][a-z0-9-]{0,30}\.[a-z0-9][a-z0-9-]{0,62}$"
 
-CapabilityName = Literal[
+OurCapabilityName = Literal[
     "hicache-host-reserve-env",
     "hicache-host-allocator",
     "transfer-geometry-check",
@@ -158,7 +156,28 @@ CapabilityName = Literal[
     "int2-kv",
     "w2-weights",
     "mamba-mixed-chunk-fix",
-] | Annotated[str, StringConstraints(strict=True, pattern=FORK_CAPABILITY)]
+]
+
+
+def __getattr__(name: str) -> Any:
+    """``CapabilityName`` (a profile's ``runtime.needs``): one of ours (``OurCapabilityName``) or a
+    fork's own (``FORK_CAPABILITY``). Made on first use: its pattern is pydantic's, and
+    ``runtime verify`` imports this module without pydantic (docs/performance.md)."""
+    if name == "CapabilityName":
+        from pydantic import AfterValidator, StringConstraints, WithJsonSchema
+        from pydantic_core import PydanticCustomError
+
+        ours = ", ".join(repr(c) for c in CAPABILITIES)
+
+        def check(value: str) -> str:
+            if value in CAPABILITIES or is_fork_capability(value):
+                return value
+            raise PydanticCustomError("capability_name", f"Input should be one of {ours}, or a fork's own "
+                                      "capability NAMESPACE.NAME (docs/runtime.md, 'A fork on a commit-built parent')")
+
+        return Annotated[str, StringConstraints(strict=True), AfterValidator(check), WithJsonSchema(
+            {"anyOf": [{"enum": list(CAPABILITIES)}, {"type": "string", "pattern": FORK_CAPABILITY}]})]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def is_fork_capability(name: str) -> bool:

@@ -522,8 +522,11 @@ def choose_release(*, image: tuple[str | None, str] | None = None, flag: str | N
     built: str | None = None
     if image is not None and image[0]:
         version = image[0]
-        if version not in supported_releases():  # built from a commit: planned with its nearest release
-            built, version = version, nearest_release(version, image[1])
+        if version not in supported_releases() and is_built_version(version):  # built from a commit
+            built, version = version, nearest_release(version, image[1])  # planned with its nearest release
+        elif version not in supported_releases():
+            raise Refused(f"{image[1]} runs SGLang {version}, not a supported release "
+                          f"(supported: {', '.join(supported_releases())})")
         named.append((version, image[1]))
     if flag:
         if is_built_version(flag):

@@ -441,3 +441,20 @@ def test_bad_fork_declarations_are_one_line_naming_it(built, tmp_path, declarati
     (line,) = errors(r.err)
     assert line.startswith("error: ") and "escha-fork.yaml:" in line and says in line, line
     assert "\x1b" not in r.err and not (tmp_path / "imported").exists()
+
+
+def test_build_takes_a_lock_only_from_the_folders_the_build_receives(built, tmp_path):
+    """.dockerignore sends runtime_base/ and build/base-*/ to the daemon: a lock elsewhere in the
+    context would be missing inside the build, so build refuses it first (exit 2)."""
+    import shutil
+
+    pkg, lock, _ = built
+    assert _lock(pkg, lock).code == 0
+    ctx = _context(tmp_path, lock)
+    (ctx / "elsewhere").mkdir()
+    shutil.copy(lock, ctx / "elsewhere" / "sglang.lock.json")
+    r = run_main("build", "--context", str(ctx), "--python-version", "3.11", "--base-image", "b:1",
+                 "--sglang-version", VERSION, "--base-lock", "elsewhere/sglang.lock.json")
+    assert r.code == 2 and errors(r.err) == [
+        f"error: --base-lock elsewhere/sglang.lock.json: must be a file in runtime_base/ or build/base-NAME/ of the "
+        f"build context {ctx} (the folders .dockerignore sends to the build)"]
