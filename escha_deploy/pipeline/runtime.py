@@ -118,7 +118,7 @@ def resolve_runtime(profile: Profile, g: Gathered | None, source: RuntimeSource)
     if isinstance(source, RuntimeClaim):
         return Runtime(release=release, capabilities=caps, where=source.where, kind=source.kind, notes=tuple(notes))
     return Runtime(release=release, capabilities=caps, facts=tuple(facts), binding=binding, notes=tuple(notes),
-                   described=(box or _described_runtime(desc, flag)) if isinstance(source, BoxRuntime) else None)
+                   described=(box or _described_runtime(desc, release.version if flag else None)) if isinstance(source, BoxRuntime) else None)
 
 
 def built_note(release: ReleaseChoice, desc: RuntimeDescription | None) -> str:
@@ -128,8 +128,10 @@ def built_note(release: ReleaseChoice, desc: RuntimeDescription | None) -> str:
     unchecked."""
     if desc is not None and desc.built is not None and desc.built.version == release.built:
         return desc.built.summary()
+    from escha_deploy.sglang.releases import BUILT_DOC
+
     return (f"SGLang {release.built} is built from a commit: planned with the rules of SGLang {release.version}, "
-            f"its nearest release ({release.source}); not checked: what differs from {release.version} (no "
+            f"its nearest release ({BUILT_DOC}); not checked: what differs from {release.version} (no "
             "runtime description of it read here: `escha-deploy runtime describe` in its image says)")
 
 

@@ -458,3 +458,17 @@ def test_build_takes_a_lock_only_from_the_folders_the_build_receives(built, tmp_
     assert r.code == 2 and errors(r.err) == [
         f"error: --base-lock elsewhere/sglang.lock.json: must be a file in runtime_base/ or build/base-NAME/ of the "
         f"build context {ctx} (the folders .dockerignore sends to the build)"]
+
+
+def test_plan_of_another_box_for_a_commit_built_version_names_the_rule_and_what_it_did_not_check(monkeypatch, tmp_path):
+    """`plan --sglang-version VERSION` of a described box: the nearest release's plan, the same
+    figures as for that release, and one line saying what was not checked (no description)."""
+    monkeypatch.setenv("ESCHA_RUNTIME_DESCRIPTION", str(tmp_path / "none.json"))
+    box = ("plan", "-p", "rtx5060ti-tp2-fp8", "--host-ram", "32GiB", "--linux", "--format", "json")
+    built = json.loads(run_main(*box, "--sglang-version", VERSION).out)
+    release = json.loads(run_main(*box, "--sglang-version", "0.5.19").out)
+    assert built["sglang_release"] == "0.5.19" and built["recommended_ratio"] == release["recommended_ratio"]
+    said = [w for w in built["warnings"] if "is built from a commit" in w]
+    assert len(said) == 1 and "not checked: what differs from 0.5.19" in said[0]
+    r = run_main(*box, "--sglang-version", "0.5.20.dev3+g1a2b3c4")
+    assert r.code == 3 and len(errors(r.err)) == 1 and "its nearest release cannot be told" in r.err
