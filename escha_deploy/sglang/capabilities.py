@@ -175,7 +175,8 @@ def __getattr__(name: str) -> Any:
             raise PydanticCustomError("capability_name", f"Input should be one of {ours}, or a fork's own "
                                       "capability NAMESPACE.NAME (docs/runtime.md, 'A fork on a commit-built parent')")
 
-        return Annotated[str, StringConstraints(strict=True), AfterValidator(check), WithJsonSchema(
+        # ours as a Literal (profile/keys.py lists them), any other text checked by ``check``: one message
+        return Annotated[OurCapabilityName | Annotated[str, StringConstraints(strict=True)], AfterValidator(check), WithJsonSchema(
             {"anyOf": [{"enum": list(CAPABILITIES)}, {"type": "string", "pattern": FORK_CAPABILITY}]})]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
