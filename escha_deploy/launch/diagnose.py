@@ -101,6 +101,10 @@ class Facts(BaseModel):
                                           "unknown (a log read on its own)")
     register_buffer: tuple[str, int] | None = Field(default=None, description="the plan's largest host buffer "
                                                     "on the cudaHostRegister path, per rank: (name, bytes)")
+    host_map_failed: bool = Field(default=False, description="the log (or the kernel log read with it) holds the "
+                                  "driver's 'Cannot map memory' line: host memory ran short for a registration")
+    tp_size: int | None = Field(default=None, description="the launch's tensor-parallel size (None: unknown; a "
+                                "log's `server_args=` line shows it)")
 
     @property
     def signal(self) -> int | None:
@@ -376,6 +380,16 @@ SIGNATURES: tuple[Signature, ...] = (
         "sglang/srt/mem_cache/pool_host/common.py:162; sglang PR #39744",
     ),
     Signature(
+        "host-map-failed", "host-memory",
+        r"Cannot map memory with base addr (0x[0-9a-fA-F]+) and size of (0x[0-9a-fA-F]+) pages",
+        "the NVIDIA driver could not map {2} pages at {1} for cudaHostRegister: host memory ran short (sglang PR "
+        "#26301: on a box low on free memory cudaHostRegister failed with cudaErrorInvalidValue and the kernel "
+        "log showed this line); pinned HiCache pools must fit in memory the host has free",
+        "{register}",
+        "NVIDIA driver (nv_register_user_pages); quoted in https://github.com/sgl-project/sglang/pull/26301",
+        unless=("host-register-failed",),
+    ),
+    Signature(
         "pinned-alloc-failed", "host-memory",
         r"CUDA error: out of memory",
         "a pinned host allocation (pin_memory, cudaHostAlloc) failed: under WSL2 the per-process pinned "
@@ -570,6 +584,20 @@ SIGNATURES: tuple[Signature, ...] = (
         "torch.cuda.get_arch_list()",
         "torch/cuda/__init__.py:427 (_check_cubins)",
     ),
+    Signature(
+        "jit-toolkit-too-old", "arch",
+        r"No supported CUDA architectures found for major versions \[([\d, ]+)\]",
+        "FlashInfer's JIT kept none of the GPU's architectures of major version {1} to compile for: it reads the "
+        "CUDA toolkit a JIT build uses (CUDA_HOME or CUDA_PATH, else the nvcc on PATH; flashinfer jit/cpp_ext.py: "
+        "get_cuda_path) and drops an architecture that toolkit is too old for (SM 12.x needs CUDA 12.9 or newer, "
+        "compilation_context.py), so a local nvcc 12.8 beside a cu130 torch kills init on sm_120 (vllm#50705, "
+        "flashinfer#2577). Not the driver and not the image's kernels",
+        "point CUDA_HOME (and PATH) at a CUDA 12.9 or newer toolkit, or take the older nvcc off PATH and unset "
+        "CUDA_HOME so the JIT finds none older than the GPU; `nvcc --version` where the server runs says which one "
+        "the JIT reads, and the first-use check (`escha-deploy runtime verify --first-use`, `up`) refuses it",
+        "flashinfer/compilation_context.py (get_nvcc_flags_list); https://github.com/vllm-project/vllm/issues/50705; "
+        "quoted in https://github.com/vllm-project/vllm/pull/31740",
+    ),
     # --- collectives ---------------------------------------------------------------------------
     Signature(
         "nccl-shared-memory", "collective",
@@ -604,8 +632,8 @@ SIGNATURES: tuple[Signature, ...] = (
         "nccl-watchdog-timeout", "collective",
         r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=\d+, OpType=(\w+)",
         "a collective ({1}) between the ranks did not finish before torch's NCCL timeout: one rank hung or "
-        "died, or the GPUs' peer-to-peer path claims to work but does not move data",
-        f"read every rank's first error; on consumer cards {_P2P_OFF}; "
+        "died, or the GPUs' peer-to-peer path claims to work but does not move data{divergence_cause}",
+        "{divergence}" f"read every rank's first error; on consumer cards {_P2P_OFF}; "
         "`escha-deploy doctor --profile PROFILE` runs an all-reduce smoke test{hicache}",
         "torch ProcessGroupNCCL watchdog; quoted in https://github.com/hiyouga/LlamaFactory/issues/7396",
     ),
@@ -613,8 +641,8 @@ SIGNATURES: tuple[Signature, ...] = (
         "sglang-watchdog-timeout", "collective",
         r"(?<!\S)(\S+) watchdog timeout \(self\.watchdog_timeout=",
         "SGLang's {1} watchdog fired: one forward batch took longer than --watchdog-timeout (default 300 s), "
-        "usually a hang in a collective or a kernel",
-        f"read the lines before it for the stuck rank; on consumer cards {_P2P_OFF}; "
+        "usually a hang in a collective or a kernel{divergence_cause}",
+        "{divergence}" f"read the lines before it for the stuck rank; on consumer cards {_P2P_OFF}; "
         "`escha-deploy doctor --profile PROFILE` runs an all-reduce smoke test{hicache}",
         "sglang/srt/utils/watchdog.py:154",
     ),
@@ -964,7 +992,7 @@ def launch_facts(plan, spec, *, native: bool = False) -> dict[str, object]:
     reg = [b for b in plan.per_rank.host_buffers if b.allocator == "register"] if plan.hicache.enabled else []
     big = max(reg, key=lambda b: b.requested_bytes, default=None)
     return {"launch": launch_settings(spec, native=native), "hicache_enabled": plan.hicache.enabled,
-            "platform": plan.platform,
+            "platform": plan.platform, "tp_size": plan.tp_size,
             "register_buffer": (big.name, big.requested_bytes) if big is not None else None}
 
 
@@ -1017,6 +1045,13 @@ def _fills(f: Facts) -> dict[str, str]:
                    "hicache.enabled: false to isolate, lower hicache.hicache_ratio (`escha-deploy plan` prints the "
                    "safe one), and let `escha-deploy doctor --profile PROFILE` probe the host allocator "
                    "(CanUseHostPointerForRegisteredMem)")
+    divergence = ""
+    if f.hicache_enabled and (f.tp_size or 0) > 1:
+        divergence = (f"with HiCache on at TP {f.tp_size}, first suspect the load-back divergence: each rank decides "
+                      "from its own device pool how much of a prefix to load back from host memory, the ranks "
+                      "disagree by a page under load and enter one all-reduce with different sizes, and both "
+                      "wait for ever (sglang PR #33442, sglang#31425; no supported release agrees the decision "
+                      "across ranks): retry with hicache.enabled: false to confirm; then ")
     radix = []
     if f.hicache_enabled is not False or key_flag("hicache.enabled") in have:
         radix.append("with HiCache on (sglang#21379) retry with hicache.enabled: false")
@@ -1034,10 +1069,25 @@ def _fills(f: Facts) -> dict[str, str]:
         register = ("under WSL2 `escha-deploy doctor` measures the pinned ceiling and `plan` keeps the pools under "
                     "it" + ("; otherwise " if f.platform is None else "; ") + register)
     register += f"; {alloc}"
+    if f.host_map_failed:
+        register = (f"free host memory (stop other memory users) or lower hicache.hicache_ratio ({_PLAN}) first: the "
+                    "driver's 'Cannot map memory' line says host memory ran short for the registration (sglang PR "
+                    "#26301); then " + register)
     release = load_release()
     pins = f"SGLang {release.version} (transformers {release.pins.transformers.value})"
     return {"p2p": p2p, "chunk": chunk, "alloc": alloc, "hicache": hicache, "radix": "; ".join(radix),
-            "register": register, "pins": pins}
+            "register": register, "pins": pins, "divergence": divergence,
+            "divergence_cause": ("; with HiCache on at TP > 1, also the ranks disagreeing on a host load-back "
+                                 "(sglang PR #33442)" if divergence else "")}
+
+
+def cause_for(sig: Signature, f: Facts, found: re.Match[str] | None = None) -> str:
+    """The cause ``sig`` prints for facts ``f``: ``_fills``' ``{divergence_cause}`` and the
+    pattern's groups filled in."""
+    text = sig.cause
+    if "{divergence_cause}" in text:
+        text = text.replace("{divergence_cause}", _fills(f)["divergence_cause"])
+    return _fill(text, found)
 
 
 def fix_for(sig: Signature, f: Facts, found: re.Match[str] | None = None) -> str:
@@ -1119,6 +1169,83 @@ def _repeating_traceback(lines: Sequence[str]) -> Match | None:
     )
 
 
+#: SGLang's /health timeout: its health check sends a 1-token generate and answers 503 when the
+#: scheduler gives no output for this long (``SGLANG_HEALTH_CHECK_TIMEOUT``, default 20 s;
+#: sglang/srt/entrypoints/http_server.py, ``health_generate``), seconds.
+HEALTH_TIMEOUT_S = 20
+#: A request latency this many times the /health timeout is a stalled scheduler, not a slow
+#: batch: every /health in between failed (sglang#30314 reports a 222 s TTFT, an 11-fold).
+STALL_FACTOR = 5
+#: /health failures in one log that make a run of them (one is a blip; the runtime's liveness
+#: probe kills after several).
+HEALTH_FAILURE_RUN = 2
+#: SGLang's SIGTERM line (sglang/srt/managers/tokenizer_manager.py, ``SignalHandler.sigterm_handler``:
+#: ``SIGTERM received. signum=... frame=... Draining requests and shutting down...``) and uvicorn's.
+_SIGTERM = re.compile(r"SIGTERM received|Received signal 15|Shutting down\b")
+#: SGLang's /health failure (http_server.py, ``health_generate``: ``Health check failed. Server
+#: couldn't get a response from detokenizer for last N seconds``) and uvicorn's access line of a 503.
+_HEALTH_FAILED = re.compile(r"Health check failed\. Server couldn't get a response|\"GET /health(?:_generate)? "
+                            r"HTTP/[\d.]+\" 503")
+#: A request's latency in a log line: SGLang's ``--log-requests`` finish line carries
+#: ``'e2e_latency': S`` in its meta_info (tokenizer_manager.py, ``_handle_batch_output``), and
+#: reports quote ``TTFT``/``e2e_latency: 225s``; group 2 is seconds.
+_LATENCY = re.compile(r"\b(e2e_latency|ttft|TTFT|time_to_first_token)['\"]?\s*[:=]\s*([\d.]+)\s*s?\b")
+
+
+def _stall_then_kill(lines: Sequence[str], facts: Facts) -> Match | None:
+    """The stall-then-kill pattern of sglang#30314, weighed before memory: the server was killed
+    by SIGKILL (and the cgroup's OOM count did not prove the OOM killer), SIGTERM came first (the
+    OOM killer sends no SIGTERM: a container runtime or supervisor stopping it, then killing it
+    when the grace period ran out), and the log shows the scheduler stalled: a request latency
+    ``STALL_FACTOR`` times SGLang's /health timeout or more, or ``HEALTH_FAILURE_RUN`` /health
+    failures. None otherwise. One pass, each line looked at in its first ``SCAN_HEAD`` characters."""
+    if facts.signal != 9 or facts.oom_kill is True:
+        return None
+    sigterm: str | None = None
+    failures: list[str] = []
+    longest: tuple[float, str] | None = None
+    for line in lines:
+        head = line[:SCAN_HEAD]
+        if sigterm is None and _SIGTERM.search(head):
+            sigterm = line
+        if _HEALTH_FAILED.search(head):
+            failures.append(line)
+        for m in _LATENCY.finditer(head):
+            try:
+                sec = float(m.group(2))
+            except ValueError:
+                continue
+            if longest is None or sec > longest[0]:
+                longest = (sec, line)
+    stall_s = HEALTH_TIMEOUT_S * STALL_FACTOR
+    stalled = longest is not None and longest[0] >= stall_s
+    if sigterm is None or not (stalled or len(failures) >= HEALTH_FAILURE_RUN):
+        return None
+    evidence = [_shown_evidence(sigterm)]
+    seen = []
+    if stalled and longest is not None:
+        evidence.append(_shown_evidence(longest[1]))
+        seen.append(f"a request took {longest[0]:.0f} s, {longest[0] / HEALTH_TIMEOUT_S:.0f} times SGLang's "
+                    f"{HEALTH_TIMEOUT_S} s /health timeout")
+    if failures:
+        evidence.append(_shown_evidence(failures[0]))
+        seen.append(f"/health failed {len(failures)} time{'s' if len(failures) > 1 else ''}")
+    return Match(
+        id="stall-then-kill", kind="killed", line=show(sigterm), evidence=evidence,
+        explanation="killed by SIGKILL after SIGTERM while the scheduler was stalled (" + "; ".join(seen) + "): "
+        "a container runtime or supervisor stopped the server because /health stopped answering and killed it "
+        "when the grace period ran out; the kernel's OOM killer sends no SIGTERM, so this is the stall, not "
+        "memory (sglang#30314: a hybrid model with HiCache blocks its event loop on mamba eviction for minutes)",
+        fix="do not lower the HiCache ratio for this; find what held the scheduler (the requests before the "
+        "SIGTERM: a long-context request on a hybrid model with HiCache is sglang#30314's case), give the "
+        "liveness probe more time than the longest stall (Docker's healthcheck retries, Kubernetes' "
+        "failureThreshold) or shorten the context the server accepts (runtime.context_length), and read "
+        "`dmesg | grep -i 'killed process'` to rule out the OOM killer",
+        source="https://github.com/sgl-project/sglang/issues/30314; sglang/srt/managers/tokenizer_manager.py "
+        "(SignalHandler.sigterm_handler); sglang/srt/entrypoints/http_server.py (health_generate)",
+    )
+
+
 _LOG_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?[^\]]*\] ")
 
 
@@ -1163,20 +1290,37 @@ def _fact_evidence(sig: Signature, f: Facts) -> list[str]:
 _SERVER_ARGS_HICACHE = re.compile(r"server_args=.*?\benable_hierarchical_cache'?\s*[:=]\s*(True|False)\b")
 
 
+#: The same line's tensor-parallel size (``'tp_size': 2`` or ``tp_size=2``).
+_SERVER_ARGS_TP = re.compile(r"server_args=.*?\btp_size'?\s*[:=]\s*(\d+)\b")
+
+
 def log_facts(lines: Sequence[str]) -> dict[str, object]:
-    """Facts the log itself shows: ``{"hicache_enabled": bool}`` from SGLang's ``server_args=``
-    startup line (the last one, if the log holds several starts); empty when it has none."""
+    """Facts the log itself shows: ``{"hicache_enabled": bool, "tp_size": int}`` from SGLang's
+    ``server_args=`` startup line (the last one, if the log holds several starts); empty when it
+    has none."""
     for ln in reversed(lines):
         k = ln.find("server_args=", 0, SCAN_HEAD)
         m = _SERVER_ARGS_HICACHE.match(ln, k, k + SERVER_ARGS_SCAN) if k >= 0 else None
         if m:
-            return {"hicache_enabled": m.group(1) == "True"}
+            out: dict[str, object] = {"hicache_enabled": m.group(1) == "True"}
+            tp = _SERVER_ARGS_TP.match(ln, k, k + SERVER_ARGS_SCAN)
+            if tp:
+                out["tp_size"] = int(tp.group(1))
+            return out
     return {}
 
 
+#: The NVIDIA driver's kernel-log line when it cannot pin a user range for cudaHostRegister
+#: (quoted in sglang PR #26301: ``Cannot map memory with base addr 0x7f134c660000 and size of 0xf179a0 pages``).
+_HOST_MAP_FAILED = "Cannot map memory with base addr"
+
+
 def _with_log_facts(facts: Facts, lines: Sequence[str]) -> Facts:
-    """``facts`` with its unknowns filled from the log (a fact the caller gave wins)."""
+    """``facts`` with its unknowns filled from the log (a fact the caller gave wins), and
+    ``host_map_failed`` when a line holds the driver's 'Cannot map memory' line."""
     found = {k: v for k, v in log_facts(lines).items() if getattr(facts, k) is None}
+    if not facts.host_map_failed and any(_HOST_MAP_FAILED in ln[:SCAN_HEAD] for ln in lines):
+        found["host_map_failed"] = True
     return facts.model_copy(update=found) if found else facts
 
 
@@ -1195,7 +1339,7 @@ def _unsettled(sig: Signature, f: Facts, found: re.Match[str] | None, line: str 
         id=sig.id, kind=sig.kind, line=line,
         evidence=evidence + [f"{n} unknown: {SETTLE[n]}" for n in unknown],
         explanation="the cause depends on " + ", ".join(unknown) + ", which this log does not show: "
-        + "; ".join(f"{cond(r)}: {_fill(r.cause, found)}" for r in alts),
+        + "; ".join(f"{cond(r)}: {cause_for(r, f, found)}" for r in alts),
         fix="settle it (" + "; ".join(SETTLE[n] for n in unknown) + "), then: "
         + "; ".join(f"{cond(r)}: {fix_for(r, f, found)}" for r in alts),
         source=sig.source, conclusive=False)
@@ -1357,6 +1501,9 @@ def diagnose(lines: Sequence[str], facts: Facts | None = None) -> Diagnosis:
     where: list[tuple[int, int]] = []  # per match: (line index, offset in it); fact-only rows last
     seen: set[str] = set()
     facts = _with_log_facts(facts, text)
+    stall = _stall_then_kill(text, facts)
+    if stall is not None:  # the stall explains the kill: the memory guesses for a bare SIGKILL do not lead
+        seen.update({"killed-sigkill", "killed-line"})
     windows: _Windows | None = None
     for sig in SIGNATURES:
         if sig.id in seen or seen.intersection(sig.unless):
@@ -1384,9 +1531,11 @@ def diagnose(lines: Sequence[str], facts: Facts | None = None) -> Diagnosis:
             continue
         evidence += _fact_evidence(sig, facts)
         matches.append(Match(id=sig.id, kind=sig.kind, line=line, evidence=evidence,
-                             explanation=_fill(sig.cause, found), fix=fix_for(sig, facts, found), source=sig.source,
+                             explanation=cause_for(sig, facts, found), fix=fix_for(sig, facts, found), source=sig.source,
                              sglang_advice=sig.sglang_advice, conclusive=sig.conclusive))
     matches = order_matches(matches, where)
+    if stall is not None:
+        matches.insert(0, stall)
     rep = _repeating_traceback(text)
     if rep is not None:
         matches.append(rep)

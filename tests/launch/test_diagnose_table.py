@@ -33,6 +33,15 @@ TRANSFORMERS = "transformers==5.12.1"
 # Lines quoted verbatim from public reports (kernel, CUDA, NCCL and shell lines that no wheel
 # here prints as a Python format string).
 QUOTES: dict[str, list[tuple[str, str]]] = {
+    "jit-toolkit-too-old": [
+        ("https://github.com/vllm-project/vllm/pull/31740",
+         "(EngineCore_DP0 pid=120) ERROR 01-28 06:36:45 [core.py:946] RuntimeError: No supported CUDA architectures "
+         "found for major versions [10]."),
+    ],
+    "host-map-failed": [
+        ("https://github.com/sgl-project/sglang/pull/26301",
+         "Cannot map memory with base addr 0x7f134c660000 and size of 0xf179a0 pages"),
+    ],
     "killed-line": [
         ("https://github.com/sgl-project/sglang/issues/5096",
          "ERROR 2025-04-05T00:01:19.509514570Z ./entrypoint.sh: line 48: 28 Killed python3 -m "
