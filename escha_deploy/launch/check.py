@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import resource
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -157,4 +158,19 @@ def check_here(launch: LaunchSpec, capabilities: list[str] | None, *, where: str
             native = env.get(SERVE_MODE_ENV) != "container" and path == host_dir
             out.bad_input += mounted_model_problems(path, native=native, section=section)
     out.refusals += check_l3(needs)
+    out.refusals += toolkit_refusals(launch, env)
     return out
+
+
+def toolkit_refusals(launch: LaunchSpec, environ: Mapping[str, str]) -> list[str]:
+    """The first-use toolkit check (``runtime.first_use.toolkit``) for the server this launch
+    starts here: the nvcc its JIT would read (the launch's environment over this one's) against
+    the planned GPUs' compute capabilities (the facts' GPU records); one ``first use:`` line per
+    problem, none when no GPU's capability is known."""
+    from escha_deploy.runtime import first_use
+
+    archs = [g.compute_capability for g in launch.facts.gpus if g.compute_capability]
+    if not archs:
+        return []
+    problems, _detail = first_use.toolkit(archs, {**environ, **launch.env})
+    return [f"first use: {p}" for p in problems]

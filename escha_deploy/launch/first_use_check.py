@@ -6,7 +6,8 @@ profile's image with the launch's JIT cache volume and its environment (``launch
 JIT_CACHE_ENV``): the cache folders must be writable there, and with an L3 storage backend
 SGLang's HiCache hash extension must build (a C++ compiler, ``<openssl/sha.h>``, ``-lcrypto``)
 in the volume, where the server finds it; with torch in the image SGLang's own loader builds
-it there now, so the first long request does not. A missing part is `up`'s exit 3, one line
+it there now, so the first long request does not; and the nvcc a JIT in the image would read
+(CUDA_HOME, else PATH) must be new enough for the planned GPUs (``first_use.toolkit``). A missing part is `up`'s exit 3, one line
 each, naming it.
 """
 
@@ -48,6 +49,9 @@ def in_image(client, prep: Prepared, *, volume: bool = True, timeout_s: float = 
     args = {k: v for k, v in prep.args.items() if k in ("image", "security_opt", "init", "cap_add", "cap_drop")}
     command = [prep.argv[0], Path(first_use.__file__).read_text()]
     env = {**prep.args.get("environment", {}), first_use.L3_ENV: "1" if needs_l3(prep) else "0"}
+    archs = [g.compute_capability for g in prep.launch.facts.gpus if g.compute_capability]
+    if archs:  # the toolkit a JIT in the image would read, against the planned GPUs
+        env[first_use.ARCHS_ENV] = ",".join(archs)
     args.update(entrypoint=ENTRYPOINT, command=command, environment=env,
                 labels={dk.LABEL_MANAGED_BY: "escha-deploy-first-use", FIRST_USE_OF: prep.profile.name},
                 network_mode="none", detach=True, mounts=mounts, device_requests=[])

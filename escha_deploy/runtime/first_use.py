@@ -11,6 +11,12 @@ scheduler dies on the first long request ("Failed to load HiCache native hash ex
 Tanguille/cluster PR #4213; SGLang's own image added libssl-dev in sglang PR #31064). FlashInfer,
 Triton and SGLang compile kernels into their cache folders likewise.
 
+FlashInfer's JIT compiles with the CUDA toolkit it finds (``CUDA_HOME`` or ``CUDA_PATH``, else
+the ``nvcc`` on ``PATH``; flashinfer ``jit/cpp_ext.py: get_cuda_path``) and drops an architecture
+that toolkit is too old for (SM 12.x needs CUDA 12.9, ``compilation_context.py``): a native venv
+or a custom image with a local nvcc 12.8 beside a cu130 torch starts, then dies at init on sm_120
+(``No supported CUDA architectures found for major versions [12].``, vllm#50705, flashinfer#2577).
+
 ``check(l3=...)`` answers, in the environment it runs in (the image: `up` runs it in a
 throw-away container with the launch's JIT cache volume, ``runtime verify --first-use`` inside
 the image at build):
@@ -18,6 +24,8 @@ the image at build):
 - ``cache``: each cache folder the launch points at (``FLASHINFER_WORKSPACE_BASE``,
   ``TRITON_CACHE_DIR``, ``TORCH_EXTENSIONS_DIR``, ``SGLANG_CACHE_DIR``, else torch's default)
   can be created and written;
+- ``toolkit`` (with the GPUs' compute capabilities, ``archs``): the nvcc a JIT would use,
+  read with ``nvcc --version``, is new enough for each GPU (``MIN_TOOLKIT``);
 - ``hash extension`` (with ``l3``): a C++ compiler, ``<openssl/sha.h>`` and libcrypto's link
   library are there, and the compiler compiles and links a one-line translation unit that
   includes the header with ``-lcrypto`` in the extensions folder, and it runs; where SGLang's
@@ -56,6 +64,60 @@ LOAD_SNIPPET = ("from sglang.srt.mem_cache.cpp_utils.native_hash import _load_na
                 "m = load(); print(type(m).__name__)")
 #: The fix a missing build dependency gets.
 INSTALL = "install g++ and libssl-dev in the image (Dockerfile.hicache does; apt-get install g++ libssl-dev)"
+
+
+#: The variable that carries the GPUs' compute capabilities (``12.0,12.0``) into the check.
+ARCHS_ENV = "ESCHA_FIRST_USE_ARCHS"
+#: The oldest CUDA toolkit FlashInfer's JIT keeps a GPU of this major compute capability with:
+#: SM 12.x requires CUDA 12.9 (flashinfer compilation_context.py: _normalize_cuda_arch, quoted in
+#: flashinfer#2577 and flashinfer PR #3633; vllm#50705).
+MIN_TOOLKIT: dict[int, tuple[int, int]] = {12: (12, 9)}
+
+
+def jit_nvcc(environ: dict[str, str] | None = None) -> str | None:
+    """The nvcc a JIT build uses here: ``$CUDA_HOME/bin/nvcc`` (or ``$CUDA_PATH``'s) when it
+    exists, else the first ``nvcc`` on ``PATH`` (flashinfer jit/cpp_ext.py: get_cuda_path); None
+    when there is none."""
+    env = os.environ if environ is None else environ
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if env.get(var):
+            cand = Path(env[var]) / "bin" / "nvcc"
+            if cand.is_file():
+                return str(cand)
+    return shutil.which("nvcc", path=env.get("PATH", os.defpath))
+
+
+def toolkit(archs: list[str], environ: dict[str, str] | None = None, *,
+            timeout_s: float = 60) -> tuple[list[str], str]:
+    """``(problems, detail)`` for the CUDA toolkit a JIT would use (``jit_nvcc``) against the
+    GPUs' compute capabilities ``archs`` (``"12.0"``): a problem, naming the nvcc and its release,
+    when it is older than ``MIN_TOOLKIT`` for one of them."""
+    import re
+
+    nvcc = jit_nvcc(environ)
+    if nvcc is None:
+        return [], "no nvcc on CUDA_HOME, CUDA_PATH or PATH: the JIT compiles with none older than the GPU"
+    try:
+        r = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=timeout_s, errors="replace")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [f"{nvcc} --version did not run ({exc}): FlashInfer's JIT uses this toolkit (CUDA_HOME/PATH)"], ""
+    m = re.search(r"release (\d+)\.(\d+)", r.stdout)
+    if m is None:
+        return [f"{nvcc} --version names no release (exit {r.returncode}): FlashInfer's JIT uses this toolkit "
+                "(CUDA_HOME/PATH)"], ""
+    have = (int(m.group(1)), int(m.group(2)))
+    problems = []
+    for cc in sorted(set(archs)):
+        major = int(cc.split(".")[0]) if cc.split(".")[0].isdigit() else 0
+        need = MIN_TOOLKIT.get(major)
+        if need and have < need:
+            problems.append(
+                f"{nvcc} is CUDA {have[0]}.{have[1]}, below the {need[0]}.{need[1]} FlashInfer's JIT needs for "
+                f"sm_{cc.replace('.', '')}: it reads this toolkit (CUDA_HOME, CUDA_PATH, else PATH), drops the "
+                f"architecture and the server dies at init ('No supported CUDA architectures found for major "
+                f"versions [{major}].', vllm#50705); point CUDA_HOME and PATH at CUDA {need[0]}.{need[1]} or newer, "
+                "or take this nvcc off PATH")
+    return problems, f"{nvcc} is CUDA {have[0]}.{have[1]}"
 
 
 def extensions_dir(environ: dict[str, str] | None = None) -> Path:
@@ -173,17 +235,24 @@ def sglang_hash_source(python: str | None = None) -> tuple[Path | None, str]:
     return cpp / "hash_binding.cpp", f"SGLang at {pkg}"
 
 
-def check(*, l3: bool, python: str | None = None, environ: dict[str, str] | None = None) -> dict[str, object]:
+def check(*, l3: bool, python: str | None = None, environ: dict[str, str] | None = None,
+          archs: list[str] | None = None) -> dict[str, object]:
     """Every first-use check for a launch (``l3``: it turns an L3 storage backend on), as
     ``{"ok": bool, "checks": [{"name", "ok", "detail", "problems"}]}``. The hash extension is
     checked where SGLang's interpreter (``python``, else ``$ESCHA_SGLANG_PYTHON``, else this one)
-    finds an SGLang whose code builds it on first use (``sglang_hash_source``). Never raises
-    for a missing part; each is a problem line."""
+    finds an SGLang whose code builds it on first use (``sglang_hash_source``); the toolkit
+    where the GPUs' compute capabilities are known (``archs``, else ``$ESCHA_FIRST_USE_ARCHS``).
+    Never raises for a missing part; each is a problem line."""
     env = dict(os.environ if environ is None else environ)
     rows = []
     bad = [p for p in (writable_problem(d) for d in cache_dirs(env)) if p]
     rows.append({"name": "cache", "ok": not bad, "problems": bad,
                  "detail": "" if bad else "writable: " + ", ".join(str(d) for d in cache_dirs(env))})
+    if archs is None:
+        archs = [a for a in env.get(ARCHS_ENV, "").split(",") if a.strip()]
+    if archs:
+        problems, detail = toolkit(archs, env)
+        rows.append({"name": "toolkit", "ok": not problems, "problems": problems, "detail": detail})
     if l3:
         source, where = sglang_hash_source(python)
         if source is None:
