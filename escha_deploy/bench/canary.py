@@ -56,7 +56,8 @@ from dataclasses import dataclass, replace
 from escha_deploy.utils.errors import BadInput, Inconclusive, Refused
 
 from .client import Completion, ServerClient
-from .metrics import CACHED_TOKENS, EVICTED_TOKENS, LOAD_BACK_TOKENS, Snapshot, delta
+from .metrics import (CACHED_TOKENS, EVICTED_TOKENS, LOAD_BACK_TOKENS, SPEC_ACCEPT_LENGTH, Snapshot,
+                      acceptance_fell, acceptance_text, delta)
 from .models import Answer, CanaryResult, ServerFacts
 from .prompts import make_prompt
 from .workload import COLD_SLACK_TOKENS
@@ -256,6 +257,24 @@ def _answer(label: str, c: Completion, before: Snapshot | None = None,
     )
 
 
+def acceptance_evidence(before: Snapshot | None, after: Snapshot | None) -> list[str]:
+    """The speculative acceptance length before the fill (before any host hit) and after the
+    host-tier ask, with the load-backs between, as evidence lines; a second line when it fell by
+    more than ``SPEC_ACCEPT_FALL`` after load-backs (sglang#32176). None without speculative
+    decoding (the gauge is 0.0) or without both scrapes."""
+    if before is None or after is None or not after.has(SPEC_ACCEPT_LENGTH):
+        return []
+    b, a = before.total(SPEC_ACCEPT_LENGTH), after.total(SPEC_ACCEPT_LENGTH)
+    if not a:
+        return []
+    loaded = delta(after, before, LOAD_BACK_TOKENS) if after.has(LOAD_BACK_TOKENS) else 0.0
+    out = ["speculative acceptance before the fill and after the host-tier ask: " + acceptance_text(b or None, a, loaded)]
+    if loaded > 0 and acceptance_fell(b, a):
+        out.append("speculative acceptance fell after host load-backs, as in sglang#32176 (EAGLE 4.49 -> 1.59 "
+                   "after HiCache load-back, no error; flushing the cache restored it)")
+    return out
+
+
 async def run_canary(
     client: ServerClient, facts: ServerFacts, opts: CanaryOptions, step: Step = lambda _: None
 ) -> CanaryResult:
@@ -333,6 +352,7 @@ async def run_canary(
         shown.append("sglang:load_back_tokens_total +" + ", ".join(
             f"{v} ({p})" for p, v in h.load_back_tokens.items() if v))
     evidence += shown
+    evidence += acceptance_evidence(before_fill, after)
     evidence += client.warnings  # what the server's answers made the client leave out
     evidence.append(f"filled {sent * fill.prompt_tokens} tokens in {sent} prompts"
                     + (f", each asked {fill.asks} times" if fill.asks > 1 else "")

@@ -36,6 +36,30 @@ EVICTED_TOKENS = "sglang:evicted_tokens_total"
 HOST_TOTAL_TOKENS = "sglang:hicache_host_total_tokens"
 HOST_USED_TOKENS = "sglang:hicache_host_used_tokens"
 MAMBA_USAGE = "sglang:mamba_usage"
+#: Mean acceptance length of speculative decoding, accepted drafts + the bonus token per forward
+#: (a gauge per scheduler, 0.0 without speculative decoding; SchedulerMetricsCollector in every
+#: supported release's metrics.json).
+SPEC_ACCEPT_LENGTH = "sglang:spec_accept_length"
+#: The fall of the acceptance length, as a share of the length before, that counts as a fall
+#: after host load-backs: sglang#32176 saw EAGLE's 4.49 fall to 1.59 (65 %) after HiCache filled
+#: and loaded back, with no error; batch-to-batch spread of the gauge is far below a quarter.
+SPEC_ACCEPT_FALL = 0.25
+
+
+def acceptance_fell(before: float | None, after: float | None) -> bool:
+    """Whether the speculative acceptance length fell by more than ``SPEC_ACCEPT_FALL`` of
+    ``before`` (both > 0: speculative decoding ran in both looks)."""
+    return bool(before and after and before > 0 and after > 0 and after < before * (1 - SPEC_ACCEPT_FALL))
+
+
+def acceptance_text(before: float | None, after: float | None, load_back_tokens: float) -> str:
+    """The acceptance length before and after, with the load-backs between: the line ``status``
+    and the canary print (``sglang:spec_accept_length 4.50 -> 1.60 (-64 %) while
+    sglang:load_back_tokens_total +N``)."""
+    b = "-" if not before else f"{before:.2f}"
+    a = "-" if not after else f"{after:.2f}"
+    fall = f" ({(after - before) / before * 100:+.0f} %)" if before and after else ""
+    return f"{SPEC_ACCEPT_LENGTH} {b} -> {a}{fall} while {LOAD_BACK_TOKENS} +{load_back_tokens:,.0f}"
 
 _Key = tuple[str, tuple[tuple[str, str], ...]]
 

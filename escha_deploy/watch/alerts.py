@@ -92,6 +92,31 @@ def inert_host_tier(w: ServerWindow, th: Thresholds, endpoint: str | None = None
              "(`--set hicache.enabled=false`). The patched image does not change this path."))
 
 
+def spec_acceptance_fell(w: ServerWindow, endpoint: str | None = None) -> Alert | str:
+    """Speculative acceptance fell after host load-backs while HiCache is on: the acceptance
+    length (``spec_accept_length``) at the window's end is more than ``SPEC_ACCEPT_FALL`` below
+    its start while ``load_back_tokens_total`` rose (sglang#32176: EAGLE's 4.49 fell to 1.59
+    after HiCache filled and loaded back, with no error; flushing the cache restored it)."""
+    from escha_deploy.bench.metrics import acceptance_fell, acceptance_text
+
+    if w.spec_accept_after is None or not w.hicache:
+        return ""  # no speculative decoding, or no host tier: nothing to watch
+    if w.spec_accept_before is None:
+        return "needs sglang:spec_accept_length above 0 in two looks (a window with a start)"
+    loaded = w.load_back_total
+    if loaded <= 0 or not acceptance_fell(w.spec_accept_before, w.spec_accept_after):
+        return ""
+    return Alert(
+        id="spec_acceptance_fell", title="speculative acceptance fell after host load-backs",
+        evidence=acceptance_text(w.spec_accept_before, w.spec_accept_after, loaded)
+        + (f" over {w.seconds:.0f} s" if w.seconds else ""),
+        fix=("sglang#32176: after HiCache filled and loaded prefixes back from the host, EAGLE's acceptance "
+             "length fell from 4.49 to 1.59 with no error, and flushing the cache restored it. Check the "
+             f"answers with `escha-deploy canary --endpoint {endpoint or 'URL'}`; flush the cache (SGLang's "
+             "POST /flush_cache) to confirm, and run with the host tier off (`--set hicache.enabled=false`) "
+             "until a release fixes it"))
+
+
 def page_cache_low(host: HostReading, plan: PlanView | None) -> Alert | str:
     """Page cache (``Active(file) + Inactive(file)``) under the plan's page-cache floor."""
     if plan is None or plan.page_cache_floor_bytes <= 0:
@@ -232,7 +257,8 @@ def evaluate(*, server: ServerWindow | None, host: HostReading | None, host_win:
         results += [("implausible_numbers", implausible_numbers(server)),
                     ("inert_host_tier", inert_host_tier(server, th, endpoint)), ("kv_dropped", kv_dropped(server)),
                     ("load_back_slower_than_recompute",
-                     load_back_slower_than_recompute(server, plan, prefill_tokens_per_s))]
+                     load_back_slower_than_recompute(server, plan, prefill_tokens_per_s)),
+                    ("spec_acceptance_fell", spec_acceptance_fell(server, endpoint))]
     if host is not None:
         results += [("page_cache_low", page_cache_low(host, plan)),
                     ("memory_pressure", memory_pressure(host, th))]

@@ -41,6 +41,7 @@ BACKUP_TOKENS = "sglang:hicache_backup_tokens_total"  # counter, label pool: dev
 BACKUP_BYTES = "sglang:hicache_backup_bytes_total"  # counter
 DROPPED_TOKENS = "sglang:hicache_dropped_tokens_total"  # counter, labels reason, pool
 
+SPEC_ACCEPT_LENGTH = "sglang:spec_accept_length"  # gauge: mean accepted drafts + bonus per forward (0: no spec)
 # added in 0.5.23 (SchedulerMetricsCollector): the host mamba pool, states (one per request slot)
 HOST_MAMBA_USED_STATES = "sglang:hicache_host_mamba_used_states"  # gauge
 HOST_MAMBA_TOTAL_STATES = "sglang:hicache_host_mamba_total_states"  # gauge
@@ -59,7 +60,7 @@ def first_release(name: str) -> str | None:
 #: Names ``status`` reads (the test checks each against the wheel).
 ALL = (CACHED_TOKENS, PROMPT_TOKENS, NUM_REQUESTS, NUM_RUNNING, NUM_QUEUED, TOKEN_USAGE,
        MAMBA_USAGE, HOST_USED_TOKENS, HOST_TOTAL_TOKENS, EVICTED_TOKENS, LOAD_BACK_TOKENS,
-       LOAD_BACK_BYTES, LOAD_BACK_SECONDS, BACKUP_TOKENS, BACKUP_BYTES, DROPPED_TOKENS)
+       LOAD_BACK_BYTES, LOAD_BACK_SECONDS, BACKUP_TOKENS, BACKUP_BYTES, DROPPED_TOKENS, SPEC_ACCEPT_LENGTH)
 
 #: Label names ``status`` filters on, per metric (checked against the wheel too).
 LABELS = {CACHED_TOKENS: "cache_source", LOAD_BACK_TOKENS: "pool", BACKUP_TOKENS: "pool",

@@ -58,6 +58,8 @@ class RankReading(BaseModel):
     backup_tokens: dict[str, float] = Field(default_factory=dict, description="by pool")
     backup_bytes: float = 0.0
     dropped_tokens: dict[str, float] = Field(default_factory=dict, description="'reason/pool'")
+    spec_accept_length: float | None = Field(None, description="speculative acceptance length (gauge; 0: no "
+                                             "speculative decoding)")
 
 
 class ServerReading(BaseModel):
@@ -174,6 +176,7 @@ def server_reading(snap: Snapshot) -> ServerReading:
         "load_back_seconds": _by_rank(snap, n.LOAD_BACK_SECONDS + "_sum"),
         "load_back_ops": _by_rank(snap, n.LOAD_BACK_SECONDS + "_count"),
         "backup_bytes": _by_rank(snap, n.BACKUP_BYTES),
+        "spec_accept_length": _by_rank(snap, n.SPEC_ACCEPT_LENGTH),
     }
     labelled = {
         "load_back_tokens": _by_rank(snap, n.LOAD_BACK_TOKENS, "pool"),
@@ -342,6 +345,15 @@ class ServerWindow(BaseModel):
     unknown_series: list[str] = Field(default_factory=list)
     suspect: list[str] = Field(default_factory=list, description="figures that cannot be true "
                                "(``suspect_numbers``, ``backwards``), one line each")
+    spec_accept_before: float | None = Field(None, description="speculative acceptance length at the window's "
+                                             "start (mean over the ranks exporting it > 0; None: unknown or no "
+                                             "speculative decoding)")
+    spec_accept_after: float | None = Field(None, description="the same at the window's end")
+
+    @property
+    def load_back_total(self) -> float:
+        """Tokens loaded back from the host over the window, every pool and rank."""
+        return sum(sum(rw.load_back_tokens.values()) for rw in self.ranks.values())
 
     def share(self, source: str) -> float | None:
         """Share (0..1) of the window's cached prompt tokens that came from ``source``
@@ -379,7 +391,8 @@ def server_window(new: ServerReading, old: ServerReading | None, seconds: float 
         requests=_inc(new.requests, old.requests if old else None),
         prompt_tokens=_inc(new.prompt_tokens, old.prompt_tokens if old else None),
         cached_tokens=_inc_map(new.cached_tokens, old.cached_tokens if old else None),
-        ranks=ranks, unknown_series=new.unknown_series)
+        ranks=ranks, unknown_series=new.unknown_series,
+        spec_accept_before=_accept(old), spec_accept_after=_accept(new))
     suspect = list(new.suspect)
     if old is not None:
         suspect += backwards(new, old)
@@ -417,6 +430,13 @@ def backwards(new: ServerReading, old: ServerReading) -> list[str]:
     shown = ", ".join(f"{k} {a:,.0f} -> {b:,.0f}" for k, a, b in down[:2])
     more = f" and {len(down) - 2} more" if len(down) > 2 else ""
     return [f"counter went backwards while the request count did not (not a restart): {shown}{more}"]
+
+
+def _accept(r: ServerReading | None) -> float | None:
+    """The speculative acceptance length of a scrape: the mean over the ranks whose gauge is
+    above 0 (SGLang exports 0.0 without speculative decoding); None: none."""
+    vals = [rr.spec_accept_length for rr in (r.ranks.values() if r else ()) if rr.spec_accept_length]
+    return sum(vals) / len(vals) if vals else None
 
 
 class HostWindow(BaseModel):

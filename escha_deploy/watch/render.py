@@ -51,6 +51,12 @@ def render_row(row: dict[str, Any]):
         parts.append(Text(f"cached prompt tokens {span}: {_n(sum(w['cached_tokens'].values()))} of "
                           f"{_n(w['prompt_tokens'])} prompt tokens, {_n(w['requests'])} requests; from "
                           f"device {_pct(sh['device'])}, host {_pct(sh['host'])}, storage {_pct(sh['storage'])}"))
+        acc = w.get("spec_accept_length") or {}
+        if acc.get("after"):  # speculative decoding ran: its acceptance before and after the window's host hits
+            from escha_deploy.bench.metrics import acceptance_text
+
+            parts.append(Text(f"speculative acceptance {span}: " + acceptance_text(
+                acc.get("before"), acc["after"], acc.get("load_back_tokens") or 0.0)))
         ranks = srv["ranks"]
         tot = srv["total"]
         title = "host tier and device pools, per tp_rank"

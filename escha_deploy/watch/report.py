@@ -78,7 +78,9 @@ def server_section(w: ServerWindow, plan: PlanView | None) -> dict[str, Any]:
         "hicache": w.hicache,
         "window": {"seconds": w.seconds, "since_start": w.since_start, "requests": w.requests,
                    "prompt_tokens": w.prompt_tokens, "cached_tokens": w.cached_tokens,
-                   "share": {s: w.share(s) for s in ("device", "host", "storage")}},
+                   "share": {s: w.share(s) for s in ("device", "host", "storage")},
+                   "spec_accept_length": {"before": w.spec_accept_before, "after": w.spec_accept_after,
+                                          "load_back_tokens": w.load_back_total}},
         "ranks": ranks, "total": total, "unknown_series": list(w.unknown_series),
         "suspect_numbers": list(w.suspect),
     }

@@ -222,7 +222,7 @@ def test_a_container_that_is_not_running_is_exit_3(monkeypatch):
 #: The nested shape of a ``status --format json`` row: scripts read these keys.
 SHAPE = {
     "server": {"hicache", "window", "ranks", "total", "unknown_series", "suspect_numbers"},
-    "window": {"seconds", "since_start", "requests", "prompt_tokens", "cached_tokens", "share"},
+    "window": {"seconds", "since_start", "requests", "prompt_tokens", "cached_tokens", "share", "spec_accept_length"},
     "share": {"device", "host", "storage"},
     "rank": {"host_used_tokens", "host_total_tokens", "host_fill", "host_mamba_used_states",
              "host_mamba_total_states", "planned_host_mamba_slots", "planned_host_tokens", "planned_host_bytes",
