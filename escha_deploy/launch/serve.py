@@ -182,6 +182,10 @@ def serve(profile_ref: str, overrides: Sequence[str] = (), *, dry_run: bool = Fa
         report("warning", off)
     for note in req.runtime.notes:  # a runtime built from a commit: what it is, what was not checked (once)
         report("warning", note)
+    # a size SGLang caps rather than refuses (planner._cap_fixed_tokens): said as plan and compose say it
+    for w in plan.warnings:
+        if w.startswith("runtime.max_total_tokens:"):
+            report("warning", f"plan: {w}")
     report("info", f"serve: {profile.name}: plan digest {launch.plan_digest} ({plan.verdict}), planned here")
     # the container settings `up` refuses (docker.check_spec), natively the one about binding
     # beyond loopback without an API key: exit 3 before anything starts, --print included

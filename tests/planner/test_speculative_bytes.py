@@ -311,7 +311,7 @@ def test_the_cap_is_said_by_serve_print_up_dry_run_and_compose(tmp_path):
     """The same cap (NEXTN on the fp8 profile, a 15 GiB WSL2 box described by a facts file, no
     model folder) reaches every command that renders the launch: ``serve --print`` renders the
     capped ``--max-total-tokens``, ``up --dry-run`` that and the warning, ``compose --facts`` says
-    it on stderr."""
+    it on stderr, and so does ``serve``."""
     from escha_deploy.facts.factsfile import FactsFile, HostSection
     from tests.inproc import run_main
     from tests.pipeline.test_one_launch import _container_checks
@@ -339,6 +339,9 @@ def test_the_cap_is_said_by_serve_print_up_dry_run_and_compose(tmp_path):
     assert [w for w in got["warnings"] if w.startswith("plan: runtime.max_total_tokens: 28,672 tokens do not fit")
             and f"profiled {int(tokens):,} tokens" in w]
     assert "runtime.max_total_tokens: 28,672 tokens do not fit" in compose.err
+    # serve says the cap too, on stderr, with the figure SGLang will use
+    assert "plan: runtime.max_total_tokens: 28,672 tokens do not fit" in serve.err
+    assert f"profiled {int(tokens):,} tokens" in serve.err
 
 
 @pytest.mark.parametrize("cc,backend,extra,refused", [
