@@ -61,8 +61,12 @@ def doctor_in_image(client, prep: Prepared, *, timeout_s: float = 600, report: R
                            f"`escha-deploy doctor --profile {prep.profile_ref}` shows the checks")
     import datetime as dt
 
+    from escha_deploy.facts.machine import read_gpu_facts
+
+    gpus = read_gpu_facts()  # the driver the probes ran under: the host's (the container shares its driver)
     findings = probe_findings(probes, host_id=hid, platform=data.get("platform", prep.plan.platform),
-                              created_at=dt.datetime.now(dt.timezone.utc).isoformat())
+                              created_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+                              driver_version=gpus.driver_version if gpus is not None else None)
     save_findings(findings, doctor_findings_path())
     if world >= 2 and findings.nccl_smoke_ok is False:
         raise Refused(f"doctor: the {world}-GPU all-reduce smoke test failed in {prep.spec.image}",

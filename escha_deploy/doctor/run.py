@@ -96,8 +96,9 @@ def _from_findings(saved: DoctorFindings) -> ProbeFacts:
                       pinned=pinned, nccl=nccl, restore=saved.restore_bandwidth)
 
 
-def _reusable(saved: DoctorFindings | None, target: int, world: int, now: _dt.datetime) -> bool:
-    if saved is None or not saved.is_fresh(now) or not saved.store_probe:
+def _reusable(saved: DoctorFindings | None, target: int, world: int, now: _dt.datetime,
+              driver_now: str | None = None) -> bool:
+    if saved is None or not saved.is_fresh(now, driver_now) or not saved.store_probe:
         return False
     ceiling_covers = saved.pinned_ceiling_bytes is not None and (
         saved.pinned_ceiling_reached or saved.pinned_ceiling_bytes >= target)
@@ -115,7 +116,7 @@ def run_probes(facts: DoctorFacts, need: ProfileNeeds | None, *, reuse: bool = T
     world = need.tp_size if need else min(facts.gpus.count, 2)
     if reuse and findings_path is not None:
         saved = load_findings(findings_path, host_id=facts.host_id)
-        if _reusable(saved, target, world, now or _now()):
+        if _reusable(saved, target, world, now or _now(), facts.gpus.driver_version):
             return _from_findings(saved)
     store, attributes = run_store_probe()
     # A probe that could not run in this Python (no torch, no CUDA device visible to it) is
@@ -152,7 +153,7 @@ def build_report(facts: DoctorFacts, need: ProfileNeeds | None, now: _dt.datetim
 
 
 def probe_findings(probes: ProbeFacts, *, host_id: str, platform: str, created_at: str,
-                   checks: Sequence[dict] = ()) -> DoctorFindings:
+                   checks: Sequence[dict] = (), driver_version: str | None = None) -> DoctorFindings:
     """What ``plan`` and ``up`` read back (allocator, pinned ceiling, NCCL environment) from the
     probes' answers. ``up`` calls this with the *host's* id for probes it ran in the image
     (``python -m escha_deploy.doctor.probe_all``), since the container's hostname differs."""
@@ -170,13 +171,15 @@ def probe_findings(probes: ProbeFacts, *, host_id: str, platform: str, created_a
         nccl_smoke_ok=p.nccl_ok,
         checks=list(checks),
         restore_bandwidth=p.restore,
+        driver_version=driver_version,
     )
 
 
 def findings_from(report: DoctorReport, facts: DoctorFacts) -> DoctorFindings:
     """The findings of a ``doctor`` run: its probes plus its checks."""
     return probe_findings(facts.probes, host_id=facts.host_id, platform=facts.platform,
-                          created_at=report.created_at, checks=[c.model_dump() for c in report.checks])
+                          created_at=report.created_at, checks=[c.model_dump() for c in report.checks],
+                          driver_version=facts.gpus.driver_version)
 
 
 def _image_reader(profile: str | None, overrides: Sequence[str], docker: Callable[[], DockerFacts]):

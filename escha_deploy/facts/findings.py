@@ -79,6 +79,9 @@ class DoctorFindings(BaseModel):
     checks: list[dict[str, Any]] = Field(default_factory=list, description="the doctor report's checks")
     restore_bandwidth: RestoreBandwidth | None = Field(
         default=None, description="host <-> device GB/s the restore probe measured (plan's host_hit_cost)")
+    driver_version: str | None = Field(
+        default=None, description="the NVIDIA driver the probes ran under (nvmlSystemGetDriverVersion; None: "
+        "unknown, as in findings saved before it was recorded): findings older than a driver change are stale")
 
     @field_validator("nccl_env")
     @classmethod
@@ -95,6 +98,17 @@ class DoctorFindings(BaseModel):
         now = now or _dt.datetime.now(_dt.timezone.utc)
         return now - _dt.datetime.fromisoformat(self.created_at)
 
-    def is_fresh(self, now: _dt.datetime | None = None) -> bool:
-        """Younger than ``MAX_AGE`` (one day): ``plan`` and ``up`` use them without asking again."""
-        return self.age(now) < MAX_AGE
+    def driver_changed(self, driver_now: str | None) -> str | None:
+        """Why these findings are stale for the driver loaded now (``driver_now``, NVML's), or
+        None: a driver change (an update, a downgrade) can change what pins, registers and
+        passes NCCL's transports, so what was measured under another driver is not a fact of
+        this one. Unknown on either side (None) is not a change."""
+        if self.driver_version and driver_now and self.driver_version != driver_now:
+            return (f"measured under NVIDIA driver {self.driver_version}, and driver {driver_now} is loaded now: "
+                    "stale; `escha-deploy doctor --fresh` measures again")
+        return None
+
+    def is_fresh(self, now: _dt.datetime | None = None, driver_now: str | None = None) -> bool:
+        """Younger than ``MAX_AGE`` (one day) and measured under the driver loaded now
+        (``driver_now``; None: not compared): ``plan`` and ``up`` use them without asking again."""
+        return self.age(now) < MAX_AGE and self.driver_changed(driver_now) is None

@@ -159,8 +159,27 @@ def check_here(launch: LaunchSpec, capabilities: list[str] | None, *, where: str
             out.bad_input += mounted_model_problems(path, native=native, section=section)
     out.refusals += check_l3(needs)
     out.refusals += toolkit_refusals(launch, env)
+    if stale := stale_driver(launch):
+        out.warnings.append(stale)
     return out
 
+
+def stale_driver(launch: LaunchSpec) -> str | None:
+    """A warning when the GPU records the launch was planned from (a facts file's, or NVML's
+    when it was planned) name an NVIDIA driver other than the one NVML reports here now: facts
+    older than a driver change are stale (what pins, registers and passes NCCL's transports can
+    change with it). None when they agree or either side is unknown."""
+    from escha_deploy.facts.machine import read_gpu_facts
+
+    planned = sorted({g.driver_version for g in launch.facts.gpus if g.driver_version})
+    if not planned:
+        return None
+    now = read_gpu_facts()
+    if now is None or not now.driver_version or now.driver_version in planned:
+        return None
+    return (f"facts: the GPU facts this launch was planned from were read under NVIDIA driver {', '.join(planned)}, "
+            f"and driver {now.driver_version} is loaded now: stale; run `escha-deploy doctor` again and plan "
+            "from its facts")
 
 def toolkit_refusals(launch: LaunchSpec, environ: Mapping[str, str]) -> list[str]:
     """The first-use toolkit check (``runtime.first_use.toolkit``) for the server this launch

@@ -67,13 +67,22 @@ class UpResult:
 
 def fresh_findings_saved() -> bool:
     """True when doctor's saved findings for this host are younger than a day
-    (``findings.MAX_AGE``): `up` then reuses them instead of probing in the image."""
+    (``findings.MAX_AGE``) and were measured under the driver loaded now: `up` then reuses them
+    instead of probing in the image."""
     from escha_deploy.facts.saved import load_findings
     from escha_deploy.facts.machine import host_id
     from escha_deploy.utils.paths import doctor_findings_path
 
     saved = load_findings(doctor_findings_path(), host_id=host_id())
-    return saved is not None and saved.is_fresh()
+    return saved is not None and saved.is_fresh(driver_now=driver_now())
+
+
+def driver_now() -> str | None:
+    """The NVIDIA driver loaded now, as NVML says (None: no NVML, no driver, no GPU)."""
+    from escha_deploy.facts.machine import read_gpu_facts
+
+    gpus = read_gpu_facts()
+    return gpus.driver_version if gpus is not None else None
 
 
 def write_plan_view(plan, plan_digest: str, spec_file: Path, watch=None) -> None:

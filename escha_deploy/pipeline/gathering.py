@@ -144,6 +144,8 @@ def read_this_host(profile: Profile, src: ThisHost) -> HostReading:
         fsrc = (f"saved doctor findings, {hours:.1f} h old ({doctor_findings_path()})" if age < MAX_AGE else
                 f"saved doctor findings, {hours:.1f} h old: older than {MAX_AGE.days} day; "
                 "`escha-deploy doctor --fresh` measures again")
+        if stale := f.driver_changed(host.gpus.driver_version if host.gpus is not None else None):
+            fsrc = f"saved doctor findings ({doctor_findings_path()}), {stale}"
     facts += _findings_facts(host, f is not None, fsrc, "findings",
                              "no doctor findings for this host; `escha-deploy doctor` measures it")
     return HostReading(host, tuple(facts), _gpus_fact(host, "NVML, measured now", "nvml"), findings=f)

@@ -150,6 +150,9 @@ def plan_request(profile: Profile, facts: FactsSource | None, runtime: RuntimeSo
     over = _platform_over_file(facts, g)
     if rt.notes or over:
         plan = plan.model_copy(update={"warnings": over + list(rt.notes) + list(plan.warnings)})
+    if g.findings is not None and (stale := g.findings.driver_changed(
+            g.host.gpus.driver_version if g.host.gpus is not None else None)):
+        plan = plan.model_copy(update={"warnings": [f"doctor's saved findings were {stale}"] + list(plan.warnings)})
     launch = None
     if (lo := options.launch) is not None:
         sources = list(plan.fact_sources)
