@@ -50,7 +50,10 @@ Classification (``late-checks.yaml``: ``checks`` by key, ``modules`` by file or 
 Annotations carry over between releases by key: a release's classifications are those of every
 supported release before it (``index.yaml``'s order) with its own file's on top, so a new
 release's file holds only its new keys. A release being added may say ``review: incomplete``:
-its rows without a reason are then ``unreviewed`` in the table (counted, not errors).
+its rows without a reason are then ``unreviewed`` in the table (counted, not errors), and the
+script writes ``late-checks-review.json`` beside the table (``REVIEW``: the unreviewed rows by
+startup area), which every plan of that release names as a warning; the file goes once no row is
+unreviewed.
 
 Rows whose condition reads no configuration are marked ``no configuration input`` by this
 rule, without an annotation: the condition names no server argument (a ``dest`` of the
@@ -739,6 +742,40 @@ def render(checks: list[Check], notes: Notes, wheel_name: str, release: str, tra
     return "\n".join(lines)
 
 
+#: The summary of an unfinished review (``review: incomplete``) that every plan of the release
+#: reads (``sglang.releases.late_check_review``); absent for a release whose rows are all reviewed.
+REVIEW = "late-checks-review.json"
+#: SGLang's startup areas, in the order a start passes them: an unreviewed row counts in the first
+#: whose prefix its file starts with ("other" when none does).
+AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("argument resolution", ("srt/server_args", "srt/arg_groups/")),
+    ("model config", ("srt/configs/",)),
+    ("model classes", ("srt/models/",)),
+    ("quantization", ("srt/layers/quantization/",)),
+    ("attention backends", ("srt/layers/attention/",)),
+    ("distributed", ("srt/distributed/",)),
+    ("model executor and KV sizing", ("srt/model_executor/",)),
+    ("memory pools and caches", ("srt/mem_cache/",)),
+    ("scheduler", ("srt/managers/",)),
+    ("speculative decoding", ("srt/speculative/",)),
+)
+
+
+def review_summary(checks: list[Check], notes: Notes, trace: dict, release: str) -> dict | None:
+    """``{"release", "unreviewed", "areas": {area: rows}}`` for the rows no annotation reviews
+    yet, by startup area (``AREAS``), or None when there are none."""
+    traced = frozenset(trace["modules"])
+    areas: Counter[str] = Counter()
+    for c in checks:
+        if _classify(c, notes, traced)[0] == "unreviewed":
+            areas[next((name for name, pre in AREAS if c.file.startswith(pre)), "other")] += 1
+    if not areas:
+        return None
+    order = [name for name, _ in AREAS] + ["other"]
+    return {"release": release, "unreviewed": sum(areas.values()),
+            "areas": {a: areas[a] for a in order if areas[a]}}
+
+
 def _stub(c: Check, trace: dict) -> dict:
     """A starting annotation for a new row, from the trace's evidence (to be reviewed)."""
     if c.site in frozenset(trace["functions"]):
@@ -809,13 +846,24 @@ def main(argv: list[str] | None = None) -> int:
           file=sys.stderr)
     for e in errs:
         print(f"error: {e}", file=sys.stderr)
+    summary = review_summary(checks, notes, tr, release)
+    review = args.out.with_name(REVIEW)
+    review_text = json.dumps(summary, indent=1) + "\n" if summary is not None else None
     if args.check:
         old = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
         if old != text:
             print(f"error: {args.out} is stale; rerun scripts/gen_late_checks.py", file=sys.stderr)
             return 1
+        old_review = review.read_text(encoding="utf-8") if review.exists() else None
+        if old_review != review_text:
+            print(f"error: {review} is stale; rerun scripts/gen_late_checks.py", file=sys.stderr)
+            return 1
         return 1 if errs else 0
     args.out.write_text(text, encoding="utf-8")
+    if review_text is not None:
+        review.write_text(review_text, encoding="utf-8")
+    elif review.exists():
+        review.unlink()
     return 1 if errs else 0
 
 

@@ -150,6 +150,10 @@ def plan_request(profile: Profile, facts: FactsSource | None, runtime: RuntimeSo
     over = _platform_over_file(facts, g)
     if rt.notes or over:
         plan = plan.model_copy(update={"warnings": over + list(rt.notes) + list(plan.warnings)})
+    from escha_deploy.sglang.releases import late_check_review
+
+    if review := late_check_review(rt.release.version):
+        plan = plan.model_copy(update={"warnings": list(plan.warnings) + [review]})
     if g.findings is not None and (stale := g.findings.driver_changed(
             g.host.gpus.driver_version if g.host.gpus is not None else None)):
         plan = plan.model_copy(update={"warnings": [f"doctor's saved findings were {stale}"] + list(plan.warnings)})

@@ -430,6 +430,24 @@ def release_file(version: str | None, name: str) -> Path:
 
 
 @functools.lru_cache(maxsize=8)
+def late_check_review(version: str | None = None) -> str | None:
+    """What a plan of ``version`` says when its late checks are partly reviewed: the release's
+    ``late-checks-review.json`` (written by ``scripts/gen_late_checks.py`` while its
+    ``late-checks.yaml`` says ``review: incomplete``) in words, the unreviewed rows by startup
+    area; None when every row is reviewed (no such file)."""
+    import json
+
+    path = release_file(version, "late-checks-review.json")
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    areas = ", ".join(f"{area} {n}" for area, n in data["areas"].items())
+    return (f"SGLang {data['release']}'s late checks are partly reviewed: {data['unreviewed']} of the startup "
+            f"refusals that read configuration have no review yet ({areas}), so a refusal there is not known to "
+            f"be mirrored by a plan rule or SGLang's pre-flight; late-checks.md in its release folder lists them")
+
+
+@functools.lru_cache(maxsize=8)
 def load_release(version: str | None = None) -> Release:
     """The facts of ``version`` (default: ``default_release()``), read once per process."""
     path = release_file(version, FACTS)
