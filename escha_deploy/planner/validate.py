@@ -791,6 +791,23 @@ def _eagle_topk_page_backend(i: Inputs) -> list[Finding]:
     return []
 
 
+def _eagle_topk_trtllm_mha(i: Inputs) -> list[Finding]:
+    """``runtime.speculative.eagle_topk`` above 1 with ``trtllm_mha`` the profile's attention
+    backend, on any page size: SGLang raises at argument resolution ("trtllm_mha backend only
+    supports topk = 1 for speculative decoding."; ``arg_groups/speculative_hook.py:
+    _handle_eagle_family``, the same in 0.5.19, 0.5.21 and 0.5.23; found by the differential
+    fuzz's speculative draw). An unset backend is SGLang's pick, not judged here."""
+    sp = i.rt.speculative
+    if sp is None or speculative_algorithm(i.profile) not in EAGLE_STYLE | {"STANDALONE"}:
+        return []
+    if i.rt.attention_backend != "trtllm_mha" or (sp.eagle_topk or 1) <= 1:
+        return []
+    return [_error("runtime.attention_backend",
+                   f"trtllm_mha with runtime.speculative.eagle_topk {sp.eagle_topk}: SGLang's trtllm_mha drafts only "
+                   "top-k 1 and stops at start (speculative_hook.py: _handle_eagle_family); use eagle_topk 1 or "
+                   f"another backend ({', '.join(PAGE_TREE_SPEC_BACKENDS)} draft a tree)")]
+
+
 def _draft_not_counted(i: Inputs) -> list[Finding]:
     """Each part of a speculative draft the plan does not count (``DraftCount.not_counted``)."""
     if not speculative_algorithm(i.profile):
@@ -960,6 +977,7 @@ RULES: tuple[Rule, ...] = (
          "(SGLANG_ENABLE_MIXED_KV_WINDOWS)", _int2_mixed_windows),
     Rule("eagle-not-on-extra-buffer", "sglang#36537; sglang#30437", _eagle_extra_buffer),
     Rule("eagle-topk-page-backend", "arg_groups/speculative_hook.py: _handle_eagle_family", _eagle_topk_page_backend),
+    Rule("eagle-topk-trtllm-mha", "arg_groups/speculative_hook.py: _handle_eagle_family", _eagle_topk_trtllm_mha),
     Rule("ngram-fa4-pages", "arg_groups/overrides.py: _fa4_page_constraint; arg_groups/speculative_hook.py: "
          "_handle_ngram", _ngram_fa4_pages),
     Rule("draft-not-counted", "planner/draft.py: draft_count (what SGLang loads that the plan cannot size)",

@@ -362,3 +362,20 @@ def test_ngram_with_fa4_on_sm100(cc, backend, extra, refused):
     p = decide(prof, g, resolve_runtime(prof, g, ProfileTarget()))
     lines = [r for r in p.reasons if r.startswith("runtime.attention_backend: fa4 with NGRAM")]
     assert bool(lines) == refused, p.reasons
+
+
+@pytest.mark.parametrize("topk, refused", [(4, True), (1, False)])
+def test_trtllm_mha_drafts_only_top_k_1(topk, refused):
+    """EAGLE with top-k 4 and ``trtllm_mha`` named by the profile: SGLang refuses at argument
+    resolution on any page size (``speculative_hook.py: _handle_eagle_family``, "trtllm_mha backend
+    only supports topk = 1 for speculative decoding."); the differential fuzz's speculative draw
+    found plan accepting it on the fp8 profile (sm100 card)."""
+    spec = (f"{{algorithm: EAGLE, num_steps: 2, eagle_topk: {topk}, num_draft_tokens: 8}}" if topk > 1 else
+            "{algorithm: EAGLE, num_steps: 2, eagle_topk: 1, num_draft_tokens: 3}")
+    sets = [f"runtime.speculative={spec}", "runtime.attention_backend=trtllm_mha", 'hardware.compute_capability="10.0"']
+    prof = load_profile(PROFILE, sets)
+    g = gather(prof, DescribedHost(128 * GiB, "linux"))
+    p = decide(prof, g, resolve_runtime(prof, g, ProfileTarget()))
+    lines = [r for r in p.reasons if r.startswith("runtime.attention_backend: trtllm_mha with runtime.speculative"
+                                                  f".eagle_topk {topk}")]
+    assert bool(lines) == refused, p.reasons
