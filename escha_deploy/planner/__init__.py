@@ -518,7 +518,9 @@ def planned_chunk(c: _Ctx) -> int:
     from .device import tier_defaults
 
     rt = c.inp.profile.runtime
-    if rt.chunked_prefill_size and rt.chunked_prefill_size > 0:
+    if rt.chunked_prefill_size is not None and rt.chunked_prefill_size <= 0:
+        return 1 << 40  # -1: chunked prefill off, one chunk per prompt (SGLang's server_args)
+    if rt.chunked_prefill_size:
         return int(rt.chunked_prefill_size)
     return tier_defaults(c.inp.profile.hardware.gpu_vram // MiB, c.ranks, c.inp.release)[0]
 
@@ -593,6 +595,8 @@ def workload_fit(c: _Ctx, w: Workload, dev: DevicePools) -> tuple[Workload, int,
         slots = reach_needs(wn, chunk)[2]
         d = replace(dev, host_mamba_slots=slots)
         ratio = workload_ratio(c, wn, d)
+        if ratio is None:
+            return wn, slots, 0.0, False
         pools = host_pools_at_ratio(d, ratio)
         v = replace(c.view, dev=d)
         ok = first_breach(v, pools, c.constraints) is None and headroom(v, pools, c.constraints) >= rec
@@ -606,17 +610,24 @@ def workload_fit(c: _Ctx, w: Workload, dev: DevicePools) -> tuple[Workload, int,
     return wn, slots, ratio
 
 
-def workload_ratio(c: _Ctx, w: Workload, dev: DevicePools) -> float:
+def workload_ratio(c: _Ctx, w: Workload, dev: DevicePools) -> float | None:
     """The smallest ratio on the ``safety.ratio_step`` grid, at least ``hicache.min_ratio``, whose
     host KV pool holds both passes of ``w`` (``reach.needs``' KV tokens plus the padding page):
     what ``hicache_ratio: auto`` picks when patch 0004 sized the mamba pool for the workload,
-    leaving the rest of the pinned budget unpinned."""
+    leaving the rest of the pinned budget unpinned. None when no ratio up to the search's bound
+    (``search.MAX_RATIO_SEARCH``) holds them (an empty device pool, say)."""
+    from .search import MAX_RATIO_SEARCH
+
     step = c.inp.profile.safety.ratio_step
     kv_needed = reach_needs(w, planned_chunk(c))[3] + dev.kv_page_size
-    k = max(1, int(kv_needed / max(dev.kv_tokens, 1) / step))
-    while host_pools_at_ratio(dev, round(k * step, 6)).kv_tokens < kv_needed:
+    if dev.kv_tokens <= 0 or kv_needed / dev.kv_tokens > MAX_RATIO_SEARCH:
+        return None
+    k = max(1, int(kv_needed / dev.kv_tokens / step))
+    for _ in range(4):  # int() and the page floor leave it at most a step or two short
+        if host_pools_at_ratio(dev, round(k * step, 6)).kv_tokens >= kv_needed:
+            return max(round(k * step, 6), c.inp.profile.hicache.min_ratio)
         k += 1
-    return max(round(k * step, 6), c.inp.profile.hicache.min_ratio)
+    return None
 
 
 def step_device_budget(c: _Ctx) -> None:

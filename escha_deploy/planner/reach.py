@@ -52,14 +52,13 @@ Verdict = Literal["all", "not_guaranteed", "none"]
 def state_positions(start: int, end: int, chunk: int, grid: int = MAMBA_GRID) -> list[int]:
     """Sequence lengths at which a prefill of tokens ``[start, end)`` in chunks of ``chunk``
     leaves a mamba state (extra_buffer): each chunk's end rounded down to the grid, when the
-    chunk is at least one grid long."""
-    out: list[int] = []
-    pos = start
-    while pos < end:
-        ext = min(chunk, end - pos)
-        if ext >= grid:
-            out.append(pos + (ext // grid) * grid)
-        pos += ext
+    chunk is at least one grid long. Closed form (no loop over tokens)."""
+    if end <= start or chunk < 1:
+        return []
+    full, rest = divmod(end - start, chunk)
+    out = [start + (k - 1) * chunk + (chunk // grid) * grid for k in range(1, full + 1)] if chunk >= grid else []
+    if rest >= grid:
+        out.append(start + full * chunk + (rest // grid) * grid)
     return out
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 #: Bounds of a workload: more is not a box this tool plans (a bound, not a policy).
 MAX_PREFIXES = 100_000
-MAX_PREFIX_TOKENS = 100_000_000
+MAX_PREFIX_TOKENS = 10_000_000
 
 
 @dataclass(frozen=True)
