@@ -113,6 +113,11 @@ NOT_DRAWN: dict[str, str] = {
     "runtime.min_total_tokens": "no SGLang input: the profile's own floor on the pool SGLang sizes; a refusal it "
                                 "makes is by design, never one the SGLang side can judge (tests/planner/"
                                 "test_speculative_bytes.py covers it)",
+    "hicache.workload": "no SGLang input: the prefixes the plan's host-tier table asks about "
+                        "(planner/reach.py; tests/planner/test_reach.py and the replay cover it)",
+    "hicache.host_mamba_slots": "patch 0004's variable (ESCHA_HICACHE_HOST_MAMBA_SLOTS): the stock SGLang "
+                                "the fuzz asks reads no such count (tests/runtime/test_host_mamba_slots.py "
+                                "builds SGLang's MambaPoolHost with it)",
     "runtime.kv_cache.int2.mixed_windows": "the INT2 fork's variable (SGLANG_ENABLE_MIXED_KV_WINDOWS): the stock "
                                            "SGLang the fuzz asks stands in for int2 (OVERLAY_STAND_INS) and reads "
                                            "no such window (tests/planner/test_int2_mixed_window.py covers it)",
