@@ -112,7 +112,7 @@ def test_a_commit_built_tree_is_pinned_applied_planned_rendered_and_preflighted(
     assert json.loads((tmp_path / "sglang.metrics.json").read_text())["release"] == VERSION
     assert (out["version"], out["commit"], out["nearest_release"]) == (VERSION, "1a2b3c4", "0.5.19")
     assert out["series_applies"] == ["0001-hicache-host-reserve.patch", "0002-hicache-host-allocator.patch",
-                                     "0003-transfer-geometry-check.patch"]
+                                     "0003-transfer-geometry-check.patch", "0004-hicache-host-mamba-slots.patch"]
     # what differs from 0.5.19's committed inventory: the changed and the added file, each named
     assert out["differs"] == ["extra: sglang/" + EXTRA, "changed: sglang/_version.py"]
     assert "4372/4372" in r.err  # the progress bar counted every file
@@ -130,7 +130,7 @@ def test_a_commit_built_tree_is_pinned_applied_planned_rendered_and_preflighted(
     assert desc.base_inventory_digest == data["digest"]
     r = run_main("runtime", "verify", "--sglang-dir", str(pkg), "--state-dir", str(state), "--base-lock", str(lock))
     assert r.code == 0, r.err
-    assert r.out.startswith("ok: 4375 files equal base lock:sglang.lock.json + 7 deltas")
+    assert r.out.startswith("ok: 4376 files equal base lock:sglang.lock.json + 8 deltas")  # 0004 adds its hook
 
     # plan: this runtime, planned with 0.5.19's rules, and what it is said once
     r = run_main("plan", "--profile", "rtx5060ti-tp2-fp8", "--format", "json")
@@ -348,7 +348,7 @@ def test_a_fork_on_the_parent_imports_applies_and_its_capability_reaches_the_lab
     assert r.code == 0, r.err
     desc = read_description(state / "runtime.json")
     assert desc.capabilities == ["hicache-host-reserve-env", "hicache-host-allocator", "transfer-geometry-check",
-                                 "qsa.restore-order"]
+                                 "hicache-host-mamba-slots", "qsa.restore-order"]
     assert desc.labels()[LABEL_CAPABILITIES].endswith(",qsa.restore-order")
     assert [e.subject for e in desc.series if e.source == "fork"] == [
         "qsa: restore target and draft state in order", "qsa: a note in the MLA host pool"]
@@ -356,7 +356,7 @@ def test_a_fork_on_the_parent_imports_applies_and_its_capability_reaches_the_lab
                     "--base-lock", str(lock)).code == 0
     r = run_main("runtime", "describe")
     assert r.code == 0 and "capabilities: hicache-host-reserve-env, hicache-host-allocator, " \
-        "transfer-geometry-check, qsa.restore-order" in r.out
+        "transfer-geometry-check, hicache-host-mamba-slots, qsa.restore-order" in r.out
 
     # it changes no plan figure (the planner given the description's capabilities with and without
     # it, on one described box); a profile key that asks for it is checked like ours
