@@ -25,7 +25,14 @@ def test_the_container_reads_config_json_through_the_mounts(docker_client, base_
     spec = json.loads(r.stdout)
     binds = [m for m in spec["container"]["mounts"] if m["type"] == "bind" and os.path.isdir(m["source"])]
     assert [m["target"] for m in binds] == ["/models/Qwen3.x-27B-GPTQ-Int4", "/blobs"]
-    out = docker_client.containers.run(
-        base_image, ["cat", "/models/Qwen3.x-27B-GPTQ-Int4/config.json"], remove=True,
+    # detached, waited, then its logs read, then removed: a run(remove=True) of a container this short
+    # once came back with empty output under CI's load (docker-py reads the logs after the exit)
+    box = docker_client.containers.run(
+        base_image, ["cat", "/models/Qwen3.x-27B-GPTQ-Int4/config.json"], detach=True,
         mounts=[Mount(target=m["target"], source=m["source"], type="bind", read_only=True) for m in binds])
+    try:
+        assert box.wait(timeout=120)["StatusCode"] == 0, box.logs(stderr=True)
+        out = box.logs(stdout=True, stderr=False)
+    finally:
+        box.remove(force=True)
     assert json.loads(out) == CONFIG
